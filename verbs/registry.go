@@ -1,0 +1,49 @@
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+var (
+	regMu     sync.RWMutex
+	providers = map[string]Provider{}
+)
+
+// Register makes a provider available to Open under p.Name(). Providers call
+// it from init; registering one name twice panics, as it is a programming error.
+func Register(p Provider) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := providers[p.Name()]; dup {
+		panic("verbs: provider " + p.Name() + " registered twice")
+	}
+	providers[p.Name()] = p
+}
+
+// Providers lists the registered provider names, sorted.
+func Providers() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	names := make([]string, 0, len(providers))
+	for n := range providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Open opens a device of the named provider. The provider's package must be
+// imported (for its init) for the name to be known.
+func Open(ctx context.Context, provider string, opts DeviceOptions) (Device, error) {
+	regMu.RLock()
+	p, ok := providers[provider]
+	regMu.RUnlock()
+	if !ok {
+		return nil, &Error{Op: "Open", Provider: provider, Index: -1,
+			Err: fmt.Errorf("%w: no provider %q registered (known: %v)", ErrUnavailable, provider, Providers())}
+	}
+	return p.Open(ctx, opts)
+}

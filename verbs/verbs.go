@@ -1,0 +1,150 @@
+package verbs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// Provider opens devices of one kind ("tcp", "shm", "ibv", ...).
+type Provider interface {
+	Name() string
+	// Open opens a device. It returns an error wrapping ErrUnavailable when
+	// the provider cannot run here (not built in, no hardware).
+	Open(ctx context.Context, opts DeviceOptions) (Device, error)
+}
+
+// DeviceOptions are the provider-neutral settings for opening a device.
+// Providers have their own Options for everything else.
+type DeviceOptions struct {
+	// Name selects a device where a provider has several (ibv: "rxe0"). Empty
+	// picks the first.
+	Name string
+	// Listen is where the device accepts connections, for providers that
+	// listen on a socket: "host:port" (tcp). Empty means the provider's
+	// default (loopback, any port).
+	Listen string
+	// Advertise is the host other ranks use to reach Listen, when it differs
+	// (Listen on 0.0.0.0, advertise the chosen interface's address).
+	Advertise string
+	// Token is the job secret. Connections between devices prove knowledge
+	// of it before anything else is exchanged. Empty disables authentication
+	// (tests only).
+	Token []byte
+	// ConnectTimeout bounds how long a queue pair's connection attempt to its
+	// peer may take before outstanding work fails with RETRY_EXC_ERR. Zero
+	// means 30 s.
+	ConnectTimeout time.Duration
+	// Logger receives diagnostics (dropped connections, failed handshakes).
+	// Nil means silent.
+	Logger *slog.Logger
+}
+
+// Caps describes what a device can do, plus the link estimates the
+// collectives' cost model uses.
+type Caps struct {
+	MaxMsgSize uint64 // largest message one work request may move
+	MaxMRSize  uint64
+	MaxQP      int
+	MaxQPWR    int // largest queue depth per QP
+	MaxSGE     int // scatter/gather elements per work request
+	MaxInline  int // largest inline payload
+	MaxCQE     int
+	MaxRdAtom  int // largest MaxQPRdAtomic / MaxDestRdAtomic
+	Atomics    AtomicCap
+	// UserMemAtomics says whether remote atomics may target memory the caller
+	// registered (MemUser). Provider memory always supports them when
+	// Atomics is not AtomicNone.
+	UserMemAtomics bool
+	// Latency is an estimate of the one-way latency of a small message.
+	Latency time.Duration
+	// Bandwidth is an estimate of the link bandwidth in bytes per second.
+	Bandwidth float64
+}
+
+// Device is an opened RDMA device (ibv_context). All methods are safe for
+// concurrent use. Close fails outstanding work on every queue pair of the
+// device with WR_FLUSH_ERR and releases everything it created.
+type Device interface {
+	Name() string
+	Provider() string
+	Caps() Caps
+	AllocPD() (PD, error)
+	// CreateCQ creates a completion queue with room for at least depth entries.
+	CreateCQ(depth int) (CQ, error)
+	Close() error
+}
+
+// PD is a protection domain: memory regions and queue pairs of one PD work
+// only with each other. Safe for concurrent use.
+type PD interface {
+	// AllocMR allocates n bytes of provider memory (off the Go heap, zeroed)
+	// and registers it. It supports every operation, atomics included.
+	AllocMR(n int, access Access) (MR, error)
+	// RegMR registers the caller's memory. buf stays pinned and referenced
+	// until the MR is closed; the caller must not let it go before that.
+	RegMR(buf []byte, access Access) (MR, error)
+	CreateQP(attr QPInitAttr) (QP, error)
+	// Close fails with ErrInUse while MRs or QPs of the PD are open.
+	Close() error
+}
+
+// MR is a registered memory region. Safe for concurrent use; the memory
+// itself is shared with the device and remote peers, so synchronising access
+// to Bytes is the caller's business (completions order it).
+type MR interface {
+	// Bytes is the region's memory. For provider memory it is valid until Close.
+	Bytes() []byte
+	Addr() uint64 // virtual address of Bytes()[0], as in ibv_mr.addr
+	Len() int
+	LKey() uint32
+	RKey() uint32
+	Access() Access
+	Kind() MemKind
+	// SupportsAtomics says whether remote atomics may target this region.
+	SupportsAtomics() bool
+	// Close deregisters the region (and frees provider memory). Later use of
+	// its keys fails: locally at post time, remotely with REM_ACCESS_ERR.
+	Close() error
+}
+
+// CQ is a completion queue. Poll and Wait may be called from several
+// goroutines, but completions are handed out once each, in FIFO order.
+type CQ interface {
+	// Poll moves up to len(wc) completions into wc and returns how many. It never blocks.
+	Poll(wc []WC) int
+	// Wait blocks until Poll would return at least one completion, ctx ends
+	// (ctx.Err()), or the CQ is closed (ErrClosed). Idle waiting does not
+	// spin: it costs no CPU.
+	Wait(ctx context.Context) error
+	Close() error
+}
+
+// QP is a reliable-connected queue pair. Modify, PostSend and PostRecv may be
+// called from different goroutines; requests posted from several goroutines
+// at once are ordered as the provider received them.
+type QP interface {
+	Num() uint32
+	// PSN is the QP's initial send packet sequence number, carried in Address.
+	PSN() uint32
+	// Address is the opaque, self-describing address a peer passes as
+	// QPAttr.Remote (see address.go for its envelope). At most MaxAddressLen bytes.
+	Address() []byte
+	State() QPState
+	// Cap is what the provider granted at creation.
+	Cap() QPCap
+	// Modify moves the QP through RESET→INIT→RTR→RTS (or to ERR / RESET from
+	// any state). It checks the attributes each transition needs; a failed
+	// Modify changes nothing, not even the state.
+	Modify(attr *QPAttr, mask AttrMask) error
+	// PostSend checks each request when posted and stops at the first bad
+	// one: the error is a *Error whose Index says which, wrapping
+	// ErrInvalidArgument, ErrQueueFull, ErrInvalidState or ErrBadKey. Earlier
+	// requests were posted.
+	PostSend(wrs ...SendWR) error
+	// PostRecv is PostSend's twin for the receive queue. Receives may be
+	// posted from INIT on.
+	PostRecv(wrs ...RecvWR) error
+	// Close destroys the QP; its outstanding work completes with WR_FLUSH_ERR.
+	Close() error
+}
