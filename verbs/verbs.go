@@ -148,3 +148,12 @@ type QP interface {
 	// Close destroys the QP; its outstanding work completes with WR_FLUSH_ERR.
 	Close() error
 }
+
+// Disconnector is implemented by queue pairs whose provider can simulate the
+// loss of the link to the peer (the fault-injecting wrapper and peer-loss
+// tests use it): the connection drops as if the network failed, so both
+// sides' outstanding and later work fails with RETRY_EXC_ERR and the QPs go
+// to ERR. It is an optional capability, found by type assertion.
+type Disconnector interface {
+	Disconnect() error
+}
