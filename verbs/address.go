@@ -73,6 +73,9 @@ func DecodeAddress(b []byte) (QPAddress, error) {
 	a := QPAddress{Provider: string(b[4 : 4+n])}
 	a.QPNum = binary.BigEndian.Uint32(b[4+n:])
 	a.PSN = binary.BigEndian.Uint32(b[8+n:])
+	if a.PSN > 0xffffff {
+		return bad(fmt.Sprintf("PSN %#x exceeds 24 bits", a.PSN))
+	}
 	m := int(binary.BigEndian.Uint16(b[12+n:]))
 	if len(b) != 14+n+m {
 		return bad(fmt.Sprintf("payload length %d does not match %d remaining bytes", m, len(b)-14-n))
