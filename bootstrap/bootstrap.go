@@ -151,12 +151,12 @@ var (
 
 // Error is the error of a failed bootstrap operation.
 type Error struct {
-	Op      string // "join", "put", "get", "add", "fence", "allgather", "abort", "dial"
-	Key     string // the key, when the operation has one
-	Ranks   []int  // the ranks at fault, when known (missing, differing, left)
-	Size    int    // job size, when Ranks is set
-	Detail  string // human-readable description
-	Err     error  // cause: a sentinel above, a context error, or a network error
+	Op     string // "join", "put", "get", "add", "fence", "allgather", "abort", "dial"
+	Key    string // the key, when the operation has one
+	Ranks  []int  // the ranks at fault, when known (missing, differing, left)
+	Size   int    // job size, when Ranks is set
+	Detail string // human-readable description
+	Err    error  // cause: a sentinel above, a context error, or a network error
 }
 
 func (e *Error) Error() string {
