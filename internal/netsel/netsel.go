@@ -205,10 +205,10 @@ func (c Candidate) String() string { return c.Interface + " " + c.Addr.String() 
 // Preference classes, best first: the order in which Select lists
 // addresses and Advertise picks one when nothing else decides.
 const (
-	classIPv4 = iota // a real interface's IPv4 address
-	classIPv6        // its global / unique-local IPv6 address
-	classBridge      // container and VM bridges (docker0, virbr0, br-…): usually not reachable from other hosts
-	classLinkLocal4  // 169.254/16
+	classIPv4       = iota // a real interface's IPv4 address
+	classIPv6              // its global / unique-local IPv6 address
+	classBridge            // container and VM bridges (docker0, virbr0, br-…): usually not reachable from other hosts
+	classLinkLocal4        // 169.254/16
 	classLoopback
 )
 
