@@ -1,0 +1,145 @@
+package softrc
+
+import (
+	"fmt"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// resolve checks an SGE against the MR table (this PD, in range, local
+// write where data lands locally) and takes a reference on its region.
+func (q *QP) resolve(s verbs.SGE, needWrite bool) ([]byte, *MR, error) {
+	m := q.dev.lookupLKey(s.LKey)
+	if m == nil || !m.valid() {
+		return nil, nil, fmt.Errorf("%w: lkey %#x names no registered region", verbs.ErrBadKey, s.LKey)
+	}
+	if m.pd != q.pd {
+		return nil, nil, fmt.Errorf("%w: lkey %#x belongs to another protection domain", verbs.ErrBadKey, s.LKey)
+	}
+	b, ok := m.span(s.Addr, uint64(s.Length))
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: [%#x, +%d) is outside region lkey %#x [%#x, +%d)", verbs.ErrBadKey, s.Addr, s.Length, s.LKey, m.addr, len(m.buf))
+	}
+	if needWrite && m.access&verbs.AccessLocalWrite == 0 {
+		return nil, nil, fmt.Errorf("%w: region lkey %#x lacks LocalWrite, which a local destination needs", verbs.ErrBadKey, s.LKey)
+	}
+	if !m.acquire() {
+		return nil, nil, fmt.Errorf("%w: lkey %#x was deregistered", verbs.ErrBadKey, s.LKey)
+	}
+	return b, m, nil
+}
+
+// PostSend queues send requests; see verbs.QP.
+func (q *QP) PostSend(wrs ...verbs.SendWR) error {
+	q.mu.Lock()
+	err := q.postSendLocked(wrs)
+	l, k := q.takeKicksLocked()
+	q.mu.Unlock()
+	q.doKicks(l, k)
+	return err
+}
+
+func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
+	if q.closed {
+		return q.dev.err("PostSend", q.num, 0, verbs.ErrClosed)
+	}
+	if q.state != verbs.QPRTS && q.state != verbs.QPErr {
+		return q.dev.err("PostSend", q.num, 0, fmt.Errorf("%w: PostSend in state %v (needs RTS)", verbs.ErrInvalidState, q.state))
+	}
+	n := uint64(len(q.sq))
+	for i := range wrs {
+		wr := &wrs[i]
+		if err := verbs.ValidateSendWR(wr, q.cap, q.dev.cfg.Caps); err != nil {
+			return q.dev.err("PostSend", q.num, i, err)
+		}
+		if q.state != verbs.QPErr && q.tail-q.head >= n {
+			return q.dev.err("PostSend", q.num, i, fmt.Errorf("%w: %d send requests outstanding (max %d; unsignaled ones hold their slot until a later signaled completion)", verbs.ErrQueueFull, q.tail-q.head, n))
+		}
+		var tmp swqe
+		e := &tmp
+		if q.state != verbs.QPErr {
+			e = &q.sq[q.tail%n]
+		}
+		e.releaseRefs()
+		needWrite := wr.Opcode == verbs.OpRDMARead || wr.Opcode.IsAtomic()
+		if wr.Flags&verbs.SendInline != 0 {
+			e.inline = append(e.inline[:0], wr.Inline...)
+			e.segs = append(e.segs, e.inline)
+		} else {
+			for _, s := range wr.SGL {
+				b, m, err := q.resolve(s, needWrite)
+				if err != nil {
+					e.releaseRefs()
+					return q.dev.err("PostSend", q.num, i, err)
+				}
+				e.segs = append(e.segs, b)
+				e.mrs = append(e.mrs, m)
+			}
+		}
+		e.id, e.op, e.flags = wr.ID, wr.Opcode, wr.Flags
+		e.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
+		e.length = uint32(wr.Len())
+		e.raddr, e.rkey, e.imm, e.cmp, e.swap = wr.RemoteAddr, wr.RKey, wr.Imm, wr.CompareAdd, wr.Swap
+		e.sent, e.localErr = false, 0
+		e.rnrLeft = q.rnrRetry
+		if q.state == verbs.QPErr {
+			st := verbs.StatusWRFlushErr
+			if q.lost {
+				st, q.lost = verbs.StatusRetryExcErr, false
+			}
+			q.pushSendWC(e, st)
+			e.releaseRefs()
+			continue
+		}
+		e.seq = q.nextSeq
+		q.nextSeq++
+		q.tail++
+		q.kicks++
+	}
+	return nil
+}
+
+// PostRecv queues receive requests; see verbs.QP.
+func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return q.dev.err("PostRecv", q.num, 0, verbs.ErrClosed)
+	}
+	if q.state == verbs.QPReset {
+		return q.dev.err("PostRecv", q.num, 0, fmt.Errorf("%w: PostRecv in state RESET", verbs.ErrInvalidState))
+	}
+	n := uint64(len(q.rq))
+	for i := range wrs {
+		wr := &wrs[i]
+		if err := verbs.ValidateRecvWR(wr, q.cap); err != nil {
+			return q.dev.err("PostRecv", q.num, i, err)
+		}
+		if q.state != verbs.QPErr && q.rqTail-q.rqHead >= n {
+			return q.dev.err("PostRecv", q.num, i, fmt.Errorf("%w: %d receive requests outstanding (max %d)", verbs.ErrQueueFull, q.rqTail-q.rqHead, n))
+		}
+		var tmp rwqe
+		e := &tmp
+		if q.state != verbs.QPErr {
+			e = &q.rq[q.rqTail%n]
+		}
+		e.releaseRefs()
+		for _, s := range wr.SGL {
+			b, m, err := q.resolve(s, true)
+			if err != nil {
+				e.releaseRefs()
+				return q.dev.err("PostRecv", q.num, i, err)
+			}
+			e.segs = append(e.segs, b)
+			e.mrs = append(e.mrs, m)
+		}
+		e.id, e.length = wr.ID, wr.Len()
+		if q.state == verbs.QPErr {
+			q.recvCQ.push(verbs.WC{ID: e.id, Status: verbs.StatusWRFlushErr, QPNum: q.num})
+			e.releaseRefs()
+			continue
+		}
+		q.rqTail++
+	}
+	return nil
+}

@@ -1,0 +1,340 @@
+package softrc
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// NextRequest is the requester: it produces the next request to send, in
+// posting order, or reports false when nothing may be sent now (queue
+// empty, RNR back-off running, a FENCE waiting for earlier requests, the
+// READ/atomic budget max_rd_atomic used up, no link). The core calls
+// Link.Kick when that changes. r.Done must be called once r.Data is written.
+func (q *QP) NextRequest(r *Request) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := uint64(len(q.sq))
+	if q.state != verbs.QPRTS || q.link == nil || q.next == q.tail || !q.rnrUntil.IsZero() {
+		return false
+	}
+	e := &q.sq[q.next%n]
+	if e.flags&verbs.SendFence != 0 && q.comp < q.next {
+		// rxe's rule, stricter than IBTA's: a fenced request waits for
+		// every earlier request, not only READs and atomics.
+		return false
+	}
+	if e.readLike() && q.rdOut >= max(1, int(q.maxQPRdAtomic)) {
+		return false
+	}
+	r.Header = Header{QPN: q.remote.QPNum, Seq: e.seq, Len: e.length, Flags: FlagAckReq,
+		RAddr: e.raddr, RKey: e.rkey, Imm: e.imm, CmpAdd: e.cmp, Swap: e.swap}
+	r.Data = r.Data[:0]
+	r.refs = r.refs[:0]
+	for _, m := range e.mrs {
+		if !m.valid() {
+			e.localErr = verbs.StatusLocProtErr
+		}
+	}
+	if e.localErr == 0 && !e.readLike() {
+		if e.flags&verbs.SendInline != 0 {
+			r.inl = append(r.inl[:0], e.inline...)
+			r.Data = append(r.Data, r.inl)
+		} else {
+			for i, m := range e.mrs {
+				if !m.acquire() {
+					e.localErr = verbs.StatusLocProtErr
+					break
+				}
+				r.refs = append(r.refs, m)
+				r.Data = append(r.Data, e.segs[i])
+			}
+		}
+	}
+	if e.localErr != 0 {
+		// A region was deregistered after the post: LOC_PROT_ERR, once
+		// everything before it has completed.
+		for _, m := range r.refs {
+			m.release()
+		}
+		r.refs, r.Data = r.refs[:0], r.Data[:0]
+		if q.comp == q.next {
+			q.completeLocked(e.localErr)
+		}
+		return false
+	}
+	switch e.op {
+	case verbs.OpSend:
+		r.Op = FrameSend
+	case verbs.OpSendWithImm:
+		r.Op = FrameSendImm
+	case verbs.OpRDMAWrite:
+		r.Op = FrameWrite
+	case verbs.OpRDMAWriteWithImm:
+		r.Op = FrameWriteImm
+	case verbs.OpRDMARead:
+		r.Op = FrameReadReq
+	case verbs.OpAtomicCmpAndSwp:
+		r.Op, r.Len = FrameCmpSwap, 0
+	case verbs.OpAtomicFetchAdd:
+		r.Op, r.Len = FrameFetchAdd, 0
+	}
+	if e.flags&verbs.SendSolicited != 0 {
+		r.Flags |= FlagSolicited
+	}
+	if e.flags&verbs.SendFence != 0 {
+		r.Flags |= FlagFence
+	}
+	if q.comp == q.next {
+		q.armAckLocked()
+	}
+	e.sent = true
+	q.next++
+	if e.readLike() {
+		q.rdOut++
+	}
+	return true
+}
+
+// ackTimeout is how long the requester waits for any response before it
+// declares the peer lost: timeout × (retry_cnt+1), as an RC requester that
+// retransmits retry_cnt times would; 0 waits forever.
+func (q *QP) ackTimeout() time.Duration {
+	if q.timeout == 0 {
+		return 0
+	}
+	return verbs.TimeoutDuration(q.timeout) * time.Duration(int(q.retryCnt)+1)
+}
+
+func (q *QP) armAckLocked() {
+	t := q.ackTimeout()
+	if t == 0 {
+		return
+	}
+	q.ackDeadline = time.Now().Add(t)
+	if !q.ackArmed {
+		q.ackArmed = true
+		if q.ackTimer == nil {
+			q.ackTimer = time.AfterFunc(t, q.onAckTimeout)
+		} else {
+			q.ackTimer.Reset(t)
+		}
+	}
+}
+
+func (q *QP) onAckTimeout() {
+	q.mu.Lock()
+	q.ackArmed = false
+	if q.state != verbs.QPRTS || q.comp == q.next {
+		q.mu.Unlock()
+		return
+	}
+	if left := time.Until(q.ackDeadline); left > 0 {
+		q.ackArmed = true
+		q.ackTimer.Reset(left)
+		q.mu.Unlock()
+		return
+	}
+	l := q.link
+	q.link = nil
+	q.lost = true
+	seq := q.sq[q.comp%uint64(len(q.sq))].seq
+	q.enterErrLocked()
+	q.mu.Unlock()
+	q.dev.log.Warn("softrc: no response from peer, failing with RETRY_EXC_ERR", "provider", q.dev.cfg.Provider,
+		"qp", q.num, "peer_qp", q.remote.QPNum, "seq", seq, "timeout", q.ackTimeout())
+	if l != nil {
+		l.Close()
+	}
+}
+
+func (q *QP) onRNRTimer() {
+	q.mu.Lock()
+	q.rnrUntil = time.Time{}
+	l := q.link
+	q.mu.Unlock()
+	if l != nil {
+		l.Kick()
+	}
+}
+
+// completeLocked completes the entry at comp with st. Success produces a
+// completion only when signaled and retires every earlier unsignaled entry
+// with it; an error always produces one and moves the QP to ERR.
+func (q *QP) completeLocked(st verbs.Status) {
+	n := uint64(len(q.sq))
+	e := &q.sq[q.comp%n]
+	if e.sent && e.readLike() {
+		q.rdOut--
+	}
+	e.releaseRefs()
+	if st != verbs.StatusSuccess {
+		q.pushSendWC(e, st)
+		q.comp++
+		q.next = max(q.next, q.comp)
+		q.head = q.comp
+		q.enterErrLocked()
+		return
+	}
+	if e.signaled {
+		q.pushSendWC(e, st)
+		q.head = q.comp + 1
+	}
+	q.comp++
+	if q.comp < q.next {
+		if t := q.ackTimeout(); t > 0 {
+			q.ackDeadline = time.Now().Add(t)
+		}
+	}
+	if q.next < q.tail {
+		q.kicks++
+	}
+}
+
+func nakStatus(syn uint8) verbs.Status {
+	switch syn {
+	case SynInvReq:
+		return verbs.StatusRemInvReqErr
+	case SynRemAccess:
+		return verbs.StatusRemAccessErr
+	}
+	return verbs.StatusRemOpErr
+}
+
+// HandleResponse is the completer: it matches a response to the oldest sent
+// request (responses arrive in request order), places READ data and atomic
+// results in local memory, and completes requests in order. A response for
+// a later request implies the earlier ones succeeded. A returned error means
+// the payload could not be read; the transport must drop the connection.
+func (q *QP) HandleResponse(h *Header, p Payload) error {
+	q.mu.Lock()
+	err := q.handleResponseLocked(h, p)
+	l, k := q.takeKicksLocked()
+	q.mu.Unlock()
+	q.doKicks(l, k)
+	return err
+}
+
+func (q *QP) handleResponseLocked(h *Header, p Payload) error {
+	n := uint64(len(q.sq))
+	skip := func() error {
+		if k := h.PayloadLen(); k > 0 {
+			q.mu.Unlock()
+			defer q.mu.Lock()
+			return p.Skip(k)
+		}
+		return nil
+	}
+	if q.state != verbs.QPRTS {
+		return skip()
+	}
+	for q.comp < q.next {
+		e := &q.sq[q.comp%n]
+		d := int32(h.Seq - e.seq)
+		if d < 0 {
+			return skip() // stale: that message already completed
+		}
+		if d == 0 {
+			break
+		}
+		if e.readLike() {
+			// A READ or atomic must get its own response.
+			q.completeLocked(verbs.StatusBadRespErr)
+			return skip()
+		}
+		q.completeLocked(verbs.StatusSuccess)
+	}
+	if q.comp == q.next {
+		return skip()
+	}
+	e := &q.sq[q.comp%n]
+	switch h.Op {
+	case FrameAck:
+		if e.readLike() {
+			q.completeLocked(verbs.StatusBadRespErr)
+		} else {
+			q.completeLocked(verbs.StatusSuccess)
+		}
+	case FrameNak:
+		if h.Syndrome != SynRNR {
+			q.completeLocked(nakStatus(h.Syndrome))
+			return nil
+		}
+		if e.rnrLeft == 0 {
+			q.completeLocked(verbs.StatusRNRRetryExcErr)
+			return nil
+		}
+		if e.rnrLeft != 7 {
+			e.rnrLeft--
+		}
+		// Go back: the responder dropped everything after this message, so
+		// resend from it once the RNR timer runs out.
+		for i := q.comp; i < q.next; i++ {
+			s := &q.sq[i%n]
+			if s.readLike() {
+				q.rdOut--
+			}
+			s.sent = false
+		}
+		q.next = q.comp
+		d := verbs.RNRTimerDuration(h.RNRTimer)
+		q.rnrUntil = time.Now().Add(d)
+		if q.rnrTimer == nil {
+			q.rnrTimer = time.AfterFunc(d, q.onRNRTimer)
+		} else {
+			q.rnrTimer.Reset(d)
+		}
+	case FrameAtomicAck:
+		if !e.op.IsAtomic() || len(e.segs) != 1 || len(e.segs[0]) != 8 {
+			q.completeLocked(verbs.StatusBadRespErr)
+			return nil
+		}
+		binary.NativeEndian.PutUint64(e.segs[0], h.CmpAdd)
+		q.completeLocked(verbs.StatusSuccess)
+	case FrameReadResp:
+		if e.op != verbs.OpRDMARead || h.Len != e.length {
+			q.completeLocked(verbs.StatusBadRespErr)
+			return skip()
+		}
+		// Read the data into the local buffers without the lock, holding
+		// references so a concurrent flush or deregistration cannot pull
+		// the memory away.
+		q.respSegs = append(q.respSegs[:0], e.segs...)
+		q.respRefs = q.respRefs[:0]
+		for _, m := range e.mrs {
+			if m.acquire() {
+				q.respRefs = append(q.respRefs, m)
+			}
+		}
+		if len(q.respRefs) != len(e.mrs) {
+			for _, m := range q.respRefs {
+				m.release()
+			}
+			q.completeLocked(verbs.StatusLocProtErr)
+			return skip()
+		}
+		comp, epoch := q.comp, q.epoch
+		q.mu.Unlock()
+		var err error
+		for _, seg := range q.respSegs {
+			if err = p.ReadFull(seg); err != nil {
+				break
+			}
+		}
+		for _, m := range q.respRefs {
+			m.release()
+		}
+		q.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if q.epoch == epoch && q.comp == comp && q.state == verbs.QPRTS {
+			q.completeLocked(verbs.StatusSuccess)
+		}
+	default:
+		q.completeLocked(verbs.StatusBadRespErr)
+		return skip()
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package softrc
+
+import (
+	"sync/atomic"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// HandleRequest is the responder: it runs the checks rxe's responder runs,
+// in its order (state and sequence, opcode against the QP's access flags,
+// resources: responder resources and a posted receive, length, rkey), then
+// executes the request against this device's memory, reading the payload
+// straight from p into the registered region, and fills resp with the answer
+// (Op 0: nothing to send). The transport sends resp and calls resp.Done
+// after.
+//
+// A request that fails a class C check (invalid request, remote access) is
+// NAKed and moves this QP to ERR, flushing its queues, as real RC does.
+// A returned error means the payload could not be read: the transport must
+// drop the connection.
+func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
+	*resp = Response{}
+	n := h.PayloadLen()
+	q.mu.Lock()
+	if (q.state != verbs.QPRTR && q.state != verbs.QPRTS) || h.Seq != q.epsn {
+		// Not ready, in ERR, or a request after one we NAKed for RNR (the
+		// requester goes back and resends it): drop silently, as RC drops
+		// out-of-sequence packets.
+		q.mu.Unlock()
+		return p.Skip(n)
+	}
+	resp.QPN = q.remote.QPNum
+	resp.Seq = h.Seq
+	// Opcode against the QP's inbound access flags.
+	var need verbs.Access
+	switch h.Op {
+	case FrameWrite, FrameWriteImm:
+		need = verbs.AccessRemoteWrite
+	case FrameReadReq:
+		need = verbs.AccessRemoteRead
+	case FrameCmpSwap, FrameFetchAdd:
+		need = verbs.AccessRemoteAtomic
+	}
+	if q.access&need != need {
+		return q.nakLocked(resp, SynInvReq, 0, p, n)
+	}
+	readLike := h.Op == FrameReadReq || h.Op == FrameCmpSwap || h.Op == FrameFetchAdd
+	if readLike && q.maxDestRdAtomic == 0 {
+		return q.nakLocked(resp, SynInvReq, 0, p, n)
+	}
+	consumes := h.Op == FrameSend || h.Op == FrameSendImm || h.Op == FrameWriteImm
+	if consumes {
+		if q.rqHead == q.rqTail {
+			// Receiver not ready: the requester waits min_rnr_timer and
+			// resends from this message.
+			resp.Op, resp.Syndrome, resp.RNRTimer = FrameNak, SynRNR, q.minRNRTimer
+			q.mu.Unlock()
+			return p.Skip(n)
+		}
+		slot := &q.rq[q.rqHead%uint64(len(q.rq))]
+		q.rin, *slot = *slot, q.rin
+		q.rqHead++
+		q.rinBusy, q.rinFlushed = true, false
+	}
+	if uint64(h.Len) > q.dev.cfg.Caps.MaxMsgSize {
+		return q.nakLocked(resp, SynInvReq, verbs.StatusRemInvReqErr, p, n)
+	}
+	if (h.Op == FrameSend || h.Op == FrameSendImm) && uint64(h.Len) > q.rin.length {
+		// IBTA: the receive completes with LOC_LEN_ERR, the requester gets
+		// NAK-InvalidRequest.
+		return q.nakLocked(resp, SynInvReq, verbs.StatusLocLenErr, p, n)
+	}
+	var mr *MR
+	var dst []byte
+	if h.Op != FrameSend && h.Op != FrameSendImm && (h.Len > 0 || readLike) {
+		ln := uint64(h.Len)
+		if readLike && h.Op != FrameReadReq {
+			if h.RAddr&7 != 0 {
+				return q.nakLocked(resp, SynInvReq, 0, p, n)
+			}
+			ln = 8
+		}
+		m := q.dev.lookupRKey(h.RKey)
+		ok := m != nil && m.valid() && m.pd == q.pd && m.access&need == need
+		if ok {
+			dst, ok = m.span(h.RAddr, ln)
+		}
+		if !ok || !m.acquire() {
+			return q.nakLocked(resp, SynRemAccess, verbs.StatusLocAccessErr, p, n)
+		}
+		mr = m
+	}
+	q.epsn++
+	q.mu.Unlock()
+
+	// Execute, without the lock: the payload goes straight into place.
+	var err error
+	status := verbs.StatusSuccess
+	switch h.Op {
+	case FrameWrite, FrameWriteImm:
+		if dst != nil {
+			err = p.ReadFull(dst)
+		}
+	case FrameSend, FrameSendImm:
+		left := int(h.Len)
+		for _, seg := range q.rin.segs {
+			if left == 0 {
+				break
+			}
+			k := min(left, len(seg))
+			if err = p.ReadFull(seg[:k]); err != nil {
+				break
+			}
+			left -= k
+		}
+	case FrameReadReq:
+		resp.Op, resp.Len, resp.Data, resp.ref = FrameReadResp, h.Len, dst, mr
+		mr = nil
+	case FrameCmpSwap:
+		w := mr.word(h.RAddr)
+		for {
+			old := atomic.LoadUint64(w)
+			if old != h.CmpAdd || atomic.CompareAndSwapUint64(w, old, h.Swap) {
+				resp.CmpAdd = old
+				break
+			}
+		}
+		resp.Op = FrameAtomicAck
+	case FrameFetchAdd:
+		resp.CmpAdd = atomic.AddUint64(mr.word(h.RAddr), h.CmpAdd) - h.CmpAdd
+		resp.Op = FrameAtomicAck
+	}
+	if mr != nil {
+		mr.release()
+	}
+	if err != nil {
+		// The connection broke under the payload; the transport drops it and
+		// the link loss fails the QP.
+		status = verbs.StatusWRFlushErr
+	}
+	if resp.Op == 0 && h.Flags&FlagAckReq != 0 {
+		resp.Op = FrameAck
+	}
+	if consumes {
+		q.mu.Lock()
+		if !q.rinFlushed && status == verbs.StatusSuccess {
+			wc := verbs.WC{ID: q.rin.id, Status: verbs.StatusSuccess, Opcode: verbs.WCRecv, ByteLen: h.Len,
+				QPNum: q.num, SrcQP: q.remote.QPNum}
+			if h.Op == FrameWriteImm {
+				wc.Opcode = verbs.WCRecvRDMAWithImm
+			}
+			if h.Op != FrameSend {
+				wc.Imm, wc.Flags = h.Imm, verbs.WCWithImm
+			}
+			q.recvCQ.push(wc)
+		}
+		q.rinBusy = false
+		q.mu.Unlock()
+		q.rin.releaseRefs()
+	}
+	if err != nil {
+		resp.Done()
+		resp.Op = 0
+	}
+	return err
+}
+
+// nakLocked answers a class C error: the requester gets a NAK, this QP goes
+// to ERR. recvStatus, when set and a receive was consumed for the request,
+// is the status that receive completes with. It unlocks q.mu.
+func (q *QP) nakLocked(resp *Response, syn uint8, recvStatus verbs.Status, p Payload, n int) error {
+	resp.Op, resp.Syndrome = FrameNak, syn
+	if q.rinBusy {
+		st := recvStatus
+		if st == 0 {
+			st = verbs.StatusRemInvReqErr
+		}
+		q.recvCQ.push(verbs.WC{ID: q.rin.id, Status: st, QPNum: q.num})
+		q.rinBusy = false
+		q.rin.releaseRefs()
+	}
+	q.enterErrLocked()
+	q.mu.Unlock()
+	return p.Skip(n)
+}

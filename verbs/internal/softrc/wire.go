@@ -1,0 +1,254 @@
+package softrc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// FrameOp is the operation a frame carries between a requester and a
+// responder. The names follow the IBTA opcodes and AETH syndromes so that
+// behaviour maps 1:1 to rxe; the values are rdmago's own and are what the tcp
+// provider puts on the wire (docs/wire-tcp.md).
+type FrameOp uint8
+
+// Request operations, sent by a requester to its peer's responder.
+const (
+	FrameSend      FrameOp = 1 // SEND: payload of Len bytes follows
+	FrameSendImm   FrameOp = 2 // SEND with immediate: payload follows
+	FrameWrite     FrameOp = 3 // RDMA WRITE to RAddr/RKey: payload follows
+	FrameWriteImm  FrameOp = 4 // RDMA WRITE with immediate: payload follows, consumes a recv
+	FrameReadReq   FrameOp = 5 // RDMA READ request of Len bytes at RAddr/RKey: no payload
+	FrameCmpSwap   FrameOp = 6 // ATOMIC CMP_AND_SWP at RAddr/RKey with CmpAdd, Swap
+	FrameFetchAdd  FrameOp = 7 // ATOMIC FETCH_AND_ADD at RAddr/RKey with CmpAdd
+	FrameAck       FrameOp = 16
+	FrameNak       FrameOp = 17 // Syndrome says why; RNRTimer for an RNR NAK
+	FrameReadResp  FrameOp = 18 // READ response: payload of Len bytes follows
+	FrameAtomicAck FrameOp = 19 // atomic response: CmpAdd holds the original value
+)
+
+// IsRequest reports whether op travels from requester to responder.
+func (op FrameOp) IsRequest() bool { return op >= FrameSend && op <= FrameFetchAdd }
+
+// IsResponse reports whether op travels from responder to requester.
+func (op FrameOp) IsResponse() bool { return op >= FrameAck && op <= FrameAtomicAck }
+
+func (op FrameOp) String() string {
+	switch op {
+	case FrameSend:
+		return "SEND"
+	case FrameSendImm:
+		return "SEND_IMM"
+	case FrameWrite:
+		return "WRITE"
+	case FrameWriteImm:
+		return "WRITE_IMM"
+	case FrameReadReq:
+		return "READ_REQ"
+	case FrameCmpSwap:
+		return "CMP_SWAP"
+	case FrameFetchAdd:
+		return "FETCH_ADD"
+	case FrameAck:
+		return "ACK"
+	case FrameNak:
+		return "NAK"
+	case FrameReadResp:
+		return "READ_RESP"
+	case FrameAtomicAck:
+		return "ATOMIC_ACK"
+	}
+	return fmt.Sprintf("FrameOp(%d)", uint8(op))
+}
+
+// Frame flags.
+const (
+	FlagAckReq    uint8 = 1 << 0 // the requester wants an ACK for this request
+	FlagSolicited uint8 = 1 << 1 // the solicited-event bit of the WR
+	FlagFence     uint8 = 1 << 2 // informational: the WR was fenced
+	knownFlags          = FlagAckReq | FlagSolicited | FlagFence
+)
+
+// NAK syndromes (after the AETH NAK codes).
+const (
+	SynRNR       uint8 = 1 // receiver not ready: no receive posted; RNRTimer says how long to wait
+	SynInvReq    uint8 = 2 // invalid request → REM_INV_REQ_ERR
+	SynRemAccess uint8 = 3 // remote access error → REM_ACCESS_ERR
+	SynRemOp     uint8 = 4 // remote operational error → REM_OP_ERR
+)
+
+// Header is one frame's header, transport-neutral. For requests QPN is the
+// destination (responder) QP; for responses it is the requester's QP.
+type Header struct {
+	Op       FrameOp
+	Flags    uint8
+	Syndrome uint8 // NAK only
+	RNRTimer uint8 // RNR NAK only: the responder's min_rnr_timer code
+	QPN      uint32
+	Seq      uint32 // message sequence number, starting at the requester's PSN
+	Len      uint32 // message length (READ_REQ: bytes requested)
+	RAddr    uint64
+	RKey     uint32
+	Imm      uint32 // host order here; big-endian on the wire
+	CmpAdd   uint64 // atomic compare / addend; ATOMIC_ACK: original value
+	Swap     uint64
+}
+
+// PayloadLen is how many payload bytes follow the header on the wire.
+func (h *Header) PayloadLen() int {
+	switch h.Op {
+	case FrameSend, FrameSendImm, FrameWrite, FrameWriteImm, FrameReadResp:
+		return int(h.Len)
+	}
+	return 0
+}
+
+// Check validates the header's fields for a transport decoder: a known
+// operation, known flags, a syndrome only on NAKs, and a payload no larger
+// than maxMsg.
+func (h *Header) Check(maxMsg uint64) error {
+	if !h.Op.IsRequest() && !h.Op.IsResponse() {
+		return fmt.Errorf("%w: unknown frame op %d", ErrProtocol, uint8(h.Op))
+	}
+	if h.Flags&^knownFlags != 0 {
+		return fmt.Errorf("%w: unknown frame flags %#x", ErrProtocol, h.Flags)
+	}
+	if h.Op == FrameNak {
+		if h.Syndrome < SynRNR || h.Syndrome > SynRemOp {
+			return fmt.Errorf("%w: unknown NAK syndrome %d", ErrProtocol, h.Syndrome)
+		}
+		if h.RNRTimer > 31 {
+			return fmt.Errorf("%w: RNR timer code %d", ErrProtocol, h.RNRTimer)
+		}
+	} else if h.Syndrome != 0 || h.RNRTimer != 0 {
+		return fmt.Errorf("%w: syndrome on a %v frame", ErrProtocol, h.Op)
+	}
+	if uint64(h.Len) > maxMsg {
+		return fmt.Errorf("%w: %v of %d bytes exceeds the maximum message %d", ErrProtocol, h.Op, h.Len, maxMsg)
+	}
+	return nil
+}
+
+// ErrProtocol is the cause of a transport error due to a malformed or
+// unexpected frame; the transport drops the connection.
+var ErrProtocol = errors.New("protocol error")
+
+// Payload is the body of an incoming frame, positioned at its first byte.
+// The core reads exactly PayloadLen bytes from it: straight into registered
+// memory (ReadFull) or, when the request is refused, by Skip.
+type Payload interface {
+	ReadFull(dst []byte) error
+	Skip(n int) error
+}
+
+// BytesPayload is a Payload over in-memory segments (the loop provider hands
+// the requester's own buffers to the responder, which copies once, as a DMA
+// engine would).
+type BytesPayload struct {
+	Segs [][]byte
+	i    int
+	off  int
+}
+
+// ReadFull copies the next len(dst) bytes into dst.
+func (p *BytesPayload) ReadFull(dst []byte) error {
+	for len(dst) > 0 {
+		if p.i >= len(p.Segs) {
+			return io.ErrUnexpectedEOF
+		}
+		n := copy(dst, p.Segs[p.i][p.off:])
+		dst = dst[n:]
+		p.off += n
+		if p.off == len(p.Segs[p.i]) {
+			p.i++
+			p.off = 0
+		}
+	}
+	return nil
+}
+
+// Skip drops the next n bytes.
+func (p *BytesPayload) Skip(n int) error {
+	for n > 0 {
+		if p.i >= len(p.Segs) {
+			return io.ErrUnexpectedEOF
+		}
+		k := min(n, len(p.Segs[p.i])-p.off)
+		n -= k
+		p.off += k
+		if p.off == len(p.Segs[p.i]) {
+			p.i++
+			p.off = 0
+		}
+	}
+	return nil
+}
+
+// Request is an outgoing request produced by QP.NextRequest.
+type Request struct {
+	Header
+	// Data is the payload (PayloadLen bytes in total), pointing into
+	// registered memory or the WR's inline copy. It stays valid until Done.
+	Data [][]byte
+	refs []*MR
+	inl  []byte
+}
+
+// Done releases the memory Data points into. The transport calls it once
+// the payload has been written (or abandoned).
+func (r *Request) Done() {
+	for i, m := range r.refs {
+		m.release()
+		r.refs[i] = nil
+	}
+	r.refs = r.refs[:0]
+	r.Data = r.Data[:0]
+}
+
+// Response is what the responder answers to one request, produced by
+// QP.HandleRequest. Op 0 means nothing is to be sent.
+type Response struct {
+	Header
+	// Data is a READ response's payload, pointing into registered memory.
+	// It stays valid until Done.
+	Data []byte
+	ref  *MR
+}
+
+// Done releases the memory Data points into.
+func (r *Response) Done() {
+	if r.ref != nil {
+		r.ref.release()
+		r.ref = nil
+	}
+	r.Data = nil
+}
+
+// Link is a connected queue pair's transport. The core calls Kick when
+// NextRequest may have work and Close to drop the connection; both must not
+// block for long and are never called with core locks held.
+//
+// The transport guarantees: one goroutine at a time calls NextRequest on a
+// QP, one at a time calls HandleRequest, one at a time calls HandleResponse;
+// requests reach the peer in the order NextRequest produced them, and
+// responses come back in the order the peer's HandleRequest produced them.
+type Link interface {
+	Kick()
+	Close()
+}
+
+// Transport is what a provider plugs into a Device.
+type Transport interface {
+	// AddressPayload is the provider payload of a QP address (see verbs.QPAddress).
+	AddressPayload(qpn uint32) []byte
+	// CheckRemote validates a peer address's payload; an error fails Modify
+	// to RTR without changing anything.
+	CheckRemote(remote []byte) error
+	// Connect starts connecting q (just moved to RTR) to its remote. It must
+	// not block: the transport later calls q.Attach with a Link, or nothing
+	// (the core then fails posted work with RETRY_EXC_ERR after the
+	// device's ConnectTimeout).
+	Connect(q *QP)
+	// Close releases the transport (listeners, connections).
+	Close() error
+}
