@@ -1,0 +1,177 @@
+// Command testprog is the rank program of rdmarun's multi-process tests. It
+// reads the RDMARUN_* environment itself (test-only code: real programs use
+// comm.FromEnv), joins the rendezvous, allgathers (rank, host, network
+// namespace) and prints one checkable line per rank:
+//
+//	hello rank=1 size=4 local=1/4 host=h netns=net:[4026531840] peers=0@net:[...],1@...
+//
+// Flags make a rank fail in the ways rdmarun must report.
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rdmago/rdmago/bootstrap"
+)
+
+var (
+	exitRank  = flag.Int("exit-rank", -1, "this rank exits with -exit-code after the allgather")
+	exitCode  = flag.Int("exit-code", 3, "exit code for -exit-rank")
+	killRank  = flag.Int("kill-rank", -1, "this rank kills itself with SIGKILL after the allgather")
+	abortRank = flag.Int("abort-rank", -1, "this rank calls Abort(-abort-code) after the allgather")
+	abortCode = flag.Int("abort-code", 7, "code for -abort-rank")
+	sleep     = flag.Duration("sleep", 0, "sleep this long after the allgather")
+	pidDir    = flag.String("piddir", "", "write rank.N.pid (and child.N.pid with -child) here")
+	child     = flag.Bool("child", false, "start a child process (sleep 600) that rdmarun must also stop")
+	readStdin = flag.Bool("stdin", false, "rank 0 prints what it reads on stdin")
+	printEnv  = flag.String("env", "", "comma-separated variables to print")
+	signals   = flag.Bool("signals", false, "report SIGINT/SIGTERM and exit 130/143")
+	noDial    = flag.Bool("nodial", false, "do not join the rendezvous")
+)
+
+func main() {
+	flag.Parse()
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "testprog: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func envInt(k string) (int, error) {
+	v, ok := os.LookupEnv(k)
+	if !ok {
+		return 0, fmt.Errorf("%s not set", k)
+	}
+	return strconv.Atoi(v)
+}
+
+func run() error {
+	rank, err := envInt("RDMARUN_RANK")
+	if err != nil {
+		return err
+	}
+	size, err := envInt("RDMARUN_SIZE")
+	if err != nil {
+		return err
+	}
+	lrank, err := envInt("RDMARUN_LOCAL_RANK")
+	if err != nil {
+		return err
+	}
+	lsize, err := envInt("RDMARUN_LOCAL_SIZE")
+	if err != nil {
+		return err
+	}
+	token, err := hex.DecodeString(os.Getenv("RDMARUN_TOKEN"))
+	if err != nil || len(token) == 0 {
+		return fmt.Errorf("RDMARUN_TOKEN: not hex or empty")
+	}
+	timeout, err := time.ParseDuration(os.Getenv("RDMARUN_TIMEOUT"))
+	if err != nil {
+		return fmt.Errorf("RDMARUN_TIMEOUT: %v", err)
+	}
+	for _, k := range []string{"RDMARUN_ADDR", "RDMARUN_JOB", "RDMARUN_TRANSPORT"} {
+		if os.Getenv(k) == "" {
+			return fmt.Errorf("%s not set", k)
+		}
+	}
+	if *signals {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			s := <-ch
+			fmt.Printf("rank %d got %s\n", rank, s)
+			os.Exit(128 + int(s.(syscall.Signal)))
+		}()
+	}
+	if *pidDir != "" {
+		if err := os.WriteFile(filepath.Join(*pidDir, fmt.Sprintf("rank.%d.pid", rank)), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return err
+		}
+		if *child {
+			c := exec.Command("sleep", "600")
+			if err := c.Start(); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(*pidDir, fmt.Sprintf("child.%d.pid", rank)), []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	host, _ := os.Hostname()
+	netns, _ := os.Readlink("/proc/self/ns/net")
+	var c *bootstrap.Client
+	peers := "-"
+	if !*noDial {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		c, err = bootstrap.Dial(ctx, bootstrap.ClientOptions{Addr: os.Getenv("RDMARUN_ADDR"), Token: token, Rank: rank, Size: size, Version: "testprog", Config: os.Getenv("RDMARUN_TRANSPORT")})
+		if err != nil {
+			cancel()
+			return err
+		}
+		vals, err := bootstrap.Allgather(ctx, c, "who", []byte(fmt.Sprintf("%d@%s", rank, netns)))
+		cancel()
+		if err != nil {
+			return err
+		}
+		var ps []string
+		for _, v := range vals {
+			ps = append(ps, string(v))
+		}
+		peers = strings.Join(ps, ",")
+		defer c.Close()
+	}
+	var extra string
+	if *printEnv != "" {
+		for _, k := range strings.Split(*printEnv, ",") {
+			v, ok := os.LookupEnv(k)
+			if !ok {
+				v = "<unset>"
+			}
+			extra += fmt.Sprintf(" %s=%s", k, v)
+		}
+	}
+	fmt.Printf("hello rank=%d size=%d local=%d/%d host=%s netns=%s peers=%s%s\n", rank, size, lrank, lsize, host, netns, peers, extra)
+	if *readStdin && rank == 0 {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("stdin %d bytes: %q\n", len(b), b)
+	}
+	switch rank {
+	case *exitRank:
+		fmt.Fprintf(os.Stderr, "rank %d exiting with %d\n", rank, *exitCode)
+		os.Exit(*exitCode)
+	case *killRank:
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	case *abortRank:
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Abort(ctx, *abortCode, "testprog was told to abort"); err != nil {
+			return err
+		}
+		time.Sleep(time.Minute) // rdmarun ends the job
+	}
+	if *abortRank >= 0 && c != nil {
+		// Wait in a barrier the aborting rank never joins: it fails with
+		// the abort.
+		if err := bootstrap.Barrier(context.Background(), c); err != nil {
+			return fmt.Errorf("rank %d: barrier: %w", rank, err)
+		}
+	}
+	time.Sleep(*sleep)
+	return nil
+}
