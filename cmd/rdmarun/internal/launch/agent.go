@@ -168,15 +168,15 @@ func shellQuote(s string) string {
 // remoteSpec is what the remote wrapper script needs to start one rank.
 type remoteSpec struct {
 	Rank       int
-	Marker     string     // unique per job: "rdmarun-status-<job>"
-	WorkDir    string     // cd here; "" = stay in the login directory
-	StrictWdir bool       // a failing cd is an error (--wdir given); else best effort
+	Marker     string      // unique per job: "rdmarun-status-<job>"
+	WorkDir    string      // cd here; "" = stay in the login directory
+	StrictWdir bool        // a failing cd is an error (--wdir given); else best effort
 	Env        [][2]string // exported before the program starts (RDMARUN_* except the token, -x)
-	Argv       []string   // program and arguments
-	Stdin      bool       // relay "d"/"p"/"e" lines to the program's stdin (rank 0)
-	AutoProcs  bool       // set GOMAXPROCS when local ranks outnumber CPUs, unless set
-	BindCore   bool       // pin to CPU (local rank mod CPUs) with taskset
-	Grace      int        // seconds between TERM and KILL when rdmarun is gone
+	Argv       []string    // program and arguments
+	Stdin      bool        // relay "d"/"p"/"e" lines to the program's stdin (rank 0)
+	AutoProcs  bool        // set GOMAXPROCS when local ranks outnumber CPUs, unless set
+	BindCore   bool        // pin to CPU (local rank mod CPUs) with taskset
+	Grace      int         // seconds between TERM and KILL when rdmarun is gone
 }
 
 // remoteScript builds the POSIX sh script that runs one rank on a remote

@@ -202,8 +202,8 @@ var optionSpecs = map[string]optionSpec{
 	"transport":       {"transport", true},
 	"launch-agent":    {"launch-agent", true},
 	"iface":           {"iface", true}, "if": {"iface", true},
-	"stdin":           {"stdin", true},
-	"v": {"verbose", false}, "verbose": {"verbose", false},
+	"stdin": {"stdin", true},
+	"v":     {"verbose", false}, "verbose": {"verbose", false},
 	"h": {"help", false}, "help": {"help", false},
 }
 

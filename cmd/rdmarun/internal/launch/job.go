@@ -881,6 +881,3 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 	}
 	return code
 }
-
-
-
