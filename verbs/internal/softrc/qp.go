@@ -472,3 +472,26 @@ func (q *QP) pushSendWC(e *swqe, st verbs.Status) {
 	}
 	q.sendCQ.push(wc)
 }
+
+// Waiting reports whether q is in RTR or RTS without a link, so a transport
+// still trying to connect it should go on.
+func (q *QP) Waiting() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return !q.closed && q.link == nil && (q.state == verbs.QPRTR || q.state == verbs.QPRTS)
+}
+
+// FailConnect gives up on connecting q (the peer refused it): the QP goes to
+// ERR, and its first send request, outstanding or later, completes with
+// RETRY_EXC_ERR, as it would after the connect timeout.
+func (q *QP) FailConnect(cause error) {
+	q.mu.Lock()
+	if q.closed || q.link != nil || (q.state != verbs.QPRTR && q.state != verbs.QPRTS) {
+		q.mu.Unlock()
+		return
+	}
+	q.lost = true
+	q.enterErrLocked()
+	q.mu.Unlock()
+	q.dev.log.Warn("softrc: connection failed", "provider", q.dev.cfg.Provider, "qp", q.num, "cause", cause)
+}

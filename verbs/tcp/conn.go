@@ -1,0 +1,248 @@
+package tcp
+
+import (
+	"bufio"
+	"crypto/hmac"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
+)
+
+const readBufSize = 64 << 10
+
+// pendingConn is an authenticated incoming connection whose QP has not
+// reached RTR yet.
+type pendingConn struct {
+	c     net.Conn
+	br    *bufio.Reader
+	req   connectReq
+	timer *time.Timer
+}
+
+func (pc *pendingConn) drop() {
+	if pc.timer != nil {
+		pc.timer.Stop()
+	}
+	_ = pc.c.Close()
+}
+
+func (t *transport) acceptLoop() {
+	defer t.wg.Done()
+	for {
+		c, err := t.ln.Accept()
+		if err != nil {
+			if t.ctx.Err() != nil {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			t.log.Warn("tcp: accept failed", "device", t.dev.Name(), "err", err)
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.serveConn(c)
+	}
+}
+
+// serveConn authenticates an incoming connection and hands it to its QP.
+// Nothing the client sends is acted on before it has proved the token; a
+// client that fails, sends garbage or stays silent past HandshakeTimeout is
+// dropped and logged, and the device goes on serving others.
+func (t *transport) serveConn(c net.Conn) {
+	defer t.wg.Done()
+	setNoDelay(c)
+	_ = c.SetDeadline(time.Now().Add(t.opts.HandshakeTimeout))
+	br := bufio.NewReaderSize(c, readBufSize)
+	req, err := t.serverHandshake(c, br)
+	if err != nil {
+		t.logDrop(c, err)
+		_ = c.Close()
+		return
+	}
+	reject := func(st byte) {
+		_, _ = c.Write([]byte{st})
+		t.logDrop(c, fmt.Errorf("connect to qp %#x from qp %#x refused: %s", req.dstQP, req.srcQP, statusText(st)))
+		_ = c.Close()
+	}
+	if req.dstDev != t.id {
+		reject(statusStale)
+		return
+	}
+	if t.dev.QP(req.dstQP) == nil {
+		reject(statusNoQP)
+		return
+	}
+	pc := &pendingConn{c: c, br: br, req: req}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	if q := t.waiting[req.dstQP]; q != nil {
+		r := q.Remote()
+		ra, _ := decodeAddrPayload(r.Payload)
+		if r.QPNum != req.srcQP || ra.dev != req.srcDev {
+			t.mu.Unlock()
+			reject(statusMismatch)
+			return
+		}
+		delete(t.waiting, req.dstQP)
+		t.mu.Unlock()
+		t.accept(pc, q)
+		return
+	}
+	old := t.pending[req.dstQP]
+	t.pending[req.dstQP] = pc
+	pc.timer = time.AfterFunc(t.opts.ConnectTimeout, func() {
+		t.mu.Lock()
+		if t.pending[req.dstQP] == pc {
+			delete(t.pending, req.dstQP)
+		}
+		t.mu.Unlock()
+		pc.drop()
+	})
+	t.mu.Unlock()
+	if old != nil {
+		old.drop()
+	}
+}
+
+func (t *transport) serverHandshake(c net.Conn, br *bufio.Reader) (connectReq, error) {
+	var req connectReq
+	hello := make([]byte, len(helloMagic)+nonceLen)
+	if _, err := io.ReadFull(br, hello); err != nil {
+		return req, fmt.Errorf("%w: reading hello: %v", verbs.ErrAuth, err)
+	}
+	if string(hello[:len(helloMagic)]) != helloMagic {
+		return req, fmt.Errorf("%w: bad hello magic %q", verbs.ErrAuth, hello[:len(helloMagic)])
+	}
+	nonceC := hello[len(helloMagic):]
+	nonceS := make([]byte, nonceLen)
+	_, _ = rand.Read(nonceS)
+	out := append([]byte(helloMagic), nonceS...)
+	out = append(out, proof(t.opts.Token, "rdmago-tcp server", nonceC, nonceS)...)
+	if _, err := c.Write(out); err != nil {
+		return req, fmt.Errorf("%w: writing challenge: %v", verbs.ErrAuth, err)
+	}
+	in := make([]byte, connectLen+macLen)
+	if _, err := io.ReadFull(br, in); err != nil {
+		return req, fmt.Errorf("%w: reading proof: %v", verbs.ErrAuth, err)
+	}
+	if !hmac.Equal(in[connectLen:], proof(t.opts.Token, "rdmago-tcp client", nonceS, nonceC, in[:connectLen])) {
+		return req, fmt.Errorf("%w: client proof does not match the job token", verbs.ErrAuth)
+	}
+	return decodeConnect(in[:connectLen]), nil
+}
+
+// accept completes an incoming connection for q.
+func (t *transport) accept(pc *pendingConn, q *softrc.QP) {
+	if pc.timer != nil {
+		pc.timer.Stop()
+	}
+	_ = pc.c.SetDeadline(time.Time{})
+	if _, err := pc.c.Write([]byte{statusOK}); err != nil {
+		t.logDrop(pc.c, err)
+		_ = pc.c.Close()
+		return
+	}
+	t.startLink(q, pc.c, pc.br, pc.req.srcQP)
+}
+
+// dial connects q to its peer, retrying while the peer's listener refuses,
+// until the QP stops waiting or ConnectTimeout passes (the core then fails
+// the QP with RETRY_EXC_ERR).
+func (t *transport) dial(q *softrc.QP, ra addrPayload, remoteQP uint32) {
+	defer t.wg.Done()
+	deadline := time.Now().Add(t.opts.ConnectTimeout)
+	req := connectReq{srcDev: t.id, srcQP: q.Num(), dstDev: ra.dev, dstQP: remoteQP}
+	for q.Waiting() && time.Now().Before(deadline) {
+		ctx, cancel := contextWithDeadline(t, deadline)
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", ra.host)
+		cancel()
+		if err == nil {
+			var br *bufio.Reader
+			var st byte
+			br, st, err = t.clientHandshake(c, deadline, req)
+			switch {
+			case err == nil && st == statusOK:
+				t.startLink(q, c, br, remoteQP)
+				return
+			case err == nil:
+				_ = c.Close()
+				q.FailConnect(fmt.Errorf("tcp: %s refused qp %#x: %s", ra.host, remoteQP, statusText(st)))
+				return
+			case errors.Is(err, verbs.ErrAuth):
+				_ = c.Close()
+				q.FailConnect(fmt.Errorf("tcp: connecting to %s: %w", ra.host, err))
+				return
+			}
+			_ = c.Close()
+		}
+		t.log.Debug("tcp: dial failed, retrying", "device", t.dev.Name(), "peer", ra.host, "err", err)
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-time.After(t.opts.DialRetry):
+		}
+	}
+}
+
+func (t *transport) clientHandshake(c net.Conn, deadline time.Time, req connectReq) (*bufio.Reader, byte, error) {
+	setNoDelay(c)
+	_ = c.SetDeadline(deadline)
+	br := bufio.NewReaderSize(c, readBufSize)
+	nonceC := make([]byte, nonceLen)
+	_, _ = rand.Read(nonceC)
+	if _, err := c.Write(append([]byte(helloMagic), nonceC...)); err != nil {
+		return nil, 0, err
+	}
+	in := make([]byte, len(helloMagic)+nonceLen+macLen)
+	if _, err := io.ReadFull(br, in); err != nil {
+		return nil, 0, fmt.Errorf("reading challenge: %w", err)
+	}
+	if string(in[:len(helloMagic)]) != helloMagic {
+		return nil, 0, fmt.Errorf("%w: server sent bad magic %q", verbs.ErrAuth, in[:len(helloMagic)])
+	}
+	nonceS := in[len(helloMagic) : len(helloMagic)+nonceLen]
+	if !hmac.Equal(in[len(helloMagic)+nonceLen:], proof(t.opts.Token, "rdmago-tcp server", nonceC, nonceS)) {
+		return nil, 0, fmt.Errorf("%w: server proof does not match the job token", verbs.ErrAuth)
+	}
+	cr := req.encode()
+	if _, err := c.Write(append(cr, proof(t.opts.Token, "rdmago-tcp client", nonceS, nonceC, cr)...)); err != nil {
+		return nil, 0, err
+	}
+	st, err := br.ReadByte()
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading accept status: %w", err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return br, st, nil
+}
+
+func setNoDelay(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+}

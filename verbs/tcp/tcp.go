@@ -1,0 +1,223 @@
+package tcp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
+)
+
+// Name is the provider name.
+const Name = "tcp"
+
+func init() { verbs.Register(provider{}) }
+
+type provider struct{}
+
+func (provider) Name() string { return Name }
+
+func (provider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Device, error) {
+	return Open(ctx, Options{Name: o.Name, Listen: o.Listen, Advertise: o.Advertise, Token: o.Token,
+		ConnectTimeout: o.ConnectTimeout, Logger: o.Logger})
+}
+
+// Options configure a tcp device.
+type Options struct {
+	// Name is the device name; empty means "tcp:<advertised address>".
+	Name string
+	// Listen is where the device accepts connections, "host:port".
+	// Empty means "127.0.0.1:0" (loopback, any free port).
+	Listen string
+	// Advertise is the host (or host:port) peers dial, when it differs from
+	// the listener's address; without a port the listener's port is used.
+	Advertise string
+	// Token is the job secret both ends of every connection prove they know
+	// (mutual HMAC-SHA256 challenge-response; it never crosses the wire).
+	// Empty disables nothing but makes the proof trivial: tests only.
+	Token []byte
+	// ConnectTimeout bounds how long a QP that reached RTR may wait for its
+	// connection before its work fails with RETRY_EXC_ERR. Zero means 30 s.
+	ConnectTimeout time.Duration
+	// HandshakeTimeout bounds how long an incoming connection may take to
+	// authenticate before it is dropped. Zero means 10 s.
+	HandshakeTimeout time.Duration
+	// DialRetry is the pause between connection attempts while the peer's
+	// listener refuses. Zero means 20 ms.
+	DialRetry time.Duration
+	// Logger receives diagnostics (dropped connections, failed handshakes).
+	// Nil is silent.
+	Logger *slog.Logger
+}
+
+// ErrDisconnected is the cause recorded when a link is dropped on purpose.
+var ErrDisconnected = errors.New("tcp: link disconnected")
+
+type transport struct {
+	opts      Options
+	dev       *softrc.Device
+	log       *slog.Logger
+	ln        net.Listener
+	id        uint64
+	advertise string
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	waiting map[uint32]*softrc.QP   // acceptor side: QPs in RTR waiting for their dialer
+	pending map[uint32]*pendingConn // acceptor side: authenticated conns waiting for their QP
+	links   map[*link]struct{}
+}
+
+// Open opens a tcp device: it listens at once and serves connections from
+// peers until Close.
+func Open(ctx context.Context, o Options) (verbs.Device, error) {
+	fail := func(err error) (verbs.Device, error) {
+		return nil, &verbs.Error{Op: "Open", Provider: Name, Index: -1, Err: err}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if o.Listen == "" {
+		o.Listen = "127.0.0.1:0"
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 30 * time.Second
+	}
+	if o.HandshakeTimeout <= 0 {
+		o.HandshakeTimeout = 10 * time.Second
+	}
+	if o.DialRetry <= 0 {
+		o.DialRetry = 20 * time.Millisecond
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.Listen)
+	if err != nil {
+		return fail(fmt.Errorf("%w: listen on %q: %v", verbs.ErrUnavailable, o.Listen, err))
+	}
+	adv := ln.Addr().String()
+	if o.Advertise != "" {
+		if _, _, err := net.SplitHostPort(o.Advertise); err == nil {
+			adv = o.Advertise
+		} else {
+			_, port, _ := net.SplitHostPort(adv)
+			adv = net.JoinHostPort(strings.Trim(o.Advertise, "[]"), port)
+		}
+	}
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	t := &transport{opts: o, ln: ln, id: binary.BigEndian.Uint64(idb[:]), advertise: adv,
+		waiting: map[uint32]*softrc.QP{}, pending: map[uint32]*pendingConn{}, links: map[*link]struct{}{}}
+	t.log = o.Logger
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	name := o.Name
+	if name == "" {
+		name = "tcp:" + adv
+	}
+	caps := softrc.DefaultCaps()
+	caps.Latency = 20 * time.Microsecond
+	caps.Bandwidth = 1e9
+	t.dev = softrc.NewDevice(softrc.Config{Provider: Name, Name: name, Caps: caps,
+		ConnectTimeout: o.ConnectTimeout, Logger: o.Logger}, t)
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t.dev, nil
+}
+
+func (t *transport) AddressPayload(uint32) []byte {
+	return addrPayload{dev: t.id, host: t.advertise}.encode()
+}
+
+func (t *transport) CheckRemote(p []byte) error {
+	a, err := decodeAddrPayload(p)
+	if err != nil {
+		return fmt.Errorf("%w: %v", verbs.ErrInvalidArgument, err)
+	}
+	if _, _, err := net.SplitHostPort(a.host); err != nil {
+		return fmt.Errorf("%w: tcp address %q: %v", verbs.ErrInvalidArgument, a.host, err)
+	}
+	return nil
+}
+
+// dials decides who dials, the same way on both sides: the end whose
+// (advertised address, QP number) sorts first.
+func (t *transport) dials(q *softrc.QP, remote addrPayload, remoteQP uint32) bool {
+	if t.advertise != remote.host {
+		return t.advertise < remote.host
+	}
+	if t.id != remote.dev {
+		return t.id < remote.dev
+	}
+	return q.Num() < remoteQP
+}
+
+func (t *transport) Connect(q *softrc.QP) {
+	r := q.Remote()
+	ra, err := decodeAddrPayload(r.Payload)
+	if err != nil { // CheckRemote passed, so this cannot happen
+		q.FailConnect(err)
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	if t.dials(q, ra, r.QPNum) {
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.dial(q, ra, r.QPNum)
+		return
+	}
+	if pc := t.pending[q.Num()]; pc != nil && pc.req.srcQP == r.QPNum && pc.req.srcDev == ra.dev {
+		delete(t.pending, q.Num())
+		t.mu.Unlock()
+		t.accept(pc, q)
+		return
+	}
+	t.waiting[q.Num()] = q
+	t.mu.Unlock()
+}
+
+func (t *transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	links := make([]*link, 0, len(t.links))
+	for l := range t.links {
+		links = append(links, l)
+	}
+	for _, pc := range t.pending {
+		pc.drop()
+	}
+	t.pending, t.waiting = nil, nil
+	t.mu.Unlock()
+	t.cancel()
+	err := t.ln.Close()
+	for _, l := range links {
+		l.Close()
+	}
+	t.wg.Wait()
+	return err
+}
+
+// logDrop logs a refused or failed incoming connection.
+func (t *transport) logDrop(c net.Conn, err error) {
+	t.log.Warn("tcp: dropped connection", "device", t.dev.Name(), "remote", c.RemoteAddr().String(), "err", err)
+}
