@@ -134,15 +134,31 @@ func Dial(ctx context.Context, opts ClientOptions) (*Client, error) {
 		}
 		return c, nil
 	case <-c.done:
+		// The server may have explained itself just before closing.
+		select {
+		case m := <-joinCh:
+			c.Close()
+			if m.typ == tError {
+				return nil, c.replyErr("join", "", m)
+			}
+		default:
+		}
 		err := c.terminal("join", "")
 		c.Close()
 		return nil, err
 	case <-ctx.Done():
-		missing, ok := c.status(joinSeq)
+		missing, gone, ok := c.status(joinSeq)
 		c.Close()
 		e := &Error{Op: "join", Err: ctx.Err(), Size: opts.Size, Ranks: missing}
 		if ok {
 			e.Detail = missingDetail(time.Since(start), missing, opts.Size, "joined")
+			if len(gone) > 0 {
+				verb := "have"
+				if len(gone) == 1 {
+					verb = "has"
+				}
+				e.Detail += fmt.Sprintf(" (%s joined but %s given up)", FormatRanks(gone), verb)
+			}
 		} else {
 			e.Detail = fmt.Sprintf("after %s, not every rank had joined (the server did not say which)", roundElapsed(time.Since(start)))
 		}
@@ -178,15 +194,21 @@ func (o *ClientOptions) check() error {
 func dialRetry(ctx context.Context, addr string, start time.Time) (net.Conn, error) {
 	var d net.Dialer
 	delay := 10 * time.Millisecond
+	var last error
 	for {
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			return conn, nil
 		}
 		if ctx.Err() != nil {
+			// Report why the earlier attempts failed, not the interrupted one.
+			if last == nil {
+				last = err
+			}
 			return nil, &Error{Op: "dial", Err: ctx.Err(),
-				Detail: fmt.Sprintf("could not reach the rendezvous server at %s after %s: %v", addr, roundElapsed(time.Since(start)), err)}
+				Detail: fmt.Sprintf("could not reach the rendezvous server at %s after %s: %v", addr, roundElapsed(time.Since(start)), last)}
 		}
+		last = err
 		var ae *net.AddrError
 		var de *net.DNSError
 		if errors.As(err, &ae) || (errors.As(err, &de) && de.IsNotFound) {
@@ -386,13 +408,22 @@ func (c *Client) call(ctx context.Context, op, key string, m *msg, cancel bool) 
 		forget()
 		return msg{}, c.terminal(op, key)
 	}
-	select {
-	case r := <-ch:
+	reply := func(r msg) (msg, error) {
 		if r.typ == tError {
 			return r, c.replyErr(op, key, r)
 		}
 		return r, nil
+	}
+	select {
+	case r := <-ch:
+		return reply(r)
 	case <-c.done:
+		// A reply that arrived just before the end still counts.
+		select {
+		case r := <-ch:
+			return reply(r)
+		default:
+		}
 		forget()
 		return msg{}, c.terminal(op, key)
 	case <-ctx.Done():
@@ -421,17 +452,20 @@ func (c *Client) replyErr(op, key string, m msg) error {
 
 // status asks the server which ranks have not reached collective seq (or
 // the join); ok is false when it did not answer within statusWait.
-func (c *Client) status(seq uint32) (missing []int, ok bool) {
+func (c *Client) status(seq uint32) (missing, gone []int, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), statusWait)
 	defer cancel()
 	r, err := c.call(ctx, "status", "", &msg{typ: tStatus, seq: seq}, false)
 	if err != nil || r.typ != tMissing {
-		return nil, false
+		return nil, nil, false
 	}
 	for _, q := range r.ranks {
 		missing = append(missing, int(q))
 	}
-	return missing, true
+	for _, q := range r.gone {
+		gone = append(gone, int(q))
+	}
+	return missing, gone, true
 }
 
 // Put stores value under key. It returns once the server has stored it.
@@ -506,7 +540,7 @@ func (c *Client) collective(ctx context.Context, op string, kind byte, key strin
 	if err != nil {
 		var e *Error
 		if errors.As(err, &e) && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			if missing, ok := c.status(seq); ok && len(missing) > 0 {
+			if missing, _, ok := c.status(seq); ok && len(missing) > 0 {
 				e.Ranks, e.Size = missing, c.opts.Size
 				e.Detail = missingDetail(time.Since(start), missing, c.opts.Size, "arrived")
 			} else {
@@ -565,3 +599,12 @@ func (c *Client) Close() error {
 	})
 	return nil
 }
+
+var (
+	_ Store       = (*Client)(nil)
+	_ Adder       = (*Client)(nil)
+	_ Allgatherer = (*Client)(nil)
+	_ Store       = (*Memory)(nil)
+	_ Adder       = (*Memory)(nil)
+	_ Allgatherer = (*Memory)(nil)
+)

@@ -61,6 +61,7 @@ type Server struct {
 	welcomed    bool
 	jobFail     *msg     // a failed join (mismatch), sent to every rank
 	left        []string // by rank, after the welcome: why it left ("" = present)
+	gaveUp      []bool   // by rank, before the welcome: joined, then left
 	kv          map[string][]byte
 	getters     map[string][]waiter
 	counters    map[string]int64
@@ -140,6 +141,7 @@ func newServerState(opts ServerOptions, ln net.Listener) *Server {
 		conns:    map[*sconn]struct{}{},
 		ranks:    make([]*sconn, opts.Size),
 		left:     make([]string, opts.Size),
+		gaveUp:   make([]bool, opts.Size),
 		kv:       map[string][]byte{},
 		getters:  map[string][]waiter{},
 		counters: map[string]int64{},
@@ -273,6 +275,12 @@ func (s *Server) serve(c *sconn) {
 	s.mu.Unlock()
 
 	c.mu.Lock()
+	if c.closing {
+		// Close got here first.
+		c.mu.Unlock()
+		c.conn.Close()
+		return
+	}
 	c.writing = true
 	c.mu.Unlock()
 	writerDone := make(chan struct{})
@@ -298,6 +306,9 @@ func (s *Server) serve(c *sconn) {
 	for {
 		m, err := readFrame(br, maxClientFrame)
 		if err != nil {
+			if errors.Is(err, ErrProtocol) {
+				s.drop(c, "malformed frame", err)
+			}
 			s.leave(c, err)
 			return
 		}
@@ -379,6 +390,9 @@ func (c *sconn) shutdown(reason string) {
 		c.conn.Close()
 		return
 	}
+	// Bound the goodbye even if the writer is stuck on a peer that stopped
+	// reading.
+	c.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -477,6 +491,7 @@ func (s *Server) join(c *sconn, j msg) bool {
 	}
 	c.rank, c.ver, c.config, c.host = r, j.key, j.config, j.host
 	s.ranks[r] = c
+	s.gaveUp[r] = false
 	s.joined++
 	s.log.Debug("bootstrap: rank joined", "rank", r, "host", c.host, "remote", c.remote, "joined", s.joined, "size", size)
 	if s.joined < size {
@@ -573,6 +588,7 @@ func (s *Server) leave(c *sconn, err error) {
 			// Before everyone joined, a rank that gives up (its Dial timed
 			// out) is simply not there: it may try again.
 			s.ranks[r] = nil
+			s.gaveUp[r] = true
 			s.joined--
 			s.log.Info("bootstrap: rank left before the job started", "rank", r)
 		}
@@ -727,8 +743,14 @@ func (s *Server) status(c *sconn, m msg) {
 	add := func(r int) { rep.ranks = append(rep.ranks, uint32(r)) }
 	switch {
 	case m.seq == joinSeq:
+		// Ranks that joined and gave up (their own Dial timed out a
+		// moment earlier) are named apart: they did come.
 		for _, r := range s.missingLocked() {
-			add(r)
+			if s.gaveUp[r] {
+				rep.gone = append(rep.gone, uint32(r))
+			} else {
+				add(r)
+			}
 		}
 	case m.seq < s.doneSeq:
 		// Completed: nobody is missing.

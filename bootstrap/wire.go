@@ -54,7 +54,7 @@ const (
 	tValue    byte = 0x21 // id u32, value str
 	tCount    byte = 0x22 // id u32, count i64
 	tGathered byte = 0x23 // id u32, n u32, n × value str
-	tMissing  byte = 0x24 // id u32, n u32, n × rank u32
+	tMissing  byte = 0x24 // id u32, n u32, n × rank u32, m u32, m × rank u32
 	tError    byte = 0x25 // id u32, code u8, message str, n u32, n × rank u32
 	tAborted  byte = 0x26 // rank u32, code i32, reason str
 	tShutdown byte = 0x27 // reason str
@@ -98,6 +98,7 @@ type msg struct {
 	value   []byte
 	values  [][]byte // tGathered values; tWelcome hosts and addrs interleaved
 	ranks   []uint32
+	gone    []uint32 // tMissing: ranks that came and went
 	nonce   [nonceLen]byte
 	mac     [macLen]byte
 	magicOK bool
@@ -179,6 +180,10 @@ func (m *msg) encode(b []byte) []byte {
 		b = u32(b, m.id)
 		b = u32(b, uint32(len(m.ranks)))
 		for _, r := range m.ranks {
+			b = u32(b, r)
+		}
+		b = u32(b, uint32(len(m.gone)))
+		for _, r := range m.gone {
 			b = u32(b, r)
 		}
 	case tError:
@@ -284,6 +289,16 @@ func (d *decoder) count(what string, min int) int {
 	return int(n)
 }
 
+// ranks reads a u32 count and that many u32 ranks.
+func (d *decoder) ranks() []uint32 {
+	n := d.count("rank", 4)
+	out := make([]uint32, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		out = append(out, d.u32("rank"))
+	}
+	return out
+}
+
 // decode parses a frame body of type typ. It never panics; every malformed
 // input is an error wrapping ErrProtocol.
 func decode(typ byte, body []byte) (msg, error) {
@@ -370,10 +385,9 @@ func decode(typ byte, body []byte) (msg, error) {
 			m.ecode = d.u8("code")
 			m.key = string(d.str("message", 4*MaxReasonLen))
 		}
-		n := d.count("rank", 4)
-		m.ranks = make([]uint32, 0, n)
-		for i := 0; i < n && d.err == nil; i++ {
-			m.ranks = append(m.ranks, d.u32("rank"))
+		m.ranks = d.ranks()
+		if typ == tMissing {
+			m.gone = d.ranks()
 		}
 	case tAborted:
 		m.rank = d.u32("rank")
