@@ -651,8 +651,8 @@ func TestMalformedFrameAfterJoin(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, tWelcome, w.typ)
 	for _, bad := range [][]byte{
-		{0, 0, 0, 3, tPut, 0, 0},        // truncated
-		{0, 0, 0, 1, 0x7f},              // unknown type
+		{0, 0, 0, 3, tPut, 0, 0},          // truncated
+		{0, 0, 0, 1, 0x7f},                // unknown type
 		{0, 0, 0, 5, tCancel, 0, 0, 0, 1}, // fine: cancel of nothing
 	} {
 		raw.Write(bad)
