@@ -1,0 +1,403 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+var errUnavailable = verbs.ErrUnavailable
+
+// HostID is this process's same-host identity: the running kernel's boot id
+// plus the inode of its network namespace. Two ranks may use shm exactly
+// when their HostIDs are equal (same kernel, same network namespace); the
+// host name plays no part, so network namespaces used as hosts are told
+// apart. The p2p layer compares HostIDs (or calls AddressHostID on a peer's
+// queue-pair address) to choose shm for a peer.
+func HostID() (string, error) { return hostIdentity() }
+
+// devices maps device ids to the open devices of this process, so that a
+// peer in the same process reaches registered Go memory directly.
+var devices sync.Map // uint64 → *Device
+
+var sockCounter atomic.Uint64
+
+// Device is an open shared-memory device. It implements verbs.Device.
+type Device struct {
+	opts   Options
+	name   string
+	hostID string
+	devID  uint64
+	pid    int
+	uid    int
+	log    *slog.Logger
+	caps   verbs.Caps
+	spin   time.Duration
+	yield  time.Duration
+
+	fd      int    // the device memfd
+	mem     []byte // its whole mapping
+	memSize int64
+
+	sockName string // abstract socket name, without the leading '@'
+	ln       *net.UnixListener
+
+	// mrTab finds local MRs by key index without a lock (the post path).
+	mrTab [maxMR]atomic.Pointer[mr]
+
+	mu       sync.Mutex
+	closed   bool
+	heap     heap
+	mrGen    [maxMR]uint16
+	mrNext   int
+	mrFree   []int
+	cqUsed   [maxCQ]bool
+	cqs      map[*cq]struct{}
+	pds      map[*pd]struct{}
+	qps      map[uint32]*QP
+	qpnNext  uint32
+	peers    map[uint64]*peerMap
+	accepted map[*net.UnixConn]*QP
+	wg       sync.WaitGroup
+}
+
+// Open opens a shared-memory device: it creates the device's memfd heap
+// and starts listening on an abstract Unix socket for peers.
+func Open(ctx context.Context, o Options) (*Device, error) {
+	fail := func(err error) (*Device, error) {
+		return nil, &verbs.Error{Op: "Open", Provider: providerName, Index: -1, Err: err}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	if o.UserMem == UserMemDirect || o.UserMem > UserMemCopy {
+		return fail(fmt.Errorf("%w: Options.UserMem %v cannot be forced (use auto, cma or copy)", verbs.ErrInvalidArgument, o.UserMem))
+	}
+	host := o.HostID
+	if host == "" {
+		h, err := hostIdentity()
+		if err != nil {
+			return fail(err)
+		}
+		host = h
+	}
+	if len(host) > 200 {
+		return fail(fmt.Errorf("%w: Options.HostID is %d bytes, at most 200", verbs.ErrInvalidArgument, len(host)))
+	}
+	size := o.HeapSize
+	if size == 0 {
+		size = 64 << 30
+	}
+	if size < 1<<20 {
+		return fail(fmt.Errorf("%w: Options.HeapSize %d is below 1 MiB", verbs.ErrInvalidArgument, size))
+	}
+	d := &Device{
+		opts:     o,
+		hostID:   host,
+		pid:      os.Getpid(),
+		uid:      os.Getuid(),
+		log:      o.Logger,
+		spin:     defDur(o.SpinDuration, 20*time.Microsecond),
+		yield:    defDur(o.YieldDuration, 200*time.Microsecond),
+		cqs:      map[*cq]struct{}{},
+		pds:      map[*pd]struct{}{},
+		qps:      map[uint32]*QP{},
+		peers:    map[uint64]*peerMap{},
+		accepted: map[*net.UnixConn]*QP{},
+		mrNext:   1,
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	d.devID = binary.LittleEndian.Uint64(rnd[:]) | 1
+	d.qpnNext = uint32(d.devID>>40)&0xfff0 | 0x10
+	d.memSize = heapOff + size
+	d.caps = d.computeCaps()
+	fd, err := memfd("rdmago-shm", d.memSize)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", verbs.ErrUnavailable, err))
+	}
+	d.fd = fd
+	d.mem, err = mapShared(fd, d.memSize)
+	if err != nil {
+		closeFD(fd)
+		return fail(fmt.Errorf("%w: %v", verbs.ErrUnavailable, err))
+	}
+	d.heap = heap{next: heapOff, end: uint64(d.memSize)}
+	binary.LittleEndian.PutUint64(d.mem[hdrMagic:], segMagic)
+	binary.LittleEndian.PutUint32(d.mem[hdrVersion:], segVersion)
+	binary.LittleEndian.PutUint32(d.mem[hdrPID:], uint32(d.pid))
+	binary.LittleEndian.PutUint64(d.mem[hdrDevID:], d.devID)
+	binary.LittleEndian.PutUint64(d.mem[hdrSize:], uint64(d.memSize))
+	binary.LittleEndian.PutUint64(d.mem[hdrCQOff:], cqOff)
+	binary.LittleEndian.PutUint64(d.mem[hdrMaxCQ:], maxCQ)
+	binary.LittleEndian.PutUint64(d.mem[hdrMROff:], mrOff)
+	binary.LittleEndian.PutUint64(d.mem[hdrMaxMR:], maxMR)
+
+	// The abstract name is unique per job (token hash), process and device,
+	// so parallel tests and jobs never collide, and it names no file.
+	th := sha256.Sum256(append([]byte("rdmago-shm-job:"), o.Token...))
+	d.sockName = fmt.Sprintf("rdmago-shm.%s.%d.%d.%s", hex.EncodeToString(th[:6]), d.pid, sockCounter.Add(1), hex.EncodeToString(rnd[:3]))
+	d.name = fmt.Sprintf("shm%d", sockCounter.Load()-1)
+	d.ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: "@" + d.sockName, Net: "unix"})
+	if err != nil {
+		d.release()
+		return fail(fmt.Errorf("%w: listening on abstract socket: %v", verbs.ErrUnavailable, err))
+	}
+	devices.Store(d.devID, d)
+	d.wg.Add(1)
+	go d.acceptLoop()
+	d.log.Debug("shm: device open", "device", d.name, "socket", "@"+d.sockName, "host", d.hostID, "usermem", o.UserMem)
+	return d, nil
+}
+
+func defDur(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	if d < 0 {
+		return 0
+	}
+	return d
+}
+
+func (provider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Device, error) {
+	d, err := Open(ctx, Options{DeviceOptions: o})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Device) Name() string     { return d.name }
+func (d *Device) Provider() string { return providerName }
+
+// HostID is the same-host identity this device advertises.
+func (d *Device) HostID() string { return d.hostID }
+
+// UserMemPolicy is the configured way peers reach RegMR memory; QP.UserMemPath
+// says what a connected queue pair actually uses.
+func (d *Device) UserMemPolicy() UserMemPath { return d.opts.UserMem }
+
+func (d *Device) Caps() verbs.Caps { return d.caps }
+
+func (d *Device) computeCaps() verbs.Caps {
+	return verbs.Caps{
+		MaxMsgSize:     1 << 31,
+		MaxMRSize:      uint64(d.memSize - heapOff),
+		MaxQP:          1 << 16,
+		MaxQPWR:        1 << 14,
+		MaxSGE:         maxSGE,
+		MaxInline:      maxInline,
+		MaxCQE:         1 << 20,
+		MaxRdAtom:      16,
+		Atomics:        verbs.AtomicGlob,
+		UserMemAtomics: false,
+		Latency:        150 * time.Nanosecond,
+		Bandwidth:      20e9,
+	}
+}
+
+const (
+	maxSGE    = 16
+	maxInline = 4096
+)
+
+func (d *Device) opErr(op string, qpn uint32, idx int, err error) error {
+	return &verbs.Error{Op: op, Provider: providerName, QPNum: qpn, Index: idx, Err: err}
+}
+
+func (d *Device) AllocPD() (verbs.PD, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, d.opErr("AllocPD", 0, -1, verbs.ErrClosed)
+	}
+	p := &pd{d: d, id: pdCounter.Add(1)}
+	d.pds[p] = struct{}{}
+	return p, nil
+}
+
+var pdCounter atomic.Uint32
+
+// Close fails outstanding work with WR_FLUSH_ERR, closes every object of the
+// device, stops serving peers (their queue pairs see the link drop and fail
+// with RETRY_EXC_ERR) and releases the memfd.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return d.opErr("Close", 0, -1, verbs.ErrClosed)
+	}
+	d.closed = true
+	qps := make([]*QP, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	cqs := make([]*cq, 0, len(d.cqs))
+	for c := range d.cqs {
+		cqs = append(cqs, c)
+	}
+	conns := make([]*net.UnixConn, 0, len(d.accepted))
+	for c := range d.accepted {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	d.ln.Close()
+	for _, q := range qps {
+		q.destroy()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	for _, c := range cqs {
+		c.shut()
+	}
+	d.wg.Wait()
+	devices.Delete(d.devID)
+	d.mu.Lock()
+	for i := range d.mrTab {
+		if m := d.mrTab[i].Load(); m != nil {
+			m.unpin()
+			d.mrTab[i].Store(nil)
+		}
+	}
+	d.mu.Unlock()
+	d.release()
+	return nil
+}
+
+func (d *Device) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, p := range d.peers {
+		p.unmap()
+		delete(d.peers, id)
+	}
+	if d.mem != nil {
+		unmap(d.mem)
+		d.mem = nil
+	}
+	if d.fd >= 0 {
+		closeFD(d.fd)
+		d.fd = -1
+	}
+}
+
+// heap is a first-fit page allocator over the device memfd. Freed ranges
+// are punched out (their pages go back to the kernel and read as zero), so
+// a reused range is zeroed as AllocMR promises.
+type heap struct {
+	next, end uint64
+	free      []span // sorted by off, coalesced
+}
+
+type span struct{ off, n uint64 }
+
+func (h *heap) alloc(n uint64) (uint64, bool) {
+	n = roundPage(max(n, 1))
+	for i, s := range h.free {
+		if s.n >= n {
+			off := s.off
+			if s.n == n {
+				h.free = append(h.free[:i], h.free[i+1:]...)
+			} else {
+				h.free[i] = span{s.off + n, s.n - n}
+			}
+			return off, true
+		}
+	}
+	if h.end-h.next < n {
+		return 0, false
+	}
+	off := h.next
+	h.next += n
+	return off, true
+}
+
+func (h *heap) release(off, n uint64) {
+	n = roundPage(max(n, 1))
+	i := sort.Search(len(h.free), func(i int) bool { return h.free[i].off > off })
+	h.free = append(h.free, span{})
+	copy(h.free[i+1:], h.free[i:])
+	h.free[i] = span{off, n}
+	// Coalesce with the neighbours.
+	if i+1 < len(h.free) && h.free[i].off+h.free[i].n == h.free[i+1].off {
+		h.free[i].n += h.free[i+1].n
+		h.free = append(h.free[:i+1], h.free[i+2:]...)
+	}
+	if i > 0 && h.free[i-1].off+h.free[i-1].n == h.free[i].off {
+		h.free[i-1].n += h.free[i].n
+		h.free = append(h.free[:i], h.free[i+1:]...)
+	}
+	if last := len(h.free) - 1; last >= 0 && h.free[last].off+h.free[last].n == h.next {
+		h.next = h.free[last].off
+		h.free = h.free[:last]
+	}
+}
+
+// allocMem takes n bytes of zeroed heap.
+func (d *Device) allocMem(n uint64) (uint64, error) {
+	off, ok := d.heap.alloc(n)
+	if !ok {
+		return 0, fmt.Errorf("%w: the shm heap (%d bytes, Options.HeapSize) has no room for %d bytes", verbs.ErrInvalidArgument, d.memSize-heapOff, n)
+	}
+	return off, nil
+}
+
+// freeMem punches the range out and returns it to the heap.
+func (d *Device) freeMem(off, n uint64) {
+	n = roundPage(max(n, 1))
+	if err := punchHole(d.fd, int64(off), int64(n)); err != nil {
+		d.log.Warn("shm: releasing heap pages", "err", err)
+		clear(d.mem[off : off+n])
+	}
+	d.heap.release(off, n)
+}
+
+// doorbell is a CQ's wake-up word pair in the device segment.
+type doorbell struct {
+	seq     *uint32 // futex word: bumped by every waking producer
+	waiters *uint32 // consumers about to sleep
+}
+
+func doorbellAt(mem []byte, idx uint32) doorbell {
+	off := uint64(cqOff) + uint64(idx)*dbSize
+	return doorbell{seq: word32(mem, off), waiters: word32(mem, off+4)}
+}
+
+// ring wakes the consumers of db, if any sleep. The caller has just
+// published with an atomic store (a full fence on amd64 and arm64 for Go's
+// sequentially consistent atomics), so either a sleeper sees the new data
+// before it sleeps or this sees its waiters count.
+func (db doorbell) ring() {
+	if atomic.LoadUint32(db.waiters) != 0 {
+		atomic.AddUint32(db.seq, 1)
+		futexWake(db.seq)
+	}
+}
+
+// kick wakes unconditionally (close, cancellation).
+func (db doorbell) kick() {
+	atomic.AddUint32(db.seq, 1)
+	futexWake(db.seq)
+}
+
+var errDeviceClosed = errors.New("device closed")

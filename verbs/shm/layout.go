@@ -1,0 +1,110 @@
+//go:build linux
+
+package shm
+
+// The shared-memory layout. Each device owns one memfd, mapped by itself and
+// by every device that connects a queue pair to it:
+//
+//	0        header (4 KiB): magic, version, pid, device id, table offsets
+//	cqOff    maxCQ doorbells of 64 bytes: {seq u32 (futex word), waiters u32}
+//	mrOff    maxMR memory-region descriptors of 64 bytes (below)
+//	heapOff  the heap: queue-pair segments and provider memory regions,
+//	         page-granular, sparse (pages exist once touched)
+//
+// An MR descriptor is {key u32, access u32, pd u32, kind u32, addr u64,
+// len u64, off u64}. key is the region's current rkey (= lkey) or 0 when
+// the slot is free; the owner writes the other fields before it stores key
+// and clears key before it reuses the slot, so a reader that sees the same
+// key before and after reading the fields has a consistent descriptor.
+//
+// A queue-pair segment (allocated from the heap) is:
+//
+//	0    header line, written by the owner: qpn, state, access flags, pd,
+//	     max dest rd atomic, recv CQ doorbell index, RQ depth, RQ SGEs,
+//	     entry size, min RNR timer, magic
+//	64   rqHead u64: receive requests posted (owner stores, release)
+//	128  rqClaim u64: receive requests taken by the peer's sender (CAS);
+//	     bit 63 closes the queue (the QP went to ERR)
+//	192  remoteErr u32: set by the peer when its request put this QP in ERR
+//	256  RQ entries, depth × entrySize
+//
+// An RQ entry is {seq u64, wrID u64, nsge u32, byteLen u32, imm u32,
+// status u8, opcode u8, flags u8, _, sge[nsge]{addr u64, len u32, lkey u32}}.
+// The owner fills wrID and the SGEs, then publishes rqHead. The sender
+// claims the entry, moves the data, fills byteLen..flags and stores seq =
+// index+1 last: that store is the completion (release after the data), and
+// the owner's poll loads it (acquire) before it reads anything else.
+const (
+	segMagic   = 0x4d48534f4741_4452 // "RDAGOSHM", roughly
+	segVersion = 1
+
+	hdrMagic     = 0
+	hdrVersion   = 8
+	hdrPID       = 12
+	hdrDevID     = 16
+	hdrSize      = 24
+	hdrCQOff     = 32
+	hdrMaxCQ     = 40
+	hdrMROff     = 48
+	hdrMaxMR     = 56
+	devHeaderLen = 4096
+
+	maxCQ   = 1024
+	maxMR   = 16384
+	dbSize  = 64
+	mrdSize = 64
+
+	cqOff   = devHeaderLen
+	mrOff   = cqOff + maxCQ*dbSize
+	heapOff = 2 << 20
+
+	// MR descriptor fields.
+	mrdKey    = 0
+	mrdAccess = 4
+	mrdPD     = 8
+	mrdKind   = 12
+	mrdAddr   = 16
+	mrdLen    = 24
+	mrdOff    = 32
+
+	// QP segment fields.
+	qsQPN       = 0
+	qsState     = 4
+	qsAccess    = 8
+	qsPD        = 12
+	qsMaxDestRd = 16
+	qsRecvCQ    = 20
+	qsDepth     = 24
+	qsNSGE      = 28
+	qsEntrySize = 32
+	qsMinRNR    = 36
+	qsMagic     = 40
+	qsHead      = 64
+	qsClaim     = 128
+	qsRemoteErr = 192
+	qsEntries   = 256
+
+	claimClosed = uint64(1) << 63
+
+	// RQ entry fields.
+	reSeq     = 0
+	reWRID    = 8
+	reNSGE    = 16
+	reByteLen = 20
+	reImm     = 24
+	reStatus  = 28
+	reOpcode  = 29
+	reFlags   = 30
+	reSGEs    = 32
+	sgeSize   = 16
+)
+
+// Memory-region kinds in descriptors.
+const (
+	kindProvider = 1
+	kindUser     = 2
+)
+
+func entrySizeFor(nsge int) int { return reSGEs + sgeSize*nsge }
+
+func roundPage(n uint64) uint64 { return (n + 4095) &^ 4095 }

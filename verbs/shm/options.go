@@ -1,0 +1,84 @@
+package shm
+
+import (
+	"errors"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// UserMemPath says how a peer process reaches memory the caller registered
+// with RegMR (an ordinary Go slice, which no other process has mapped).
+type UserMemPath uint8
+
+const (
+	// UserMemAuto probes cross-memory attach when a queue pair connects and
+	// uses it where the kernel permits, else the copy path.
+	UserMemAuto UserMemPath = iota
+	// UserMemDirect: the peer is in the same process and copies directly.
+	// It is what Auto picks for goroutine ranks; it cannot be forced.
+	UserMemDirect
+	// UserMemCMA: process_vm_readv / process_vm_writev into the owner's
+	// address space. One-sided: the owner's CPU does nothing. Needs the same
+	// user and ptrace rights (Yama ptrace_scope 0, or root).
+	UserMemCMA
+	// UserMemCopy: the owner's device copies on the initiator's behalf,
+	// through the queue pair's control socket. Always works; the owner's
+	// process (a goroutine of its device, not the application) takes part.
+	UserMemCopy
+)
+
+func (p UserMemPath) String() string {
+	switch p {
+	case UserMemAuto:
+		return "auto"
+	case UserMemDirect:
+		return "direct"
+	case UserMemCMA:
+		return "cma"
+	case UserMemCopy:
+		return "copy"
+	}
+	return "UserMemPath(?)"
+}
+
+// Options configure a shared-memory device.
+type Options struct {
+	verbs.DeviceOptions
+
+	// HostID overrides the same-host identity this device puts in its queue
+	// pair addresses (default: HostID(), the kernel boot id plus the network
+	// namespace inode). Connecting to an address with another identity fails
+	// with ErrNotSameHost. Setting different values on two devices makes them
+	// refuse each other (tests that treat one machine as several hosts);
+	// setting equal values cannot make shm work across network namespaces,
+	// as the abstract sockets it uses are per namespace.
+	HostID string
+	// UserMem selects how peers reach RegMR memory (see UserMemPath). Zero
+	// means UserMemAuto.
+	UserMem UserMemPath
+	// HeapSize is the virtual size of the device's shared heap, which holds
+	// every provider-allocated MR and queue-pair ring; only touched pages
+	// cost memory. Zero means 64 GiB.
+	HeapSize int64
+	// SpinDuration is how long CQ.Wait polls before it starts yielding the
+	// core; YieldDuration how long it then polls with sched_yield before it
+	// sleeps on a futex. A cross-core wake-up costs tens of microseconds, so
+	// the spin is what keeps latency low; the sleep is what keeps an idle
+	// rank at zero CPU. Zero means 20 µs and 200 µs; negative means none.
+	SpinDuration  time.Duration
+	YieldDuration time.Duration
+}
+
+// ErrNotSameHost is returned (wrapped, with verbs.ErrInvalidArgument) when a
+// queue pair is connected to an address from another kernel or network
+// namespace: shared memory cannot reach it.
+var ErrNotSameHost = errors.New("shm: peer is not on the same host (kernel boot id and network namespace differ)")
+
+const providerName = "shm"
+
+type provider struct{}
+
+func (provider) Name() string { return providerName }
+
+func init() { verbs.Register(provider{}) }

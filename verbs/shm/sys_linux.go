@@ -1,0 +1,142 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// memfd creates an anonymous shared-memory file of size bytes. It has no
+// name in any file system (nothing to leave behind in /dev/shm) and lives
+// as long as a descriptor or a mapping refers to it. The size is virtual:
+// pages are allocated when first touched and returned by punchHole.
+func memfd(name string, size int64) (int, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, size); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
+	}
+	return fd, nil
+}
+
+// mapShared maps size bytes of fd read-write and shared.
+func mapShared(fd int, size int64) ([]byte, error) {
+	b, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes: %w", size, err)
+	}
+	return b, nil
+}
+
+// punchHole releases the pages of [off, off+n) of fd; they read as zero afterwards.
+func punchHole(fd int, off, n int64) error {
+	return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+}
+
+const (
+	futexWaitOp = 0 // FUTEX_WAIT, not private: the word is shared between processes
+	futexWakeOp = 1 // FUTEX_WAKE
+)
+
+// futexWait sleeps while *addr == val, at most d.
+func futexWait(addr *uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes every waiter on addr.
+func futexWake(addr *uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, uintptr(1<<31-1), 0, 0, 0)
+}
+
+// osYield gives the core to another runnable thread, of any process (the
+// runtime's Gosched only yields to goroutines of this one).
+func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// hostIdentity is the boot id of the running kernel plus the inode of this
+// process's network namespace: two processes share memory cheaply and reach
+// each other's abstract Unix sockets exactly when both match.
+func hostIdentity() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", fmt.Errorf("%w: reading the kernel boot id: %v", errUnavailable, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("%w: stat of the network namespace: %v", errUnavailable, err)
+	}
+	return fmt.Sprintf("%s/netns:%d:%d", strings.TrimSpace(string(bytes.TrimSpace(b))), st.Dev, st.Ino), nil
+}
+
+// cmaCopy moves bytes between local buffers and one remote range of process
+// pid with process_vm_readv/writev, looping on short transfers.
+func cmaCopy(pid int, local [][]byte, remote uint64, write bool) error {
+	var iovs [16]unix.Iovec
+	locals := iovs[:0]
+	total := 0
+	for _, b := range local {
+		if len(b) == 0 {
+			continue
+		}
+		var v unix.Iovec
+		v.Base = &b[0]
+		v.SetLen(len(b))
+		locals = append(locals, v)
+		total += len(b)
+	}
+	for total > 0 {
+		r := [1]unix.RemoteIovec{{Base: uintptr(remote), Len: total}}
+		var n int
+		var err error
+		if write {
+			n, err = unix.ProcessVMWritev(pid, locals, r[:], 0)
+		} else {
+			n, err = unix.ProcessVMReadv(pid, locals, r[:], 0)
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return fmt.Errorf("process_vm_%s moved no bytes", map[bool]string{true: "writev", false: "readv"}[write])
+		}
+		total -= n
+		remote += uint64(n)
+		for n > 0 && len(locals) > 0 {
+			l := int(locals[0].Len)
+			if n >= l {
+				n -= l
+				locals = locals[1:]
+				continue
+			}
+			locals[0].Base = (*byte)(unsafe.Add(unsafe.Pointer(locals[0].Base), n))
+			locals[0].SetLen(l - n)
+			n = 0
+		}
+	}
+	return nil
+}
+
+// word64 is the 8-byte word at b[off:], which must be 8-byte aligned.
+func word64(b []byte, off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&b[off])) }
+
+// word32 is the 4-byte word at b[off:].
+func word32(b []byte, off uint64) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+
+var _ = atomic.LoadUint32
+
+func uintptrOf(p *uint64) uintptr { return uintptr(unsafe.Pointer(p)) }
