@@ -125,8 +125,8 @@ func (t *transport) Connect(q *softrc.QP) {
 	}
 	tableMu.Unlock()
 	pr := &pair{}
-	pr.a = &end{q: q, peer: peer, pair: pr}
-	pr.b = &end{q: peer, peer: q, pair: pr}
+	pr.a = &end{q: q, peer: peer, pair: pr, progress: q.Progress}
+	pr.b = &end{q: peer, peer: q, pair: pr, progress: peer.Progress}
 	okA := q.Attach(pr.a)
 	okB := peer.Attach(pr.b)
 	if !okA || !okB {
@@ -163,6 +163,7 @@ type end struct {
 	reqPL   softrc.BytesPayload
 	respPL  softrc.BytesPayload
 	respSeg [1][]byte
+	progress func()
 }
 
 func (e *end) Close() { e.pair.close() }
@@ -181,20 +182,23 @@ func (e *end) Kick() {
 
 func (e *end) pump() {
 	for !e.pair.closed.Load() && e.q.NextRequest(&e.req) {
-		e.reqPL = softrc.BytesPayload{Segs: e.req.Data}
+		e.reqPL = softrc.BytesPayload{Segs: e.req.Data, Progress: e.progress}
+		e.q.Executing(true)
 		err := e.peer.HandleRequest(&e.req.Header, &e.reqPL, &e.resp)
 		e.req.Done()
 		if err != nil {
 			// Cannot happen with in-memory payloads; treat it as a broken link.
+			e.q.Executing(false)
 			e.pair.close()
 			return
 		}
 		if e.resp.Op != 0 && !e.pair.closed.Load() {
 			e.respSeg[0] = e.resp.Data
-			e.respPL = softrc.BytesPayload{Segs: e.respSeg[:]}
+			e.respPL = softrc.BytesPayload{Segs: e.respSeg[:], Progress: e.progress}
 			_ = e.q.HandleResponse(&e.resp.Header, &e.respPL)
 			e.respSeg[0] = nil
 		}
+		e.q.Executing(false)
 		e.resp.Done()
 	}
 }

@@ -25,21 +25,22 @@ func contextWithDeadline(t *transport, d time.Time) (context.Context, context.Ca
 // ends busy writing large messages to each other cannot deadlock: each end's
 // reader keeps draining its socket.
 type link struct {
-	t      *transport
-	q      *softrc.QP
-	c      net.Conn
-	br     *bufio.Reader
-	peerQP uint32
-	kick   chan struct{}
-	done   chan struct{}
-	once   sync.Once
+	t        *transport
+	q        *softrc.QP
+	c        net.Conn
+	br       *bufio.Reader
+	peerQP   uint32
+	kick     chan struct{}
+	done     chan struct{}
+	progress func()
+	once     sync.Once
 
 	mu    sync.Mutex
 	resps []softrc.Response
 }
 
 func (t *transport) startLink(q *softrc.QP, c net.Conn, br *bufio.Reader, peerQP uint32) {
-	l := &link{t: t, q: q, c: c, br: br, peerQP: peerQP, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	l := &link{t: t, q: q, c: c, br: br, peerQP: peerQP, kick: make(chan struct{}, 1), done: make(chan struct{}), progress: q.Progress}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -82,17 +83,28 @@ func (l *link) fail(err error) {
 
 // payload reads one frame's body from the connection, never past its end.
 type payload struct {
-	br   *bufio.Reader
-	left int
+	br       *bufio.Reader
+	left     int
+	progress func() // nil for requests
 }
 
 func (p *payload) ReadFull(dst []byte) error {
 	if len(dst) > p.left {
 		return fmt.Errorf("%w: read of %d bytes past the frame's %d remaining", softrc.ErrProtocol, len(dst), p.left)
 	}
-	n, err := io.ReadFull(p.br, dst)
-	p.left -= n
-	return err
+	for len(dst) > 0 {
+		k := min(len(dst), softrc.ProgressChunk)
+		n, err := io.ReadFull(p.br, dst[:k])
+		p.left -= n
+		if err != nil {
+			return err
+		}
+		dst = dst[k:]
+		if p.progress != nil && len(dst) > 0 {
+			p.progress()
+		}
+	}
+	return nil
 }
 
 func (p *payload) Skip(n int) error {
@@ -124,6 +136,7 @@ func (l *link) reader() {
 			return
 		}
 		pl.left = h.PayloadLen()
+		pl.progress = nil
 		if h.Op.IsRequest() {
 			err = l.q.HandleRequest(&h, &pl, &resp)
 			if resp.Op != 0 {
@@ -137,6 +150,7 @@ func (l *link) reader() {
 				}
 			}
 		} else {
+			pl.progress = l.progress
 			err = l.q.HandleResponse(&h, &pl)
 		}
 		if err == nil && pl.left > 0 {
@@ -208,8 +222,7 @@ func (l *link) writer() {
 			if len(bufs) == 0 {
 				break
 			}
-			w := bufs // WriteTo consumes its receiver
-			_, err := w.WriteTo(l.c)
+			err := l.write(bufs)
 			for i := range resps {
 				resps[i].Done()
 			}
@@ -222,4 +235,35 @@ func (l *link) writer() {
 			}
 		}
 	}
+}
+
+// write sends bufs with as few writev calls as possible, but at most about
+// ProgressChunk bytes per call, telling the requester after each that its
+// traffic moves (so the ACK timer measures a stall, not a message's size).
+func (l *link) write(bufs net.Buffers) error {
+	var chunk net.Buffers
+	for len(bufs) > 0 {
+		chunk = chunk[:0]
+		n := 0
+		for len(bufs) > 0 && n < softrc.ProgressChunk {
+			b := bufs[0]
+			if room := softrc.ProgressChunk - n; len(b) > room {
+				chunk = append(chunk, b[:room])
+				bufs[0] = b[room:]
+				n += room
+				break
+			}
+			chunk = append(chunk, b)
+			n += len(b)
+			bufs = bufs[1:]
+		}
+		w := chunk // WriteTo consumes its receiver
+		if _, err := w.WriteTo(l.c); err != nil {
+			return err
+		}
+		if len(bufs) > 0 {
+			l.progress()
+		}
+	}
+	return nil
 }

@@ -50,6 +50,13 @@ type Options struct {
 	// HandshakeTimeout bounds how long an incoming connection may take to
 	// authenticate before it is dropped. Zero means 10 s.
 	HandshakeTimeout time.Duration
+	// MinAckTimeout is a floor under every QP's ACK timeout
+	// (timeout × (retry_cnt+1)) after which a silent peer fails work with
+	// RETRY_EXC_ERR: the peer's progress goroutine is at the mercy of its
+	// scheduler, so a loaded machine must not look like a dead peer. A peer
+	// whose process dies is noticed at once through the connection, not by
+	// this timer. Zero means 250 ms; negative means no floor.
+	MinAckTimeout time.Duration
 	// DialRetry is the pause between connection attempts while the peer's
 	// listener refuses. Zero means 20 ms.
 	DialRetry time.Duration
@@ -97,6 +104,9 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = 10 * time.Second
 	}
+	if o.MinAckTimeout == 0 {
+		o.MinAckTimeout = 250 * time.Millisecond
+	}
 	if o.DialRetry <= 0 {
 		o.DialRetry = 20 * time.Millisecond
 	}
@@ -131,7 +141,7 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	caps.Latency = 20 * time.Microsecond
 	caps.Bandwidth = 1e9
 	t.dev = softrc.NewDevice(softrc.Config{Provider: Name, Name: name, Caps: caps,
-		ConnectTimeout: o.ConnectTimeout, Logger: o.Logger}, t)
+		ConnectTimeout: o.ConnectTimeout, MinAckTimeout: max(o.MinAckTimeout, 0), Logger: o.Logger}, t)
 	t.wg.Add(1)
 	go t.acceptLoop()
 	return t.dev, nil

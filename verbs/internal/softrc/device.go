@@ -21,7 +21,13 @@ type Config struct {
 	// ConnectTimeout bounds how long a QP that reached RTR may wait for its
 	// link before posted work fails with RETRY_EXC_ERR. Zero means 30 s.
 	ConnectTimeout time.Duration
-	Logger         *slog.Logger
+	// MinAckTimeout is a floor under every QP's ACK timeout
+	// (timeout × (retry_cnt+1)). A software responder is a goroutine that a
+	// loaded machine may deschedule for tens of milliseconds, which real RC
+	// hardware never is; the floor keeps such hiccups from looking like a
+	// dead peer. Zero means no floor.
+	MinAckTimeout time.Duration
+	Logger        *slog.Logger
 }
 
 // DefaultCaps are the limits of the software devices.

@@ -3,6 +3,7 @@ package softrc
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -130,6 +131,7 @@ type QP struct {
 	ackTimer    *time.Timer
 	ackArmed    bool
 	connTimer   *time.Timer
+	executing   atomic.Int32
 }
 
 var _ verbs.QP = (*QP)(nil)

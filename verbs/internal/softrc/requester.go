@@ -104,7 +104,20 @@ func (q *QP) ackTimeout() time.Duration {
 	if q.timeout == 0 {
 		return 0
 	}
-	return verbs.TimeoutDuration(q.timeout) * time.Duration(int(q.retryCnt)+1)
+	return max(verbs.TimeoutDuration(q.timeout)*time.Duration(int(q.retryCnt)+1), q.dev.cfg.MinAckTimeout)
+}
+
+// Executing brackets a transport's synchronous execution of this QP's
+// request at its peer (loop runs the peer's responder in the requester's
+// goroutine): while it runs, the peer is demonstrably alive, so the ACK
+// timer does not fire however long a large copy or a descheduled goroutine
+// takes.
+func (q *QP) Executing(on bool) {
+	if on {
+		q.executing.Add(1)
+	} else {
+		q.executing.Add(-1)
+	}
 }
 
 func (q *QP) armAckLocked() {
@@ -123,12 +136,29 @@ func (q *QP) armAckLocked() {
 	}
 }
 
+// Progress tells the requester that its traffic is moving (a transport
+// calls it while it streams a large request or response), so the ACK timer
+// restarts: like RC's per-packet timer, it measures a stall, not the time a
+// large message takes.
+func (q *QP) Progress() {
+	q.mu.Lock()
+	if q.state == verbs.QPRTS && q.comp < q.next {
+		if t := q.ackTimeout(); t > 0 {
+			q.ackDeadline = time.Now().Add(t)
+		}
+	}
+	q.mu.Unlock()
+}
+
 func (q *QP) onAckTimeout() {
 	q.mu.Lock()
 	q.ackArmed = false
 	if q.state != verbs.QPRTS || q.comp == q.next {
 		q.mu.Unlock()
 		return
+	}
+	if q.executing.Load() > 0 {
+		q.ackDeadline = time.Now().Add(q.ackTimeout())
 	}
 	if left := time.Until(q.ackDeadline); left > 0 {
 		q.ackArmed = true

@@ -146,9 +146,17 @@ type Payload interface {
 // engine would).
 type BytesPayload struct {
 	Segs [][]byte
-	i    int
-	off  int
+	// Progress, if set, is called after every ProgressChunk bytes copied,
+	// so the requester's ACK timer measures stalls, not message sizes.
+	Progress func()
+	i        int
+	off      int
+	since    int
 }
+
+// ProgressChunk is how many payload bytes a transport moves between calls
+// to QP.Progress.
+const ProgressChunk = 1 << 20
 
 // ReadFull copies the next len(dst) bytes into dst.
 func (p *BytesPayload) ReadFull(dst []byte) error {
@@ -156,7 +164,17 @@ func (p *BytesPayload) ReadFull(dst []byte) error {
 		if p.i >= len(p.Segs) {
 			return io.ErrUnexpectedEOF
 		}
-		n := copy(dst, p.Segs[p.i][p.off:])
+		seg := p.Segs[p.i][p.off:]
+		if len(seg) > ProgressChunk {
+			seg = seg[:ProgressChunk]
+		}
+		n := copy(dst, seg)
+		if p.Progress != nil {
+			if p.since += n; p.since >= ProgressChunk {
+				p.since = 0
+				p.Progress()
+			}
+		}
 		dst = dst[n:]
 		p.off += n
 		if p.off == len(p.Segs[p.i]) {
