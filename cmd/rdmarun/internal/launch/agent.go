@@ -238,7 +238,10 @@ func remoteScript(s remoteSpec) string {
 	if s.Stdin {
 		w(`d=$(mktemp -d "${TMPDIR:-/tmp}/rdmarun.XXXXXX") && mkfifo "$d/in" || { printf '%%s setup\n' "$M" >&2; exit 126; }; `)
 	}
-	w("trap : INT TERM HUP; ")
+	// From here the script's own stderr is /dev/null (dash reports a
+	// foreground command killed by a signal as "Terminated" on it); the
+	// program and the status line use fd 5, the real stderr.
+	w("exec 5>&2 2>/dev/null; trap : INT TERM HUP; ")
 	// The watcher. Its stdin would be /dev/null (asynchronous list), hence
 	// the explicit <&3.
 	w("( ")
@@ -250,17 +253,17 @@ func remoteScript(s remoteSpec) string {
 		w(`d*) printf '%%s\n' "${l#?}" >&4;; p*) printf '%%s' "${l#?}" >&4;; e) exec 4>&-;; `)
 	}
 	w(`s*) trap '' TERM; kill -s "${l#?}" 0; trap - TERM;; esac; done; `)
-	w(`trap '' TERM; kill -s TERM 0; sleep %d; kill -s KILL 0 ) <&3 >/dev/null 2>&1 & `, s.Grace)
+	w(`trap '' TERM; kill -s TERM 0; sleep %d; kill -s KILL 0 ) <&3 >/dev/null 2>&1 5>&- & `, s.Grace)
 	if s.Stdin {
-		w(`"$@" <"$d/in" 3<&-; st=$?; `)
+		w(`( exec "$@" <"$d/in" 3<&- 2>&5 5>&- ); st=$?; `)
 		// If the program never opened the fifo, the watcher is still
 		// blocked opening it for writing: an open for reading and
 		// writing (which never blocks) releases it.
 		w(`[ -p "$d/in" ] && : <>"$d/in"; rm -rf "$d"; `)
 	} else {
-		w(`"$@" </dev/null 3<&-; st=$?; `)
+		w(`( exec "$@" </dev/null 3<&- 2>&5 5>&- ); st=$?; `)
 	}
-	w(`printf '%%s %%s\n' "$M" "$st" >&2; trap '' TERM; kill -s TERM 0 2>/dev/null; exit "$st"`)
+	w(`printf '%%s %%s\n' "$M" "$st" >&5; trap '' TERM; kill -s TERM 0 2>/dev/null; exit "$st"`)
 	return b.String()
 }
 

@@ -129,6 +129,7 @@ func ParseArgs(argv []string, getenv func(string) (string, bool)) (*Args, error)
 		if k, v, ok := strings.Cut(name, "="); ok {
 			name, value, hasValue = k, v, true
 		}
+		w, _, _ = strings.Cut(w, "=") // the option as typed, for messages
 		spec, ok := optionSpecs[name]
 		if !ok {
 			return nil, usagef("unknown option %s", w)

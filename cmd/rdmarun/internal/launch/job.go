@@ -691,6 +691,9 @@ func (j *job) outcome(r *rank) outcome {
 		if why == "" {
 			why = "no message"
 		}
+		if j.agent.shellMode && ws.ExitStatus() == 255 {
+			return outcome{true, ExitLaunch, fmt.Sprintf("%s: cannot reach host %s with %s: %s", where, r.Host, j.agent.words[0], why)}
+		}
 		return outcome{true, ExitLaunch, fmt.Sprintf("%s: could not run it on host %s: the launch agent %s ended (%s) before the program reported: %s",
 			where, r.Host, j.agent.words[0], agentStatus, why)}
 	case "notfound":
@@ -777,7 +780,7 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 		causeIs, code, cause = kind, c, msg
 		n := live()
 		if n > 0 {
-			j.out.printf("%s; stopping the other %d ranks", msg, n)
+			j.out.printf("%s; stopping the other %s", msg, plural(n, "rank"))
 		} else {
 			j.out.printf("%s", msg)
 		}
@@ -860,12 +863,12 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 				continue
 			}
 			causeIs, code, cause = "signal", 128+int(s), "interrupted by "+signalName(s)
-			j.out.printf("%s; forwarding it to %d ranks", cause, live())
+			j.out.printf("%s; forwarding it to %s", cause, plural(live(), "rank"))
 			stop(s)
 		case <-timeoutC:
 			if causeIs == "" {
 				causeIs, code, cause = "timeout", ExitTimeout, fmt.Sprintf("job exceeded --timeout %s", j.o.Timeout)
-				j.out.printf("%s; stopping %d ranks", cause, live())
+				j.out.printf("%s; stopping %s", cause, plural(live(), "rank"))
 			}
 			stop(syscall.SIGTERM)
 		case <-ctx.Done():
@@ -880,4 +883,11 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 		j.out.printf("job %s failed: %s", j.id, cause)
 	}
 	return code
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/bootstrap"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -39,6 +40,7 @@ var (
 	printEnv  = flag.String("env", "", "comma-separated variables to print")
 	signals   = flag.Bool("signals", false, "report SIGINT/SIGTERM and exit 130/143")
 	noDial    = flag.Bool("nodial", false, "do not join the rendezvous")
+	affinity  = flag.Bool("affinity", false, "print the CPUs this rank may run on")
 )
 
 func main() {
@@ -142,6 +144,19 @@ func run() error {
 			}
 			extra += fmt.Sprintf(" %s=%s", k, v)
 		}
+	}
+	if *affinity {
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &set); err != nil {
+			return err
+		}
+		var cpus []string
+		for i := 0; i < 1024; i++ {
+			if set.IsSet(i) {
+				cpus = append(cpus, strconv.Itoa(i))
+			}
+		}
+		extra += " cpus=" + strings.Join(cpus, ",")
 	}
 	fmt.Printf("hello rank=%d size=%d local=%d/%d host=%s netns=%s peers=%s%s\n", rank, size, lrank, lsize, host, netns, peers, extra)
 	if *readStdin && rank == 0 {
