@@ -24,7 +24,7 @@ func skipNoAtomics(t *testing.T, s *suite) {
 }
 
 // atomicWR builds an 8-byte atomic whose original value lands at local[loff].
-func atomicWR(id uint64, op verbs.Opcode, local verbs.MR, loff int, remote verbs.MR, roff int, cmpAdd, swap uint64) verbs.SendWR {
+func atomicWR(id uint64, op verbs.Opcode, local verbs.MR, loff int, remote region, roff int, cmpAdd, swap uint64) verbs.SendWR {
 	return verbs.SendWR{ID: id, Opcode: op, Flags: verbs.SendSignaled, SGL: []verbs.SGE{verbs.SGEOf(local, loff, 8)},
 		RemoteAddr: remote.Addr() + uint64(roff), RKey: remote.RKey(), CompareAdd: cmpAdd, Swap: swap}
 }
@@ -39,7 +39,7 @@ type atomics struct {
 	qp     verbs.QP
 	scq    verbs.CQ
 	local  verbs.MR
-	remote verbs.MR
+	remote region
 	roff   int
 	order  binary.ByteOrder
 	id     uint64

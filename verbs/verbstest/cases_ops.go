@@ -42,7 +42,7 @@ func sendWR(id uint64, op verbs.Opcode, sgl ...verbs.SGE) verbs.SendWR {
 	return verbs.SendWR{ID: id, Opcode: op, Flags: verbs.SendSignaled, SGL: sgl}
 }
 
-func rdmaWR(id uint64, op verbs.Opcode, remote verbs.MR, roff int, sgl ...verbs.SGE) verbs.SendWR {
+func rdmaWR(id uint64, op verbs.Opcode, remote region, roff int, sgl ...verbs.SGE) verbs.SendWR {
 	return verbs.SendWR{ID: id, Opcode: op, Flags: verbs.SendSignaled, SGL: sgl,
 		RemoteAddr: remote.Addr() + uint64(roff), RKey: remote.RKey()}
 }
@@ -370,3 +370,19 @@ func testSigAll(t *testing.T, s *suite) {
 		requireWC(t, wc, uint64(i+1), verbs.WCRDMAWrite, p.a.qp.Num(), "SigAll QP, request without SendSignaled")
 	}
 }
+
+// region is the remote side of an RDMA request: a local MR, or one that
+// lives in the peer process.
+type region interface {
+	Addr() uint64
+	RKey() uint32
+}
+
+// remoteMR is a region known by its address and rkey only.
+type remoteMR struct {
+	addr uint64
+	rkey uint32
+}
+
+func (r remoteMR) Addr() uint64 { return r.addr }
+func (r remoteMR) RKey() uint32 { return r.rkey }

@@ -119,7 +119,9 @@ func testBadLKey(t *testing.T, s *suite) {
 func testPartialPost(t *testing.T, s *suite) {
 	p := s.newPair(t, pairConfig{})
 	ctx := s.ctx(t)
-	w := func(id uint64) verbs.SendWR { return rdmaWR(id, verbs.OpRDMAWrite, p.b.mr, 0, verbs.SGEOf(p.a.mr, 0, 8)) }
+	w := func(id uint64) verbs.SendWR {
+		return rdmaWR(id, verbs.OpRDMAWrite, p.b.mr, 0, verbs.SGEOf(p.a.mr, 0, 8))
+	}
 	bad := w(3)
 	bad.SGL[0].LKey ^= 0x5a5a5a00
 	requirePostErr(t, p.a.qp.PostSend(w(1), w(2), bad, w(4)), 2, verbs.ErrBadKey, "third of four requests has a bad lkey")
