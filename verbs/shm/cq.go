@@ -72,8 +72,8 @@ func (c *cq) push(wc verbs.WC) {
 }
 
 func (c *cq) Poll(wc []verbs.WC) int {
-	if len(wc) == 0 || c.closed.Load() {
-		return 0
+	if len(wc) == 0 || c.closed.Load() || !c.ready() {
+		return 0 // the common empty poll takes no lock
 	}
 	rqs := *c.rqs.Load()
 	for _, q := range rqs {

@@ -90,6 +90,7 @@ type link struct {
 	db       doorbell // the peer's recv CQ doorbell
 	path     UserMemPath
 	local    *Device // the peer device, when it lives in this process
+	descs    [16]mrDesc // recently resolved descriptors (under the QP lock)
 
 	dead     atomic.Bool
 	done     chan struct{}
@@ -175,7 +176,13 @@ func (l *link) setPeerErr() {
 
 // resolve checks a key and range against the peer's region table.
 func (l *link) resolve(key uint32, addr, n uint64, need verbs.Access) (rspan, verbs.Status) {
-	desc, ok := readDesc(l.mem, key)
+	// A key names one registration (its generation changes on reuse), so a
+	// cached descriptor is good while the slot still holds the same key.
+	desc := &l.descs[key&15]
+	ok := desc.key == key && key != 0 && atomic.LoadUint32(word32(l.mem, uint64(mrOff)+uint64(key&0xffff)*mrdSize+mrdKey)) == key
+	if !ok {
+		*desc, ok = readDesc(l.mem, key)
+	}
 	if !ok || desc.pd != l.peerPD || desc.access&need != need || !desc.contains(addr, n) {
 		return rspan{}, verbs.StatusRemAccessErr
 	}

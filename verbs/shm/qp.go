@@ -62,7 +62,6 @@ type QP struct {
 	// Receive side: recvMu serialises PostRecv; rqPolled is advanced by the
 	// recv CQ's Poll under the CQ's lock.
 	recvMu    sync.Mutex
-	rqHead    atomic.Uint64
 	rqPolled  atomic.Uint64
 	flushFrom atomic.Uint64
 }
@@ -246,7 +245,6 @@ func (q *QP) reset() {
 	atomic.StoreUint64(word64(q.seg, qsClaim), 0)
 	atomic.StoreUint64(word64(q.seg, qsHead), 0)
 	atomic.StoreUint32(q.hdr32(qsRemoteErr), 0)
-	q.rqHead.Store(0)
 	q.rqPolled.Store(0)
 	q.flushFrom.Store(0)
 	q.access, q.maxDestRd, q.minRNR = 0, 0, 0
@@ -419,6 +417,7 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 		return q.opErr("PostRecv", 0, fmt.Errorf("%w: PostRecv in RESET", verbs.ErrInvalidState))
 	}
 	raceRelease()
+	head := word64(q.seg, qsHead)
 	for i := range wrs {
 		wr := &wrs[i]
 		if err := verbs.ValidateRecvWR(wr, q.cap); err != nil {
@@ -433,7 +432,7 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 				return q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d [%#x, +%d) is outside region %#x [%#x, +%d)", verbs.ErrBadKey, j, s.Addr, s.Length, s.LKey, m.addr, len(m.buf)))
 			}
 		}
-		h := q.rqHead.Load()
+		h := atomic.LoadUint64(head)
 		if h-q.rqPolled.Load() >= q.depth {
 			return q.opErr("PostRecv", i, fmt.Errorf("%w: %d receives outstanding", verbs.ErrQueueFull, q.depth))
 		}
@@ -446,8 +445,7 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 			binary.LittleEndian.PutUint32(e[o+8:], s.Length)
 			binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
 		}
-		q.rqHead.Store(h + 1)
-		atomic.StoreUint64(word64(q.seg, qsHead), h+1)
+		atomic.StoreUint64(head, h+1)
 	}
 	if q.st() == verbs.QPErr {
 		q.rcq.db.kick()
@@ -461,7 +459,7 @@ func (q *QP) recvReady() bool {
 		return true
 	}
 	p := q.rqPolled.Load()
-	if p == q.rqHead.Load() {
+	if p == atomic.LoadUint64(word64(q.seg, qsHead)) {
 		return false
 	}
 	if atomic.LoadUint64(word64(q.entry(p), reSeq)) == p+1 {
@@ -480,11 +478,9 @@ func (q *QP) linkPtr() *link { return q.lnk.Load() }
 // pollRecv moves completed receives into wc. The recv CQ's lock is held.
 func (q *QP) pollRecv(wc []verbs.WC) int {
 	n := 0
-	for n < len(wc) {
-		p := q.rqPolled.Load()
-		if p == q.rqHead.Load() {
-			break
-		}
+	p0 := q.rqPolled.Load()
+	p, head := p0, atomic.LoadUint64(word64(q.seg, qsHead))
+	for n < len(wc) && p != head {
 		e := q.entry(p)
 		w := &wc[n]
 		if atomic.LoadUint64(word64(e, reSeq)) == p+1 {
@@ -503,8 +499,11 @@ func (q *QP) pollRecv(wc []verbs.WC) int {
 		} else {
 			break
 		}
-		q.rqPolled.Store(p + 1)
+		p++
 		n++
+	}
+	if p != p0 {
+		q.rqPolled.Store(p)
 	}
 	return n
 }
