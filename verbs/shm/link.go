@@ -89,7 +89,7 @@ type link struct {
 	pid      int
 	db       doorbell // the peer's recv CQ doorbell
 	path     UserMemPath
-	local    *Device // the peer device, when it lives in this process
+	local    *Device    // the peer device, when it lives in this process
 	descs    [16]mrDesc // recently resolved descriptors (under the QP lock)
 
 	dead     atomic.Bool
