@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# rdmago's whole test suite: formatting, vet, unit and multi-process tests
+# (verbs/ under the race detector), then the serial stage (network
+# namespaces, sshd) and the Soft-RoCE VM stage for the ibv provider.
+#
+#   ./test.sh            everything (root on Debian 12; installs packages first)
+#   RDMAGO_SKIP_RXE=1    skip the VM stage (developers without the time; CI never sets it)
+#   RDMAGO_LONG=1        also the long soak / cross-product runs
+set -euo pipefail
+cd "$(dirname "$0")"
+export PATH="$PATH:/usr/local/go/bin"
+
+if [ "$(id -u)" -eq 0 ]; then
+	bash .ci/install
+fi
+
+echo "== gofmt"
+bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$bad" ]; then
+	echo "gofmt would change:" $bad >&2
+	exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race (all packages)"
+go test -race -timeout 20m -p 2 ./...
+
+if [ -x .ci/rxe-tests.sh ] && [ "${RDMAGO_SKIP_RXE:-}" != 1 ]; then
+	echo "== Soft-RoCE VM (verbs/ibv)"
+	bash .ci/rxe-tests.sh
+fi
+echo "== all tests passed"
