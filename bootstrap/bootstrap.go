@@ -34,16 +34,20 @@ const (
 // without a Fence waits for the key; a PMI implementation may instead poll.
 //
 // Keys are at most MaxKeyLen bytes and not empty; values at most MaxValueLen
-// bytes. A key should be put once per job: the TCP and memory stores let a
-// later Put replace the value, a PMI store may refuse it. Keys beginning
-// with "bootstrap/" are reserved for this package (Allgather on a store
-// without an Allgather method uses them).
+// bytes. Keep keys short and printable where a PMI store may be used:
+// Hydra allows 64-byte keys, and a PMI store encodes values as text. A key
+// should be put once per job: the TCP and memory stores let a later Put
+// replace the value, a PMI store may refuse it. Keys beginning with "bs:"
+// are reserved for this package (Allgather on a store without an Allgather
+// method uses them).
 //
 // Concurrency: Put and Get may be called from many goroutines at once. Fence
 // is a collective: every rank calls it, the same number of times, and one
 // rank does not run two collectives (Fence, Allgather, Barrier) at once.
-// A collective that fails (context ended, a rank left) still counts as
-// entered on this rank; after such a failure the job is expected to abort.
+// A collective called with a context that has already ended fails at once
+// and does not count. One that fails after it started (context ended while
+// waiting, a rank left) still counts as entered on this rank; after such a
+// failure the job is expected to abort.
 //
 // Errors: every error is a *Error naming the operation and, where known,
 // the key and the ranks at fault. Causes match with errors.Is: ErrInvalid,
@@ -99,7 +103,7 @@ func Allgather(ctx context.Context, s Store, key string, value []byte) ([][]byte
 	if err := checkValue("allgather", key, value); err != nil {
 		return nil, err
 	}
-	prefix := "bootstrap/ag/" + key + "/"
+	prefix := "bs:ag:" + key + ":"
 	if len(prefix)+10 > MaxKeyLen {
 		return nil, &Error{Op: "allgather", Key: key, Err: ErrInvalid, Detail: "key too long"}
 	}

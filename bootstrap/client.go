@@ -400,10 +400,9 @@ func (c *Client) call(ctx context.Context, op, key string, m *msg, cancel bool) 
 		delete(c.pending, id)
 		c.mu.Unlock()
 	}
-	if err := ctx.Err(); err != nil {
-		forget()
-		return msg{}, &Error{Op: op, Key: key, Err: err}
-	}
+	// No check of ctx here: a collective that took its sequence number
+	// must reach the server, or this rank's collectives would shift. The
+	// callers check ctx before they start.
 	if err := c.write(m); err != nil {
 		forget()
 		return msg{}, c.terminal(op, key)
@@ -476,6 +475,9 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 	if err := checkValue("put", key, value); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "put", Key: key, Err: err}
+	}
 	_, err := c.call(ctx, "put", key, &msg{typ: tPut, key: key, value: value}, false)
 	return err
 }
@@ -485,6 +487,9 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := checkKey("get", key); err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: "get", Key: key, Err: err}
 	}
 	start := time.Now()
 	r, err := c.call(ctx, "get", key, &msg{typ: tGet, key: key}, true)
@@ -505,6 +510,9 @@ func (c *Client) Get(ctx context.Context, key string) ([]byte, error) {
 func (c *Client) Add(ctx context.Context, key string, delta int64) (int64, error) {
 	if err := checkKey("add", key); err != nil {
 		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, &Error{Op: "add", Key: key, Err: err}
 	}
 	r, err := c.call(ctx, "add", key, &msg{typ: tAdd, key: key, delta: delta}, false)
 	if err != nil {
@@ -534,6 +542,9 @@ func (c *Client) Allgather(ctx context.Context, key string, value []byte) ([][]b
 }
 
 func (c *Client) collective(ctx context.Context, op string, kind byte, key string, value []byte) ([][]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: op, Key: key, Err: err}
+	}
 	start := time.Now()
 	seq := c.seq.Add(1) - 1
 	r, err := c.call(ctx, op, key, &msg{typ: tColl, seq: seq, kind: kind, key: key, value: value}, true)
@@ -562,6 +573,9 @@ func (c *Client) collective(ctx context.Context, op string, kind byte, key strin
 func (c *Client) Abort(ctx context.Context, code int, reason string) error {
 	if len(reason) > MaxReasonLen {
 		reason = reason[:MaxReasonLen]
+	}
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "abort", Err: err}
 	}
 	_, err := c.call(ctx, "abort", "", &msg{typ: tAbort, code: int32(code), key: reason}, false)
 	return err

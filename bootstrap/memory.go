@@ -107,6 +107,9 @@ func (m *Memory) Get(ctx context.Context, key string) ([]byte, error) {
 	if err := checkKey("get", key); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, &Error{Op: "get", Key: key, Err: err}
+	}
 	start := time.Now()
 	g := m.g
 	for {

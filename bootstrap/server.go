@@ -571,7 +571,9 @@ func (s *Server) leave(c *sconn, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := c.rank
-	if r < 0 || s.ranks[r] != c {
+	if r < 0 || s.ranks[r] != c || s.closed {
+		// While the server closes, connections end one by one: that is
+		// not a rank leaving, and every rank hears "closed" instead.
 		return
 	}
 	// Forget its pending gets.

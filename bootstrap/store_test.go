@@ -233,3 +233,27 @@ func TestNewMemoryBadSize(t *testing.T) {
 	_, err := NewMemory(0)
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+func TestContractEndedContextDoesNotCount(t *testing.T) {
+	forEachImpl(t, func(t *testing.T, mk factory) {
+		ss := mk(t, 2)
+		dead, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.ErrorIs(t, ss[0].Fence(dead), context.Canceled)
+		_, err := Allgather(dead, ss[1], "x", nil)
+		require.ErrorIs(t, err, context.Canceled)
+		require.ErrorIs(t, ss[0].Put(dead, "k", nil), context.Canceled)
+		_, err = ss[0].Get(dead, "k")
+		require.ErrorIs(t, err, context.Canceled)
+		// The next collectives still line up.
+		ctx := testCtx(t)
+		errs := each(2, func(r int) error {
+			if err := ss[r].Fence(ctx); err != nil {
+				return err
+			}
+			_, err := Allgather(ctx, ss[r], "y", []byte{byte(r)})
+			return err
+		})
+		require.NoError(t, errors.Join(errs...))
+	})
+}
