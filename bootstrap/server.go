@@ -69,6 +69,7 @@ type Server struct {
 	doneSeq     uint32 // collectives with seq < doneSeq have completed
 	abort       *AbortInfo
 	idle        chan struct{} // closed when no joined connection remains
+	ready       chan struct{} // closed when every rank has joined and agreed
 }
 
 type waiter struct {
@@ -147,6 +148,7 @@ func newServerState(opts ServerOptions, ln net.Listener) *Server {
 		counters: map[string]int64{},
 		colls:    map[uint32]*coll{},
 		idle:     make(chan struct{}),
+		ready:    make(chan struct{}),
 	}
 }
 
@@ -158,6 +160,11 @@ func (s *Server) Addr() string { return s.ln.Addr().String() }
 // closed by Close. If nobody reads it, aborts past the first 64 are
 // dropped (and logged); the ranks are told either way.
 func (s *Server) Aborts() <-chan AbortInfo { return s.aborts }
+
+// Ready is closed once every rank has joined and the ranks agree on size,
+// version and configuration: a launcher can bound the start-up of a job
+// with it (and name the ranks still Missing when it gives up).
+func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // Missing returns the ranks that have not joined yet, ascending.
 func (s *Server) Missing() []int {
@@ -506,6 +513,7 @@ func (s *Server) join(c *sconn, j msg) bool {
 		return false
 	}
 	s.welcomed = true
+	close(s.ready)
 	w := &msg{typ: tWelcome, values: make([][]byte, 0, 2*size)}
 	for _, o := range s.ranks {
 		w.values = append(w.values, []byte(o.host), []byte(o.remote))

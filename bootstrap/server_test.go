@@ -113,6 +113,11 @@ func TestJoinPutGetAddFenceAllgather(t *testing.T) {
 			}
 			assert.Equal(t, size > 1, cs[0].SpansHosts())
 			assert.Empty(t, s.Missing())
+			select {
+			case <-s.Ready():
+			default:
+				t.Error("Ready not closed after every rank joined")
+			}
 		})
 	}
 }
@@ -297,6 +302,11 @@ func TestJoinTimeoutNamesMissingRanks(t *testing.T) {
 	}
 	// The ranks that gave up left: the server knows nobody is there.
 	require.Eventually(t, func() bool { return len(s.Missing()) == 8 }, testTimeout, 5*time.Millisecond)
+	select {
+	case <-s.Ready():
+		t.Error("Ready closed though ranks are missing")
+	default:
+	}
 }
 
 func TestJoinTimeoutManyMissing(t *testing.T) {

@@ -265,7 +265,9 @@ func (d *decoder) str(what string, max int) []byte {
 	if v == nil {
 		return nil
 	}
-	return append([]byte{}, v...)
+	// Frames are read into fresh buffers, so values may alias them; the
+	// capacity limit keeps an append to one value off its neighbour.
+	return v[:n:n]
 }
 
 func (d *decoder) u32x16(what string) uint16 {
