@@ -1,0 +1,73 @@
+package collectives
+
+import (
+	"math"
+	"sort"
+)
+
+// allreduceHier is the two-level allreduce for jobs spanning hosts: reduce
+// inside each host to its leader (the lowest rank there) over the fast
+// local links, allreduce among the leaders over the network, broadcast
+// inside each host. Only leaders touch the slow links, once each way, so a
+// mixed job no longer runs at the speed of its slowest link on every step.
+// Needs a commutative op (the intra-host reduction regroups ranks).
+func (c *call) allreduceHier(buf []byte) error {
+	hosts := c.e.hosts
+	var local []int
+	leaderOf := map[int]int{}
+	for r, h := range hosts {
+		if h == hosts[c.me] {
+			local = append(local, r)
+		}
+		if _, ok := leaderOf[h]; !ok {
+			leaderOf[h] = r
+		}
+	}
+	var leaders []int
+	for _, r := range leaderOf {
+		leaders = append(leaders, r)
+	}
+	sort.Ints(leaders)
+	big := len(buf) > 64<<10
+	lc := c.sub(local, 0)
+	if lc.n > 1 {
+		if big {
+			if err := lc.ringReduceScatter(buf); err != nil {
+				return err
+			}
+			if err := lc.gatherBlocks(buf, 0); err != nil {
+				return err
+			}
+		} else if err := lc.reduceBinomial(buf, 0); err != nil {
+			return err
+		}
+	}
+	if lc.me == 0 && len(leaders) > 1 {
+		lead := c.sub(leaders, 0)
+		best, bestCost := RecursiveDoubling, math.Inf(1)
+		for _, a := range []Algorithm{RecursiveDoubling, Ring, Rabenseifner} {
+			if cost := c.e.model.Cost(CollAllreduce, a, lead.n, len(buf)); cost < bestCost {
+				best, bestCost = a, cost
+			}
+		}
+		var err error
+		switch best {
+		case Ring:
+			err = lead.allreduceRing(buf)
+		case Rabenseifner:
+			err = lead.allreduceRabenseifner(buf)
+		default:
+			err = lead.allreduceRD(buf)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if lc.n > 1 {
+		if big {
+			return lc.bcastScatterAllgather(buf, 0)
+		}
+		return lc.bcastBinomial(buf, 0)
+	}
+	return nil
+}

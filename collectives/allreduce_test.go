@@ -1,0 +1,61 @@
+package collectives_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/coltest"
+	"github.com/rdmago/rdmago/collectives/reduce"
+)
+
+// input is rank r's integer-valued vector, so float sums are exact in any
+// order and results compare with ==.
+func input(r, n int) []float64 {
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = float64((r+1)*(i%13) - 3*r + i%5)
+	}
+	return x
+}
+
+func refSum(p, n int) []float64 {
+	out := make([]float64, n)
+	for r := 0; r < p; r++ {
+		for i, v := range input(r, n) {
+			out[i] += v
+		}
+	}
+	return out
+}
+
+func TestAllreduceGrid(t *testing.T) {
+	t.Parallel()
+	for _, alg := range collectives.Algorithms(collectives.CollAllreduce) {
+		for _, p := range rankCounts {
+			for _, n := range sizes {
+				t.Run(name("alg", alg, "p", p, "n", n), func(t *testing.T) {
+					want := refSum(p, n)
+					got := make([][]float64, p)
+					errs := world(t, p, worldFor(alg, p), force(collectives.CollAllreduce, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
+						buf := input(r, n)
+						got[r] = buf
+						if err := collectives.Allreduce(ctx, e, buf, reduce.Sum); err != nil {
+							return err
+						}
+						require.Equal(t, alg, e.LastAlgorithm())
+						return nil
+					})
+					requireAllOK(t, errs)
+					for r := 0; r < p; r++ {
+						require.Equal(t, want, got[r], "rank %d", r)
+					}
+				})
+			}
+		}
+	}
+}
+
+var _ = coltest.Options{}

@@ -1,0 +1,454 @@
+package collectives
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rdmago/rdmago/collectives/reduce"
+)
+
+// spec describes one call for run.
+type spec struct {
+	coll   Collective
+	dt     reduce.DType
+	op     reduce.Op // zero Op for collectives that do not reduce
+	root   int
+	count  int64 // the count every message (and the fingerprint) carries
+	nbytes int   // size the cost model sees
+	check  func() error
+}
+
+// run is the common path of every collective: choose the algorithm, begin
+// the call (which keeps the sequence numbers of all ranks in step even when
+// this rank's arguments are bad: it then tells the others instead of
+// leaving them waiting), cross-check fingerprints in Debug mode, run.
+func (e *Engine) run(ctx context.Context, s spec, fn func(c *call, alg Algorithm) error) error {
+	if ctx == nil {
+		return &Error{Op: s.coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
+	}
+	kern := reduce.Kernel{Op: s.op, DType: s.dt}
+	var bad error
+	if s.op.Valid() || s.coll == CollReduce || s.coll == CollAllreduce || s.coll == CollReduceScatter || s.coll == CollScan || s.coll == CollExscan {
+		var err error
+		if kern, err = s.op.Resolve(s.dt); err != nil {
+			bad = fmt.Errorf("%w: %w", ErrUnsupported, err)
+		}
+	}
+	if s.dt.Size() == 0 && bad == nil {
+		bad = fmt.Errorf("%w: element type %v", ErrUnsupported, s.dt)
+	}
+	if bad == nil && (s.root < 0 || s.root >= e.size) {
+		bad = fmt.Errorf("%w: root %d out of range [0, %d)", ErrInvalidArgument, s.root, e.size)
+	}
+	if bad == nil && s.check != nil {
+		bad = s.check()
+	}
+	alg := Auto
+	if bad == nil {
+		var err error
+		if alg, err = e.choose(s.coll, s.nbytes, !s.op.Valid() || s.op.Commutative()); err != nil {
+			bad = err
+		}
+	}
+	c, err := e.begin(ctx, s.coll, alg, kern, max(s.dt.Size(), 1), s.root, s.count)
+	if err != nil {
+		return err
+	}
+	if bad != nil {
+		return c.end(c.invalid(bad))
+	}
+	if e.opts.Debug && e.size > 1 {
+		if err := c.fingerprint(); err != nil {
+			return c.end(err)
+		}
+	}
+	return c.end(fn(c, alg))
+}
+
+func lenErr(what string, got, want int) error {
+	return fmt.Errorf("%w: %s has %d elements, want %d", ErrInvalidArgument, what, got, want)
+}
+
+// Barrier returns once every rank of the group has entered it.
+func Barrier(ctx context.Context, e *Engine) error {
+	return e.run(ctx, spec{coll: CollBarrier, dt: reduce.Uint8}, func(c *call, _ Algorithm) error {
+		return c.barrierDissemination()
+	})
+}
+
+// Bcast copies root's buf into buf on every rank. len(buf) must be the
+// same everywhere.
+func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) error {
+	b := reduce.Bytes(buf)
+	return e.run(ctx, spec{coll: CollBcast, dt: reduce.DTypeOf[T](), root: root, count: int64(len(buf)), nbytes: len(b)},
+		func(c *call, alg Algorithm) error {
+			switch alg {
+			case ScatterAllgather:
+				return c.bcastScatterAllgather(b, root)
+			case Chain:
+				return c.bcastChain(b, root)
+			}
+			return c.bcastBinomial(b, root)
+		})
+}
+
+// Allreduce replaces buf on every rank with the element-wise reduction of
+// all ranks' buf under op. Every rank gets the same bits.
+func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op) error {
+	b := reduce.Bytes(buf)
+	return e.run(ctx, spec{coll: CollAllreduce, dt: reduce.DTypeOf[T](), op: op, count: int64(len(buf)), nbytes: len(b)},
+		func(c *call, alg Algorithm) error {
+			var err error
+			switch alg {
+			case Ring:
+				err = c.allreduceRing(b)
+			case Rabenseifner:
+				err = c.allreduceRabenseifner(b)
+			case RingOneSided:
+				err = c.allreduceRingOneSided(b)
+			case Ordered:
+				err = c.allreduceOrdered(b)
+			case Hierarchical:
+				err = c.allreduceHier(b)
+			default:
+				err = c.allreduceRD(b)
+			}
+			if err == nil && c.kern.Finish != nil {
+				c.kern.Finish(b, c.n)
+			}
+			return err
+		})
+}
+
+// Reduce leaves the reduction of all ranks' buf under op in root's buf.
+// Other ranks' buf is left unchanged.
+func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op, root int) error {
+	b := reduce.Bytes(buf)
+	return e.run(ctx, spec{coll: CollReduce, dt: reduce.DTypeOf[T](), op: op, root: root, count: int64(len(buf)), nbytes: len(b)},
+		func(c *call, alg Algorithm) error {
+			work := b
+			if c.me != root && len(b) > 0 {
+				work = scratch.get(len(b))
+				defer scratch.put(work)
+				copy(work, b)
+			}
+			var err error
+			switch alg {
+			case Rabenseifner:
+				if err = c.ringReduceScatter(work); err == nil {
+					err = c.gatherBlocks(work, root)
+				}
+			case Ordered:
+				if err = c.orderedReduceScatter(work); err == nil {
+					err = c.gatherBlocks(work, root)
+				}
+			default:
+				err = c.reduceBinomial(work, root)
+			}
+			if err == nil && c.me == root && c.kern.Finish != nil {
+				c.kern.Finish(b, c.n)
+			}
+			return err
+		})
+}
+
+// ReduceScatter reduces all ranks' send (p blocks of len(recv) elements)
+// under op and leaves block r of the result in rank r's recv. send is not
+// modified.
+func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, op reduce.Op) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	return e.run(ctx, spec{coll: CollReduceScatter, dt: reduce.DTypeOf[T](), op: op, count: int64(len(recv)), nbytes: len(sb),
+		check: func() error {
+			if len(send) != p*len(recv) {
+				return lenErr("send", len(send), p*len(recv))
+			}
+			return nil
+		}},
+		func(c *call, alg Algorithm) error {
+			work := scratch.get(len(sb))
+			defer scratch.put(work)
+			copy(work, sb)
+			// The block helpers split c.h.count elements; here the vector
+			// has p·m of them, in blocks of exactly m.
+			m := c.h.count
+			c.h.count = m * int64(p)
+			defer func() { c.h.count = m }()
+			var err error
+			switch alg {
+			case RecursiveHalving:
+				var f fold
+				if f, err = c.halvingReduceScatter(work); err == nil {
+					err = c.unfoldBlock(f, work, rb)
+				}
+			case Ring:
+				if err = c.ringReduceScatter(work); err == nil {
+					copy(rb, block(work, c.esize, int(c.h.count), p, c.me))
+				}
+			default:
+				if err = c.orderedReduceScatter(work); err == nil {
+					copy(rb, block(work, c.esize, int(c.h.count), p, c.me))
+				}
+			}
+			if err == nil && c.kern.Finish != nil {
+				c.kern.Finish(rb, c.n)
+			}
+			return err
+		})
+}
+
+// unfoldBlock finishes the recursive-halving reduce-scatter: new rank j
+// holds the blocks of old ranks first(j)..last(j); each keeps its own and
+// the odd rank of a folded pair hands the even one its block.
+func (c *call) unfoldBlock(f fold, work, recv []byte) error {
+	p, es, cnt := c.n, c.esize, int(c.h.count)
+	me := c.me
+	if me < 2*f.rem && me%2 == 0 {
+		return c.recvWait(me+1, recv)
+	}
+	copy(recv, block(work, es, cnt, p, me))
+	if me < 2*f.rem {
+		s, err := c.send(me-1, block(work, es, cnt, p, me-1), c.h.count)
+		if err != nil {
+			return err
+		}
+		return s.wait()
+	}
+	return nil
+}
+
+// Allgather concatenates every rank's send, in rank order, into every
+// rank's recv (len(recv) == p·len(send)).
+func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	return e.run(ctx, spec{coll: CollAllgather, dt: reduce.DTypeOf[T](), count: int64(len(send)), nbytes: len(rb),
+		check: func() error {
+			if len(recv) != p*len(send) {
+				return lenErr("recv", len(recv), p*len(send))
+			}
+			return nil
+		}},
+		func(c *call, alg Algorithm) error {
+			copy(c.rblock(rb, c.me), sb)
+			switch alg {
+			case RecursiveDoubling:
+				return c.allgatherRD(rb)
+			case Bruck:
+				return c.allgatherBruck(rb)
+			}
+			return c.allgatherRing(rb)
+		})
+}
+
+// Allgatherv is Allgather with per-rank counts: rank r contributes
+// counts[r] elements, placed at the prefix sum of the counts before r.
+// Every rank must pass the same counts.
+func Allgatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, counts []int) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return e.run(ctx, spec{coll: CollAllgatherv, dt: reduce.DTypeOf[T](), count: int64(total), nbytes: len(rb),
+		check: func() error {
+			if err := checkCounts(counts, p); err != nil {
+				return err
+			}
+			if len(send) != counts[e.rank] {
+				return lenErr("send", len(send), counts[e.rank])
+			}
+			if len(recv) != total {
+				return lenErr("recv", len(recv), total)
+			}
+			return nil
+		}},
+		func(c *call, alg Algorithm) error {
+			off := prefix(counts)
+			copy(rb[off[c.me]*c.esize:], sb)
+			return c.allgathervRing(rb, counts)
+		})
+}
+
+func checkCounts(counts []int, p int) error {
+	if len(counts) != p {
+		return fmt.Errorf("%w: %d counts for %d ranks", ErrInvalidArgument, len(counts), p)
+	}
+	for i, n := range counts {
+		if n < 0 {
+			return fmt.Errorf("%w: counts[%d] = %d is negative", ErrInvalidArgument, i, n)
+		}
+	}
+	return nil
+}
+
+// Gather concatenates every rank's send into root's recv, in rank order
+// (len(recv) == p·len(send) at the root; recv is ignored elsewhere).
+func Gather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, root int) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	return e.run(ctx, spec{coll: CollGather, dt: reduce.DTypeOf[T](), root: root, count: int64(len(send)), nbytes: p * len(sb),
+		check: func() error {
+			if e.rank == root && len(recv) != p*len(send) {
+				return lenErr("recv", len(recv), p*len(send))
+			}
+			return nil
+		}},
+		func(c *call, alg Algorithm) error {
+			if alg == Binomial {
+				return c.gatherBinomial(sb, rb, root)
+			}
+			return c.gatherLinear(sb, rb, root)
+		})
+}
+
+// Gatherv gathers counts[r] elements from each rank r into root's recv
+// (prefix-sum layout). counts matters at the root only; each rank's
+// len(send) must equal the root's counts entry for it.
+func Gatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, counts []int, root int) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	return e.run(ctx, spec{coll: CollGatherv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(sb),
+		check: func() error {
+			if e.rank != root {
+				return nil
+			}
+			if err := checkCounts(counts, p); err != nil {
+				return err
+			}
+			if len(send) != counts[root] {
+				return lenErr("send", len(send), counts[root])
+			}
+			if t := prefix(counts)[p]; len(recv) != t {
+				return lenErr("recv", len(recv), t)
+			}
+			return nil
+		}},
+		func(c *call, _ Algorithm) error { return c.gathervLinear(sb, rb, counts, root) })
+}
+
+// Scatter sends block r of root's send (p blocks of len(recv) elements) to
+// rank r's recv.
+func Scatter[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, root int) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	return e.run(ctx, spec{coll: CollScatter, dt: reduce.DTypeOf[T](), root: root, count: int64(len(recv)), nbytes: p * len(rb),
+		check: func() error {
+			if e.rank == root && len(send) != p*len(recv) {
+				return lenErr("send", len(send), p*len(recv))
+			}
+			return nil
+		}},
+		func(c *call, alg Algorithm) error {
+			if alg == Binomial {
+				return c.scatterBinomial(sb, rb, root)
+			}
+			return c.scatterLinear(sb, rb, root)
+		})
+}
+
+// Scatterv sends counts[r] elements of root's send (prefix-sum layout) to
+// rank r's recv, whose length must equal that count.
+func Scatterv[T reduce.Element](ctx context.Context, e *Engine, send []T, counts []int, recv []T, root int) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	return e.run(ctx, spec{coll: CollScatterv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(rb),
+		check: func() error {
+			if e.rank != root {
+				return nil
+			}
+			if err := checkCounts(counts, p); err != nil {
+				return err
+			}
+			if len(recv) != counts[root] {
+				return lenErr("recv", len(recv), counts[root])
+			}
+			if t := prefix(counts)[p]; len(send) != t {
+				return lenErr("send", len(send), t)
+			}
+			return nil
+		}},
+		func(c *call, _ Algorithm) error { return c.scattervLinear(sb, rb, counts, root) })
+}
+
+// Alltoall sends block j of every rank's send to rank j, where it lands as
+// block i (i the sender) of recv. len(send) == len(recv) == p·m.
+func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	return e.run(ctx, spec{coll: CollAlltoall, dt: reduce.DTypeOf[T](), count: int64(len(send) / p), nbytes: len(sb),
+		check: func() error {
+			if len(send)%p != 0 {
+				return fmt.Errorf("%w: send has %d elements, not a multiple of %d ranks", ErrInvalidArgument, len(send), p)
+			}
+			if len(recv) != len(send) {
+				return lenErr("recv", len(recv), len(send))
+			}
+			return nil
+		}},
+		func(c *call, alg Algorithm) error {
+			if alg == Bruck {
+				return c.alltoallBruck(sb, rb)
+			}
+			return c.alltoallPairwise(sb, rb)
+		})
+}
+
+// Alltoallv sends scounts[j] elements to rank j and receives rcounts[i]
+// from rank i (prefix-sum layouts). Each rank's rcounts[i] must equal rank
+// i's scounts entry for it.
+func Alltoallv[T reduce.Element](ctx context.Context, e *Engine, send []T, scounts []int, recv []T, rcounts []int) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	p := e.size
+	return e.run(ctx, spec{coll: CollAlltoallv, dt: reduce.DTypeOf[T](), nbytes: len(sb),
+		check: func() error {
+			if err := checkCounts(scounts, p); err != nil {
+				return err
+			}
+			if err := checkCounts(rcounts, p); err != nil {
+				return err
+			}
+			if t := prefix(scounts)[p]; len(send) != t {
+				return lenErr("send", len(send), t)
+			}
+			if t := prefix(rcounts)[p]; len(recv) != t {
+				return lenErr("recv", len(recv), t)
+			}
+			return nil
+		}},
+		func(c *call, _ Algorithm) error { return c.alltoallvPairwise(sb, scounts, rb, rcounts) })
+}
+
+// Scan replaces buf on rank r with the reduction of ranks 0..r's buf, in
+// rank order. With Avg, rank r divides by r+1.
+func Scan[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op) error {
+	return scan(ctx, e, buf, op, false)
+}
+
+// Exscan replaces buf on rank r > 0 with the reduction of ranks 0..r−1's
+// buf; rank 0's buf is left unchanged (MPI leaves it undefined). With Avg,
+// rank r divides by r.
+func Exscan[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op) error {
+	return scan(ctx, e, buf, op, true)
+}
+
+func scan[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op, exclusive bool) error {
+	b := reduce.Bytes(buf)
+	coll := CollScan
+	if exclusive {
+		coll = CollExscan
+	}
+	return e.run(ctx, spec{coll: coll, dt: reduce.DTypeOf[T](), op: op, count: int64(len(buf)), nbytes: len(b)},
+		func(c *call, _ Algorithm) error {
+			have, err := c.scanRD(b, exclusive)
+			if err == nil && have && c.kern.Finish != nil {
+				n := c.me + 1
+				if exclusive {
+					n = c.me
+				}
+				c.kern.Finish(b, n)
+			}
+			return err
+		})
+}

@@ -1,0 +1,396 @@
+package coltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rdmago/rdmago/collectives"
+)
+
+// Sentinel causes of the fake's errors.
+var (
+	// ErrPeerLost: a rank of the world was killed (Kill or FailAfter).
+	// Every pending and later operation on every rank fails with a
+	// *PeerLostError wrapping it, as the p2p layer promises.
+	ErrPeerLost = errors.New("peer lost")
+	// ErrTruncated: a message was larger than the receive buffer.
+	ErrTruncated = errors.New("message truncated")
+	// ErrInvalid: bad arguments (peer out of range, negative tag, ...).
+	ErrInvalid = errors.New("invalid argument")
+)
+
+// PeerLostError names the lost rank.
+type PeerLostError struct{ Rank int }
+
+func (e *PeerLostError) Error() string { return fmt.Sprintf("rank %d lost", e.Rank) }
+func (e *PeerLostError) Unwrap() error { return ErrPeerLost }
+
+// Options shape a World.
+type Options struct {
+	// Hosts gives each rank's host index; when set, groups implement
+	// collectives.Topology. Its length must be the rank count.
+	Hosts []int
+	// OneSided makes groups implement collectives.OneSided.
+	OneSided bool
+	// Latency and Bandwidth, when Latency > 0, make groups implement
+	// collectives.LinkInfo. Inter* apply between different hosts (default:
+	// the same as intra).
+	Latency, InterLatency     time.Duration
+	Bandwidth, InterBandwidth float64
+	// FailAfter kills rank FailRank once it has sent FailAfter messages
+	// (0 disables). It simulates a peer dying in the middle of a collective.
+	FailRank, FailAfter int
+}
+
+// World is N ranks connected by in-memory mailboxes. Messages are copied at
+// Isend (an eager protocol), so sends complete at once; receives match per
+// (source, tag) in FIFO order.
+type World struct {
+	n     int
+	opts  Options
+	boxes []*mailbox
+
+	mu    sync.Mutex
+	lost  error // *PeerLostError once a rank died
+	sent  []int
+	wins  map[int][]*window // exposure index → window per rank
+	wexp  []int             // per rank: number of Expose calls so far
+	wcond *sync.Cond
+}
+
+// NewWorld makes a world of n ranks.
+func NewWorld(n int, opts Options) *World {
+	w := &World{n: n, opts: opts, sent: make([]int, n), wins: map[int][]*window{}, wexp: make([]int, n)}
+	w.wcond = sync.NewCond(&w.mu)
+	for i := 0; i < n; i++ {
+		w.boxes = append(w.boxes, &mailbox{w: w, queues: map[key]*queue{}})
+	}
+	return w
+}
+
+// Group returns rank's view of the world. What it implements depends on
+// Options: always collectives.Group; OneSided, Topology, LinkInfo when
+// configured.
+func (w *World) Group(rank int) collectives.Group {
+	g := &group{w: w, rank: rank}
+	hasTopo, hasLink := w.opts.Hosts != nil, w.opts.Latency > 0
+	switch {
+	case w.opts.OneSided && hasTopo && hasLink:
+		return struct {
+			*group
+			*oneSided
+			*topo
+			*link
+		}{g, &oneSided{g}, &topo{g}, &link{g}}
+	case w.opts.OneSided && hasTopo:
+		return struct {
+			*group
+			*oneSided
+			*topo
+		}{g, &oneSided{g}, &topo{g}}
+	case w.opts.OneSided && hasLink:
+		return struct {
+			*group
+			*oneSided
+			*link
+		}{g, &oneSided{g}, &link{g}}
+	case hasTopo && hasLink:
+		return struct {
+			*group
+			*topo
+			*link
+		}{g, &topo{g}, &link{g}}
+	case w.opts.OneSided:
+		return struct {
+			*group
+			*oneSided
+		}{g, &oneSided{g}}
+	case hasTopo:
+		return struct {
+			*group
+			*topo
+		}{g, &topo{g}}
+	case hasLink:
+		return struct {
+			*group
+			*link
+		}{g, &link{g}}
+	}
+	return g
+}
+
+// Kill simulates the loss of rank: every pending and later operation of
+// every rank fails with a *PeerLostError naming it.
+func (w *World) Kill(rank int) {
+	w.mu.Lock()
+	if w.lost == nil {
+		w.lost = &PeerLostError{Rank: rank}
+	}
+	err := w.lost
+	w.wcond.Broadcast()
+	w.mu.Unlock()
+	for _, b := range w.boxes {
+		b.failAll(err)
+	}
+	w.mu.Lock()
+	for _, ws := range w.wins {
+		for _, win := range ws {
+			if win != nil {
+				for _, q := range win.notes {
+					q.fail(err)
+				}
+			}
+		}
+	}
+	w.mu.Unlock()
+}
+
+func (w *World) lostErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lost
+}
+
+// Run runs fn on every rank in its own goroutine and returns each rank's
+// error.
+func (w *World) Run(fn func(rank int, g collectives.Group) error) []error {
+	errs := make([]error, w.n)
+	var wg sync.WaitGroup
+	for r := 0; r < w.n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = fn(r, w.Group(r))
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+type key struct{ src, tag int }
+
+// queue holds, for one (source, tag) at one receiver, the messages that
+// arrived before a receive and the receives posted before a message.
+type queue struct {
+	msgs  [][]byte
+	recvs []*request
+}
+
+type mailbox struct {
+	w      *World
+	mu     sync.Mutex
+	queues map[key]*queue
+}
+
+func (b *mailbox) q(k key) *queue {
+	q := b.queues[k]
+	if q == nil {
+		q = &queue{}
+		b.queues[k] = q
+	}
+	return q
+}
+
+func (b *mailbox) failAll(err error) {
+	b.mu.Lock()
+	var rs []*request
+	for _, q := range b.queues {
+		rs = append(rs, q.recvs...)
+		q.recvs = nil
+	}
+	b.mu.Unlock()
+	for _, r := range rs {
+		r.complete(0, err)
+	}
+}
+
+func (b *mailbox) remove(k key, r *request) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.queues[k]
+	if q == nil {
+		return false
+	}
+	for i, x := range q.recvs {
+		if x == r {
+			q.recvs = append(q.recvs[:i], q.recvs[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// request is a fake Isend/Irecv.
+type request struct {
+	done chan struct{}
+	n    int
+	err  error
+	buf  []byte
+	once sync.Once
+
+	mu       sync.Mutex
+	stop     func() bool
+	finished bool
+}
+
+func (r *request) complete(n int, err error) {
+	r.once.Do(func() {
+		r.n, r.err = n, err
+		r.mu.Lock()
+		r.finished = true
+		stop := r.stop
+		r.mu.Unlock()
+		if stop != nil {
+			stop()
+		}
+		close(r.done)
+	})
+}
+
+func (r *request) setStop(stop func() bool) {
+	r.mu.Lock()
+	fin := r.finished
+	if !fin {
+		r.stop = stop
+	}
+	r.mu.Unlock()
+	if fin {
+		stop()
+	}
+}
+
+func (r *request) Wait(ctx context.Context) (int, error) {
+	select {
+	case <-r.done:
+		return r.n, r.err
+	default:
+	}
+	select {
+	case <-r.done:
+		return r.n, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+func doneRequest(n int, err error) *request {
+	r := &request{done: make(chan struct{}), n: n, err: err}
+	close(r.done)
+	return r
+}
+
+type group struct {
+	w    *World
+	rank int
+}
+
+func (g *group) Rank() int { return g.rank }
+func (g *group) Size() int { return g.w.n }
+
+func (g *group) check(peer, tag int, buf []byte) error {
+	if peer < 0 || peer >= g.w.n {
+		return fmt.Errorf("%w: peer %d out of range [0, %d)", ErrInvalid, peer, g.w.n)
+	}
+	if tag < 0 {
+		return fmt.Errorf("%w: negative tag %d", ErrInvalid, tag)
+	}
+	return g.w.lostErr()
+}
+
+func (g *group) Isend(ctx context.Context, peer, tag int, buf []byte) (collectives.Request, error) {
+	if err := g.check(peer, tag, buf); err != nil {
+		return nil, err
+	}
+	w := g.w
+	if w.opts.FailAfter > 0 && g.rank == w.opts.FailRank {
+		w.mu.Lock()
+		w.sent[g.rank]++
+		die := w.sent[g.rank] >= w.opts.FailAfter
+		w.mu.Unlock()
+		if die {
+			w.Kill(g.rank)
+			return nil, w.lostErr()
+		}
+	}
+	msg := append([]byte(nil), buf...)
+	b := w.boxes[peer]
+	k := key{g.rank, tag}
+	b.mu.Lock()
+	q := b.q(k)
+	if len(q.recvs) > 0 {
+		r := q.recvs[0]
+		q.recvs = q.recvs[1:]
+		b.mu.Unlock()
+		deliver(r, msg)
+	} else {
+		q.msgs = append(q.msgs, msg)
+		b.mu.Unlock()
+	}
+	return doneRequest(len(buf), nil), nil
+}
+
+func deliver(r *request, msg []byte) {
+	if len(msg) > len(r.buf) {
+		r.complete(0, fmt.Errorf("%w: %d-byte message, %d-byte buffer", ErrTruncated, len(msg), len(r.buf)))
+		return
+	}
+	r.complete(copy(r.buf, msg), nil)
+}
+
+func (g *group) Irecv(ctx context.Context, peer, tag int, buf []byte) (collectives.Request, error) {
+	if err := g.check(peer, tag, buf); err != nil {
+		return nil, err
+	}
+	b := g.w.boxes[g.rank]
+	k := key{peer, tag}
+	r := &request{done: make(chan struct{}), buf: buf}
+	b.mu.Lock()
+	q := b.q(k)
+	if len(q.msgs) > 0 {
+		msg := q.msgs[0]
+		q.msgs = q.msgs[1:]
+		b.mu.Unlock()
+		deliver(r, msg)
+		return r, nil
+	}
+	q.recvs = append(q.recvs, r)
+	b.mu.Unlock()
+	if ctx.Done() != nil {
+		r.setStop(context.AfterFunc(ctx, func() {
+			if b.remove(k, r) {
+				r.complete(0, ctx.Err())
+			}
+		}))
+	}
+	// A rank may have died between the check and the enqueue.
+	if err := g.w.lostErr(); err != nil && b.remove(k, r) {
+		r.complete(0, err)
+	}
+	return r, nil
+}
+
+type topo struct{ g *group }
+
+func (t *topo) HostOf(rank int) int {
+	if rank < 0 || rank >= len(t.g.w.opts.Hosts) {
+		return -1
+	}
+	return t.g.w.opts.Hosts[rank]
+}
+
+type link struct{ g *group }
+
+func (l *link) Link(peer int) (time.Duration, float64) {
+	o := &l.g.w.opts
+	if o.Hosts != nil && o.Hosts[peer] != o.Hosts[l.g.rank] && o.InterLatency > 0 {
+		bw := o.InterBandwidth
+		if bw == 0 {
+			bw = o.Bandwidth
+		}
+		return o.InterLatency, bw
+	}
+	return o.Latency, o.Bandwidth
+}

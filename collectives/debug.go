@@ -1,0 +1,87 @@
+package collectives
+
+import "fmt"
+
+// fingerprint is the Debug cross-check: before any data moves, every rank
+// sends its view of the call (sequence number, collective, algorithm, op,
+// element type, count, root) to every other rank and compares the full
+// table. All ranks see the same table, so all report the same
+// disagreement, by name, without waiting for the data exchange to go wrong.
+func (c *call) fingerprint() error {
+	p := c.n
+	h := c.h
+	h.kind = kindFingerprint
+	var mine [hdrLen]byte
+	h.encode(mine[:])
+	stages := make([][]byte, p)
+	reqs := make([]*pendingReq, p)
+	for r := 0; r < p; r++ {
+		if r == c.me {
+			continue
+		}
+		stages[r] = scratch.get(hdrLen + c.e.opts.inline())
+		rq, err := c.e.g.Irecv(c.ctx, c.world(r), c.tag, stages[r])
+		if err != nil {
+			scratch.put(stages[r])
+			return c.fail(r, err)
+		}
+		reqs[r] = c.track(rq, stages[r])
+	}
+	for r := 0; r < p; r++ {
+		if r == c.me {
+			continue
+		}
+		rq, err := c.e.g.Isend(c.ctx, c.world(r), c.tag, mine[:])
+		if err != nil {
+			return c.fail(r, err)
+		}
+		c.track(rq, nil)
+	}
+	table := make([]header, p)
+	table[c.me] = c.h
+	for r := 0; r < p; r++ {
+		if r == c.me {
+			continue
+		}
+		n, err := reqs[r].r.Wait(c.ctx)
+		reqs[r].done = true
+		if err != nil {
+			return c.fail(r, err)
+		}
+		if !table[r].decode(stages[r][:n]) || table[r].kind != kindFingerprint {
+			return c.invalid(fmt.Errorf("%w: rank %d sent no fingerprint: Options.Debug must be set on every rank", ErrInvalidArgument, c.world(r)))
+		}
+	}
+	for _, rq := range c.pending {
+		if !rq.done {
+			if _, err := rq.wait(c); err != nil {
+				return c.fail(-1, err)
+			}
+		}
+	}
+	ref := &table[0]
+	for r := 1; r < p; r++ {
+		x := &table[r]
+		var m *MismatchError
+		switch {
+		case x.seq != ref.seq:
+			m = newMismatch("sequence", c.world(0), int64(ref.seq), c.world(r), int64(x.seq))
+		case x.coll != ref.coll:
+			m = newMismatch("collective", c.world(0), int64(ref.coll), c.world(r), int64(x.coll))
+		case x.op != ref.op:
+			m = newMismatch("op", c.world(0), int64(ref.op), c.world(r), int64(x.op))
+		case x.dtype != ref.dtype:
+			m = newMismatch("type", c.world(0), int64(ref.dtype), c.world(r), int64(x.dtype))
+		case x.root != ref.root:
+			m = newMismatch("root", c.world(0), int64(ref.root), c.world(r), int64(x.root))
+		case x.count != ref.count:
+			m = newMismatch("count", c.world(0), ref.count, c.world(r), x.count)
+		case x.alg != ref.alg:
+			m = newMismatch("algorithm", c.world(0), int64(ref.alg), c.world(r), int64(x.alg))
+		}
+		if m != nil {
+			return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.Peer, Err: m}
+		}
+	}
+	return nil
+}

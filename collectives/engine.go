@@ -1,0 +1,336 @@
+package collectives
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rdmago/rdmago/collectives/reduce"
+)
+
+// abortTag is where mismatch aborts travel; call tags stay below it.
+const abortTag = 1 << 30
+
+// Engine runs collectives over one Group. It holds the call sequence
+// number (which keeps back-to-back calls from cross-matching), the options,
+// the one-sided window and the mismatch watchers.
+//
+// Concurrency contract: every rank calls the collectives of one Engine in
+// the same order, one at a time. A second call while one runs fails with
+// ErrInvalidArgument; concurrent collectives need one Engine per Dup'ed
+// communicator (each with its own private tag space). Close may be called
+// from any goroutine.
+type Engine struct {
+	g     Group
+	opts  Options
+	model Model
+	rank  int
+	size  int
+
+	mu     sync.Mutex
+	seq    uint32
+	cur    *callState
+	aborts map[uint32]error
+	closed bool
+
+	wctx    context.Context
+	wcancel context.CancelFunc
+	wg      sync.WaitGroup
+
+	win    Window // one-sided window, exposed on first use
+	winBuf []byte
+
+	hosts []int // host index per rank, nil without Topology
+
+	last Algorithm // algorithm of the latest call, for tests and tools
+}
+
+// LastAlgorithm reports the algorithm the latest call ran (Auto if it
+// failed before choosing).
+func (e *Engine) LastAlgorithm() Algorithm {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.last
+}
+
+// New makes an Engine for g. With more than one rank it starts one
+// goroutine per peer that waits for mismatch aborts; Close stops them.
+func New(g Group, opts Options) (*Engine, error) {
+	if g == nil || g.Size() < 1 || g.Rank() < 0 || g.Rank() >= g.Size() {
+		return nil, fmt.Errorf("%w: group must have a rank in [0, size)", ErrInvalidArgument)
+	}
+	for c, a := range opts.Algorithms {
+		if a != Auto && !implements(c, a) {
+			return nil, fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algorithmsOf[c])
+		}
+	}
+	e := &Engine{g: g, opts: opts, rank: g.Rank(), size: g.Size(), aborts: map[uint32]error{}}
+	e.model = newModel(g, opts.Model)
+	if t, ok := g.(Topology); ok {
+		e.hosts = make([]int, e.size)
+		for r := range e.hosts {
+			e.hosts[r] = t.HostOf(r)
+		}
+	}
+	e.wctx, e.wcancel = context.WithCancel(context.Background())
+	for p := 0; p < e.size; p++ {
+		if p != e.rank {
+			e.wg.Add(1)
+			go e.watch(p)
+		}
+	}
+	return e, nil
+}
+
+// Rank and Size are the group's.
+func (e *Engine) Rank() int { return e.rank }
+func (e *Engine) Size() int { return e.size }
+
+// Group returns the group the Engine runs on.
+func (e *Engine) Group() Group { return e.g }
+
+// Close stops the watchers and releases the one-sided window. Collectives
+// after Close fail with ErrClosed.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.wcancel()
+	e.wg.Wait()
+	var err error
+	if e.win != nil {
+		err = e.win.Close()
+		scratch.put(e.winBuf)
+		e.win, e.winBuf = nil, nil
+	}
+	return err
+}
+
+// watch receives mismatch aborts from peer until Close (or the group fails).
+func (e *Engine) watch(peer int) {
+	defer e.wg.Done()
+	buf := make([]byte, hdrLen)
+	for {
+		req, err := e.g.Irecv(e.wctx, peer, abortTag, buf)
+		if err != nil {
+			return
+		}
+		n, err := req.Wait(e.wctx)
+		if err != nil {
+			return
+		}
+		var h header
+		if !h.decode(buf[:n]) || h.kind != kindAbort {
+			continue
+		}
+		e.onAbort(h.seq, mismatchFromAbort(&h))
+	}
+}
+
+func (e *Engine) onAbort(seq uint32, m error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.cur != nil && e.cur.seq == seq:
+		if e.cur.abort == nil {
+			e.cur.abort = m
+		}
+		e.cur.cancel()
+	case int32(seq-e.seq) > 0: // a call this rank has not started yet
+		if len(e.aborts) < 1024 {
+			e.aborts[seq] = m
+		}
+	}
+}
+
+// callState is what one collective call shares among its phases.
+type callState struct {
+	e       *Engine
+	parent  context.Context
+	ctx     context.Context
+	cancel  context.CancelFunc
+	seq     uint32
+	op      string
+	alg     Algorithm
+	abort   error // a peer's abort (mismatch or invalid arguments), under e.mu
+	pending []*pendingReq
+}
+
+type pendingReq struct {
+	r    Request
+	done bool
+	buf  []byte // staging buffer to return to the pool once done
+}
+
+// call is one phase of a collective: the callState plus the view of the
+// group the phase runs on and the header template its messages carry.
+type call struct {
+	*callState
+	ranks []int // view rank → group rank; nil means identity
+	me    int   // this rank in the view
+	n     int   // view size
+	h     header
+	tag   int
+	kern  reduce.Kernel
+	esize int
+}
+
+// begin starts a call: it takes the next sequence number, checks that no
+// other call runs and that no peer already aborted this one.
+func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern reduce.Kernel, esize int, root int, count int64) (*call, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: ErrClosed}
+	}
+	if e.cur != nil {
+		e.mu.Unlock()
+		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: %v called while %s #%d runs on the same Engine; use one Engine (communicator) per concurrent stream of collectives", ErrInvalidArgument, coll, e.cur.op, e.cur.seq)}
+	}
+	e.seq++
+	e.last = alg
+	st := &callState{e: e, parent: ctx, seq: e.seq, op: coll.String(), alg: alg}
+	st.ctx, st.cancel = context.WithCancel(ctx)
+	if m := e.aborts[e.seq]; m != nil {
+		delete(e.aborts, e.seq)
+		st.abort = m
+		st.cancel()
+	}
+	e.cur = st
+	e.mu.Unlock()
+	c := &call{callState: st, me: e.rank, n: e.size, kern: kern, esize: esize}
+	c.h = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
+	c.tag = int(st.seq&(1<<29-1)) << 1
+	if st.abort != nil {
+		return c, c.end(c.failAbort())
+	}
+	return c, nil
+}
+
+// end finishes the call: on error it cancels and waits for every request
+// still in flight (so no buffer is touched after return) and wraps err.
+func (c *call) end(err error) error {
+	st := c.callState
+	if err != nil {
+		st.cancel()
+	}
+	for _, p := range st.pending {
+		if !p.done {
+			p.r.Wait(context.Background()) // cancelled above: returns promptly per the Group contract
+			p.done = true
+		}
+		scratch.put(p.buf)
+	}
+	st.pending = nil
+	st.cancel()
+	st.e.mu.Lock()
+	if st.e.cur == st {
+		st.e.cur = nil
+	}
+	st.e.mu.Unlock()
+	if err == nil {
+		return nil
+	}
+	var ce *Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	return &Error{Op: st.op, Algorithm: st.alg.String(), Seq: st.seq, Rank: st.e.rank, Peer: -1, Err: err}
+}
+
+// sub returns a phase of the same call over a subset of the group (ranks
+// lists group ranks in view order; this rank must be among them).
+func (c *call) sub(ranks []int, root int) *call {
+	s := *c
+	s.ranks = ranks
+	s.n = len(ranks)
+	s.me = -1
+	for i, r := range ranks {
+		if r == c.e.rank {
+			s.me = i
+		}
+	}
+	s.h.root = int32(root)
+	return &s
+}
+
+func (c *call) world(v int) int {
+	if c.ranks == nil {
+		return v
+	}
+	return c.ranks[v]
+}
+
+// fail wraps err from a request with peer (a view rank). A peer's abort or
+// the caller's deadline take precedence over the cancellation they caused.
+func (c *call) fail(peer int, err error) error {
+	wp := -1
+	if peer >= 0 {
+		wp = c.world(peer)
+	}
+	if ab := c.abortErr(); ab != nil {
+		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: ab}
+	}
+	if c.parent.Err() != nil {
+		err = fmt.Errorf("waiting for rank %d: %w", wp, context.Cause(c.parent))
+	}
+	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: wp, Err: err}
+}
+
+func (c *call) abortErr() error {
+	c.e.mu.Lock()
+	defer c.e.mu.Unlock()
+	return c.abort
+}
+
+func (c *call) failAbort() error {
+	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: c.abortErr()}
+}
+
+// mismatch records a disagreement found on this rank, tells every rank of
+// the group (so those waiting elsewhere stop too) and returns the error.
+func (c *call) mismatch(m *MismatchError) error {
+	c.e.mu.Lock()
+	if c.abort == nil {
+		c.abort = m
+	}
+	c.e.mu.Unlock()
+	c.cancel()
+	c.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
+	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.Peer, Err: m}
+}
+
+// invalid reports a bad argument on this rank: the other ranks are told
+// (and fail with a *PeerError) so that none waits for this one.
+func (c *call) invalid(err error) error {
+	c.e.mu.Lock()
+	if c.abort == nil {
+		c.abort = err
+	}
+	c.e.mu.Unlock()
+	c.cancel()
+	c.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatInvalid, rankA: int32(c.e.rank)})
+	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: err}
+}
+
+func (c *call) broadcastAbort(h header) {
+	var b [hdrLen]byte
+	h.encode(b[:])
+	var reqs []Request
+	for p := 0; p < c.e.size; p++ {
+		if p == c.e.rank {
+			continue
+		}
+		if r, err := c.e.g.Isend(c.e.wctx, p, abortTag, b[:]); err == nil {
+			reqs = append(reqs, r)
+		}
+	}
+	for _, r := range reqs {
+		r.Wait(c.parent) // best effort: a lost peer must not keep us here
+	}
+}

@@ -1,0 +1,92 @@
+package collectives
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel causes, tested with errors.Is.
+var (
+	// ErrMismatch: ranks called a collective with different counts, ops,
+	// element types, roots or algorithms. The error is a *MismatchError.
+	ErrMismatch = errors.New("collective arguments differ across ranks")
+	// ErrInvalidArgument: a bad argument on this rank (root out of range,
+	// buffer lengths that do not fit the collective, unknown algorithm).
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrUnsupported: the op is not defined for the element type, or an
+	// algorithm needs a capability the group lacks.
+	ErrUnsupported = errors.New("not supported")
+	// ErrClosed: the Engine was closed.
+	ErrClosed = errors.New("engine closed")
+	// ErrProtocol: a message that is not a collectives message of this call
+	// (corrupt header).
+	ErrProtocol = errors.New("protocol error")
+)
+
+// Error carries the context of a failed collective: which collective (and
+// its sequence number on this Engine), on which rank, talking to which peer
+// (-1 if none), with which algorithm.
+type Error struct {
+	Op        string // "allreduce", "bcast", ...
+	Algorithm string
+	Seq       uint32
+	Rank      int
+	Peer      int
+	Err       error
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("collectives: %s #%d", e.Op, e.Seq)
+	if e.Algorithm != "" {
+		s += " (" + e.Algorithm + ")"
+	}
+	s += fmt.Sprintf(" on rank %d", e.Rank)
+	if e.Peer >= 0 {
+		s += fmt.Sprintf(" with peer %d", e.Peer)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// MismatchError says which two ranks disagree about what. It matches
+// ErrMismatch with errors.Is.
+type MismatchError struct {
+	What      string // "count", "op", "type", "root", "algorithm", "sequence", "bytes"
+	Rank      int    // a rank and its value
+	Value     int64
+	Peer      int // the rank it disagrees with, and that rank's value
+	PeerValue int64
+	// Names, when set, render Value and PeerValue (op and type names).
+	Name, PeerName string
+}
+
+func (e *MismatchError) Error() string {
+	v, pv := fmt.Sprint(e.Value), fmt.Sprint(e.PeerValue)
+	if e.Name != "" || e.PeerName != "" {
+		v, pv = e.Name, e.PeerName
+	}
+	unit := ""
+	if e.What == "count" {
+		unit = " elements"
+	}
+	if e.What == "bytes" {
+		unit = " bytes"
+	}
+	return fmt.Sprintf("%s mismatch: rank %d has %s%s, rank %d has %s%s", e.What, e.Rank, v, unit, e.Peer, pv, unit)
+}
+
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// PeerError says that another rank failed the call on its own (it passed
+// invalid arguments), so this rank stopped too instead of waiting for it.
+type PeerError struct {
+	Rank int
+	Err  error
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("rank %d failed the call: %v", e.Rank, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }

@@ -1,0 +1,82 @@
+package collectives
+
+import (
+	"context"
+	"time"
+)
+
+// Group is what the collectives need from the layer below: a rank, a size
+// and tagged byte messages to every peer. comm adapts the p2p layer to it;
+// coltest provides an in-memory fake.
+//
+// Contract the algorithms rely on:
+//   - Tags 0 ≤ tag ≤ MaxTag are the collectives' private tag space: they
+//     never match messages of the user or of another Group.
+//   - Messages from one sender to one receiver with the same tag are
+//     matched in the order they were sent (non-overtaking).
+//   - A receive buffer smaller than the message fails that receive with an
+//     error (the message is consumed); Wait returns the received byte count.
+//   - Isend's buffer is not modified and must not be modified by the caller
+//     until Wait returns; Irecv's buffer belongs to the group until Wait
+//     returns.
+//   - Cancelling the ctx passed to Isend/Irecv ends the request promptly:
+//     Wait then returns an error and the group no longer touches the buffer.
+//   - When a peer is lost, every pending and later request of every rank of
+//     the group fails with an error naming the lost rank (the p2p layer's
+//     communicator-wide failure rule); the collectives wrap that error.
+//
+// Isend and Irecv may be called from several goroutines at once (the
+// mismatch watchers receive concurrently with a running collective).
+type Group interface {
+	Rank() int
+	Size() int
+	Isend(ctx context.Context, peer, tag int, buf []byte) (Request, error)
+	Irecv(ctx context.Context, peer, tag int, buf []byte) (Request, error)
+}
+
+// MaxTag is the largest tag the collectives use.
+const MaxTag = 1<<31 - 1
+
+// Request is a pending Isend or Irecv. Wait may be called once; it returns
+// the byte count sent or received.
+type Request interface {
+	Wait(ctx context.Context) (n int, err error)
+}
+
+// OneSided is an optional Group capability: windows that peers write into
+// with a notification (RDMA WRITE_WITH_IMM). The one-sided ring allreduce
+// needs it.
+type OneSided interface {
+	// Expose makes buf writable by every peer. It is collective: every rank
+	// calls it in the same order (keys are exchanged), and returns when all
+	// ranks' windows are usable.
+	Expose(ctx context.Context, buf []byte) (Window, error)
+}
+
+// Window is one rank's exposed buffer plus handles to every peer's window.
+// Put and WaitNotify may run concurrently with each other.
+type Window interface {
+	// Put copies src into peer's window at byte offset off and then delivers
+	// imm to peer: when the peer's WaitNotify returns imm, the data is in
+	// place. A zero-length Put only notifies. Puts to one peer arrive in
+	// order. src must not change until the request's Wait returns.
+	Put(ctx context.Context, peer, off int, src []byte, imm uint32) (Request, error)
+	// WaitNotify returns the next notification from peer, in order.
+	WaitNotify(ctx context.Context, peer int) (imm uint32, err error)
+	// Close releases the window (collective, like Expose).
+	Close() error
+}
+
+// Topology is an optional Group capability for hierarchical algorithms:
+// which ranks share a host (and therefore a fast link).
+type Topology interface {
+	// HostOf returns a host index; ranks with the same index share a host.
+	HostOf(rank int) int
+}
+
+// LinkInfo is an optional Group capability feeding the cost model.
+type LinkInfo interface {
+	// Link estimates the one-way latency of a small message to peer and the
+	// bandwidth (bytes per second) of the link to it.
+	Link(peer int) (latency time.Duration, bandwidth float64)
+}

@@ -1,0 +1,74 @@
+package collectives_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/coltest"
+)
+
+var (
+	rankCounts = []int{1, 2, 3, 4, 5, 7, 8, 16}
+	sizes      = []int{0, 1, 7, 1000}
+	long       = os.Getenv("RDMAGO_LONG") == "1"
+)
+
+// world runs fn on n ranks over a fresh coltest world, each with its own
+// Engine, under a deadline so that a bug fails instead of hanging.
+func world(t testing.TB, n int, wo coltest.Options, eo collectives.Options, fn func(ctx context.Context, e *collectives.Engine, rank int) error) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w := coltest.NewWorld(n, wo)
+	return w.Run(func(rank int, g collectives.Group) error {
+		e, err := collectives.New(g, eo)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		return fn(ctx, e, rank)
+	})
+}
+
+func requireAllOK(t testing.TB, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+func force(c collectives.Collective, a collectives.Algorithm) collectives.Options {
+	return collectives.Options{Algorithms: map[collectives.Collective]collectives.Algorithm{c: a}}
+}
+
+// worldFor gives the world options an algorithm needs (windows, topology).
+func worldFor(a collectives.Algorithm, n int) coltest.Options {
+	var o coltest.Options
+	switch a {
+	case collectives.RingOneSided:
+		o.OneSided = true
+	case collectives.Hierarchical:
+		o.Hosts = make([]int, n)
+		for r := range o.Hosts {
+			o.Hosts[r] = r * 3 / n // up to three hosts of uneven size
+		}
+	}
+	return o
+}
+
+func name(kv ...any) string {
+	s := ""
+	for i := 0; i+1 < len(kv); i += 2 {
+		if s != "" {
+			s += "/"
+		}
+		s += fmt.Sprintf("%v=%v", kv[i], kv[i+1])
+	}
+	return s
+}

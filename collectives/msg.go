@@ -1,0 +1,190 @@
+package collectives
+
+import "fmt"
+
+// outMsg is a send in flight: the header (with the payload when small) and,
+// for a large payload, the payload itself as a second message.
+type outMsg struct {
+	c      *call
+	peer   int
+	hr, pr *pendingReq
+}
+
+// send starts sending payload to view rank peer, announcing count (the
+// element count the receiver must agree with).
+func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
+	wp := c.world(peer)
+	h := c.h
+	h.count = count
+	h.payload = int64(len(payload))
+	h.split = len(payload) > c.e.opts.inline()
+	n := hdrLen
+	if !h.split {
+		n += len(payload)
+	}
+	stage := scratch.get(n)
+	h.encode(stage)
+	if !h.split {
+		copy(stage[hdrLen:], payload)
+	}
+	m := &outMsg{c: c, peer: peer}
+	r, err := c.e.g.Isend(c.ctx, wp, c.tag, stage)
+	if err != nil {
+		scratch.put(stage)
+		return nil, c.fail(peer, err)
+	}
+	m.hr = c.track(r, stage)
+	if h.split {
+		r, err := c.e.g.Isend(c.ctx, wp, c.tag|1, payload)
+		if err != nil {
+			return nil, c.fail(peer, err)
+		}
+		m.pr = c.track(r, nil)
+	}
+	return m, nil
+}
+
+func (c *call) track(r Request, buf []byte) *pendingReq {
+	p := &pendingReq{r: r, buf: buf}
+	c.pending = append(c.pending, p)
+	return p
+}
+
+// wait waits for a tracked request and recycles its staging buffer.
+func (p *pendingReq) wait(c *call) (int, error) {
+	if p.done {
+		return 0, nil
+	}
+	n, err := p.r.Wait(c.ctx)
+	p.done = true
+	if err == nil {
+		scratch.put(p.buf)
+		p.buf = nil
+	}
+	return n, err
+}
+
+func (m *outMsg) wait() error {
+	if m == nil {
+		return nil
+	}
+	if _, err := m.hr.wait(m.c); err != nil {
+		return m.c.fail(m.peer, err)
+	}
+	if m.pr != nil {
+		if _, err := m.pr.wait(m.c); err != nil {
+			return m.c.fail(m.peer, err)
+		}
+	}
+	return nil
+}
+
+// inMsg is a receive in flight into dst.
+type inMsg struct {
+	c     *call
+	peer  int
+	dst   []byte
+	count int64
+	stage []byte
+	hr    *pendingReq
+}
+
+// recv starts receiving from view rank peer into dst; the sender must
+// announce count elements and len(dst) bytes.
+func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
+	stage := scratch.get(hdrLen + c.e.opts.inline())
+	r, err := c.e.g.Irecv(c.ctx, c.world(peer), c.tag, stage)
+	if err != nil {
+		scratch.put(stage)
+		return nil, c.fail(peer, err)
+	}
+	return &inMsg{c: c, peer: peer, dst: dst, count: count, stage: stage, hr: c.track(r, stage)}, nil
+}
+
+// wait completes the receive: header, checks, then the payload.
+func (m *inMsg) wait() error {
+	if m == nil {
+		return nil
+	}
+	c := m.c
+	if m.hr.done {
+		return nil
+	}
+	n, err := m.hr.r.Wait(c.ctx)
+	m.hr.done = true
+	if err != nil {
+		return c.fail(m.peer, err)
+	}
+	defer func() { scratch.put(m.stage); m.hr.buf = nil }()
+	var h header
+	if !h.decode(m.stage[:n]) || h.kind != kindData {
+		return c.fail(m.peer, fmt.Errorf("%w: malformed header (%d bytes)", ErrProtocol, n))
+	}
+	if mm := c.check(m.peer, &h, m.count, len(m.dst)); mm != nil {
+		return c.mismatch(mm)
+	}
+	if !h.split {
+		if int64(n-hdrLen) != h.payload {
+			return c.fail(m.peer, fmt.Errorf("%w: header announces %d payload bytes, message has %d", ErrProtocol, h.payload, n-hdrLen))
+		}
+		copy(m.dst, m.stage[hdrLen:n])
+		return nil
+	}
+	r, err := c.e.g.Irecv(c.ctx, c.world(m.peer), c.tag|1, m.dst)
+	if err != nil {
+		return c.fail(m.peer, err)
+	}
+	n, err = c.track(r, nil).wait(c)
+	if err != nil {
+		return c.fail(m.peer, err)
+	}
+	if n != len(m.dst) {
+		return c.fail(m.peer, fmt.Errorf("%w: payload of %d bytes, header announced %d", ErrProtocol, n, len(m.dst)))
+	}
+	return nil
+}
+
+// check compares a peer's header with this rank's view of the call.
+func (c *call) check(peer int, h *header, count int64, nbytes int) *MismatchError {
+	me, wp := c.e.rank, c.world(peer)
+	switch {
+	case h.seq != c.seq:
+		return newMismatch("sequence", me, int64(c.seq), wp, int64(h.seq))
+	case h.coll != c.h.coll:
+		return newMismatch("collective", me, int64(c.h.coll), wp, int64(h.coll))
+	case h.op != c.h.op:
+		return newMismatch("op", me, int64(c.h.op), wp, int64(h.op))
+	case h.dtype != c.h.dtype:
+		return newMismatch("type", me, int64(c.h.dtype), wp, int64(h.dtype))
+	case h.root != c.h.root:
+		return newMismatch("root", me, int64(c.h.root), wp, int64(h.root))
+	case h.count != count:
+		return newMismatch("count", me, count, wp, h.count)
+	case h.alg != c.h.alg:
+		return newMismatch("algorithm", me, int64(c.h.alg), wp, int64(h.alg))
+	case h.payload != int64(nbytes):
+		return newMismatch("bytes", me, int64(nbytes), wp, h.payload)
+	}
+	return nil
+}
+
+// sendrecv sends sbuf to dst and receives rbuf from src at once.
+func (c *call) sendrecv(dst int, sbuf []byte, scount int64, src int, rbuf []byte, rcount int64) error {
+	r, err := c.recv(src, rbuf, rcount)
+	if err != nil {
+		return err
+	}
+	s, err := c.send(dst, sbuf, scount)
+	if err != nil {
+		return err
+	}
+	if err := r.wait(); err != nil {
+		return err
+	}
+	return s.wait()
+}
+
+// exchange is sendrecv with the call's own count on both sides.
+func (c *call) exchange(dst int, sbuf []byte, src int, rbuf []byte) error {
+	return c.sendrecv(dst, sbuf, c.h.count, src, rbuf, c.h.count)
+}

@@ -1,0 +1,204 @@
+package collectives
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Collective names a collective operation.
+type Collective uint8
+
+const (
+	CollBarrier Collective = iota + 1
+	CollBcast
+	CollReduce
+	CollAllreduce
+	CollAllgather
+	CollAllgatherv
+	CollReduceScatter
+	CollGather
+	CollGatherv
+	CollScatter
+	CollScatterv
+	CollAlltoall
+	CollAlltoallv
+	CollScan
+	CollExscan
+	numCollectives
+)
+
+var collNames = [...]string{"", "barrier", "bcast", "reduce", "allreduce", "allgather", "allgatherv", "reduce_scatter", "gather", "gatherv", "scatter", "scatterv", "alltoall", "alltoallv", "scan", "exscan"}
+
+func (c Collective) String() string {
+	if c > 0 && int(c) < len(collNames) {
+		return collNames[c]
+	}
+	return fmt.Sprintf("Collective(%d)", uint8(c))
+}
+
+// Algorithm names one way to run a collective. Auto lets the cost model
+// choose.
+type Algorithm uint8
+
+const (
+	Auto Algorithm = iota
+	Dissemination
+	Binomial
+	ScatterAllgather
+	Chain
+	RecursiveDoubling
+	Ring
+	Rabenseifner
+	RingOneSided
+	Ordered
+	Hierarchical
+	Bruck
+	RecursiveHalving
+	Pairwise
+	Linear
+	numAlgorithms
+)
+
+var algNames = [...]string{"auto", "dissemination", "binomial", "scatter_allgather", "chain", "recursive_doubling", "ring", "rabenseifner", "ring_onesided", "ordered", "hierarchical", "bruck", "recursive_halving", "pairwise", "linear"}
+
+func (a Algorithm) String() string {
+	if int(a) < len(algNames) {
+		return algNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// algorithmsOf lists, per collective, the algorithms that implement it (Auto
+// excluded). Ordered is the deterministic, rank-order-preserving one where a
+// reduction is involved.
+var algorithmsOf = map[Collective][]Algorithm{
+	CollBarrier:       {Dissemination},
+	CollBcast:         {Binomial, ScatterAllgather, Chain},
+	CollReduce:        {Binomial, Rabenseifner, Ordered},
+	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical},
+	CollAllgather:     {Ring, RecursiveDoubling, Bruck},
+	CollAllgatherv:    {Ring},
+	CollReduceScatter: {RecursiveHalving, Pairwise, Ring},
+	CollGather:        {Binomial, Linear},
+	CollGatherv:       {Linear},
+	CollScatter:       {Binomial, Linear},
+	CollScatterv:      {Linear},
+	CollAlltoall:      {Pairwise, Bruck},
+	CollAlltoallv:     {Pairwise},
+	CollScan:          {RecursiveDoubling},
+	CollExscan:        {RecursiveDoubling},
+}
+
+// Algorithms returns the algorithms implemented for c.
+func Algorithms(c Collective) []Algorithm { return append([]Algorithm(nil), algorithmsOf[c]...) }
+
+// Collectives lists every collective.
+func Collectives() []Collective {
+	var cs []Collective
+	for c := CollBarrier; c < numCollectives; c++ {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+func implements(c Collective, a Algorithm) bool {
+	for _, x := range algorithmsOf[c] {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// Options configure an Engine. The zero value is ready to use. Every rank of
+// a group must use the same Options (Debug and Deterministic change what is
+// sent).
+type Options struct {
+	// Algorithms forces an algorithm per collective; missing entries (and
+	// Auto) let the cost model choose. comm fills it from its options and
+	// from the environment through ParseAlgorithms.
+	Algorithms map[Collective]Algorithm
+	// Deterministic makes reductions independent of message size and
+	// algorithm for a given rank count: every element is combined as the
+	// left fold x0 ⊕ x1 ⊕ … ⊕ x(p−1), in rank order (the Ordered
+	// algorithms), and forcing another reducing algorithm is an error.
+	Deterministic bool
+	// Debug cross-checks every call's fingerprint (sequence number,
+	// collective, algorithm, op, element type, count, root) among all ranks
+	// before any data moves, so every rank reports a disagreement by name.
+	// It costs one all-to-all exchange of 64-byte messages per call.
+	Debug bool
+	// InlineBytes is the largest payload sent in the same message as its
+	// header (copied through a staging buffer). Zero means 8 KiB.
+	InlineBytes int
+	// SegmentBytes is the pipelining unit of the chain broadcast and the
+	// one-sided ring. Zero means 256 KiB.
+	SegmentBytes int
+	// Model overrides the cost model's constants (see Model); nil means
+	// defaults refined by the group's LinkInfo.
+	Model *Model
+}
+
+// ParseAlgorithms parses "allreduce=ring,bcast=chain" (the format of
+// comm's RDMAGO_ALGORITHMS variable) into Options.Algorithms, checking that
+// each algorithm implements its collective.
+func ParseAlgorithms(s string) (map[Collective]Algorithm, error) {
+	m := map[Collective]Algorithm{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		cn, an, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: algorithm override %q is not collective=algorithm", ErrInvalidArgument, item)
+		}
+		c, err := ParseCollective(strings.TrimSpace(cn))
+		if err != nil {
+			return nil, err
+		}
+		a, err := ParseAlgorithm(strings.TrimSpace(an))
+		if err != nil {
+			return nil, err
+		}
+		if a != Auto && !implements(c, a) {
+			return nil, fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algorithmsOf[c])
+		}
+		m[c] = a
+	}
+	return m, nil
+}
+
+// ParseCollective maps a name ("allreduce") to its Collective.
+func ParseCollective(s string) (Collective, error) {
+	for c := CollBarrier; c < numCollectives; c++ {
+		if c.String() == strings.ToLower(s) {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown collective %q", ErrInvalidArgument, s)
+}
+
+// ParseAlgorithm maps a name ("ring") to its Algorithm.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a := Auto; a < numAlgorithms; a++ {
+		if a.String() == strings.ToLower(s) {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown algorithm %q", ErrInvalidArgument, s)
+}
+
+func (o *Options) inline() int {
+	if o.InlineBytes > 0 {
+		return o.InlineBytes
+	}
+	return 8 << 10
+}
+
+func (o *Options) segment() int {
+	if o.SegmentBytes > 0 {
+		return o.SegmentBytes
+	}
+	return 256 << 10
+}

@@ -1,0 +1,7 @@
+package reduce
+
+import "unsafe"
+
+func aligned8(b []byte) bool {
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b)))&7 == 0
+}

@@ -1,0 +1,322 @@
+package reduce
+
+import (
+	"github.com/klauspost/cpuid/v2"
+	"gonum.org/v1/gonum/blas/gonum"
+	"gonum.org/v1/gonum/floats"
+)
+
+// Kernel choice. Go has no SIMD intrinsics, so the fast paths are: gonum's
+// SSE assembly for float32/float64 sums (axpy with α = 1, exact since
+// 1·x == x), word-parallel bitwise ops (eight bytes per step whatever the
+// element width), and 8-way unrolled loops elsewhere, which let the CPU
+// overlap independent operations. BenchmarkKernels measures each against
+// the plain loop; useAsm records whether the machine has the SSE2 baseline
+// gonum's amd64 kernels need (always true on amd64; false elsewhere, where
+// gonum falls back to Go loops we can match ourselves).
+var useAsm = cpuid.CPU.Supports(cpuid.SSE2)
+
+// Features describes what kernel selection saw on this CPU (for reports).
+func Features() string {
+	s := cpuid.CPU.BrandName
+	if useAsm {
+		s += " [gonum asm: sse2]"
+	}
+	if cpuid.CPU.Supports(cpuid.AVX2) {
+		s += " [avx2]"
+	}
+	if cpuid.CPU.Supports(cpuid.F16C) {
+		s += " [f16c]"
+	}
+	return s
+}
+
+func builtin(code OpCode, dt DType) func(inout, in []byte) {
+	switch code {
+	case OpBAnd:
+		return bitwise(func(a, b uint64) uint64 { return a & b }, func(a, b byte) byte { return a & b })
+	case OpBOr:
+		return bitwise(func(a, b uint64) uint64 { return a | b }, func(a, b byte) byte { return a | b })
+	case OpBXor:
+		return bitwise(func(a, b uint64) uint64 { return a ^ b }, func(a, b byte) byte { return a ^ b })
+	}
+	switch dt {
+	case Int8:
+		return numeric[int8](code, dt)
+	case Int16:
+		return numeric[int16](code, dt)
+	case Int32:
+		return numeric[int32](code, dt)
+	case Int64:
+		return numeric[int64](code, dt)
+	case Uint8:
+		return numeric[uint8](code, dt)
+	case Uint16:
+		return numeric[uint16](code, dt)
+	case Uint32:
+		return numeric[uint32](code, dt)
+	case Uint64:
+		return numeric[uint64](code, dt)
+	case Float32:
+		return numeric[float32](code, dt)
+	case Float64:
+		return numeric[float64](code, dt)
+	case BF16:
+		return half(code, func(v uint16) float32 { return BFloat16(v).Float32() }, func(f float32) uint16 { return uint16(BFloat16From(f)) })
+	case F16:
+		return half(code, func(v uint16) float32 { return Float16(v).Float32() }, func(f float32) uint16 { return uint16(Float16From(f)) })
+	}
+	return nil
+}
+
+func numeric[T number](code OpCode, dt DType) func(inout, in []byte) {
+	var f func(a, b []T)
+	switch code {
+	case OpSum, OpAvg:
+		switch {
+		case dt == Float32 && useAsm:
+			return func(inout, in []byte) { SumFloat32Asm(View[float32](inout), View[float32](in)) }
+		case dt == Float64 && useAsm:
+			return func(inout, in []byte) { floats.Add(View[float64](inout), View[float64](in)) }
+		}
+		f = SumUnrolled[T]
+	case OpProd:
+		f = prodUnrolled[T]
+	case OpMin:
+		f = MinUnrolled[T]
+	case OpMax:
+		f = maxUnrolled[T]
+	case OpLAnd:
+		f = func(a, b []T) {
+			b = b[:len(a)]
+			for i := range a {
+				a[i] = boolTo[T](a[i] != 0 && b[i] != 0)
+			}
+		}
+	case OpLOr:
+		f = func(a, b []T) {
+			b = b[:len(a)]
+			for i := range a {
+				a[i] = boolTo[T](a[i] != 0 || b[i] != 0)
+			}
+		}
+	default:
+		return nil
+	}
+	return func(inout, in []byte) { f(View[T](inout), View[T](in)) }
+}
+
+func boolTo[T number](b bool) T {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// SumFloat32Asm is a += b through gonum's saxpy assembly.
+func SumFloat32Asm(a, b []float32) {
+	if len(a) == 0 {
+		return
+	}
+	gonum.Implementation{}.Saxpy(len(a), 1, b[:len(a)], 1, a, 1)
+}
+
+// SumPlain is the plain loop a[i] += b[i], the baseline of the benchmarks.
+func SumPlain[T number](a, b []T) {
+	for i := range a {
+		a[i] += b[i]
+	}
+}
+
+// SumUnrolled is a[i] += b[i], eight elements per iteration.
+func SumUnrolled[T number](a, b []T) {
+	b = b[:len(a)]
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		x, y := a[i:i+8:i+8], b[i:i+8:i+8]
+		x[0] += y[0]
+		x[1] += y[1]
+		x[2] += y[2]
+		x[3] += y[3]
+		x[4] += y[4]
+		x[5] += y[5]
+		x[6] += y[6]
+		x[7] += y[7]
+	}
+	for ; i < len(a); i++ {
+		a[i] += b[i]
+	}
+}
+
+func prodUnrolled[T number](a, b []T) {
+	b = b[:len(a)]
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		x, y := a[i:i+4:i+4], b[i:i+4:i+4]
+		x[0] *= y[0]
+		x[1] *= y[1]
+		x[2] *= y[2]
+		x[3] *= y[3]
+	}
+	for ; i < len(a); i++ {
+		a[i] *= b[i]
+	}
+}
+
+// MinPlain is the plain loop a[i] = min(a[i], b[i]), the benchmarks' baseline.
+func MinPlain[T number](a, b []T) {
+	for i := range a {
+		a[i] = min(a[i], b[i])
+	}
+}
+
+// MinUnrolled is a[i] = min(a[i], b[i]), eight elements per iteration.
+func MinUnrolled[T number](a, b []T) {
+	b = b[:len(a)]
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		x, y := a[i:i+8:i+8], b[i:i+8:i+8]
+		x[0] = min(x[0], y[0])
+		x[1] = min(x[1], y[1])
+		x[2] = min(x[2], y[2])
+		x[3] = min(x[3], y[3])
+		x[4] = min(x[4], y[4])
+		x[5] = min(x[5], y[5])
+		x[6] = min(x[6], y[6])
+		x[7] = min(x[7], y[7])
+	}
+	for ; i < len(a); i++ {
+		a[i] = min(a[i], b[i])
+	}
+}
+
+func maxUnrolled[T number](a, b []T) {
+	b = b[:len(a)]
+	i := 0
+	for ; i+8 <= len(a); i += 8 {
+		x, y := a[i:i+8:i+8], b[i:i+8:i+8]
+		x[0] = max(x[0], y[0])
+		x[1] = max(x[1], y[1])
+		x[2] = max(x[2], y[2])
+		x[3] = max(x[3], y[3])
+		x[4] = max(x[4], y[4])
+		x[5] = max(x[5], y[5])
+		x[6] = max(x[6], y[6])
+		x[7] = max(x[7], y[7])
+	}
+	for ; i < len(a); i++ {
+		a[i] = max(a[i], b[i])
+	}
+}
+
+// bitwise applies a word-parallel op: the byte views are processed eight
+// bytes at a time, which is element-width agnostic for And/Or/Xor.
+func bitwise(w func(a, b uint64) uint64, bt func(a, b byte) byte) func(inout, in []byte) {
+	return func(inout, in []byte) {
+		in = in[:len(inout)]
+		n := len(inout) &^ 7
+		// Byte views of []T are aligned for T but not necessarily for
+		// uint64, so the words go through View only when aligned.
+		if n > 0 && aligned8(inout) && aligned8(in) {
+			a, b := View[uint64](inout[:n]), View[uint64](in[:n])
+			b = b[:len(a)]
+			for i := range a {
+				a[i] = w(a[i], b[i])
+			}
+		} else {
+			n = 0
+		}
+		for i := n; i < len(inout); i++ {
+			inout[i] = bt(inout[i], in[i])
+		}
+	}
+}
+
+// half reduces a 16-bit float type through float32: each element is widened
+// exactly, combined in float32 and rounded back to nearest even, so a
+// reduction over p ranks rounds p−1 times (as NCCL does), not once.
+func half(code OpCode, wide func(uint16) float32, narrow func(float32) uint16) func(inout, in []byte) {
+	var f func(x, y float32) float32
+	switch code {
+	case OpSum, OpAvg:
+		f = func(x, y float32) float32 { return x + y }
+	case OpProd:
+		f = func(x, y float32) float32 { return x * y }
+	case OpMin:
+		f = func(x, y float32) float32 { return min(x, y) }
+	case OpMax:
+		f = func(x, y float32) float32 { return max(x, y) }
+	case OpLAnd:
+		f = func(x, y float32) float32 { return boolTo[float32](x != 0 && y != 0) }
+	case OpLOr:
+		f = func(x, y float32) float32 { return boolTo[float32](x != 0 || y != 0) }
+	default:
+		return nil
+	}
+	if code == OpSum || code == OpAvg {
+		// The hot case gets its own loop without the indirect call.
+		return func(inout, in []byte) {
+			a, b := View[uint16](inout), View[uint16](in)
+			b = b[:len(a)]
+			for i := range a {
+				a[i] = narrow(wide(a[i]) + wide(b[i]))
+			}
+		}
+	}
+	return func(inout, in []byte) {
+		a, b := View[uint16](inout), View[uint16](in)
+		b = b[:len(a)]
+		for i := range a {
+			a[i] = narrow(f(wide(a[i]), wide(b[i])))
+		}
+	}
+}
+
+func divider(dt DType) func(buf []byte, n int) {
+	switch dt {
+	case Int8:
+		return divide[int8]
+	case Int16:
+		return divide[int16]
+	case Int32:
+		return divide[int32]
+	case Int64:
+		return divide[int64]
+	case Uint8:
+		return divide[uint8]
+	case Uint16:
+		return divide[uint16]
+	case Uint32:
+		return divide[uint32]
+	case Uint64:
+		return divide[uint64]
+	case Float32:
+		return divide[float32]
+	case Float64:
+		return divide[float64]
+	case BF16:
+		return func(buf []byte, n int) {
+			for i, v := range View[BFloat16](buf) {
+				View[BFloat16](buf)[i] = BFloat16From(v.Float32() / float32(n))
+			}
+		}
+	case F16:
+		return func(buf []byte, n int) {
+			for i, v := range View[Float16](buf) {
+				View[Float16](buf)[i] = Float16From(v.Float32() / float32(n))
+			}
+		}
+	}
+	return nil
+}
+
+func divide[T number](buf []byte, n int) {
+	if n <= 1 {
+		return
+	}
+	d := T(n)
+	a := View[T](buf)
+	for i := range a {
+		a[i] /= d
+	}
+}

@@ -1,0 +1,160 @@
+package reduce
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrUnsupported is returned when an op is not defined for an element type
+// (bitwise ops on floats, a user function written for another type).
+var ErrUnsupported = errors.New("reduce: op not defined for element type")
+
+// OpCode identifies a built-in op (and OpUser) on the wire and in fingerprints.
+type OpCode uint8
+
+const (
+	OpNone OpCode = iota
+	OpSum
+	OpProd
+	OpMin
+	OpMax
+	OpAvg
+	OpBAnd
+	OpBOr
+	OpBXor
+	OpLAnd
+	OpLOr
+	OpUser
+)
+
+var opNames = [...]string{"none", "sum", "prod", "min", "max", "avg", "band", "bor", "bxor", "land", "lor", "user"}
+
+func (c OpCode) String() string {
+	if int(c) < len(opNames) {
+		return opNames[c]
+	}
+	return fmt.Sprintf("OpCode(%d)", uint8(c))
+}
+
+// Op is a reduction operation. The built-in ops are plain values that work
+// for every element type they make sense for; user ops come from Func. The
+// zero Op is invalid.
+type Op struct {
+	code        OpCode
+	name        string
+	user        *userFunc // set for OpUser; a pointer keeps Op comparable
+	commutative bool
+}
+
+// The built-in ops. Integer Sum and Prod wrap around as Go arithmetic does.
+// Min and Max on floats propagate NaN (Go's min/max). Avg is Sum followed by
+// a division by the number of contributions (integer division truncates).
+// Logical ops treat non-zero as true and produce 1 or 0. Bitwise ops are
+// defined for integer types only.
+var (
+	Sum  = Op{code: OpSum, name: "sum", commutative: true}
+	Prod = Op{code: OpProd, name: "prod", commutative: true}
+	Min  = Op{code: OpMin, name: "min", commutative: true}
+	Max  = Op{code: OpMax, name: "max", commutative: true}
+	Avg  = Op{code: OpAvg, name: "avg", commutative: true}
+	BAnd = Op{code: OpBAnd, name: "band", commutative: true}
+	BOr  = Op{code: OpBOr, name: "bor", commutative: true}
+	BXor = Op{code: OpBXor, name: "bxor", commutative: true}
+	LAnd = Op{code: OpLAnd, name: "land", commutative: true}
+	LOr  = Op{code: OpLOr, name: "lor", commutative: true}
+)
+
+// Builtins lists the built-in ops, for tests and tools.
+var Builtins = []Op{Sum, Prod, Min, Max, Avg, BAnd, BOr, BXor, LAnd, LOr}
+
+// Func makes a user-defined op for element type T. f must set
+// inout[i] = inout[i] ⊕ in[i] for every i, where inout holds the
+// contribution of the lower ranks; it must be associative. When commutative
+// is false the collectives keep rank order (they pick order-preserving
+// algorithms). f must not retain the slices.
+func Func[T Element](name string, commutative bool, f func(inout, in []T)) Op {
+	if name == "" {
+		name = "user"
+	}
+	if f == nil {
+		return Op{} // invalid: Resolve reports it
+	}
+	u := &userFunc{dt: DTypeOf[T](), combine: func(inout, in []byte) { f(View[T](inout), View[T](in)) }}
+	return Op{code: OpUser, name: name, user: u, commutative: commutative}
+}
+
+// Code is the op's identity on the wire.
+func (o Op) Code() OpCode { return o.code }
+
+// Commutative reports whether operands may be combined in any order.
+func (o Op) Commutative() bool { return o.commutative }
+
+// Valid reports whether o is a built-in op or came from Func.
+func (o Op) Valid() bool { return o.code > OpNone && o.code <= OpUser }
+
+func (o Op) String() string {
+	if o.code == OpNone {
+		return "invalid op"
+	}
+	return o.name
+}
+
+// Kernel is an op resolved for one element type, working on byte views of
+// element slices (see Bytes).
+type Kernel struct {
+	// Combine sets inout = inout ⊕ in element-wise; len(in) == len(inout).
+	Combine func(inout, in []byte)
+	// Finish, when not nil, must run once on the final result: Avg divides
+	// by n, the number of contributions.
+	Finish func(buf []byte, n int)
+	Op     Op
+	DType  DType
+}
+
+// Resolve finds o's kernel for dt, or an error wrapping ErrUnsupported.
+func (o Op) Resolve(dt DType) (Kernel, error) {
+	k := Kernel{Op: o, DType: dt}
+	if !o.Valid() {
+		return k, fmt.Errorf("%w: invalid (zero) op", ErrUnsupported)
+	}
+	if dt.Size() == 0 {
+		return k, fmt.Errorf("%w: invalid element type %v", ErrUnsupported, dt)
+	}
+	if o.code == OpUser {
+		if o.user.dt != dt {
+			return k, fmt.Errorf("%w: op %q was made for %v, used with %v", ErrUnsupported, o.name, o.user.dt, dt)
+		}
+		k.Combine = o.user.combine
+		return k, nil
+	}
+	if dt.IsFloat() && (o.code == OpBAnd || o.code == OpBOr || o.code == OpBXor) {
+		return k, fmt.Errorf("%w: bitwise %v on %v", ErrUnsupported, o, dt)
+	}
+	k.Combine = builtin(o.code, dt)
+	if k.Combine == nil {
+		return k, fmt.Errorf("%w: %v on %v", ErrUnsupported, o, dt)
+	}
+	if o.code == OpAvg {
+		k.Finish = divider(dt)
+	}
+	return k, nil
+}
+
+// Reduce sets inout = inout ⊕ in with op, for callers that hold typed slices.
+// It applies no Finish (Avg behaves as Sum here).
+func Reduce[T Element](op Op, inout, in []T) error {
+	if len(inout) != len(in) {
+		return fmt.Errorf("reduce: length mismatch: inout has %d elements, in has %d", len(inout), len(in))
+	}
+	k, err := op.Resolve(DTypeOf[T]())
+	if err != nil {
+		return err
+	}
+	k.Combine(Bytes(inout), Bytes(in))
+	return nil
+}
+
+type userFunc struct {
+	dt      DType
+	combine func(inout, in []byte)
+}

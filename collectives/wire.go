@@ -1,0 +1,160 @@
+package collectives
+
+import (
+	"encoding/binary"
+
+	"github.com/rdmago/rdmago/collectives/reduce"
+)
+
+// Every collectives message starts with a fixed 64-byte header, so a
+// receiver learns what its peer thinks the call is before it touches its own
+// buffers. Layout (little endian):
+//
+//	0  magic    uint16 (0xC011)
+//	2  kind     uint8  (kindData, kindAbort, kindFingerprint)
+//	3  alg      uint8  Algorithm index
+//	4  seq      uint32 the call's sequence number on the Engine
+//	8  coll     uint8  Collective
+//	9  op       uint8  reduce.OpCode
+//	10 dtype    uint8  reduce.DType
+//	11 split    uint8  1: the payload follows as its own message (tag|1)
+//	12 root     int32
+//	16 count    int64  the element count the sender believes this message
+//	                   (or call) has; the receiver compares it with its own
+//	24 payload  int64  payload bytes
+//	32 what     uint8  kindAbort: mismatch kind (whatCount, ...)
+//	36 rankA    int32  kindAbort: the two ranks and their values
+//	40 rankB    int32
+//	48 valA     int64
+//	56 valB     int64
+//
+// Payloads of at most Options.InlineBytes travel in the same message, right
+// after the header; larger ones follow as a second message on tag|1, whose
+// receive is posted once the header has said how large it is (so a
+// receive never truncates, whatever the peer's count).
+const hdrLen = 64
+
+const hdrMagic = 0xC011
+
+const (
+	kindData        = 1
+	kindAbort       = 2
+	kindFingerprint = 3
+)
+
+type header struct {
+	kind    uint8
+	alg     uint8
+	seq     uint32
+	coll    uint8
+	op      reduce.OpCode
+	dtype   reduce.DType
+	split   bool
+	root    int32
+	count   int64
+	payload int64
+	what    uint8
+	rankA   int32
+	rankB   int32
+	valA    int64
+	valB    int64
+}
+
+func (h *header) encode(b []byte) {
+	_ = b[hdrLen-1]
+	binary.LittleEndian.PutUint16(b[0:], hdrMagic)
+	b[2] = h.kind
+	b[3] = h.alg
+	binary.LittleEndian.PutUint32(b[4:], h.seq)
+	b[8] = h.coll
+	b[9] = uint8(h.op)
+	b[10] = uint8(h.dtype)
+	b[11] = 0
+	if h.split {
+		b[11] = 1
+	}
+	binary.LittleEndian.PutUint32(b[12:], uint32(h.root))
+	binary.LittleEndian.PutUint64(b[16:], uint64(h.count))
+	binary.LittleEndian.PutUint64(b[24:], uint64(h.payload))
+	b[32] = h.what
+	clear(b[33:36])
+	binary.LittleEndian.PutUint32(b[36:], uint32(h.rankA))
+	binary.LittleEndian.PutUint32(b[40:], uint32(h.rankB))
+	clear(b[44:48])
+	binary.LittleEndian.PutUint64(b[48:], uint64(h.valA))
+	binary.LittleEndian.PutUint64(b[56:], uint64(h.valB))
+}
+
+func (h *header) decode(b []byte) bool {
+	if len(b) < hdrLen || binary.LittleEndian.Uint16(b) != hdrMagic || b[11] > 1 {
+		return false
+	}
+	h.kind = b[2]
+	h.alg = b[3]
+	h.seq = binary.LittleEndian.Uint32(b[4:])
+	h.coll = b[8]
+	h.op = reduce.OpCode(b[9])
+	h.dtype = reduce.DType(b[10])
+	h.split = b[11] == 1
+	h.root = int32(binary.LittleEndian.Uint32(b[12:]))
+	h.count = int64(binary.LittleEndian.Uint64(b[16:]))
+	h.payload = int64(binary.LittleEndian.Uint64(b[24:]))
+	h.what = b[32]
+	h.rankA = int32(binary.LittleEndian.Uint32(b[36:]))
+	h.rankB = int32(binary.LittleEndian.Uint32(b[40:]))
+	h.valA = int64(binary.LittleEndian.Uint64(b[48:]))
+	h.valB = int64(binary.LittleEndian.Uint64(b[56:]))
+	return h.kind >= kindData && h.kind <= kindFingerprint && h.payload >= 0
+}
+
+// Mismatch kinds carried by abort messages.
+const (
+	whatCount = iota + 1
+	whatOp
+	whatType
+	whatRoot
+	whatAlgorithm
+	whatSequence
+	whatBytes
+	whatCollective
+	whatInvalid
+)
+
+var whatNames = [...]string{"", "count", "op", "type", "root", "algorithm", "sequence", "bytes", "collective", "invalid"}
+
+func whatCode(s string) uint8 {
+	for i, n := range whatNames {
+		if n == s && i > 0 {
+			return uint8(i)
+		}
+	}
+	return whatCount
+}
+
+// mismatchFromAbort rebuilds the error an abort message describes.
+func mismatchFromAbort(h *header) error {
+	if h.what == whatInvalid {
+		return &PeerError{Rank: int(h.rankA), Err: ErrInvalidArgument}
+	}
+	what := "unknown"
+	if int(h.what) < len(whatNames) && h.what > 0 {
+		what = whatNames[h.what]
+	}
+	return newMismatch(what, int(h.rankA), h.valA, int(h.rankB), h.valB)
+}
+
+// newMismatch fills in names for values that are codes.
+func newMismatch(what string, rank int, v int64, peer int, pv int64) *MismatchError {
+	m := &MismatchError{What: what, Rank: rank, Value: v, Peer: peer, PeerValue: pv}
+	switch what {
+	case "op":
+		m.Name, m.PeerName = reduce.OpCode(v).String(), reduce.OpCode(pv).String()
+	case "type":
+		m.Name, m.PeerName = reduce.DType(v).String(), reduce.DType(pv).String()
+	case "algorithm":
+		m.Name, m.PeerName = Algorithm(v).String(), Algorithm(pv).String()
+	case "collective":
+		m.Name, m.PeerName = Collective(v).String(), Collective(pv).String()
+	}
+	return m
+}
