@@ -25,6 +25,8 @@
 //   - A delayed completion, and every completion queued behind it on the
 //     same CQ, is held back until its delay passes: the CQ stays FIFO, like
 //     a slow device, and Wait wakes when it is due.
+//   - A corrupted completion is delivered after a test-supplied function
+//     changed it: a provider bug on demand, to check that a test notices.
 //   - Disconnect drops a queue pair's connection as if the network failed.
 //     If the wrapped provider's QP implements verbs.Disconnector, that does
 //     the work (both sides notice, as the provider defines). Otherwise, or

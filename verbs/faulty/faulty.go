@@ -285,7 +285,7 @@ func (c *cq) pullLocked() {
 			if q := c.qps[wc.QPNum]; q != nil {
 				q.track(&wc)
 			}
-			drop, delay := c.inj.onCompletion(wc)
+			drop, delay := c.inj.onCompletion(&wc)
 			if drop {
 				continue
 			}

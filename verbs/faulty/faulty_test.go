@@ -289,3 +289,15 @@ func TestProviderAndForeignCQ(t *testing.T) {
 	_, err = pd.CreateQP(verbs.QPInitAttr{SendCQ: foreign, RecvCQ: foreign, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.ErrorIs(t, err, verbs.ErrInvalidArgument, "a CQ the wrapper did not create")
 }
+
+func TestCorruptCompletions(t *testing.T) {
+	inj := faulty.NewInjector()
+	a, b := newPair(t, inj)
+	ctx := ctxT(t)
+	inj.CorruptCompletions(1, faulty.ID(1), func(wc *verbs.WC) { wc.Status = verbs.StatusRemOpErr })
+	require.NoError(t, a.qp.PostSend(write(a, b, 1, true), write(a, b, 2, true)))
+	w1, w2 := next(t, ctx, a.scq), next(t, ctx, a.scq)
+	assert.Equal(t, verbs.StatusRemOpErr, w1.Status)
+	assert.Equal(t, verbs.StatusSuccess, w2.Status, "only one completion was to be corrupted")
+	assert.Equal(t, 1, inj.Stats().CompletionsCorrupted)
+}

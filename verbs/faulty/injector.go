@@ -20,12 +20,13 @@ type Injector struct {
 
 // Stats counts the faults an injector has caused.
 type Stats struct {
-	PostsFailed      int
-	CompletionsLost  int
-	CompletionsLate  int
-	Disconnects      int
-	SynthesizedLoss  int // QPs moved to ERR by the wrapper itself
-	RetryExcReported int // flushed send completions reported as RETRY_EXC_ERR
+	PostsFailed          int
+	CompletionsLost      int
+	CompletionsLate      int
+	CompletionsCorrupted int
+	Disconnects          int
+	SynthesizedLoss      int // QPs moved to ERR by the wrapper itself
+	RetryExcReported     int // flushed send completions reported as RETRY_EXC_ERR
 }
 
 type postRule struct {
@@ -35,10 +36,11 @@ type postRule struct {
 }
 
 type compRule struct {
-	n     int
-	drop  bool
-	delay time.Duration
-	match func(verbs.WC) bool
+	n      int
+	drop   bool
+	delay  time.Duration
+	mutate func(*verbs.WC)
+	match  func(verbs.WC) bool
 }
 
 // NewInjector returns an injector with no rules.
@@ -72,6 +74,15 @@ func (in *Injector) DelayCompletions(n int, d time.Duration, match func(verbs.WC
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.comps = append(in.comps, &compRule{n: n, delay: d, match: match})
+}
+
+// CorruptCompletions passes the next n completions that match (n < 0:
+// every one) through mutate before they are delivered: a provider bug on
+// demand, for checking that a test notices one.
+func (in *Injector) CorruptCompletions(n int, match func(verbs.WC) bool, mutate func(*verbs.WC)) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.comps = append(in.comps, &compRule{n: n, mutate: mutate, match: match})
 }
 
 // Clear removes every post and completion rule. Completions already held
@@ -156,13 +167,14 @@ func (in *Injector) onPost(qpNum uint32, recv bool) error {
 	return nil
 }
 
-// onCompletion says what happens to a completion: dropped, or held for a
-// delay (0 = delivered at once).
-func (in *Injector) onCompletion(wc verbs.WC) (drop bool, delay time.Duration) {
+// onCompletion applies the completion rules to wc: it may be changed,
+// dropped, or held for a delay (0 = delivered at once). The first matching
+// rule decides.
+func (in *Injector) onCompletion(wc *verbs.WC) (drop bool, delay time.Duration) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for i, r := range in.comps {
-		if r.match != nil && !r.match(wc) {
+		if r.match != nil && !r.match(*wc) {
 			continue
 		}
 		if r.n > 0 {
@@ -171,9 +183,13 @@ func (in *Injector) onCompletion(wc verbs.WC) (drop bool, delay time.Duration) {
 				in.comps = append(in.comps[:i:i], in.comps[i+1:]...)
 			}
 		}
-		if r.drop {
+		switch {
+		case r.drop:
 			in.stats.CompletionsLost++
-		} else {
+		case r.mutate != nil:
+			r.mutate(wc)
+			in.stats.CompletionsCorrupted++
+		default:
 			in.stats.CompletionsLate++
 		}
 		return r.drop, r.delay

@@ -1,6 +1,7 @@
 package verbstest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -16,6 +17,7 @@ var postErrorCases = []tcase{
 	{"SendQueueFull", testSendQueueFull},
 	{"RecvQueueFull", testRecvQueueFull},
 	{"WrongState", testPostWrongState},
+	{"MessageTooLarge", testMessageTooLarge},
 }
 
 func testInvalidSendRequests(t *testing.T, s *suite) {
@@ -217,3 +219,26 @@ const (
 	rtrMask  = verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 	rtsMask  = verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
 )
+
+// testMessageTooLarge: a request longer than Caps.MaxMsgSize is refused at
+// post time (IBTA reports LOC_LEN_ERR; the verbs contract catches it when
+// posted). Its SGEs all point into one lazily allocated region, so nothing
+// is touched.
+func testMessageTooLarge(t *testing.T, s *suite) {
+	c := s.devA.Caps()
+	l := min(c.MaxMRSize, 1<<30, 1<<32-1)
+	k := int(c.MaxMsgSize/l) + 1
+	skipUnless(t, k <= c.MaxSGE && k <= 16, "a message over MaxMsgSize %d needs %d SGEs of %d bytes; the device allows %d", c.MaxMsgSize, k, l, c.MaxSGE)
+	p := s.newPair(t, pairConfig{cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: k, MaxRecvSGE: 1}})
+	big, err := p.a.pd.AllocMR(int(l), verbs.AccessLocalWrite)
+	if err != nil {
+		t.Skipf("cannot allocate a %d-byte region to build the request: %v", l, err)
+	}
+	t.Cleanup(func() { closeBounded(t, "MR.Close", s.opts.CaseTimeout, big.Close) })
+	sgl := make([]verbs.SGE, k)
+	for i := range sgl {
+		sgl[i] = verbs.SGEOf(big, 0, int(l))
+	}
+	requirePostErr(t, p.a.qp.PostSend(rdmaWR(1, verbs.OpRDMAWrite, p.b.mr, 0, sgl...)), 0, verbs.ErrInvalidArgument,
+		fmt.Sprintf("a %d-byte WRITE (MaxMsgSize %d)", uint64(k)*l, c.MaxMsgSize))
+}
