@@ -89,6 +89,16 @@ type Allgatherer interface {
 	Allgather(ctx context.Context, key string, value []byte) ([][]byte, error)
 }
 
+// Aborter is an optional capability of a Store: ending the whole job.
+// Client and Memory have it; under PMI the launcher's own abort (PMI_Abort)
+// plays the part.
+type Aborter interface {
+	// Abort records that this rank ends the job with code and reason;
+	// every pending and later operation of every rank then fails with an
+	// *AbortError, and a launcher learns it (Server.Aborts).
+	Abort(ctx context.Context, code int, reason string) error
+}
+
 // Allgather gives every rank the value of every rank: out[r] is what rank r
 // contributed. key names this exchange and must be the same on all ranks
 // and not be reused. It uses the store's own Allgather when it has one and

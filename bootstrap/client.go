@@ -621,4 +621,6 @@ var (
 	_ Store       = (*Memory)(nil)
 	_ Adder       = (*Memory)(nil)
 	_ Allgatherer = (*Memory)(nil)
+	_ Aborter     = (*Client)(nil)
+	_ Aborter     = (*Memory)(nil)
 )

@@ -22,7 +22,14 @@
 // # Implementations
 //
 // Client (over TCP, to a Server), and NewMemory for tests: every rank in one
-// process. Both implement Store, Adder and Allgatherer.
+// process. Both implement Store and the optional Adder, Allgatherer and
+// Aborter. A launcher holds the Server: Ready tells it the job has
+// started, Missing who has not joined, Aborts which rank ended the job.
+// Without a launcher, Join lets rank 0 serve at an agreed address.
+//
+// Addresses a rank advertises to its peers (its listening socket for the
+// transports) are chosen with internal/netsel, which never picks loopback
+// for a job that spans hosts; Client.SpansHosts says whether it does.
 //
 // # Security
 //

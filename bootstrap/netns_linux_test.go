@@ -146,5 +146,15 @@ func TestTwoHostsInNetns(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	assert.Equal(t, "198.18.77.1", string(outs[1][0]))
+	// The client's own choice agrees, in each namespace.
+	for r, ns := range []string{nsA, nsB} {
+		require.NoError(t, inNetns(ns, func() error {
+			a, err := cs[r].AdvertiseAddr("")
+			if err == nil && a != []netip.Addr{advA, advB}[r] {
+				err = fmt.Errorf("rank %d advertises %s", r, a)
+			}
+			return err
+		}))
+	}
 	assert.Equal(t, "198.18.77.2", string(outs[0][1]))
 }

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/netsel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -774,4 +776,41 @@ func TestJoinTimeoutNamesRanksThatGaveUp(t *testing.T) {
 	var e *Error
 	require.ErrorAs(t, err, &e)
 	assert.Equal(t, []int{2}, e.Ranks)
+}
+
+func TestAdvertiseAddr(t *testing.T) {
+	checkLeaks(t)
+	s := newServer(t, 2, nil)
+	ctx := testCtx(t)
+	// Both ranks on one host: loopback.
+	cs := make([]*Client, 2)
+	errs := each(2, func(r int) (err error) {
+		o := clientOpts(s, r, 2)
+		o.Hostname = "same"
+		cs[r], err = Dial(ctx, o)
+		return err
+	})
+	require.NoError(t, errors.Join(errs...))
+	defer cs[0].Close()
+	defer cs[1].Close()
+	a, err := cs[0].AdvertiseAddr("")
+	require.NoError(t, err)
+	assert.True(t, a.IsLoopback(), a.String())
+	_, err = cs[0].AdvertiseAddr("eth0,^lo")
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), `bootstrap: advertise: netsel: bad interface selector "eth0,^lo"`)
+
+	// Pretend the ranks are on two hosts, on a machine with only loopback
+	// and a docker bridge: loopback is out, the bridge is all there is.
+	cs[0].peers[1].Host = "other"
+	host := netsel.Static{Ifaces: []netsel.Interface{
+		{Name: "lo", Index: 1, Up: true, Loopback: true, Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
+		{Name: "docker0", Index: 2, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("172.17.0.1/16")}},
+	}}
+	a, err = cs[0].advertiseAddr(host, "")
+	require.NoError(t, err)
+	assert.Equal(t, "172.17.0.1", a.String())
+	_, err = cs[0].advertiseAddr(host, "^docker0")
+	require.ErrorIs(t, err, netsel.ErrNoAddress)
+	assert.Contains(t, err.Error(), "the job spans hosts, so loopback is out")
 }
