@@ -119,8 +119,7 @@ func Dial(ctx context.Context, opts ClientOptions) (*Client, error) {
 		c.Close()
 		return nil, &Error{Op: "join", Err: err}
 	}
-	select {
-	case m := <-joinCh:
+	answered := func(m msg) (*Client, error) {
 		if m.typ == tError {
 			c.Close()
 			return nil, c.replyErr("join", "", m)
@@ -133,6 +132,10 @@ func Dial(ctx context.Context, opts ClientOptions) (*Client, error) {
 			c.peers = append(c.peers, Peer{Rank: r, Host: string(m.values[2*r]), Addr: string(m.values[2*r+1])})
 		}
 		return c, nil
+	}
+	select {
+	case m := <-joinCh:
+		return answered(m)
 	case <-c.done:
 		// The server may have explained itself just before closing.
 		select {
@@ -148,6 +151,12 @@ func Dial(ctx context.Context, opts ClientOptions) (*Client, error) {
 		return nil, err
 	case <-ctx.Done():
 		missing, gone, ok := c.status(joinSeq)
+		// The last rank may have come while we asked: then we are in.
+		select {
+		case m := <-joinCh:
+			return answered(m)
+		default:
+		}
 		c.Close()
 		e := &Error{Op: "join", Err: ctx.Err(), Size: opts.Size, Ranks: missing}
 		if ok {

@@ -27,9 +27,11 @@
 // started, Missing who has not joined, Aborts which rank ended the job.
 // Without a launcher, Join lets rank 0 serve at an agreed address.
 //
-// Addresses a rank advertises to its peers (its listening socket for the
-// transports) are chosen with internal/netsel, which never picks loopback
-// for a job that spans hosts; Client.SpansHosts says whether it does.
+// The address a rank advertises to its peers for its transports' listening
+// sockets comes from Client.AdvertiseAddr: interfaces selected by name,
+// exclusion or CIDR ("eth0,ib0", "^docker0,lo", "10.0.0.0/8", the syntax of
+// internal/netsel that the transports share), never loopback when the job
+// spans hosts (Client.SpansHosts), preferring the route to the server.
 //
 // # Security
 //
