@@ -1,0 +1,430 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Wildcards and limits of the matching envelope.
+const (
+	AnySource = -1            // Recv / Probe: a message from any rank
+	AnyTag    = -1            // Recv / Probe: a message with any tag
+	MaxTag    = math.MaxInt32 // user tags are 0..MaxTag
+)
+
+// Context ids at and above FirstReservedContext belong to this package
+// (window set-up); Channel refuses them.
+const FirstReservedContext uint32 = 0xffff0000
+
+const ctxWindow = FirstReservedContext // window key exchange
+
+// Endpoint is one rank's end of the point-to-point network: a queue pair to
+// every other rank, the matching engine and the progress engine. Its own
+// methods (Send, Recv, ...) use matching context 0; Channel gives the same
+// methods on other contexts.
+//
+// Concurrency: every method may be called from many goroutines at once.
+// Close may be called once all other calls have returned or concurrently
+// with them (they then fail with ErrClosed).
+type Endpoint struct {
+	ch0 *Channel // matching context 0, the endpoint's own methods
+
+	rank, size int
+	opts       Options
+	log        *slog.Logger
+
+	devs  []*device
+	peers []*peer // peers[rank]; nil for this rank
+
+	mu        sync.Mutex
+	m         matcher
+	nextID    uint64
+	rndvSends map[uint64]*Request // RTS sent, waiting for FIN
+	reads     map[uint32]*Request // READ posted, waiting for completion
+	writes    map[uint32]*Request // window writes waiting for completion
+	notes     []Notification
+	arrivals  []chan struct{} // Probe / WaitNotify waiters, woken on arrival
+	dirty     []*peer         // peers whose queues or credits changed
+	failErr   error           // set once: *PeerLostError or closedErr
+	failed    chan struct{}   // closed when failErr is set
+	closing   bool
+	windowSeq uint32
+	opSeq     uint32
+	selfStats PeerStats
+
+	// The progress engine.
+	pollMu  sync.Mutex
+	wcs     []verbs.WC // guarded by pollMu
+	pollers atomic.Int32
+	bgWake  chan struct{}
+	stop    context.CancelFunc
+	bgCtx   context.Context
+	wg      sync.WaitGroup
+}
+
+type device struct {
+	provider string
+	dev      verbs.Device
+	pd       verbs.PD
+	cq       verbs.CQ
+	caps     verbs.Caps
+	cache    *regCache
+	wakeCh   chan struct{}
+}
+
+// New creates this rank's endpoint: it opens the device, creates a queue
+// pair per peer, exchanges their addresses through rv (keys
+// "p2p/<Name>/qp/<from>/<to>"), connects them and waits (rv.Fence) until
+// every rank has done the same. It is a collective: every rank of rv calls
+// it with the same Name.
+func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
+	opts.setDefaults()
+	rank, size := rv.Rank(), rv.Size()
+	fail := func(err error) (*Endpoint, error) {
+		return nil, &Error{Op: "New", Rank: rank, Peer: NoPeer, Tag: NoTag, Err: err}
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return fail(fmt.Errorf("%w: rank %d of %d", ErrInvalidRank, rank, size))
+	}
+	if opts.EagerLimit > 1<<20 {
+		return fail(fmt.Errorf("%w: EagerLimit %d exceeds 1 MiB", ErrInvalidArgument, opts.EagerLimit))
+	}
+	if opts.EagerSlots > 4096 {
+		return fail(fmt.Errorf("%w: EagerSlots %d exceeds 4096", ErrInvalidArgument, opts.EagerSlots))
+	}
+	ep := &Endpoint{
+		rank: rank, size: size, opts: opts, log: opts.Logger,
+		peers:     make([]*peer, size),
+		rndvSends: map[uint64]*Request{},
+		reads:     map[uint32]*Request{},
+		writes:    map[uint32]*Request{},
+		failed:    make(chan struct{}),
+		bgWake:    make(chan struct{}, 1),
+	}
+	if ep.log == nil {
+		ep.log = slog.New(slog.DiscardHandler)
+	}
+	ep.ch0 = &Channel{ep: ep, id: 0}
+	ep.selfStats.Rank = rank
+	ep.selfStats.Transport = "self"
+	if err := ep.setup(ctx, rv); err != nil {
+		ep.teardown()
+		return fail(err)
+	}
+	ep.bgCtx, ep.stop = context.WithCancel(context.Background())
+	for _, d := range ep.devs {
+		ep.wg.Add(1)
+		go ep.background(d)
+	}
+	if opts.LivenessTimeout > 0 && size > 1 {
+		ep.wg.Add(1)
+		go ep.liveness()
+	}
+	return ep, nil
+}
+
+func (ep *Endpoint) providerFor(peer int) string {
+	if ep.opts.Provider != "" {
+		return ep.opts.Provider
+	}
+	// Auto: tcp works between any two ranks. (The shm provider is chosen
+	// per peer when it is linked in and both ranks share a host; see
+	// transport.go.)
+	return autoProvider()
+}
+
+func (ep *Endpoint) device(ctx context.Context, provider string) (*device, error) {
+	for _, d := range ep.devs {
+		if d.provider == provider {
+			return d, nil
+		}
+	}
+	dev, err := verbs.Open(ctx, provider, ep.opts.Device)
+	if err != nil {
+		return nil, err
+	}
+	d := &device{provider: provider, dev: dev, caps: dev.Caps(), wakeCh: make(chan struct{}, 1)}
+	ep.devs = append(ep.devs, d)
+	if d.pd, err = dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	depth := (ep.size - 1) * (2*ep.opts.EagerSlots + sqDepth(ep.opts.EagerSlots) + 8)
+	if depth < 64 {
+		depth = 64
+	}
+	if d.cq, err = dev.CreateCQ(depth); err != nil {
+		return nil, err
+	}
+	d.cache = newRegCache(d.pd, verbs.AccessLocalWrite|verbs.AccessRemoteRead, ep.opts.RegCacheEntries, ep.opts.RegCacheBytes)
+	return d, nil
+}
+
+func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
+	prefix := "p2p/" + ep.opts.Name + "/qp/"
+	for r := 0; r < ep.size; r++ {
+		if r == ep.rank {
+			continue
+		}
+		prov := ep.providerFor(r)
+		d, err := ep.device(ctx, prov)
+		if err != nil {
+			return fmt.Errorf("opening %s device for rank %d: %w", prov, r, err)
+		}
+		p, err := ep.newPeer(d, r)
+		if err != nil {
+			return fmt.Errorf("queue pair for rank %d: %w", r, err)
+		}
+		ep.peers[r] = p
+		if err := rv.Put(ctx, fmt.Sprintf("%s%d/%d", prefix, ep.rank, r), p.qp.Address()); err != nil {
+			return err
+		}
+	}
+	if len(ep.devs) == 0 {
+		// A job of one rank still needs a device for windows.
+		prov := ep.opts.Provider
+		if prov == "" {
+			prov = autoProvider()
+		}
+		if _, err := ep.device(ctx, prov); err != nil {
+			return fmt.Errorf("opening %s device: %w", prov, err)
+		}
+	}
+	for r, p := range ep.peers {
+		if p == nil {
+			continue
+		}
+		addr, err := rv.Get(ctx, fmt.Sprintf("%s%d/%d", prefix, r, ep.rank))
+		if err != nil {
+			return err
+		}
+		co := verbs.DefaultConnectOptions()
+		if ep.opts.Connect != nil {
+			co = *ep.opts.Connect
+		} else {
+			rd := min(p.dev.caps.MaxRdAtom, 16)
+			co.MaxQPRdAtomic, co.MaxDestRdAtomic = uint8(rd), uint8(rd)
+		}
+		if err := verbs.Connect(p.qp, addr, co); err != nil {
+			return fmt.Errorf("connecting to rank %d: %w", r, err)
+		}
+	}
+	// Nobody sends before everybody's queue pairs are connected and their
+	// receive buffers posted.
+	return rv.Fence(ctx)
+}
+
+// teardown releases everything; the background goroutines must be stopped.
+func (ep *Endpoint) teardown() {
+	for _, p := range ep.peers {
+		if p != nil {
+			p.close()
+		}
+	}
+	for _, d := range ep.devs {
+		if d.cache != nil {
+			d.cache.close()
+		}
+		if d.cq != nil {
+			_ = d.cq.Close()
+		}
+		if d.pd != nil {
+			_ = d.pd.Close()
+		}
+		_ = d.dev.Close()
+	}
+}
+
+// Rank is this endpoint's rank; Size the number of ranks.
+func (ep *Endpoint) Rank() int { return ep.rank }
+func (ep *Endpoint) Size() int { return ep.size }
+
+// Transport names the provider carrying traffic to peer ("self" for this rank).
+func (ep *Endpoint) Transport(peer int) string {
+	if peer < 0 || peer >= ep.size {
+		return ""
+	}
+	if p := ep.peers[peer]; p != nil {
+		return p.dev.provider
+	}
+	return "self"
+}
+
+// EagerLimit is the largest message sent with the eager protocol.
+func (ep *Endpoint) EagerLimit() int { return ep.opts.EagerLimit }
+
+// Err returns the error the endpoint failed with (a *PeerLostError, or
+// ErrClosed after Close), or nil while it is healthy.
+func (ep *Endpoint) Err() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.failErr
+}
+
+// Failed is closed when the endpoint fails (Err is then non-nil).
+func (ep *Endpoint) Failed() <-chan struct{} { return ep.failed }
+
+var errEndpointClosed = fmt.Errorf("endpoint %w", ErrClosed)
+
+// Close tells every peer that this rank is leaving on purpose (so they do
+// not take it for a lost peer), waits up to Options.CloseTimeout for
+// messages in flight (a peer still reading a rendezvous buffer of ours),
+// then fails whatever is pending with ErrClosed and releases the device.
+func (ep *Endpoint) Close() error {
+	ep.mu.Lock()
+	if ep.closing {
+		ep.mu.Unlock()
+		return nil
+	}
+	ep.closing = true
+	healthy := ep.failErr == nil
+	if healthy {
+		for _, p := range ep.peers {
+			if p != nil && !p.departed {
+				p.sendUncredited(ep, &header{kind: kBye, aux: uint32(ep.rank)})
+			}
+		}
+	}
+	ep.mu.Unlock()
+	if healthy {
+		// Let what we sent drain: RTS buffers being read, frames not yet
+		// completed, sends waiting for credits.
+		deadline := time.Now().Add(ep.opts.CloseTimeout)
+		for time.Now().Before(deadline) {
+			ep.progress()
+			ep.mu.Lock()
+			busy := len(ep.rndvSends) > 0 || len(ep.reads) > 0 || len(ep.writes) > 0
+			for _, p := range ep.peers {
+				if p != nil && !p.departed && !p.broken && (p.sqOut > 0 || len(p.queue) > 0) {
+					busy = true
+				}
+			}
+			ep.mu.Unlock()
+			if !busy {
+				break
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	ep.stop()
+	ep.wg.Wait()
+	ep.mu.Lock()
+	ep.failLocked(errEndpointClosed)
+	ep.mu.Unlock()
+	ep.teardown()
+	// Requests that were waiting for a completion that will now never come
+	// (READs in flight) are failed last, once the queue pairs are gone and
+	// nothing can write into their buffers any more.
+	ep.mu.Lock()
+	for id, r := range ep.reads {
+		delete(ep.reads, id)
+		ep.completeLocked(r, ep.opErr(r, errEndpointClosed))
+	}
+	for id, r := range ep.writes {
+		delete(ep.writes, id)
+		ep.completeLocked(r, ep.opErr(r, errEndpointClosed))
+	}
+	ep.mu.Unlock()
+	return nil
+}
+
+// opErr wraps cause for request r.
+func (ep *Endpoint) opErr(r *Request, cause error) error {
+	var pe *Error
+	if errors.As(cause, &pe) {
+		return cause
+	}
+	return &Error{Op: r.op.String(), Rank: ep.rank, Peer: r.peer, Tag: int(r.pattern.tag), Err: cause}
+}
+
+// failLocked makes err the endpoint's failure (the first one wins) and
+// fails every pending request with it, except those whose buffers a queue
+// pair may still be writing (they fail when that completion arrives).
+func (ep *Endpoint) failLocked(err error) {
+	if ep.failErr == nil {
+		ep.failErr = err
+		close(ep.failed)
+		if !errors.Is(err, ErrClosed) {
+			ep.log.Warn("p2p: endpoint failed", "rank", ep.rank, "err", err)
+		}
+	}
+	err = ep.failErr
+	for _, r := range ep.m.posted {
+		ep.completeLocked(r, ep.opErr(r, err))
+	}
+	clear(ep.m.posted)
+	ep.m.posted = ep.m.posted[:0]
+	clear(ep.m.unexp)
+	ep.m.unexp = ep.m.unexp[:0]
+	for _, p := range ep.peers {
+		if p == nil {
+			continue
+		}
+		for _, it := range p.queue {
+			if it.req != nil {
+				ep.completeLocked(it.req, ep.opErr(it.req, err))
+			}
+		}
+		clear(p.queue)
+		p.queue = p.queue[:0]
+	}
+	for id, r := range ep.rndvSends {
+		delete(ep.rndvSends, id)
+		if r.reg != nil {
+			r.dev.cache.put(r.reg)
+			r.reg = nil
+		}
+		ep.completeLocked(r, ep.opErr(r, err))
+	}
+	ep.wakeArrivalsLocked()
+}
+
+// checkLocked returns the error a new operation fails with, if any.
+func (ep *Endpoint) checkLocked() error {
+	if ep.closing && ep.failErr == nil {
+		return errEndpointClosed
+	}
+	return ep.failErr
+}
+
+func (ep *Endpoint) wakeArrivalsLocked() {
+	for _, ch := range ep.arrivals {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	ep.arrivals = ep.arrivals[:0]
+}
+
+// Revoke fails the endpoint on every rank as if lost had died: use it when
+// a layer above learns of a failure by its own means. lost may be this rank.
+func (ep *Endpoint) Revoke(lost int, cause error) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	ep.loseLocked(lost, cause)
+}
+
+// loseLocked declares rank lost: fail locally, then tell every other rank.
+func (ep *Endpoint) loseLocked(lost int, cause error) {
+	if ep.failErr != nil {
+		return
+	}
+	ep.failLocked(&PeerLostError{Rank: lost, Reporter: ep.rank, Cause: cause})
+	ep.broadcastRevokeLocked(lost)
+}
+
+func (ep *Endpoint) broadcastRevokeLocked(lost int) {
+	for _, p := range ep.peers {
+		if p != nil && p.rank != lost && !p.departed && !p.broken {
+			p.sendUncredited(ep, &header{kind: kRevoke, size: uint64(lost), aux: uint32(ep.rank)})
+		}
+	}
+}

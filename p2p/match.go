@@ -1,0 +1,114 @@
+package p2p
+
+// The matching engine: MPI's two queues.
+//
+// A receive names a pattern (context, source or AnySource, tag or AnyTag).
+// An arriving message carries an envelope (context, source, tag). When a
+// message arrives it goes to the oldest posted receive whose pattern it
+// fits; if there is none it joins the unexpected queue. When a receive is
+// posted it takes the oldest unexpected message that fits; if there is none
+// it joins the posted queue. Because messages from one source arrive in
+// sending order (one RC queue pair per peer, and a rendezvous message is
+// matched when its RTS arrives, not when its data does) and both queues
+// are searched oldest first, two messages from the same source that both
+// fit a receive are matched in the order they were sent: MPI's
+// non-overtaking rule. Messages from different sources have no order.
+//
+// The matcher is a plain data structure with no locking and no I/O; the
+// endpoint calls it with its mutex held. Both queues are slices searched
+// linearly, oldest first: they are short in practice (MPI implementations
+// do the same), and a slice of pointers costs no allocation per message
+// once it has grown.
+
+// envelope is what a message carries and what a receive asks for.
+type envelope struct {
+	ctx uint32
+	src int   // AnySource in a pattern
+	tag int32 // AnyTag in a pattern
+}
+
+func (p envelope) fits(e envelope) bool {
+	return p.ctx == e.ctx && (p.src == AnySource || p.src == e.src) && (p.tag == AnyTag || p.tag == e.tag)
+}
+
+// inbound is a message that arrived before a receive for it was posted
+// (or was claimed by Mprobe).
+type inbound struct {
+	env  envelope
+	size int
+	// Eager messages: the payload, copied out of the receive slot.
+	data []byte
+	// Rendezvous messages: where the sender's buffer is.
+	rts  bool
+	addr uint64
+	rkey uint32
+	id   uint64
+}
+
+type matcher struct {
+	posted []*Request // receives waiting for a message, oldest first
+	unexp  []*inbound // messages waiting for a receive, oldest first
+}
+
+// arrive finds, removes and returns the oldest posted receive that env fits,
+// or nil when there is none (the caller then queues the message with
+// addUnexpected).
+func (m *matcher) arrive(env envelope) *Request {
+	for i, r := range m.posted {
+		if r.pattern.fits(env) {
+			m.posted = removeAt(m.posted, i)
+			return r
+		}
+	}
+	return nil
+}
+
+func (m *matcher) addUnexpected(in *inbound) { m.unexp = append(m.unexp, in) }
+
+// find returns the oldest unexpected message that fits pattern, removing it
+// when remove is set.
+func (m *matcher) find(pattern envelope, remove bool) *inbound {
+	for i, in := range m.unexp {
+		if pattern.fits(in.env) {
+			if remove {
+				m.unexp = removeAt(m.unexp, i)
+			}
+			return in
+		}
+	}
+	return nil
+}
+
+// post queues a receive that find did not satisfy.
+func (m *matcher) post(r *Request) { m.posted = append(m.posted, r) }
+
+// unpost removes a posted receive (cancellation); it reports whether r was
+// still waiting.
+func (m *matcher) unpost(r *Request) bool {
+	for i, p := range m.posted {
+		if p == r {
+			m.posted = removeAt(m.posted, i)
+			return true
+		}
+	}
+	return false
+}
+
+// removeUnexpected removes in (a canceled RTS); it reports whether in was queued.
+func (m *matcher) removeUnexpected(pred func(*inbound) bool) *inbound {
+	for i, in := range m.unexp {
+		if pred(in) {
+			m.unexp = removeAt(m.unexp, i)
+			return in
+		}
+	}
+	return nil
+}
+
+// removeAt deletes s[i] keeping order and clears the vacated slot so the
+// backing array does not keep the element alive.
+func removeAt[T any](s []*T, i int) []*T {
+	copy(s[i:], s[i+1:])
+	s[len(s)-1] = nil
+	return s[:len(s)-1]
+}

@@ -1,0 +1,376 @@
+package p2p
+
+import (
+	"context"
+	"fmt"
+)
+
+// Channel is a matching context of an endpoint: messages sent on a channel
+// match only receives posted on a channel with the same id at the
+// receiver, so libraries (the collectives, a Dup'ed communicator) keep their
+// traffic apart from the program's by using their own ids. Channel 0 is the
+// endpoint's own methods. Ids at and above FirstReservedContext belong to
+// this package.
+//
+// All methods are safe for concurrent use.
+type Channel struct {
+	ep *Endpoint
+	id uint32
+}
+
+// Channel returns the channel with context id.
+func (ep *Endpoint) Channel(id uint32) (*Channel, error) {
+	if id >= FirstReservedContext {
+		return nil, &Error{Op: "Channel", Rank: ep.rank, Peer: NoPeer, Tag: NoTag,
+			Err: fmt.Errorf("%w: context id %#x is reserved (ids from %#x belong to p2p)", ErrInvalidArgument, id, FirstReservedContext)}
+	}
+	return &Channel{ep: ep, id: id}, nil
+}
+
+// ID is the channel's context id.
+func (c *Channel) ID() uint32 { return c.id }
+
+// Endpoint is the channel's endpoint.
+func (c *Channel) Endpoint() *Endpoint { return c.ep }
+
+func (c *Channel) argErr(op string, peer, tag int, err error) error {
+	return &Error{Op: op, Rank: c.ep.rank, Peer: peer, Tag: tag, Err: err}
+}
+
+func (c *Channel) checkPeer(op string, peer, tag int, wildcard bool) error {
+	if peer >= 0 && peer < c.ep.size || wildcard && peer == AnySource {
+		return nil
+	}
+	return c.argErr(op, peer, tag, fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, c.ep.size))
+}
+
+func (c *Channel) checkTag(op string, peer, tag int, wildcard bool) error {
+	if tag >= 0 && tag <= MaxTag || wildcard && tag == AnyTag {
+		return nil
+	}
+	return c.argErr(op, peer, tag, fmt.Errorf("%w: tag %d is not in [0, %d]", ErrInvalidTag, tag, MaxTag))
+}
+
+// Isend starts sending buf to peer with tag. Messages up to EagerLimit
+// bytes are copied out at once (the request usually completes before Isend
+// returns); larger ones are read by the receiver straight from buf, which
+// must stay untouched until the request completes.
+func (c *Channel) Isend(peer, tag int, buf []byte) (*Request, error) {
+	return c.isend("Isend", peer, tag, buf)
+}
+
+// Send sends buf to peer with tag and returns when buf may be reused: at
+// once for an eager message, after the receiver has taken the data for a
+// rendezvous one. When ctx ends before the receiver matched the message,
+// the send is canceled and the error names the receiver.
+func (c *Channel) Send(ctx context.Context, peer, tag int, buf []byte) error {
+	r, err := c.isend("Send", peer, tag, buf)
+	if err != nil {
+		return err
+	}
+	if r.done.Load() {
+		return r.err
+	}
+	_, err = r.Wait(ctx)
+	return err
+}
+
+func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) {
+	ep := c.ep
+	if err := c.checkPeer(op, peer, tag, false); err != nil {
+		return nil, err
+	}
+	if err := c.checkTag(op, peer, tag, c.id >= FirstReservedContext); err != nil {
+		return nil, err
+	}
+	r := &Request{ep: ep, op: opSend, peer: peer, pattern: envelope{ctx: c.id, src: ep.rank, tag: int32(tag)}, buf: buf}
+	r.status = Status{Source: ep.rank, Tag: tag, Count: len(buf)}
+	if peer == ep.rank {
+		return r, c.sendSelf(r)
+	}
+	p := ep.peers[peer]
+	large := len(buf) > ep.opts.EagerLimit
+	var reg *regEntry
+	if large {
+		var err error
+		if reg, err = p.dev.cache.get(buf); err != nil {
+			return nil, c.argErr(op, peer, tag, fmt.Errorf("registering the send buffer: %w", err))
+		}
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if err := ep.checkLocked(); err == nil && p.departed {
+		err = fmt.Errorf("rank %d closed its endpoint: %w", peer, ErrClosed)
+		if reg != nil {
+			p.dev.cache.put(reg)
+		}
+		return nil, c.argErr(op, peer, tag, err)
+	} else if err != nil {
+		if reg != nil {
+			p.dev.cache.put(reg)
+		}
+		return nil, c.argErr(op, peer, tag, err)
+	}
+	if !large {
+		r.item = outItem{h: header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))},
+			payload: buf, req: r, complete: true}
+		p.stats.EagerSent.add(len(buf))
+	} else {
+		ep.nextID++
+		r.id, r.reg, r.dev = ep.nextID, reg, p.dev
+		ep.rndvSends[r.id] = r
+		r.item = outItem{h: header{kind: kRTS, ctx: c.id, tag: int32(tag), size: uint64(len(buf)),
+			addr: reg.addr(buf), rkey: reg.mr.RKey(), id: r.id}, req: r}
+	}
+	if err := p.send(ep, &r.item); err != nil {
+		return nil, c.argErr(op, peer, tag, err)
+	}
+	return r, nil
+}
+
+// sendSelf delivers a message to this rank: it is copied, so the send
+// completes at once whatever its size.
+func (c *Channel) sendSelf(r *Request) error {
+	ep := c.ep
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if err := ep.checkLocked(); err != nil {
+		return c.argErr("Isend", r.peer, int(r.pattern.tag), err)
+	}
+	env := r.pattern
+	ep.selfStats.EagerSent.add(len(r.buf))
+	ep.selfStats.EagerRecv.add(len(r.buf))
+	if rr := ep.m.arrive(env); rr != nil {
+		ep.deliverEagerLocked(rr, env, r.buf)
+	} else {
+		ep.m.addUnexpected(&inbound{env: env, size: len(r.buf), data: append([]byte(nil), r.buf...)})
+		ep.wakeArrivalsLocked()
+	}
+	ep.completeLocked(r, nil)
+	return nil
+}
+
+// Irecv starts receiving a message from src (or AnySource) with tag (or
+// AnyTag) into buf. A message larger than buf completes the request with
+// an error matching ErrTruncated (a *TruncatedError with both sizes);
+// buf's contents are then unspecified.
+func (c *Channel) Irecv(src, tag int, buf []byte) (*Request, error) {
+	return c.irecv("Irecv", src, tag, buf)
+}
+
+// Recv receives a message from src (or AnySource) with tag (or AnyTag) into
+// buf and returns its status. When ctx ends first, the error wraps a
+// *DeadlineError naming src.
+func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, error) {
+	r, err := c.irecv("Recv", src, tag, buf)
+	if err != nil {
+		return Status{}, err
+	}
+	if r.done.Load() {
+		return r.status, r.err
+	}
+	return r.Wait(ctx)
+}
+
+func (c *Channel) irecv(op string, src, tag int, buf []byte) (*Request, error) {
+	ep := c.ep
+	if err := c.checkPeer(op, src, tag, true); err != nil {
+		return nil, err
+	}
+	if err := c.checkTag(op, src, tag, true); err != nil {
+		return nil, err
+	}
+	r := &Request{ep: ep, op: opRecv, peer: src, pattern: envelope{ctx: c.id, src: src, tag: int32(tag)}, buf: buf}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if err := ep.checkLocked(); err != nil {
+		return nil, c.argErr(op, src, tag, err)
+	}
+	if in := ep.m.find(r.pattern, true); in != nil {
+		ep.deliverLocked(r, in)
+		ep.flushDirtyLocked()
+		return r, nil
+	}
+	if src >= 0 && src != ep.rank && ep.peers[src].departed {
+		return nil, c.argErr(op, src, tag, fmt.Errorf("rank %d closed its endpoint: %w", src, ErrClosed))
+	}
+	ep.m.post(r)
+	return r, nil
+}
+
+// Iprobe reports whether a message from src (or AnySource) with tag (or
+// AnyTag) has arrived and not been received, and its status, without
+// receiving it. Another goroutine may receive it before this one does; use
+// Improbe for a probe-then-receive that cannot race.
+func (c *Channel) Iprobe(src, tag int) (Status, bool, error) {
+	in, err := c.probe(context.Background(), "Iprobe", src, tag, false, false)
+	if err != nil || in == nil {
+		return Status{}, false, err
+	}
+	return Status{Source: in.env.src, Tag: int(in.env.tag), Count: in.size}, true, nil
+}
+
+// Probe waits until a message from src with tag has arrived and returns its
+// status without receiving it.
+func (c *Channel) Probe(ctx context.Context, src, tag int) (Status, error) {
+	in, err := c.probe(ctx, "Probe", src, tag, false, true)
+	if err != nil {
+		return Status{}, err
+	}
+	return Status{Source: in.env.src, Tag: int(in.env.tag), Count: in.size}, nil
+}
+
+// Message is a message claimed by a matched probe: it is no longer visible
+// to other receives or probes, and only Message.Recv can receive it.
+type Message struct {
+	c      *Channel
+	in     *inbound
+	status Status
+	taken  bool
+}
+
+// Status is the claimed message's source, tag and size.
+func (m *Message) Status() Status { return m.status }
+
+// Improbe is Iprobe that also claims the message (MPI_Improbe).
+func (c *Channel) Improbe(src, tag int) (*Message, bool, error) {
+	in, err := c.probe(context.Background(), "Improbe", src, tag, true, false)
+	if err != nil || in == nil {
+		return nil, false, err
+	}
+	return &Message{c: c, in: in, status: Status{Source: in.env.src, Tag: int(in.env.tag), Count: in.size}}, true, nil
+}
+
+// Mprobe waits for a message like Probe and claims it (MPI_Mprobe).
+func (c *Channel) Mprobe(ctx context.Context, src, tag int) (*Message, error) {
+	in, err := c.probe(ctx, "Mprobe", src, tag, true, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Message{c: c, in: in, status: Status{Source: in.env.src, Tag: int(in.env.tag), Count: in.size}}, nil
+}
+
+// Irecv starts receiving the claimed message into buf (MPI_Imrecv). A
+// message is received once; a second call fails.
+func (m *Message) Irecv(buf []byte) (*Request, error) {
+	c := m.c
+	ep := c.ep
+	r := &Request{ep: ep, op: opRecv, peer: m.status.Source,
+		pattern: envelope{ctx: c.id, src: m.status.Source, tag: int32(m.status.Tag)}, buf: buf}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if m.taken {
+		return nil, c.argErr("Mrecv", m.status.Source, m.status.Tag, fmt.Errorf("%w: message already received", ErrInvalidArgument))
+	}
+	if err := ep.checkLocked(); err != nil {
+		return nil, c.argErr("Mrecv", m.status.Source, m.status.Tag, err)
+	}
+	m.taken = true
+	ep.deliverLocked(r, m.in)
+	ep.flushDirtyLocked()
+	m.in = nil
+	return r, nil
+}
+
+// Recv receives the claimed message into buf (MPI_Mrecv).
+func (m *Message) Recv(ctx context.Context, buf []byte) (Status, error) {
+	r, err := m.Irecv(buf)
+	if err != nil {
+		return Status{}, err
+	}
+	return r.Wait(ctx)
+}
+
+func (c *Channel) probe(ctx context.Context, op string, src, tag int, claim, block bool) (*inbound, error) {
+	ep := c.ep
+	if err := c.checkPeer(op, src, tag, true); err != nil {
+		return nil, err
+	}
+	if err := c.checkTag(op, src, tag, true); err != nil {
+		return nil, err
+	}
+	pattern := envelope{ctx: c.id, src: src, tag: int32(tag)}
+	look := func() (*inbound, error) {
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		if err := ep.checkLocked(); err != nil {
+			return nil, c.argErr(op, src, tag, err)
+		}
+		if in := ep.m.find(pattern, claim); in != nil {
+			return in, nil
+		}
+		if src >= 0 && src != ep.rank && ep.peers[src].departed {
+			return nil, c.argErr(op, src, tag, fmt.Errorf("rank %d closed its endpoint: %w", src, ErrClosed))
+		}
+		return nil, nil
+	}
+	ep.progress()
+	in, err := look()
+	if in != nil || err != nil || !block {
+		return in, err
+	}
+	var ch chan struct{}
+	for {
+		var found *inbound
+		var ferr error
+		if ep.poll(ctx, func() bool { found, ferr = look(); return found != nil || ferr != nil }) {
+			return found, ferr
+		}
+		if ch == nil {
+			ch = make(chan struct{}, 1)
+		}
+		ep.mu.Lock()
+		ep.arrivals = append(ep.arrivals, ch)
+		ep.mu.Unlock()
+		if in, err := look(); in != nil || err != nil {
+			return in, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			de := &DeadlineError{Any: src == AnySource, What: "no matching message", Cause: ctx.Err()}
+			if src >= 0 {
+				de.Ranks = []int{src}
+			}
+			return nil, c.argErr(op, src, tag, de)
+		}
+	}
+}
+
+// The endpoint's own point-to-point methods use matching context 0.
+
+// Isend is Channel.Isend on context 0.
+func (ep *Endpoint) Isend(peer, tag int, buf []byte) (*Request, error) {
+	return ep.ch0.Isend(peer, tag, buf)
+}
+
+// Send is Channel.Send on context 0.
+func (ep *Endpoint) Send(ctx context.Context, peer, tag int, buf []byte) error {
+	return ep.ch0.Send(ctx, peer, tag, buf)
+}
+
+// Irecv is Channel.Irecv on context 0.
+func (ep *Endpoint) Irecv(src, tag int, buf []byte) (*Request, error) {
+	return ep.ch0.Irecv(src, tag, buf)
+}
+
+// Recv is Channel.Recv on context 0.
+func (ep *Endpoint) Recv(ctx context.Context, src, tag int, buf []byte) (Status, error) {
+	return ep.ch0.Recv(ctx, src, tag, buf)
+}
+
+// Iprobe is Channel.Iprobe on context 0.
+func (ep *Endpoint) Iprobe(src, tag int) (Status, bool, error) { return ep.ch0.Iprobe(src, tag) }
+
+// Probe is Channel.Probe on context 0.
+func (ep *Endpoint) Probe(ctx context.Context, src, tag int) (Status, error) {
+	return ep.ch0.Probe(ctx, src, tag)
+}
+
+// Improbe is Channel.Improbe on context 0.
+func (ep *Endpoint) Improbe(src, tag int) (*Message, bool, error) { return ep.ch0.Improbe(src, tag) }
+
+// Mprobe is Channel.Mprobe on context 0.
+func (ep *Endpoint) Mprobe(ctx context.Context, src, tag int) (*Message, error) {
+	return ep.ch0.Mprobe(ctx, src, tag)
+}

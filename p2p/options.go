@@ -1,0 +1,99 @@
+package p2p
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Rendezvous is what the endpoint needs from the out-of-band store to
+// exchange queue pair addresses: bootstrap.Store satisfies it (and so does
+// any PMI-style store). New uses keys under "p2p/<Options.Name>/" only.
+type Rendezvous interface {
+	Rank() int
+	Size() int
+	Put(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+	Fence(ctx context.Context) error
+}
+
+// Options configure an endpoint. The zero value works: every field has a
+// default, chosen by measurement where it matters (see docs/p2p.md).
+type Options struct {
+	// Name separates the keys of several endpoints in one job ("p2p/<Name>/...").
+	// Empty means "world".
+	Name string
+	// Provider is the verbs provider for every peer: "tcp", "shm", "ibv" or
+	// "loop". Empty means "auto": shm for peers on the same host when the
+	// shm provider is linked in, otherwise tcp. Ranks must agree.
+	Provider string
+	// Device is passed to verbs.Open (token, listen address, logger...).
+	Device verbs.DeviceOptions
+	// Connect overrides the queue pair connection attributes; nil means
+	// verbs.DefaultConnectOptions with as many outstanding READs as the
+	// device allows (up to 16).
+	Connect *verbs.ConnectOptions
+
+	// EagerLimit is the largest message sent eagerly (copied through
+	// pre-posted buffers); larger ones use the zero-copy rendezvous
+	// protocol. Default 16 KiB.
+	EagerLimit int
+	// EagerSlots is the number of receive buffers posted per peer, which is
+	// also the number of eager messages a sender may have in flight to one
+	// receiver (its credits, less one reserved for credit returns). Default 32.
+	EagerSlots int
+	// RegCacheEntries and RegCacheBytes bound the registration cache of
+	// rendezvous buffers (LRU). Defaults 64 entries and 1 GiB.
+	RegCacheEntries int
+	RegCacheBytes   int64
+
+	// Heartbeat is how often an idle link sends a liveness frame; default 1 s.
+	Heartbeat time.Duration
+	// LivenessTimeout is how long a peer may stay silent before it is
+	// declared lost; default 10 s. Negative disables liveness checks.
+	LivenessTimeout time.Duration
+	// Spin and Yield shape a blocking wait: poll the completion queues in a
+	// tight loop for Spin, then yielding the processor between polls until
+	// Spin+Yield, then block. Defaults 20 µs and 200 µs.
+	Spin, Yield time.Duration
+	// CloseTimeout bounds how long Close waits for messages still in flight
+	// (a receiver still reading a rendezvous buffer). Default 5 s.
+	CloseTimeout time.Duration
+	// Logger receives diagnostics (peer loss, revokes). Nil means silent.
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.Name == "" {
+		o.Name = "world"
+	}
+	if o.EagerLimit <= 0 {
+		o.EagerLimit = 16 << 10
+	}
+	if o.EagerSlots <= 0 {
+		o.EagerSlots = 32
+	}
+	if o.RegCacheEntries <= 0 {
+		o.RegCacheEntries = 64
+	}
+	if o.RegCacheBytes <= 0 {
+		o.RegCacheBytes = 1 << 30
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = time.Second
+	}
+	if o.LivenessTimeout == 0 {
+		o.LivenessTimeout = 10 * time.Second
+	}
+	if o.Spin <= 0 {
+		o.Spin = 20 * time.Microsecond
+	}
+	if o.Yield <= 0 {
+		o.Yield = 200 * time.Microsecond
+	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = 5 * time.Second
+	}
+}

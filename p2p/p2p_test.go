@@ -1,0 +1,81 @@
+package p2p_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7) + seed
+	}
+	return b
+}
+
+func TestPingPong(t *testing.T) {
+	for _, size := range []int{0, 1, 8, 1000, 16 << 10, 16<<10 + 1, 1 << 20} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			p2ptest.Run(t, 2, p2ptest.Options{}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				peer := 1 - ep.Rank()
+				buf := make([]byte, size)
+				for i := range 5 {
+					if ep.Rank() == 0 {
+						if err := ep.Send(ctx, peer, i, pattern(size, byte(i))); err != nil {
+							return err
+						}
+						st, err := ep.Recv(ctx, peer, i, buf)
+						if err != nil {
+							return err
+						}
+						if st.Count != size || st.Source != peer || st.Tag != i {
+							return fmt.Errorf("status %+v", st)
+						}
+					} else {
+						st, err := ep.Recv(ctx, peer, i, buf)
+						if err != nil {
+							return err
+						}
+						if st.Count != size || !bytes.Equal(buf, pattern(size, byte(i))) {
+							return fmt.Errorf("round %d: bad payload (status %+v)", i, st)
+						}
+						if err := ep.Send(ctx, peer, i, buf); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	p2ptest.Run(t, 2, p2ptest.Options{}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		err := ep.Send(ctx, 2, 0, nil)
+		require.ErrorIs(t, err, p2p.ErrInvalidRank)
+		require.ErrorContains(t, err, "rank 2 is not in [0, 2)")
+		_, err = ep.Isend(-1, 0, nil)
+		require.ErrorIs(t, err, p2p.ErrInvalidRank)
+		_, err = ep.Isend(1-ep.Rank(), -3, nil)
+		require.ErrorIs(t, err, p2p.ErrInvalidTag)
+		_, err = ep.Isend(1-ep.Rank(), p2p.AnyTag, nil)
+		require.ErrorIs(t, err, p2p.ErrInvalidTag)
+		_, err = ep.Irecv(5, 0, nil)
+		require.ErrorIs(t, err, p2p.ErrInvalidRank)
+		_, err = ep.Irecv(p2p.AnySource, -5, nil)
+		require.ErrorIs(t, err, p2p.ErrInvalidTag)
+		_, err = ep.Channel(p2p.FirstReservedContext)
+		require.ErrorIs(t, err, p2p.ErrInvalidArgument)
+		var pe *p2p.Error
+		require.ErrorAs(t, err, &pe)
+		return nil
+	})
+}

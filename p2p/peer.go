@@ -1,0 +1,340 @@
+package p2p
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Flow control (the eager protocol's credits).
+//
+// Each side posts EagerSlots receive buffers of hdrLen+EagerLimit bytes on
+// the queue pair before connecting. A sender starts with EagerSlots-1
+// credits; every frame that consumes one of the receiver's buffers (EAGER,
+// RTS, FIN, CANCEL, PING, and window writes with a notification) costs one.
+// The receiver reposts a buffer as soon as it has handled the frame in it
+// and owes the sender a credit, which goes back in the credits field of the
+// next frame it sends that way. When it has nothing to send and owes at
+// least half the slots, it sends an explicit CREDIT frame, which costs no
+// credit: it lands in the one slot the sender never uses for anything else.
+// Only one CREDIT frame is in flight per direction; the peer says the
+// reserved slot is free again with flagAckCtrl on its next frame (it will
+// send one: the CREDIT gave it credits exactly because it was sending). So
+// a sender can never overrun a receiver, memory stays bounded by the slots,
+// and credits cannot deadlock: a frame's credit is always returned, either
+// piggybacked or in a CREDIT frame. BYE and REVOKE frames go without
+// credits; they are sent at most once per peer, and the provider's RNR
+// retry holds them until a buffer is free.
+//
+// A send that cannot go now (no credit, no free staging slot, a full send
+// queue, or earlier sends queued) joins the peer's queue, which the
+// progress engine drains in order, so per-peer order holds.
+
+// WR ids: kind<<56 | rank<<32 | index.
+const (
+	wrRecv  = 1 // index: receive slot
+	wrSend  = 2 // index: staging slot
+	wrRead  = 3 // index: read id
+	wrWrite = 4 // index: write id
+)
+
+func wrID(kind, rank int, idx uint32) uint64 {
+	return uint64(kind)<<56 | uint64(rank)<<32 | uint64(idx)
+}
+
+func splitWRID(id uint64) (kind, rank int, idx uint32) {
+	return int(id >> 56), int(id>>32) & 0xffffff, uint32(id)
+}
+
+func sqDepth(slots int) int { return slots + 40 }
+
+type outItem struct {
+	h          header
+	payload    []byte
+	req        *Request // completed when posted (eager sends) or nil
+	complete   bool     // complete req when posted
+	uncredited bool     // BYE / REVOKE / CREDIT
+	read       bool     // a rendezvous READ for req
+	write      bool     // a window write for req
+}
+
+type peer struct {
+	rank   int
+	dev    *device
+	qp     verbs.QP
+	slot   int // bytes per buffer
+	recvMR verbs.MR
+	sendMR verbs.MR
+	nrecv  int
+
+	sendFree     []int32
+	credits      int
+	owed         int
+	ctrlInFlight bool // our CREDIT frame occupies the peer's reserved slot
+	ackPending   bool // the peer's CREDIT frame occupied ours; tell it it is free
+	sqOut, sqCap int
+	queue        []*outItem
+	inDirty      bool
+
+	departed  bool // the peer closed its endpoint (BYE)
+	broken    bool // the link failed
+	lastHeard time.Time
+	lastSent  time.Time
+
+	stats PeerStats
+
+	// Scratch for posting without allocating; guarded by ep.mu.
+	swr  [1]verbs.SendWR
+	sge  [1]verbs.SGE
+	rwr  [1]verbs.RecvWR
+	rsge [1]verbs.SGE
+}
+
+func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
+	n := ep.opts.EagerSlots
+	p := &peer{rank: rank, dev: d, slot: hdrLen + ep.opts.EagerLimit, nrecv: n,
+		credits: n - 1, sqCap: sqDepth(n)}
+	p.stats.Rank = rank
+	p.stats.Transport = d.provider
+	var err error
+	p.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: d.cq, RecvCQ: d.cq,
+		Cap: verbs.QPCap{MaxSendWR: p.sqCap, MaxRecvWR: n + 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, err
+	}
+	co := verbs.DefaultConnectOptions()
+	if ep.opts.Connect != nil {
+		co = *ep.opts.Connect
+	}
+	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPInit, Port: 1, AccessFlags: co.Access},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+		p.close()
+		return nil, err
+	}
+	if p.recvMR, err = d.pd.AllocMR(n*p.slot, verbs.AccessLocalWrite); err != nil {
+		p.close()
+		return nil, err
+	}
+	nsend := n + 4
+	if p.sendMR, err = d.pd.AllocMR(nsend*p.slot, verbs.AccessLocalWrite); err != nil {
+		p.close()
+		return nil, err
+	}
+	for i := nsend - 1; i >= 0; i-- {
+		p.sendFree = append(p.sendFree, int32(i))
+	}
+	for i := 0; i < n; i++ {
+		if err := p.repost(uint32(i)); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	p.lastHeard, p.lastSent = time.Now(), time.Now()
+	return p, nil
+}
+
+func (p *peer) close() {
+	if p.qp != nil {
+		_ = p.qp.Close()
+	}
+	if p.recvMR != nil {
+		_ = p.recvMR.Close()
+	}
+	if p.sendMR != nil {
+		_ = p.sendMR.Close()
+	}
+}
+
+func (p *peer) repost(slot uint32) error {
+	p.rsge[0] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
+	p.rwr[0] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, slot), SGL: p.rsge[:]}
+	return p.qp.PostRecv(p.rwr[:]...)
+}
+
+func (p *peer) recvBuf(slot uint32, n uint32) []byte {
+	off := int(slot) * p.slot
+	return p.recvMR.Bytes()[off : off+int(n)]
+}
+
+// canPost reports whether it can be posted now.
+func (p *peer) canPost(it *outItem) bool {
+	switch {
+	case it.read:
+		return p.sqOut+it.req.readChunks <= p.sqCap
+	case it.write:
+		return p.sqOut < p.sqCap && (!it.req.notify32 || p.credits > 0)
+	}
+	return len(p.sendFree) > 0 && p.sqOut < p.sqCap && (it.uncredited || p.credits > 0)
+}
+
+// postFrame sends h (and payload) from a staging slot. The caller checked canPost.
+func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool) error {
+	slot := p.sendFree[len(p.sendFree)-1]
+	p.sendFree = p.sendFree[:len(p.sendFree)-1]
+	if p.owed > 0 && h.kind != kRevoke && h.kind != kBye {
+		c := min(p.owed, 0xffff)
+		h.credits = uint16(c)
+		p.owed -= c
+	}
+	if p.ackPending {
+		h.flags |= flagAckCtrl
+		p.ackPending = false
+	}
+	off := int(slot) * p.slot
+	b := p.sendMR.Bytes()[off : off+p.slot]
+	n := h.frameLen()
+	h.put(b)
+	if h.kind == kEager {
+		n += copy(b[hdrLen:], payload)
+	}
+	p.sge[0] = verbs.SGEOf(p.sendMR, off, n)
+	p.swr[0] = verbs.SendWR{ID: wrID(wrSend, p.rank, uint32(slot)), Opcode: verbs.OpSend,
+		Flags: verbs.SendSignaled, SGL: p.sge[:]}
+	if err := p.qp.PostSend(p.swr[:]...); err != nil {
+		p.sendFree = append(p.sendFree, slot)
+		p.owed += int(h.credits)
+		return err
+	}
+	if credited {
+		p.credits--
+	}
+	p.sqOut++
+	p.lastSent = time.Now()
+	return nil
+}
+
+// post posts it (the caller checked canPost) and completes what completes on posting.
+func (p *peer) post(ep *Endpoint, it *outItem) error {
+	var err error
+	switch {
+	case it.read:
+		err = ep.postReadLocked(p, it.req)
+	case it.write:
+		err = ep.postWriteLocked(p, it.req)
+	default:
+		err = p.postFrame(ep, &it.h, it.payload, !it.uncredited)
+	}
+	if err != nil {
+		return err
+	}
+	if it.complete && it.req != nil {
+		ep.completeLocked(it.req, nil)
+	}
+	return nil
+}
+
+// send posts it now when nothing is queued before it, else queues it.
+func (p *peer) send(ep *Endpoint, it *outItem) error {
+	if len(p.queue) == 0 && p.canPost(it) {
+		if err := p.post(ep, it); err != nil {
+			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", it.h.kind, err))
+			return ep.failErr
+		}
+		return nil
+	}
+	if it.req != nil {
+		it.req.queued = true
+	}
+	p.queue = append(p.queue, it)
+	ep.markDirty(p)
+	return nil
+}
+
+// sendCtl sends a control frame (FIN, CANCEL, PING), queuing a copy if it cannot go now.
+func (p *peer) sendCtl(ep *Endpoint, h header) {
+	if len(p.queue) == 0 && len(p.sendFree) > 0 && p.sqOut < p.sqCap && p.credits > 0 {
+		if err := p.postFrame(ep, &h, nil, true); err != nil {
+			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", h.kind, err))
+		}
+		return
+	}
+	p.queue = append(p.queue, &outItem{h: h})
+	ep.markDirty(p)
+}
+
+// sendUncredited sends BYE or REVOKE, which need no credit.
+func (p *peer) sendUncredited(ep *Endpoint, h *header) {
+	it := &outItem{h: *h, uncredited: true}
+	if len(p.queue) == 0 && p.canPost(it) {
+		if err := p.postFrame(ep, &it.h, nil, false); err != nil {
+			p.broken = true
+		}
+		return
+	}
+	p.queue = append(p.queue, it)
+	ep.markDirty(p)
+}
+
+// flush posts queued items in order while they can go, then returns
+// credits explicitly if a lot are owed.
+func (p *peer) flush(ep *Endpoint) {
+	for len(p.queue) > 0 && !p.broken {
+		it := p.queue[0]
+		if !p.canPost(it) {
+			break
+		}
+		p.queue[0] = nil
+		p.queue = p.queue[1:]
+		if it.req != nil {
+			it.req.queued = false
+		}
+		if err := p.post(ep, it); err != nil {
+			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", it.h.kind, err))
+			return
+		}
+	}
+	if len(p.queue) == 0 {
+		p.queue = p.queue[:0:0]
+	}
+	if p.owed >= max(1, p.nrecv/2) && !p.ctrlInFlight && len(p.sendFree) > 0 && p.sqOut < p.sqCap && !p.broken {
+		h := header{kind: kCredit}
+		if err := p.postFrame(ep, &h, nil, false); err != nil {
+			ep.linkErrorLocked(p, fmt.Errorf("posting CREDIT: %w", err))
+			return
+		}
+		p.ctrlInFlight = true
+	}
+}
+
+func (ep *Endpoint) markDirty(p *peer) {
+	if !p.inDirty {
+		p.inDirty = true
+		ep.dirty = append(ep.dirty, p)
+	}
+}
+
+func (ep *Endpoint) flushDirtyLocked() {
+	for i := 0; i < len(ep.dirty); i++ {
+		p := ep.dirty[i]
+		p.inDirty = false
+		p.flush(ep)
+	}
+	clear(ep.dirty)
+	ep.dirty = ep.dirty[:0]
+}
+
+// unqueue removes r's item from p's queue; it reports whether it was there.
+func (p *peer) unqueue(r *Request) bool {
+	for i, it := range p.queue {
+		if it.req == r {
+			p.queue = removeAt(p.queue, i)
+			r.queued = false
+			return true
+		}
+	}
+	return false
+}
+
+// linkErrorLocked handles a broken link to p: a lost peer unless it had
+// said goodbye or we are closing.
+func (ep *Endpoint) linkErrorLocked(p *peer, cause error) {
+	if p.broken {
+		return
+	}
+	p.broken = true
+	if p.departed || ep.closing {
+		return
+	}
+	ep.loseLocked(p.rank, cause)
+}

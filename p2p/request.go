@@ -1,0 +1,354 @@
+package p2p
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Status describes a received message (or a probed one).
+type Status struct {
+	Source int // the sending rank
+	Tag    int
+	Count  int // bytes in the message (bytes delivered, after truncation)
+}
+
+type reqOp uint8
+
+const (
+	opSend reqOp = iota + 1
+	opRecv
+	opWrite
+)
+
+func (o reqOp) String() string {
+	switch o {
+	case opSend:
+		return "Send"
+	case opRecv:
+		return "Recv"
+	case opWrite:
+		return "Write"
+	}
+	return "?"
+}
+
+// Request is a non-blocking operation in progress. Wait, Test and Cancel
+// may be called from any goroutine, several at once; the buffer given to
+// the operation belongs to the request until it completes (Wait or Test
+// returned done) and must not be touched before that.
+type Request struct {
+	ep      *Endpoint
+	op      reqOp
+	peer    int      // destination, or the source pattern of a receive
+	pattern envelope // receive: what it matches; send: its envelope
+	buf     []byte
+
+	status Status
+	err    error
+	done   atomic.Bool
+	notify chan struct{} // set by a blocked waiter; guarded by ep.mu
+	waitCh chan struct{}
+
+	item       outItem
+	queued     bool
+	canceled   bool
+	cancelSent bool
+
+	// Rendezvous.
+	reg        *regEntry
+	dev        *device
+	id         uint64
+	rts        inbound
+	readID     uint32
+	readChunks int
+	readsLeft  int
+	readErr    error
+
+	// Window writes.
+	notify32 bool
+	winMR    verbs.MR
+}
+
+// Done reports whether the request has completed (without progressing it).
+func (r *Request) Done() bool { return r.done.Load() }
+
+// Test progresses the endpoint once and reports whether r has completed;
+// when it has, it returns the status and error as Wait would.
+func (r *Request) Test() (Status, bool, error) {
+	if !r.done.Load() {
+		r.ep.progress()
+		if !r.done.Load() {
+			return Status{}, false, nil
+		}
+	}
+	return r.status, true, r.err
+}
+
+// Wait blocks until r completes or ctx ends. On ctx's end it cancels r if
+// it has not matched yet (the error then wraps a *DeadlineError naming the
+// peer that had not arrived); a request that already matched is let finish
+// (a receiving buffer may be in the middle of being written), and Wait
+// returns its result.
+func (r *Request) Wait(ctx context.Context) (Status, error) {
+	if !r.done.Load() {
+		if err := r.ep.wait(ctx, r); err != nil {
+			return Status{}, err
+		}
+	}
+	return r.status, r.err
+}
+
+// Cancel asks for r to be canceled, as MPI_Cancel does: a receive that has
+// not matched, or a send whose receiver has not matched it, completes with
+// an error matching ErrCanceled; one that already matched completes
+// normally. Cancel does not wait; use Wait to learn the outcome.
+func (r *Request) Cancel() {
+	ep := r.ep
+	ep.mu.Lock()
+	ep.cancelLocked(r)
+	ep.flushDirtyLocked()
+	ep.mu.Unlock()
+}
+
+// cancelLocked tries to cancel r; it reports whether r is complete now.
+func (ep *Endpoint) cancelLocked(r *Request) bool {
+	if r.done.Load() {
+		return true
+	}
+	switch r.op {
+	case opRecv:
+		if ep.m.unpost(r) {
+			r.canceled = true
+			ep.completeLocked(r, ep.opErr(r, ErrCanceled))
+			return true
+		}
+	case opSend:
+		p := ep.peers[r.peer]
+		if r.queued && p.unqueue(r) {
+			if r.reg != nil {
+				delete(ep.rndvSends, r.id)
+				r.dev.cache.put(r.reg)
+				r.reg = nil
+			}
+			r.canceled = true
+			ep.completeLocked(r, ep.opErr(r, ErrCanceled))
+			return true
+		}
+		if r.reg != nil && !r.cancelSent {
+			r.cancelSent = true
+			p.sendCtl(ep, header{kind: kCancel, id: r.id})
+		}
+	}
+	return false
+}
+
+// wait is the blocking hot path: poll (spin, then yield), then block.
+func (ep *Endpoint) wait(ctx context.Context, r *Request) error {
+	if ep.poll(ctx, func() bool { return r.done.Load() }) {
+		return nil
+	}
+	ep.mu.Lock()
+	if r.done.Load() {
+		ep.mu.Unlock()
+		return nil
+	}
+	if r.waitCh == nil {
+		r.waitCh = make(chan struct{}, 1)
+	}
+	r.notify = r.waitCh
+	ep.mu.Unlock()
+	select {
+	case <-r.waitCh:
+		return nil
+	case <-ctx.Done():
+	}
+	return ep.expire(ctx, []*Request{r})
+}
+
+// poll runs the spin/yield phase; it reports whether cond became true.
+// It also returns early when ctx ends.
+func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
+	ep.enterPoll()
+	defer ep.leavePoll()
+	start := time.Now()
+	spin, total := ep.opts.Spin, ep.opts.Spin+ep.opts.Yield
+	for i := 1; ; i++ {
+		ep.progress()
+		if cond() {
+			return true
+		}
+		if i&15 == 0 {
+			el := time.Since(start)
+			if el > total || ctx.Err() != nil {
+				return false
+			}
+			if el > spin {
+				runtime.Gosched()
+			}
+		}
+	}
+}
+
+// expire handles ctx ending while reqs were pending: cancel what has not
+// matched, let the rest finish (bounded by the transfer or by peer loss),
+// and report which ranks had not arrived.
+func (ep *Endpoint) expire(ctx context.Context, reqs []*Request) error {
+	ep.mu.Lock()
+	var pending []*Request
+	for _, r := range reqs {
+		if r != nil && !r.done.Load() {
+			ep.cancelLocked(r)
+			pending = append(pending, r)
+		}
+	}
+	ep.flushDirtyLocked()
+	ep.mu.Unlock()
+	// Whatever could not be canceled at once (a receive being written, a
+	// rendezvous send whose receiver is answering our CANCEL) finishes
+	// soon; wait for it without ctx so no buffer is in use after we return.
+	for _, r := range pending {
+		if !r.done.Load() {
+			_ = ep.wait(context.Background(), r)
+		}
+	}
+	var ranks []int
+	anySrc := false
+	var first *Request
+	for _, r := range pending {
+		if !r.canceled {
+			continue
+		}
+		if first == nil {
+			first = r
+		}
+		if r.peer == AnySource {
+			anySrc = true
+		} else if !slices.Contains(ranks, r.peer) {
+			ranks = append(ranks, r.peer)
+		}
+	}
+	if first == nil {
+		return nil // everything completed after all
+	}
+	slices.Sort(ranks)
+	what := "no matching receive posted"
+	if first.op == opRecv {
+		what = "no matching message"
+	}
+	de := &DeadlineError{Ranks: ranks, Any: anySrc && len(ranks) == 0, What: what, Cause: ctx.Err()}
+	err := &Error{Op: first.op.String(), Rank: ep.rank, Peer: first.peer, Tag: int(first.pattern.tag), Err: de}
+	for _, r := range pending {
+		if r.canceled {
+			r.err = &Error{Op: r.op.String(), Rank: ep.rank, Peer: r.peer, Tag: int(r.pattern.tag), Err: de}
+		}
+	}
+	return err
+}
+
+// WaitAll waits for every request. It returns the first error among them
+// (in slice order); when ctx ends first, the error names every rank whose
+// request had not arrived. Nil entries are skipped.
+func WaitAll(ctx context.Context, reqs ...*Request) error {
+	var ep *Endpoint
+	for _, r := range reqs {
+		if r != nil {
+			ep = r.ep
+			break
+		}
+	}
+	if ep == nil {
+		return nil
+	}
+	all := func() bool {
+		for _, r := range reqs {
+			if r != nil && !r.done.Load() {
+				return false
+			}
+		}
+		return true
+	}
+	if !ep.poll(ctx, all) {
+		ch := make(chan struct{}, 1)
+		for !all() {
+			ep.mu.Lock()
+			for _, r := range reqs {
+				if r != nil && !r.done.Load() {
+					r.notify = ch
+				}
+			}
+			ep.mu.Unlock()
+			if all() {
+				break
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				if err := ep.expire(ctx, reqs); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, r := range reqs {
+		if r != nil && r.err != nil {
+			return r.err
+		}
+	}
+	return nil
+}
+
+// WaitAny waits until one of reqs completes and returns its index, status
+// and error. Nil entries are skipped; with no non-nil entry it returns -1.
+// When ctx ends first nothing is canceled and the error wraps ctx.Err().
+func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
+	var ep *Endpoint
+	for _, r := range reqs {
+		if r != nil {
+			ep = r.ep
+			break
+		}
+	}
+	if ep == nil {
+		return -1, Status{}, nil
+	}
+	which := -1
+	anyDone := func() bool {
+		for i, r := range reqs {
+			if r != nil && r.done.Load() {
+				which = i
+				return true
+			}
+		}
+		return false
+	}
+	if !ep.poll(ctx, anyDone) {
+		ch := make(chan struct{}, 1)
+		for !anyDone() {
+			ep.mu.Lock()
+			for _, r := range reqs {
+				if r != nil {
+					r.notify = ch
+				}
+			}
+			ep.mu.Unlock()
+			if anyDone() {
+				break
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return -1, Status{}, &Error{Op: "WaitAny", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: ctx.Err()}
+			}
+		}
+	}
+	r := reqs[which]
+	return which, r.status, r.err
+}
+
+func asVerbsError(err error, target **verbs.Error) bool { return errors.As(err, target) }

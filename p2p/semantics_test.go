@@ -1,0 +1,301 @@
+package p2p_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+var small = p2ptest.Options{P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4}}
+
+// A sender far ahead of its receiver: many more messages than credits, in
+// both protocols, received only after they were all sent; order must hold.
+func TestFlowControlAndOrder(t *testing.T) {
+	const n = 200
+	p2ptest.Run(t, 2, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		size := func(i int) int { return []int{0, 10, 256, 257, 5000}[i%5] }
+		if ep.Rank() == 0 {
+			reqs := make([]*p2p.Request, n)
+			for i := range n {
+				r, err := ep.Isend(1, 3, pattern(size(i), byte(i)))
+				if err != nil {
+					return err
+				}
+				reqs[i] = r
+			}
+			return p2p.WaitAll(ctx, reqs...)
+		}
+		time.Sleep(20 * time.Millisecond) // let the sender run out of credits
+		for i := range n {
+			buf := make([]byte, 5000)
+			st, err := ep.Recv(ctx, 0, 3, buf)
+			if err != nil {
+				return err
+			}
+			if st.Count != size(i) || !bytes.Equal(buf[:st.Count], pattern(size(i), byte(i))) {
+				return fmt.Errorf("message %d: got %d bytes, want %d (overtaken?)", i, st.Count, size(i))
+			}
+		}
+		return nil
+	})
+}
+
+func TestTruncation(t *testing.T) {
+	for _, size := range []int{100, 4000} { // eager and rendezvous
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			p2ptest.Run(t, 2, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+				if ep.Rank() == 0 {
+					if err := ep.Send(ctx, 1, 1, pattern(size, 1)); err != nil {
+						return err
+					}
+					// The connection still works afterwards.
+					return ep.Send(ctx, 1, 2, []byte("after"))
+				}
+				_, err := ep.Recv(ctx, 0, 1, make([]byte, 10))
+				require.ErrorIs(t, err, p2p.ErrTruncated)
+				var te *p2p.TruncatedError
+				require.ErrorAs(t, err, &te)
+				assert.Equal(t, size, te.Size)
+				assert.Equal(t, 10, te.Cap)
+				assert.ErrorContains(t, err, fmt.Sprintf("message of %d bytes does not fit the 10-byte receive buffer", size))
+				buf := make([]byte, 5)
+				st, err := ep.Recv(ctx, 0, 2, buf)
+				require.NoError(t, err)
+				assert.Equal(t, "after", string(buf[:st.Count]))
+				return nil
+			})
+		})
+	}
+}
+
+func TestWildcardsManyRanks(t *testing.T) {
+	const n = 5
+	p2ptest.Run(t, n, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() != 0 {
+			for i := range 3 {
+				msg := []byte(fmt.Sprintf("from %d #%d", ep.Rank(), i))
+				if i == 2 {
+					msg = bytes.Repeat(msg, 100) // rendezvous
+				}
+				if err := ep.Send(ctx, 0, ep.Rank()*10+i, msg); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		next := make([]int, n)
+		for range 3 * (n - 1) {
+			buf := make([]byte, 2000)
+			st, err := ep.Recv(ctx, p2p.AnySource, p2p.AnyTag, buf)
+			if err != nil {
+				return err
+			}
+			i := next[st.Source]
+			next[st.Source]++
+			if st.Tag != st.Source*10+i {
+				return fmt.Errorf("from %d: tag %d, want %d (non-overtaking broken)", st.Source, st.Tag, st.Source*10+i)
+			}
+			want := []byte(fmt.Sprintf("from %d #%d", st.Source, i))
+			if !bytes.HasPrefix(buf[:st.Count], want) {
+				return fmt.Errorf("from %d: payload %q", st.Source, buf[:min(st.Count, 40)])
+			}
+		}
+		return nil
+	})
+}
+
+func TestProbeAndMprobe(t *testing.T) {
+	p2ptest.Run(t, 3, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		switch ep.Rank() {
+		case 1, 2:
+			return ep.Send(ctx, 0, 40+ep.Rank(), pattern(300*ep.Rank(), 9))
+		}
+		_, ok, err := ep.Iprobe(0, 0)
+		require.NoError(t, err)
+		require.False(t, ok)
+		st, err := ep.Probe(ctx, 2, p2p.AnyTag)
+		require.NoError(t, err)
+		require.Equal(t, p2p.Status{Source: 2, Tag: 42, Count: 600}, st)
+		// Probe does not receive: a second probe sees it again.
+		st2, ok, err := ep.Iprobe(p2p.AnySource, 42)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, st, st2)
+		// Mprobe claims: nobody else can see the message any more.
+		m, err := ep.Mprobe(ctx, p2p.AnySource, 41)
+		require.NoError(t, err)
+		require.Equal(t, p2p.Status{Source: 1, Tag: 41, Count: 300}, m.Status())
+		_, ok, err = ep.Iprobe(1, 41)
+		require.NoError(t, err)
+		require.False(t, ok)
+		buf := make([]byte, m.Status().Count)
+		st, err = m.Recv(ctx, buf)
+		require.NoError(t, err)
+		require.Equal(t, pattern(300, 9), buf)
+		_, err = m.Recv(ctx, buf)
+		require.ErrorIs(t, err, p2p.ErrInvalidArgument)
+		buf = make([]byte, 600)
+		_, err = ep.Recv(ctx, 2, 42, buf)
+		require.NoError(t, err)
+		require.Equal(t, pattern(600, 9), buf)
+		return nil
+	})
+}
+
+func TestSelfAndChannels(t *testing.T) {
+	p2ptest.Run(t, 2, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		// Self messages of both sizes.
+		for _, n := range []int{5, 5000} {
+			r, err := ep.Irecv(ep.Rank(), 1, make([]byte, n))
+			require.NoError(t, err)
+			require.NoError(t, ep.Send(ctx, ep.Rank(), 1, pattern(n, 3)))
+			st, err := r.Wait(ctx)
+			require.NoError(t, err)
+			require.Equal(t, n, st.Count)
+		}
+		// A message on channel 7 is invisible to context 0 and vice versa.
+		c7, err := ep.Channel(7)
+		require.NoError(t, err)
+		peer := 1 - ep.Rank()
+		require.NoError(t, c7.Send(ctx, peer, 1, []byte("seven")))
+		require.NoError(t, ep.Send(ctx, peer, 1, []byte("zero")))
+		buf := make([]byte, 10)
+		st, err := ep.Recv(ctx, peer, 1, buf)
+		require.NoError(t, err)
+		require.Equal(t, "zero", string(buf[:st.Count]))
+		st, err = c7.Recv(ctx, peer, 1, buf)
+		require.NoError(t, err)
+		require.Equal(t, "seven", string(buf[:st.Count]))
+		return nil
+	})
+}
+
+func TestDeadlineNamesRanks(t *testing.T) {
+	p2ptest.Run(t, 3, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() != 0 {
+			return nil
+		}
+		short, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		defer cancel()
+		_, err := ep.Recv(short, 2, 5, make([]byte, 4))
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var de *p2p.DeadlineError
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, []int{2}, de.Ranks)
+		require.ErrorContains(t, err, "rank 2 had not arrived")
+
+		// WaitAll names every rank not arrived.
+		short2, cancel2 := context.WithTimeout(ctx, 30*time.Millisecond)
+		defer cancel2()
+		r1, _ := ep.Irecv(1, 9, nil)
+		r2, _ := ep.Irecv(2, 9, nil)
+		r3, _ := ep.Isend(1, 9, make([]byte, 4000)) // rendezvous: waits for rank 1
+		err = p2p.WaitAll(short2, r1, r2, r3)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorAs(t, err, &de)
+		require.Equal(t, []int{1, 2}, de.Ranks)
+		return nil
+	})
+}
+
+func TestCancel(t *testing.T) {
+	p2ptest.Run(t, 2, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 0 {
+			r, err := ep.Irecv(1, 1, make([]byte, 10))
+			require.NoError(t, err)
+			r.Cancel()
+			_, err = r.Wait(ctx)
+			require.ErrorIs(t, err, p2p.ErrCanceled)
+			// A rendezvous send canceled before the receiver matched it.
+			s, err := ep.Isend(1, 2, make([]byte, 4000))
+			require.NoError(t, err)
+			s.Cancel()
+			_, err = s.Wait(ctx)
+			require.ErrorIs(t, err, p2p.ErrCanceled)
+			require.NoError(t, ep.Send(ctx, 1, 3, nil)) // go ahead
+			// The peer then gets the next message with tag 2, not the canceled one.
+			return ep.Send(ctx, 1, 2, []byte("real"))
+		}
+		if _, err := ep.Recv(ctx, 0, 3, nil); err != nil {
+			return err
+		}
+		buf := make([]byte, 4000)
+		st, err := ep.Recv(ctx, 0, 2, buf)
+		require.NoError(t, err)
+		require.Equal(t, 4, st.Count)
+		require.Equal(t, "real", string(buf[:4]))
+		return nil
+	})
+}
+
+func TestContextCancelBlockedRecv(t *testing.T) {
+	p2ptest.Run(t, 2, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 1 {
+			return nil
+		}
+		c, cancel := context.WithCancel(ctx)
+		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+		_, err := ep.Recv(c, 1, 0, nil)
+		require.ErrorIs(t, err, context.Canceled)
+		require.False(t, errors.Is(err, context.DeadlineExceeded))
+		return nil
+	})
+}
+
+func TestWaitAnyAndTest(t *testing.T) {
+	p2ptest.Run(t, 3, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 2 {
+			return ep.Send(ctx, 0, 1, []byte("x"))
+		}
+		if ep.Rank() == 1 {
+			return nil
+		}
+		r1, _ := ep.Irecv(1, 1, make([]byte, 1))
+		r2, _ := ep.Irecv(2, 1, make([]byte, 1))
+		i, st, err := p2p.WaitAny(ctx, r1, nil, r2)
+		require.NoError(t, err)
+		require.Equal(t, 2, i)
+		require.Equal(t, 2, st.Source)
+		_, done, err := r1.Test()
+		require.NoError(t, err)
+		require.False(t, done)
+		r1.Cancel()
+		_, done, err = r1.Test()
+		require.True(t, done)
+		require.ErrorIs(t, err, p2p.ErrCanceled)
+		return nil
+	})
+}
+
+func TestPeerClosedFailsReceive(t *testing.T) {
+	p2ptest.Run(t, 2, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 1 {
+			return ep.Close()
+		}
+		_, err := ep.Recv(ctx, 1, 0, nil)
+		require.ErrorIs(t, err, p2p.ErrClosed)
+		require.ErrorContains(t, err, "rank 1 closed its endpoint")
+		require.NoError(t, ep.Err())
+		return nil
+	})
+}
+
+func TestUseAfterClose(t *testing.T) {
+	eps, err := p2ptest.Start(context.Background(), 2, small)
+	require.NoError(t, err)
+	p2ptest.Close(eps)
+	_, err = eps[0].Isend(1, 0, nil)
+	require.ErrorIs(t, err, p2p.ErrClosed)
+	_, err = eps[1].Recv(context.Background(), 0, 0, nil)
+	require.ErrorIs(t, err, p2p.ErrClosed)
+	require.NoError(t, eps[0].Close())
+}

@@ -1,0 +1,57 @@
+package p2p
+
+// Counter counts messages and their bytes.
+type Counter struct {
+	Msgs  uint64
+	Bytes uint64
+}
+
+func (c *Counter) add(n int) {
+	c.Msgs++
+	c.Bytes += uint64(n)
+}
+
+// PeerStats are this rank's counters for traffic with one peer, per protocol.
+type PeerStats struct {
+	Rank      int
+	Transport string // provider name, or "self"
+
+	EagerSent, EagerRecv Counter // messages up to EagerLimit
+	RndvSent, RndvRecv   Counter // rendezvous messages (counted when the data has moved)
+	WriteSent            Counter // one-sided window writes completed
+	NotifyRecv           Counter // window notifications received (Bytes is 0)
+}
+
+// Stats is a snapshot of an endpoint's counters.
+type Stats struct {
+	Peers []PeerStats // indexed by rank; this rank's entry counts messages to itself
+	// Registration cache of rendezvous buffers, summed over devices.
+	RegEntries         int
+	RegBytes           int64
+	RegHits, RegMisses uint64
+}
+
+// Stats returns a snapshot of the endpoint's counters. Receives are counted
+// when the frame arrives, sends when they are handed to the transport
+// (eager) or when the receiver has read the data (rendezvous).
+func (ep *Endpoint) Stats() Stats {
+	var s Stats
+	ep.mu.Lock()
+	s.Peers = make([]PeerStats, ep.size)
+	for r, p := range ep.peers {
+		if p == nil {
+			s.Peers[r] = ep.selfStats
+		} else {
+			s.Peers[r] = p.stats
+		}
+	}
+	ep.mu.Unlock()
+	for _, d := range ep.devs {
+		e, b, h, m := d.cache.stats()
+		s.RegEntries += e
+		s.RegBytes += b
+		s.RegHits += h
+		s.RegMisses += m
+	}
+	return s
+}

@@ -1,0 +1,369 @@
+package p2p
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Notification is the 32-bit value a peer attached to a window write
+// (WRITE_WITH_IMM), with the rank that wrote.
+//
+// Notifications are per endpoint, not per window: the immediate value is
+// all the wire carries, so a receiver cannot tell which of several windows
+// a write went to. They queue in arrival order per endpoint, and
+// WaitNotify takes the oldest one from the given source. A write's data is
+// in the window when its notification is taken.
+type Notification struct {
+	Source int
+	Value  uint32
+}
+
+// Window is memory every rank exposes for one-sided writes from its peers.
+// Create one collectively (every rank calls NewWindow or AllocWindow, in
+// the same order); ranks may pass different sizes. Write and WriteNotify
+// may be called from several goroutines at once.
+type Window struct {
+	ep     *Endpoint
+	seq    uint32
+	buf    []byte
+	mrs    map[*device]verbs.MR
+	remote []winKey // per rank: where its window is, as this rank's link to it sees it
+	closed bool
+}
+
+type winKey struct {
+	addr uint64
+	rkey uint32
+	len  int
+}
+
+const winKeyLen = 16
+
+// NewWindow exposes buf (which stays registered, and must not be let go,
+// until Close) to every peer. It is a collective over all ranks.
+func (ep *Endpoint) NewWindow(ctx context.Context, buf []byte) (*Window, error) {
+	return ep.newWindow(ctx, buf, false)
+}
+
+// AllocWindow is NewWindow on n bytes of provider memory: with the shm
+// provider, peers then write into it directly (one copy, no receiver CPU).
+func (ep *Endpoint) AllocWindow(ctx context.Context, n int) (*Window, error) {
+	if n < 0 {
+		return nil, &Error{Op: "AllocWindow", Rank: ep.rank, Peer: NoPeer, Tag: NoTag,
+			Err: fmt.Errorf("%w: negative window size %d", ErrInvalidArgument, n)}
+	}
+	return ep.newWindow(ctx, make([]byte, n), len(ep.devs) == 1)
+}
+
+func (ep *Endpoint) newWindow(ctx context.Context, buf []byte, alloc bool) (*Window, error) {
+	ep.mu.Lock()
+	if err := ep.checkLocked(); err != nil {
+		ep.mu.Unlock()
+		return nil, &Error{Op: "NewWindow", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: err}
+	}
+	ep.windowSeq++
+	w := &Window{ep: ep, seq: ep.windowSeq, buf: buf, mrs: map[*device]verbs.MR{}, remote: make([]winKey, ep.size)}
+	ep.mu.Unlock()
+	fail := func(err error) (*Window, error) {
+		for _, mr := range w.mrs {
+			_ = mr.Close()
+		}
+		return nil, &Error{Op: "NewWindow", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: err}
+	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+	for _, d := range ep.devs {
+		var mr verbs.MR
+		var err error
+		switch {
+		case len(buf) == 0:
+			continue
+		case alloc:
+			mr, err = d.pd.AllocMR(len(buf), access)
+			if err == nil {
+				w.buf = mr.Bytes()
+			}
+		default:
+			mr, err = d.pd.RegMR(buf, access)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("registering %d bytes: %w", len(buf), err))
+		}
+		w.mrs[d] = mr
+	}
+	// Exchange keys over the reserved window context: rank r gets from us
+	// the key of the device that carries our link to r.
+	c := &Channel{ep: ep, id: ctxWindow}
+	tag := int(w.seq & MaxTag)
+	keys := make([][]byte, ep.size)
+	reqs := make([]*Request, 0, 2*ep.size)
+	for r, p := range ep.peers {
+		if p == nil {
+			continue
+		}
+		k := make([]byte, winKeyLen)
+		if mr := w.mrs[p.dev]; mr != nil {
+			binary.LittleEndian.PutUint64(k, mr.Addr())
+			binary.LittleEndian.PutUint32(k[8:], mr.RKey())
+		}
+		binary.LittleEndian.PutUint32(k[12:], uint32(len(w.buf)))
+		keys[r] = make([]byte, winKeyLen)
+		rr, err := c.Irecv(r, tag, keys[r])
+		if err != nil {
+			return fail(err)
+		}
+		sr, err := c.Isend(r, tag, k)
+		if err != nil {
+			return fail(err)
+		}
+		reqs = append(reqs, rr, sr)
+	}
+	if err := WaitAll(ctx, reqs...); err != nil {
+		return fail(err)
+	}
+	for r, k := range keys {
+		if k == nil {
+			continue
+		}
+		w.remote[r] = winKey{addr: binary.LittleEndian.Uint64(k), rkey: binary.LittleEndian.Uint32(k[8:]),
+			len: int(binary.LittleEndian.Uint32(k[12:]))}
+	}
+	w.remote[ep.rank] = winKey{len: len(w.buf)}
+	return w, nil
+}
+
+// Bytes is this rank's window memory.
+func (w *Window) Bytes() []byte { return w.buf }
+
+// Len is the size of rank's window.
+func (w *Window) Len(rank int) int {
+	if rank < 0 || rank >= len(w.remote) {
+		return 0
+	}
+	return w.remote[rank].len
+}
+
+// Iwrite starts writing src into peer's window at offset off. With notify
+// set, the write carries value as a notification that the peer takes with
+// WaitNotify once the data is in place. The request completes when the
+// data has been placed in the peer's memory (RC semantics); src must not
+// change until then. Writing to this rank's own window is a copy.
+func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*Request, error) {
+	ep := w.ep
+	bad := func(err error) (*Request, error) {
+		return nil, &Error{Op: "Write", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
+	}
+	if peer < 0 || peer >= ep.size {
+		return bad(fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, ep.size))
+	}
+	if w.closed {
+		return bad(fmt.Errorf("window %w", ErrClosed))
+	}
+	rk := w.remote[peer]
+	if off < 0 || off > rk.len || len(src) > rk.len-off {
+		return bad(fmt.Errorf("%w: writing %d bytes at offset %d overruns rank %d's %d-byte window",
+			ErrInvalidArgument, len(src), off, peer, rk.len))
+	}
+	r := &Request{ep: ep, op: opWrite, peer: peer, pattern: envelope{tag: NoTag}, buf: src, notify32: notify}
+	r.status = Status{Source: ep.rank, Count: len(src)}
+	if peer == ep.rank {
+		copy(w.buf[off:], src)
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		if err := ep.checkLocked(); err != nil {
+			return bad(err)
+		}
+		if notify {
+			ep.notes = append(ep.notes, Notification{Source: ep.rank, Value: value})
+			ep.wakeArrivalsLocked()
+		}
+		ep.completeLocked(r, nil)
+		return r, nil
+	}
+	p := ep.peers[peer]
+	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: len(src), id: uint64(value)}
+	if len(src) > 0 {
+		if mr := w.mrs[p.dev]; mr != nil && addrOf(src) >= addrOf(w.buf) && addrOf(src)+uintptr(len(src)) <= addrOf(w.buf)+uintptr(len(w.buf)) {
+			r.rts.rkey, r.rts.addr = rk.rkey, rk.addr+uint64(off)
+			r.winMR = mr
+		} else {
+			reg, err := p.dev.cache.get(src)
+			if err != nil {
+				return bad(fmt.Errorf("registering the source buffer: %w", err))
+			}
+			r.reg, r.dev = reg, p.dev
+		}
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if err := ep.checkLocked(); err != nil {
+		if r.reg != nil {
+			p.dev.cache.put(r.reg)
+		}
+		return bad(err)
+	}
+	if len(src) == 0 && !notify {
+		ep.completeLocked(r, nil)
+		return r, nil
+	}
+	ep.opSeq++
+	r.readID = ep.opSeq
+	ep.writes[r.readID] = r
+	r.item = outItem{write: true, req: r}
+	if err := p.send(ep, &r.item); err != nil {
+		return bad(err)
+	}
+	return r, nil
+}
+
+func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
+	op := verbs.OpRDMAWrite
+	if r.notify32 {
+		op = verbs.OpRDMAWriteWithImm
+	}
+	p.swr[0] = verbs.SendWR{ID: wrID(wrWrite, p.rank, r.readID), Opcode: op, Flags: verbs.SendSignaled,
+		RemoteAddr: r.rts.addr, RKey: r.rts.rkey, Imm: uint32(r.rts.id)}
+	if len(r.buf) > 0 {
+		switch {
+		case r.winMR != nil:
+			p.sge[0] = verbs.SGE{Addr: r.winMR.Addr() + uint64(addrOf(r.buf)-addrOf(r.winMR.Bytes())), Length: uint32(len(r.buf)), LKey: r.winMR.LKey()}
+		default:
+			p.sge[0] = verbs.SGE{Addr: r.reg.addr(r.buf), Length: uint32(len(r.buf)), LKey: r.reg.mr.LKey()}
+		}
+		p.swr[0].SGL = p.sge[:]
+	}
+	if err := p.qp.PostSend(p.swr[:]...); err != nil {
+		return err
+	}
+	if r.notify32 {
+		p.credits--
+	}
+	p.sqOut++
+	p.lastSent = p.lastHeard // keep liveness frames flowing; a write is not a frame the peer sees
+	return nil
+}
+
+// Write writes src into peer's window at off and waits until it is placed.
+func (w *Window) Write(ctx context.Context, peer, off int, src []byte) error {
+	r, err := w.Iwrite(peer, off, src, false, 0)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait(ctx)
+	return err
+}
+
+// WriteNotify writes src into peer's window at off with notification value,
+// and waits until it is placed.
+func (w *Window) WriteNotify(ctx context.Context, peer, off int, src []byte, value uint32) error {
+	r, err := w.Iwrite(peer, off, src, true, value)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait(ctx)
+	return err
+}
+
+// WaitNotify is Endpoint.WaitNotify (notifications are per endpoint).
+func (w *Window) WaitNotify(ctx context.Context, src int) (Notification, error) {
+	return w.ep.WaitNotify(ctx, src)
+}
+
+// Close deregisters the window. It is a collective: every rank calls it,
+// and it returns once every rank has stopped writing into every window
+// (each rank's writes complete before its close message is sent).
+func (w *Window) Close(ctx context.Context) error {
+	ep := w.ep
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	c := &Channel{ep: ep, id: ctxWindow}
+	tag := int(w.seq & MaxTag)
+	var reqs []*Request
+	var err error
+	for r, p := range ep.peers {
+		if p == nil {
+			continue
+		}
+		var rr, sr *Request
+		if rr, err = c.Irecv(r, tag, nil); err != nil {
+			break
+		}
+		if sr, err = c.Isend(r, tag, nil); err != nil {
+			break
+		}
+		reqs = append(reqs, rr, sr)
+	}
+	if err == nil {
+		err = WaitAll(ctx, reqs...)
+	}
+	for _, mr := range w.mrs {
+		_ = mr.Close()
+	}
+	return err
+}
+
+// PollNotify takes the oldest notification from src (or AnySource), if any.
+func (ep *Endpoint) PollNotify(src int) (Notification, bool, error) {
+	ep.progress()
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	n, ok := ep.takeNoteLocked(src)
+	if ok {
+		return n, true, nil
+	}
+	if err := ep.checkLocked(); err != nil {
+		return Notification{}, false, &Error{Op: "WaitNotify", Rank: ep.rank, Peer: src, Tag: NoTag, Err: err}
+	}
+	return Notification{}, false, nil
+}
+
+func (ep *Endpoint) takeNoteLocked(src int) (Notification, bool) {
+	for i, n := range ep.notes {
+		if src == AnySource || n.Source == src {
+			ep.notes = append(ep.notes[:i], ep.notes[i+1:]...)
+			return n, true
+		}
+	}
+	return Notification{}, false
+}
+
+// WaitNotify waits for the oldest notification from src (or AnySource).
+// When ctx ends first, the error names src as not arrived.
+func (ep *Endpoint) WaitNotify(ctx context.Context, src int) (Notification, error) {
+	if src < AnySource || src >= ep.size {
+		return Notification{}, &Error{Op: "WaitNotify", Rank: ep.rank, Peer: src, Tag: NoTag,
+			Err: fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, src, ep.size)}
+	}
+	var got Notification
+	var gerr error
+	take := func() bool {
+		n, ok, err := ep.PollNotify(src)
+		got, gerr = n, err
+		return ok || err != nil
+	}
+	ch := make(chan struct{}, 1)
+	for {
+		if ep.poll(ctx, take) {
+			return got, gerr
+		}
+		ep.mu.Lock()
+		ep.arrivals = append(ep.arrivals, ch)
+		ep.mu.Unlock()
+		if take() {
+			return got, gerr
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			de := &DeadlineError{Any: src == AnySource, What: "no notification", Cause: ctx.Err()}
+			if src >= 0 {
+				de.Ranks = []int{src}
+			}
+			return Notification{}, &Error{Op: "WaitNotify", Rank: ep.rank, Peer: src, Tag: NoTag, Err: de}
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package p2p
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Frames between two endpoints travel as SEND payloads on the pair's queue
+// pair. Every frame starts with the same 24-byte header (little-endian; the
+// layout is in docs/wire-p2p.md):
+//
+//	off size
+//	0   1   kind
+//	1   1   flags (flagAckCtrl: your explicit credit frame was consumed)
+//	2   2   credits returned to the receiver of this frame
+//	4   4   context id
+//	8   4   tag (int32)
+//	12  4   aux (kind-specific: FIN status, REVOKE/BYE reporter)
+//	16  8   size (EAGER: payload bytes that follow; RTS: message size;
+//	             REVOKE: the lost rank)
+//
+// EAGER: payload at 24. RTS: 24 addr u64, 32 rkey u32, 36 zero u32,
+// 40 request id u64 (48 bytes). FIN and CANCEL: 24 request id u64 (32 bytes).
+const (
+	hdrLen    = 24
+	rtsLen    = 48
+	finLen    = 32
+	maxCtlLen = 48
+)
+
+type frameKind uint8
+
+const (
+	kEager  frameKind = 1 // small message, payload inline
+	kRTS    frameKind = 2 // rendezvous: "read size bytes at addr/rkey, then FIN me"
+	kFIN    frameKind = 3 // rendezvous done (aux: 0 ok, 1 truncated, 2 canceled)
+	kCredit frameKind = 4 // explicit credit return (uses the reserved slot)
+	kPing   frameKind = 5 // liveness
+	kRevoke frameKind = 6 // size: the lost rank; aux: who noticed
+	kBye    frameKind = 7 // the sender closed its endpoint on purpose
+	kCancel frameKind = 8 // the sender canceled the RTS with this id
+	kMax    frameKind = 9
+)
+
+var kindNames = [...]string{"?", "EAGER", "RTS", "FIN", "CREDIT", "PING", "REVOKE", "BYE", "CANCEL"}
+
+func (k frameKind) String() string {
+	if k < kMax {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+const flagAckCtrl = 1 << 0
+
+// FIN status values (header aux).
+const (
+	finOK        = 0
+	finTruncated = 1
+	finCanceled  = 2
+)
+
+type header struct {
+	kind    frameKind
+	flags   uint8
+	credits uint16
+	ctx     uint32
+	tag     int32
+	aux     uint32
+	size    uint64
+	// RTS / FIN / CANCEL
+	addr uint64
+	rkey uint32
+	id   uint64
+}
+
+// frameLen is the length of the frame h describes (without EAGER payload).
+func (h *header) frameLen() int {
+	switch h.kind {
+	case kRTS:
+		return rtsLen
+	case kFIN, kCancel:
+		return finLen
+	}
+	return hdrLen
+}
+
+// put writes h at the start of b, which must hold h.frameLen() bytes.
+func (h *header) put(b []byte) {
+	_ = b[hdrLen-1]
+	b[0] = byte(h.kind)
+	b[1] = h.flags
+	binary.LittleEndian.PutUint16(b[2:], h.credits)
+	binary.LittleEndian.PutUint32(b[4:], h.ctx)
+	binary.LittleEndian.PutUint32(b[8:], uint32(h.tag))
+	binary.LittleEndian.PutUint32(b[12:], h.aux)
+	binary.LittleEndian.PutUint64(b[16:], h.size)
+	switch h.kind {
+	case kRTS:
+		binary.LittleEndian.PutUint64(b[24:], h.addr)
+		binary.LittleEndian.PutUint32(b[32:], h.rkey)
+		binary.LittleEndian.PutUint32(b[36:], 0)
+		binary.LittleEndian.PutUint64(b[40:], h.id)
+	case kFIN, kCancel:
+		binary.LittleEndian.PutUint64(b[24:], h.id)
+	}
+}
+
+// parseFrame decodes a received frame of n bytes. It never panics: a frame
+// that is short, of unknown kind, or whose sizes disagree is an error, and
+// the caller treats the peer as broken.
+func parseFrame(b []byte, h *header) error {
+	if len(b) < hdrLen {
+		return fmt.Errorf("frame of %d bytes is shorter than the %d-byte header", len(b), hdrLen)
+	}
+	h.kind = frameKind(b[0])
+	if h.kind == 0 || h.kind >= kMax {
+		return fmt.Errorf("unknown frame kind %d", b[0])
+	}
+	h.flags = b[1]
+	h.credits = binary.LittleEndian.Uint16(b[2:])
+	h.ctx = binary.LittleEndian.Uint32(b[4:])
+	h.tag = int32(binary.LittleEndian.Uint32(b[8:]))
+	h.aux = binary.LittleEndian.Uint32(b[12:])
+	h.size = binary.LittleEndian.Uint64(b[16:])
+	switch h.kind {
+	case kEager:
+		if h.size != uint64(len(b)-hdrLen) {
+			return fmt.Errorf("EAGER frame says %d payload bytes but carries %d", h.size, len(b)-hdrLen)
+		}
+	case kRTS:
+		if len(b) != rtsLen {
+			return fmt.Errorf("RTS frame of %d bytes, want %d", len(b), rtsLen)
+		}
+		h.addr = binary.LittleEndian.Uint64(b[24:])
+		h.rkey = binary.LittleEndian.Uint32(b[32:])
+		h.id = binary.LittleEndian.Uint64(b[40:])
+		if h.size == 0 || h.size > 1<<48 {
+			return fmt.Errorf("RTS frame with size %d", h.size)
+		}
+	case kFIN, kCancel:
+		if len(b) != finLen {
+			return fmt.Errorf("%v frame of %d bytes, want %d", h.kind, len(b), finLen)
+		}
+		h.id = binary.LittleEndian.Uint64(b[24:])
+	default:
+		if len(b) != hdrLen {
+			return fmt.Errorf("%v frame of %d bytes, want %d", h.kind, len(b), hdrLen)
+		}
+	}
+	return nil
+}
