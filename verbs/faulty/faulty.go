@@ -39,18 +39,30 @@ func (p *provider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Devic
 // Wrap returns dev with every PD, CQ and QP created through it obeying inj.
 // Closing the result closes dev.
 func Wrap(dev verbs.Device, inj *Injector) verbs.Device {
-	return &device{inner: dev, inj: inj}
+	return &device{inner: dev, inj: inj, qps: map[*qp]struct{}{}}
 }
 
 type device struct {
 	inner verbs.Device
 	inj   *Injector
+
+	mu  sync.Mutex
+	qps map[*qp]struct{} // open QPs, unregistered from the injector at Close
 }
 
-func (d *device) Name() string        { return d.inner.Name() }
-func (d *device) Provider() string    { return d.inner.Provider() }
-func (d *device) Caps() verbs.Caps    { return d.inner.Caps() }
-func (d *device) Close() error        { return d.inner.Close() }
+func (d *device) Name() string     { return d.inner.Name() }
+func (d *device) Provider() string { return d.inner.Provider() }
+func (d *device) Caps() verbs.Caps { return d.inner.Caps() }
+func (d *device) Close() error {
+	d.mu.Lock()
+	qps := d.qps
+	d.qps = map[*qp]struct{}{}
+	d.mu.Unlock()
+	for q := range qps {
+		q.forget()
+	}
+	return d.inner.Close()
+}
 func (d *device) Inner() verbs.Device { return d.inner }
 
 func (d *device) AllocPD() (verbs.PD, error) {
@@ -91,11 +103,14 @@ func (p *protDomain) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &qp{inner: iq, num: iq.Num(), provider: p.dev.Provider(), inj: p.dev.inj, cqs: []*cq{scq, rcq}}
+	q := &qp{inner: iq, num: iq.Num(), provider: p.dev.Provider(), inj: p.dev.inj, dev: p.dev, cqs: []*cq{scq, rcq}}
 	for _, c := range q.cqs {
 		c.attach(q)
 	}
 	p.dev.inj.register(q)
+	p.dev.mu.Lock()
+	p.dev.qps[q] = struct{}{}
+	p.dev.mu.Unlock()
 	return q, nil
 }
 
@@ -107,6 +122,7 @@ type qp struct {
 	num      uint32
 	provider string
 	inj      *Injector
+	dev      *device
 	cqs      []*cq
 
 	mu        sync.Mutex
@@ -145,21 +161,32 @@ func (q *qp) PostSend(wrs ...verbs.SendWR) error {
 	if err := q.inj.onPost(q.num, false); err != nil {
 		return q.postErr("PostSend", err)
 	}
-	// The lock spans the inner post so that a completion cannot be matched
-	// before its ID is recorded (the loop provider completes synchronously).
+	// Record the IDs before posting (the loop provider completes
+	// synchronously, so a completion may be matched before PostSend
+	// returns), without holding the lock across the inner post, which may
+	// block; then forget the requests the provider refused.
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	for i := range wrs {
+		q.sends = append(q.sends, wrs[i].ID)
+	}
+	q.mu.Unlock()
 	err := q.inner.PostSend(wrs...)
-	n := len(wrs)
 	if err != nil {
-		n = 0
+		n := 0
 		var ve *verbs.Error
 		if errors.As(err, &ve) && ve.Index > 0 && ve.Index <= len(wrs) {
 			n = ve.Index
 		}
-	}
-	for i := range n {
-		q.sends = append(q.sends, wrs[i].ID)
+		q.mu.Lock()
+		for _, wr := range wrs[n:] {
+			for j := len(q.sends) - 1; j >= 0; j-- {
+				if q.sends[j] == wr.ID {
+					q.sends = append(q.sends[:j], q.sends[j+1:]...)
+					break
+				}
+			}
+		}
+		q.mu.Unlock()
 	}
 	return err
 }
@@ -172,6 +199,17 @@ func (q *qp) PostRecv(wrs ...verbs.RecvWR) error {
 }
 
 func (q *qp) Close() error {
+	q.forget()
+	q.dev.mu.Lock()
+	delete(q.dev.qps, q)
+	q.dev.mu.Unlock()
+	// The CQs keep knowing this QP until they are closed: its flushed
+	// completions still need the synthesis bookkeeping.
+	return q.inner.Close()
+}
+
+// forget removes the QP from the injector's table (once).
+func (q *qp) forget() {
 	q.mu.Lock()
 	first := !q.closed
 	q.closed = true
@@ -179,9 +217,6 @@ func (q *qp) Close() error {
 	if first {
 		q.inj.unregister(q)
 	}
-	// The CQs keep knowing this QP until they are closed: its flushed
-	// completions still need the synthesis bookkeeping.
-	return q.inner.Close()
 }
 
 // Disconnect implements verbs.Disconnector (see the package documentation).

@@ -301,3 +301,14 @@ func TestCorruptCompletions(t *testing.T) {
 	assert.Equal(t, verbs.StatusSuccess, w2.Status, "only one completion was to be corrupted")
 	assert.Equal(t, 1, inj.Stats().CompletionsCorrupted)
 }
+
+// Closing a QP or its device removes it from the injector's table.
+func TestClosedQPsAreForgotten(t *testing.T) {
+	inj := faulty.NewInjector()
+	a, b := newPair(t, inj)
+	na, nb := a.qp.Num(), b.qp.Num()
+	require.NoError(t, a.qp.Close())
+	require.ErrorIs(t, inj.Disconnect(na), verbs.ErrInvalidArgument, "a closed QP")
+	require.NoError(t, b.dev.Close())
+	require.ErrorIs(t, inj.Disconnect(nb), verbs.ErrInvalidArgument, "a QP of a closed device")
+}
