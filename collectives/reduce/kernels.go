@@ -33,12 +33,8 @@ func Features() string {
 
 func builtin(code OpCode, dt DType) func(inout, in []byte) {
 	switch code {
-	case OpBAnd:
-		return bitwise(func(a, b uint64) uint64 { return a & b }, func(a, b byte) byte { return a & b })
-	case OpBOr:
-		return bitwise(func(a, b uint64) uint64 { return a | b }, func(a, b byte) byte { return a | b })
-	case OpBXor:
-		return bitwise(func(a, b uint64) uint64 { return a ^ b }, func(a, b byte) byte { return a ^ b })
+	case OpBAnd, OpBOr, OpBXor:
+		return func(inout, in []byte) { bitwise(code, inout, in) }
 	}
 	switch dt {
 	case Int8:
@@ -62,8 +58,14 @@ func builtin(code OpCode, dt DType) func(inout, in []byte) {
 	case Float64:
 		return numeric[float64](code, dt)
 	case BF16:
+		if code == OpSum || code == OpAvg {
+			return sumBF16
+		}
 		return half(code, func(v uint16) float32 { return BFloat16(v).Float32() }, func(f float32) uint16 { return uint16(BFloat16From(f)) })
 	case F16:
+		if code == OpSum || code == OpAvg {
+			return sumF16
+		}
 		return half(code, func(v uint16) float32 { return Float16(v).Float32() }, func(f float32) uint16 { return uint16(Float16From(f)) })
 	}
 	return nil
@@ -81,7 +83,7 @@ func numeric[T number](code OpCode, dt DType) func(inout, in []byte) {
 		}
 		f = SumUnrolled[T]
 	case OpProd:
-		f = prodUnrolled[T]
+		f = prodPlain[T]
 	case OpMin:
 		f = MinUnrolled[T]
 	case OpMax:
@@ -148,17 +150,10 @@ func SumUnrolled[T number](a, b []T) {
 	}
 }
 
-func prodUnrolled[T number](a, b []T) {
+// prodPlain: unrolling measured slower than the plain loop for products.
+func prodPlain[T number](a, b []T) {
 	b = b[:len(a)]
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		x, y := a[i:i+4:i+4], b[i:i+4:i+4]
-		x[0] *= y[0]
-		x[1] *= y[1]
-		x[2] *= y[2]
-		x[3] *= y[3]
-	}
-	for ; i < len(a); i++ {
+	for i := range a {
 		a[i] *= b[i]
 	}
 }
@@ -209,25 +204,46 @@ func maxUnrolled[T number](a, b []T) {
 	}
 }
 
-// bitwise applies a word-parallel op: the byte views are processed eight
-// bytes at a time, which is element-width agnostic for And/Or/Xor.
-func bitwise(w func(a, b uint64) uint64, bt func(a, b byte) byte) func(inout, in []byte) {
-	return func(inout, in []byte) {
-		in = in[:len(inout)]
-		n := len(inout) &^ 7
-		// Byte views of []T are aligned for T but not necessarily for
-		// uint64, so the words go through View only when aligned.
-		if n > 0 && aligned8(inout) && aligned8(in) {
-			a, b := View[uint64](inout[:n]), View[uint64](in[:n])
-			b = b[:len(a)]
+// bitwise applies And/Or/Xor word-parallel: the byte views are processed
+// eight bytes at a time, which is element-width agnostic. Each op has its
+// own loop (a function value per word would cost an indirect call each).
+func bitwise(code OpCode, inout, in []byte) {
+	in = in[:len(inout)]
+	n := 0
+	// Byte views of []T are aligned for T but not necessarily for uint64,
+	// so the words go through View only when both are aligned.
+	if aligned8(inout) && aligned8(in) {
+		n = len(inout) &^ 7
+		a, b := View[uint64](inout[:n]), View[uint64](in[:n])
+		b = b[:len(a)]
+		switch code {
+		case OpBAnd:
 			for i := range a {
-				a[i] = w(a[i], b[i])
+				a[i] &= b[i]
 			}
-		} else {
-			n = 0
+		case OpBOr:
+			for i := range a {
+				a[i] |= b[i]
+			}
+		default:
+			for i := range a {
+				a[i] ^= b[i]
+			}
 		}
-		for i := n; i < len(inout); i++ {
-			inout[i] = bt(inout[i], in[i])
+	}
+	a, b := inout[n:], in[n:len(inout)]
+	switch code {
+	case OpBAnd:
+		for i := range a {
+			a[i] &= b[i]
+		}
+	case OpBOr:
+		for i := range a {
+			a[i] |= b[i]
+		}
+	default:
+		for i := range a {
+			a[i] ^= b[i]
 		}
 	}
 }
@@ -252,16 +268,6 @@ func half(code OpCode, wide func(uint16) float32, narrow func(float32) uint16) f
 		f = func(x, y float32) float32 { return boolTo[float32](x != 0 || y != 0) }
 	default:
 		return nil
-	}
-	if code == OpSum || code == OpAvg {
-		// The hot case gets its own loop without the indirect call.
-		return func(inout, in []byte) {
-			a, b := View[uint16](inout), View[uint16](in)
-			b = b[:len(a)]
-			for i := range a {
-				a[i] = narrow(wide(a[i]) + wide(b[i]))
-			}
-		}
 	}
 	return func(inout, in []byte) {
 		a, b := View[uint16](inout), View[uint16](in)
@@ -318,5 +324,23 @@ func divide[T number](buf []byte, n int) {
 	a := View[T](buf)
 	for i := range a {
 		a[i] /= d
+	}
+}
+
+// sumBF16 and sumF16 are the hot 16-bit sums with the conversions inlined
+// (no function values in the loop).
+func sumBF16(inout, in []byte) {
+	a, b := View[BFloat16](inout), View[BFloat16](in)
+	b = b[:len(a)]
+	for i := range a {
+		a[i] = BFloat16From(a[i].Float32() + b[i].Float32())
+	}
+}
+
+func sumF16(inout, in []byte) {
+	a, b := View[Float16](inout), View[Float16](in)
+	b = b[:len(a)]
+	for i := range a {
+		a[i] = Float16From(a[i].Float32() + b[i].Float32())
 	}
 }
