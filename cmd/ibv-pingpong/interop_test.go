@@ -1,0 +1,145 @@
+//go:build linux && cgo && rdma
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests need a real RDMA device and rdma-core's ibv_rc_pingpong: they
+// run inside rxe-vm (RXE_VM=1), and skip elsewhere.
+func needRXE(t *testing.T) (dev string, gid int, pingpong string) {
+	t.Helper()
+	if os.Getenv("RXE_VM") == "" {
+		t.Skip("needs rxe-vm (RXE_VM_DEV, RXE_VM_GID_INDEX) and ibv_rc_pingpong")
+	}
+	dev = os.Getenv("RXE_VM_DEV")
+	gid, err := strconv.Atoi(os.Getenv("RXE_VM_GID_INDEX"))
+	require.NoError(t, err, "RXE_VM_GID_INDEX")
+	pingpong, err = exec.LookPath("ibv_rc_pingpong")
+	require.NoError(t, err)
+	return dev, gid, pingpong
+}
+
+// syncBuf is a goroutine-safe buffer that signals when a line appears.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const iters = 100
+
+func testConfig(dev string, port int) config {
+	c := defaultConfig()
+	c.Device, c.TCPPort, c.Iters, c.Events, c.Timeout = dev, port, iters, true, time.Minute
+	return c
+}
+
+// TestInteropGoClient: the real ibv_rc_pingpong is the server, we connect.
+func TestInteropGoClient(t *testing.T) {
+	dev, gid, pp := needRXE(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const port = 18700
+	var srvOut bytes.Buffer
+	srv := exec.CommandContext(ctx, pp, "-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters))
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	require.NoError(t, srv.Start())
+	cfg := testConfig(dev, port)
+	cfg.Server = "127.0.0.1"
+	var out bytes.Buffer
+	res, err := run(ctx, cfg, &out, io.Discard)
+	srvErr := srv.Wait()
+	t.Logf("ours:\n%s\nibv_rc_pingpong server:\n%s", out.String(), srvOut.String())
+	require.NoError(t, err)
+	require.NoError(t, srvErr, "ibv_rc_pingpong server")
+	assert.Contains(t, srvOut.String(), strconv.Itoa(iters)+" iters in")
+	assert.Contains(t, out.String(), strconv.Itoa(iters)+" iters in")
+	// Each side saw the other's QP.
+	assert.Contains(t, srvOut.String(), "remote address: "+res.Local.String())
+	assert.Contains(t, out.String(), "remote address: "+res.Remote.String())
+}
+
+// TestInteropGoServer: we are the server, the real ibv_rc_pingpong connects.
+func TestInteropGoServer(t *testing.T) {
+	dev, gid, pp := needRXE(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const port = 18701
+	cfg := testConfig(dev, port)
+	cfg.Bind = "127.0.0.1"
+	var out bytes.Buffer
+	status := &syncBuf{}
+	type ret struct {
+		res result
+		err error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		r, err := run(ctx, cfg, &out, status)
+		done <- ret{r, err}
+	}()
+	for !strings.Contains(status.String(), "waiting for a connection") {
+		select {
+		case r := <-done:
+			t.Fatalf("server ended before listening: %v", r.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cli := exec.CommandContext(ctx, pp, "-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters), "127.0.0.1")
+	cliOut, cliErr := cli.CombinedOutput()
+	r := <-done
+	t.Logf("ours:\n%s\nibv_rc_pingpong client:\n%s", out.String(), cliOut)
+	require.NoError(t, r.err)
+	require.NoError(t, cliErr, "ibv_rc_pingpong client")
+	assert.Contains(t, string(cliOut), strconv.Itoa(iters)+" iters in")
+	assert.Equal(t, int64(cfg.Size)*iters*2, r.res.Bytes)
+}
+
+// TestGoToGo: both sides ours, busy polling (the default) on one side.
+func TestGoToGo(t *testing.T) {
+	dev, _, _ := needRXE(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srvCfg := testConfig(dev, 18702)
+	srvCfg.Bind = "127.0.0.1"
+	srvCfg.Size = 1 << 16 // several MTU-sized packets per message
+	status := &syncBuf{}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := run(ctx, srvCfg, io.Discard, status)
+		errc <- err
+	}()
+	for !strings.Contains(status.String(), "waiting for a connection") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cliCfg := srvCfg
+	cliCfg.Server, cliCfg.Events = "127.0.0.1", false
+	_, err := run(ctx, cliCfg, io.Discard, io.Discard)
+	require.NoError(t, err)
+	require.NoError(t, <-errc)
+}
