@@ -224,8 +224,10 @@ func testReadIntoReadOnly(t *testing.T, s *suite) {
 		require.ErrorAs(t, err, &ve)
 		require.Equal(t, 0, ve.Index)
 		require.True(t, errors.Is(err, verbs.ErrBadKey) || errors.Is(err, verbs.ErrInvalidArgument), "READ into a region without LocalWrite: %v", err)
+		t.Logf("variant: refused at post time: %v", err)
 		return
 	}
+	t.Logf("variant: completes with LOC_PROT_ERR")
 	requireStatus(t, collect1(ctx, t, p.a.scq), 1, "READ into a region without LocalWrite", verbs.StatusLocProtErr)
 	require.Equal(t, verbs.QPErr, p.a.qp.State())
 }

@@ -1,6 +1,7 @@
 package verbstest
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -18,6 +19,7 @@ var stateCases = []tcase{
 	{"IllegalTransition", testIllegalTransition},
 	{"BadValues", testBadValues},
 	{"ErrFlushesOutstanding", testErrFlushes},
+	{"ReceiveInRTR", testReceiveInRTR},
 }
 
 // stateFixture is a lone QP (plus a peer QP whose address it can use) that
@@ -272,4 +274,35 @@ func testErrFlushes(t *testing.T, s *suite) {
 	if err := p.b.qp.PostRecv(verbs.RecvWR{ID: 1}); !errors.Is(err, verbs.ErrInvalidState) {
 		t.Fatalf("PostRecv after ERR→RESET: %v, want ErrInvalidState", err)
 	}
+}
+
+// testReceiveInRTR: a QP in RTR (ready to receive) takes SENDs and WRITEs
+// before it is ever moved to RTS.
+func testReceiveInRTR(t *testing.T, s *suite) {
+	p := s.newPair(t, pairConfig{noConnect: true})
+	ctx := s.ctx(t)
+	o := s.opts.Connect
+	require.NoError(t, p.b.qp.Modify(&verbs.QPAttr{State: verbs.QPInit, Port: 1, AccessFlags: o.Access}, initMask))
+	require.NoError(t, p.b.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{verbs.SGEOf(p.b.mr, 0, 8)}}))
+	rtr := verbs.QPAttr{State: verbs.QPRTR, Remote: p.a.qp.Address(), PathMTU: o.PathMTU, MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer}
+	require.NoError(t, p.b.qp.Modify(&rtr, rtrMask))
+	errc := make(chan error, 1)
+	go func() { errc <- verbs.Connect(p.a.qp, p.b.qp.Address(), o) }()
+	select {
+	case err := <-errc:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Connect to a peer in RTR did not return")
+	}
+	binary.LittleEndian.PutUint64(p.a.mr.Bytes(), 0x1122334455667788)
+	require.NoError(t, p.a.qp.PostSend(rdmaWR(1, verbs.OpRDMAWrite, p.b.mr, 64, verbs.SGEOf(p.a.mr, 0, 8)),
+		sendWR(2, verbs.OpSend, verbs.SGEOf(p.a.mr, 0, 8))))
+	requireWC(t, collect1(ctx, t, p.b.rcq), 1, verbs.WCRecv, p.b.qp.Num(), "receive of a QP in RTR")
+	require.Equal(t, verbs.QPRTR, p.b.qp.State())
+	require.EqualValues(t, 0x1122334455667788, binary.LittleEndian.Uint64(p.b.mr.Bytes()[64:]), "WRITE into a QP in RTR")
+	require.EqualValues(t, 0x1122334455667788, binary.LittleEndian.Uint64(p.b.mr.Bytes()), "SEND into a QP in RTR")
+	sw := collect(ctx, t, p.a.scq, 2)
+	requireWC(t, sw[0], 1, verbs.WCRDMAWrite, p.a.qp.Num(), "WRITE to a QP in RTR")
+	requireWC(t, sw[1], 2, verbs.WCSend, p.a.qp.Num(), "SEND to a QP in RTR")
+	requirePostErr(t, p.b.qp.PostSend(sendWR(3, verbs.OpSend)), 0, verbs.ErrInvalidState, "PostSend in RTR")
 }
