@@ -34,7 +34,11 @@ func TestMain(m *testing.M) {
 	rdmarunBin = filepath.Join(dir, "rdmarun")
 	testprogBin = filepath.Join(dir, "testprog")
 	for _, b := range []struct{ out, pkg string }{{rdmarunBin, "."}, {testprogBin, "./internal/testprog"}} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		args := []string{"build", "-o", b.out}
+		if raceEnabled && b.out == rdmarunBin {
+			args = append(args, "-race") // check the launcher itself under real jobs
+		}
+		cmd := exec.Command("go", append(args, b.pkg)...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n", b.pkg, err)
@@ -147,7 +151,7 @@ func processGone(pid string) bool {
 }
 
 func TestFourRanks(t *testing.T) {
-	r := run(t, nil, "-np", "4", "--tag-output", testprogBin)
+	r := run(t, nil, "-np", "4", "--tag-output", testprogBin, "-check-cmdline")
 	require.Equal(t, 0, r.code, r.stderr)
 	hs := hellos(t, r.stdout)
 	require.Len(t, hs, 4)
@@ -164,6 +168,7 @@ func TestFourRanks(t *testing.T) {
 			peers = h.peers
 		}
 		assert.Equal(t, peers, h.peers, "every rank sees the same allgather")
+		assert.Regexp(t, `^ token_in_cmdline=0 procs=[1-9]`, h.extra, "the token is on no command line")
 	}
 	assert.Len(t, strings.Split(peers, ","), 4)
 	assert.Empty(t, r.stderr)
@@ -345,4 +350,49 @@ func TestUnknownAndUnreachableHosts(t *testing.T) {
 	r = run(t, nil, "-np", "2", "--host", "unreachable-node:2", "--iface", "lo", "--launch-agent", "ssh -F "+cfg+" {host}", testprogBin)
 	assert.Equal(t, 1, r.code)
 	assert.Regexp(t, `rank \d \(host unreachable-node\): cannot reach host unreachable-node with ssh: ssh: connect to host 127.0.0.1 port \d+: Connection refused`, r.stderr)
+}
+
+func TestSecondCtrlCKills(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The grace period outlasts the test's patience: only the second
+	// signal can end this job in time.
+	cmd := command(ctx, "-np", "2", "--grace", "10m", testprogBin, "-ignore-signals", "-sleep", "10m", "-piddir", dir)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	require.NoError(t, cmd.Start())
+	sc := bufio.NewScanner(stdout)
+	next := func() string {
+		if !sc.Scan() {
+			cmd.Wait() // errb is complete only then
+			t.Fatalf("stdout ended early; stderr:\n%s", errb.String())
+		}
+		return sc.Text()
+	}
+	next()
+	next()
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	ignored := []string{next(), next()}
+	assert.ElementsMatch(t, []string{"rank 0 ignored interrupt", "rank 1 ignored interrupt"}, ignored)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	err = cmd.Wait()
+	require.NoError(t, ctx.Err())
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 130, ee.ExitCode())
+	assert.Contains(t, errb.String(), "SIGINT again: killing the ranks now")
+	pidsGone(t, dir, 2)
+}
+
+func TestGraceThenKill(t *testing.T) {
+	dir := t.TempDir()
+	r := run(t, nil, "-np", "3", "--grace", "300ms", testprogBin, "-ignore-signals", "-exit-rank", "1", "-sleep", "10m", "-piddir", dir)
+	assert.Equal(t, 3, r.code)
+	assert.Contains(t, r.stdout, "rank 0 ignored terminated")
+	assert.Contains(t, r.stdout, "rank 2 ignored terminated")
+	assert.Contains(t, r.stderr, "failed: rank 1 (host localhost, pid ")
+	pidsGone(t, dir, 3)
 }

@@ -50,8 +50,12 @@ type rank struct {
 	local bool
 	cmd   *exec.Cmd
 	pid   int // pid and process group of the local process or agent
-	ctl   *os.File
-	ctlMu sync.Mutex
+	// ctl is the write end of the rank's stdin: the control stream of a
+	// remote wrapper, or local rank 0's input. It is set before any
+	// goroutine of the rank starts and never reassigned.
+	ctl     *os.File
+	ctlMu   sync.Mutex // serialises whole lines on ctl
+	ctlOnce sync.Once
 
 	stderrSink *lineSink
 	outputs    sync.WaitGroup
@@ -492,7 +496,7 @@ func (j *job) start(r *rank, cpus []int) error {
 	go func() { defer r.outputs.Done(); j.out.forward(stderrR, true, r.Rank, r.stderrSink); stderrR.Close() }()
 	if !r.local {
 		// The token goes first on the wrapper's stdin, never in argv.
-		r.ctlWrite([]byte(hex.EncodeToString(j.token) + "\n"))
+		r.ctlWrite([]byte(hex.EncodeToString(j.token)+"\n"), 5*time.Second)
 	}
 	if r.Rank == 0 && j.o.Stdin != nil {
 		go j.relayStdin(r)
@@ -533,25 +537,30 @@ func (j *job) localEnv(r *rank, ncpu int) []string {
 	return env
 }
 
-// ctlWrite writes to a rank's control stream (remote) or stdin pipe
-// (local rank 0), giving up after a while if nobody reads.
-func (r *rank) ctlWrite(b []byte) error {
-	r.ctlMu.Lock()
-	defer r.ctlMu.Unlock()
+// ctlWrite writes b whole to a rank's control stream (remote) or stdin
+// pipe (local rank 0). timeout > 0 gives up when nobody reads for that
+// long; 0 waits as long as it takes (input for a program that reads
+// slowly), until ctlClose.
+func (r *rank) ctlWrite(b []byte, timeout time.Duration) error {
 	if r.ctl == nil {
 		return os.ErrClosed
 	}
-	r.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	r.ctlMu.Lock()
+	defer r.ctlMu.Unlock()
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	r.ctl.SetWriteDeadline(deadline)
 	_, err := r.ctl.Write(b)
 	return err
 }
 
+// ctlClose closes the stream without waiting for a blocked writer, which
+// then fails.
 func (r *rank) ctlClose() {
-	r.ctlMu.Lock()
-	defer r.ctlMu.Unlock()
 	if r.ctl != nil {
-		r.ctl.Close()
-		r.ctl = nil
+		r.ctlOnce.Do(func() { r.ctl.Close() })
 	}
 }
 
@@ -563,15 +572,7 @@ func (j *job) relayStdin(r *rank) {
 		for {
 			n, err := j.o.Stdin.Read(buf)
 			if n > 0 {
-				r.ctlMu.Lock()
-				w := r.ctl
-				var werr error = os.ErrClosed
-				if w != nil {
-					w.SetWriteDeadline(time.Time{})
-					_, werr = w.Write(buf[:n])
-				}
-				r.ctlMu.Unlock()
-				if werr != nil {
+				if r.ctlWrite(buf[:n], 0) != nil {
 					return
 				}
 			}
@@ -585,16 +586,16 @@ func (j *job) relayStdin(r *rank) {
 	for {
 		line, err := br.ReadString('\n')
 		if strings.HasSuffix(line, "\n") {
-			if r.ctlWrite([]byte("d"+line)) != nil {
+			if r.ctlWrite([]byte("d"+line), 0) != nil {
 				return
 			}
 		} else if line != "" {
-			if r.ctlWrite([]byte("p"+line+"\n")) != nil {
+			if r.ctlWrite([]byte("p"+line+"\n"), 0) != nil {
 				return
 			}
 		}
 		if err != nil {
-			r.ctlWrite([]byte("e\n"))
+			r.ctlWrite([]byte("e\n"), 0)
 			return
 		}
 	}
@@ -628,9 +629,10 @@ func (j *job) wait(r *rank) {
 }
 
 // signal delivers sig to a rank that has not been reaped: to the process
-// group of a local rank; over the control stream to a remote one. KILL for
-// a remote rank closes the control stream (the wrapper there then kills
-// the program) and kills the agent.
+// group of a local rank; over the control stream to a remote one (from a
+// goroutine: the stream may be busy with rank 0's input, and the caller
+// must not wait). KILL for a remote rank closes the control stream (the
+// wrapper there then kills the program) and kills the agent.
 func (j *job) signal(r *rank, sig syscall.Signal) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -646,9 +648,16 @@ func (j *job) signal(r *rank, sig syscall.Signal) {
 		killGroup(r.pid, syscall.SIGKILL)
 		return
 	}
-	if err := r.ctlWrite([]byte("s" + strings.TrimPrefix(signalName(sig), "SIG") + "\n")); err != nil {
-		killGroup(r.pid, sig)
-	}
+	go func() {
+		if err := r.ctlWrite([]byte("s"+strings.TrimPrefix(signalName(sig), "SIG")+"\n"), 2*time.Second); err != nil {
+			// The wrapper does not listen: signal the agent instead.
+			r.mu.Lock()
+			if !r.reaped {
+				killGroup(r.pid, sig)
+			}
+			r.mu.Unlock()
+		}
+	}()
 }
 
 // outcome is how a rank ended, in words, and the exit status it implies.

@@ -39,8 +39,10 @@ var (
 	readStdin = flag.Bool("stdin", false, "rank 0 prints what it reads on stdin")
 	printEnv  = flag.String("env", "", "comma-separated variables to print")
 	signals   = flag.Bool("signals", false, "report SIGINT/SIGTERM and exit 130/143")
+	ignore    = flag.Bool("ignore-signals", false, "report SIGINT/SIGTERM and carry on")
 	noDial    = flag.Bool("nodial", false, "do not join the rendezvous")
 	affinity  = flag.Bool("affinity", false, "print the CPUs this rank may run on")
+	cmdlines  = flag.Bool("check-cmdline", false, "count the processes whose command line contains the job token")
 )
 
 func main() {
@@ -96,6 +98,15 @@ func run() error {
 			s := <-ch
 			fmt.Printf("rank %d got %s\n", rank, s)
 			os.Exit(128 + int(s.(syscall.Signal)))
+		}()
+	}
+	if *ignore {
+		ch := make(chan os.Signal, 4)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			for s := range ch {
+				fmt.Printf("rank %d ignored %s\n", rank, s)
+			}
 		}()
 	}
 	if *pidDir != "" {
@@ -157,6 +168,21 @@ func run() error {
 			}
 		}
 		extra += " cpus=" + strings.Join(cpus, ",")
+	}
+	if *cmdlines {
+		// The token must never be on a command line: any user can read
+		// /proc/PID/cmdline. Look at every process, the launcher's
+		// agents and shells included.
+		n := 0
+		secret := os.Getenv("RDMARUN_TOKEN")
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			if err == nil && strings.Contains(string(b), secret) {
+				n++
+			}
+		}
+		extra += fmt.Sprintf(" token_in_cmdline=%d procs=%d", n, len(procs))
 	}
 	fmt.Printf("hello rank=%d size=%d local=%d/%d host=%s netns=%s peers=%s%s\n", rank, size, lrank, lsize, host, netns, peers, extra)
 	if *readStdin && rank == 0 {
