@@ -41,8 +41,9 @@ type Endpoint struct {
 	opts       Options
 	log        *slog.Logger
 
-	devs  []*device
-	peers []*peer // peers[rank]; nil for this rank
+	devs     []*device
+	provider []string // per rank
+	peers    []*peer  // peers[rank]; nil for this rank
 
 	mu        sync.Mutex
 	m         matcher
@@ -131,23 +132,13 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 	return ep, nil
 }
 
-func (ep *Endpoint) providerFor(peer int) string {
-	if ep.opts.Provider != "" {
-		return ep.opts.Provider
-	}
-	// Auto: tcp works between any two ranks. (The shm provider is chosen
-	// per peer when it is linked in and both ranks share a host; see
-	// transport.go.)
-	return autoProvider()
-}
-
 func (ep *Endpoint) device(ctx context.Context, provider string) (*device, error) {
 	for _, d := range ep.devs {
 		if d.provider == provider {
 			return d, nil
 		}
 	}
-	dev, err := verbs.Open(ctx, provider, ep.opts.Device)
+	dev, err := ep.openDevice(ctx, provider)
 	if err != nil {
 		return nil, err
 	}
@@ -168,12 +159,15 @@ func (ep *Endpoint) device(ctx context.Context, provider string) (*device, error
 }
 
 func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
+	if err := ep.chooseProviders(ctx, rv); err != nil {
+		return err
+	}
 	prefix := "p2p/" + ep.opts.Name + "/qp/"
 	for r := 0; r < ep.size; r++ {
 		if r == ep.rank {
 			continue
 		}
-		prov := ep.providerFor(r)
+		prov := ep.provider[r]
 		d, err := ep.device(ctx, prov)
 		if err != nil {
 			return fmt.Errorf("opening %s device for rank %d: %w", prov, r, err)
@@ -189,10 +183,7 @@ func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
 	}
 	if len(ep.devs) == 0 {
 		// A job of one rank still needs a device for windows.
-		prov := ep.opts.Provider
-		if prov == "" {
-			prov = autoProvider()
-		}
+		prov := ep.provider[ep.rank]
 		if _, err := ep.device(ctx, prov); err != nil {
 			return fmt.Errorf("opening %s device: %w", prov, err)
 		}
@@ -205,13 +196,7 @@ func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
 		if err != nil {
 			return err
 		}
-		co := verbs.DefaultConnectOptions()
-		if ep.opts.Connect != nil {
-			co = *ep.opts.Connect
-		} else {
-			rd := min(p.dev.caps.MaxRdAtom, 16)
-			co.MaxQPRdAtomic, co.MaxDestRdAtomic = uint8(rd), uint8(rd)
-		}
+		co := ep.connectOptions(p.dev)
 		if err := verbs.Connect(p.qp, addr, co); err != nil {
 			return fmt.Errorf("connecting to rank %d: %w", r, err)
 		}
@@ -427,4 +412,21 @@ func (ep *Endpoint) broadcastRevokeLocked(lost int) {
 			p.sendUncredited(ep, &header{kind: kRevoke, size: uint64(lost), aux: uint32(ep.rank)})
 		}
 	}
+}
+
+// connectOptions are the queue pair attributes: the caller's, or verbs'
+// defaults with as many outstanding READs as the device allows (up to 16)
+// and a 1 s ACK timeout retried 7 times. The software providers' ACK timer
+// runs on a busy machine's scheduler, and verbs' default half second
+// mistakes a stalled peer (a GC pause, -race) for a dead one; a dead peer
+// is still noticed within seconds, and sooner by a broken connection.
+func (ep *Endpoint) connectOptions(d *device) verbs.ConnectOptions {
+	if ep.opts.Connect != nil {
+		return *ep.opts.Connect
+	}
+	co := verbs.DefaultConnectOptions()
+	rd := min(d.caps.MaxRdAtom, 16)
+	co.MaxQPRdAtomic, co.MaxDestRdAtomic = uint8(rd), uint8(rd)
+	co.Timeout = 18
+	return co
 }

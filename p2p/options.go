@@ -26,11 +26,14 @@ type Options struct {
 	// Empty means "world".
 	Name string
 	// Provider is the verbs provider for every peer: "tcp", "shm", "ibv" or
-	// "loop". Empty means "auto": shm for peers on the same host when the
+	// "loop". Empty or "auto" means: shm for peers on the same host when the
 	// shm provider is linked in, otherwise tcp. Ranks must agree.
 	Provider string
 	// Device is passed to verbs.Open (token, listen address, logger...).
 	Device verbs.DeviceOptions
+	// OpenDevice, when set, opens devices instead of verbs.Open (tests wrap
+	// devices with verbs/faulty this way). It is called once per provider.
+	OpenDevice func(ctx context.Context, provider string, o verbs.DeviceOptions) (verbs.Device, error)
 	// Connect overrides the queue pair connection attributes; nil means
 	// verbs.DefaultConnectOptions with as many outstanding READs as the
 	// device allows (up to 16).

@@ -103,10 +103,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	co := verbs.DefaultConnectOptions()
-	if ep.opts.Connect != nil {
-		co = *ep.opts.Connect
-	}
+	co := ep.connectOptions(d)
 	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPInit, Port: 1, AccessFlags: co.Access},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
 		p.close()

@@ -30,6 +30,7 @@ import (
 // Options configure a harness run.
 type Options struct {
 	// Provider is the verbs provider every endpoint uses; default "loop".
+	// "auto" lets p2p choose per peer (shm here, as all ranks share a host).
 	Provider string
 	// P2P are the endpoint options (Provider is overridden by the field above).
 	P2P p2p.Options
