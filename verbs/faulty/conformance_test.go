@@ -29,9 +29,6 @@ func TestConformance(t *testing.T) {
 					}
 					return faulty.Wrap(d, inj), nil
 				},
-				Skip: map[string]string{
-					"Ops/Large": "softrc (wrapped loop provider): ACK timer spans the whole 64 MiB request, so a live peer fails with RETRY_EXC_ERR",
-				},
 			})
 			if synth {
 				if s := inj.Stats(); s.SynthesizedLoss < 2 || s.RetryExcReported < 2 {

@@ -19,8 +19,6 @@ func TestTCP(t *testing.T) {
 		},
 		TwoProcess: true,
 		Skip: map[string]string{
-			// Known provider bug, reported (shared softrc engine, see TestLoop).
-			"Ops/Large": "softrc: ACK timer spans the whole 64 MiB request, so a live peer fails with RETRY_EXC_ERR",
 			// Known provider bug, reported: a class C NAK (REM_ACCESS_ERR,
 			// REM_INV_REQ_ERR) is intermittently lost when the responder drops
 			// the link on entering ERR; the requester then sees RETRY_EXC_ERR.
