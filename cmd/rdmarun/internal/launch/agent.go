@@ -3,7 +3,6 @@ package launch
 import (
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -277,5 +276,3 @@ func copyScript(name string) string {
 func removeScript(path string) string {
 	return "rm -rf -- " + shellQuote(filepath.Dir(path))
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -113,18 +113,23 @@ func (j *job) run(ctx context.Context) (int, error) {
 	if err != nil {
 		return ExitUsage, err
 	}
+	// Only hosts that received ranks matter from here on.
+	used := map[string]bool{}
+	for _, p := range placements {
+		used[p.Host] = true
+	}
 	localHosts := map[string]bool{}
 	var remoteHosts []string
+	hasLocal := false
 	for _, h := range hosts {
-		if isLocalHost(h.Name) {
+		switch {
+		case !used[h.Name]:
+		case isLocalHost(h.Name):
 			localHosts[h.Name] = true
-		} else {
+			hasLocal = true
+		default:
 			remoteHosts = append(remoteHosts, h.Name)
 		}
-	}
-	hasLocal := false
-	for _, p := range placements {
-		hasLocal = hasLocal || localHosts[p.Host]
 	}
 	if len(remoteHosts) > 0 {
 		tmpl := j.o.LaunchAgent
@@ -199,7 +204,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 
 	if built && len(remoteHosts) > 0 {
 		defer j.removeCopies()
-		if err := j.copyProgram(ctx, remoteHosts, placements); err != nil {
+		if err := j.copyProgram(ctx, remoteHosts); err != nil {
 			return ExitLaunch, err
 		}
 	}
@@ -333,50 +338,68 @@ func (j *job) resolveProgram(hasLocal bool) (built bool, cleanup func(), err err
 }
 
 // copyProgram sends the built program to every remote host through the
-// launch agent's stdin, into a fresh temporary directory there.
-func (j *job) copyProgram(ctx context.Context, hosts []string, placements []Placement) error {
-	used := map[string]bool{}
-	for _, p := range placements {
-		used[p.Host] = true
-	}
+// launch agent's stdin, into a fresh temporary directory there, to all
+// hosts at once.
+func (j *job) copyProgram(ctx context.Context, hosts []string) error {
 	name := filepath.Base(j.program)
-	for _, h := range hosts {
-		if !used[h] {
-			continue
-		}
-		f, err := os.Open(j.program)
-		if err != nil {
-			return err
-		}
-		argv := j.agent.command(h, copyScript(name))
-		cctx, cancel := context.WithTimeout(ctx, j.o.ConnectTimeout)
-		cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
-		cmd.Stdin = f
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		cancel()
-		f.Close()
-		path := strings.TrimSpace(string(out))
-		if err != nil || !strings.HasPrefix(path, "/") {
-			return fmt.Errorf("cannot reach host %s to copy %s there (%s): %v: %s",
-				h, name, strings.Join(argv[:len(argv)-1], " "), err, lastLine(stderr.String()))
-		}
-		j.remote[h] = path
-		j.logf("copied %s to %s:%s", name, h, path)
+	paths := make([]string, len(hosts))
+	errs := make([]error, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			paths[i], errs[i] = j.copyTo(ctx, h, name)
+		}()
 	}
-	return nil
+	wg.Wait()
+	for i, h := range hosts {
+		if paths[i] != "" {
+			j.remote[h] = paths[i]
+			j.logf("copied %s to %s:%s", name, h, paths[i])
+		}
+	}
+	return errors.Join(errs...)
 }
 
-func (j *job) removeCopies() {
-	for h, path := range j.remote {
-		argv := j.agent.command(h, removeScript(path))
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := exec.CommandContext(ctx, argv[0], argv[1:]...).Run(); err != nil {
-			j.out.printf("could not remove %s on host %s: %v", filepath.Dir(path), h, err)
-		}
-		cancel()
+func (j *job) copyTo(ctx context.Context, host, name string) (string, error) {
+	f, err := os.Open(j.program)
+	if err != nil {
+		return "", err
 	}
+	defer f.Close()
+	argv := j.agent.command(host, copyScript(name))
+	cctx, cancel := context.WithTimeout(ctx, j.o.ConnectTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
+	cmd.Stdin = f
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	path := strings.TrimSpace(string(out))
+	if err != nil || !strings.HasPrefix(path, "/") || strings.ContainsAny(path, "\n") {
+		return "", fmt.Errorf("cannot copy %s to host %s (%s): %v: %s",
+			name, host, strings.Join(argv[:len(argv)-1], " "), err, lastLine(stderr.String()))
+	}
+	return path, nil
+}
+
+// removeCopies removes the copies of the program from the remote hosts.
+func (j *job) removeCopies() {
+	var wg sync.WaitGroup
+	for h, path := range j.remote {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			argv := j.agent.command(h, removeScript(path))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := exec.CommandContext(ctx, argv[0], argv[1:]...).Run(); err != nil {
+				j.out.printf("could not remove %s on host %s: %v", filepath.Dir(path), h, err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func lastLine(s string) string {
