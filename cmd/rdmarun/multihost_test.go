@@ -106,10 +106,16 @@ func TestNetnsHosts(t *testing.T) {
 	})
 
 	t.Run("package directory is built and copied", func(t *testing.T) {
+		wdir, err := filepath.EvalSymlinks(t.TempDir())
+		require.NoError(t, err)
 		r := runCmd(t, "ip", nil, inNS("-np", "2", "--host", ns[1]+":1,"+ns[2]+":1", "--launch-agent", agent,
-			"--iface", "198.18.0.0/24", "-v", "./internal/testprog")...)
+			"--iface", "198.18.0.0/24", "-v", "--wdir", wdir, "./internal/testprog", "-cwd")...)
 		require.Equal(t, 0, r.code, r.stderr)
-		assert.Len(t, hellos(t, r.stdout), 2)
+		hs := hellos(t, r.stdout)
+		require.Len(t, hs, 2)
+		for _, h := range hs {
+			assert.Equal(t, " cwd="+wdir, h.extra, "--wdir on a remote host")
+		}
 		copies := regexp.MustCompile(`copied testprog to \S+:(\S+)`).FindAllStringSubmatch(r.stderr, -1)
 		require.Len(t, copies, 2, "one copy per remote host")
 		for _, c := range copies {

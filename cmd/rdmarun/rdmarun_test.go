@@ -396,3 +396,22 @@ func TestGraceThenKill(t *testing.T) {
 	assert.Contains(t, r.stderr, "failed: rank 1 (host localhost, pid ")
 	pidsGone(t, dir, 3)
 }
+
+func TestHostfileAndWdir(t *testing.T) {
+	dir := t.TempDir()
+	wdir, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	hostfile := filepath.Join(dir, "hosts")
+	require.NoError(t, os.WriteFile(hostfile, []byte("localhost slots=3 # this machine\n"), 0o644))
+	r := run(t, nil, "-np", "3", "--hostfile", hostfile, "--wdir", wdir, testprogBin, "-cwd", "-nodial")
+	require.Equal(t, 0, r.code, r.stderr)
+	hs := hellos(t, r.stdout)
+	require.Len(t, hs, 3)
+	for rank := range 3 {
+		assert.Equal(t, " cwd="+wdir, hs[rank].extra)
+		assert.Equal(t, 3, hs[rank].localSize)
+	}
+	r = run(t, nil, "-np", "4", "--hostfile", hostfile, testprogBin)
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "-np 4 is more than the 3 slots on localhost:3")
+}

@@ -42,6 +42,7 @@ var (
 	ignore    = flag.Bool("ignore-signals", false, "report SIGINT/SIGTERM and carry on")
 	noDial    = flag.Bool("nodial", false, "do not join the rendezvous")
 	affinity  = flag.Bool("affinity", false, "print the CPUs this rank may run on")
+	printCwd  = flag.Bool("cwd", false, "print the working directory")
 	cmdlines  = flag.Bool("check-cmdline", false, "count the processes whose command line contains the job token")
 )
 
@@ -168,6 +169,13 @@ func run() error {
 			}
 		}
 		extra += " cpus=" + strings.Join(cpus, ",")
+	}
+	if *printCwd {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		extra += " cwd=" + wd
 	}
 	if *cmdlines {
 		// The token must never be on a command line: any user can read
