@@ -365,11 +365,14 @@ func (s *Server) handshake(c *sconn, br *bufio.Reader) bool {
 }
 
 // send queues one frame for the writer.
-func (c *sconn) send(m *msg) {
-	b := m.encode(nil)
+func (c *sconn) send(m *msg) { c.sendParts(m.encode(nil)) }
+
+// sendParts queues one frame made of consecutive parts; parts may be shared
+// between connections (an allgather's values) and are never modified.
+func (c *sconn) sendParts(parts ...[]byte) {
 	c.mu.Lock()
 	if !c.closing {
-		c.out = append(c.out, b)
+		c.out = append(c.out, parts...)
 	}
 	c.mu.Unlock()
 	select {
@@ -833,9 +836,13 @@ func (s *Server) collective(c *sconn, m msg) {
 	if cl.fail != nil {
 		return
 	}
-	// Everyone is here: one encoding, sent to all.
+	// Everyone is here. The values are the same for every rank: encode
+	// them once and share that body; only the small header with the
+	// request id is per rank. (A star allgather moves size² values
+	// through the server; sharing keeps its memory at size values.)
+	body := gatheredBody(cl.vals)
 	for _, w := range cl.waiters {
-		w.c.send(&msg{typ: tGathered, id: w.id, values: cl.vals})
+		w.c.sendParts(gatheredHeader(w.id, len(body)), body)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -813,4 +814,39 @@ func TestAdvertiseAddr(t *testing.T) {
 	_, err = cs[0].advertiseAddr(host, "^docker0")
 	require.ErrorIs(t, err, netsel.ErrNoAddress)
 	assert.Contains(t, err.Error(), "the job spans hosts, so loopback is out")
+}
+
+// TestLongManyRanks runs a 1024-rank job (set RDMAGO_LONG=1): join, a few
+// allgathers of QP-address-sized values, a fence.
+func TestLongManyRanks(t *testing.T) {
+	if os.Getenv("RDMAGO_LONG") == "" {
+		t.Skip("set RDMAGO_LONG=1")
+	}
+	checkLeaks(t)
+	const n = 1024
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := newServer(t, n, nil)
+	cs := make([]*Client, n)
+	val := make([]byte, 512)
+	errs := each(n, func(r int) (err error) {
+		cs[r], err = Dial(ctx, clientOpts(s, r, n))
+		if err != nil {
+			return err
+		}
+		for i := range 3 {
+			out, err := Allgather(ctx, cs[r], fmt.Sprint("qp", i), val)
+			if err != nil {
+				return err
+			}
+			if len(out) != n {
+				return fmt.Errorf("%d values", len(out))
+			}
+		}
+		return cs[r].Fence(ctx)
+	})
+	require.NoError(t, errors.Join(errs...))
+	for _, c := range cs {
+		c.Close()
+	}
 }

@@ -205,6 +205,28 @@ func (m *msg) encode(b []byte) []byte {
 	return b
 }
 
+// gatheredBody and gatheredHeader split a tGathered frame so that the body
+// (count and values) can be shared by every rank's reply:
+// gatheredHeader(id, len(body)) followed by body is exactly
+// (&msg{typ: tGathered, id: id, values: vals}).encode(nil).
+func gatheredBody(vals [][]byte) []byte {
+	n := 4
+	for _, v := range vals {
+		n += 2 + len(v)
+	}
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, n), uint32(len(vals)))
+	for _, v := range vals {
+		b = appendStr(b, v)
+	}
+	return b
+}
+
+func gatheredHeader(id uint32, bodyLen int) []byte {
+	h := binary.BigEndian.AppendUint32(make([]byte, 0, 9), uint32(1+4+bodyLen))
+	h = append(h, tGathered)
+	return binary.BigEndian.AppendUint32(h, id)
+}
+
 // decoder reads fields from a body; the first failure sticks.
 type decoder struct {
 	b   []byte

@@ -132,3 +132,11 @@ func FuzzDecodeFrame(f *testing.F) {
 		}
 	})
 }
+
+func TestGatheredSplitEncoding(t *testing.T) {
+	for _, vals := range [][][]byte{nil, {{}}, {[]byte("a"), {}, make([]byte, MaxValueLen)}} {
+		body := gatheredBody(vals)
+		split := append(gatheredHeader(77, len(body)), body...)
+		assert.Equal(t, (&msg{typ: tGathered, id: 77, values: vals}).encode(nil), split)
+	}
+}
