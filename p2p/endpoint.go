@@ -406,9 +406,12 @@ func (ep *Endpoint) loseLocked(lost int, cause error) {
 	ep.broadcastRevokeLocked(lost)
 }
 
+// broadcastRevokeLocked tells every peer, the lost one included: the link
+// to it may be fine (the failure may have been a local post error), and if
+// it is not the frame is simply lost.
 func (ep *Endpoint) broadcastRevokeLocked(lost int) {
 	for _, p := range ep.peers {
-		if p != nil && p.rank != lost && !p.departed && !p.broken {
+		if p != nil && !p.departed && (!p.broken || p.rank == lost) {
 			p.sendUncredited(ep, &header{kind: kRevoke, size: uint64(lost), aux: uint32(ep.rank)})
 		}
 	}

@@ -103,6 +103,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.stats.QPNum = p.qp.Num()
 	co := ep.connectOptions(d)
 	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPInit, Port: 1, AccessFlags: co.Access},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {

@@ -15,6 +15,7 @@ func (c *Counter) add(n int) {
 type PeerStats struct {
 	Rank      int
 	Transport string // provider name, or "self"
+	QPNum     uint32 // number of the queue pair to this peer (0 for self)
 
 	EagerSent, EagerRecv Counter // messages up to EagerLimit
 	RndvSent, RndvRecv   Counter // rendezvous messages (counted when the data has moved)

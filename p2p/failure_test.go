@@ -1,0 +1,158 @@
+package p2p_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/faulty"
+)
+
+// checkLost checks that err is a peer loss naming one of the ranks in lost.
+func checkLost(err error, lost ...int) error {
+	if !errors.Is(err, p2p.ErrPeerLost) {
+		return fmt.Errorf("want ErrPeerLost, got %v", err)
+	}
+	var pl *p2p.PeerLostError
+	if !errors.As(err, &pl) {
+		return fmt.Errorf("no *PeerLostError in %v", err)
+	}
+	for _, r := range lost {
+		if pl.Rank == r {
+			return nil
+		}
+	}
+	return fmt.Errorf("lost rank %d, want one of %v (%v)", pl.Rank, lost, err)
+}
+
+// A link between ranks 0 and 1 breaks (fault injection). Every rank learns
+// it: 0 and 1, which were talking, and 2 and 3, which were only waiting for
+// each other; every pending and later operation fails naming the lost rank.
+func TestPeerLossFaulty(t *testing.T) {
+	inj := make([]*faulty.Injector, 4)
+	for i := range inj {
+		inj[i] = faulty.NewInjector()
+	}
+	ctx := context.Background()
+	eps, err := p2ptest.Start(ctx, 4, p2ptest.Options{Provider: "loop", P2P: p2p.Options{
+		LivenessTimeout: -1, // only the injected fault may fail things
+		OpenDevice: func() func(context.Context, string, verbs.DeviceOptions) (verbs.Device, error) {
+			next := make(chan *faulty.Injector, 4)
+			for _, in := range inj {
+				next <- in
+			}
+			return func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
+				d, err := verbs.Open(ctx, prov, o)
+				if err != nil {
+					return nil, err
+				}
+				return faulty.Wrap(d, <-next), nil
+			}
+		}(),
+	}})
+	require.NoError(t, err)
+	defer p2ptest.Close(eps)
+	// Which injector wraps which endpoint's device is decided by the order
+	// of Opens; find rank 0's by its QP number.
+	qp01 := eps[0].Stats().Peers[1].QPNum
+
+	errs := make(chan error, 4)
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for r, ep := range eps {
+		go func() {
+			var err error
+			buf := make([]byte, 8)
+			switch r {
+			case 0, 1: // ping-pong until the link breaks
+				for i := 0; err == nil; i++ {
+					if r == 0 {
+						if err = ep.Send(tctx, 1, 0, buf); err == nil {
+							_, err = ep.Recv(tctx, 1, 0, buf)
+						}
+					} else {
+						if _, err = ep.Recv(tctx, 0, 0, buf); err == nil {
+							err = ep.Send(tctx, 0, 0, buf)
+						}
+					}
+				}
+			case 2, 3: // wait for a message that never comes
+				_, err = ep.Recv(tctx, 5-r, 0, buf)
+			}
+			errs <- fmt.Errorf("rank %d: %w", r, err)
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	var disconnected bool
+	for _, in := range inj {
+		if in.Disconnect(qp01) == nil {
+			disconnected = true
+		}
+	}
+	require.True(t, disconnected, "no injector knows QP %#x", qp01)
+	for range 4 {
+		err := <-errs
+		require.NoError(t, checkLost(err, 0, 1), "%v", err)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+	}
+	// Later operations fail the same way, on every rank.
+	for r, ep := range eps {
+		_, err := ep.Isend((r+1)%4, 1, nil)
+		require.NoError(t, checkLost(err, 0, 1))
+		require.Error(t, ep.Err())
+	}
+	// Ranks that did not see the link break learned it through a revoke.
+	_, err = eps[2].Irecv(p2p.AnySource, p2p.AnyTag, nil)
+	require.ErrorIs(t, err, p2p.ErrRevoked)
+}
+
+// A failed post (the device refuses work) is a link failure too.
+func TestPostFailureIsPeerLoss(t *testing.T) {
+	inj := faulty.NewInjector()
+	var wrapped = make(chan struct{}, 1)
+	wrapped <- struct{}{}
+	o := p2ptest.Options{Provider: "loop", P2P: p2p.Options{LivenessTimeout: -1,
+		OpenDevice: func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
+			d, err := verbs.Open(ctx, prov, o)
+			if err != nil {
+				return nil, err
+			}
+			select {
+			case <-wrapped:
+				return faulty.Wrap(d, inj), nil
+			default:
+				return d, nil
+			}
+		}}}
+	eps, err := p2ptest.Start(context.Background(), 2, o)
+	require.NoError(t, err)
+	defer p2ptest.Close(eps)
+	inj.FailPosts(1, verbs.ErrQueueFull, func(_ uint32, recv bool) bool { return !recv })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// One of the endpoints is wrapped; its sends fail at post time.
+	var failed int
+	for r, ep := range eps {
+		err := ep.Send(ctx, 1-r, 0, []byte("x"))
+		if err != nil {
+			require.NoError(t, checkLost(err, 1-r))
+			failed++
+		}
+	}
+	require.Equal(t, 1, failed)
+	// The other one learns it through the revoke.
+	for _, ep := range eps {
+		select {
+		case <-ep.Failed():
+		case <-ctx.Done():
+			t.Fatal("an endpoint never learned of the failure")
+		}
+	}
+}

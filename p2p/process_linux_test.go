@@ -1,0 +1,142 @@
+package p2p_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/p2p"
+)
+
+// Peer loss across processes: a job of three processes over tcp (or shm);
+// rank 2 is killed (SIGKILL) or frozen (SIGSTOP: it dies silently and only
+// liveness can tell) while ranks 0 and 1 ping-pong and never talk to it.
+// Both must fail with ErrPeerLost naming rank 2, within the liveness bound,
+// never hang. The test re-executes its own binary as ranks 1 and 2.
+func TestProcessPeerLoss(t *testing.T) {
+	if role := os.Getenv("P2P_TEST_RANK"); role != "" {
+		processChild(t, role)
+		return
+	}
+	for _, prov := range []string{"tcp", "shm"} {
+		for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+			t.Run(prov+"/"+sig.String(), func(t *testing.T) { processPeerLoss(t, prov, sig) })
+		}
+	}
+}
+
+func processOptions(prov string) p2p.Options {
+	return p2p.Options{Provider: prov, Heartbeat: 100 * time.Millisecond, LivenessTimeout: 1500 * time.Millisecond}
+}
+
+func processPeerLoss(t *testing.T, prov string, sig syscall.Signal) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	token, err := bootstrap.NewToken()
+	require.NoError(t, err)
+	srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Token: token, Size: 3})
+	require.NoError(t, err)
+	defer srv.Close()
+
+	var children []*exec.Cmd
+	outs := make([]*bufio.Scanner, 3)
+	for r := 1; r <= 2; r++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestProcessPeerLoss$")
+		cmd.Env = append(os.Environ(), "P2P_TEST_RANK="+strconv.Itoa(r), "P2P_TEST_ADDR="+srv.Addr(),
+			"P2P_TEST_TOKEN="+hex.EncodeToString(token), "P2P_TEST_PROVIDER="+prov)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		children = append(children, cmd)
+		outs[r] = bufio.NewScanner(out)
+	}
+	defer func() {
+		for _, c := range children {
+			_ = c.Process.Kill() // by PID, only our own children
+			_ = c.Wait()
+		}
+	}()
+	ep := joinProcess(ctx, t, 0, srv.Addr(), token, prov)
+	defer ep.Close()
+
+	result := make(chan error, 1)
+	go func() { result <- pingPong(ctx, ep, 1) }()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, children[1].Process.Signal(sig))
+
+	select {
+	case err := <-result:
+		require.NoError(t, checkLost(err, 2), "rank 0: %v", err)
+		t.Logf("rank 0 noticed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-ctx.Done():
+		t.Fatal("rank 0 never noticed that rank 2 was gone")
+	}
+	// Rank 1 reports its own error on stdout.
+	var line string
+	for outs[1].Scan() {
+		if l := outs[1].Text(); strings.HasPrefix(l, "RESULT ") {
+			line = l
+			break
+		}
+	}
+	require.Contains(t, line, "rank 2 lost", "rank 1's result")
+}
+
+func joinProcess(ctx context.Context, t testing.TB, rank int, addr string, token []byte, prov string) *p2p.Endpoint {
+	c, err := bootstrap.Dial(ctx, bootstrap.ClientOptions{Addr: addr, Token: token, Rank: rank, Size: 3, Version: "p2p-test"})
+	require.NoError(t, err)
+	ep, err := p2p.New(ctx, c, processOptions(prov))
+	require.NoError(t, err)
+	return ep
+}
+
+// pingPong exchanges 8-byte messages with peer until something fails.
+func pingPong(ctx context.Context, ep *p2p.Endpoint, peer int) error {
+	buf := make([]byte, 8)
+	for {
+		if ep.Rank() < peer {
+			if err := ep.Send(ctx, peer, 0, buf); err != nil {
+				return err
+			}
+			if _, err := ep.Recv(ctx, peer, 0, buf); err != nil {
+				return err
+			}
+		} else {
+			if _, err := ep.Recv(ctx, peer, 0, buf); err != nil {
+				return err
+			}
+			if err := ep.Send(ctx, peer, 0, buf); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func processChild(t *testing.T, role string) {
+	rank, _ := strconv.Atoi(role)
+	token, _ := hex.DecodeString(os.Getenv("P2P_TEST_TOKEN"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ep := joinProcess(ctx, t, rank, os.Getenv("P2P_TEST_ADDR"), token, os.Getenv("P2P_TEST_PROVIDER"))
+	defer ep.Close()
+	if rank == 2 {
+		<-ctx.Done() // until killed
+		return
+	}
+	err := pingPong(ctx, ep, 0)
+	fmt.Printf("RESULT %v\n", err)
+}
