@@ -93,39 +93,49 @@ func (c *cq) Poll(wc []verbs.WC) int {
 		c.buf = c.buf[:copy(c.buf, c.buf[n:])]
 	}
 	for n < len(wc) {
-		k := c.pollLocked(min(len(wc)-n, pollBatch), func(w verbs.WC) { wc[n] = w; n++ })
-		if k < pollBatch {
+		got := cPoll(c.h, c.tmp, c.out, min(len(wc)-n, pollBatch))
+		if got <= 0 {
+			break
+		}
+		descs := unsafe.Slice((*wcDesc)(c.out), got)
+		for i := range descs {
+			if w, ok := c.dev.translate(&descs[i]); ok {
+				wc[n] = w
+				n++
+			}
+		}
+		if got < pollBatch {
 			break
 		}
 	}
 	return n
 }
 
-// pollLocked polls up to max completions from the device and passes each
-// (translated; internal ones dropped) to emit. It returns how many the
-// device returned.
-func (c *cq) pollLocked(max int, emit func(verbs.WC)) int {
-	got := cPoll(c.h, c.tmp, c.out, max)
-	if got <= 0 {
-		return 0
-	}
-	descs := unsafe.Slice((*wcDesc)(c.out), got)
-	for i := range descs {
-		if w, ok := c.dev.translate(&descs[i]); ok {
-			emit(w)
+// fillLocked moves everything the device has into buf.
+func (c *cq) fillLocked() {
+	for {
+		got := cPoll(c.h, c.tmp, c.out, pollBatch)
+		if got <= 0 {
+			return
+		}
+		descs := unsafe.Slice((*wcDesc)(c.out), got)
+		for i := range descs {
+			if w, ok := c.dev.translate(&descs[i]); ok {
+				c.buf = append(c.buf, w)
+			}
+		}
+		if got < pollBatch {
+			return
 		}
 	}
-	return got
 }
 
 // fill moves everything the device has into buf.
 func (c *cq) fill() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return
-	}
-	for c.pollLocked(pollBatch, func(w verbs.WC) { c.buf = append(c.buf, w) }) == pollBatch {
+	if !c.closed {
+		c.fillLocked()
 	}
 }
 
@@ -149,8 +159,7 @@ func (c *cq) Wait(ctx context.Context) error {
 			c.mu.Unlock()
 			return errorf("CQ.Wait", 0, errnoErr("ibv_req_notify_cq", err))
 		}
-		for c.pollLocked(pollBatch, func(w verbs.WC) { c.buf = append(c.buf, w) }) == pollBatch {
-		}
+		c.fillLocked()
 		ready := len(c.buf) > 0
 		c.mu.Unlock()
 		if ready {
