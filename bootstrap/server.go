@@ -34,8 +34,10 @@ type ServerOptions struct {
 }
 
 // maxHandshaking bounds connections that have not yet authenticated, so a
-// flood of silent clients cannot exhaust the server.
-const maxHandshaking = 1024
+// flood of silent clients cannot exhaust the server. Beyond it the server
+// stops accepting until a handshake ends: legitimate ranks of a very large
+// job wait in the listen backlog instead of being turned away.
+var maxHandshaking = 1024 // a variable for tests
 
 // Server is the rendezvous server of one job: an authenticated key-value
 // store with counters and collectives. A launcher runs it (or rank 0, see
@@ -52,24 +54,25 @@ type Server struct {
 	wg     sync.WaitGroup
 	once   sync.Once
 
-	mu          sync.Mutex
-	closed      bool
-	conns       map[*sconn]struct{}
-	handshaking int
-	ranks       []*sconn // by rank, once joined
-	joined      int
-	welcomed    bool
-	jobFail     *msg     // a failed join (mismatch), sent to every rank
-	left        []string // by rank, after the welcome: why it left ("" = present)
-	gaveUp      []bool   // by rank, before the welcome: joined, then left
-	kv          map[string][]byte
-	getters     map[string][]waiter
-	counters    map[string]int64
-	colls       map[uint32]*coll
-	doneSeq     uint32 // collectives with seq < doneSeq have completed
-	abort       *AbortInfo
-	idle        chan struct{} // closed when no joined connection remains
-	ready       chan struct{} // closed when every rank has joined and agreed
+	mu       sync.Mutex
+	closed   bool
+	conns    map[*sconn]struct{}
+	slots    chan struct{} // one per connection still in its handshake
+	quit     chan struct{} // closed by Close
+	ranks    []*sconn      // by rank, once joined
+	joined   int
+	welcomed bool
+	jobFail  *msg     // a failed join (mismatch), sent to every rank
+	left     []string // by rank, after the welcome: why it left ("" = present)
+	gaveUp   []bool   // by rank, before the welcome: joined, then left
+	kv       map[string][]byte
+	getters  map[string][]waiter
+	counters map[string]int64
+	colls    map[uint32]*coll
+	doneSeq  uint32 // collectives with seq < doneSeq have completed
+	abort    *AbortInfo
+	idle     chan struct{} // closed when no joined connection remains
+	ready    chan struct{} // closed when every rank has joined and agreed
 }
 
 type waiter struct {
@@ -149,6 +152,8 @@ func newServerState(opts ServerOptions, ln net.Listener) *Server {
 		colls:    map[uint32]*coll{},
 		idle:     make(chan struct{}),
 		ready:    make(chan struct{}),
+		slots:    make(chan struct{}, maxHandshaking),
+		quit:     make(chan struct{}),
 	}
 }
 
@@ -188,6 +193,7 @@ func (s *Server) missingLocked() []int {
 // every connection and waits for the server's goroutines to end.
 func (s *Server) Close() error {
 	s.once.Do(func() {
+		close(s.quit)
 		s.ln.Close()
 		s.mu.Lock()
 		s.closed = true
@@ -209,8 +215,14 @@ func (s *Server) acceptLoop() {
 	defer s.wg.Done()
 	var delay time.Duration
 	for {
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.quit:
+			return
+		}
 		nc, err := s.ln.Accept()
 		if err != nil {
+			<-s.slots
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
@@ -231,16 +243,12 @@ func (s *Server) acceptLoop() {
 			c.remote = nc.RemoteAddr().String()
 		}
 		s.mu.Lock()
-		if s.closed || s.handshaking >= maxHandshaking {
-			busy := !s.closed
+		if s.closed {
 			s.mu.Unlock()
-			if busy {
-				s.log.Warn("bootstrap: dropped connection", "remote", nc.RemoteAddr().String(), "reason", "too many connections still authenticating")
-			}
+			<-s.slots
 			nc.Close()
 			continue
 		}
-		s.handshaking++
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
@@ -263,23 +271,17 @@ func (s *Server) drop(c *sconn, reason string, err error) {
 
 func (s *Server) serve(c *sconn) {
 	defer s.wg.Done()
-	joined := false
 	defer func() {
 		s.mu.Lock()
-		if !joined {
-			s.handshaking--
-		}
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
 	br := bufio.NewReaderSize(c.conn, 4096)
-	if !s.handshake(c, br) {
+	ok := s.handshake(c, br)
+	<-s.slots
+	if !ok {
 		return
 	}
-	s.mu.Lock()
-	s.handshaking--
-	joined = true
-	s.mu.Unlock()
 
 	c.mu.Lock()
 	if c.closing {

@@ -850,3 +850,22 @@ func TestLongManyRanks(t *testing.T) {
 		c.Close()
 	}
 }
+
+// When the handshake slots are full of silent clients, a real rank waits
+// in the backlog and gets in once they time out; it is not turned away.
+func TestHandshakeSlotsBackpressure(t *testing.T) {
+	checkLeaks(t)
+	old := maxHandshaking
+	maxHandshaking = 2
+	defer func() { maxHandshaking = old }()
+	s := newServer(t, 1, nil, func(o *ServerOptions) { o.HandshakeTimeout = 200 * time.Millisecond })
+	a, b := rawDial(t, s.Addr()), rawDial(t, s.Addr())
+	start := time.Now()
+	c, err := Dial(testCtx(t), clientOpts(s, 0, 1))
+	require.NoError(t, err)
+	c.Close()
+	assert.True(t, a.closedByPeer())
+	assert.True(t, b.closedByPeer())
+	// It had to wait for a slot (not a speed assertion: a lower bound).
+	assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+}
