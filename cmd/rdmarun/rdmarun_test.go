@@ -313,7 +313,7 @@ func TestBadInput(t *testing.T) {
 		{"np over slots", []string{"-np", "3", "--host", "localhost:2", testprogBin}, "-np 3 is more than the 2 slots on localhost:2; add --oversubscribe"},
 		{"missing program path", []string{"-np", "2", "./no/such/prog"}, "program ./no/such/prog not found"},
 		{"missing program name", []string{"-np", "2", "no-such-program-rdmarun"}, `program "no-such-program-rdmarun" not found in PATH`},
-		{"bad hostfile line", []string{"-np", "2", "--hostfile", hostfile, testprogBin}, "hostfile " + hostfile + `:3: slots="many": want a positive number`},
+		{"bad hostfile line", []string{"-np", "2", "--hostfile", hostfile, testprogBin}, "hostfile " + hostfile + `:3: slots="many": want a number in 1..1048576`},
 		{"missing np", []string{testprogBin}, "missing -np N"},
 		{"missing wdir", []string{"-np", "1", "--wdir", "/no/such/dir", testprogBin}, "--wdir /no/such/dir: not a directory"},
 	}

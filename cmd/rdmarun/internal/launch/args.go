@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rdmago/rdmago/bootstrap"
 )
 
 // UsageError is a mistake on the command line or in a hostfile: rdmarun
@@ -214,6 +216,9 @@ func (a *Args) set(canon, word, value string, getenv func(string) (string, bool)
 		n, err := strconv.Atoi(value)
 		if err != nil || n < 1 {
 			return usagef("%s %q: want a positive number of ranks", word, value)
+		}
+		if n > bootstrap.MaxSize {
+			return usagef("%s %d: at most %d ranks", word, n, bootstrap.MaxSize)
 		}
 		a.NP = n
 	case "host":

@@ -49,6 +49,7 @@ func TestParseArgs(t *testing.T) {
 		{name: "no program", argv: []string{"-np", "2"}, err: "missing PROGRAM"},
 		{name: "np needs value", argv: []string{"-np"}, err: "option -np needs a value"},
 		{name: "np zero", argv: []string{"-np", "0", "p"}, err: `-np "0": want a positive number of ranks`},
+		{name: "np huge", argv: []string{"-np", "100000000", "p"}, err: "-np 100000000: at most 65536 ranks"},
 		{name: "np word", argv: []string{"-np", "four", "p"}, err: `-np "four": want a positive number of ranks`},
 		{name: "np twice", argv: []string{"-np", "2", "-n", "3", "p"}, err: "option -n given twice"},
 		{name: "unknown option", argv: []string{"-np", "2", "--frobnicate", "p"}, err: "unknown option --frobnicate"},

@@ -68,10 +68,13 @@ func ParseHostList(s string) ([]Host, error) {
 	return hosts, nil
 }
 
+// maxSlots bounds one host's slot count, so sums cannot overflow.
+const maxSlots = 1 << 20
+
 func parseSlots(s string) (int, error) {
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("slot count %q is not a positive number", s)
+	if err != nil || n < 1 || n > maxSlots {
+		return 0, fmt.Errorf("slot count %q is not a number in 1..%d", s, maxSlots)
 	}
 	return n, nil
 }
@@ -100,9 +103,9 @@ func checkHostName(name string) error {
 func addHost(hosts []Host, h Host) []Host {
 	for i := range hosts {
 		if hosts[i].Name == h.Name {
-			hosts[i].Slots += h.Slots
+			hosts[i].Slots = min(hosts[i].Slots+h.Slots, maxSlots)
 			if h.MaxSlots > 0 {
-				hosts[i].MaxSlots += h.MaxSlots
+				hosts[i].MaxSlots = min(hosts[i].MaxSlots+h.MaxSlots, maxSlots)
 			}
 			return hosts
 		}
@@ -154,8 +157,8 @@ func ParseHostfile(r io.Reader, name string) ([]Host, error) {
 				return nil, usagef("hostfile %s: %q: want key=value (slots=N or max_slots=N)", where, f)
 			}
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return nil, usagef("hostfile %s: %s=%q: want a positive number", where, k, v)
+			if err != nil || n < 1 || n > maxSlots {
+				return nil, usagef("hostfile %s: %s=%q: want a number in 1..%d", where, k, v, maxSlots)
 			}
 			switch k {
 			case "slots", "cpu", "count":

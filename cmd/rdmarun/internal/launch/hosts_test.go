@@ -20,7 +20,7 @@ func TestParseHostList(t *testing.T) {
 		{in: "a,a, b", want: []Host{{Name: "a", Slots: 2, Origin: "--host"}, {Name: "b", Slots: 1, Origin: "--host"}}},
 		{in: "[fe80::1]:4,[::1]", want: []Host{{Name: "fe80::1", Slots: 4, Origin: "--host"}, {Name: "::1", Slots: 1, Origin: "--host"}}},
 		{in: "node-1.example.org:16", want: []Host{{Name: "node-1.example.org", Slots: 16, Origin: "--host"}}},
-		{in: "a:0", err: `slot count "0" is not a positive number`},
+		{in: "a:0", err: `slot count "0" is not a number in 1..1048576`},
 		{in: "a:x", err: `slot count "x"`},
 		{in: "a,,b", err: "empty host name"},
 		{in: "fe80::1", err: "write an IPv6 address in brackets"},
@@ -57,7 +57,7 @@ node1 slots=1
 	}, hosts)
 
 	bad := []struct{ text, err string }{
-		{"a slots=2\nb slots=two\n", `hostfile hf:2: slots="two": want a positive number`},
+		{"a slots=2\nb slots=two\n", `hostfile hf:2: slots="two": want a number in 1..1048576`},
 		{"a\n\n# x\nb slots=0\n", `hostfile hf:4: slots="0"`},
 		{"a cores=2\n", `hostfile hf:1: unknown key "cores"`},
 		{"a slots\n", `hostfile hf:1: "slots": want key=value`},
