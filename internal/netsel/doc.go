@@ -4,11 +4,12 @@
 // same thing everywhere:
 //
 //	sel, err := netsel.Parse("^docker0,lo") // or "eth0,ib0", "10.0.0.0/8", "eth*,192.168.1.0/24"
-//	if err != nil { ... }                   // netsel: bad selector "...": ...
+//	if err != nil { ... }                   // netsel: bad interface selector "...": item 2 ...
+//	peer, err := netsel.PeerAddr(ctx, "node0:29500")
 //	addr, err := netsel.Advertise(netsel.System, netsel.AdvertiseOptions{
 //		Selector:  sel,
-//		MultiHost: true,                     // the job spans hosts: never loopback
-//		Peer:      rendezvousIP,             // prefer the address that routes there
+//		MultiHost: true, // the job spans hosts: never loopback
+//		Peer:      peer, // prefer the address that routes to the rendezvous
 //	})
 //	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
 //

@@ -1,6 +1,7 @@
 package netsel
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -209,4 +210,34 @@ func TestSystem(t *testing.T) {
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(adv, 0).String())
 	require.NoError(t, err)
 	ln.Close()
+}
+
+func TestPeerAddrAndLocalAddrFor(t *testing.T) {
+	ctx := context.Background()
+	for in, want := range map[string]string{
+		"10.1.2.1:29500":      "10.1.2.1",
+		"[::ffff:10.1.2.1]:1": "10.1.2.1",
+		"[2001:db8::1]:5":     "2001:db8::1",
+		"192.168.50.1":        "192.168.50.1",
+		"localhost:29500":     "", // resolved: loopback, v4 or v6
+	} {
+		a, err := PeerAddr(ctx, in)
+		require.NoError(t, err, in)
+		if want == "" {
+			assert.True(t, a.IsLoopback(), "%s → %s", in, a)
+			continue
+		}
+		assert.Equal(t, want, a.String(), in)
+	}
+	_, err := PeerAddr(ctx, ":29500")
+	require.ErrorContains(t, err, `no host in address ":29500"`)
+
+	a, err := LocalAddrFor(ctx, node, "192.168.50.1:29500")
+	require.NoError(t, err)
+	assert.Equal(t, "192.168.50.3", a.String())
+	_, err = LocalAddrFor(ctx, node, "203.0.113.1:1")
+	require.ErrorContains(t, err, "no route to 203.0.113.1")
+	a, err = LocalAddrFor(ctx, System, "127.0.0.1:1")
+	require.NoError(t, err)
+	assert.True(t, a.IsLoopback())
 }
