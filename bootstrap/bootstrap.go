@@ -216,8 +216,10 @@ type Peer struct {
 	Rank int
 	// Host is the host name the rank reported (ClientOptions.Host).
 	Host string
-	// Addr is the IP address the server saw the rank's connection come from;
-	// empty for in-memory stores.
+	// Addr is the IP address the server saw the rank's connection come from
+	// (empty for in-memory stores). It is a hint: a rank on the server's own
+	// host may show as loopback. Ranks advertise their transport addresses
+	// themselves (Client.AdvertiseAddr).
 	Addr string
 }
 
