@@ -31,7 +31,9 @@
 // called; the suite opens several (two for cross-device pairs, more for
 // teardown cases) and also connects queue pairs within one device. Devices
 // opened by separate Open calls must be able to connect to each other with
-// verbs.Connect given each other's QP.Address.
+// verbs.Connect given each other's QP.Address. Closing an object twice, or
+// after its device was closed, returns nil or an error wrapping
+// verbs.ErrClosed (the suite's cleanups rely on it).
 //
 // Every wait is bounded by a context deadline (Options.CaseTimeout per
 // case), so a broken provider fails instead of hanging. Connections use
