@@ -180,3 +180,12 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// The leak detector must see what a live server and client run, or
+// checkLeaks could never fail.
+func TestLeakDetectorSeesLiveGoroutines(t *testing.T) {
+	s := newServer(t, 1, nil)
+	joinAll(t, testCtx(t), s, 1)
+	// Accept loop, connection reader and writer, client reader.
+	require.GreaterOrEqual(t, len(bootstrapGoroutines()), 4)
+}
