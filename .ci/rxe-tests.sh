@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# rxe-tests.sh: the real-verbs part of CI. Builds the ibv provider's test
+# binaries and the ibv-pingpong command with -tags rdma on the host, boots the
+# Soft-RoCE VM (../shared/tools/rxe-vm) once, and runs there:
+#   - verbs/ibv tests: device selection, the verbs conformance suite
+#     (two-process cases included), the provider's own tests, under -race
+#   - cmd/ibv-pingpong tests: interop with rdma-core's ibv_rc_pingpong both ways
+#   - the built ibv-pingpong binary against ibv_rc_pingpong both ways
+# and checks by name that those tests passed (a silent skip fails).
+#
+#   .ci/rxe-tests.sh            tests (about 1-3 minutes on a 2-core machine)
+#   .ci/rxe-tests.sh --bench    also perftest's ib_write_bw / ib_send_lat beside
+#                               the provider's benchmarks, in the same VM run
+#
+# Environment: RXE_VM_TOOL (path of rxe-vm; default ../shared/tools/rxe-vm/rxe-vm
+# beside the checkout), RXE_VM_CACHE (the tool's image cache, default
+# ~/.cache/rxe-vm), RXE_TESTS_KEEP=1 keeps the work directory.
+# Exit status: 0 when everything passed; 1 on any failure, including a VM
+# that cannot boot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd -P)
+bench=0
+case ${1:-} in
+	--bench) bench=1 ;;
+	"") ;;
+	*) echo "usage: $0 [--bench]" >&2; exit 2 ;;
+esac
+command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
+
+tool=${RXE_VM_TOOL:-$repo/../shared/tools/rxe-vm/rxe-vm}
+if [[ ! -f $tool ]]; then
+	echo "rxe-tests: FAIL: no rxe-vm tool at $tool (set RXE_VM_TOOL)" >&2
+	exit 1
+fi
+# Run it through bash: shared/ may be a read-only copy without exec bits. The
+# tool itself writes only to $RXE_VM_CACHE and $TMPDIR.
+rxevm() { bash "$tool" "$@"; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/rxe-tests.XXXXXX")
+if [[ -z ${RXE_TESTS_KEEP:-} ]]; then trap 'rm -rf "$work"' EXIT; else echo "rxe-tests: keeping $work"; fi
+t0=$SECONDS
+declare -a summary=()
+failed=0
+note() { # name status [detail]
+	summary+=("$(printf '%-58s %s%s' "$1" "$2" "${3:+  ($3)}")")
+	[[ $2 == PASS ]] || failed=1
+}
+
+echo "== rxe-vm prepare (idempotent; installs rdma-core and libibverbs-dev when missing)"
+if ! rxevm prepare; then
+	echo "rxe-tests: FAIL: rxe-vm prepare failed" >&2
+	exit 1
+fi
+
+echo "== build with -tags rdma (cgo, libibverbs)"
+export CGO_ENABLED=1
+go vet -tags rdma ./verbs/ibv/... ./cmd/ibv-pingpong/...
+go test -tags rdma -race -c -o "$work/ibv.test" ./verbs/ibv
+go test -tags rdma -c -o "$work/ibvbench.test" ./verbs/ibv
+go test -tags rdma -c -o "$work/pingpong.test" ./cmd/ibv-pingpong
+go build -tags rdma -o "$work/ibv-pingpong" ./cmd/ibv-pingpong
+note "host: go vet + build -tags rdma" PASS
+
+# Everything in one VM boot. Logs go to the shared work directory; the host
+# judges them afterwards.
+cat >"$work/inside.sh" <<'EOF'
+# runs inside rxe-vm (dash), in the shared work directory
+G=$RXE_VM_GID_INDEX D=$RXE_VM_DEV
+echo "VM: $D GID index $G, $(nproc) CPUs"
+./ibv.test -test.v -test.timeout 200s >ibv.log 2>&1; echo "ibv.test exit $?" >>status
+./pingpong.test -test.v -test.timeout 120s >pingpong.log 2>&1; echo "pingpong.test exit $?" >>status
+
+# The command itself: real ibv_rc_pingpong server, our client (GID auto-detected).
+ibv_rc_pingpong -d $D -g $G -p 18515 -n 200 >pp1-srv.log 2>&1 & s=$!
+./ibv-pingpong -d $D -e -n 200 -p 18515 -timeout 60s 127.0.0.1 >pp1-cli.log 2>&1; echo "pp1-client exit $?" >>status
+wait $s; echo "pp1-server exit $?" >>status
+# Our server (explicit -g), real client; start the client once we listen.
+./ibv-pingpong -d $D -g $G -e -n 200 -p 18516 -bind 127.0.0.1 -timeout 60s >pp2-srv.log 2>pp2-srv.err & s=$!
+i=0; while ! grep -q "waiting for a connection" pp2-srv.err 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+ibv_rc_pingpong -d $D -g $G -p 18516 -n 200 127.0.0.1 >pp2-cli.log 2>&1; echo "pp2-client exit $?" >>status
+wait $s; echo "pp2-server exit $?" >>status
+
+if [ "${BENCH:-0}" = 1 ]; then
+	pair() { # perftest server + client on the same device, client output kept
+		"$@" >perf-srv.log 2>&1 & s=$!
+		sleep 1; "$@" 127.0.0.1 >"$OUT" 2>&1; echo "$NAME exit $?" >>status; wait $s
+	}
+	OUT=perf-write.log NAME=ib_write_bw pair ib_write_bw -d $D -x $G -F -n 2000
+	OUT=perf-lat.log NAME=ib_send_lat pair ib_send_lat -d $D -x $G -F -n 2000
+	./ibvbench.test -test.run '^$' -test.bench . -test.benchtime 2000x -test.benchmem >bench.log 2>&1
+	echo "bench exit $?" >>status
+fi
+EOF
+
+cpus=2
+((bench)) && cpus=4 # busy-polling peers want a vCPU each (rxe-vm README)
+echo "== boot the VM and run ($cpus vCPUs)"
+rc=0
+(cd "$work" && rxevm run --cpus "$cpus" --timeout 280 -e BENCH="$bench" -- sh ./inside.sh) || rc=$?
+if [[ ! -f $work/status ]]; then
+	# 125: the VM failed to boot or set up rxe0; 124: timeout. Never a silent skip.
+	echo "rxe-tests: FAIL: the rxe VM did not run the tests (rxe-vm exit $rc; 125 = VM failed to boot)" >&2
+	exit 1
+fi
+if ((rc != 0)); then note "VM run" FAIL "rxe-vm exit $rc"; fi
+
+status() { grep -q "^$1 exit 0$" "$work/status"; }
+passed() { grep -qE -- "^--- PASS: $2 " "$work/$1"; }
+for t in TestDeviceSelection TestConformance TestSendRecvImmBatches TestInlineAndGoMemory TestPostTimeErrors \
+	TestCloseFlushes TestWaitCancel; do
+	if passed ibv.log "$t"; then note "vm: verbs/ibv $t (-race)" PASS; else note "vm: verbs/ibv $t (-race)" FAIL "not PASS in ibv.log"; fi
+done
+# The two-process conformance cases must have run, not skipped.
+if grep -qE -- "--- PASS: TestConformance/TwoProcess " "$work/ibv.log"; then
+	note "vm: verbs/ibv conformance, two-process cases" PASS
+else
+	note "vm: verbs/ibv conformance, two-process cases" FAIL
+fi
+status ibv.test || note "vm: ibv.test exit status" FAIL "$(grep '^ibv.test' "$work/status")"
+for t in TestInteropGoClient TestInteropGoServer TestGoToGo; do
+	if passed pingpong.log "$t"; then note "vm: cmd/ibv-pingpong $t" PASS; else note "vm: cmd/ibv-pingpong $t" FAIL "not PASS in pingpong.log"; fi
+done
+status pingpong.test || note "vm: pingpong.test exit status" FAIL "$(grep '^pingpong.test' "$work/status")"
+if status pp1-client && status pp1-server && grep -q "200 iters in" "$work/pp1-cli.log"; then
+	note "vm: ibv_rc_pingpong server <- ibv-pingpong client" PASS
+else
+	note "vm: ibv_rc_pingpong server <- ibv-pingpong client" FAIL
+fi
+if status pp2-client && status pp2-server && grep -q "200 iters in" "$work/pp2-cli.log"; then
+	note "vm: ibv-pingpong server <- ibv_rc_pingpong client" PASS
+else
+	note "vm: ibv-pingpong server <- ibv_rc_pingpong client" FAIL
+fi
+
+if ((failed)); then
+	for f in ibv.log pingpong.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log; do
+		[[ -f $work/$f ]] || continue
+		echo "---- $f (failures and last lines)"
+		grep -E -- "--- FAIL|Error Trace|Error:|panic" "$work/$f" | head -40 || true
+		tail -n 15 "$work/$f"
+	done
+fi
+
+if ((bench)); then
+	echo "== benchmarks (emulated VM: for comparison with perftest only, not real NIC figures)"
+	grep -E "^Benchmark" "$work/bench.log" || { cat "$work/bench.log"; note "bench" FAIL; }
+	echo "-- ib_write_bw -d rxe0 -x G -F -n 2000 (64 KiB):"
+	grep -A1 "#bytes" "$work/perf-write.log" | tail -1 || true
+	echo "-- ib_send_lat -d rxe0 -x G -F -n 2000 (2 B):"
+	grep -A1 "#bytes" "$work/perf-lat.log" | tail -1 || true
+	pbw=$(awk '/#bytes/ {getline; print $4; exit}' "$work/perf-write.log")
+	ptyp=$(awk '/#bytes/ {getline; print $5; exit}' "$work/perf-lat.log")
+	gbw=$(awk '/^BenchmarkWriteBW/ {for (i = 1; i < NF; i++) if ($(i+1) == "MB/s") print $i}' "$work/bench.log")
+	gtyp=$(awk '/^BenchmarkSendLat/ {for (i = 1; i < NF; i++) if ($(i+1) == "us-typical/one-way") print $i}' "$work/bench.log")
+	if [[ -n $pbw && -n $gbw && -n $ptyp && -n $gtyp ]]; then
+		awk -v pbw="$pbw" -v gbw="$gbw" -v pt="$ptyp" -v gt="$gtyp" 'BEGIN {
+			printf "write bandwidth: ibv provider %.2f MB/s, ib_write_bw average %.2f MB/s: ratio %.2f\n", gbw, pbw, gbw / pbw
+			printf "send latency (typical one-way): ibv provider %.2f us, ib_send_lat %.2f us: ratio %.2f\n", gt, pt, gt / pt }'
+	fi
+fi
+
+echo "== summary ($((SECONDS - t0)) s)"
+printf '%s\n' "${summary[@]}"
+if ((failed)); then
+	echo "rxe-tests: FAIL"
+	exit 1
+fi
+echo "rxe-tests: PASS"
