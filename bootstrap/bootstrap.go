@@ -17,7 +17,7 @@ const (
 	MaxValueLen   = 1024    // bytes in a value
 	MaxVersionLen = 128     // bytes in ClientOptions.Version
 	MaxConfigLen  = 1024    // bytes in ClientOptions.Config
-	MaxHostLen    = 255     // bytes in ClientOptions.Host
+	MaxHostLen    = 255     // bytes in ClientOptions.Hostname
 	MaxReasonLen  = 1024    // bytes of an Abort reason kept (longer ones are cut)
 	MaxSize       = 1 << 16 // ranks in a job
 )
