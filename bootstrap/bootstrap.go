@@ -214,7 +214,7 @@ func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 // Peer is what the rendezvous learned about a rank when it joined.
 type Peer struct {
 	Rank int
-	// Host is the host name the rank reported (ClientOptions.Host).
+	// Host is the host name the rank reported (ClientOptions.Hostname).
 	Host string
 	// Addr is the IP address the server saw the rank's connection come from
 	// (empty for in-memory stores). It is a hint: a rank on the server's own

@@ -848,7 +848,7 @@ func (s *Server) collective(c *sconn, m msg) {
 	}
 }
 
-// hostname is the default ClientOptions.Host.
+// hostname is the default ClientOptions.Hostname.
 func hostname() string {
 	h, err := os.Hostname()
 	if err != nil || h == "" {
