@@ -55,7 +55,7 @@ func (c *call) bcastBinomial(buf []byte, root int) error {
 // allgather completes every rank: about 2·n bytes per rank instead of
 // n·log2 p. For large messages.
 func (c *call) bcastScatterAllgather(buf []byte, root int) error {
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	vr := mod(c.me-root, p)
 	real := func(v int) int { return mod(v+root, p) }
 	// Scatter: vr receives blocks [vr, vr+size) from its parent.

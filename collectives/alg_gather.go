@@ -66,8 +66,7 @@ func (c *call) allgatherRD(buf []byte) error {
 // for any p, then one rotation into place.
 func (c *call) allgatherBruck(buf []byte) error {
 	p := c.n
-	tmp := scratch.get(len(buf))
-	defer scratch.put(tmp)
+	tmp := c.get(len(buf))
 	copy(c.rblock(tmp, 0), c.rblock(buf, c.me))
 	for k := 1; k < p; k <<= 1 {
 		cnt := min(k, p-k)
@@ -139,8 +138,7 @@ func (c *call) gatherLinear(send, recv []byte, root int) error {
 func (c *call) gatherBinomial(send, recv []byte, root int) error {
 	p := c.n
 	vr := mod(c.me-root, p)
-	tmp := scratch.get(int(c.h.count) * c.esize * p)
-	defer scratch.put(tmp)
+	tmp := c.get(int(c.h.count) * c.esize * p)
 	copy(c.rblock(tmp, 0), send)
 	have := 1
 	for mask := 1; mask < p; mask <<= 1 {
@@ -194,8 +192,7 @@ func (c *call) scatterLinear(send, recv []byte, root int) error {
 func (c *call) scatterBinomial(send, recv []byte, root int) error {
 	p := c.n
 	vr := mod(c.me-root, p)
-	tmp := scratch.get(int(c.h.count) * c.esize * p)
-	defer scratch.put(tmp)
+	tmp := c.get(int(c.h.count) * c.esize * p)
 	mask := 1
 	if vr == 0 {
 		for v := 0; v < p; v++ {
@@ -313,16 +310,13 @@ func (c *call) alltoallPairwise(send, recv []byte) error {
 // small blocks, many ranks.
 func (c *call) alltoallBruck(send, recv []byte) error {
 	p := c.n
-	tmp := scratch.get(len(send))
-	defer scratch.put(tmp)
+	tmp := c.get(len(send))
 	bl := int(c.h.count) * c.esize
 	for i := 0; i < p; i++ {
 		copy(c.rblock(tmp, i), c.rblock(send, mod(c.me+i, p)))
 	}
-	pack := scratch.get(bl * ((p + 1) / 2))
-	defer scratch.put(pack)
-	unpack := scratch.get(bl * ((p + 1) / 2))
-	defer scratch.put(unpack)
+	pack := c.get(bl * ((p + 1) / 2))
+	unpack := c.get(bl * ((p + 1) / 2))
 	for k := 1; k < p; k <<= 1 {
 		n := 0
 		for i := 0; i < p; i++ {

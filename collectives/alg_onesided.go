@@ -48,7 +48,7 @@ type osLink struct {
 // credit. Two slots let the next write overlap the neighbour's reduction.
 // A header-only exchange with both neighbours first checks the counts.
 func (c *call) allreduceRingOneSided(buf []byte) error {
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	right, left := mod(c.me+1, p), mod(c.me-1, p)
 	if err := c.exchange(right, nil, left, nil); err != nil {
 		return err
@@ -99,7 +99,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 		if err != nil {
 			return c.fail(right, err)
 		}
-		if _, err := r.Wait(c.ctx); err != nil {
+		if _, err := c.track(r, nil).wait(c); err != nil {
 			return c.fail(right, err)
 		}
 		return nil
@@ -124,7 +124,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 		if err != nil {
 			return c.fail(left, err)
 		}
-		if _, err := r.Wait(c.ctx); err != nil {
+		if _, err := c.track(r, nil).wait(c); err != nil {
 			return c.fail(left, err)
 		}
 		return nil

@@ -9,8 +9,7 @@ package collectives
 func (c *call) allreduceRD(buf []byte) error {
 	f := newFold(c.n)
 	me := c.me
-	tmp := scratch.get(len(buf))
-	defer scratch.put(tmp)
+	tmp := c.get(len(buf))
 	if me < 2*f.rem {
 		if me%2 == 0 {
 			r, err := c.send(me+1, buf, c.h.count)
@@ -74,13 +73,12 @@ func (c *call) recvWait(peer int, dst []byte) error {
 // combined along one path, so it has the same bits wherever it is copied
 // later. Needs a commutative op.
 func (c *call) ringReduceScatter(buf []byte) error {
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	if p == 1 {
 		return nil
 	}
 	right, left := mod(c.me+1, p), mod(c.me-1, p)
-	tmp := scratch.get(len(block(buf, es, cnt, p, 0)))
-	defer scratch.put(tmp)
+	tmp := c.get(len(block(buf, es, cnt, p, 0)))
 	for s := 0; s < p-1; s++ {
 		sb := block(buf, es, cnt, p, mod(c.me-s-1, p))
 		rb := block(buf, es, cnt, p, mod(c.me-s-2, p))
@@ -96,7 +94,7 @@ func (c *call) ringReduceScatter(buf []byte) error {
 // ringAllgather spreads block r of buf from rank r to everyone: in step s
 // rank r forwards block r−s to r+1 and receives block r−s−1 from r−1.
 func (c *call) ringAllgather(buf []byte) error {
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	right, left := mod(c.me+1, p), mod(c.me-1, p)
 	for s := 0; s < p-1; s++ {
 		sb := block(buf, es, cnt, p, mod(c.me-s, p))
@@ -125,11 +123,10 @@ func (c *call) allreduceRing(buf []byte) error {
 // are the p blocks of buf, so the ranges line up with the old ranks.
 // Returns the fold (even ranks that folded away hold nothing).
 func (c *call) halvingReduceScatter(buf []byte) (fold, error) {
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	f := newFold(p)
 	me := c.me
-	tmp := scratch.get(len(buf))
-	defer scratch.put(tmp)
+	tmp := c.get(len(buf))
 	if me < 2*f.rem {
 		if me%2 == 0 {
 			s, err := c.send(me+1, buf, c.h.count)
@@ -173,7 +170,7 @@ func (c *call) allreduceRabenseifner(buf []byte) error {
 	if err != nil {
 		return err
 	}
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	if nr := f.newRank(c.me); nr >= 0 {
 		for mask := 1; mask < f.pof2; mask <<= 1 {
 			partner := nr ^ mask
@@ -196,14 +193,13 @@ func (c *call) allreduceRabenseifner(buf []byte) error {
 // algorithm around it, and non-commutative ops get rank order. Leaves block
 // c.me of buf reduced.
 func (c *call) orderedReduceScatter(buf []byte) error {
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	if p == 1 {
 		return nil
 	}
 	mine := block(buf, es, cnt, p, c.me)
 	bl := len(mine)
-	tmp := scratch.get(bl * p)
-	defer scratch.put(tmp)
+	tmp := c.get(bl * p)
 	slot := func(r int) []byte { return tmp[r*bl : (r+1)*bl] }
 	recvs := make([]*inMsg, 0, p-1)
 	for s := 1; s < p; s++ {
@@ -255,8 +251,7 @@ func (c *call) allreduceOrdered(buf []byte) error {
 func (c *call) reduceBinomial(work []byte, root int) error {
 	p := c.n
 	vr := mod(c.me-root, p)
-	tmp := scratch.get(len(work))
-	defer scratch.put(tmp)
+	tmp := c.get(len(work))
 	for mask := 1; mask < p; mask <<= 1 {
 		if vr&mask != 0 {
 			s, err := c.send(mod(vr-mask+root, p), work, c.h.count)
@@ -278,7 +273,7 @@ func (c *call) reduceBinomial(work []byte, root int) error {
 // gatherBlocks sends each rank's block (block r of work on rank r) to root,
 // which receives them in place: the second half of reduce-scatter + gather.
 func (c *call) gatherBlocks(work []byte, root int) error {
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	if c.me != root {
 		s, err := c.send(root, block(work, es, cnt, p, c.me), c.h.count)
 		if err != nil {

@@ -9,12 +9,9 @@ package collectives
 // (false on rank 0 of an exclusive scan).
 func (c *call) scanRD(buf []byte, exclusive bool) (bool, error) {
 	n := len(buf)
-	partial := scratch.get(n)
-	defer scratch.put(partial)
-	tmp := scratch.get(n)
-	defer scratch.put(tmp)
-	tmp2 := scratch.get(n)
-	defer scratch.put(tmp2)
+	partial := c.get(n)
+	tmp := c.get(n)
+	tmp2 := c.get(n)
 	copy(partial, buf)
 	have := !exclusive
 	for mask := 1; mask < c.n; mask <<= 1 {

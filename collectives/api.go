@@ -128,8 +128,7 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 		func(c *call, alg Algorithm) error {
 			work := b
 			if c.me != root && len(b) > 0 {
-				work = scratch.get(len(b))
-				defer scratch.put(work)
+				work = c.get(len(b))
 				copy(work, b)
 			}
 			var err error
@@ -166,14 +165,11 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 			return nil
 		}},
 		func(c *call, alg Algorithm) error {
-			work := scratch.get(len(sb))
-			defer scratch.put(work)
+			work := c.get(len(sb))
 			copy(work, sb)
-			// The block helpers split c.h.count elements; here the vector
-			// has p·m of them, in blocks of exactly m.
-			m := c.h.count
-			c.h.count = m * int64(p)
-			defer func() { c.h.count = m }()
+			// The block helpers split c.vec elements; here the vector has
+			// p·m of them, in blocks of exactly m (messages still announce m).
+			c.vec = p * len(recv)
 			var err error
 			switch alg {
 			case RecursiveHalving:
@@ -183,11 +179,11 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 				}
 			case Ring:
 				if err = c.ringReduceScatter(work); err == nil {
-					copy(rb, block(work, c.esize, int(c.h.count), p, c.me))
+					copy(rb, block(work, c.esize, c.vec, p, c.me))
 				}
 			default:
 				if err = c.orderedReduceScatter(work); err == nil {
-					copy(rb, block(work, c.esize, int(c.h.count), p, c.me))
+					copy(rb, block(work, c.esize, c.vec, p, c.me))
 				}
 			}
 			if err == nil && c.kern.Finish != nil {
@@ -201,7 +197,7 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 // holds the blocks of old ranks first(j)..last(j); each keeps its own and
 // the odd rank of a folded pair hands the even one its block.
 func (c *call) unfoldBlock(f fold, work, recv []byte) error {
-	p, es, cnt := c.n, c.esize, int(c.h.count)
+	p, es, cnt := c.n, c.esize, c.vec
 	me := c.me
 	if me < 2*f.rem && me%2 == 0 {
 		return c.recvWait(me+1, recv)

@@ -44,7 +44,7 @@ func (c *call) fingerprint() error {
 			continue
 		}
 		n, err := reqs[r].r.Wait(c.ctx)
-		reqs[r].done = true
+		reqs[r].done = err == nil || c.ctx.Err() == nil
 		if err != nil {
 			return c.fail(r, err)
 		}
@@ -62,23 +62,7 @@ func (c *call) fingerprint() error {
 	ref := &table[0]
 	for r := 1; r < p; r++ {
 		x := &table[r]
-		var m *MismatchError
-		switch {
-		case x.seq != ref.seq:
-			m = newMismatch("sequence", c.world(0), int64(ref.seq), c.world(r), int64(x.seq))
-		case x.coll != ref.coll:
-			m = newMismatch("collective", c.world(0), int64(ref.coll), c.world(r), int64(x.coll))
-		case x.op != ref.op:
-			m = newMismatch("op", c.world(0), int64(ref.op), c.world(r), int64(x.op))
-		case x.dtype != ref.dtype:
-			m = newMismatch("type", c.world(0), int64(ref.dtype), c.world(r), int64(x.dtype))
-		case x.root != ref.root:
-			m = newMismatch("root", c.world(0), int64(ref.root), c.world(r), int64(x.root))
-		case x.count != ref.count:
-			m = newMismatch("count", c.world(0), ref.count, c.world(r), x.count)
-		case x.alg != ref.alg:
-			m = newMismatch("algorithm", c.world(0), int64(ref.alg), c.world(r), int64(x.alg))
-		}
+		m := compareCall(c.world(0), ref, c.world(r), x)
 		if m != nil {
 			return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.Peer, Err: m}
 		}

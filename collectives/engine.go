@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rdmago/rdmago/collectives/reduce"
 )
@@ -32,6 +33,7 @@ type Engine struct {
 	seq    uint32
 	cur    *callState
 	aborts map[uint32]error
+	status map[uint32]statusNote // stall probes for calls not started yet
 	closed bool
 
 	wctx    context.Context
@@ -65,7 +67,7 @@ func New(g Group, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algorithmsOf[c])
 		}
 	}
-	e := &Engine{g: g, opts: opts, rank: g.Rank(), size: g.Size(), aborts: map[uint32]error{}}
+	e := &Engine{g: g, opts: opts, rank: g.Rank(), size: g.Size(), aborts: map[uint32]error{}, status: map[uint32]statusNote{}}
 	e.model = newModel(g, opts.Model)
 	if t, ok := g.(Topology); ok {
 		e.hosts = make([]int, e.size)
@@ -125,11 +127,69 @@ func (e *Engine) watch(peer int) {
 			return
 		}
 		var h header
-		if !h.decode(buf[:n]) || h.kind != kindAbort {
+		if !h.decode(buf[:n]) {
 			continue
 		}
-		e.onAbort(h.seq, mismatchFromAbort(&h))
+		switch h.kind {
+		case kindAbort:
+			e.onAbort(h.seq, mismatchFromAbort(&h))
+		case kindStatus:
+			e.onStatus(peer, &h)
+		}
 	}
+}
+
+// statusNote is a stall probe received before this rank began its call.
+type statusNote struct {
+	peer int
+	h    header
+}
+
+// Stall probes. When ranks disagree about a count, they may also choose
+// different algorithms, whose messages never meet: each rank then waits
+// for a message the other will not send, and no header check can fire. So
+// a call still running after Options.StallProbe sends its fingerprint to
+// every peer, on the abort tag; a peer in the same call that disagrees
+// reports the mismatch (to everyone), a peer that agrees ignores it. The
+// fast path pays only for a stopped timer.
+func (e *Engine) sendStatus(st *callState) {
+	e.mu.Lock()
+	if e.cur != st || e.closed {
+		e.mu.Unlock()
+		return
+	}
+	h := st.hdr
+	e.mu.Unlock()
+	h.kind = kindStatus
+	b := make([]byte, hdrLen)
+	h.encode(b)
+	for p := 0; p < e.size; p++ {
+		if p != e.rank {
+			e.g.Isend(e.wctx, p, abortTag, b) // completes on its own; b is never reused
+		}
+	}
+}
+
+func (e *Engine) onStatus(peer int, h *header) {
+	e.mu.Lock()
+	st := e.cur
+	switch {
+	case st != nil && st.seq == h.seq:
+		m := compareCall(e.rank, &st.hdr, peer, h)
+		if m == nil || st.abort != nil {
+			e.mu.Unlock()
+			return
+		}
+		st.abort = m
+		st.cancel()
+		e.mu.Unlock()
+		c := &call{callState: st}
+		c.broadcastAbort(header{kind: kindAbort, seq: st.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
+		return
+	case int32(h.seq-e.seq) > 0 && len(e.status) < 1024:
+		e.status[h.seq] = statusNote{peer: peer, h: *h}
+	}
+	e.mu.Unlock()
 }
 
 func (e *Engine) onAbort(seq uint32, m error) {
@@ -159,6 +219,9 @@ type callState struct {
 	alg     Algorithm
 	abort   error // a peer's abort (mismatch or invalid arguments), under e.mu
 	pending []*pendingReq
+	scratch [][]byte    // pooled buffers, released once no request can touch them
+	hdr     header      // the call's fingerprint, for stall probes
+	timer   *time.Timer // sends the stall probe
 }
 
 type pendingReq struct {
@@ -178,6 +241,7 @@ type call struct {
 	tag   int
 	kern  reduce.Kernel
 	esize int
+	vec   int // elements of the vector the block helpers split (usually h.count)
 }
 
 // begin starts a call: it takes the next sequence number, checks that no
@@ -196,17 +260,35 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	e.last = alg
 	st := &callState{e: e, parent: ctx, seq: e.seq, op: coll.String(), alg: alg}
 	st.ctx, st.cancel = context.WithCancel(ctx)
+	st.hdr = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
+	var early *MismatchError // a stall probe that arrived before this call began
 	if m := e.aborts[e.seq]; m != nil {
 		delete(e.aborts, e.seq)
 		st.abort = m
 		st.cancel()
+	} else if n, ok := e.status[e.seq]; ok {
+		delete(e.status, e.seq)
+		early = compareCall(e.rank, &st.hdr, n.peer, &n.h)
+	}
+	for s := range e.status { // drop probes of calls that are over
+		if int32(s-e.seq) < 0 {
+			delete(e.status, s)
+		}
 	}
 	e.cur = st
+	aborted := st.abort != nil
 	e.mu.Unlock()
-	c := &call{callState: st, me: e.rank, n: e.size, kern: kern, esize: esize}
-	c.h = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
+	c := &call{callState: st, me: e.rank, n: e.size, kern: kern, esize: esize, vec: int(count)}
+	c.h = st.hdr
 	c.tag = int(st.seq&(1<<29-1)) << 1
-	if st.abort != nil {
+	if early != nil {
+		return c, c.end(c.mismatch(early))
+	}
+	if d := e.opts.stallProbe(); d > 0 && e.size > 1 {
+		st.timer = time.AfterFunc(d, func() { e.sendStatus(st) })
+	}
+	c.tag = int(st.seq&(1<<29-1)) << 1
+	if aborted {
 		return c, c.end(c.failAbort())
 	}
 	return c, nil
@@ -216,6 +298,9 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 // still in flight (so no buffer is touched after return) and wraps err.
 func (c *call) end(err error) error {
 	st := c.callState
+	if st.timer != nil {
+		st.timer.Stop()
+	}
 	if err != nil {
 		st.cancel()
 	}
@@ -227,6 +312,10 @@ func (c *call) end(err error) error {
 		scratch.put(p.buf)
 	}
 	st.pending = nil
+	for _, b := range st.scratch {
+		scratch.put(b)
+	}
+	st.scratch = nil
 	st.cancel()
 	st.e.mu.Lock()
 	if st.e.cur == st {
@@ -333,4 +422,15 @@ func (c *call) broadcastAbort(h header) {
 	for _, r := range reqs {
 		r.Wait(c.parent) // best effort: a lost peer must not keep us here
 	}
+}
+
+// get returns a pooled scratch buffer of n bytes that stays the call's
+// until end (so a request cancelled on an error path can never write into
+// a buffer another call already got).
+func (c *call) get(n int) []byte {
+	b := scratch.get(n)
+	if b != nil {
+		c.scratch = append(c.scratch, b)
+	}
+	return b
 }

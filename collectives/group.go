@@ -37,8 +37,10 @@ type Group interface {
 // MaxTag is the largest tag the collectives use.
 const MaxTag = 1<<31 - 1
 
-// Request is a pending Isend or Irecv. Wait may be called once; it returns
-// the byte count sent or received.
+// Request is a pending Isend or Irecv. Wait returns the byte count sent or
+// received. When Wait returns because its own ctx ended, the request may
+// still be in flight and Wait may be called again (the collectives then
+// cancel the request's ctx and wait once more before reusing its buffer).
 type Request interface {
 	Wait(ctx context.Context) (n int, err error)
 }

@@ -56,7 +56,9 @@ func (p *pendingReq) wait(c *call) (int, error) {
 		return 0, nil
 	}
 	n, err := p.r.Wait(c.ctx)
-	p.done = true
+	// A Wait that failed because the call's context ended may leave the
+	// request in flight: end waits for it again before its buffer is reused.
+	p.done = err == nil || c.ctx.Err() == nil
 	if err == nil {
 		scratch.put(p.buf)
 		p.buf = nil
@@ -111,7 +113,7 @@ func (m *inMsg) wait() error {
 		return nil
 	}
 	n, err := m.hr.r.Wait(c.ctx)
-	m.hr.done = true
+	m.hr.done = err == nil || c.ctx.Err() == nil
 	if err != nil {
 		return c.fail(m.peer, err)
 	}

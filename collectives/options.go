@@ -3,6 +3,7 @@ package collectives
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Collective names a collective operation.
@@ -137,6 +138,19 @@ type Options struct {
 	// Model overrides the cost model's constants (see Model); nil means
 	// defaults refined by the group's LinkInfo.
 	Model *Model
+	// StallProbe is how long a call may run before it sends its
+	// fingerprint to every peer, so that ranks whose counts differ so much
+	// that they chose different algorithms (and so wait for messages that
+	// never come) still report the mismatch. Zero means 100 ms; negative
+	// disables the probe.
+	StallProbe time.Duration
+}
+
+func (o *Options) stallProbe() time.Duration {
+	if o.StallProbe == 0 {
+		return 100 * time.Millisecond
+	}
+	return o.StallProbe
 }
 
 // ParseAlgorithms parses "allreduce=ring,bcast=chain" (the format of

@@ -40,6 +40,7 @@ const (
 	kindData        = 1
 	kindAbort       = 2
 	kindFingerprint = 3
+	kindStatus      = 4 // "I am stuck in this call": see Engine.onStatus
 )
 
 type header struct {
@@ -104,7 +105,7 @@ func (h *header) decode(b []byte) bool {
 	h.rankB = int32(binary.LittleEndian.Uint32(b[40:]))
 	h.valA = int64(binary.LittleEndian.Uint64(b[48:]))
 	h.valB = int64(binary.LittleEndian.Uint64(b[56:]))
-	return h.kind >= kindData && h.kind <= kindFingerprint && h.payload >= 0
+	return h.kind >= kindData && h.kind <= kindStatus && h.payload >= 0
 }
 
 // Mismatch kinds carried by abort messages.
@@ -157,4 +158,26 @@ func newMismatch(what string, rank int, v int64, peer int, pv int64) *MismatchEr
 		m.Name, m.PeerName = Collective(v).String(), Collective(pv).String()
 	}
 	return m
+}
+
+// compareCall reports the first way two ranks' views of a call differ
+// (rank a's header x, rank b's header y), or nil.
+func compareCall(a int, x *header, b int, y *header) *MismatchError {
+	switch {
+	case x.seq != y.seq:
+		return newMismatch("sequence", a, int64(x.seq), b, int64(y.seq))
+	case x.coll != y.coll:
+		return newMismatch("collective", a, int64(x.coll), b, int64(y.coll))
+	case x.op != y.op:
+		return newMismatch("op", a, int64(x.op), b, int64(y.op))
+	case x.dtype != y.dtype:
+		return newMismatch("type", a, int64(x.dtype), b, int64(y.dtype))
+	case x.root != y.root:
+		return newMismatch("root", a, int64(x.root), b, int64(y.root))
+	case x.count != y.count:
+		return newMismatch("count", a, x.count, b, y.count)
+	case x.alg != y.alg:
+		return newMismatch("algorithm", a, int64(x.alg), b, int64(y.alg))
+	}
+	return nil
 }
