@@ -726,7 +726,7 @@ func (d *Device) acquirePeer(devID uint64, fd int, size uint64) (*peerMap, error
 	}
 	defer closeFD(fd) // the mapping keeps the memory alive
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || uint64(st.Size) != size || size < heapOff {
+	if err := unix.Fstat(fd, &st); err != nil || uint64(st.Size) != size || size < heapOff || !sealed(fd) {
 		return nil, fmt.Errorf("%w: the peer's memory descriptor is not what it announced", verbs.ErrAuth)
 	}
 	mem, err := mapShared(fd, int64(size))

@@ -20,7 +20,7 @@ import (
 // as long as a descriptor or a mapping refers to it. The size is virtual:
 // pages are allocated when first touched and returned by punchHole.
 func memfd(name string, size int64) (int, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, fmt.Errorf("memfd_create: %w", err)
 	}
@@ -28,7 +28,21 @@ func memfd(name string, size int64) (int, error) {
 		unix.Close(fd)
 		return -1, fmt.Errorf("ftruncate memfd to %d bytes: %w", size, err)
 	}
+	// Sealed against shrinking, so no peer that holds the descriptor can
+	// truncate it under our mappings (which would turn accesses into SIGBUS).
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, requiredSeals|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("sealing memfd: %w", err)
+	}
 	return fd, nil
+}
+
+const requiredSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW
+
+// sealed reports whether a peer's memfd cannot shrink under our mapping.
+func sealed(fd int) bool {
+	s, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	return err == nil && s&requiredSeals == requiredSeals
 }
 
 // mapShared maps size bytes of fd read-write and shared.
