@@ -15,12 +15,14 @@ var teardownCases = []tcase{
 	{"PeerDisconnect", testPeerDisconnect},
 }
 
-// lossConnect is Options.Connect with a short ACK timeout and few retries,
-// for cases that wait for RETRY_EXC_ERR.
+// lossConnect is Options.Connect with a short ACK timeout (code 12, about
+// 17 ms, 3 retries), for cases that wait for RETRY_EXC_ERR.
 func (s *suite) lossConnect() *verbs.ConnectOptions {
 	o := s.opts.Connect
-	o.Timeout = min(o.Timeout, 10)
-	o.RetryCnt = min(o.RetryCnt, 2)
+	if o.Timeout == 0 || o.Timeout > 12 {
+		o.Timeout = 12
+	}
+	o.RetryCnt = min(o.RetryCnt, 3)
 	return &o
 }
 

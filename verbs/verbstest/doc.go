@@ -37,13 +37,13 @@
 //
 // Every wait is bounded by a context deadline (Options.CaseTimeout per
 // case), so a broken provider fails instead of hanging. Connections use
-// short timers (Options.Connect, default ShortConnectOptions: ACK timeout
-// code 14 ≈ 67 ms with 3 retries, RNR timer code 1 = 10 µs; the peer-loss
-// cases use code 10 with 2 retries), so error cases finish in milliseconds;
-// cases assert on statuses and error kinds, never on durations. A provider
-// must not take a live peer for a dead one under these timers, however long
-// a request takes to execute (a 64 MiB WRITE included): real RC
-// acknowledges per packet. The whole suite takes about a second on an
+// test timers (Options.Connect, default ShortConnectOptions: ACK timeout
+// code 16 ≈ 268 ms with 3 retries, RNR timer code 1 = 10 µs; the peer-loss
+// cases use code 12 ≈ 17 ms), so error cases finish in milliseconds; cases
+// assert on statuses and error kinds, never on durations. A provider must
+// not take a live peer for a dead one under these timers, however long a
+// request takes to execute (a 64 MiB WRITE included): real RC acknowledges
+// per packet. The whole suite takes about a second on an
 // in-process provider.
 //
 // # Two-process mode

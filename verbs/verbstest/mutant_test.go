@@ -50,6 +50,12 @@ func TestMutantChild(t *testing.T) {
 	}
 	inj := faulty.NewInjector()
 	mutants[m](inj)
+	// A mutant that loses a completion fails by timeout: keep it short.
+	// The slow device must pass, so it gets the default.
+	timeout := 2 * time.Second
+	if m == "slow-device" {
+		timeout = 0
+	}
 	verbstest.Run(t, verbstest.Options{
 		Open: func(ctx context.Context) (verbs.Device, error) {
 			d, err := loop.Open(ctx, loop.Options{})
@@ -58,7 +64,8 @@ func TestMutantChild(t *testing.T) {
 			}
 			return faulty.Wrap(d, inj), nil
 		},
-		CaseTimeout: 2 * time.Second,
+		CaseTimeout: timeout,
+		Skip:        map[string]string{"Ops/Large": "the mutants do not need it, and it is the slowest case"},
 	})
 }
 

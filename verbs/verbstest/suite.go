@@ -43,16 +43,16 @@ type Options struct {
 	Skip map[string]string
 }
 
-// ShortConnectOptions are DefaultConnectOptions with timers short enough
-// for tests: ACK timeout code 14 (67 ms) with 3 retries, so a lost peer
-// fails work within about a quarter of a second while a peer that is only
-// slow (a busy CI machine, the race detector) is not taken for dead; RNR
-// timer code 1 (10 µs); and infinite RNR retry, so that a receive posted
-// late still succeeds. Cases that wait for a lost peer shorten the ACK
-// timeout further themselves (code 10, 2 retries).
+// ShortConnectOptions are DefaultConnectOptions with timers suited to
+// tests: ACK timeout code 16 (268 ms) with 3 retries, so that a peer that
+// is only slow (a busy CI machine, the race detector, 128 connections on
+// two cores) is not taken for dead; RNR timer code 1 (10 µs); and infinite
+// RNR retry, so that a receive posted late still succeeds. The cases that
+// wait for a lost peer shorten the ACK timeout themselves (code 12, about
+// 17 ms, with 3 retries), so they finish in milliseconds.
 func ShortConnectOptions() verbs.ConnectOptions {
 	o := verbs.DefaultConnectOptions()
-	o.Timeout = 14
+	o.Timeout = 16
 	o.RetryCnt = 3
 	o.MinRNRTimer = 1
 	o.RNRRetry = 7
