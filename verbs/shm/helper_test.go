@@ -33,7 +33,7 @@ var testToken = []byte("shm-test-token")
 
 // child is a running helper process.
 type child struct {
-	t     *testing.T
+	t     testing.TB
 	cmd   *exec.Cmd
 	in    io.WriteCloser
 	out   *bufio.Scanner
@@ -53,7 +53,7 @@ func (c *child) wait(d time.Duration) error {
 	return nil
 }
 
-func startChild(t *testing.T, mode string, env []string, attr *syscall.SysProcAttr, bin string) *child {
+func startChild(t testing.TB, mode string, env []string, attr *syscall.SysProcAttr, bin string) *child {
 	t.Helper()
 	if bin == "" {
 		var err error
@@ -234,6 +234,8 @@ func runChild(mode string) error {
 		readLine() // until the parent says so (or closes stdin)
 		umr.Close()
 		return nil
+	case "ring":
+		return runRingChild(readLine)
 	case "hostid":
 		h, err := HostID()
 		if err != nil {
