@@ -251,4 +251,3 @@ func benchRing(b *testing.B, n int) {
 		b.ReportMetric(float64(el.Nanoseconds())/float64(laps*n), "ns/hop")
 	})
 }
-
