@@ -19,10 +19,6 @@ func TestTCP(t *testing.T) {
 		},
 		TwoProcess: true,
 		Skip: map[string]string{
-			// Known provider bug, reported: about one run in eight (with -race),
-			// the 64 MiB WRITE or READ fails with RETRY_EXC_ERR although the
-			// peer is alive: the ACK timer still fires during a large transfer.
-			"Ops/Large": "tcp: a 64 MiB request intermittently fails with RETRY_EXC_ERR on a live peer",
 			// Known provider bug, reported: a class C NAK (REM_ACCESS_ERR,
 			// REM_INV_REQ_ERR) is intermittently lost when the responder drops
 			// the link on entering ERR; the requester then sees RETRY_EXC_ERR.
