@@ -108,7 +108,7 @@ if ((rc != 0)); then note "VM run" FAIL "rxe-vm exit $rc"; fi
 status() { grep -q "^$1 exit 0$" "$work/status"; }
 passed() { grep -qE -- "^--- PASS: $2 " "$work/$1"; }
 for t in TestDeviceSelection TestConformance TestSendRecvImmBatches TestInlineAndGoMemory TestPostTimeErrors \
-	TestCloseFlushes TestWaitCancel; do
+	TestCloseFlushes TestWaitCancel TestCQOverrun; do
 	if passed ibv.log "$t"; then note "vm: verbs/ibv $t (-race)" PASS; else note "vm: verbs/ibv $t (-race)" FAIL "not PASS in ibv.log"; fi
 done
 # The two-process conformance cases must have run, not skipped.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +44,8 @@ type cq struct {
 	buf    []verbs.WC
 	closed bool
 	nQP    int // queue pairs using this CQ (guarded by dev.mu)
+
+	overrun atomic.Bool // the device reported IBV_EVENT_CQ_ERR
 
 	wmu      sync.Mutex // guards the waiting machinery below
 	notify   chan struct{}
@@ -146,6 +149,11 @@ func (c *cq) Wait(ctx context.Context) error {
 			c.mu.Unlock()
 			return errorf("CQ.Wait", 0, verbs.ErrClosed)
 		}
+		if c.overrun.Load() {
+			c.mu.Unlock()
+			return errorf("CQ.Wait", 0, fmt.Errorf("%w: completion queue overrun: more than its %d entries were due at once, "+
+				"completions are lost and the CQ is unusable; size CQs for all outstanding work", verbs.ErrQueueFull, c.depth))
+		}
 		if len(c.buf) > 0 {
 			c.mu.Unlock()
 			return nil
@@ -226,6 +234,15 @@ func (c *cq) pump(rc interface {
 			return
 		}
 	}
+}
+
+// setOverrun records a CQ_ERR event and wakes the waiters, who report it.
+func (c *cq) setOverrun() {
+	c.overrun.Store(true)
+	c.wmu.Lock()
+	close(c.notify)
+	c.notify = make(chan struct{})
+	c.wmu.Unlock()
 }
 
 // Close fails with ErrInUse while queue pairs use the CQ. Completions still

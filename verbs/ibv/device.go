@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,6 +37,9 @@ type device struct {
 	pds    map[*pd]struct{}
 	cqs    map[*cq]struct{}
 	qps    map[*qp]struct{}
+
+	asyncFile *os.File      // duplicate of the async event fd, in the netpoller
+	asyncDone chan struct{} // closed when the event goroutine ends
 
 	tabMu sync.RWMutex // guards the lookup tables the data path reads
 	byQPN map[uint32]*qp
@@ -90,9 +94,8 @@ func open(ctx context.Context, sel selection, dopts verbs.DeviceOptions) (verbs.
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		d, err := openOne(name, sel)
+		d, err := openOne(name, sel, dopts.Logger)
 		if err == nil {
-			d.log = dopts.Logger
 			return d, nil
 		}
 		errs = append(errs, err)
@@ -100,14 +103,18 @@ func open(ctx context.Context, sel selection, dopts verbs.DeviceOptions) (verbs.
 	return fail(errors.Join(errs...))
 }
 
-func openOne(name string, sel selection) (*device, error) {
+func openOne(name string, sel selection, log *slog.Logger) (*device, error) {
 	h, err := cOpen(name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: ibv_open_device(%s): %w", verbs.ErrUnavailable, name, err)
 	}
 	d := &device{ctx: h, name: name, pds: map[*pd]struct{}{}, cqs: map[*cq]struct{}{}, qps: map[*qp]struct{}{},
-		byQPN: map[uint32]*qp{}, byKey: map[uint32]*mr{}}
-	if err := d.setup(sel); err != nil {
+		byQPN: map[uint32]*qp{}, byKey: map[uint32]*mr{}, log: log}
+	err = d.setup(sel)
+	if err == nil {
+		err = d.startAsync()
+	}
+	if err != nil {
 		_ = cClose(h)
 		return nil, err
 	}
@@ -313,6 +320,7 @@ func (d *device) Close() error {
 			errs = append(errs, err)
 		}
 	}
+	d.stopAsync()
 	if err := cClose(d.ctx); err != nil {
 		errs = append(errs, errorf("Close", 0, errnoErr("ibv_close_device", err)))
 	}

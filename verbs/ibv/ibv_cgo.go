@@ -233,6 +233,28 @@ static int rg_post_recv(struct ibv_qp *qp, struct rg_recv *d, struct ibv_sge *sg
 	return bad ? (int)(bad - wrs) : 0;
 }
 
+static int rg_async_fd(struct ibv_context *c) { return c->async_fd; }
+
+// Non-blocking: -1 with EAGAIN when no event is pending. The event is
+// acknowledged at once; its type and element are copied out.
+static int rg_get_async_event(struct ibv_context *c, int *type, uint32_t *qpn, void **cq, int *port) {
+	struct ibv_async_event ev;
+	if (ibv_get_async_event(c, &ev)) return -1;
+	*type = ev.event_type; *qpn = 0; *cq = NULL; *port = 0;
+	switch (ev.event_type) {
+	case IBV_EVENT_CQ_ERR: *cq = ev.element.cq; break;
+	case IBV_EVENT_QP_FATAL: case IBV_EVENT_QP_REQ_ERR: case IBV_EVENT_QP_ACCESS_ERR: case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED: case IBV_EVENT_PATH_MIG: case IBV_EVENT_PATH_MIG_ERR: case IBV_EVENT_QP_LAST_WQE_REACHED:
+		*qpn = ev.element.qp->qp_num; break;
+	case IBV_EVENT_PORT_ACTIVE: case IBV_EVENT_PORT_ERR: case IBV_EVENT_LID_CHANGE: case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE: case IBV_EVENT_CLIENT_REREGISTER: case IBV_EVENT_GID_CHANGE:
+		*port = ev.element.port_num; break;
+	default: break;
+	}
+	ibv_ack_async_event(&ev);
+	return 0;
+}
+
 static int rg_ret(int rc) { if (rc) { errno = rc; return -1; } return 0; }
 */
 import "C"
@@ -495,3 +517,28 @@ func cPostRecv(qp, desc, sges, wrs unsafe.Pointer, n int) (int, error) {
 func cAlloc(n int) unsafe.Pointer { return C.calloc(1, C.size_t(n)) }
 
 func cFree(p unsafe.Pointer) { C.free(p) }
+
+func cAsyncFD(ctx unsafe.Pointer) int { return int(C.rg_async_fd((*C.struct_ibv_context)(ctx))) }
+
+// asyncEvent is one ibv_async_event, already acknowledged.
+type asyncEvent struct {
+	typ  int
+	name string
+	qpn  uint32
+	cq   unsafe.Pointer
+	port int
+}
+
+// cGetAsyncEvent takes one event; false, nil when none is pending.
+func cGetAsyncEvent(ctx unsafe.Pointer) (asyncEvent, bool, error) {
+	var typ, port C.int
+	var qpn C.uint32_t
+	var cq unsafe.Pointer
+	if rc, err := C.rg_get_async_event((*C.struct_ibv_context)(ctx), &typ, &qpn, &cq, &port); rc != 0 {
+		if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
+			return asyncEvent{}, false, nil
+		}
+		return asyncEvent{}, false, errnoOr(err, syscall.EIO)
+	}
+	return asyncEvent{typ: int(typ), name: C.GoString(C.ibv_event_type_str(uint32(typ))), qpn: uint32(qpn), cq: cq, port: int(port)}, true, nil
+}

@@ -192,3 +192,34 @@ func TestWaitCancel(t *testing.T) {
 	require.NoError(t, cq.Close())
 	assert.ErrorIs(t, <-done, verbs.ErrClosed)
 }
+
+func TestCQOverrun(t *testing.T) {
+	p := newPair(t, defaultCap())
+	small, err := p.dev.CreateCQ(4)
+	require.NoError(t, err)
+	qp, err := p.pd.CreateQP(verbs.QPInitAttr{SendCQ: small, RecvCQ: small, Cap: defaultCap()})
+	require.NoError(t, err)
+	peer, err := p.pd.CreateQP(verbs.QPInitAttr{SendCQ: p.cqB, RecvCQ: p.cqB, Cap: defaultCap()})
+	require.NoError(t, err)
+	o := verbs.DefaultConnectOptions()
+	require.NoError(t, verbs.Connect(qp, peer.Address(), o))
+	require.NoError(t, verbs.Connect(peer, qp.Address(), o))
+	// Far more signaled completions than the CQ holds, none polled: the
+	// device reports CQ_ERR and Wait says so instead of sleeping.
+	for i := range 64 {
+		require.NoError(t, qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(p.mrA, 0, 8)}, RemoteAddr: p.mrB.Addr(), RKey: p.mrB.RKey()}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var werr error
+	for werr == nil && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+		werr = small.Wait(ctx)
+	}
+	require.ErrorIs(t, werr, verbs.ErrQueueFull)
+	assert.ErrorContains(t, werr, "overrun")
+	require.NoError(t, qp.Close())
+	require.NoError(t, peer.Close())
+	require.NoError(t, small.Close())
+}
