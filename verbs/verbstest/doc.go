@@ -66,6 +66,31 @@
 // only the child it started, by PID, and always reaps it; on Linux the child
 // also dies with its parent (PR_SET_PDEATHSIG).
 //
+// # Cases
+//
+// Names are relative to the test that called Run; Options.Skip uses them.
+//
+//	Ops           Send SendWithImm RDMAWrite RDMAWriteWithImm RDMARead ScatterGather
+//	              ZeroLength Large Inline Unsignaled SigAll (each op on two devices
+//	              and within one: .../TwoDevices, .../SameDevice)
+//	Ordering      ExecutionOrder CompletionOrder WriteVisibleAtSend ReadAfterWrite Fence
+//	RNR           RetryExceeded LateRecvSucceeds
+//	Errors        RecvTooSmall BadRKey OutOfRange MRWithoutRemoteAccess RemoteMRFromOtherPD
+//	              DeregisteredRemoteMR QPAccessFlags NoResponderResources
+//	              UnsignaledErrorCompletes ReadIntoMRWithoutLocalWrite
+//	Atomics       FetchAddCmpSwap ConcurrentFromSeveralQPs UserMemory
+//	PostErrors    InvalidSendRequests TooManyRecvSGEs BadLKey IndexAndPartialPost
+//	              SendQueueFull RecvQueueFull WrongState MessageTooLarge
+//	StateMachine  LegalPath AnyToErrOrReset MissingAttribute ExtraAttribute
+//	              IllegalTransition BadValues ErrFlushesOutstanding ReceiveInRTR
+//	MemoryRegions AccessValidation ProviderMemory UserMemory DeregisteredLocalKey PDInUse
+//	Scale         ManyQPs
+//	Concurrency   PostersAndPollersOneCQ ConcurrentPostsOneQP
+//	CQ            PollEmpty WaitHonoursContext WaitWakesOnCompletion
+//	              WaitReturnsWhenNonEmpty WaitAfterClose
+//	Teardown      QPCloseFlushes DeviceCloseWithOutstandingWork PeerQPClosed PeerDisconnect
+//	TwoProcess    Ops Atomics WaiterWokenByPeer PeerKilled
+//
 // # Skipping
 //
 // Options.Skip maps a case's name relative to Run (for example
