@@ -245,6 +245,8 @@ func (q *QP) reset() {
 	atomic.StoreUint64(word64(q.seg, qsClaim), 0)
 	atomic.StoreUint64(word64(q.seg, qsHead), 0)
 	atomic.StoreUint32(q.hdr32(qsRemoteErr), 0)
+	// Old completions must not be mistaken for new ones at the same index.
+	clear(q.seg[qsEntries:])
 	q.rqPolled.Store(0)
 	q.flushFrom.Store(0)
 	q.access, q.maxDestRd, q.minRNR = 0, 0, 0
@@ -256,7 +258,7 @@ func (q *QP) reset() {
 }
 
 // closeRQ stops the peer from taking more receives and records where the
-// flush starts. It returns the claim count at that moment.
+// flush starts: the receives the peer had already taken complete normally.
 func (q *QP) closeRQ() {
 	claim := word64(q.seg, qsClaim)
 	for {
