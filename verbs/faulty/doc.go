@@ -39,5 +39,8 @@
 //
 // The wrapper changes nothing else: queue pair addresses are the inner
 // provider's, so a wrapped QP connects to wrapped and unwrapped peers alike,
-// and memory regions are the inner provider's own.
+// and memory regions are the inner provider's own. With no rules it passes
+// the conformance suite (verbs/verbstest) exactly as the wrapped provider
+// does. A wrapped device and QP have an Inner method returning the
+// provider's own object, for tests that need it.
 package faulty
