@@ -125,6 +125,15 @@ func TestNetnsHosts(t *testing.T) {
 		}
 	})
 
+	t.Run("stdin to a remote rank 0", func(t *testing.T) {
+		// Lines longer than rdmarun's relay buffer travel in pieces.
+		in := "first line\n\n  spaces and \\ backslash  \n" + strings.Repeat("x", 100_000) + "\nno newline at the end"
+		r := runCmd(t, "ip", strings.NewReader(in), inNS("-np", "2", "--host", ns[1]+":1,"+ns[2]+":1", "--launch-agent", agent,
+			"--iface", "198.18.0.0/24", testprogBin, "-stdin")...)
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Contains(t, r.stdout, fmt.Sprintf("stdin %d bytes: %q\n", len(in), in))
+	})
+
 	t.Run("unknown namespace", func(t *testing.T) {
 		r := runCmd(t, "ip", nil, inNS("-np", "2", "--host", ns[1]+",no-such-ns-rdmarun", "--launch-agent", agent,
 			"--iface", "198.18.0.0/24", testprogBin)...)

@@ -605,19 +605,23 @@ func (j *job) relayStdin(r *rank) {
 			}
 		}
 	}
-	br := bufio.NewReader(j.o.Stdin)
+	// A line longer than the buffer goes as several "p" pieces (text
+	// without a newline), so memory stays bounded.
+	br := bufio.NewReaderSize(j.o.Stdin, 32<<10)
+	msg := make([]byte, 0, 32<<10+2)
 	for {
-		line, err := br.ReadString('\n')
-		if strings.HasSuffix(line, "\n") {
-			if r.ctlWrite([]byte("d"+line), 0) != nil {
-				return
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 {
+			if line[len(line)-1] == '\n' {
+				msg = append(append(msg[:0], 'd'), line...)
+			} else {
+				msg = append(append(append(msg[:0], 'p'), line...), '\n')
 			}
-		} else if line != "" {
-			if r.ctlWrite([]byte("p"+line+"\n"), 0) != nil {
+			if r.ctlWrite(msg, 0) != nil {
 				return
 			}
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
 			r.ctlWrite([]byte("e\n"), 0)
 			return
 		}
