@@ -21,19 +21,24 @@ package shm
 //
 //	0    header line, written by the owner: qpn, state, access flags, pd,
 //	     max dest rd atomic, recv CQ doorbell index, RQ depth, RQ SGEs,
-//	     entry size, min RNR timer, magic
+//	     descriptor size, min RNR timer, magic
 //	64   rqHead u64: receive requests posted (owner stores, release)
 //	128  rqClaim u64: receive requests taken by the peer's sender (CAS);
 //	     bit 63 closes the queue (the QP went to ERR)
 //	192  remoteErr u32: set by the peer when its request put this QP in ERR
-//	256  RQ entries, depth × entrySize
+//	256  RQ descriptors, depth × descSize: {nsge u32, _, wrID u64,
+//	     sge[nsge]{addr u64, len u32, lkey u32}}, written by the owner
+//	     and read by the peer's sender for a SEND only
+//	...  RQ completions (64-byte aligned), depth × 16 bytes:
+//	     {seq u32, byteLen u32, imm u32, status u8, opcode u8, flags u8, _}
 //
-// An RQ entry is {seq u64, wrID u64, nsge u32, byteLen u32, imm u32,
-// status u8, opcode u8, flags u8, _, sge[nsge]{addr u64, len u32, lkey u32}}.
-// The owner fills wrID and the SGEs, then publishes rqHead. The sender
-// claims the entry, moves the data, fills byteLen..flags and stores seq =
+// The owner fills a descriptor, then publishes rqHead. The sender claims
+// the entry, moves the data, fills the completion's fields and stores seq =
 // index+1 last: that store is the completion (release after the data), and
-// the owner's poll loads it (acquire) before it reads anything else.
+// the owner's poll loads it (acquire) before it reads anything else. The
+// completions sit apart from the descriptors so that a WRITE_WITH_IMM
+// touches only lines the owner merely reads: one cache-line transfer per
+// message on the critical path, as in a bare flag ping-pong.
 const (
 	segMagic   = 0x4d48534f4741_4452 // "RDAGOSHM", roughly
 	segVersion = 1
@@ -86,17 +91,20 @@ const (
 
 	claimClosed = uint64(1) << 63
 
-	// RQ entry fields.
-	reSeq     = 0
-	reWRID    = 8
-	reNSGE    = 16
-	reByteLen = 20
-	reImm     = 24
-	reStatus  = 28
-	reOpcode  = 29
-	reFlags   = 30
-	reSGEs    = 32
-	sgeSize   = 16
+	// RQ descriptor fields.
+	rdNSGE  = 0
+	rdWRID  = 8
+	rdSGEs  = 16
+	sgeSize = 16
+
+	// RQ completion fields.
+	rcSeq     = 0
+	rcByteLen = 4
+	rcImm     = 8
+	rcStatus  = 12
+	rcOpcode  = 13
+	rcFlags   = 14
+	rcSize    = 16
 )
 
 // Memory-region kinds in descriptors.
@@ -105,6 +113,12 @@ const (
 	kindUser     = 2
 )
 
-func entrySizeFor(nsge int) int { return reSGEs + sgeSize*nsge }
+func descSizeFor(nsge int) int { return rdSGEs + sgeSize*nsge }
+
+// cqeOffset is where the completions start in a segment.
+func cqeOffset(depth, dsz uint64) uint64 { return (qsEntries + depth*dsz + 63) &^ 63 }
+
+// segSize is the bytes a QP segment with this ring needs.
+func segSize(depth, dsz uint64) uint64 { return cqeOffset(depth, dsz) + depth*rcSize }
 
 func roundPage(n uint64) uint64 { return (n + 4095) &^ 4095 }

@@ -81,7 +81,8 @@ type link struct {
 	mem      []byte // the peer device's memory
 	seg      []byte // the peer QP's segment
 	depth    uint64
-	esz      uint64
+	dsz      uint64
+	cqeOff   uint64
 	headC    uint64 // cached peer rqHead
 	peerNSGE int
 	peerQPN  uint32
@@ -126,7 +127,8 @@ func (l *link) release() {
 	l.peer, l.mem, l.seg = nil, nil, nil
 }
 
-// claim takes the peer's next posted receive, or reports RNR.
+// claim takes the peer's next posted receive, or reports RNR. It returns
+// the receive's index and completion slot.
 func (l *link) claim() (uint64, []byte, verbs.Status, outcome) {
 	cw := word64(l.seg, qsClaim)
 	for {
@@ -141,8 +143,8 @@ func (l *link) claim() (uint64, []byte, verbs.Status, outcome) {
 			}
 		}
 		if atomic.CompareAndSwapUint64(cw, c, c+1) {
-			off := qsEntries + (c&(l.depth-1))*l.esz
-			return c, l.seg[off : off+l.esz : off+l.esz], verbs.StatusSuccess, outDone
+			off := l.cqeOff + (c&(l.depth-1))*rcSize
+			return c, l.seg[off : off+rcSize : off+rcSize], verbs.StatusSuccess, outDone
 		}
 	}
 }
@@ -150,13 +152,13 @@ func (l *link) claim() (uint64, []byte, verbs.Status, outcome) {
 // publish completes a claimed receive: the fields, then seq (release),
 // then the peer's doorbell if it sleeps.
 func (l *link) publish(e []byte, idx uint64, st verbs.Status, op verbs.WCOpcode, n, imm uint32, flags verbs.WCFlags) {
-	binary.LittleEndian.PutUint32(e[reByteLen:], n)
-	binary.LittleEndian.PutUint32(e[reImm:], imm)
-	e[reStatus] = byte(st)
-	e[reOpcode] = byte(op)
-	e[reFlags] = byte(flags)
+	binary.LittleEndian.PutUint32(e[rcByteLen:], n)
+	binary.LittleEndian.PutUint32(e[rcImm:], imm)
+	e[rcStatus] = byte(st)
+	e[rcOpcode] = byte(op)
+	e[rcFlags] = byte(flags)
 	raceRelease()
-	atomic.StoreUint64(word64(e, reSeq), idx+1)
+	atomic.StoreUint32(word32(e, rcSeq), uint32(idx+1))
 	l.db.ring()
 }
 
@@ -421,17 +423,17 @@ func (l *link) attachSegment(off uint64, qpn uint32) error {
 	}
 	depth := uint64(binary.LittleEndian.Uint32(h[qsDepth:]))
 	nsge := uint64(binary.LittleEndian.Uint32(h[qsNSGE:]))
-	esz := uint64(binary.LittleEndian.Uint32(h[qsEntrySize:]))
+	dsz := uint64(binary.LittleEndian.Uint32(h[qsEntrySize:]))
 	cqi := binary.LittleEndian.Uint32(h[qsRecvCQ:])
-	if depth == 0 || depth&(depth-1) != 0 || nsge == 0 || nsge > maxSGE || esz != uint64(entrySizeFor(int(nsge))) || cqi >= maxCQ {
+	if depth == 0 || depth > 1<<20 || depth&(depth-1) != 0 || nsge == 0 || nsge > maxSGE || dsz != uint64(descSizeFor(int(nsge))) || cqi >= maxCQ {
 		return bad("bad ring shape")
 	}
-	end := off + qsEntries + depth*esz
+	end := off + segSize(depth, dsz)
 	if end > uint64(len(l.mem)) {
 		return bad("ring beyond the heap")
 	}
 	l.seg = l.mem[off:end:end]
-	l.depth, l.esz, l.peerNSGE = depth, esz, int(nsge)
+	l.depth, l.dsz, l.cqeOff, l.peerNSGE = depth, dsz, cqeOffset(depth, dsz), int(nsge)
 	l.peerPD = binary.LittleEndian.Uint32(h[qsPD:])
 	l.db = doorbellAt(l.mem, cqi)
 	return nil

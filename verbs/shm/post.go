@@ -253,7 +253,9 @@ func (q *QP) exec(wr *verbs.SendWR) (verbs.Status, outcome) {
 			return st, out
 		}
 		// Resolve the receive's SGEs in the peer's region table.
-		nsge := int(binary.LittleEndian.Uint32(e[reNSGE:]))
+		do := qsEntries + (idx&(l.depth-1))*l.dsz
+		rd := l.seg[do : do+l.dsz : do+l.dsz]
+		nsge := int(binary.LittleEndian.Uint32(rd[rdNSGE:]))
 		if nsge > l.peerNSGE {
 			nsge = l.peerNSGE
 		}
@@ -261,10 +263,10 @@ func (q *QP) exec(wr *verbs.SendWR) (verbs.Status, outcome) {
 		var room uint64
 		bad := false
 		for j := 0; j < nsge && room < total; j++ {
-			o := reSGEs + j*sgeSize
-			addr := binary.LittleEndian.Uint64(e[o:])
-			n := uint64(binary.LittleEndian.Uint32(e[o+8:]))
-			key := binary.LittleEndian.Uint32(e[o+12:])
+			o := rdSGEs + j*sgeSize
+			addr := binary.LittleEndian.Uint64(rd[o:])
+			n := uint64(binary.LittleEndian.Uint32(rd[o+8:]))
+			key := binary.LittleEndian.Uint32(rd[o+12:])
 			if n == 0 {
 				continue
 			}

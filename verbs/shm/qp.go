@@ -39,7 +39,8 @@ type QP struct {
 	seg          []byte // this QP's segment in the device heap
 	segOff, segN uint64
 	depth        uint64 // RQ entries (power of two)
-	esz          uint64 // RQ entry size
+	dsz          uint64 // RQ descriptor size
+	cqeOff       uint64 // where the RQ completions start
 
 	state atomic.Uint32
 
@@ -105,7 +106,8 @@ func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 		depth <<= 1
 	}
 	c.MaxRecvWR = int(depth)
-	q := &QP{d: d, pd: p, scq: scq, rcq: rcq, cap: c, sigAll: attr.SigAll, depth: depth, esz: uint64(entrySizeFor(c.MaxRecvSGE))}
+	q := &QP{d: d, pd: p, scq: scq, rcq: rcq, cap: c, sigAll: attr.SigAll, depth: depth, dsz: uint64(descSizeFor(c.MaxRecvSGE))}
+	q.cqeOff = cqeOffset(depth, q.dsz)
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	q.psn = binary.LittleEndian.Uint32(rnd[:]) & 0xffffff
@@ -115,7 +117,7 @@ func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	if d.closed || p.closed.Load() || scq.closed.Load() || rcq.closed.Load() {
 		return fail(verbs.ErrClosed)
 	}
-	q.segN = roundPage(qsEntries + depth*q.esz)
+	q.segN = roundPage(segSize(depth, q.dsz))
 	off, err := d.allocMem(q.segN)
 	if err != nil {
 		return fail(err)
@@ -134,7 +136,7 @@ func (p *pd) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
 	binary.LittleEndian.PutUint32(q.seg[qsRecvCQ:], rcq.idx)
 	binary.LittleEndian.PutUint32(q.seg[qsDepth:], uint32(depth))
 	binary.LittleEndian.PutUint32(q.seg[qsNSGE:], uint32(c.MaxRecvSGE))
-	binary.LittleEndian.PutUint32(q.seg[qsEntrySize:], uint32(q.esz))
+	binary.LittleEndian.PutUint32(q.seg[qsEntrySize:], uint32(q.dsz))
 	binary.LittleEndian.PutUint64(q.seg[qsMagic:], segMagic^uint64(q.qpn))
 	q.setState(verbs.QPReset)
 	q.addr, err = q.encodeAddress()
@@ -403,9 +405,15 @@ func (q *QP) destroy() error {
 
 // ---- receive side ----
 
-func (q *QP) entry(i uint64) []byte {
-	off := qsEntries + (i&(q.depth-1))*q.esz
-	return q.seg[off : off+q.esz : off+q.esz]
+// desc is receive i's descriptor, cqe its completion.
+func (q *QP) desc(i uint64) []byte {
+	off := qsEntries + (i&(q.depth-1))*q.dsz
+	return q.seg[off : off+q.dsz : off+q.dsz]
+}
+
+func (q *QP) cqe(i uint64) []byte {
+	off := q.cqeOff + (i&(q.depth-1))*rcSize
+	return q.seg[off : off+rcSize : off+rcSize]
 }
 
 func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
@@ -438,11 +446,11 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 		if h-q.rqPolled.Load() >= q.depth {
 			return q.opErr("PostRecv", i, fmt.Errorf("%w: %d receives outstanding", verbs.ErrQueueFull, q.depth))
 		}
-		e := q.entry(h)
-		binary.LittleEndian.PutUint64(e[reWRID:], wr.ID)
-		binary.LittleEndian.PutUint32(e[reNSGE:], uint32(len(wr.SGL)))
+		e := q.desc(h)
+		binary.LittleEndian.PutUint64(e[rdWRID:], wr.ID)
+		binary.LittleEndian.PutUint32(e[rdNSGE:], uint32(len(wr.SGL)))
 		for j, s := range wr.SGL {
-			o := reSGEs + j*sgeSize
+			o := rdSGEs + j*sgeSize
 			binary.LittleEndian.PutUint64(e[o:], s.Addr)
 			binary.LittleEndian.PutUint32(e[o+8:], s.Length)
 			binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
@@ -464,7 +472,7 @@ func (q *QP) recvReady() bool {
 	if p == atomic.LoadUint64(word64(q.seg, qsHead)) {
 		return false
 	}
-	if atomic.LoadUint64(word64(q.entry(p), reSeq)) == p+1 {
+	if atomic.LoadUint32(word32(q.cqe(p), rcSeq)) == uint32(p+1) {
 		return true
 	}
 	return q.st() == verbs.QPErr && (p >= q.flushFrom.Load() || q.linkDead())
@@ -483,21 +491,21 @@ func (q *QP) pollRecv(wc []verbs.WC) int {
 	p0 := q.rqPolled.Load()
 	p, head := p0, atomic.LoadUint64(word64(q.seg, qsHead))
 	for n < len(wc) && p != head {
-		e := q.entry(p)
+		e := q.cqe(p)
 		w := &wc[n]
-		if atomic.LoadUint64(word64(e, reSeq)) == p+1 {
+		if atomic.LoadUint32(word32(e, rcSeq)) == uint32(p+1) {
 			*w = verbs.WC{
-				ID:      binary.LittleEndian.Uint64(e[reWRID:]),
-				Status:  verbs.Status(e[reStatus]),
-				Opcode:  verbs.WCOpcode(e[reOpcode]),
-				ByteLen: binary.LittleEndian.Uint32(e[reByteLen:]),
-				Imm:     binary.LittleEndian.Uint32(e[reImm:]),
-				Flags:   verbs.WCFlags(e[reFlags]),
+				ID:      binary.LittleEndian.Uint64(q.desc(p)[rdWRID:]),
+				Status:  verbs.Status(e[rcStatus]),
+				Opcode:  verbs.WCOpcode(e[rcOpcode]),
+				ByteLen: binary.LittleEndian.Uint32(e[rcByteLen:]),
+				Imm:     binary.LittleEndian.Uint32(e[rcImm:]),
+				Flags:   verbs.WCFlags(e[rcFlags]),
 				QPNum:   q.qpn,
 				SrcQP:   q.peerQPN(),
 			}
 		} else if q.st() == verbs.QPErr && (p >= q.flushFrom.Load() || q.linkDead()) {
-			*w = verbs.WC{ID: binary.LittleEndian.Uint64(e[reWRID:]), Status: verbs.StatusWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
+			*w = verbs.WC{ID: binary.LittleEndian.Uint64(q.desc(p)[rdWRID:]), Status: verbs.StatusWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
 		} else {
 			break
 		}
