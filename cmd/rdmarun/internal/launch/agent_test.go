@@ -3,6 +3,7 @@ package launch
 import (
 	"bufio"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -230,7 +231,13 @@ func TestRemoteScriptControl(t *testing.T) {
 	require.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 20*time.Millisecond, "child %s outlived the wrapper", pid)
 }
 
+// processGone: no such process, or only its zombie.
 func processGone(pid string) bool {
-	out, err := exec.Command("ps", "-o", "stat=", "-p", pid).Output()
-	return err != nil || strings.HasPrefix(strings.TrimSpace(string(out)), "Z")
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')') // the state follows "(comm) "
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
 }
