@@ -154,15 +154,15 @@ func (p *pair) close() {
 // feeds the response to the QP's completer. busy/again make sure one
 // goroutine pumps at a time without losing a kick.
 type end struct {
-	q, peer *softrc.QP
-	pair    *pair
-	busy    atomic.Bool
-	again   atomic.Bool
-	req     softrc.Request
-	resp    softrc.Response
-	reqPL   softrc.BytesPayload
-	respPL  softrc.BytesPayload
-	respSeg [1][]byte
+	q, peer  *softrc.QP
+	pair     *pair
+	busy     atomic.Bool
+	again    atomic.Bool
+	req      softrc.Request
+	resp     softrc.Response
+	reqPL    softrc.BytesPayload
+	respPL   softrc.BytesPayload
+	respSeg  [1][]byte
 	progress func()
 }
 

@@ -36,7 +36,10 @@ type link struct {
 	once     sync.Once
 
 	mu    sync.Mutex
-	resps []softrc.Response
+	resps []softrc.Response // responses queued by the reader
+
+	wmu sync.Mutex
+	ss  sendState
 }
 
 func (t *transport) startLink(q *softrc.QP, c net.Conn, br *bufio.Reader, peerQP uint32) {
@@ -163,17 +166,32 @@ func (l *link) reader() {
 	}
 }
 
-const maxBatch = 32
+const (
+	maxBatch = 32
+	// inlineMax is the largest request payload PostSend writes itself.
+	inlineMax = 64 << 10
+	// inlineWait bounds how long PostSend may block on a full socket before
+	// it leaves the rest of its write to the writer goroutine.
+	inlineWait = time.Millisecond
+)
+
+// The send side is guarded by wmu: whoever holds it (the writer goroutine,
+// or PostSend writing small requests itself) owns the batch state below.
+type sendState struct {
+	reqs  [maxBatch]softrc.Request
+	nreq  int               // reqs[:nreq] are written (or in carry) and await Done
+	out   []softrc.Response // responses being written; await Done
+	hdrs  []byte
+	bufs  net.Buffers
+	carry net.Buffers // the unwritten rest of a batch whose inline write timed out
+}
 
 func (l *link) writer() {
 	defer l.t.wg.Done()
-	var (
-		reqs  [maxBatch]softrc.Request
-		resps []softrc.Response
-		hdrs  []byte
-		bufs  net.Buffers
-	)
 	defer func() {
+		l.wmu.Lock()
+		l.finishBatch()
+		l.wmu.Unlock()
 		l.mu.Lock()
 		for i := range l.resps {
 			l.resps[i].Done()
@@ -187,54 +205,148 @@ func (l *link) writer() {
 		case <-l.done:
 			return
 		}
-		for {
-			l.mu.Lock()
-			resps, l.resps = l.resps, resps[:0]
-			l.mu.Unlock()
-			if need := (len(resps) + maxBatch) * HeaderLen; cap(hdrs) < need {
-				hdrs = make([]byte, need)
-			}
-			hdrs = hdrs[:cap(hdrs)]
-			bufs = bufs[:0]
-			h := 0
-			for i := range resps {
-				b := hdrs[h : h+HeaderLen : h+HeaderLen]
-				h += HeaderLen
-				EncodeHeader(b, &resps[i].Header)
-				bufs = append(bufs, b)
-				if len(resps[i].Data) > 0 {
-					bufs = append(bufs, resps[i].Data)
-				}
-			}
-			n := 0
-			for n < maxBatch && l.q.NextRequest(&reqs[n]) {
-				b := hdrs[h : h+HeaderLen : h+HeaderLen]
-				h += HeaderLen
-				EncodeHeader(b, &reqs[n].Header)
-				bufs = append(bufs, b)
-				for _, d := range reqs[n].Data {
-					if len(d) > 0 {
-						bufs = append(bufs, d)
-					}
-				}
-				n++
-			}
-			if len(bufs) == 0 {
+		l.wmu.Lock()
+		var err error
+		if len(l.ss.carry) > 0 {
+			err = l.write(l.ss.carry)
+			l.ss.carry = nil
+			l.finishBatch()
+		}
+		for err == nil {
+			var k int
+			if k, err = l.batch(^uint32(0), false); k == 0 {
 				break
 			}
-			err := l.write(bufs)
-			for i := range resps {
-				resps[i].Done()
+			if err == nil {
+				err = l.write(l.ss.bufs)
+				l.finishBatch()
 			}
-			for i := range n {
-				reqs[i].Done()
+		}
+		l.wmu.Unlock()
+		if err != nil {
+			l.fail(err)
+			return
+		}
+	}
+}
+
+// KickPost is PostSend's kick: if nobody is writing, write the new small
+// requests (and any small queued responses, piggybacked) right here, saving
+// the hand-off to the writer goroutine; if the socket stays full for
+// inlineWait, leave the rest to the writer.
+func (l *link) KickPost() {
+	if !l.wmu.TryLock() {
+		l.Kick()
+		return
+	}
+	more := len(l.ss.carry) > 0
+	var err error
+	if !more {
+		var k int
+		k, err = l.batch(inlineMax, true)
+		if k > 0 && err == nil {
+			_ = l.c.SetWriteDeadline(time.Now().Add(inlineWait))
+			var w net.Buffers
+			w, err = writeSome(l.c, l.ss.bufs)
+			_ = l.c.SetWriteDeadline(time.Time{})
+			if err != nil && isTimeout(err) {
+				err = nil
+				l.ss.carry = w
 			}
-			if err != nil {
-				l.fail(err)
-				return
+			if len(l.ss.carry) == 0 {
+				l.finishBatch()
+			}
+		}
+		more = len(l.ss.carry) > 0 || l.q.HasWork()
+	}
+	l.wmu.Unlock()
+	if err != nil {
+		l.fail(err)
+		return
+	}
+	l.mu.Lock()
+	more = more || len(l.resps) > 0
+	l.mu.Unlock()
+	if more {
+		l.Kick()
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// writeSome writes bufs and returns what is left unwritten on error.
+func writeSome(c net.Conn, bufs net.Buffers) (net.Buffers, error) {
+	w := bufs
+	_, err := w.WriteTo(c)
+	return w, err
+}
+
+// batch gathers queued responses and up to maxBatch requests into ss.bufs
+// and returns how many frames it gathered. With inline set it takes the
+// responses only if all are small (they must go out in order) and requests
+// only up to inlineMax bytes of payload.
+func (l *link) batch(limit uint32, inline bool) (int, error) {
+	ss := &l.ss
+	l.mu.Lock()
+	take := true
+	if inline {
+		for i := range l.resps {
+			if len(l.resps[i].Data) > inlineMax {
+				take = false
+				break
 			}
 		}
 	}
+	if take {
+		ss.out, l.resps = l.resps, ss.out[:0]
+	}
+	l.mu.Unlock()
+	if need := (len(ss.out) + maxBatch) * HeaderLen; cap(ss.hdrs) < need {
+		ss.hdrs = make([]byte, need)
+	}
+	hdrs := ss.hdrs[:cap(ss.hdrs)]
+	ss.bufs = ss.bufs[:0]
+	h := 0
+	for i := range ss.out {
+		b := hdrs[h : h+HeaderLen : h+HeaderLen]
+		h += HeaderLen
+		EncodeHeader(b, &ss.out[i].Header)
+		ss.bufs = append(ss.bufs, b)
+		if len(ss.out[i].Data) > 0 {
+			ss.bufs = append(ss.bufs, ss.out[i].Data)
+		}
+	}
+	n := 0
+	for n < maxBatch && l.q.NextRequestMax(&ss.reqs[n], limit) {
+		b := hdrs[h : h+HeaderLen : h+HeaderLen]
+		h += HeaderLen
+		EncodeHeader(b, &ss.reqs[n].Header)
+		ss.bufs = append(ss.bufs, b)
+		for _, d := range ss.reqs[n].Data {
+			if len(d) > 0 {
+				ss.bufs = append(ss.bufs, d)
+			}
+		}
+		n++
+	}
+	ss.nreq = n
+	return len(ss.out) + n, nil
+}
+
+// finishBatch releases what the last batch pointed into.
+func (l *link) finishBatch() {
+	ss := &l.ss
+	for i := range ss.out {
+		ss.out[i].Done()
+	}
+	ss.out = ss.out[:0]
+	for i := range ss.nreq {
+		ss.reqs[i].Done()
+	}
+	ss.nreq = 0
 }
 
 // write sends bufs with as few writev calls as possible, but at most about

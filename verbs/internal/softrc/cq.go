@@ -8,8 +8,11 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// CQ is a FIFO completion queue. Waiters block on a channel that the next
-// completion closes, so idle waiting costs nothing.
+// CQ is a FIFO completion queue. Waiters block on a one-token channel: a
+// completion pushed while someone waits drops a token in, and a woken waiter
+// that leaves completions behind passes the token on, so several waiters
+// never miss a wake-up and idle waiting costs nothing (no allocation per
+// wake-up either). Close closes the channel, waking everyone.
 type CQ struct {
 	dev     *Device
 	mu      sync.Mutex
@@ -27,9 +30,10 @@ func (c *CQ) push(wc verbs.WC) {
 	if !c.closed {
 		c.buf = append(c.buf, wc)
 		if c.waiters > 0 {
-			close(c.sig)
-			c.sig = make(chan struct{})
-			c.waiters = 0
+			select {
+			case c.sig <- struct{}{}:
+			default:
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -64,12 +68,24 @@ func (c *CQ) Wait(ctx context.Context) error {
 			c.mu.Unlock()
 			return c.dev.err("CQ.Wait", 0, -1, verbs.ErrClosed)
 		}
-		ch := c.sig
 		c.waiters++
 		c.mu.Unlock()
 		select {
-		case <-ch:
+		case <-c.sig:
+			c.mu.Lock()
+			c.waiters--
+			if c.head < len(c.buf) && c.waiters > 0 && !c.closed {
+				// Pass the wake-up on: there may be more than we take.
+				select {
+				case c.sig <- struct{}{}:
+				default:
+				}
+			}
+			c.mu.Unlock()
 		case <-ctx.Done():
+			c.mu.Lock()
+			c.waiters--
+			c.mu.Unlock()
 			return ctx.Err()
 		}
 	}

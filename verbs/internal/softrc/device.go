@@ -131,7 +131,7 @@ func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
 	if d.closed {
 		return nil, d.err("CreateCQ", 0, -1, verbs.ErrClosed)
 	}
-	cq := &CQ{dev: d, sig: make(chan struct{})}
+	cq := &CQ{dev: d, sig: make(chan struct{}, 1)}
 	d.cqs[cq] = struct{}{}
 	return cq, nil
 }

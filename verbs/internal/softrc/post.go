@@ -35,7 +35,11 @@ func (q *QP) PostSend(wrs ...verbs.SendWR) error {
 	err := q.postSendLocked(wrs)
 	l, k := q.takeKicksLocked()
 	q.mu.Unlock()
-	q.doKicks(l, k)
+	if pk, ok := l.(PostKicker); ok && k > 0 {
+		pk.KickPost()
+	} else {
+		q.doKicks(l, k)
+	}
 	return err
 }
 

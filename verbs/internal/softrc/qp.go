@@ -104,7 +104,8 @@ type QP struct {
 
 	sq                     []swqe
 	head, comp, next, tail uint64
-	rdOut                  int // READ/atomics sent and not completed
+	rdOut                  int    // READ/atomics sent and not completed
+	ackReqUpTo             uint64 // requests before this index asked for an ACK
 
 	rq     []rwqe
 	rqHead uint64
@@ -279,7 +280,7 @@ func (q *QP) resetLocked() Link {
 	for ; q.head < q.tail; q.head++ {
 		q.sq[q.head%uint64(len(q.sq))].releaseRefs()
 	}
-	q.head, q.comp, q.next, q.tail, q.rdOut = 0, 0, 0, 0, 0
+	q.head, q.comp, q.next, q.tail, q.rdOut, q.ackReqUpTo = 0, 0, 0, 0, 0, 0
 	if q.rinBusy {
 		q.rinFlushed = true
 	}
@@ -327,6 +328,13 @@ func (q *QP) doKicks(l Link, n int) {
 	if l != nil && n > 0 {
 		l.Kick()
 	}
+}
+
+// PostKicker is implemented by links that can start sending in the posting
+// goroutine itself (saving a goroutine hand-off on the latency path).
+// PostSend calls KickPost instead of Kick; it must not block for long.
+type PostKicker interface {
+	KickPost()
 }
 
 func (q *QP) kick() {
@@ -454,7 +462,7 @@ func (q *QP) enterErrLocked() {
 		e.releaseRefs()
 		q.comp++
 	}
-	q.head, q.next, q.rdOut = q.comp, q.comp, 0
+	q.head, q.next, q.rdOut, q.ackReqUpTo = q.comp, q.comp, 0, q.comp
 	if q.rinBusy && !q.rinFlushed {
 		q.rinFlushed = true
 		q.recvCQ.push(verbs.WC{ID: q.rin.id, Status: verbs.StatusWRFlushErr, QPNum: q.num})
@@ -496,4 +504,11 @@ func (q *QP) FailConnect(cause error) {
 	q.enterErrLocked()
 	q.mu.Unlock()
 	q.dev.log.Warn("softrc: connection failed", "provider", q.dev.cfg.Provider, "qp", q.num, "cause", cause)
+}
+
+// HasWork reports whether requests wait to be sent and could be now.
+func (q *QP) HasWork() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.state == verbs.QPRTS && q.link != nil && q.next < q.tail && q.rnrUntil.IsZero()
 }

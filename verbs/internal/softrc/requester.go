@@ -12,7 +12,12 @@ import (
 // empty, RNR back-off running, a FENCE waiting for earlier requests, the
 // READ/atomic budget max_rd_atomic used up, no link). The core calls
 // Link.Kick when that changes. r.Done must be called once r.Data is written.
-func (q *QP) NextRequest(r *Request) bool {
+func (q *QP) NextRequest(r *Request) bool { return q.NextRequestMax(r, ^uint32(0)) }
+
+// NextRequestMax is NextRequest for a caller that only wants a request whose
+// payload is at most max bytes (the tcp provider writes small requests in
+// the posting goroutine and leaves large ones to its writer goroutine).
+func (q *QP) NextRequestMax(r *Request, max uint32) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := uint64(len(q.sq))
@@ -20,15 +25,18 @@ func (q *QP) NextRequest(r *Request) bool {
 		return false
 	}
 	e := &q.sq[q.next%n]
-	if e.flags&verbs.SendFence != 0 && q.comp < q.next {
-		// rxe's rule, stricter than IBTA's: a fenced request waits for
-		// every earlier request, not only READs and atomics.
+	if e.flags&verbs.SendFence != 0 && q.rdOut > 0 {
+		// IBTA: a fenced request waits for every earlier READ and atomic.
 		return false
 	}
-	if e.readLike() && q.rdOut >= max(1, int(q.maxQPRdAtomic)) {
+	if e.readLike() && q.rdOut >= maxInt(1, int(q.maxQPRdAtomic)) {
 		return false
 	}
-	r.Header = Header{QPN: q.remote.QPNum, Seq: e.seq, Len: e.length, Flags: FlagAckReq,
+	if !e.readLike() && e.length > max {
+		return false
+	}
+	ackReq := e.signaled || e.readLike()
+	r.Header = Header{QPN: q.remote.QPNum, Seq: e.seq, Len: e.length,
 		RAddr: e.raddr, RKey: e.rkey, Imm: e.imm, CmpAdd: e.cmp, Swap: e.swap}
 	r.Data = r.Data[:0]
 	r.refs = r.refs[:0]
@@ -53,13 +61,17 @@ func (q *QP) NextRequest(r *Request) bool {
 		}
 	}
 	if e.localErr != 0 {
-		// A region was deregistered after the post: LOC_PROT_ERR, once
-		// everything before it has completed.
+		// A region was deregistered after the post: LOC_PROT_ERR, in order.
+		// Earlier requests that asked for no ACK will never be answered on
+		// success, so once no earlier one awaits an answer they count as done.
 		for _, m := range r.refs {
 			m.release()
 		}
 		r.refs, r.Data = r.refs[:0], r.Data[:0]
-		if q.comp == q.next {
+		if q.comp >= q.ackReqUpTo {
+			for q.comp < q.next {
+				q.completeLocked(verbs.StatusSuccess)
+			}
 			q.completeLocked(e.localErr)
 		}
 		return false
@@ -86,8 +98,15 @@ func (q *QP) NextRequest(r *Request) bool {
 	if e.flags&verbs.SendFence != 0 {
 		r.Flags |= FlagFence
 	}
-	if q.comp == q.next {
-		q.armAckLocked()
+	if ackReq {
+		// Unsignaled WRITEs and SENDs ask for no ACK (a later signaled one's
+		// ACK covers them, and a NAK is always sent), which halves the frames
+		// of a ping-pong.
+		r.Flags |= FlagAckReq
+		if q.comp >= q.ackReqUpTo {
+			q.armAckLocked()
+		}
+		q.ackReqUpTo = q.next + 1
 	}
 	e.sent = true
 	q.next++
@@ -142,7 +161,7 @@ func (q *QP) armAckLocked() {
 // large message takes.
 func (q *QP) Progress() {
 	q.mu.Lock()
-	if q.state == verbs.QPRTS && q.comp < q.next {
+	if q.state == verbs.QPRTS && q.comp < q.ackReqUpTo {
 		if t := q.ackTimeout(); t > 0 {
 			q.ackDeadline = time.Now().Add(t)
 		}
@@ -153,7 +172,7 @@ func (q *QP) Progress() {
 func (q *QP) onAckTimeout() {
 	q.mu.Lock()
 	q.ackArmed = false
-	if q.state != verbs.QPRTS || q.comp == q.next {
+	if q.state != verbs.QPRTS || q.comp >= q.ackReqUpTo {
 		q.mu.Unlock()
 		return
 	}
@@ -212,7 +231,7 @@ func (q *QP) completeLocked(st verbs.Status) {
 		q.head = q.comp + 1
 	}
 	q.comp++
-	if q.comp < q.next {
+	if q.comp < q.ackReqUpTo {
 		if t := q.ackTimeout(); t > 0 {
 			q.ackDeadline = time.Now().Add(t)
 		}
@@ -308,6 +327,7 @@ func (q *QP) handleResponseLocked(h *Header, p Payload) error {
 			s.sent = false
 		}
 		q.next = q.comp
+		q.ackReqUpTo = q.comp
 		d := verbs.RNRTimerDuration(h.RNRTimer)
 		q.rnrUntil = time.Now().Add(d)
 		if q.rnrTimer == nil {
@@ -367,4 +387,11 @@ func (q *QP) handleResponseLocked(h *Header, p Payload) error {
 		return skip()
 	}
 	return nil
+}
+
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
 }
