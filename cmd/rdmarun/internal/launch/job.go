@@ -139,6 +139,9 @@ func (j *job) run(ctx context.Context) (int, error) {
 		if j.agent, err = parseAgent(tmpl); err != nil {
 			return ExitUsage, usagef("--launch-agent %q: %v", tmpl, err)
 		}
+		if _, err := exec.LookPath(j.agent.words[0]); err != nil {
+			return ExitUsage, usagef("launch agent %q for hosts %s not found: %v", j.agent.words[0], strings.Join(remoteHosts, ","), err)
+		}
 		if err := j.checkHosts(ctx, remoteHosts, hosts); err != nil {
 			return ExitUsage, err
 		}
@@ -434,15 +437,26 @@ func (j *job) userSetsGOMAXPROCS() bool {
 }
 
 func (j *job) start(r *rank, cpus []int) error {
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		return err
+	var opened []*os.File // closed if the start fails
+	pipe := func() (r, w *os.File, err error) {
+		if r, w, err = os.Pipe(); err == nil {
+			opened = append(opened, r, w)
+		}
+		return r, w, err
 	}
-	stderrR, stderrW, err := os.Pipe()
+	fail := func(err error) error {
+		for _, f := range opened {
+			f.Close()
+		}
+		return fmt.Errorf("could not start rank %d on host %s: %v", r.Rank, r.Host, err)
+	}
+	stdoutR, stdoutW, err := pipe()
 	if err != nil {
-		stdoutR.Close()
-		stdoutW.Close()
-		return err
+		return fail(err)
+	}
+	stderrR, stderrW, err := pipe()
+	if err != nil {
+		return fail(err)
 	}
 	var cmd *exec.Cmd
 	var ctlR *os.File
@@ -455,8 +469,8 @@ func (j *job) start(r *rank, cpus []int) error {
 			cpu = cpus[r.LocalRank%len(cpus)]
 		}
 		if r.Rank == 0 && j.o.Stdin != nil {
-			if ctlR, r.ctl, err = os.Pipe(); err != nil {
-				return err
+			if ctlR, r.ctl, err = pipe(); err != nil {
+				return fail(err)
 			}
 		}
 	} else {
@@ -481,8 +495,8 @@ func (j *job) start(r *rank, cpus []int) error {
 		argv := j.agent.command(r.Host, script)
 		j.logf("rank %d on %s: %s", r.Rank, r.Host, strings.Join(argv[:len(argv)-1], " "))
 		cmd = exec.Command(argv[0], argv[1:]...)
-		if ctlR, r.ctl, err = os.Pipe(); err != nil {
-			return err
+		if ctlR, r.ctl, err = pipe(); err != nil {
+			return fail(err)
 		}
 		r.stderrSink = &lineSink{marker: []byte(j.marker), keep: 4, onMarker: func(s string) {
 			r.mu.Lock()
@@ -498,19 +512,14 @@ func (j *job) start(r *rank, cpus []int) error {
 	if r.stderrSink == nil {
 		r.stderrSink = &lineSink{keep: 4}
 	}
-	err = startProcess(cmd, cpu)
+	if err := startProcess(cmd, cpu); err != nil {
+		return fail(err)
+	}
+	// The child's ends are the child's now.
 	stdoutW.Close()
 	stderrW.Close()
 	if ctlR != nil {
 		ctlR.Close()
-	}
-	if err != nil {
-		stdoutR.Close()
-		stderrR.Close()
-		if r.ctl != nil {
-			r.ctl.Close()
-		}
-		return fmt.Errorf("could not start rank %d on host %s: %v", r.Rank, r.Host, err)
 	}
 	r.cmd = cmd
 	r.pid = cmd.Process.Pid
