@@ -1,0 +1,5 @@
+//go:build race
+
+package p2p_test
+
+const raceOn = true

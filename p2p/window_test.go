@@ -1,0 +1,102 @@
+package p2p_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+// A ring of one-sided writes with notifications: each rank writes its
+// block into its right neighbour's window at its own offset and notifies;
+// after n-1 steps (forwarding what it received) every window holds every
+// block, as in a one-sided ring allgather.
+func TestWindowRing(t *testing.T) {
+	for _, prov := range []string{"loop", "tcp", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			const n, block = 4, 5000
+			p2ptest.Run(t, n, p2ptest.Options{Provider: prov}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				me := ep.Rank()
+				right, left := (me+1)%n, (me+n-1)%n
+				var w *p2p.Window
+				var err error
+				if me%2 == 0 {
+					w, err = ep.AllocWindow(ctx, n*block+16)
+				} else {
+					w, err = ep.NewWindow(ctx, make([]byte, n*block+16))
+				}
+				if err != nil {
+					return err
+				}
+				mine := w.Bytes()[me*block : (me+1)*block]
+				copy(mine, pattern(block, byte(me)))
+				have := me
+				for step := range n - 1 {
+					// Write the block we got last into the right neighbour.
+					src := w.Bytes()[have*block : (have+1)*block]
+					if err := w.WriteNotify(ctx, right, have*block, src, uint32(step<<8|have)); err != nil {
+						return err
+					}
+					note, err := w.WaitNotify(ctx, left)
+					if err != nil {
+						return err
+					}
+					if int(note.Value>>8) != step || note.Source != left {
+						return fmt.Errorf("step %d: notification %+v", step, note)
+					}
+					have = int(note.Value & 0xff)
+				}
+				for r := range n {
+					if !bytes.Equal(w.Bytes()[r*block:(r+1)*block], pattern(block, byte(r))) {
+						return fmt.Errorf("block %d wrong after the ring", r)
+					}
+				}
+				// Plain writes from an unregistered buffer (into the spare
+				// tail), and bounds.
+				if err := w.Write(ctx, right, n*block, []byte("plain")); err != nil {
+					return err
+				}
+				err = w.Write(ctx, right, n*block+14, []byte("xyz"))
+				require.ErrorIs(t, err, p2p.ErrInvalidArgument)
+				require.ErrorContains(t, err, fmt.Sprintf("writing 3 bytes at offset %d overruns rank %d's %d-byte window", n*block+14, right, n*block+16))
+				return w.Close(ctx)
+			})
+		})
+	}
+}
+
+func TestStatsAndRegCache(t *testing.T) {
+	p2ptest.Run(t, 2, p2ptest.Options{P2P: p2p.Options{EagerLimit: 1024}}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		peer := 1 - ep.Rank()
+		big := make([]byte, 100_000)
+		for i := range 3 {
+			if ep.Rank() == 0 {
+				require.NoError(t, ep.Send(ctx, peer, i, []byte("small")))
+				require.NoError(t, ep.Send(ctx, peer, i, big)) // same buffer: one registration
+			} else {
+				_, err := ep.Recv(ctx, peer, i, make([]byte, 10))
+				require.NoError(t, err)
+				_, err = ep.Recv(ctx, peer, i, big)
+				require.NoError(t, err)
+			}
+		}
+		s := ep.Stats()
+		ps := s.Peers[peer]
+		if ep.Rank() == 0 {
+			require.Equal(t, p2p.Counter{Msgs: 3, Bytes: 15}, ps.EagerSent)
+			require.Equal(t, p2p.Counter{Msgs: 3, Bytes: 300_000}, ps.RndvSent)
+		} else {
+			require.Equal(t, p2p.Counter{Msgs: 3, Bytes: 15}, ps.EagerRecv)
+			require.Equal(t, p2p.Counter{Msgs: 3, Bytes: 300_000}, ps.RndvRecv)
+		}
+		require.Equal(t, uint64(1), s.RegMisses, "the buffer was registered once")
+		require.Equal(t, uint64(2), s.RegHits)
+		require.Equal(t, "loop", ps.Transport)
+		return nil
+	})
+}
