@@ -3,6 +3,8 @@ package collectives_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,21 +17,48 @@ import (
 // input is rank r's integer-valued vector, so float sums are exact in any
 // order and results compare with ==.
 func input(r, n int) []float64 {
-	x := make([]float64, n)
-	for i := range x {
-		x[i] = float64((r+1)*(i%13) - 3*r + i%5)
-	}
-	return x
+	return slices.Clone(memo(inputs, [2]int{r, n}, func() []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = float64((r+1)*(i%13) - 3*r + i%5)
+		}
+		return x
+	}))
 }
 
+// refSum is read-only (shared between ranks).
 func refSum(p, n int) []float64 {
-	out := make([]float64, n)
-	for r := 0; r < p; r++ {
-		for i, v := range input(r, n) {
-			out[i] += v
+	return memo(sums, [2]int{p, n}, func() []float64 {
+		out := make([]float64, n)
+		for r := 0; r < p; r++ {
+			for i, v := range input(r, n) {
+				out[i] += v
+			}
 		}
+		return out
+	})
+}
+
+// The references of the large cases are costly; compute each once.
+var (
+	memoMu       sync.Mutex
+	inputs, sums = map[[2]int][]float64{}, map[[2]int][]float64{}
+)
+
+func memo(m map[[2]int][]float64, k [2]int, f func() []float64) []float64 {
+	memoMu.Lock()
+	v, ok := m[k]
+	memoMu.Unlock()
+	if ok {
+		return v
 	}
-	return out
+	v = f()
+	if k[1] >= 1<<16 { // keep only large ones; small ones are cheap
+		memoMu.Lock()
+		m[k] = v
+		memoMu.Unlock()
+	}
+	return v
 }
 
 func TestAllreduceGrid(t *testing.T) {
