@@ -304,3 +304,11 @@ func (e *Engine) hostShape() (local, hosts int) {
 	}
 	return local, len(count)
 }
+
+// Choose reports the algorithm a call of c moving nbytes would run with
+// this Engine's options, group and cost model (what Auto resolves to, or
+// the forced one), or why none can run. commutative is the op's property
+// (true for collectives that do not reduce).
+func (e *Engine) Choose(c Collective, nbytes int, commutative bool) (Algorithm, error) {
+	return e.choose(c, nbytes, commutative)
+}

@@ -1,0 +1,106 @@
+package coltest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/collectives"
+)
+
+func TestMatchingFIFOAndTruncation(t *testing.T) {
+	ctx := context.Background()
+	w := NewWorld(2, Options{})
+	a, b := w.Group(0), w.Group(1)
+	// Two messages on one tag, one on another: per-tag FIFO, tags independent.
+	for _, m := range []struct {
+		tag int
+		s   string
+	}{{5, "first"}, {6, "other"}, {5, "second"}} {
+		_, err := a.Isend(ctx, 1, m.tag, []byte(m.s))
+		require.NoError(t, err)
+	}
+	recv := func(tag, n int) (string, error) {
+		buf := make([]byte, n)
+		r, err := b.Irecv(ctx, 0, tag, buf)
+		require.NoError(t, err)
+		k, err := r.Wait(ctx)
+		return string(buf[:k]), err
+	}
+	s, err := recv(5, 16)
+	require.NoError(t, err)
+	require.Equal(t, "first", s)
+	s, err = recv(6, 16)
+	require.NoError(t, err)
+	require.Equal(t, "other", s)
+	_, err = recv(5, 3)
+	require.ErrorIs(t, err, ErrTruncated)
+	_, err = a.Isend(ctx, 2, 0, nil)
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = a.Isend(ctx, 1, -1, nil)
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+func TestCancelAndKill(t *testing.T) {
+	w := NewWorld(3, Options{OneSided: true})
+	g := w.Group(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := g.Irecv(ctx, 1, 0, make([]byte, 4))
+	require.NoError(t, err)
+	cancel()
+	_, err = r.Wait(context.Background())
+	require.ErrorIs(t, err, context.Canceled)
+	// A message sent after the cancel is not matched by the dead receive.
+	_, err = w.Group(1).Isend(context.Background(), 0, 0, []byte("late"))
+	require.NoError(t, err)
+	buf := make([]byte, 4)
+	r, err = g.Irecv(context.Background(), 1, 0, buf)
+	require.NoError(t, err)
+	n, err := r.Wait(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, "late", string(buf[:n]))
+
+	pending, err := g.Irecv(context.Background(), 2, 9, make([]byte, 4))
+	require.NoError(t, err)
+	w.Kill(2)
+	_, err = pending.Wait(context.Background())
+	var pl *PeerLostError
+	require.ErrorAs(t, err, &pl)
+	require.Equal(t, 2, pl.Rank)
+	_, err = w.Group(1).Isend(context.Background(), 0, 1, nil)
+	require.ErrorIs(t, err, ErrPeerLost)
+}
+
+func TestWindows(t *testing.T) {
+	w := NewWorld(2, Options{OneSided: true, Hosts: []int{0, 1}, Latency: time.Microsecond, Bandwidth: 1e9})
+	g0, g1 := w.Group(0), w.Group(1)
+	require.Equal(t, 1, g1.(collectives.Topology).HostOf(1))
+	lat, bw := g0.(collectives.LinkInfo).Link(1)
+	require.Equal(t, time.Microsecond, lat)
+	require.Equal(t, 1e9, bw)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	bufs := [][]byte{make([]byte, 8), make([]byte, 8)}
+	wins := make([]collectives.Window, 2)
+	errs := w.Run(func(rank int, g collectives.Group) error {
+		var err error
+		wins[rank], err = g.(collectives.OneSided).Expose(ctx, bufs[rank])
+		return err
+	})
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	_, err := wins[0].Put(ctx, 1, 4, []byte("abcd"), 42)
+	require.NoError(t, err)
+	imm, err := wins[1].WaitNotify(ctx, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint32(42), imm)
+	require.Equal(t, "abcd", string(bufs[1][4:]))
+	_, err = wins[0].Put(ctx, 1, 6, []byte("abcd"), 1)
+	require.ErrorIs(t, err, ErrInvalid)
+	short, cancel2 := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel2()
+	_, err = wins[1].WaitNotify(short, 0)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}

@@ -1,0 +1,111 @@
+package collectives_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/coltest"
+)
+
+func engineFor(t *testing.T, n int, wo coltest.Options, eo collectives.Options) *collectives.Engine {
+	t.Helper()
+	w := coltest.NewWorld(n, wo)
+	e, err := collectives.New(w.Group(0), eo)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func TestCostModelSelection(t *testing.T) {
+	t.Parallel()
+	e := engineFor(t, 8, coltest.Options{}, collectives.Options{})
+	choose := func(c collectives.Collective, n int, comm bool) collectives.Algorithm {
+		a, err := e.Choose(c, n, comm)
+		require.NoError(t, err)
+		return a
+	}
+	// Latency-bound sizes take the log-depth algorithms, bandwidth-bound
+	// ones the algorithms that move about 2n bytes.
+	require.Equal(t, collectives.RecursiveDoubling, choose(collectives.CollAllreduce, 8, true))
+	require.Contains(t, []collectives.Algorithm{collectives.Ring, collectives.Rabenseifner}, choose(collectives.CollAllreduce, 64<<20, true))
+	require.Equal(t, collectives.Binomial, choose(collectives.CollBcast, 8, true))
+	require.Contains(t, []collectives.Algorithm{collectives.ScatterAllgather, collectives.Chain}, choose(collectives.CollBcast, 64<<20, true))
+	require.Equal(t, collectives.Dissemination, choose(collectives.CollBarrier, 0, true))
+	require.Equal(t, collectives.Binomial, choose(collectives.CollReduce, 8, true))
+	require.NotEqual(t, collectives.Binomial, choose(collectives.CollReduce, 64<<20, true))
+	require.NotEqual(t, collectives.Ring, choose(collectives.CollAllgather, 64, true))
+	// Non-commutative ops only get order-keeping algorithms.
+	require.Equal(t, collectives.RecursiveDoubling, choose(collectives.CollAllreduce, 8, false))
+	require.Equal(t, collectives.Ordered, choose(collectives.CollAllreduce, 64<<20, false))
+	require.Equal(t, collectives.Ordered, choose(collectives.CollReduce, 64<<20, false))
+	require.Equal(t, collectives.Pairwise, choose(collectives.CollReduceScatter, 64<<20, false))
+	// Capabilities: no one-sided windows, no topology.
+	_, err := e.Choose(collectives.CollAllreduce, 0, true)
+	require.NoError(t, err)
+	forced := engineFor(t, 4, coltest.Options{}, force(collectives.CollAllreduce, collectives.RingOneSided))
+	_, err = forced.Choose(collectives.CollAllreduce, 1<<20, true)
+	require.ErrorIs(t, err, collectives.ErrUnsupported)
+	forced = engineFor(t, 4, coltest.Options{}, force(collectives.CollAllreduce, collectives.Hierarchical))
+	_, err = forced.Choose(collectives.CollAllreduce, 1<<20, true)
+	require.ErrorIs(t, err, collectives.ErrUnsupported)
+}
+
+// TestCostModelLinks: the model follows the group's link estimates. Slow
+// links between hosts make the hierarchical allreduce win for large
+// messages; cheap one-sided writes make the one-sided ring win.
+func TestCostModelLinks(t *testing.T) {
+	t.Parallel()
+	hosts := []int{0, 0, 0, 0, 1, 1, 1, 1}
+	wo := coltest.Options{Hosts: hosts, Latency: time.Microsecond, Bandwidth: 20e9, InterLatency: 20 * time.Microsecond, InterBandwidth: 1e9}
+	e := engineFor(t, 8, wo, collectives.Options{})
+	a, err := e.Choose(collectives.CollAllreduce, 64<<20, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Hierarchical, a)
+	// Same links everywhere: flat algorithms.
+	wo.InterLatency, wo.InterBandwidth = 0, 0
+	e = engineFor(t, 8, wo, collectives.Options{})
+	a, err = e.Choose(collectives.CollAllreduce, 64<<20, true)
+	require.NoError(t, err)
+	require.NotEqual(t, collectives.Hierarchical, a)
+
+	os := engineFor(t, 4, coltest.Options{OneSided: true}, collectives.Options{Model: &collectives.Model{OneSidedAlpha: 100 * time.Nanosecond}})
+	a, err = os.Choose(collectives.CollAllreduce, 16<<20, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.RingOneSided, a)
+
+	var m collectives.Model
+	m.Alpha, m.Beta, m.Gamma = time.Microsecond, 1e-9, 1e-9
+	require.Less(t, m.Cost(collectives.CollAllreduce, collectives.RecursiveDoubling, 8, 8), m.Cost(collectives.CollAllreduce, collectives.Ring, 8, 8))
+	require.Less(t, m.Cost(collectives.CollAllreduce, collectives.Ring, 8, 64<<20), m.Cost(collectives.CollAllreduce, collectives.RecursiveDoubling, 8, 64<<20))
+}
+
+func TestParseAlgorithms(t *testing.T) {
+	t.Parallel()
+	m, err := collectives.ParseAlgorithms("allreduce=ring, bcast=chain,barrier=auto")
+	require.NoError(t, err)
+	require.Equal(t, map[collectives.Collective]collectives.Algorithm{
+		collectives.CollAllreduce: collectives.Ring, collectives.CollBcast: collectives.Chain, collectives.CollBarrier: collectives.Auto,
+	}, m)
+	_, err = collectives.ParseAlgorithms("bcast=ring")
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+	require.ErrorContains(t, err, "bcast has no algorithm ring")
+	_, err = collectives.ParseAlgorithms("allreduce")
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+	_, err = collectives.ParseAlgorithms("allreduse=ring")
+	require.ErrorContains(t, err, `unknown collective "allreduse"`)
+	_, err = collectives.New(coltest.NewWorld(2, coltest.Options{}).Group(0), force(collectives.CollBcast, collectives.Bruck))
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+	for _, c := range collectives.Collectives() {
+		got, err := collectives.ParseCollective(c.String())
+		require.NoError(t, err)
+		require.Equal(t, c, got)
+		for _, a := range collectives.Algorithms(c) {
+			got, err := collectives.ParseAlgorithm(a.String())
+			require.NoError(t, err)
+			require.Equal(t, a, got)
+		}
+	}
+}
