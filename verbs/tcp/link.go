@@ -51,13 +51,16 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, br *bufio.Reader, peerQP
 		return
 	}
 	t.links[l] = struct{}{}
-	t.wg.Add(2)
 	t.mu.Unlock()
-	go l.reader()
-	go l.writer()
+	// Attach first: a frame that fails the reader at once must find the
+	// link attached, or its loss would go unnoticed by the QP.
 	if !q.Attach(l) {
 		l.fail(fmt.Errorf("qp %#x no longer waits for a connection", q.Num()))
+		return
 	}
+	t.wg.Add(2)
+	go l.reader()
+	go l.writer()
 }
 
 func (l *link) Kick() {
