@@ -277,7 +277,7 @@ func TestRegionClosedAfterPost(t *testing.T) {
 	// Stall a SEND on RNR so the WRITE behind it waits.
 	require.NoError(t, a.qp.PostSend(
 		verbs.SendWR{ID: 1, Opcode: verbs.OpSend, SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}},
-		verbs.SendWR{ID: 2, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{verbs.SGEOf(mr, 0, 1 << 20)},
+		verbs.SendWR{ID: 2, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{verbs.SGEOf(mr, 0, 1<<20)},
 			RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
 	require.NoError(t, mr.Close())
 	require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 3, SGL: []verbs.SGE{verbs.SGEOf(b.mr, 0, 8)}}))
