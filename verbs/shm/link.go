@@ -143,6 +143,7 @@ func (l *link) claim() (uint64, []byte, verbs.Status, outcome) {
 			}
 		}
 		if atomic.CompareAndSwapUint64(cw, c, c+1) {
+			raceAcquire() // the owner released its buffers when it posted
 			off := l.cqeOff + (c&(l.depth-1))*rcSize
 			return c, l.seg[off : off+rcSize : off+rcSize], verbs.StatusSuccess, outDone
 		}

@@ -455,6 +455,7 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 			binary.LittleEndian.PutUint32(e[o+8:], s.Length)
 			binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
 		}
+		raceRelease()
 		atomic.StoreUint64(head, h+1)
 	}
 	if q.st() == verbs.QPErr {
@@ -494,6 +495,7 @@ func (q *QP) pollRecv(wc []verbs.WC) int {
 		e := q.cqe(p)
 		w := &wc[n]
 		if atomic.LoadUint32(word32(e, rcSeq)) == uint32(p+1) {
+			raceAcquire() // the sender released the data before it published
 			*w = verbs.WC{
 				ID:      binary.LittleEndian.Uint64(q.desc(p)[rdWRID:]),
 				Status:  verbs.Status(e[rcStatus]),

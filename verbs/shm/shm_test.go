@@ -523,7 +523,7 @@ func TestGoroutineRanks(t *testing.T) {
 						}
 					}
 					// Everybody must finish reading before the next round overwrites.
-					if err := ringBarrier(ctx, r.next, r.prev, r.cq); err != nil {
+					if err := ringBarrier(ctx, r.next, r.prev, r.cq, n); err != nil {
 						return err
 					}
 				}
@@ -538,16 +538,18 @@ func TestGoroutineRanks(t *testing.T) {
 	}
 }
 
-// ringBarrier: a zero-length SEND to next, then a wait for prev's twice
-// around (so all ranks passed the previous step).
-func ringBarrier(ctx context.Context, next, prev *QP, cq verbs.CQ) error {
-	for pass := 0; pass < 2; pass++ {
+// ringBarrier: n-1 zero-length SENDs around the ring, each sent after the
+// previous one arrived, so the last arrival proves every rank has entered.
+// Every rank sends exactly n-1 per round and the receives are consumed in
+// order, so barrier messages never take a data round's receives.
+func ringBarrier(ctx context.Context, next, prev *QP, cq verbs.CQ, n int) error {
+	for pass := 0; pass < n-1; pass++ {
 		if err := prev.PostRecv(verbs.RecvWR{ID: 100}); err != nil {
 			return err
 		}
 	}
 	var wc [4]verbs.WC
-	for pass := 0; pass < 2; pass++ {
+	for pass := 0; pass < n-1; pass++ {
 		if err := next.PostSend(verbs.SendWR{ID: 101, Opcode: verbs.OpSend}); err != nil {
 			return err
 		}
