@@ -6,6 +6,8 @@
 #     (two-process cases included), the provider's own tests, under -race
 #   - cmd/ibv-pingpong tests: interop with rdma-core's ibv_rc_pingpong both ways
 #   - the built ibv-pingpong binary against ibv_rc_pingpong both ways
+#   - the conformance suite and the interop again between rxe1 and rxe2, two
+#     devices on the ends of a veth pair (rxe-vm --pair), like two hosts
 # and checks by name that those tests passed (a silent skip fails).
 #
 #   .ci/rxe-tests.sh            tests (about 1-3 minutes on a 2-core machine)
@@ -81,6 +83,15 @@ i=0; while ! grep -q "waiting for a connection" pp2-srv.err 2>/dev/null && [ $i 
 ibv_rc_pingpong -d $D -g $G -p 18516 -n 200 127.0.0.1 >pp2-cli.log 2>&1; echo "pp2-client exit $?" >>status
 wait $s; echo "pp2-server exit $?" >>status
 
+# rxe1 and rxe2 (--pair) sit on the two ends of a veth pair, like two hosts:
+# the conformance suite with its devices alternating between them, and the
+# interop across that wire (the out-of-band TCP exchange stays on loopback).
+RDMAGO_IBV_TEST_DEVICES="$RXE_VM_DEV1,$RXE_VM_DEV2" ./ibvbench.test -test.v -test.run '^TestConformance$' \
+	-test.timeout 200s >pair.log 2>&1; echo "pair.test exit $?" >>status
+ibv_rc_pingpong -d $RXE_VM_DEV1 -g $RXE_VM_GID_INDEX1 -p 18517 -n 100 >pp3-srv.log 2>&1 & s=$!
+./ibv-pingpong -d $RXE_VM_DEV2 -e -n 100 -p 18517 -timeout 60s 127.0.0.1 >pp3-cli.log 2>&1; echo "pp3-client exit $?" >>status
+wait $s; echo "pp3-server exit $?" >>status
+
 if [ "${BENCH:-0}" = 1 ]; then
 	pair() { # perftest server + client on the same device, client output kept;
 		# perftest's clock calibration sometimes fails under TCG (figures
@@ -103,7 +114,7 @@ cpus=2
 ((bench)) && cpus=4 # busy-polling peers want a vCPU each (rxe-vm README)
 echo "== boot the VM and run ($cpus vCPUs)"
 rc=0
-(cd "$work" && rxevm run --cpus "$cpus" --timeout 280 -e BENCH="$bench" -- sh ./inside.sh) || rc=$?
+(cd "$work" && rxevm run --pair --cpus "$cpus" --timeout 280 -e BENCH="$bench" -- sh ./inside.sh) || rc=$?
 if [[ ! -f $work/status ]]; then
 	# 125: the VM failed to boot or set up rxe0; 124: timeout. Never a silent skip.
 	echo "rxe-tests: FAIL: the rxe VM did not run the tests (rxe-vm exit $rc; 125 = VM failed to boot)" >&2
@@ -139,8 +150,19 @@ else
 	note "vm: ibv-pingpong server <- ibv_rc_pingpong client" FAIL
 fi
 
+if passed pair.log TestConformance && status pair.test; then
+	note "vm: verbs/ibv conformance across rxe1 <-> rxe2 (veth)" PASS
+else
+	note "vm: verbs/ibv conformance across rxe1 <-> rxe2 (veth)" FAIL
+fi
+if status pp3-client && status pp3-server && grep -q "100 iters in" "$work/pp3-cli.log"; then
+	note "vm: ibv_rc_pingpong on rxe1 <- ibv-pingpong on rxe2" PASS
+else
+	note "vm: ibv_rc_pingpong on rxe1 <- ibv-pingpong on rxe2" FAIL
+fi
+
 if ((failed)); then
-	for f in ibv.log pingpong.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log; do
+	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log; do
 		[[ -f $work/$f ]] || continue
 		echo "---- $f (failures and last lines)"
 		grep -E -- "--- FAIL|Error Trace|Error:|panic" "$work/$f" | head -40 || true

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -36,9 +37,19 @@ func TestConformance(t *testing.T) {
 			large = int(m)
 		}
 	}
+	// RDMAGO_IBV_TEST_DEVICES="rxe1,rxe2" (rxe-vm --pair: two devices on
+	// the two ends of a veth pair, like two hosts) makes successive Opens
+	// alternate between the devices, so that the suite's cross-device pairs
+	// really cross the wire.
+	names := []string{os.Getenv("RXE_VM_DEV")}
+	if l := os.Getenv("RDMAGO_IBV_TEST_DEVICES"); l != "" {
+		names = strings.Split(l, ",")
+	}
+	var opened atomic.Int64
 	verbstest.Run(t, verbstest.Options{
 		Open: func(ctx context.Context) (verbs.Device, error) {
-			return verbs.Open(ctx, "ibv", verbs.DeviceOptions{Name: os.Getenv("RXE_VM_DEV")})
+			name := names[int(opened.Add(1)-1)%len(names)]
+			return verbs.Open(ctx, "ibv", verbs.DeviceOptions{Name: name})
 		},
 		TwoProcess: true,
 		LargeSize:  large,
