@@ -96,6 +96,13 @@ func (t *transport) Close() error {
 	return nil
 }
 
+// Forget drops q from the pending table (it was closed or reset).
+func (t *transport) Forget(q *softrc.QP) {
+	tableMu.Lock()
+	delete(t.pending, q)
+	tableMu.Unlock()
+}
+
 // Connect pairs q with its peer once both are in RTR and name each other;
 // until then q waits in pending (and the core's connect timer runs).
 func (t *transport) Connect(q *softrc.QP) {

@@ -2,12 +2,14 @@ package tcp
 
 import (
 	"bufio"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -70,6 +72,11 @@ func (t *transport) acceptLoop() {
 // dropped and logged, and the device goes on serving others.
 func (t *transport) serveConn(c net.Conn) {
 	defer t.wg.Done()
+	if !t.track(c) {
+		_ = c.Close()
+		return
+	}
+	defer t.untrack(c)
 	setNoDelay(c)
 	_ = c.SetDeadline(time.Now().Add(t.opts.HandshakeTimeout))
 	br := bufio.NewReaderSize(c, readBufSize)
@@ -86,6 +93,26 @@ func (t *transport) serveConn(c net.Conn) {
 	}
 	if req.dstDev != t.id {
 		reject(statusStale)
+		return
+	}
+	if req.srcQP&abortBit != 0 {
+		req.srcQP &^= abortBit
+		t.mu.Lock()
+		q := t.waiting[req.dstQP]
+		if q != nil {
+			ra, _ := decodeAddrPayload(q.Remote().Payload)
+			if q.Remote().QPNum != req.srcQP || ra.dev != req.srcDev {
+				q = nil
+			} else {
+				delete(t.waiting, req.dstQP)
+			}
+		}
+		t.mu.Unlock()
+		_, _ = c.Write([]byte{statusOK})
+		_ = c.Close()
+		if q != nil {
+			q.FailConnect(fmt.Errorf("tcp: peer qp %#x went away before connecting", req.srcQP))
+		}
 		return
 	}
 	if t.dev.QP(req.dstQP) == nil {
@@ -176,12 +203,23 @@ func (t *transport) dial(q *softrc.QP, ra addrPayload, remoteQP uint32) {
 	defer t.wg.Done()
 	deadline := time.Now().Add(t.opts.ConnectTimeout)
 	req := connectReq{srcDev: t.id, srcQP: q.Num(), dstDev: ra.dev, dstQP: remoteQP}
-	for q.Waiting() && time.Now().Before(deadline) {
+	for time.Now().Before(deadline) {
+		if !q.Waiting() {
+			// Closed, reset or failed before it connected: tell the peer,
+			// whose QP would otherwise wait out its connect timeout.
+			t.abort(ra, req)
+			return
+		}
 		ctx, cancel := contextWithDeadline(t, deadline)
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", ra.host)
 		cancel()
+		if err == nil && !t.track(c) {
+			_ = c.Close()
+			return
+		}
 		if err == nil {
+			defer t.untrack(c)
 			var br *bufio.Reader
 			var st byte
 			br, st, err = t.clientHandshake(c, deadline, req)
@@ -200,6 +238,12 @@ func (t *transport) dial(q *softrc.QP, ra addrPayload, remoteQP uint32) {
 			}
 			_ = c.Close()
 		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// A device listens from Open on, before any of its QP addresses
+			// exist: nothing listening means the peer device is gone.
+			q.FailConnect(fmt.Errorf("tcp: connecting to %s: %w", ra.host, err))
+			return
+		}
 		t.log.Debug("tcp: dial failed, retrying", "device", t.dev.Name(), "peer", ra.host, "err", err)
 		select {
 		case <-t.ctx.Done():
@@ -207,6 +251,21 @@ func (t *transport) dial(q *softrc.QP, ra addrPayload, remoteQP uint32) {
 		case <-time.After(t.opts.DialRetry):
 		}
 	}
+}
+
+// abort tells the acceptor, best effort, that the dialing QP is gone.
+func (t *transport) abort(ra addrPayload, req connectReq) {
+	// Not bound to t.ctx: a device closing is exactly when peers should hear.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", ra.host)
+	if err != nil {
+		return
+	}
+	req.srcQP |= abortBit
+	_, _, _ = t.clientHandshake(c, time.Now().Add(time.Second), req)
+	_ = c.Close()
 }
 
 func (t *transport) clientHandshake(c net.Conn, deadline time.Time, req connectReq) (*bufio.Reader, byte, error) {

@@ -73,6 +73,11 @@ const (
 	connectLen = 24
 )
 
+// abortBit in a connect request's dialer QP number says the dialing QP is
+// gone (closed, reset or failed before it connected): the acceptor fails
+// its waiting QP at once instead of letting it wait out ConnectTimeout.
+const abortBit = 1 << 31
+
 // Accept status codes the acceptor answers a connect request with.
 const (
 	statusOK       byte = 0

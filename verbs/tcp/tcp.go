@@ -84,6 +84,7 @@ type transport struct {
 	waiting map[uint32]*softrc.QP   // acceptor side: QPs in RTR waiting for their dialer
 	pending map[uint32]*pendingConn // acceptor side: authenticated conns waiting for their QP
 	links   map[*link]struct{}
+	raw     map[net.Conn]struct{} // connections in handshake
 }
 
 // Open opens a tcp device: it listens at once and serves connections from
@@ -127,7 +128,7 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
 	t := &transport{opts: o, ln: ln, id: binary.BigEndian.Uint64(idb[:]), advertise: adv,
-		waiting: map[uint32]*softrc.QP{}, pending: map[uint32]*pendingConn{}, links: map[*link]struct{}{}}
+		waiting: map[uint32]*softrc.QP{}, pending: map[uint32]*pendingConn{}, links: map[*link]struct{}{}, raw: map[net.Conn]struct{}{}}
 	t.log = o.Logger
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
@@ -202,6 +203,33 @@ func (t *transport) Connect(q *softrc.QP) {
 	t.mu.Unlock()
 }
 
+// Forget drops q from the acceptor's waiting table (it was closed or reset).
+func (t *transport) Forget(q *softrc.QP) {
+	t.mu.Lock()
+	if t.waiting[q.Num()] == q {
+		delete(t.waiting, q.Num())
+	}
+	t.mu.Unlock()
+}
+
+// track registers a connection that is not a link yet (handshake, dial), so
+// Close can cut it short; untrack when it becomes a link or is dropped.
+func (t *transport) track(c net.Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.raw[c] = struct{}{}
+	return true
+}
+
+func (t *transport) untrack(c net.Conn) {
+	t.mu.Lock()
+	delete(t.raw, c)
+	t.mu.Unlock()
+}
+
 func (t *transport) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -215,6 +243,9 @@ func (t *transport) Close() error {
 	}
 	for _, pc := range t.pending {
 		pc.drop()
+	}
+	for c := range t.raw {
+		_ = c.Close()
 	}
 	t.pending, t.waiting = nil, nil
 	t.mu.Unlock()

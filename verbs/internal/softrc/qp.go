@@ -266,6 +266,9 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 	if drop != nil {
 		drop.Close()
 	}
+	if next == verbs.QPReset {
+		q.forget()
+	}
 	if connect {
 		q.dev.t.Connect(q)
 	}
@@ -337,6 +340,12 @@ type PostKicker interface {
 	KickPost()
 }
 
+func (q *QP) forget() {
+	if f, ok := q.dev.t.(QPForgetter); ok {
+		f.Forget(q)
+	}
+}
+
 func (q *QP) kick() {
 	q.mu.Lock()
 	l := q.link
@@ -365,6 +374,7 @@ func (q *QP) Close() error {
 	if l != nil {
 		l.Close()
 	}
+	q.forget()
 	d := q.dev
 	d.mu.Lock()
 	delete(d.qps, q.num)

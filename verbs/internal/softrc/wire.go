@@ -270,3 +270,10 @@ type Transport interface {
 	// Close releases the transport (listeners, connections).
 	Close() error
 }
+
+// QPForgetter is implemented by transports that keep per-QP state while a
+// QP waits for its connection; the core calls Forget when the QP is closed
+// or reset.
+type QPForgetter interface {
+	Forget(q *QP)
+}
