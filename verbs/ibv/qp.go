@@ -484,7 +484,9 @@ func (q *qp) Close() error {
 
 	d := q.dev
 	d.tabMu.Lock()
-	delete(d.byQPN, q.num)
+	if d.byQPN[q.num] == q { // the number may already belong to a new QP
+		delete(d.byQPN, q.num)
+	}
 	d.tabMu.Unlock()
 	d.mu.Lock()
 	delete(d.qps, q)
