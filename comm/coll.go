@@ -1,0 +1,304 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rdmago/rdmago/collectives"
+)
+
+// Collectives. Every rank of the communicator calls the same collectives
+// in the same order, with matching arguments: the same root, op and
+// element type, and lengths that fit (a rank whose count differs gets
+// ErrMismatch naming both ranks and both counts, and so does its peer).
+//
+// Naming: the short name is MPI's usual form of each collective: in place
+// for Bcast, Allreduce, Reduce, Scan and Exscan (buf is both input and
+// result), separate send and recv buffers for the gather, scatter and
+// all-to-all family. The other form, where MPI has both, carries a suffix:
+// AllreduceInto, ReduceInto, ScanInto, ExscanInto take send and recv;
+// AllgatherInPlace, ReduceScatterInPlace, AlltoallInPlace work in one
+// buffer.
+
+// collective runs fn as the communicator's next collective.
+func (c *Comm) collective(ctx context.Context, op string, fn func(ctx context.Context) error) error {
+	if err := c.check(op); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	prev, mine := c.q.take()
+	if err := waitTurn(ctx, prev, mine); err != nil {
+		return c.opErr(op, NoPeer, NoTag, err)
+	}
+	defer close(mine)
+	if err := fn(ctx); err != nil {
+		return c.wrap(op, NoPeer, NoTag, err)
+	}
+	return nil
+}
+
+// start runs fn as the communicator's next collective in the background
+// and returns its request. Its turn is taken now, so later collectives of
+// this rank run after it.
+func (c *Comm) start(ctx context.Context, op string, fn func(ctx context.Context) error) (*Request, error) {
+	if err := c.check(op); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	prev, mine := c.q.take()
+	r := &Request{c: c, op: op, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		if err := waitTurn(ctx, prev, mine); err != nil {
+			r.err = c.opErr(op, NoPeer, NoTag, err)
+			return
+		}
+		err := fn(ctx)
+		close(mine)
+		if err != nil {
+			r.err = c.wrap(op, NoPeer, NoTag, err)
+		}
+	}()
+	return r, nil
+}
+
+// Barrier returns once every rank of the communicator has entered it.
+func Barrier(ctx context.Context, c *Comm) error {
+	return c.collective(ctx, "Barrier", func(ctx context.Context) error { return collectives.Barrier(ctx, c.eng) })
+}
+
+// Ibarrier starts a barrier; its request completes once every rank has
+// entered it.
+func Ibarrier(ctx context.Context, c *Comm) (*Request, error) {
+	return c.start(ctx, "Ibarrier", func(ctx context.Context) error { return collectives.Barrier(ctx, c.eng) })
+}
+
+// Bcast copies root's buf into buf on every rank (same length everywhere).
+func Bcast[T Element](ctx context.Context, c *Comm, buf []T, root int) error {
+	return c.collective(ctx, "Bcast", func(ctx context.Context) error { return collectives.Bcast(ctx, c.eng, buf, root) })
+}
+
+// Ibcast starts a Bcast.
+func Ibcast[T Element](ctx context.Context, c *Comm, buf []T, root int) (*Request, error) {
+	return c.start(ctx, "Ibcast", func(ctx context.Context) error { return collectives.Bcast(ctx, c.eng, buf, root) })
+}
+
+// Allreduce replaces buf on every rank with the element-wise reduction of
+// all ranks' buf under op. Every rank gets the same bits.
+func Allreduce[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
+	return c.collective(ctx, "Allreduce", func(ctx context.Context) error { return collectives.Allreduce(ctx, c.eng, buf, op) })
+}
+
+// AllreduceInto is Allreduce from send into recv (same length); send is
+// not modified.
+func AllreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return c.collective(ctx, "Allreduce", func(ctx context.Context) error {
+		if err := sameLen(send, recv); err != nil {
+			// Still take part (with an op the engine refuses), so that the
+			// other ranks fail at once instead of waiting for this one.
+			collectives.Allreduce(ctx, c.eng, recv[:0:0], Op{})
+			return err
+		}
+		copy(recv, send)
+		return collectives.Allreduce(ctx, c.eng, recv, op)
+	})
+}
+
+// Iallreduce starts an Allreduce; buf belongs to the request until it
+// completes.
+func Iallreduce[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Request, error) {
+	return c.start(ctx, "Iallreduce", func(ctx context.Context) error { return collectives.Allreduce(ctx, c.eng, buf, op) })
+}
+
+// Reduce leaves the reduction of all ranks' buf under op in root's buf;
+// other ranks' buf is not changed.
+func Reduce[T Element](ctx context.Context, c *Comm, buf []T, op Op, root int) error {
+	return c.collective(ctx, "Reduce", func(ctx context.Context) error { return collectives.Reduce(ctx, c.eng, buf, op, root) })
+}
+
+// ReduceInto reduces every rank's send into root's recv (recv is ignored
+// elsewhere and may be nil there); send is not modified.
+func ReduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
+	return c.collective(ctx, "Reduce", func(ctx context.Context) error {
+		if c.rank != root {
+			// Reduce leaves a non-root's buffer unchanged.
+			return collectives.Reduce(ctx, c.eng, send, op, root)
+		}
+		if len(recv) != len(send) {
+			return collectives.Reduce(ctx, c.eng, recv, op, root) // the engine reports the count mismatch
+		}
+		copy(recv, send)
+		return collectives.Reduce(ctx, c.eng, recv, op, root)
+	})
+}
+
+// Ireduce starts a Reduce.
+func Ireduce[T Element](ctx context.Context, c *Comm, buf []T, op Op, root int) (*Request, error) {
+	return c.start(ctx, "Ireduce", func(ctx context.Context) error { return collectives.Reduce(ctx, c.eng, buf, op, root) })
+}
+
+// Allgather concatenates every rank's send, in rank order, into every
+// rank's recv: len(recv) == Size()·len(send).
+func Allgather[T Element](ctx context.Context, c *Comm, send, recv []T) error {
+	return c.collective(ctx, "Allgather", func(ctx context.Context) error { return collectives.Allgather(ctx, c.eng, send, recv) })
+}
+
+// AllgatherInPlace is Allgather where each rank's contribution is already
+// in its block of buf (block r is buf[r·m:(r+1)·m], m = len(buf)/Size()).
+func AllgatherInPlace[T Element](ctx context.Context, c *Comm, buf []T) error {
+	return c.collective(ctx, "Allgather", func(ctx context.Context) error {
+		m := len(buf) / c.size
+		if len(buf)%c.size != 0 {
+			return collectives.Allgather(ctx, c.eng, buf[:m], buf) // reports the bad length
+		}
+		mine := make([]T, m)
+		copy(mine, buf[c.rank*m:])
+		return collectives.Allgather(ctx, c.eng, mine, buf)
+	})
+}
+
+// Iallgather starts an Allgather.
+func Iallgather[T Element](ctx context.Context, c *Comm, send, recv []T) (*Request, error) {
+	return c.start(ctx, "Iallgather", func(ctx context.Context) error { return collectives.Allgather(ctx, c.eng, send, recv) })
+}
+
+// Allgatherv gathers counts[r] elements from every rank r into every
+// rank's recv, at the prefix sum of the counts before r. Every rank passes
+// the same counts; len(send) == counts[Rank()].
+func Allgatherv[T Element](ctx context.Context, c *Comm, send, recv []T, counts []int) error {
+	return c.collective(ctx, "Allgatherv", func(ctx context.Context) error {
+		return collectives.Allgatherv(ctx, c.eng, send, recv, counts)
+	})
+}
+
+// ReduceScatter reduces every rank's send (Size() blocks of len(recv)
+// elements) under op and leaves block r of the result in rank r's recv
+// (MPI_Reduce_scatter_block). send is not modified.
+func ReduceScatter[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return c.collective(ctx, "ReduceScatter", func(ctx context.Context) error {
+		return collectives.ReduceScatter(ctx, c.eng, send, recv, op)
+	})
+}
+
+// ReduceScatterInPlace is ReduceScatter whose result lands in the first
+// block of buf: afterwards buf[:len(buf)/Size()] is this rank's block.
+func ReduceScatterInPlace[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
+	return c.collective(ctx, "ReduceScatter", func(ctx context.Context) error {
+		// The engine copies send into scratch before it writes recv, so
+		// the two may overlap.
+		return collectives.ReduceScatter(ctx, c.eng, buf, buf[:len(buf)/c.size], op)
+	})
+}
+
+// IreduceScatter starts a ReduceScatter.
+func IreduceScatter[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
+	return c.start(ctx, "IreduceScatter", func(ctx context.Context) error {
+		return collectives.ReduceScatter(ctx, c.eng, send, recv, op)
+	})
+}
+
+// Gather concatenates every rank's send into root's recv, in rank order
+// (len(recv) == Size()·len(send) at the root; recv is ignored elsewhere).
+func Gather[T Element](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return c.collective(ctx, "Gather", func(ctx context.Context) error { return collectives.Gather(ctx, c.eng, send, recv, root) })
+}
+
+// Gatherv gathers counts[r] elements from every rank r into root's recv
+// (prefix-sum layout). counts matters at the root only.
+func Gatherv[T Element](ctx context.Context, c *Comm, send, recv []T, counts []int, root int) error {
+	return c.collective(ctx, "Gatherv", func(ctx context.Context) error {
+		return collectives.Gatherv(ctx, c.eng, send, recv, counts, root)
+	})
+}
+
+// Scatter sends block r of root's send (Size() blocks of len(recv)
+// elements) to rank r's recv.
+func Scatter[T Element](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return c.collective(ctx, "Scatter", func(ctx context.Context) error { return collectives.Scatter(ctx, c.eng, send, recv, root) })
+}
+
+// Scatterv sends counts[r] elements of root's send (prefix-sum layout) to
+// rank r's recv, whose length must be that count. counts matters at the
+// root only.
+func Scatterv[T Element](ctx context.Context, c *Comm, send []T, counts []int, recv []T, root int) error {
+	return c.collective(ctx, "Scatterv", func(ctx context.Context) error {
+		return collectives.Scatterv(ctx, c.eng, send, counts, recv, root)
+	})
+}
+
+// Alltoall sends block j of every rank's send to rank j, where it lands as
+// block i (i the sender) of recv; len(send) == len(recv) == Size()·m.
+func Alltoall[T Element](ctx context.Context, c *Comm, send, recv []T) error {
+	return c.collective(ctx, "Alltoall", func(ctx context.Context) error { return collectives.Alltoall(ctx, c.eng, send, recv) })
+}
+
+// AlltoallInPlace is Alltoall with one buffer for both.
+func AlltoallInPlace[T Element](ctx context.Context, c *Comm, buf []T) error {
+	return c.collective(ctx, "Alltoall", func(ctx context.Context) error {
+		send := make([]T, len(buf))
+		copy(send, buf)
+		return collectives.Alltoall(ctx, c.eng, send, buf)
+	})
+}
+
+// Ialltoall starts an Alltoall.
+func Ialltoall[T Element](ctx context.Context, c *Comm, send, recv []T) (*Request, error) {
+	return c.start(ctx, "Ialltoall", func(ctx context.Context) error { return collectives.Alltoall(ctx, c.eng, send, recv) })
+}
+
+// Alltoallv sends scounts[j] elements to rank j and receives rcounts[i]
+// from rank i (prefix-sum layouts). Rank i's scounts entry for this rank
+// must equal this rank's rcounts[i].
+func Alltoallv[T Element](ctx context.Context, c *Comm, send []T, scounts []int, recv []T, rcounts []int) error {
+	return c.collective(ctx, "Alltoallv", func(ctx context.Context) error {
+		return collectives.Alltoallv(ctx, c.eng, send, scounts, recv, rcounts)
+	})
+}
+
+// Scan replaces buf on rank r with the reduction of ranks 0..r's buf, in
+// rank order (MPI_Scan).
+func Scan[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
+	return c.collective(ctx, "Scan", func(ctx context.Context) error { return collectives.Scan(ctx, c.eng, buf, op) })
+}
+
+// ScanInto is Scan from send into recv (same length).
+func ScanInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return c.collective(ctx, "Scan", func(ctx context.Context) error {
+		if err := sameLen(send, recv); err != nil {
+			collectives.Scan(ctx, c.eng, recv[:0:0], Op{})
+			return err
+		}
+		copy(recv, send)
+		return collectives.Scan(ctx, c.eng, recv, op)
+	})
+}
+
+// Exscan replaces buf on rank r > 0 with the reduction of ranks 0..r−1's
+// buf (MPI_Exscan); rank 0's buf is left unchanged.
+func Exscan[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
+	return c.collective(ctx, "Exscan", func(ctx context.Context) error { return collectives.Exscan(ctx, c.eng, buf, op) })
+}
+
+// ExscanInto is Exscan from send into recv (same length); rank 0's recv
+// gets a copy of its send (MPI leaves it undefined).
+func ExscanInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) error {
+	return c.collective(ctx, "Exscan", func(ctx context.Context) error {
+		if err := sameLen(send, recv); err != nil {
+			collectives.Exscan(ctx, c.eng, recv[:0:0], Op{})
+			return err
+		}
+		copy(recv, send)
+		return collectives.Exscan(ctx, c.eng, recv, op)
+	})
+}
+
+func sameLen[T any](send, recv []T) error {
+	if len(send) != len(recv) {
+		return fmt.Errorf("%w: send has %d elements, recv %d", ErrInvalidArgument, len(send), len(recv))
+	}
+	return nil
+}

@@ -1,0 +1,685 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/comm/internal/jobenv"
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/shm"
+)
+
+// Version is what every rank reports to the rendezvous; ranks of one job
+// must agree on it.
+const Version = "rdmago/comm 0.1"
+
+// Options configure Init (and, through FromEnv's optional argument, the
+// parts of a job that the launcher's environment does not fix). The zero
+// value plus a rendezvous (Store, or Addr/Token/Rank/Size) is a working
+// configuration.
+type Options struct {
+	// Store is an existing rendezvous (a *bootstrap.Client, a
+	// bootstrap.NewMemory store in tests, a launcher's key-value service).
+	// The communicator uses it for the whole job and never closes it.
+	// When nil, Init joins the rendezvous at Addr itself (and closes that
+	// connection at Close).
+	Store bootstrap.Store
+	// Addr is the rendezvous "host:port", Token the job secret (see
+	// bootstrap.NewToken), Rank and Size this rank and the job size. Used
+	// when Store is nil.
+	Addr       string
+	Token      []byte
+	Rank, Size int
+	// Serve makes this rank run the rendezvous server at Addr (usually rank
+	// 0 when no launcher runs one; see bootstrap.Join).
+	Serve bool
+
+	// Transport chooses the verbs provider: "auto" (default: shm between
+	// ranks of one host, tcp otherwise), "shm", "tcp", "ibv", or "loop"
+	// (in-process tests). Every rank must choose the same.
+	Transport string
+	// Interfaces selects the network interfaces the transports listen on
+	// when the job spans hosts ("eth0,ib0", "^docker0", "10.0.0.0/8"; see
+	// bootstrap.Client.AdvertiseAddr). Empty picks the one that routes to
+	// the rendezvous.
+	Interfaces string
+	// Hostname overrides how this rank identifies its host for the
+	// topology (ranks with the same Hostname are treated as sharing a host
+	// by the hierarchical collectives). Empty means the kernel's identity
+	// (boot id and network namespace, as the shm transport sees it).
+	Hostname string
+	// ConnectTimeout bounds Init: joining the rendezvous and connecting to
+	// the peers. Zero means no bound beyond ctx. FromEnv sets it from
+	// RDMARUN_TIMEOUT. It is not a deadline for communication.
+	ConnectTimeout time.Duration
+
+	// P2P are the point-to-point endpoint's options (eager limit,
+	// liveness, ...). Its Provider, when set, wins over Transport.
+	P2P p2p.Options
+	// Collectives are the collective engine's options (algorithm overrides,
+	// deterministic and debug modes). Every rank must pass the same.
+	Collectives collectives.Options
+	// NoEnv stops Init and FromEnv from reading the RDMAGO_* tuning
+	// variables (RDMAGO_ALGORITHMS, RDMAGO_<COLL>_ALGO, RDMAGO_DEBUG,
+	// RDMAGO_DETERMINISTIC; see docs/comm.md). Explicit Collectives
+	// options always win over them.
+	NoEnv bool
+
+	// Singleton makes FromEnv run the program as a job of one rank (rank 0
+	// of 1, in-process rendezvous) when no launcher environment is found,
+	// instead of failing. A malformed launcher environment still fails.
+	Singleton bool
+
+	// Logger receives diagnostics from every layer. Nil means silent.
+	Logger *slog.Logger
+	// Exit ends the process for Abort; nil means os.Exit. Tests replace it.
+	Exit func(code int)
+}
+
+// world is what all communicators of one FromEnv / Init share: the
+// endpoint, the rendezvous, the host map.
+type world struct {
+	ep        *p2p.Endpoint
+	store     bootstrap.Store
+	ownStore  io.Closer
+	name      string // p2p.Options.Name, prefixes store keys
+	log       *slog.Logger
+	exit      func(int)
+	collOpts  collectives.Options
+	hostIdx   []int    // per world rank, dense host index
+	hostNames []string // per world rank, the name the rank reported
+	localRank int      // from the launcher, -1 when unknown
+	localSize int
+	job       *jobenv.Job
+
+	capsMu sync.Mutex
+	caps   map[string]verbs.Caps // per provider, captured at device open
+
+	nextCtx  atomic.Uint32 // context id counter without an Adder store
+	abortErr atomic.Pointer[error]
+	stopOnce sync.Once
+	stop     chan struct{}
+	watchWG  sync.WaitGroup
+
+	mu    sync.Mutex
+	comms map[*Comm]struct{} // live communicators other than the world
+}
+
+// Comm is a communicator: a group of ranks, numbered 0..Size-1, that
+// exchange messages and run collectives. The world communicator comes from
+// FromEnv or Init; Split and Dup make others over the same connections.
+//
+// Concurrency: point-to-point operations (Send, Recv, Isend, Irecv) may be
+// called from many goroutines at once. Collectives on one communicator
+// must be called by every rank in the same order; calls from several
+// goroutines are run one at a time, in the order they were made, so run
+// concurrent collectives on Dup'ed communicators instead. Close may be
+// called once; operations after it fail with ErrClosed.
+type Comm struct {
+	w       *world
+	id      uint32 // context id: channels 2id (user) and 2id+1 (collectives)
+	rank    int
+	size    int
+	members []int // communicator rank → world rank
+	inv     []int // world rank → communicator rank, -1 if not a member
+	isWorld bool
+	user    *p2p.Channel
+	collCh  *p2p.Channel
+	eng     *collectives.Engine
+	q       queue
+	closed  atomic.Bool
+}
+
+// Init joins a job whose rendezvous the program arranges itself (an
+// explicit Store, or Addr/Token/Rank/Size), connects to every peer and
+// returns the world communicator. It is a collective: every rank calls it.
+func Init(ctx context.Context, o Options) (*Comm, error) {
+	return initWorld(ctx, o, nil)
+}
+
+// FromEnv joins the job that a launcher started: rdmarun's RDMARUN_*
+// environment (docs/env.md) gives the rank, size, rendezvous address, job
+// secret, transport and connect timeout. It unsets RDMARUN_TOKEN once
+// read, so that child processes do not inherit the secret. opts (at most
+// one) sets everything else; its rendezvous fields must be empty.
+//
+// Without any launcher environment it fails with an error matching
+// ErrLauncher that says how to start the program, unless Options.Singleton
+// asks for a one-rank job instead. A malformed variable fails with an error
+// naming it and its value.
+func FromEnv(ctx context.Context, opts ...Options) (*Comm, error) {
+	fail := func(err error) (*Comm, error) {
+		return nil, &OpError{Op: "FromEnv", Rank: -1, Peer: NoPeer, Tag: NoTag, Err: err}
+	}
+	if len(opts) > 1 {
+		return fail(fmt.Errorf("%w: %d Options, want at most one", ErrInvalidArgument, len(opts)))
+	}
+	var o Options
+	if len(opts) == 1 {
+		o = opts[0]
+	}
+	if o.Store != nil || o.Addr != "" || o.Token != nil || o.Rank != 0 || o.Size != 0 || o.Serve {
+		return fail(fmt.Errorf("%w: FromEnv takes the rendezvous from the environment; use Init for an explicit one", ErrInvalidArgument))
+	}
+	job, err := jobenv.Detect(os.LookupEnv)
+	if err != nil {
+		if errors.Is(err, jobenv.ErrNoLauncher) && o.Singleton {
+			stores, err := bootstrap.NewMemory(1)
+			if err != nil {
+				return fail(err)
+			}
+			o.Store = stores[0]
+			c, err := initWorld(ctx, o, nil)
+			if err != nil {
+				stores[0].Close()
+				return nil, err
+			}
+			c.w.ownStore = stores[0]
+			return c, nil
+		}
+		return fail(err)
+	}
+	for _, k := range job.Secrets {
+		os.Unsetenv(k)
+	}
+	o.Addr, o.Token, o.Rank, o.Size = job.Addr, job.Token, job.Rank, job.Size
+	if o.Transport == "" {
+		o.Transport = job.Transport
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = job.Timeout
+	}
+	return initWorld(ctx, o, &job)
+}
+
+func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err error) {
+	fail := func(err error) (*Comm, error) {
+		return nil, &OpError{Op: "Init", Rank: -1, Peer: NoPeer, Tag: NoTag, Err: err}
+	}
+	if ctx == nil {
+		return fail(fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	collOpts := o.Collectives
+	if !o.NoEnv {
+		if collOpts, err = tuningFromEnv(os.LookupEnv, collOpts); err != nil {
+			return fail(err)
+		}
+	}
+	transport := o.Transport
+	if transport == "" {
+		transport = "auto"
+	}
+	if o.ConnectTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.ConnectTimeout)
+		defer cancel()
+	}
+	w := &world{
+		name: o.P2P.Name, log: o.Logger, exit: o.Exit, collOpts: collOpts, job: job,
+		caps: map[string]verbs.Caps{}, stop: make(chan struct{}), comms: map[*Comm]struct{}{},
+		localRank: -1,
+	}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	if w.exit == nil {
+		w.exit = os.Exit
+	}
+	if job != nil {
+		w.localRank, w.localSize = job.LocalRank, job.LocalSize
+	}
+
+	// The rendezvous.
+	store := o.Store
+	var client *bootstrap.Client
+	if store == nil {
+		if o.Addr == "" {
+			return fail(fmt.Errorf("%w: Options need a Store or an Addr", ErrInvalidArgument))
+		}
+		client, err = bootstrap.Join(ctx, bootstrap.JoinOptions{
+			ClientOptions: bootstrap.ClientOptions{
+				Addr: o.Addr, Token: o.Token, Rank: o.Rank, Size: o.Size,
+				Version: Version, Config: "transport=" + transport, Logger: o.Logger,
+			},
+			Serve: o.Serve,
+		})
+		if err != nil {
+			return fail(err)
+		}
+		store, w.ownStore = client, client
+	} else if cl, ok := store.(*bootstrap.Client); ok {
+		client = cl
+	}
+	w.store = store
+	defer func() {
+		if err != nil && w.ownStore != nil {
+			w.ownStore.Close()
+		}
+	}()
+
+	// Who shares a host with whom, for the topology-aware collectives and
+	// for LocalRank on communicators the launcher did not describe.
+	hostID := o.Hostname
+	if hostID == "" {
+		if id, err := shm.HostID(); err == nil {
+			hostID = id
+		} else {
+			hostID, _ = os.Hostname()
+		}
+	}
+	hostname, _ := os.Hostname()
+	if o.Hostname != "" {
+		hostname = o.Hostname
+	}
+	vals, err := bootstrap.Allgather(ctx, store, "comm/"+w.name+"/host", []byte(hostID+"\x00"+hostname))
+	if err != nil {
+		return fail(err)
+	}
+	w.hostIdx = make([]int, len(vals))
+	w.hostNames = make([]string, len(vals))
+	seen := map[string]int{}
+	for r, v := range vals {
+		id, name, _ := cutByte(v)
+		idx, ok := seen[id]
+		if !ok {
+			idx = len(seen)
+			seen[id] = idx
+		}
+		w.hostIdx[r], w.hostNames[r] = idx, name
+	}
+
+	// The endpoint.
+	po := o.P2P
+	if po.Provider == "" {
+		po.Provider = transport
+	}
+	if po.Logger == nil {
+		po.Logger = o.Logger
+	}
+	if po.Device.Token == nil {
+		po.Device.Token = o.Token
+	}
+	if po.Device.Logger == nil {
+		po.Device.Logger = o.Logger
+	}
+	if client != nil && po.Device.Listen == "" && client.SpansHosts() {
+		addr, err := client.AdvertiseAddr(o.Interfaces)
+		if err != nil {
+			return fail(fmt.Errorf("choosing the address peers reach this rank at: %w", err))
+		}
+		po.Device.Listen = net.JoinHostPort(addr.String(), "0")
+	}
+	open := po.OpenDevice
+	po.OpenDevice = func(ctx context.Context, provider string, do verbs.DeviceOptions) (verbs.Device, error) {
+		var d verbs.Device
+		var err error
+		if open != nil {
+			d, err = open(ctx, provider, do)
+		} else {
+			d, err = verbs.Open(ctx, provider, do)
+		}
+		if err == nil {
+			w.capsMu.Lock()
+			w.caps[provider] = d.Caps()
+			w.capsMu.Unlock()
+		}
+		return d, err
+	}
+	ep, err := p2p.New(ctx, store, po)
+	if err != nil {
+		return fail(err)
+	}
+	w.ep = ep
+	members := make([]int, ep.Size())
+	for r := range members {
+		members[r] = r
+	}
+	c, err = w.newComm(0, members, true)
+	if err != nil {
+		ep.Close()
+		return fail(err)
+	}
+	w.watchAbort()
+	w.log.Debug("comm: joined", "rank", c.rank, "size", c.size, "transport", transport)
+	return c, nil
+}
+
+func cutByte(v []byte) (string, string, bool) {
+	for i, b := range v {
+		if b == 0 {
+			return string(v[:i]), string(v[i+1:]), true
+		}
+	}
+	return string(v), "", false
+}
+
+// newComm builds the communicator with context id over the world ranks
+// members (ascending communicator order), for this rank.
+func (w *world) newComm(id uint32, members []int, isWorld bool) (*Comm, error) {
+	if uint64(id)*2+1 >= uint64(p2p.FirstReservedContext) {
+		return nil, fmt.Errorf("%w: out of communicator context ids", ErrUnsupported)
+	}
+	me := w.ep.Rank()
+	c := &Comm{w: w, id: id, size: len(members), members: members, isWorld: isWorld, rank: -1}
+	c.inv = make([]int, w.ep.Size())
+	for i := range c.inv {
+		c.inv[i] = -1
+	}
+	for r, wr := range members {
+		c.inv[wr] = r
+		if wr == me {
+			c.rank = r
+		}
+	}
+	if c.rank < 0 {
+		return nil, fmt.Errorf("%w: this rank is not a member", ErrInvalidArgument)
+	}
+	var err error
+	if c.user, err = w.ep.Channel(2 * id); err != nil {
+		return nil, err
+	}
+	if c.collCh, err = w.ep.Channel(2*id + 1); err != nil {
+		return nil, err
+	}
+	var g collectives.Group = &group{c: c}
+	if isWorld {
+		g = &worldGroup{group{c: c}}
+	}
+	if c.eng, err = collectives.New(g, w.collOpts); err != nil {
+		return nil, err
+	}
+	if !isWorld {
+		w.mu.Lock()
+		w.comms[c] = struct{}{}
+		w.mu.Unlock()
+	}
+	return c, nil
+}
+
+// watchAbort turns an Abort by any rank, which the rendezvous reports,
+// into a failure of every pending and later operation on this rank: the
+// launcher would end the job anyway, but a job without one (Init) must not
+// leave ranks blocked in a receive.
+func (w *world) watchAbort() {
+	d, ok := w.store.(interface {
+		Done() <-chan struct{}
+		Err() error
+	})
+	if !ok {
+		return
+	}
+	w.watchWG.Add(1)
+	go func() {
+		defer w.watchWG.Done()
+		select {
+		case <-w.stop:
+		case <-d.Done():
+			var ae *bootstrap.AbortError
+			if err := d.Err(); errors.As(err, &ae) {
+				w.abortErr.Store(&err)
+				w.log.Warn("comm: job aborted", "rank", ae.Info.Rank, "code", ae.Info.Code, "reason", ae.Info.Reason)
+				w.ep.Revoke(ae.Info.Rank, err)
+			}
+		}
+	}()
+}
+
+// Rank is this process's rank in the communicator, in [0, Size).
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks in the communicator.
+func (c *Comm) Size() int { return c.size }
+
+// WorldRank is the world rank (the rank FromEnv / Init gave) of the
+// communicator's rank r, or -1 if r is out of range.
+func (c *Comm) WorldRank(r int) int {
+	if r < 0 || r >= c.size {
+		return -1
+	}
+	return c.members[r]
+}
+
+// LocalRank is this rank's index among the communicator's ranks on its
+// host, and LocalSize their number. On the world communicator of a job
+// that rdmarun started they are RDMARUN_LOCAL_RANK and _SIZE; elsewhere
+// they are computed from the host identities the ranks reported.
+func (c *Comm) LocalRank() int {
+	if c.isWorld && c.w.localRank >= 0 {
+		return c.w.localRank
+	}
+	r, _ := c.local()
+	return r
+}
+
+// LocalSize: see LocalRank.
+func (c *Comm) LocalSize() int {
+	if c.isWorld && c.w.localRank >= 0 {
+		return c.w.localSize
+	}
+	_, n := c.local()
+	return n
+}
+
+func (c *Comm) local() (rank, size int) {
+	mine := c.w.hostIdx[c.members[c.rank]]
+	for r, wr := range c.members {
+		if c.w.hostIdx[wr] == mine {
+			if r < c.rank {
+				rank++
+			}
+			size++
+		}
+	}
+	return rank, size
+}
+
+// Peer describes one rank of a communicator as this rank sees it.
+type Peer struct {
+	Rank      int    // in the communicator
+	WorldRank int    // in the world communicator
+	Host      string // the host name it reported
+	HostIndex int    // ranks with equal HostIndex share a host (and shm)
+	Transport string // the verbs provider carrying traffic to it ("self" for this rank)
+}
+
+// Peer returns what this rank knows about rank r of the communicator: its
+// host and which transport reaches it. It is local (no communication).
+func (c *Comm) Peer(r int) (Peer, error) {
+	if r < 0 || r >= c.size {
+		return Peer{}, c.opErr("Peer", NoPeer, NoTag, fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, r, c.size))
+	}
+	wr := c.members[r]
+	return Peer{Rank: r, WorldRank: wr, Host: c.w.hostNames[wr], HostIndex: c.w.hostIdx[wr], Transport: c.w.ep.Transport(wr)}, nil
+}
+
+// Transport names the verbs provider carrying traffic to rank r ("shm",
+// "tcp", "ibv", "loop"; "self" for this rank; "" for a rank out of range).
+func (c *Comm) Transport(r int) string {
+	if r < 0 || r >= c.size {
+		return ""
+	}
+	return c.w.ep.Transport(c.members[r])
+}
+
+// Stats are the endpoint's traffic counters (shared by every communicator
+// of the process), indexed by world rank; see p2p.Stats.
+type Stats = p2p.Stats
+
+// Stats returns a snapshot of the endpoint's counters. Every communicator
+// of the process shares one endpoint, so the counts are per process, with
+// Peers indexed by world rank.
+func (c *Comm) Stats() Stats { return c.w.ep.Stats() }
+
+// LastAlgorithm names the algorithm the communicator's latest collective
+// ran (for benchmarks and tests).
+func (c *Comm) LastAlgorithm() string { return c.eng.LastAlgorithm().String() }
+
+// Err returns the error the communicator's connections failed with (a
+// peer loss, an abort), or nil while they are healthy.
+func (c *Comm) Err() error {
+	err := c.w.ep.Err()
+	if err == nil {
+		return nil
+	}
+	return c.wrap("Err", NoPeer, NoTag, err)
+}
+
+// Close releases the communicator. Closing the world communicator also
+// closes every communicator made from it, says goodbye to the peers (so
+// that they do not take this rank for lost), closes the endpoint and, if
+// FromEnv or Init joined the rendezvous, leaves it. Closing twice is a
+// no-op.
+func (c *Comm) Close() error {
+	if c == nil || !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	w := c.w
+	if !c.isWorld {
+		w.mu.Lock()
+		delete(w.comms, c)
+		w.mu.Unlock()
+		return c.wrapNil("Close", c.eng.Close())
+	}
+	w.mu.Lock()
+	subs := make([]*Comm, 0, len(w.comms))
+	for s := range w.comms {
+		subs = append(subs, s)
+	}
+	w.mu.Unlock()
+	var errs []error
+	for _, s := range subs {
+		if err := s.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, c.eng.Close())
+	errs = append(errs, w.ep.Close())
+	w.stopOnce.Do(func() { close(w.stop) })
+	w.watchWG.Wait()
+	if w.ownStore != nil {
+		if err := w.ownStore.Close(); err != nil && !errors.Is(err, bootstrap.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return c.wrapNil("Close", errors.Join(errs...))
+}
+
+// Abort ends the whole job with code, as MPI_Abort does. Under rdmarun the
+// rendezvous tells the launcher, which stops every rank and exits with
+// code; every rank's pending operations fail with ErrAborted meanwhile.
+// Without a launcher, the rendezvous (when it can abort) and the
+// connections tell the peers, whose operations fail with ErrAborted or
+// ErrPeerLost naming this rank. Abort then ends this process with code
+// (Options.Exit) and does not return.
+func (c *Comm) Abort(code int) {
+	w := c.w
+	me := w.ep.Rank()
+	info := bootstrap.AbortInfo{Rank: me, Code: code, Reason: fmt.Sprintf("rank %d called comm.Abort(%d)", me, code)}
+	var cause error = &bootstrap.AbortError{Info: info}
+	w.abortErr.Store(&cause)
+	if a, ok := w.store.(bootstrap.Aborter); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := a.Abort(ctx, code, info.Reason); err != nil {
+			w.log.Warn("comm: telling the rendezvous about the abort failed", "err", err)
+		}
+		cancel()
+	}
+	w.ep.Revoke(me, cause)
+	w.exit(code)
+}
+
+// opErr builds an OpError on this communicator.
+func (c *Comm) opErr(op string, peer, tag int, err error) error {
+	return &OpError{Op: op, Rank: c.rank, Size: c.size, Peer: peer, Tag: tag, Err: err}
+}
+
+func (c *Comm) wrapNil(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return c.wrap(op, NoPeer, NoTag, err)
+}
+
+// wrap turns a lower layer's error into an OpError: the peer a collective
+// names, the lost rank of a peer loss (in this communicator's numbering
+// when it is a member), and the abort that caused it all.
+func (c *Comm) wrap(op string, peer, tag int, err error) error {
+	var ce *collectives.Error
+	if peer == NoPeer && errors.As(err, &ce) && ce.Peer >= 0 {
+		peer = ce.Peer
+	}
+	if lost, ok := PeerLost(err); ok {
+		if r := c.inv[lost]; r >= 0 {
+			peer = r
+			if c.members[r] != r {
+				err = fmt.Errorf("lost rank %d (world rank %d): %w", r, lost, err)
+			}
+		} else {
+			err = fmt.Errorf("lost world rank %d, not a member of this communicator: %w", lost, err)
+		}
+	}
+	if ap := c.w.abortErr.Load(); ap != nil && !errors.Is(err, ErrAborted) {
+		err = fmt.Errorf("%w; %w", *ap, err)
+	}
+	return c.opErr(op, peer, tag, err)
+}
+
+// check fails operations on a nil or closed communicator.
+func (c *Comm) check(op string) error {
+	if c == nil {
+		return &OpError{Op: op, Rank: -1, Peer: NoPeer, Tag: NoTag, Err: fmt.Errorf("%w: nil communicator", ErrInvalidArgument)}
+	}
+	if c.closed.Load() {
+		return c.opErr(op, NoPeer, NoTag, ErrClosed)
+	}
+	return nil
+}
+
+// queue runs a communicator's collectives one at a time, in the order
+// they were called (blocking and non-blocking alike), which is the order
+// every rank must call them in.
+type queue struct {
+	mu   sync.Mutex
+	tail chan struct{}
+}
+
+// take reserves the next turn: it returns the previous turn's done channel
+// (nil if none) and this turn's, to be closed when this turn ends.
+func (q *queue) take() (prev <-chan struct{}, mine chan struct{}) {
+	mine = make(chan struct{})
+	q.mu.Lock()
+	prev, q.tail = q.tail, mine
+	q.mu.Unlock()
+	return prev, mine
+}
+
+// waitTurn waits for prev; when ctx ends first, it hands the turn on once
+// prev ends, so that later calls still run in order.
+func waitTurn(ctx context.Context, prev <-chan struct{}, mine chan struct{}) error {
+	if prev == nil {
+		return nil
+	}
+	select {
+	case <-prev:
+		return nil
+	default:
+	}
+	select {
+	case <-prev:
+		return nil
+	case <-ctx.Done():
+		go func() { <-prev; close(mine) }()
+		return fmt.Errorf("waiting for this communicator's earlier collectives: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,102 @@
+package comm_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/comm"
+)
+
+var (
+	rankCounts = []int{1, 2, 3, 4, 5, 8}
+	long       = os.Getenv("RDMAGO_LONG") == "1"
+)
+
+// run starts n ranks as goroutines, each with its own world communicator
+// over an in-memory rendezvous and the given transport ("loop" by
+// default), runs fn on every rank and returns each rank's error. A run
+// past its deadline fails instead of hanging; every communicator is closed
+// before run returns.
+func run(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c *comm.Comm) error) []error {
+	t.Helper()
+	timeout := 30 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	stores, err := bootstrap.NewMemory(n)
+	require.NoError(t, err)
+	if o.Transport == "" {
+		o.Transport = "loop"
+	}
+	o.NoEnv = true
+	errs := make([]error, n)
+	comms := make([]*comm.Comm, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					buf := make([]byte, 16<<10)
+					buf = buf[:runtime.Stack(buf, false)]
+					errs[r] = fmt.Errorf("rank %d panicked: %v\n%s", r, p, buf)
+					cancel()
+				}
+			}()
+			ro := o
+			ro.Store = stores[r]
+			c, err := comm.Init(ctx, ro)
+			if err != nil {
+				errs[r] = err
+				cancel()
+				return
+			}
+			comms[r] = c
+			if errs[r] = fn(ctx, c); errs[r] != nil {
+				cancel() // the others must not wait for this rank forever
+			}
+		}()
+	}
+	wg.Wait()
+	var cw sync.WaitGroup
+	for r, c := range comms {
+		if c != nil {
+			cw.Add(1)
+			go func() {
+				defer cw.Done()
+				if err := c.Close(); err != nil && errs[r] == nil {
+					errs[r] = fmt.Errorf("close: %w", err)
+				}
+			}()
+		}
+	}
+	cw.Wait()
+	for _, s := range stores {
+		s.Close()
+	}
+	if ctx.Err() != nil && ctx.Err() != context.Canceled {
+		t.Errorf("run of %d ranks exceeded %v", n, timeout)
+	}
+	return errs
+}
+
+func requireOK(t testing.TB, errs []error) {
+	t.Helper()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+}
+
+// runOK is run that requires every rank to succeed.
+func runOK(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c *comm.Comm) error) {
+	t.Helper()
+	requireOK(t, run(t, n, o, fn))
+}

@@ -1,0 +1,240 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rdmago/rdmago/p2p"
+)
+
+// Status describes a received (or probed) message, in the communicator's
+// numbering and in elements of the receive's type.
+type Status struct {
+	Source int // the sending rank
+	Tag    int
+	Count  int // elements received
+}
+
+// Send sends buf to rank dest with tag (0..MaxTag) and returns when buf may
+// be reused: at once for a small message, after dest has taken the data
+// for a large one. Messages from one rank to another with the same tag
+// arrive in the order they were sent. When ctx ends before dest matched
+// the message, the send is canceled and the error names dest.
+func Send[T Element](ctx context.Context, c *Comm, buf []T, dest, tag int) error {
+	if err := c.checkPeer("Send", dest, tag, false); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return c.opErr("Send", dest, tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	if err := c.user.Send(ctx, c.members[dest], tag, bytesOf(buf)); err != nil {
+		return c.wrap("Send", dest, tag, err)
+	}
+	return nil
+}
+
+// Recv receives a message from rank src (or AnySource) with tag (or
+// AnyTag) into buf. A message longer than buf fails with ErrTruncated
+// (the message is consumed; buf's contents are then unspecified); one that
+// is not a whole number of T elements fails with ErrMismatch.
+func Recv[T Element](ctx context.Context, c *Comm, buf []T, src, tag int) (Status, error) {
+	if err := c.checkPeer("Recv", src, tag, true); err != nil {
+		return Status{}, err
+	}
+	if ctx == nil {
+		return Status{}, c.opErr("Recv", src, tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	st, err := c.user.Recv(ctx, c.worldOf(src), tag, bytesOf(buf))
+	return c.status("Recv", src, tag, sizeOf[T](), st, err)
+}
+
+// Isend starts sending buf to dest with tag. buf must not be changed until
+// the request completes.
+func Isend[T Element](c *Comm, buf []T, dest, tag int) (*Request, error) {
+	if err := c.checkPeer("Isend", dest, tag, false); err != nil {
+		return nil, err
+	}
+	r, err := c.user.Isend(c.members[dest], tag, bytesOf(buf))
+	if err != nil {
+		return nil, c.wrap("Isend", dest, tag, err)
+	}
+	return &Request{c: c, op: "Isend", peer: dest, tag: tag, esize: sizeOf[T](), p: r}, nil
+}
+
+// Irecv starts receiving a message from src (or AnySource) with tag (or
+// AnyTag) into buf, which belongs to the request until it completes.
+func Irecv[T Element](c *Comm, buf []T, src, tag int) (*Request, error) {
+	if err := c.checkPeer("Irecv", src, tag, true); err != nil {
+		return nil, err
+	}
+	r, err := c.user.Irecv(c.worldOf(src), tag, bytesOf(buf))
+	if err != nil {
+		return nil, c.wrap("Irecv", src, tag, err)
+	}
+	return &Request{c: c, op: "Irecv", peer: src, tag: tag, esize: sizeOf[T](), p: r}, nil
+}
+
+// Probe waits until a message from src (or AnySource) with tag (or AnyTag)
+// has arrived and returns its status (Count in elements of T) without
+// receiving it. Another goroutine may receive it first; probe and receive
+// from one goroutine, or use distinct tags.
+func Probe[T Element](ctx context.Context, c *Comm, src, tag int) (Status, error) {
+	if err := c.checkPeer("Probe", src, tag, true); err != nil {
+		return Status{}, err
+	}
+	if ctx == nil {
+		return Status{}, c.opErr("Probe", src, tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	st, err := c.user.Probe(ctx, c.worldOf(src), tag)
+	return c.status("Probe", src, tag, sizeOf[T](), st, err)
+}
+
+// Iprobe is Probe that does not wait: ok reports whether a message was there.
+func Iprobe[T Element](c *Comm, src, tag int) (st Status, ok bool, err error) {
+	if err := c.checkPeer("Iprobe", src, tag, true); err != nil {
+		return Status{}, false, err
+	}
+	pst, ok, err := c.user.Iprobe(c.worldOf(src), tag)
+	if err != nil || !ok {
+		if err != nil {
+			err = c.wrap("Iprobe", src, tag, err)
+		}
+		return Status{}, false, err
+	}
+	st, err = c.status("Iprobe", src, tag, sizeOf[T](), pst, nil)
+	return st, err == nil, err
+}
+
+// Sendrecv sends send to dest and receives into recv from src at the same
+// time, so that pairs of ranks can exchange without deadlock.
+func Sendrecv[T Element](ctx context.Context, c *Comm, send []T, dest, sendTag int, recv []T, src, recvTag int) (Status, error) {
+	rr, err := Irecv(c, recv, src, recvTag)
+	if err != nil {
+		return Status{}, err
+	}
+	if err := Send(ctx, c, send, dest, sendTag); err != nil {
+		rr.Cancel()
+		rr.Wait(context.WithoutCancel(ctx))
+		return Status{}, err
+	}
+	return rr.Wait(ctx)
+}
+
+// checkPeer validates a peer and tag before anything reaches the endpoint,
+// so that the error names them in the communicator's numbering.
+func (c *Comm) checkPeer(op string, peer, tag int, recv bool) error {
+	if err := c.check(op); err != nil {
+		return err
+	}
+	if !(recv && peer == AnySource) && (peer < 0 || peer >= c.size) {
+		return c.opErr(op, peer, tag, fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, c.size))
+	}
+	if !(recv && tag == AnyTag) && (tag < 0 || tag > MaxTag) {
+		return c.opErr(op, peer, tag, fmt.Errorf("%w: tag %d is not in [0, %d]", ErrInvalidTag, tag, MaxTag))
+	}
+	return nil
+}
+
+func (c *Comm) worldOf(r int) int {
+	if r == AnySource {
+		return p2p.AnySource
+	}
+	return c.members[r]
+}
+
+// status translates a p2p status to the communicator's numbering and to
+// elements.
+func (c *Comm) status(op string, peer, tag, esize int, st p2p.Status, err error) (Status, error) {
+	if err != nil {
+		return Status{}, c.wrap(op, peer, tag, err)
+	}
+	src := st.Source
+	if src >= 0 && src < len(c.inv) {
+		src = c.inv[src]
+	}
+	out := Status{Source: src, Tag: st.Tag, Count: st.Count / esize}
+	if st.Count%esize != 0 {
+		return out, c.opErr(op, src, st.Tag, fmt.Errorf("%w: the message has %d bytes, not a whole number of %d-byte elements", ErrMismatch, st.Count, esize))
+	}
+	return out, nil
+}
+
+// Request is a non-blocking operation in progress: a point-to-point
+// Isend / Irecv or a non-blocking collective. Wait, Test and Cancel may be
+// called from any goroutine. The buffers given to the operation belong to
+// it until it completes.
+type Request struct {
+	c     *Comm
+	op    string
+	peer  int
+	tag   int
+	esize int
+	p     *p2p.Request // point-to-point
+
+	done chan struct{} // collectives: closed when err is set
+	err  error
+}
+
+// Wait blocks until the request completes or ctx ends, and returns its
+// status (for a receive: source, tag and element count). For a
+// point-to-point request, ctx ending cancels it if it has not matched yet;
+// a non-blocking collective keeps running (it is bounded by the ctx it was
+// started with) and Wait may be called again.
+func (r *Request) Wait(ctx context.Context) (Status, error) {
+	if r == nil {
+		return Status{}, nil
+	}
+	if r.p != nil {
+		st, err := r.p.Wait(ctx)
+		return r.c.status(r.op, r.peer, r.tag, r.esize, st, err)
+	}
+	select {
+	case <-r.done:
+		return Status{}, r.err
+	case <-ctx.Done():
+		return Status{}, r.c.opErr(r.op, NoPeer, NoTag, fmt.Errorf("waiting: %w", ctx.Err()))
+	}
+}
+
+// Test reports whether the request has completed, without blocking; when
+// it has, it returns what Wait would.
+func (r *Request) Test() (Status, bool, error) {
+	if r == nil {
+		return Status{}, true, nil
+	}
+	if r.p != nil {
+		st, done, err := r.p.Test()
+		if !done {
+			return Status{}, false, nil
+		}
+		s, err := r.c.status(r.op, r.peer, r.tag, r.esize, st, err)
+		return s, true, err
+	}
+	select {
+	case <-r.done:
+		return Status{}, true, r.err
+	default:
+		return Status{}, false, nil
+	}
+}
+
+// Cancel asks for a point-to-point request that has not matched yet to
+// complete with ErrCanceled (MPI_Cancel); it does not wait. Collectives
+// cannot be canceled (every rank takes part): Cancel does nothing for them.
+func (r *Request) Cancel() {
+	if r != nil && r.p != nil {
+		r.p.Cancel()
+	}
+}
+
+// WaitAll waits for every request (nil entries are skipped) and returns
+// the first error in slice order, after all have completed or ctx ended.
+func WaitAll(ctx context.Context, reqs ...*Request) error {
+	var first error
+	for _, r := range reqs {
+		if _, err := r.Wait(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,209 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/comm"
+	"github.com/rdmago/rdmago/p2p"
+)
+
+// typedRing sends a []T around the ring (rank r to r+1) with both blocking
+// and non-blocking calls and checks contents and status.
+func typedRing[T comm.Element](ctx context.Context, c *comm.Comm, n int) error {
+	p, me := c.Size(), c.Rank()
+	next, prev := (me+1)%p, (me+p-1)%p
+	send := make([]T, n)
+	for i := range send {
+		send[i] = T(me*1000 + i%100)
+	}
+	recv := make([]T, n+3)
+	rr, err := comm.Irecv(c, recv, prev, 5)
+	if err != nil {
+		return err
+	}
+	if err := comm.Send(ctx, c, send, next, 5); err != nil {
+		return err
+	}
+	st, err := rr.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Source != prev || st.Tag != 5 || st.Count != n {
+		return fmt.Errorf("status %+v, want source %d tag 5 count %d", st, prev, n)
+	}
+	for i := range n {
+		if recv[i] != T(prev*1000+i%100) {
+			return fmt.Errorf("element %d: %v", i, recv[i])
+		}
+	}
+	// And back with Isend / Recv, wildcard source and tag.
+	sr, err := comm.Isend(c, send, prev, 6)
+	if err != nil {
+		return err
+	}
+	// AnySource with a fixed tag, then AnyTag from a fixed source (a later
+	// call's tag-5 message from prev must not match here).
+	src, tag := comm.AnySource, 6
+	if me%2 == 1 {
+		src, tag = next, comm.AnyTag
+	}
+	st, err = comm.Recv(ctx, c, recv, src, tag)
+	if err != nil {
+		return err
+	}
+	if st.Source != next || st.Tag != 6 || st.Count != n {
+		return fmt.Errorf("wildcard status %+v, want source %d tag 6 count %d", st, next, n)
+	}
+	if n > 0 && recv[n-1] != T(next*1000+(n-1)%100) {
+		return fmt.Errorf("wildcard: last element %v", recv[n-1])
+	}
+	_, err = sr.Wait(ctx)
+	return err
+}
+
+func TestTypedP2P(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		for _, size := range []int{0, 1, 7, 5000} { // 5000·8 bytes goes through rendezvous
+			t.Run(fmt.Sprintf("ranks=%d/n=%d", n, size), func(t *testing.T) {
+				runOK(t, n, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+					if err := typedRing[float32](ctx, c, size); err != nil {
+						return fmt.Errorf("float32: %w", err)
+					}
+					if err := typedRing[int64](ctx, c, size); err != nil {
+						return fmt.Errorf("int64: %w", err)
+					}
+					if err := typedRing[byte](ctx, c, size); err != nil {
+						return fmt.Errorf("byte: %w", err)
+					}
+					if err := typedRing[int16](ctx, c, size); err != nil {
+						return fmt.Errorf("int16: %w", err)
+					}
+					return typedRing[float64](ctx, c, size)
+				})
+			})
+		}
+	}
+}
+
+func TestP2PProbeSendrecv(t *testing.T) {
+	runOK(t, 2, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+		other := 1 - c.Rank()
+		if c.Rank() == 0 {
+			if err := comm.Send(ctx, c, []int32{1, 2, 3}, 1, 9); err != nil {
+				return err
+			}
+		} else {
+			st, err := comm.Probe[int32](ctx, c, comm.AnySource, comm.AnyTag)
+			if err != nil {
+				return err
+			}
+			if st != (comm.Status{Source: 0, Tag: 9, Count: 3}) {
+				return fmt.Errorf("probe %+v", st)
+			}
+			st, ok, err := comm.Iprobe[int16](c, 0, 9)
+			if err != nil || !ok || st.Count != 6 {
+				return fmt.Errorf("iprobe %+v %v %v", st, ok, err)
+			}
+			buf := make([]int32, st.Count/2)
+			if _, err := comm.Recv(ctx, c, buf, 0, 9); err != nil {
+				return err
+			}
+		}
+		got := make([]float64, 2)
+		st, err := comm.Sendrecv(ctx, c, []float64{float64(c.Rank()), 7}, other, 1, got, other, 1)
+		if err != nil {
+			return err
+		}
+		if st.Source != other || got[0] != float64(other) || got[1] != 7 {
+			return fmt.Errorf("sendrecv %+v %v", st, got)
+		}
+		return nil
+	})
+}
+
+func TestP2PErrors(t *testing.T) {
+	runOK(t, 3, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+		buf := make([]float32, 4)
+		check := func(err, want error, op string, peer, tag int) error {
+			if !errors.Is(err, want) {
+				return fmt.Errorf("%s: want %v, got %v", op, want, err)
+			}
+			var oe *comm.OpError
+			if !errors.As(err, &oe) || oe.Op != op || oe.Peer != peer || oe.Tag != tag || oe.Rank != c.Rank() {
+				return fmt.Errorf("%s: OpError %#v", op, oe)
+			}
+			return nil
+		}
+		if err := check(comm.Send(ctx, c, buf, 3, 0), comm.ErrInvalidRank, "Send", 3, 0); err != nil {
+			return err
+		}
+		if err := check(comm.Send(ctx, c, buf, -1, 0), comm.ErrInvalidRank, "Send", -1, 0); err != nil {
+			return err
+		}
+		if err := check(comm.Send(ctx, c, buf, 0, -4), comm.ErrInvalidTag, "Send", 0, -4); err != nil {
+			return err
+		}
+		if err := check(comm.Send(ctx, c, buf, 0, comm.AnyTag), comm.ErrInvalidTag, "Send", 0, comm.AnyTag); err != nil {
+			return err
+		}
+		_, err := comm.Recv(ctx, c, buf, 7, 0)
+		if err := check(err, comm.ErrInvalidRank, "Recv", 7, 0); err != nil {
+			return err
+		}
+		_, err = comm.Irecv(c, buf, 0, -7)
+		if err := check(err, comm.ErrInvalidTag, "Irecv", 0, -7); err != nil {
+			return err
+		}
+		_, err = comm.Isend(c, buf, 5, 1)
+		if err := check(err, comm.ErrInvalidRank, "Isend", 5, 1); err != nil {
+			return err
+		}
+		if !assert.Contains(t, fmt.Sprint(err), "rank 5 is not in [0, 3)") {
+			return errors.New("message")
+		}
+
+		// Truncation, and a byte count that is not whole elements.
+		switch c.Rank() {
+		case 0:
+			if err := comm.Send(ctx, c, make([]float32, 8), 1, 1); err != nil {
+				return err
+			}
+			return comm.Send(ctx, c, make([]byte, 6), 1, 2)
+		case 1:
+			_, err := comm.Recv(ctx, c, buf, 0, 1)
+			if err := check(err, comm.ErrTruncated, "Recv", 0, 1); err != nil {
+				return err
+			}
+			var te *p2p.TruncatedError
+			if !errors.As(err, &te) || te.Size != 32 || te.Cap != 16 {
+				return fmt.Errorf("truncation sizes: %v", err)
+			}
+			_, err = comm.Recv(ctx, c, buf, 0, 2)
+			if !errors.Is(err, comm.ErrMismatch) || !assert.Contains(t, err.Error(), "6 bytes, not a whole number of 4-byte elements") {
+				return fmt.Errorf("want element mismatch, got %v", err)
+			}
+		}
+		return nil
+	})
+}
+
+func TestP2PContextDeadline(t *testing.T) {
+	runOK(t, 2, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+		if c.Rank() == 0 {
+			dctx, cancel := context.WithTimeout(ctx, 50e6)
+			defer cancel()
+			_, err := comm.Recv(dctx, c, make([]byte, 1), 1, 0)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("want deadline, got %v", err)
+			}
+			require.Contains(t, err.Error(), "rank 1")
+		}
+		return comm.Barrier(ctx, c)
+	})
+}
