@@ -18,11 +18,5 @@ func TestTCP(t *testing.T) {
 			return tcp.Open(ctx, tcp.Options{Token: []byte("verbstest"), ConnectTimeout: 2 * time.Second})
 		},
 		TwoProcess: true,
-		Skip: map[string]string{
-			// Known provider bug, reported: a class C NAK (REM_ACCESS_ERR,
-			// REM_INV_REQ_ERR) is intermittently lost when the responder drops
-			// the link on entering ERR; the requester then sees RETRY_EXC_ERR.
-			"Errors": "tcp: NAK intermittently lost when the responder enters ERR (RETRY_EXC_ERR instead of the NAK status)",
-		},
 	})
 }
