@@ -27,6 +27,14 @@ var (
 // before run returns.
 func run(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c *comm.Comm) error) []error {
 	t.Helper()
+	o.NoEnv = true
+	return runEnv(t, n, o, fn)
+}
+
+// runEnv is run that lets Init read the RDMAGO_* variables (unless
+// o.NoEnv).
+func runEnv(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c *comm.Comm) error) []error {
+	t.Helper()
 	timeout := 30 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -35,7 +43,6 @@ func run(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c *co
 	if o.Transport == "" {
 		o.Transport = "loop"
 	}
-	o.NoEnv = true
 	errs := make([]error, n)
 	comms := make([]*comm.Comm, n)
 	var wg sync.WaitGroup
