@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -165,6 +166,12 @@ func (l *link) reader() {
 		if err != nil {
 			l.fail(err)
 			return
+		}
+		if l.br.Buffered() == 0 {
+			// Nothing more to do but block in read: let a goroutine this
+			// frame woke (a CQ waiter) run first, rather than after our
+			// read syscall comes back empty.
+			runtime.Gosched()
 		}
 	}
 }
