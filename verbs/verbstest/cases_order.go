@@ -16,6 +16,7 @@ var orderingCases = []tcase{
 	{"WriteVisibleAtSend", testWriteVisibleAtSend},
 	{"ReadAfterWrite", testReadAfterWrite},
 	{"Fence", testFence},
+	{"FenceAfterAtomic", testFenceAfterAtomic},
 }
 
 var rnrCases = []tcase{
@@ -158,6 +159,26 @@ func testFence(t *testing.T, s *suite) {
 		requireBytes(t, old, p.a.mr.Bytes()[2*n:3*n], "READ followed by a fenced WRITE of the same memory saw the WRITE")
 		doorbell(t, s, p, 3)
 		requireBytes(t, p.a.mr.Bytes()[n:2*n], p.b.mr.Bytes()[:n], "fenced WRITE")
+	}
+}
+
+// testFenceAfterAtomic: a fenced READ waits for an earlier atomic on the
+// same word, so it reads the atomic's result.
+func testFenceAfterAtomic(t *testing.T, s *suite) {
+	skipNoAtomics(t, s)
+	p := s.newPair(t, pairConfig{})
+	ctx := s.ctx(t)
+	a := &atomics{t: t, ctx: ctx, qp: p.a.qp, scq: p.a.scq, local: p.a.mr, remote: p.b.mr, roff: 512}
+	a.calibrate() // the word holds 1
+	for round := range 4 {
+		want := uint64(1 + 41*(round+1))
+		read := rdmaWR(11, verbs.OpRDMARead, p.b.mr, 512, verbs.SGEOf(p.a.mr, 64, 8))
+		read.Flags |= verbs.SendFence
+		require.NoError(t, p.a.qp.PostSend(atomicWR(10, verbs.OpAtomicFetchAdd, p.a.mr, 0, p.b.mr, 512, 41, 0), read))
+		wcs := collect(ctx, t, p.a.scq, 2)
+		requireWC(t, wcs[0], 10, verbs.WCFetchAdd, p.a.qp.Num(), "FETCH_ADD before a fenced READ")
+		requireWC(t, wcs[1], 11, verbs.WCRDMARead, p.a.qp.Num(), "fenced READ")
+		require.Equal(t, want, a.order.Uint64(p.a.mr.Bytes()[64:72]), "a READ fenced behind FETCH_ADD did not see its result")
 	}
 }
 

@@ -74,6 +74,7 @@
 //	              ZeroLength Large Inline Unsignaled SigAll (each op on two devices
 //	              and within one: .../TwoDevices, .../SameDevice)
 //	Ordering      ExecutionOrder CompletionOrder WriteVisibleAtSend ReadAfterWrite Fence
+//	              FenceAfterAtomic
 //	RNR           RetryExceeded LateRecvSucceeds
 //	Errors        RecvTooSmall BadRKey OutOfRange MRWithoutRemoteAccess RemoteMRFromOtherPD
 //	              DeregisteredRemoteMR QPAccessFlags NoResponderResources
