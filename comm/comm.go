@@ -585,7 +585,7 @@ func (c *Comm) Close() error {
 func (c *Comm) Abort(code int) {
 	w := c.w
 	me := w.ep.Rank()
-	info := bootstrap.AbortInfo{Rank: me, Code: code, Reason: fmt.Sprintf("rank %d called comm.Abort(%d)", me, code)}
+	info := bootstrap.AbortInfo{Rank: me, Code: code, Reason: "comm.Abort"}
 	var cause error = &bootstrap.AbortError{Info: info}
 	w.abortErr.Store(&cause)
 	if a, ok := w.store.(bootstrap.Aborter); ok {

@@ -35,6 +35,13 @@ func run(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c *co
 // o.NoEnv).
 func runEnv(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c *comm.Comm) error) []error {
 	t.Helper()
+	return runWith(t, n, o, nil, fn)
+}
+
+// runWith is runEnv with per-rank options: per (when not nil) adjusts
+// rank r's copy of o.
+func runWith(t testing.TB, n int, o comm.Options, per func(r int, o *comm.Options), fn func(ctx context.Context, c *comm.Comm) error) []error {
+	t.Helper()
 	timeout := 30 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -60,6 +67,9 @@ func runEnv(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c 
 			}()
 			ro := o
 			ro.Store = stores[r]
+			if per != nil {
+				per(r, &ro)
+			}
 			c, err := comm.Init(ctx, ro)
 			if err != nil {
 				errs[r] = err

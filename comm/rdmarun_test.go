@@ -1,0 +1,134 @@
+package comm_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Multi-process jobs through the real launcher: cmd/rdmarun starts
+// comm/internal/testprog, which joins with FromEnv.
+
+var (
+	buildOnce           sync.Once
+	buildErr            error
+	rdmarunBin, progBin string
+)
+
+func buildJobBinaries(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs rdmarun jobs; skipped with -short")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "comm-rdmarun-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		rdmarunBin, progBin = filepath.Join(dir, "rdmarun"), filepath.Join(dir, "testprog")
+		for _, b := range []struct{ out, pkg string }{
+			{rdmarunBin, "github.com/rdmago/rdmago/cmd/rdmarun"},
+			{progBin, "github.com/rdmago/rdmago/comm/internal/testprog"},
+		} {
+			out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+	})
+	require.NoError(t, buildErr)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if rdmarunBin != "" {
+		os.RemoveAll(filepath.Dir(rdmarunBin))
+	}
+	os.Exit(code)
+}
+
+// job runs rdmarun with args and returns its output and exit code.
+func job(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, rdmarunBin, args...)
+	cmd.Env = jobEnv()
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	require.NoError(t, ctx.Err(), "rdmarun %v timed out:\n%s\n%s", args, o.String(), e.String())
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return o.String(), e.String(), code
+}
+
+// jobEnv is the test's environment without variables that would change
+// the job (an enclosing job's RDMARUN_*, forced algorithms).
+func jobEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "RDMARUN_") || strings.HasPrefix(kv, "RDMAGO_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func TestRdmarunJobs(t *testing.T) {
+	buildJobBinaries(t)
+	line := regexp.MustCompile(`(?m)^ok rank=(\d+) size=(\d+) local=(\d+)/(\d+) transports=(\S+) sum=(\S+)$`)
+	for _, transport := range []string{"tcp", "shm"} {
+		for _, np := range []int{1, 2, 4} {
+			t.Run(fmt.Sprintf("transport=%s/np=%d", transport, np), func(t *testing.T) {
+				out, errOut, code := job(t, "-np", fmt.Sprint(np), "--transport", transport, "--connect-timeout", "30s", progBin)
+				require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+				ms := line.FindAllStringSubmatch(out, -1)
+				require.Len(t, ms, np, out)
+				seen := map[string]bool{}
+				for _, m := range ms {
+					seen[m[1]] = true
+					assert.Equal(t, fmt.Sprint(np), m[2])
+					assert.Equal(t, m[1], m[3], "local rank on one host")
+					assert.Equal(t, fmt.Sprint(np), m[4])
+					assert.Equal(t, fmt.Sprint(7*np*(np-1)/2), m[6])
+					for r, tr := range strings.Split(m[5], ",") {
+						if fmt.Sprint(r) == m[1] {
+							assert.Equal(t, "self", tr)
+						} else {
+							assert.Equal(t, transport, tr, "rank %s's transport to %d", m[1], r)
+						}
+					}
+				}
+				assert.Len(t, seen, np)
+			})
+		}
+	}
+}
+
+func TestRdmarunAbort(t *testing.T) {
+	buildJobBinaries(t)
+	out, errOut, code := job(t, "-np", "3", "--connect-timeout", "30s", progBin, "-abort-rank", "1", "-abort-code", "3")
+	assert.Equal(t, 3, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	assert.Contains(t, errOut, "rank 1")
+	assert.Contains(t, errOut, "Abort(3)")
+	assert.NotContains(t, out, "ok rank=")
+}
