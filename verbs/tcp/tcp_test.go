@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -453,5 +454,38 @@ func TestBadRemoteAddress(t *testing.T) {
 			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
 		require.ErrorIs(t, err, verbs.ErrInvalidArgument)
 		require.Equal(t, verbs.QPInit, a.qp.State())
+	}
+}
+
+// TestNoGoroutineLeak: a device with connected, busy and half-connected QPs
+// leaves no goroutine behind after Close.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	func() {
+		o := testOptions()
+		da, err := Open(context.Background(), o)
+		require.NoError(t, err)
+		db, err := Open(context.Background(), o)
+		require.NoError(t, err)
+		a, b := newSideOn(t, da), newSideOn(t, db)
+		connectPair(t, a, b, shortConnect())
+		requireWorks(t, a, b)
+		require.NoError(t, a.qp.PostSend(sendWR(1, a))) // stalls on RNR
+		half := newSideOn(t, da)
+		other := newSideOn(t, db)
+		require.NoError(t, verbs.Connect(half.qp, other.qp.Address(), shortConnect()))
+		silent, err := net.Dial("tcp", da.Name()[len("tcp:"):])
+		require.NoError(t, err)
+		defer silent.Close()
+		require.NoError(t, da.Close())
+		require.NoError(t, db.Close())
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
