@@ -87,13 +87,27 @@ func BenchmarkPingPong(b *testing.B) {
 		}
 		// writeImm sends 8 bytes to the peer's region; every 16th is
 		// signaled so the send queue's slots are retired.
+		// Requests are built once per direction and reused, so that
+		// allocs/op counts the provider's allocations, not the benchmark's.
+		type dir struct {
+			wr  []verbs.SendWR
+			sge []verbs.SGE
+			rwr []verbs.RecvWR
+		}
+		mkDir := func(from, to *benchEnd) *dir {
+			d := &dir{sge: []verbs.SGE{verbs.SGEOf(from.mr, 0, n)}, rwr: make([]verbs.RecvWR, 1)}
+			d.wr = []verbs.SendWR{{Opcode: verbs.OpRDMAWriteWithImm, SGL: d.sge, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}}
+			return d
+		}
+		dirs := map[*benchEnd]*dir{a: mkDir(a, c), c: mkDir(c, a)}
 		writeImm := func(from, to *benchEnd, i int, wc []verbs.WC) error {
-			wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWriteWithImm, SGL: []verbs.SGE{verbs.SGEOf(from.mr, 0, n)},
-				RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey(), Imm: uint32(i)}
+			d := dirs[from]
+			wr := &d.wr[0]
+			wr.ID, wr.Imm, wr.Flags = uint64(i), uint32(i), 0
 			if i%16 == 15 {
 				wr.Flags = verbs.SendSignaled
 			}
-			if err := from.qp.PostSend(wr); err != nil {
+			if err := from.qp.PostSend(d.wr...); err != nil {
 				return err
 			}
 			if i%16 == 15 {
@@ -115,7 +129,9 @@ func BenchmarkPingPong(b *testing.B) {
 					}
 					return
 				}
-				if err := c.qp.PostRecv(verbs.RecvWR{ID: wc[0].ID}); err != nil {
+				dc := dirs[c]
+				dc.rwr[0].ID = wc[0].ID
+				if err := c.qp.PostRecv(dc.rwr...); err != nil {
 					echoErr <- err
 					return
 				}
@@ -135,7 +151,9 @@ func BenchmarkPingPong(b *testing.B) {
 			if err := waitOne(ctx, a.rcq, wc[:]); err != nil {
 				b.Fatal(err)
 			}
-			if err := a.qp.PostRecv(verbs.RecvWR{ID: wc[0].ID}); err != nil {
+			da := dirs[a]
+			da.rwr[0].ID = wc[0].ID
+			if err := a.qp.PostRecv(da.rwr...); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -214,20 +232,21 @@ func benchRDMAWrite(b *testing.B, n int) {
 	a, c := benchPair(b, n, depth)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	wr := verbs.SendWR{Opcode: verbs.OpRDMAWrite, SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, n)},
-		RemoteAddr: c.mr.Addr(), RKey: c.mr.RKey()}
+	wrs := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, n)},
+		RemoteAddr: c.mr.Addr(), RKey: c.mr.RKey()}}
 	var wc [1]verbs.WC
 	// Every 8th request (and the one that fills the window) is signaled; its
 	// completion retires the unsignaled ones before it. groups holds the
 	// number of requests each outstanding signaled completion stands for.
 	var groups []int
 	inflight, unsig := 0, 0
-	post := func(wr verbs.SendWR) {
+	post := func() {
+		wr := &wrs[0]
 		wr.Flags = 0
 		if unsig == 7 || inflight+1 >= window {
 			wr.Flags = verbs.SendSignaled
 		}
-		if err := a.qp.PostSend(wr); err != nil {
+		if err := a.qp.PostSend(wrs...); err != nil {
 			b.Fatal(err)
 		}
 		inflight++
@@ -247,16 +266,16 @@ func benchRDMAWrite(b *testing.B, n int) {
 	b.SetBytes(int64(n))
 	b.ReportAllocs()
 	for b.Loop() {
-		post(wr)
+		post()
 		for inflight >= window {
 			reap()
 		}
 	}
 	// Drain: a last signaled zero-length WRITE covers the unsignaled tail.
 	if unsig > 0 {
-		wr.SGL = nil
+		wrs[0].SGL = nil
 		unsig = 7 // forces the signal
-		post(wr)
+		post()
 	}
 	for len(groups) > 0 {
 		reap()

@@ -194,6 +194,8 @@ type sendState struct {
 	hdrs  []byte
 	bufs  net.Buffers
 	carry net.Buffers // the unwritten rest of a batch whose inline write timed out
+	chunk net.Buffers
+	w     net.Buffers // what WriteTo consumes; a field so it does not escape per call
 }
 
 func (l *link) writer() {
@@ -256,12 +258,12 @@ func (l *link) KickPost() {
 		k, err = l.batch(inlineMax, true)
 		if k > 0 && err == nil {
 			_ = l.c.SetWriteDeadline(time.Now().Add(inlineWait))
-			var w net.Buffers
-			w, err = writeSome(l.c, l.ss.bufs)
+			l.ss.w = l.ss.bufs // WriteTo consumes its receiver
+			_, err = l.ss.w.WriteTo(l.c)
 			_ = l.c.SetWriteDeadline(time.Time{})
 			if err != nil && isTimeout(err) {
 				err = nil
-				l.ss.carry = w
+				l.ss.carry = l.ss.w
 			}
 			if len(l.ss.carry) == 0 {
 				l.finishBatch()
@@ -285,13 +287,6 @@ func (l *link) KickPost() {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// writeSome writes bufs and returns what is left unwritten on error.
-func writeSome(c net.Conn, bufs net.Buffers) (net.Buffers, error) {
-	w := bufs
-	_, err := w.WriteTo(c)
-	return w, err
 }
 
 // batch gathers queued responses and up to maxBatch requests into ss.bufs
@@ -363,7 +358,8 @@ func (l *link) finishBatch() {
 // ProgressChunk bytes per call, telling the requester after each that its
 // traffic moves (so the ACK timer measures a stall, not a message's size).
 func (l *link) write(bufs net.Buffers) error {
-	var chunk net.Buffers
+	chunk := l.ss.chunk[:0]
+	defer func() { l.ss.chunk = chunk[:0] }()
 	for len(bufs) > 0 {
 		chunk = chunk[:0]
 		n := 0
@@ -379,8 +375,8 @@ func (l *link) write(bufs net.Buffers) error {
 			n += len(b)
 			bufs = bufs[1:]
 		}
-		w := chunk // WriteTo consumes its receiver
-		if _, err := w.WriteTo(l.c); err != nil {
+		l.ss.w = chunk // WriteTo consumes its receiver
+		if _, err := l.ss.w.WriteTo(l.c); err != nil {
 			return err
 		}
 		if len(bufs) > 0 {
