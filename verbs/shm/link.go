@@ -589,6 +589,20 @@ func (d *Device) acceptLoop() {
 func (d *Device) serve(c *net.UnixConn) {
 	defer d.wg.Done()
 	defer c.Close()
+	// Registered at once, so Device.Close can hang up on a handshake in
+	// progress instead of waiting for its deadline.
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return
+	}
+	d.accepted[c] = nil
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		delete(d.accepted, c)
+		d.mu.Unlock()
+	}()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	cred, err := peerCred(c)
 	if err != nil || int(cred.Uid) != d.uid {
@@ -637,13 +651,12 @@ func (d *Device) serve(c *net.UnixConn) {
 		reply(acceptNoQP)
 		return
 	}
+	if _, ok := d.accepted[c]; !ok { // closed meanwhile
+		d.mu.Unlock()
+		return
+	}
 	d.accepted[c] = q
 	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		delete(d.accepted, c)
-		d.mu.Unlock()
-	}()
 	rep := []byte{msgAccept, acceptOK}
 	rep = append(rep, mac(d.opts.Token, 's', nonceC, nonceS[:], 0)...)
 	rep = binary.BigEndian.AppendUint32(rep, uint32(d.pid))

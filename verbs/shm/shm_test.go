@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"sort"
@@ -673,4 +674,26 @@ func TestResetReconnect(t *testing.T) {
 	require.EqualValues(t, 11, w.ByteLen)
 	require.Equal(t, "after reset", string(b.mr.Bytes()[:11]))
 	okWC(t, a.scq, 21)
+}
+
+// TestCloseWithStalledClient: a client that dials and then says nothing
+// does not hold up Device.Close (the handshake deadline is 10 s).
+func TestCloseWithStalledClient(t *testing.T) {
+	d, err := Open(context.Background(), Options{DeviceOptions: verbs.DeviceOptions{Token: testToken}})
+	require.NoError(t, err)
+	c, err := net.Dial("unix", "@"+d.sockName)
+	require.NoError(t, err)
+	defer c.Close()
+	var hello [64]byte
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = c.Read(hello[:])
+	require.NoError(t, err, "the server greets first")
+	done := make(chan error, 1)
+	go func() { done <- d.Close() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Device.Close waited for a stalled handshake")
+	}
 }
