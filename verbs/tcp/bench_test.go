@@ -23,7 +23,7 @@ import (
 // the receiver waiting on its CQ; or a raw write/read pair each way).
 // BenchmarkWriteBandwidth streams RDMA WRITEs of one size (a window of
 // requests in flight, every 8th signaled) against a raw TCP stream written
-// in the same chunk size.
+// in the same chunk size, each chunk read into an n-byte buffer.
 
 type benchEnd struct {
 	dev verbs.Device
@@ -226,9 +226,10 @@ func BenchmarkWriteBandwidth(b *testing.B) {
 }
 
 func benchRDMAWrite(b *testing.B, n int) {
-	const depth = 64
-	// Keep about 64 MiB or 32 requests in flight, whichever is fewer.
-	window := max(2, min(32, (64<<20)/n))
+	const depth = 1024
+	// Keep about 64 MiB or 512 requests in flight, whichever is fewer: a
+	// raw TCP stream has its whole socket buffer in flight too.
+	window := max(2, min(512, (64<<20)/n))
 	a, c := benchPair(b, n, depth)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
