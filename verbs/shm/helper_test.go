@@ -68,6 +68,12 @@ func startChild(t testing.TB, mode string, env []string, attr *syscall.SysProcAt
 	}
 	attr.Pdeathsig = syscall.SIGKILL
 	cmd.SysProcAttr = attr
+	return runChildCmd(t, cmd)
+}
+
+// runChildCmd starts cmd with line-based stdin and stdout.
+func runChildCmd(t testing.TB, cmd *exec.Cmd) *child {
+	t.Helper()
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	outp, err := cmd.StdoutPipe()
@@ -236,6 +242,10 @@ func runChild(mode string) error {
 		return nil
 	case "ring":
 		return runRingChild(readLine)
+	case "pingpong":
+		return runPingChild(readLine)
+	case "flag":
+		return runFlagChild()
 	case "hostid":
 		h, err := HostID()
 		if err != nil {
