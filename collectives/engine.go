@@ -92,8 +92,10 @@ func (e *Engine) Size() int { return e.size }
 // Group returns the group the Engine runs on.
 func (e *Engine) Group() Group { return e.g }
 
-// Close stops the watchers and releases the one-sided window. Collectives
-// after Close fail with ErrClosed.
+// Close stops the watchers and releases the one-sided window. Once a
+// one-sided algorithm has run, Close is collective (every rank closes its
+// Engine, concurrently), because releasing a window is. Collectives after
+// Close fail with ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
