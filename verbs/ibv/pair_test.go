@@ -5,6 +5,7 @@ package ibv_test
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -116,6 +117,17 @@ func TestInlineAndGoMemory(t *testing.T) {
 	require.NoError(t, wc.Err())
 	assert.Equal(t, verbs.WCRDMAWrite, wc.Opcode)
 	assert.Equal(t, msg, goBuf[100:100+len(msg)])
+	// The region stays valid while the collector runs: garbage around it,
+	// collections, and the only reference to the slice being the MR's.
+	for i := range 5 {
+		_ = make([]byte, 1<<20)
+		runtime.GC()
+		copy(p.mrA.Bytes(), bytes.Repeat([]byte{byte(i)}, 512))
+		require.NoError(t, p.a.PostSend(verbs.SendWR{ID: 9, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(p.mrA, 0, 512)}, RemoteAddr: gmr.Addr() + 1024, RKey: gmr.RKey()}))
+		require.NoError(t, collect(t, p.cqA, 1)[0].Err())
+		assert.Equal(t, bytes.Repeat([]byte{byte(i)}, 512), gmr.Bytes()[1024:1536])
+	}
 	// Read it back into provider memory.
 	require.NoError(t, p.a.PostSend(verbs.SendWR{ID: 8, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{verbs.SGEOf(p.mrA, 0, len(msg))}, RemoteAddr: gmr.Addr() + 100, RKey: gmr.RKey()}))
