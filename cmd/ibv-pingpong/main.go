@@ -36,6 +36,7 @@ func main() {
 	fs.IntVar(&cfg.RxDepth, "r", cfg.RxDepth, "number of receives to post at a time")
 	fs.IntVar(&cfg.MTU, "m", cfg.MTU, "path MTU `bytes`")
 	fs.BoolVar(&cfg.Events, "e", false, "sleep on CQ events (default poll)")
+	fs.Bool("c", true, "validate received buffer (always on; accepted for ibv_rc_pingpong compatibility)")
 	fs.StringVar(&cfg.Bind, "bind", "", "server: `address` to listen on (default all)")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up after this long")
 	fs.Usage = func() {
