@@ -96,11 +96,25 @@ func (t *transport) Close() error {
 	return nil
 }
 
-// Forget drops q from the pending table (it was closed or reset).
+// Forget drops q from the pending table (it was closed or reset), and fails
+// a QP that waits to pair with it: that pairing can never happen now.
 func (t *transport) Forget(q *softrc.QP) {
+	var orphans []*softrc.QP
 	tableMu.Lock()
 	delete(t.pending, q)
+	for _, pt := range devices {
+		for p := range pt.pending {
+			r := p.Remote()
+			if binary.BigEndian.Uint64(r.Payload) == t.id && r.QPNum == q.Num() {
+				delete(pt.pending, p)
+				orphans = append(orphans, p)
+			}
+		}
+	}
 	tableMu.Unlock()
+	for _, p := range orphans {
+		p.FailConnect(fmt.Errorf("loop: peer qp %#x was closed before it connected", q.Num()))
+	}
 }
 
 // Connect pairs q with its peer once both are in RTR and name each other;
@@ -114,7 +128,14 @@ func (t *transport) Connect(q *softrc.QP) {
 		return
 	}
 	var peer *softrc.QP
-	if pt := devices[peerID]; pt != nil {
+	pt := devices[peerID]
+	if pt == nil || pt.dev.QP(r.QPNum) == nil {
+		// The address names a device or QP that no longer exists.
+		tableMu.Unlock()
+		q.FailConnect(fmt.Errorf("loop: peer device %d qp %#x does not exist", peerID, r.QPNum))
+		return
+	}
+	{
 		if p := pt.dev.QP(r.QPNum); p != nil {
 			if _, ok := pt.pending[p]; ok {
 				pr := p.Remote()

@@ -97,3 +97,47 @@ func TestSmoke(t *testing.T) {
 	assert.Equal(t, verbs.QPErr, a.qp.State())
 	assert.Equal(t, verbs.QPErr, b.qp.State())
 }
+
+func TestRegistryOpen(t *testing.T) {
+	dev, err := verbs.Open(context.Background(), Name, verbs.DeviceOptions{})
+	require.NoError(t, err)
+	defer dev.Close()
+	assert.Equal(t, Name, dev.Provider())
+}
+
+// TestConnectTimeout: a peer that never reaches RTR fails posted work with
+// RETRY_EXC_ERR after ConnectTimeout.
+func TestConnectTimeout(t *testing.T) {
+	b := newSide(t)
+	dev, err := Open(context.Background(), Options{ConnectTimeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	require.NoError(t, err)
+	cq, err := dev.CreateCQ(8)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	require.NoError(t, verbs.Connect(qp, b.qp.Address(), verbs.DefaultConnectOptions()))
+	require.NoError(t, qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.OpSend}))
+	wc := wait(t, cq)
+	assert.Equal(t, verbs.StatusRetryExcErr, wc.Status)
+}
+
+// TestDeviceAddressGone: a QP address naming a closed device can never
+// connect; posted work fails with RETRY_EXC_ERR.
+func TestDeviceAddressGone(t *testing.T) {
+	b := newSide(t)
+	addr := b.qp.Address()
+	require.NoError(t, b.dev.Close())
+	dev, err := Open(context.Background(), Options{ConnectTimeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	defer dev.Close()
+	pd, _ := dev.AllocPD()
+	cq, _ := dev.CreateCQ(8)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	require.NoError(t, err)
+	require.NoError(t, verbs.Connect(qp, addr, verbs.DefaultConnectOptions()))
+	require.NoError(t, qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.OpSend}))
+	assert.Equal(t, verbs.StatusRetryExcErr, wait(t, cq).Status)
+}

@@ -121,10 +121,13 @@ type QP struct {
 	respSegs [][]byte
 	respRefs []*MR
 
-	link  Link
-	lost  bool   // the link was lost: the next send completion is RETRY_EXC_ERR
-	kicks int    // Kick calls owed (counted under mu, made after unlock)
-	epoch uint64 // bumped when the queues are flushed or reset
+	link Link
+	lost bool // the link was lost: the next send completion is RETRY_EXC_ERR
+	// linkFailed: the link was lost or never came up while in RTR; the QP
+	// goes to ERR when it reaches RTS.
+	linkFailed bool
+	kicks      int    // Kick calls owed (counted under mu, made after unlock)
+	epoch      uint64 // bumped when the queues are flushed or reset
 
 	rnrUntil    time.Time
 	rnrTimer    *time.Timer
@@ -258,6 +261,10 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.AttrMask) error {
 		q.maxQPRdAtomic = attr.MaxQPRdAtomic
 		q.state = verbs.QPRTS
 		q.kicks++
+		if q.linkFailed {
+			q.linkFailed = false
+			q.enterErrLocked()
+		}
 	default:
 		q.state = next
 	}
@@ -295,6 +302,7 @@ func (q *QP) resetLocked() Link {
 	l := q.link
 	q.link = nil
 	q.lost = false
+	q.linkFailed = false
 	q.state = verbs.QPReset
 	q.access = 0
 	q.remote = verbs.QPAddress{}
@@ -394,8 +402,7 @@ func (q *QP) Disconnect() error {
 	l := q.link
 	if l == nil && (q.state == verbs.QPRTR || q.state == verbs.QPRTS) {
 		// Not connected yet: it can never connect now.
-		q.lost = true
-		q.enterErrLocked()
+		q.linkFailedLocked()
 	}
 	q.mu.Unlock()
 	if l != nil {
@@ -408,7 +415,7 @@ func (q *QP) Disconnect() error {
 // transport should drop the connection) when the QP is not waiting for one.
 func (q *QP) Attach(l Link) bool {
 	q.mu.Lock()
-	if q.closed || q.link != nil || (q.state != verbs.QPRTR && q.state != verbs.QPRTS) {
+	if q.closed || q.link != nil || q.linkFailed || (q.state != verbs.QPRTR && q.state != verbs.QPRTS) {
 		q.mu.Unlock()
 		return false
 	}
@@ -434,8 +441,7 @@ func (q *QP) LinkLost(l Link, cause error) {
 	q.link = nil
 	st := q.state
 	if st == verbs.QPRTR || st == verbs.QPRTS {
-		q.lost = true
-		q.enterErrLocked()
+		q.linkFailedLocked()
 	}
 	q.mu.Unlock()
 	q.dev.log.Debug("softrc: link lost", "provider", q.dev.cfg.Provider, "qp", q.num, "state", st, "cause", cause)
@@ -445,8 +451,7 @@ func (q *QP) onConnectTimeout() {
 	q.mu.Lock()
 	if q.link == nil && q.connTimer != nil && (q.state == verbs.QPRTR || q.state == verbs.QPRTS) {
 		q.connTimer = nil
-		q.lost = true
-		q.enterErrLocked()
+		q.linkFailedLocked()
 		q.dev.log.Warn("softrc: connection not established in time", "provider", q.dev.cfg.Provider,
 			"qp", q.num, "peer_qp", q.remote.QPNum, "timeout", q.dev.cfg.ConnectTimeout)
 	}
@@ -498,7 +503,26 @@ func (q *QP) pushSendWC(e *swqe, st verbs.Status) {
 func (q *QP) Waiting() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return !q.closed && q.link == nil && (q.state == verbs.QPRTR || q.state == verbs.QPRTS)
+	return !q.closed && q.link == nil && !q.linkFailed && (q.state == verbs.QPRTR || q.state == verbs.QPRTS)
+}
+
+// linkFailedLocked handles the loss, or the failure to establish, of the
+// QP's connection. In RTS the QP goes to ERR at once and its first send
+// request, outstanding or later, completes with RETRY_EXC_ERR. In RTR the
+// failure is remembered and takes effect when the QP reaches RTS: RTR→RTS
+// must succeed whatever the peer does, as on real RC, where a dead peer
+// shows only when requests go unanswered.
+func (q *QP) linkFailedLocked() {
+	q.lost = true
+	if q.connTimer != nil {
+		q.connTimer.Stop()
+		q.connTimer = nil
+	}
+	if q.state == verbs.QPRTR {
+		q.linkFailed = true
+		return
+	}
+	q.enterErrLocked()
 }
 
 // FailConnect gives up on connecting q (the peer refused it): the QP goes to
@@ -506,12 +530,11 @@ func (q *QP) Waiting() bool {
 // RETRY_EXC_ERR, as it would after the connect timeout.
 func (q *QP) FailConnect(cause error) {
 	q.mu.Lock()
-	if q.closed || q.link != nil || (q.state != verbs.QPRTR && q.state != verbs.QPRTS) {
+	if q.closed || q.link != nil || q.linkFailed || (q.state != verbs.QPRTR && q.state != verbs.QPRTS) {
 		q.mu.Unlock()
 		return
 	}
-	q.lost = true
-	q.enterErrLocked()
+	q.linkFailedLocked()
 	q.mu.Unlock()
 	q.dev.log.Warn("softrc: connection failed", "provider", q.dev.cfg.Provider, "qp", q.num, "cause", cause)
 }
