@@ -412,17 +412,12 @@ func (c *call) invalid(err error) error {
 func (c *call) broadcastAbort(h header) {
 	var b [hdrLen]byte
 	h.encode(b[:])
-	var reqs []Request
+	// Not waited for: a peer that is gone or slow must not hold this rank
+	// here. b is never reused, and Close cancels what is still queued.
 	for p := 0; p < c.e.size; p++ {
-		if p == c.e.rank {
-			continue
+		if p != c.e.rank {
+			c.e.g.Isend(c.e.wctx, p, abortTag, b[:])
 		}
-		if r, err := c.e.g.Isend(c.e.wctx, p, abortTag, b[:]); err == nil {
-			reqs = append(reqs, r)
-		}
-	}
-	for _, r := range reqs {
-		r.Wait(c.parent) // best effort: a lost peer must not keep us here
 	}
 }
 
