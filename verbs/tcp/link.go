@@ -36,8 +36,9 @@ type link struct {
 	progress func()
 	once     sync.Once
 
-	mu    sync.Mutex
-	resps []softrc.Response // responses queued by the reader
+	mu         sync.Mutex
+	resps      []softrc.Response // responses queued by the reader
+	respClosed bool              // the writer is gone: release, do not queue
 
 	wmu sync.Mutex
 	ss  sendState
@@ -147,10 +148,13 @@ func (l *link) reader() {
 		if h.Op.IsRequest() {
 			err = l.q.HandleRequest(&h, &pl, &resp)
 			if resp.Op != 0 {
-				if err == nil {
-					l.mu.Lock()
+				l.mu.Lock()
+				queued := err == nil && !l.respClosed
+				if queued {
 					l.resps = append(l.resps, resp)
-					l.mu.Unlock()
+				}
+				l.mu.Unlock()
+				if queued {
 					l.Kick()
 				} else {
 					resp.Done()
@@ -201,7 +205,10 @@ type sendState struct {
 func (l *link) writer() {
 	defer l.t.wg.Done()
 	defer func() {
+		// Release everything still pointing into registered memory; the
+		// reader and KickPost check respClosed / done and release their own.
 		l.wmu.Lock()
+		l.ss.carry = nil
 		l.finishBatch()
 		l.wmu.Unlock()
 		l.mu.Lock()
@@ -209,6 +216,7 @@ func (l *link) writer() {
 			l.resps[i].Done()
 		}
 		l.resps = nil
+		l.respClosed = true
 		l.mu.Unlock()
 	}()
 	for {
@@ -270,6 +278,14 @@ func (l *link) KickPost() {
 			}
 		}
 		more = len(l.ss.carry) > 0 || l.q.HasWork()
+	}
+	select {
+	case <-l.done:
+		// The writer may be gone already: nobody else will finish this batch.
+		l.ss.carry = nil
+		l.finishBatch()
+		more = false
+	default:
 	}
 	l.wmu.Unlock()
 	if err != nil {
