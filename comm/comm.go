@@ -108,6 +108,7 @@ type world struct {
 
 	nextCtx  atomic.Uint32 // context id counter without an Adder store
 	abortErr atomic.Pointer[error]
+	settle   sync.Once // the first peer loss waits briefly for an abort notice
 	stopOnce sync.Once
 	stop     chan struct{}
 	watchWG  sync.WaitGroup
@@ -412,10 +413,7 @@ func (w *world) newComm(id uint32, members []int, isWorld bool) (*Comm, error) {
 // launcher would end the job anyway, but a job without one (Init) must not
 // leave ranks blocked in a receive.
 func (w *world) watchAbort() {
-	d, ok := w.store.(interface {
-		Done() <-chan struct{}
-		Err() error
-	})
+	d, ok := w.store.(doneStore)
 	if !ok {
 		return
 	}
@@ -425,14 +423,59 @@ func (w *world) watchAbort() {
 		select {
 		case <-w.stop:
 		case <-d.Done():
-			var ae *bootstrap.AbortError
-			if err := d.Err(); errors.As(err, &ae) {
-				w.abortErr.Store(&err)
+			if ae := w.noteAbort(d); ae != nil {
 				w.log.Warn("comm: job aborted", "rank", ae.Info.Rank, "code", ae.Info.Code, "reason", ae.Info.Reason)
-				w.ep.Revoke(ae.Info.Rank, err)
+				w.ep.Revoke(ae.Info.Rank, w.abortCause())
 			}
 		}
 	}()
+}
+
+// doneStore is a rendezvous that reports its end (bootstrap.Client): an
+// abort by any rank ends it.
+type doneStore interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// noteAbort records the abort that ended d, if that is what ended it.
+func (w *world) noteAbort(d doneStore) *bootstrap.AbortError {
+	var ae *bootstrap.AbortError
+	if err := d.Err(); errors.As(err, &ae) {
+		w.abortErr.CompareAndSwap(nil, &err)
+		return ae
+	}
+	return nil
+}
+
+func (w *world) abortCause() error {
+	if p := w.abortErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// abortGrace is how long the first peer loss waits for the rendezvous to
+// say that the lost rank aborted: the aborting rank's links may break
+// before the rendezvous's notice arrives, and "rank 3 aborted with code 2"
+// is a far better error than "rank 3 lost".
+const abortGrace = 250 * time.Millisecond
+
+func (w *world) settleLoss() {
+	d, ok := w.store.(doneStore)
+	if !ok {
+		return
+	}
+	w.settle.Do(func() {
+		t := time.NewTimer(abortGrace)
+		defer t.Stop()
+		select {
+		case <-d.Done():
+			w.noteAbort(d)
+		case <-t.C:
+		case <-w.stop:
+		}
+	})
 }
 
 // Rank is this process's rank in the communicator, in [0, Size).
@@ -595,7 +638,13 @@ func (c *Comm) Abort(code int) {
 		}
 		cancel()
 	}
-	w.ep.Revoke(me, cause)
+	if _, ok := w.store.(doneStore); !ok {
+		// Nobody else will tell the peers: revoke the connections, so
+		// that their operations fail (naming this rank) instead of
+		// waiting. A rendezvous that reports its end tells them itself,
+		// with the code.
+		w.ep.Revoke(me, cause)
+	}
 	w.exit(code)
 }
 
@@ -620,9 +669,10 @@ func (c *Comm) wrap(op string, peer, tag int, err error) error {
 		peer = ce.Peer
 	}
 	if lost, ok := PeerLost(err); ok {
+		c.w.settleLoss()
 		if r := c.inv[lost]; r >= 0 {
 			peer = r
-			if c.members[r] != r {
+			if !c.isWorld {
 				err = fmt.Errorf("lost rank %d (world rank %d): %w", r, lost, err)
 			}
 		} else {
