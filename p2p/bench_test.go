@@ -1,0 +1,123 @@
+package p2p_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+	"testing"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+// BenchmarkPingPong is the OSU latency loop between two goroutine ranks:
+// one op is a full round trip (report ns/op / 2 as latency). The raw TCP
+// baseline is the same ping-pong over a loopback TCP connection between two
+// goroutines, measured in the same run.
+func BenchmarkPingPong(b *testing.B) {
+	for _, size := range []int{8, 4096, 65536, 1 << 20} {
+		for _, prov := range []string{"loop", "shm", "tcp"} {
+			b.Run(fmt.Sprintf("provider=%s/bytes=%d", prov, size), func(b *testing.B) {
+				benchPingPong(b, prov, size)
+			})
+		}
+		b.Run(fmt.Sprintf("provider=rawtcp/bytes=%d", size), func(b *testing.B) { benchRawTCP(b, size) })
+	}
+}
+
+func benchPingPong(b *testing.B, prov string, size int) {
+	ctx := context.Background()
+	o := p2ptest.Options{Provider: prov}
+	if d, err := time.ParseDuration(os.Getenv("P2P_BENCH_SPIN")); err == nil {
+		o.P2P.Spin = d // to study the spin/yield/block trade-off
+	}
+	eps, err := p2ptest.Start(ctx, 2, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p2ptest.Close(eps)
+	done := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		buf := make([]byte, size)
+		for {
+			if _, err := eps[1].Recv(ctx, 0, 1, buf); err != nil {
+				done <- err
+				return
+			}
+			if err := eps[1].Send(ctx, 0, 1, buf); err != nil {
+				done <- err
+				return
+			}
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+		}
+	}()
+	s, r := make([]byte, size), make([]byte, size)
+	b.SetBytes(int64(2 * size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := eps[0].Send(ctx, 1, 1, s); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := eps[0].Recv(ctx, 1, 1, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	close(stop)
+	// One more round so the echo goroutine sees stop.
+	_ = eps[0].Send(ctx, 1, 1, s)
+	_, _ = eps[0].Recv(ctx, 1, 1, r)
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+func benchRawTCP(b *testing.B, size int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	s, r := make([]byte, size), make([]byte, size)
+	b.SetBytes(int64(2 * size))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Write(s); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+var _ = p2p.AnySource

@@ -1,0 +1,299 @@
+// Command p2pbench measures point-to-point latency and bandwidth between two
+// ranks with the OSU methodology and prints OSU-style tables, so that
+// shared/tools/osu-compare can set it beside Open MPI's figures.
+//
+//	p2pbench [-provider shm|tcp|loop|auto] [-procs 2] [-m 4194304] [-t 0.25] latency|bw
+//
+// latency: ping-pong between rank 0 and 1 with blocking Send/Recv; the
+// figure is the half round trip. bw: rank 0 posts a window of 64 Isends,
+// waits for all, then for a 4-byte acknowledgement from rank 1, which posted
+// 64 Irecvs; MB/s = bytes × 64 × iterations / time / 10^6. Iteration counts
+// follow OSU (10000 below 8 KiB, 1000 above for latency; 100 and 20 for
+// bw), capped by a time budget per size (-t) with at least 5 iterations.
+// Payloads are verified outside the timed loops.
+//
+// With -procs 2 (the default) the two ranks are two processes: the command
+// re-executes itself as rank 1 and the pair meets through a bootstrap
+// server on loopback. With -procs 1 they are goroutines of one process.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+var (
+	provider = flag.String("provider", "auto", "verbs provider: shm, tcp, loop or auto")
+	procs    = flag.Int("procs", 2, "1: ranks are goroutines; 2: ranks are processes")
+	maxBytes = flag.Int("m", 4<<20, "largest message size")
+	minBytes = flag.Int("min", 0, "smallest message size")
+	budget   = flag.Float64("t", 0.25, "seconds of timed loop per size")
+	eager    = flag.Int("eager", 0, "eager limit in bytes (0: p2p's default)")
+	spin     = flag.Duration("spin", 0, "p2p Options.Spin (0: default)")
+	yield    = flag.Duration("yield", 0, "p2p Options.Yield (0: default)")
+)
+
+const window = 64
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: p2pbench [flags] latency|bw\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 || (flag.Arg(0) != "latency" && flag.Arg(0) != "bw" && flag.Arg(0) != "lat") {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := run(flag.Arg(0)); err != nil {
+		fmt.Fprintln(os.Stderr, "p2pbench:", err)
+		os.Exit(1)
+	}
+}
+
+func options() p2p.Options {
+	return p2p.Options{Provider: *provider, EagerLimit: *eager, Spin: *spin, Yield: *yield}
+}
+
+func run(bench string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if r := os.Getenv("P2PBENCH_RANK"); r != "" {
+		return child(ctx, bench)
+	}
+	if *procs == 1 {
+		eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: *provider, P2P: options()})
+		if err != nil {
+			return err
+		}
+		defer p2ptest.Close(eps)
+		errc := make(chan error, 1)
+		go func() { errc <- runBench(ctx, eps[1], bench) }()
+		if err := runBench(ctx, eps[0], bench); err != nil {
+			return err
+		}
+		return <-errc
+	}
+	token, err := bootstrap.NewToken()
+	if err != nil {
+		return err
+	}
+	srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Token: token, Size: 2})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), "P2PBENCH_RANK=1", "P2PBENCH_ADDR="+srv.Addr(), "P2PBENCH_TOKEN="+hex.EncodeToString(token))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	ep, err := join(ctx, 0, srv.Addr(), token)
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	return runBench(ctx, ep, bench)
+}
+
+func join(ctx context.Context, rank int, addr string, token []byte) (*p2p.Endpoint, error) {
+	c, err := bootstrap.Dial(ctx, bootstrap.ClientOptions{Addr: addr, Token: token, Rank: rank, Size: 2, Version: "p2pbench"})
+	if err != nil {
+		return nil, err
+	}
+	return p2p.New(ctx, c, options())
+}
+
+func child(ctx context.Context, bench string) error {
+	token, err := hex.DecodeString(os.Getenv("P2PBENCH_TOKEN"))
+	if err != nil {
+		return err
+	}
+	ep, err := join(ctx, 1, os.Getenv("P2PBENCH_ADDR"), token)
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	return runBench(ctx, ep, bench)
+}
+
+func sizes() []int {
+	var s []int
+	if *minBytes == 0 {
+		s = append(s, 0)
+	}
+	for n := max(1, *minBytes); n <= *maxBytes; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
+func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
+	me := ep.Rank()
+	if me == 0 {
+		fmt.Printf("# p2pbench (OSU-style)  provider: %s  transport to rank 1: %s  eager limit: %d\n",
+			*provider, ep.Transport(1), ep.EagerLimit())
+	}
+	sbuf := make([]byte, *maxBytes)
+	rbuf := make([]byte, *maxBytes)
+	for i := range sbuf {
+		sbuf[i] = byte(i*13 + 1)
+	}
+	if bench == "bw" {
+		if me == 0 {
+			fmt.Printf("# BENCH bw (rank 0 -> 1, window=%d Isend, 4-byte ack)\n# Size      Bandwidth (MB/s)       Iters\n", window)
+		}
+		for _, n := range sizes() {
+			if n == 0 {
+				continue
+			}
+			iters := 100
+			if n > 8192 {
+				iters = 20
+			}
+			t, k, err := measure(ctx, ep, iters, func(k int) error { return bw(ctx, ep, sbuf[:n], rbuf, k) })
+			if err != nil {
+				return fmt.Errorf("bw %d bytes: %w", n, err)
+			}
+			if me == 1 && !bytes.Equal(rbuf[:n], sbuf[:n]) {
+				return fmt.Errorf("bw %d bytes: payload differs", n)
+			}
+			if me == 0 {
+				fmt.Printf("%-10d %18.2f %11d\n", n, float64(n)*float64(k)*window/t.Seconds()/1e6, k)
+			}
+		}
+		return nil
+	}
+	if me == 0 {
+		fmt.Printf("# BENCH latency (ping-pong rank 0 <-> 1, half round trip)\n# Size          Avg Latency(us)       Iters\n")
+	}
+	for _, n := range sizes() {
+		iters := 10000
+		if n > 8192 {
+			iters = 1000
+		}
+		clear(rbuf[:n])
+		t, k, err := measure(ctx, ep, iters, func(k int) error { return pingPong(ctx, ep, sbuf[:n], rbuf[:n], k) })
+		if err != nil {
+			return fmt.Errorf("latency %d bytes: %w", n, err)
+		}
+		if !bytes.Equal(rbuf[:n], sbuf[:n]) {
+			return fmt.Errorf("latency %d bytes: payload differs", n)
+		}
+		if me == 0 {
+			fmt.Printf("%-10d %24.2f %11d\n", n, t.Seconds()*1e6/float64(2*k), k)
+		}
+	}
+	return nil
+}
+
+// measure warms up, lets rank 0 pick the iteration count from the budget,
+// tells rank 1, and times the loop.
+func measure(ctx context.Context, ep *p2p.Endpoint, iters int, loop func(k int) error) (time.Duration, int, error) {
+	start := time.Now()
+	warm := 1
+	if err := loop(warm); err != nil {
+		return 0, 0, err
+	}
+	per := time.Since(start)
+	if err := loop(min(4, iters)); err != nil {
+		return 0, 0, err
+	}
+	per = min(per, time.Since(start)/time.Duration(1+min(4, iters)))
+	k := iters
+	if b := time.Duration(*budget * float64(time.Second)); per > 0 && time.Duration(k)*per > b {
+		k = max(5, int(b/per))
+	}
+	var cnt [8]byte
+	if ep.Rank() == 0 {
+		binary.LittleEndian.PutUint64(cnt[:], uint64(k))
+		if err := ep.Send(ctx, 1, 99, cnt[:]); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		if _, err := ep.Recv(ctx, 0, 99, cnt[:]); err != nil {
+			return 0, 0, err
+		}
+		k = int(binary.LittleEndian.Uint64(cnt[:]))
+	}
+	// Warm-up at the chosen count's scale (10 %), then the timed loop.
+	if err := loop(max(1, k/10)); err != nil {
+		return 0, 0, err
+	}
+	start = time.Now()
+	if err := loop(k); err != nil {
+		return 0, 0, err
+	}
+	return time.Since(start), k, nil
+}
+
+func pingPong(ctx context.Context, ep *p2p.Endpoint, s, r []byte, k int) error {
+	for range k {
+		if ep.Rank() == 0 {
+			if err := ep.Send(ctx, 1, 1, s); err != nil {
+				return err
+			}
+			if _, err := ep.Recv(ctx, 1, 1, r); err != nil {
+				return err
+			}
+		} else {
+			if _, err := ep.Recv(ctx, 0, 1, r); err != nil {
+				return err
+			}
+			if err := ep.Send(ctx, 0, 1, s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func bw(ctx context.Context, ep *p2p.Endpoint, s, r []byte, k int) error {
+	reqs := make([]*p2p.Request, window)
+	var ack [4]byte
+	for range k {
+		if ep.Rank() == 0 {
+			for i := range reqs {
+				var err error
+				if reqs[i], err = ep.Isend(1, 2, s); err != nil {
+					return err
+				}
+			}
+			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+				return err
+			}
+			if _, err := ep.Recv(ctx, 1, 3, ack[:]); err != nil {
+				return err
+			}
+		} else {
+			for i := range reqs {
+				var err error
+				if reqs[i], err = ep.Irecv(0, 2, r[:len(s)]); err != nil {
+					return err
+				}
+			}
+			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+				return err
+			}
+			if err := ep.Send(ctx, 0, 3, ack[:]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
