@@ -93,7 +93,7 @@ func (l *link) fail(err error) {
 type payload struct {
 	br       *bufio.Reader
 	left     int
-	progress func() // nil for requests
+	progress func()
 }
 
 func (p *payload) ReadFull(dst []byte) error {
@@ -127,7 +127,7 @@ func (p *payload) Skip(n int) error {
 func (l *link) reader() {
 	defer l.t.wg.Done()
 	var hb [HeaderLen]byte
-	pl := payload{br: l.br}
+	pl := payload{br: l.br, progress: l.progress}
 	var resp softrc.Response
 	maxMsg := l.t.dev.Caps().MaxMsgSize
 	for {
@@ -143,8 +143,9 @@ func (l *link) reader() {
 			l.fail(err)
 			return
 		}
+		// Bytes streaming in from the peer, in either direction, show it is
+		// alive: long payloads restart the ACK timer every MiB.
 		pl.left = h.PayloadLen()
-		pl.progress = nil
 		if h.Op.IsRequest() {
 			err = l.q.HandleRequest(&h, &pl, &resp)
 			if resp.Op != 0 {
@@ -161,7 +162,6 @@ func (l *link) reader() {
 				}
 			}
 		} else {
-			pl.progress = l.progress
 			err = l.q.HandleResponse(&h, &pl)
 		}
 		if err == nil && pl.left > 0 {
