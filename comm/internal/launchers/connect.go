@@ -123,7 +123,7 @@ func (l *Launch) connectPMI(ctx context.Context, o ConnectOptions) (*Rendezvous,
 // Kubernetes service name or a NAT address reaches rank 0 without being
 // one of its own addresses).
 func listenAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
 	}
@@ -133,7 +133,6 @@ func listenAddr(addr string) string {
 		return addr
 	}
 	if errors.Is(err, syscall.EADDRNOTAVAIL) || isNoSuchHost(err) {
-		_ = host
 		return net.JoinHostPort("", port)
 	}
 	return addr // let Join report the real problem (port in use, ...)

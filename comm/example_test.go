@@ -1,0 +1,152 @@
+package comm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"sync"
+
+	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/comm"
+)
+
+// inProcess runs body on n ranks in this process (goroutines joined by an
+// in-memory rendezvous over the loop transport), the way a test or a
+// notebook might; a real program calls comm.FromEnv under rdmarun.
+func inProcess(n int, body func(ctx context.Context, c *comm.Comm) string) []string {
+	ctx := context.Background()
+	stores, err := bootstrap.NewMemory(n)
+	if err != nil {
+		log.Fatal(err)
+	}
+	out := make([]string, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer stores[r].Close()
+			c, err := comm.Init(ctx, comm.Options{Store: stores[r], Transport: "loop", NoEnv: true})
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer c.Close()
+			out[r] = body(ctx, c)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func Example() {
+	out := inProcess(4, func(ctx context.Context, c *comm.Comm) string {
+		grads := []float32{float32(c.Rank()), 1}
+		if err := comm.Allreduce(ctx, c, grads, comm.Sum); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("rank %d of %d: %v", c.Rank(), c.Size(), grads)
+	})
+	for _, line := range out {
+		fmt.Println(line)
+	}
+	// Output:
+	// rank 0 of 4: [6 4]
+	// rank 1 of 4: [6 4]
+	// rank 2 of 4: [6 4]
+	// rank 3 of 4: [6 4]
+}
+
+func ExampleSend() {
+	out := inProcess(2, func(ctx context.Context, c *comm.Comm) string {
+		if c.Rank() == 0 {
+			if err := comm.Send(ctx, c, []int64{7, 8, 9}, 1, 42); err != nil {
+				return err.Error()
+			}
+			return "sent"
+		}
+		buf := make([]int64, 10)
+		st, err := comm.Recv(ctx, c, buf, comm.AnySource, comm.AnyTag)
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%d elements from rank %d, tag %d: %v", st.Count, st.Source, st.Tag, buf[:st.Count])
+	})
+	fmt.Println(out[1])
+	// Output: 3 elements from rank 0, tag 42: [7 8 9]
+}
+
+func ExampleComm_Split() {
+	out := inProcess(4, func(ctx context.Context, c *comm.Comm) string {
+		// Even and odd ranks, each half in reverse order.
+		half, err := c.Split(ctx, c.Rank()%2, -c.Rank())
+		if err != nil {
+			return err.Error()
+		}
+		defer half.Close()
+		sum := []int{c.Rank()}
+		if err := comm.Allreduce(ctx, half, sum, comm.Sum); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("world %d -> rank %d of %d, sum %d", c.Rank(), half.Rank(), half.Size(), sum[0])
+	})
+	for _, line := range out {
+		fmt.Println(line)
+	}
+	// Output:
+	// world 0 -> rank 1 of 2, sum 2
+	// world 1 -> rank 1 of 2, sum 4
+	// world 2 -> rank 0 of 2, sum 2
+	// world 3 -> rank 0 of 2, sum 4
+}
+
+func ExampleNewOp() {
+	// A non-commutative user op: keep the element of the highest rank
+	// whose value is not zero.
+	lastNonZero := comm.NewOp("last-non-zero", false, func(inout, in []int32) {
+		for i, v := range in {
+			if v != 0 {
+				inout[i] = v
+			}
+		}
+	})
+	out := inProcess(3, func(ctx context.Context, c *comm.Comm) string {
+		buf := [][]int32{{1, 0, 3}, {0, 5, 0}, {0, 0, 0}}[c.Rank()]
+		if err := comm.Allreduce(ctx, c, buf, lastNonZero); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprint(buf)
+	})
+	fmt.Println(out[0])
+	// Output: [1 5 3]
+}
+
+func ExampleIallreduce() {
+	out := inProcess(2, func(ctx context.Context, c *comm.Comm) string {
+		buf := []float64{1.5, 2.5}
+		req, err := comm.Iallreduce(ctx, c, buf, comm.Max)
+		if err != nil {
+			return err.Error()
+		}
+		// ... compute something else while the allreduce runs ...
+		if _, err := req.Wait(ctx); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprint(buf)
+	})
+	fmt.Println(out[1])
+	// Output: [1.5 2.5]
+}
+
+func ExampleOpError() {
+	out := inProcess(2, func(ctx context.Context, c *comm.Comm) string {
+		err := comm.Send(ctx, c, []byte("x"), 5, 0)
+		var oe *comm.OpError
+		if errors.As(err, &oe) && errors.Is(err, comm.ErrInvalidRank) {
+			return fmt.Sprintf("%s failed on rank %d: %v", oe.Op, oe.Rank, err)
+		}
+		return "?"
+	})
+	fmt.Println(out[0])
+	// Output: Send failed on rank 0: comm: Send on rank 0 of 2 with peer 5, tag 0: invalid rank: rank 5 is not in [0, 2)
+}
