@@ -8,6 +8,7 @@ type outMsg struct {
 	c      *call
 	peer   int
 	hr, pr *pendingReq
+	reqs   [2]pendingReq // storage for hr and pr (one allocation per message)
 }
 
 // send starts sending payload to view rank peer, announcing count (the
@@ -33,19 +34,24 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 		scratch.put(stage)
 		return nil, c.fail(peer, err)
 	}
-	m.hr = c.track(r, stage)
+	m.hr = c.trackIn(&m.reqs[0], r, stage)
 	if h.split {
 		r, err := c.e.g.Isend(c.ctx, wp, c.tag|1, payload)
 		if err != nil {
 			return nil, c.fail(peer, err)
 		}
-		m.pr = c.track(r, nil)
+		m.pr = c.trackIn(&m.reqs[1], r, nil)
 	}
 	return m, nil
 }
 
 func (c *call) track(r Request, buf []byte) *pendingReq {
-	p := &pendingReq{r: r, buf: buf}
+	return c.trackIn(new(pendingReq), r, buf)
+}
+
+// trackIn is track with caller-provided storage.
+func (c *call) trackIn(p *pendingReq, r Request, buf []byte) *pendingReq {
+	*p = pendingReq{r: r, buf: buf}
 	c.pending = append(c.pending, p)
 	return p
 }
@@ -89,6 +95,7 @@ type inMsg struct {
 	count int64
 	stage []byte
 	hr    *pendingReq
+	req   pendingReq // storage for hr
 }
 
 // recv starts receiving from view rank peer into dst; the sender must
@@ -100,7 +107,9 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 		scratch.put(stage)
 		return nil, c.fail(peer, err)
 	}
-	return &inMsg{c: c, peer: peer, dst: dst, count: count, stage: stage, hr: c.track(r, stage)}, nil
+	m := &inMsg{c: c, peer: peer, dst: dst, count: count, stage: stage}
+	m.hr = c.trackIn(&m.req, r, stage)
+	return m, nil
 }
 
 // wait completes the receive: header, checks, then the payload.

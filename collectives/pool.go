@@ -33,8 +33,7 @@ func (p *bufPool) get(n int) []byte {
 	}
 	c := classOf(n)
 	if v := p.classes[c].Get(); v != nil {
-		b := *(v.(*[]byte))
-		return b[:n]
+		return unsafe.Slice((*byte)(v.(unsafe.Pointer)), 1<<c)[:n]
 	}
 	words := make([]uint64, (1<<c)/8)
 	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8)
@@ -50,6 +49,8 @@ func (p *bufPool) put(b []byte) {
 	if 1<<c != cap(b) {
 		return // not ours
 	}
-	b = b[:cap(b)]
-	p.classes[c].Put(&b)
+	// The pool holds the array's address: a pointer fits in the interface
+	// word, so Put does not allocate (a *[]byte would), and it keeps the
+	// array alive.
+	p.classes[c].Put(unsafe.Pointer(unsafe.SliceData(b)))
 }

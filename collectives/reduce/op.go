@@ -130,7 +130,7 @@ func (o Op) Resolve(dt DType) (Kernel, error) {
 	if dt.IsFloat() && (o.code == OpBAnd || o.code == OpBOr || o.code == OpBXor) {
 		return k, fmt.Errorf("%w: bitwise %v on %v", ErrUnsupported, o, dt)
 	}
-	k.Combine = builtin(o.code, dt)
+	k.Combine = builtins[o.code][dt]
 	if k.Combine == nil {
 		return k, fmt.Errorf("%w: %v on %v", ErrUnsupported, o, dt)
 	}
@@ -158,3 +158,17 @@ type userFunc struct {
 	dt      DType
 	combine func(inout, in []byte)
 }
+
+// builtins holds every built-in kernel, made once: Resolve runs on every
+// collective call and must not allocate.
+var builtins = func() (t [OpUser][numDTypes]func(inout, in []byte)) {
+	for c := OpSum; c < OpUser; c++ {
+		for d := Int8; d < numDTypes; d++ {
+			if d.IsFloat() && (c == OpBAnd || c == OpBOr || c == OpBXor) {
+				continue
+			}
+			t[c][d] = builtin(c, d)
+		}
+	}
+	return t
+}()
