@@ -76,13 +76,15 @@ echo "VM: $D GID index $G, $(nproc) CPUs"
 ./pingpong.test -test.v -test.timeout 300s >pingpong.log 2>&1; echo "pingpong.test exit $?" >>status
 
 # The command itself: real ibv_rc_pingpong server, our client (GID auto-detected).
-ibv_rc_pingpong -d $D -g $G -p 18515 -n 200 >pp1-srv.log 2>&1 & s=$!
-./ibv-pingpong -d $D -e -n 200 -p 18515 -timeout 60s 127.0.0.1 >pp1-cli.log 2>&1; echo "pp1-client exit $?" >>status
+# ibv_rc_pingpong has no time limit of its own: busybox timeout gives it one.
+timeout 120 ibv_rc_pingpong -d $D -g $G -p 18515 -n 200 >pp1-srv.log 2>&1 & s=$!
+./ibv-pingpong -d $D -e -n 200 -p 18515 -timeout 60s 127.0.0.1 >pp1-cli.log 2>&1; c=$?
+echo "pp1-client exit $c" >>status; [ $c = 0 ] || kill $s 2>/dev/null
 wait $s; echo "pp1-server exit $?" >>status
 # Our server (explicit -g), real client; start the client once we listen.
 ./ibv-pingpong -d $D -g $G -e -n 200 -p 18516 -bind 127.0.0.1 -timeout 60s >pp2-srv.log 2>pp2-srv.err & s=$!
 i=0; while ! grep -q "waiting for a connection" pp2-srv.err 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
-ibv_rc_pingpong -d $D -g $G -p 18516 -n 200 127.0.0.1 >pp2-cli.log 2>&1; echo "pp2-client exit $?" >>status
+timeout 120 ibv_rc_pingpong -d $D -g $G -p 18516 -n 200 127.0.0.1 >pp2-cli.log 2>&1; echo "pp2-client exit $?" >>status
 wait $s; echo "pp2-server exit $?" >>status
 
 # rxe1 and rxe2 (--pair) sit on the two ends of a veth pair, like two hosts:
@@ -90,8 +92,9 @@ wait $s; echo "pp2-server exit $?" >>status
 # interop across that wire (the out-of-band TCP exchange stays on loopback).
 RDMAGO_IBV_TEST_DEVICES="$RXE_VM_DEV1,$RXE_VM_DEV2" ./ibvbench.test -test.v -test.run '^TestConformance$' \
 	-test.timeout 300s >pair.log 2>&1; echo "pair.test exit $?" >>status
-ibv_rc_pingpong -d $RXE_VM_DEV1 -g $RXE_VM_GID_INDEX1 -p 18517 -n 100 >pp3-srv.log 2>&1 & s=$!
-./ibv-pingpong -d $RXE_VM_DEV2 -e -n 100 -p 18517 -timeout 60s 127.0.0.1 >pp3-cli.log 2>&1; echo "pp3-client exit $?" >>status
+timeout 120 ibv_rc_pingpong -d $RXE_VM_DEV1 -g $RXE_VM_GID_INDEX1 -p 18517 -n 100 >pp3-srv.log 2>&1 & s=$!
+./ibv-pingpong -d $RXE_VM_DEV2 -e -n 100 -p 18517 -timeout 60s 127.0.0.1 >pp3-cli.log 2>&1; c=$?
+echo "pp3-client exit $c" >>status; [ $c = 0 ] || kill $s 2>/dev/null
 wait $s; echo "pp3-server exit $?" >>status
 
 if [ "${BENCH:-0}" = 1 ]; then
@@ -99,8 +102,8 @@ if [ "${BENCH:-0}" = 1 ]; then
 		# perftest's clock calibration sometimes fails under TCG (figures
 		# "inf"): then once more
 		for try in 1 2; do
-			"$@" >perf-srv.log 2>&1 & s=$!
-			sleep 1; "$@" 127.0.0.1 >"$OUT" 2>&1; r=$?; wait $s
+			timeout 120 "$@" >perf-srv.log 2>&1 & s=$!
+			sleep 1; timeout 120 "$@" 127.0.0.1 >"$OUT" 2>&1; r=$?; [ $r = 0 ] || kill $s 2>/dev/null; wait $s
 			grep -q " inf " "$OUT" || break
 		done
 		echo "$NAME exit $r" >>status
