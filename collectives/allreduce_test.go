@@ -64,7 +64,7 @@ func memo(m map[[2]int][]float64, k [2]int, f func() []float64) []float64 {
 func TestAllreduceGrid(t *testing.T) {
 	t.Parallel()
 	for _, alg := range collectives.Algorithms(collectives.CollAllreduce) {
-		for _, p := range rankCounts {
+		for _, p := range gridRanks() {
 			for _, n := range sizes {
 				t.Run(name("alg", alg, "p", p, "n", n), func(t *testing.T) {
 					want := refSum(p, n)

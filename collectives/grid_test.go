@@ -228,7 +228,7 @@ func TestGrid(t *testing.T) {
 			continue // TestAllreduceGrid
 		}
 		for _, alg := range collectives.Algorithms(coll) {
-			for _, p := range rankCounts {
+			for _, p := range gridRanks() {
 				for _, n := range sizes {
 					t.Run(name("coll", coll, "alg", alg, "p", p, "n", n), func(t *testing.T) {
 						errs := world(t, p, worldFor(alg, p), force(coll, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
@@ -247,7 +247,7 @@ func TestGrid(t *testing.T) {
 
 func TestBarrier(t *testing.T) {
 	t.Parallel()
-	for _, p := range rankCounts {
+	for _, p := range gridRanks() {
 		t.Run(name("p", p), func(t *testing.T) {
 			var arrived atomic.Int32
 			errs := world(t, p, worldFor(0, p), collectives.Options{}, func(ctx context.Context, e *collectives.Engine, r int) error {

@@ -89,6 +89,9 @@ func TestOverP2P(t *testing.T) {
 		p        int
 	}
 	runs := []run{{"loop", 1}, {"loop", 2}, {"loop", 3}, {"loop", 5}, {"shm", 3}, {"tcp", 3}}
+	if raceEnabled {
+		runs = []run{{"loop", 2}, {"loop", 3}, {"shm", 3}, {"tcp", 2}}
+	}
 	ns := []int{0, 7, 1000}
 	if long {
 		runs, ns = nil, sizes
