@@ -246,7 +246,7 @@ func (c *Client) init(ctx context.Context) error {
 		c.keyMax, c.valMax = 64, 1024
 		c.kvsname = c.opts.JobID
 	}
-	if c.keyMax < minKeyLen || c.valMax < minValLen {
+	if c.keyMax < minKeyLen || c.valMax < minValLen+len(c.kvsname)+len("cmd=put kvsname= key= value=\n")+maxWireKey {
 		return &bootstrap.Error{Op: "pmi open", Err: bootstrap.ErrServerLost,
 			Detail: fmt.Sprintf("the PMI server allows keys of %d and values of %d bytes; rdmago needs at least %d and %d", c.keyMax, c.valMax, minKeyLen, minValLen)}
 	}
@@ -256,7 +256,7 @@ func (c *Client) init(ctx context.Context) error {
 // Limits below which the key and value encodings do not work.
 const (
 	minKeyLen = 40
-	minValLen = 64
+	minValLen = 64 // bytes of value per request line, besides the command
 )
 
 // Rank is this process's rank.
@@ -288,10 +288,13 @@ const (
 	plainPrefix  = "rdmago:"
 	hashedPrefix = "rdmago#"
 	pieceSuffix  = 4 // "~" + up to 3 digits
+	// maxWireKey bounds keys on the wire even where the server allows
+	// longer ones, so that a request line keeps room for its value.
+	maxWireKey = 100
 )
 
 func (c *Client) wireKey(key string) string {
-	if len(plainPrefix)+len(key)+pieceSuffix <= c.keyMax && plainKey(key) {
+	if len(plainPrefix)+len(key)+pieceSuffix <= min(c.keyMax, maxWireKey) && plainKey(key) {
 		return plainPrefix + key
 	}
 	sum := sha256.Sum256([]byte(key))
@@ -308,13 +311,23 @@ func plainKey(k string) bool {
 	return true
 }
 
-// pieces encodes value as the strings stored under key, key~1, ...
-func (c *Client) pieces(value []byte) []string {
+// pieces encodes value as the strings stored under wk, wk~1, ... Each
+// whole request line stays within the server's value limit, not only the
+// value: Slurm's plugin reads a PMI-1 request into a buffer of that size
+// and misreads a longer line.
+func (c *Client) pieces(wk string, value []byte) []string {
+	var overhead int
+	if c.v2 {
+		overhead = len(format2("kvs-put", "key", wk+"~999", "value", ""))
+	} else {
+		overhead = len(format1("put", "kvsname", c.kvsname, "key", wk+"~999", "value", ""))
+	}
+	limit := c.valMax - overhead
 	e := base64.RawURLEncoding.EncodeToString(value)
-	if 1+len(e) <= c.valMax {
+	if 1+len(e) <= limit {
 		return []string{"v" + e}
 	}
-	room := c.valMax - len("c999.")
+	room := limit - len("c999.")
 	n := (len(e) + room - 1) / room
 	out := make([]string, n)
 	for i := range n {
@@ -333,7 +346,7 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) error {
 		return err
 	}
 	wk := c.wireKey(key)
-	ps := c.pieces(value)
+	ps := c.pieces(wk, value)
 	if len(ps) > 999 {
 		return &bootstrap.Error{Op: "put", Key: key, Err: bootstrap.ErrInvalid, Detail: "value needs more than 999 pieces"}
 	}

@@ -108,7 +108,7 @@ func nilIfEmpty(b []byte) []byte {
 // A value longer than the server's limit is split over several keys.
 func TestValueSplit(t *testing.T) {
 	s := newFake("hydra", 2)
-	s.valMax = 100
+	s.valMax = 260 // room for about 100 characters of value per line
 	cs := openAll(t, s, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -130,7 +130,10 @@ func TestValueSplit(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, getErr)
 	assert.Equal(t, big, got)
-	assert.Contains(t, s.Received(), "key=rdmago:big~14")
+	assert.Contains(t, s.Received(), "key=rdmago:big~6")
+	for _, line := range strings.Split(s.Received(), "\n") {
+		assert.LessOrEqual(t, len(line)+1, 260, "every request line fits the server's limit")
+	}
 }
 
 func TestGetMissingTimesOut(t *testing.T) {
@@ -311,6 +314,18 @@ func TestCloseFinalizes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	assert.ErrorIs(t, c.Put(ctx, "k", nil), bootstrap.ErrClosed)
+}
+
+// A server whose limits leave no room for values is refused at Open.
+func TestTinyLimits(t *testing.T) {
+	s := newFake("hydra", 1)
+	s.valMax = 150
+	conns := s.conns(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	_, err := Open(ctx, Options{Conn: conns[0], Rank: 0, Size: 1})
+	require.ErrorIs(t, err, bootstrap.ErrServerLost)
+	assert.Contains(t, err.Error(), "values of 150 bytes")
 }
 
 func TestBadArguments(t *testing.T) {

@@ -183,7 +183,7 @@ func frame2(buf []byte) (payload string, n int, ok bool, err error) {
 	if len(buf) < 6 {
 		return "", 0, false, nil
 	}
-	l, err := strconv.Atoi(strings.TrimRight(string(buf[:6]), " "))
+	l, err := strconv.Atoi(strings.TrimSpace(string(buf[:6]))) // Slurm pads on the right, Hydra on the left
 	if err != nil || l < 0 || l > maxMsg {
 		return "", 0, false, fmt.Errorf("%w: length prefix %q", errMalformed, clip(string(buf[:6])))
 	}

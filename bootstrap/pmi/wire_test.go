@@ -168,3 +168,13 @@ func FuzzFrame2(f *testing.F) {
 		}
 	})
 }
+
+// Hydra pads the PMI-2 length on the left ("   113"), Slurm on the right.
+func TestFrame2Padding(t *testing.T) {
+	for _, head := range []string{"14    ", "    14", "  14  "} {
+		p, _, ok, err := frame2([]byte(head + "cmd=kvs-fence;"))
+		require.NoError(t, err, head)
+		assert.True(t, ok)
+		assert.Equal(t, "cmd=kvs-fence;", p)
+	}
+}
