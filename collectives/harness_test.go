@@ -66,7 +66,7 @@ func worldFor(a collectives.Algorithm, n int) coltest.Options {
 	case collectives.Hierarchical:
 		o.Hosts = make([]int, n)
 		for r := range o.Hosts {
-			o.Hosts[r] = r * 3 / n // up to three hosts of uneven size
+			o.Hosts[r] = r * 7 % 3 // up to three hosts, uneven, ranks interleaved
 		}
 	}
 	return o
