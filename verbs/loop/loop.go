@@ -127,23 +127,22 @@ func (t *transport) Connect(q *softrc.QP) {
 		tableMu.Unlock()
 		return
 	}
-	var peer *softrc.QP
+	var p *softrc.QP
 	pt := devices[peerID]
-	if pt == nil || pt.dev.QP(r.QPNum) == nil {
+	if pt != nil {
+		p = pt.dev.QP(r.QPNum)
+	}
+	if p == nil {
 		// The address names a device or QP that no longer exists.
 		tableMu.Unlock()
 		q.FailConnect(fmt.Errorf("loop: peer device %d qp %#x does not exist", peerID, r.QPNum))
 		return
 	}
-	{
-		if p := pt.dev.QP(r.QPNum); p != nil {
-			if _, ok := pt.pending[p]; ok {
-				pr := p.Remote()
-				if binary.BigEndian.Uint64(pr.Payload) == t.id && pr.QPNum == q.Num() {
-					peer = p
-					delete(pt.pending, p)
-				}
-			}
+	var peer *softrc.QP
+	if _, ok := pt.pending[p]; ok {
+		if pr := p.Remote(); binary.BigEndian.Uint64(pr.Payload) == t.id && pr.QPNum == q.Num() {
+			peer = p
+			delete(pt.pending, p)
 		}
 	}
 	if peer == nil {

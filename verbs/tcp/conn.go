@@ -210,7 +210,7 @@ func (t *transport) dial(q *softrc.QP, ra addrPayload, remoteQP uint32) {
 			t.abort(ra, req)
 			return
 		}
-		ctx, cancel := contextWithDeadline(t, deadline)
+		ctx, cancel := context.WithDeadline(t.ctx, deadline)
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", ra.host)
 		cancel()

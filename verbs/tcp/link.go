@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,10 +12,6 @@ import (
 
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
-
-func contextWithDeadline(t *transport, d time.Time) (context.Context, context.CancelFunc) {
-	return context.WithDeadline(t.ctx, d)
-}
 
 // link is one connected QP pair's TCP connection. Its reader goroutine is
 // the QP's responder and completer: it reads each frame header, and the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -254,17 +255,9 @@ func requireClosed(t *testing.T, c net.Conn) {
 			continue
 		}
 		var ne net.Error
-		require.False(t, errorsAs(err, &ne) && ne.Timeout(), "device did not drop the connection: %v", err)
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "device did not drop the connection: %v", err)
 		return
 	}
-}
-
-func errorsAs(err error, target *net.Error) bool {
-	ne, ok := err.(net.Error)
-	if ok {
-		*target = ne
-	}
-	return ok
 }
 
 // fakePeer authenticates to dev as the peer of q and returns the raw
@@ -275,8 +268,8 @@ func fakePeer(t *testing.T, dev verbs.Device, q verbs.QP, token []byte) net.Conn
 	require.NoError(t, err)
 	ap, err := decodeAddrPayload(qa.Payload)
 	require.NoError(t, err)
-	// A fake peer whose address sorts first accepts... no: sorts first dials.
-	// "0.0.0.0:1" sorts before "127.0.0.1:…", so the fake dials q's device.
+	// The end whose address sorts first dials: "0.0.0.0:1" sorts before
+	// "127.0.0.1:…", so the fake peer is the dialer and q's device accepts.
 	const fakeDev, fakeQP = 0x1234, 0x42
 	fake, err := verbs.QPAddress{Provider: Name, QPNum: fakeQP, PSN: 0,
 		Payload: addrPayload{dev: fakeDev, host: "0.0.0.0:1"}.encode()}.Encode()
