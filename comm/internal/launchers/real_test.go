@@ -1,0 +1,255 @@
+package launchers
+
+// Tests with the real launchers from Debian's packages. Each launcher run
+// has a deadline and its whole process group is killed when it passes;
+// each test is skipped, saying why, only where its launcher is not
+// installed. The Slurm test starts its own daemons (about 8 s here);
+// RDMAGO_LAUNCHER_TESTS=0 skips it.
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/internal/testenv/slurm"
+)
+
+var (
+	progOnce sync.Once
+	progPath string
+	progErr  error
+	progDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if progDir != "" {
+		os.RemoveAll(progDir)
+	}
+	os.Exit(code)
+}
+
+// prog builds testprog once per test binary.
+func prog(t *testing.T) string {
+	t.Helper()
+	progOnce.Do(func() {
+		progDir, progErr = os.MkdirTemp("", "rdmago-launchers-")
+		if progErr != nil {
+			return
+		}
+		progPath = filepath.Join(progDir, "testprog")
+		out, err := exec.Command("go", "build", "-o", progPath, "./testprog").CombinedOutput()
+		if err != nil {
+			progErr = fmt.Errorf("go build ./testprog: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, progErr)
+	return progPath
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run runs a launcher command with a deadline, in its own process group,
+// which is killed when the deadline passes.
+func run(t *testing.T, d time.Duration, env []string, name string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdin = nil
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	r := result{stdout: so.String(), stderr: se.String()}
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		t.Fatalf("%s %s: still running after %s\nstdout:\n%s\nstderr:\n%s", name, strings.Join(args, " "), d, r.stdout, r.stderr)
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%s: %v", name, err)
+	}
+	// Leftover ranks of the group would be a bug of the launcher or ours.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	return r
+}
+
+// cleanEnv is the test's environment without any launcher's variables
+// (go test may itself run under a launcher in CI).
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "OMPI_") ||
+			strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "RDMARUN_") || strings.HasPrefix(k, "RDMAGO_PMI") ||
+			k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "LOCAL_WORLD_SIZE" || k == "MASTER_ADDR" || k == "MASTER_PORT" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+var okLine = regexp.MustCompile(`(?m)^ok rank=(\d+) size=(\d+) local=(-?\d+)/(\d+) launcher=(\S+) via="([^"]*)" token=32$`)
+
+// checkOK checks that every one of n ranks printed its ok line (each
+// has verified every other rank's values) and returns the lines by rank.
+func checkOK(t *testing.T, r result, n int, launcher string) map[string][]string {
+	t.Helper()
+	require.Equal(t, 0, r.code, "exit status\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	got := map[string][]string{}
+	for _, m := range okLine.FindAllStringSubmatch(r.stdout, -1) {
+		got[m[1]] = m
+		assert.Equal(t, fmt.Sprint(n), m[2])
+		assert.Equal(t, launcher, m[5])
+	}
+	for i := range n {
+		assert.Contains(t, got, fmt.Sprint(i), "rank %d's line missing\nstdout:\n%s\nstderr:\n%s", i, r.stdout, r.stderr)
+	}
+	assert.Len(t, got, n)
+	return got
+}
+
+func need(t *testing.T, bin, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(bin)
+	if err != nil {
+		t.Skipf("%s not installed (apt-get install %s)", bin, pkg)
+	}
+	return p
+}
+
+func TestRealHydra(t *testing.T) {
+	mpiexec := need(t, "mpiexec.mpich", "mpich")
+	p := prog(t)
+	t.Run("pmi1", func(t *testing.T) {
+		got := checkOK(t, run(t, 60*time.Second, nil, mpiexec, "-n", "4", p), 4, PMI)
+		assert.Equal(t, "MPICH Hydra (mpiexec)", got["0"][6])
+		assert.Equal(t, []string{"2", "4"}, got["2"][3:5], "local rank from MPI_LOCALRANKID")
+	})
+	t.Run("pmi2", func(t *testing.T) {
+		checkOK(t, run(t, 60*time.Second, []string{"RDMAGO_PMI_VERSION=2"}, mpiexec, "-n", "4", p), 4, PMI)
+	})
+	t.Run("pmi-port", func(t *testing.T) {
+		checkOK(t, run(t, 60*time.Second, nil, mpiexec, "-pmi-port", "-n", "3", p), 3, PMI)
+	})
+	t.Run("abort", func(t *testing.T) {
+		// PMI abort: Hydra kills the job and exits with the code.
+		r := run(t, 60*time.Second, nil, mpiexec, "-n", "4", p, "-abort-rank", "1")
+		assert.Equal(t, 7, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+		assert.NotContains(t, r.stdout, "ok rank=")
+	})
+}
+
+func TestRealOpenMPI(t *testing.T) {
+	mpirun := need(t, "mpirun.openmpi", "openmpi-bin")
+	p := prog(t)
+	base := []string{"OMPI_MCA_oob_tcp_if_include=lo", "OMPI_MCA_btl_tcp_if_include=lo"}
+	if os.Geteuid() == 0 {
+		base = append(base, "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	}
+	tok := make([]byte, 32)
+	copy(tok, "launchers real test token.......")
+	t.Run("allgather", func(t *testing.T) {
+		env := append(base, "RDMARUN_ADDR="+freeAddr(t), "RDMARUN_TOKEN="+hex.EncodeToString(tok))
+		got := checkOK(t, run(t, 90*time.Second, env, mpirun, "--oversubscribe", "-np", "4",
+			"-x", "RDMARUN_ADDR", "-x", "RDMARUN_TOKEN", p), 4, OpenMPI)
+		assert.Equal(t, []string{"3", "4"}, got["3"][3:5])
+	})
+	t.Run("no token", func(t *testing.T) {
+		env := append(base, "RDMARUN_ADDR="+freeAddr(t))
+		r := run(t, 90*time.Second, env, mpirun, "--oversubscribe", "-np", "2", "-x", "RDMARUN_ADDR", p)
+		assert.NotContains(t, r.stdout, "ok rank=")
+		assert.Contains(t, r.stderr, "Open MPI mpirun: RDMARUN_TOKEN is not set")
+		assert.Contains(t, r.stderr, "mpirun -x RDMARUN_TOKEN")
+	})
+}
+
+// The torchrun convention, set by hand as a Kubernetes operator would:
+// four processes, rank 0 serving at MASTER_ADDR:MASTER_PORT.
+func TestRealTorchrunEnv(t *testing.T) {
+	p := prog(t)
+	for _, mode := range []string{"token", "insecure"} {
+		t.Run(mode, func(t *testing.T) {
+			host, port, _ := net.SplitHostPort(freeAddr(t))
+			const n = 4
+			rs := make([]result, n)
+			var wg sync.WaitGroup
+			for r := range n {
+				env := []string{fmt.Sprint("RANK=", r), "WORLD_SIZE=4", fmt.Sprint("LOCAL_RANK=", r), "LOCAL_WORLD_SIZE=4",
+					"MASTER_ADDR=" + host, "MASTER_PORT=" + port}
+				if mode == "token" {
+					env = append(env, "RDMARUN_TOKEN="+strings.Repeat("5a", 32))
+				} else {
+					env = append(env, "RDMARUN_INSECURE=1")
+				}
+				wg.Go(func() { rs[r] = run(t, 60*time.Second, env, p) })
+			}
+			wg.Wait()
+			var all result
+			for _, r := range rs {
+				all.stdout += r.stdout
+				all.stderr += r.stderr
+				all.code |= r.code
+			}
+			checkOK(t, all, n, Torchrun)
+			if mode == "insecure" {
+				assert.Equal(t, n, strings.Count(all.stderr, "WARNING: RDMARUN_INSECURE=1"), all.stderr)
+			} else {
+				assert.NotContains(t, all.stderr, "WARNING")
+			}
+		})
+	}
+}
+
+// A single-node Slurm cluster of our own: srun --mpi=pmi2 over PMI-1 and
+// PMI-2, and plain srun's clear error.
+func TestRealSlurm(t *testing.T) {
+	if os.Getenv("RDMAGO_LAUNCHER_TESTS") == "0" {
+		t.Skip("RDMAGO_LAUNCHER_TESTS=0")
+	}
+	p := prog(t)
+	c := slurm.Start(t)
+	env := c.Env()
+	t.Run("srun pmi2", func(t *testing.T) {
+		got := checkOK(t, run(t, 60*time.Second, env, "srun", "--mpi=pmi2", "-n", "4", p), 4, PMI)
+		assert.Equal(t, "Slurm srun --mpi=pmi2", got["0"][6])
+		assert.Equal(t, []string{"1", "4"}, got["1"][3:5], "local rank from SLURM_LOCALID")
+	})
+	t.Run("srun pmi2 wire v2", func(t *testing.T) {
+		checkOK(t, run(t, 60*time.Second, append(env, "RDMAGO_PMI_VERSION=2"), "srun", "--mpi=pmi2", "-n", "4", p), 4, PMI)
+	})
+	t.Run("srun without mpi", func(t *testing.T) {
+		r := run(t, 60*time.Second, env, "srun", "-n", "2", p)
+		assert.NotEqual(t, 0, r.code)
+		assert.Equal(t, 2, strings.Count(r.stderr, "add --mpi=pmi2"), r.stderr)
+	})
+	t.Run("salloc shell", func(t *testing.T) {
+		r := run(t, 60*time.Second, env, "salloc", "-n", "2", p)
+		assert.NotEqual(t, 0, r.code)
+		assert.Contains(t, r.stderr, "inside Slurm allocation")
+	})
+}
