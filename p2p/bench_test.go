@@ -6,8 +6,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"

@@ -45,21 +45,22 @@ type Endpoint struct {
 	provider []string // per rank
 	peers    []*peer  // peers[rank]; nil for this rank
 
-	mu        sync.Mutex
-	m         matcher
-	nextID    uint64
-	rndvSends map[uint64]*Request // RTS sent, waiting for FIN
-	reads     map[uint32]*Request // READ posted, waiting for completion
-	writes    map[uint32]*Request // window writes waiting for completion
-	notes     []Notification
-	arrivals  []chan struct{} // Probe / WaitNotify waiters, woken on arrival
-	dirty     []*peer         // peers whose queues or credits changed
-	failErr   error           // set once: *PeerLostError or closedErr
-	failed    chan struct{}   // closed when failErr is set
-	closing   bool
-	windowSeq uint32
-	opSeq     uint32
-	selfStats PeerStats
+	mu          sync.Mutex
+	m           matcher
+	nextID      uint64
+	rndvSends   map[uint64]*Request // RTS sent, waiting for FIN
+	reads       map[uint32]*Request // READ posted, waiting for completion
+	writes      map[uint32]*Request // window writes waiting for completion
+	notes       []Notification
+	arrivals    []chan struct{} // Probe / WaitNotify waiters, woken on arrival
+	dirty       []*peer         // peers whose queues or credits changed
+	failErr     error           // set once: *PeerLostError or closedErr
+	failed      chan struct{}   // closed when failErr is set
+	closing     bool
+	spin, yield time.Duration // effective Options.Spin and Yield
+	windowSeq   uint32
+	opSeq       uint32
+	selfStats   PeerStats
 
 	// The progress engine.
 	pollMu  sync.Mutex
@@ -120,6 +121,7 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 		ep.teardown()
 		return fail(err)
 	}
+	ep.spin, ep.yield = waitPolicy(opts, ep.devs)
 	ep.bgCtx, ep.stop = context.WithCancel(context.Background())
 	for _, d := range ep.devs {
 		ep.wg.Add(1)
@@ -432,4 +434,24 @@ func (ep *Endpoint) connectOptions(d *device) verbs.ConnectOptions {
 	co.MaxQPRdAtomic, co.MaxDestRdAtomic = uint8(rd), uint8(rd)
 	co.Timeout = 18
 	return co
+}
+
+// waitPolicy resolves Options.Spin and Yield (see there).
+func waitPolicy(o Options, devs []*device) (spin, yield time.Duration) {
+	fast := len(devs) > 0
+	for _, d := range devs {
+		if d.provider != "shm" && d.provider != "ibv" {
+			fast = false
+		}
+	}
+	pick := func(v, def time.Duration) time.Duration {
+		switch {
+		case v < 0:
+			return 0
+		case v == 0 && fast:
+			return def
+		}
+		return v
+	}
+	return pick(o.Spin, 20*time.Microsecond), pick(o.Yield, 200*time.Microsecond)
 }

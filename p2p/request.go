@@ -176,8 +176,12 @@ func (ep *Endpoint) wait(ctx context.Context, r *Request) error {
 func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
 	ep.enterPoll()
 	defer ep.leavePoll()
+	if ep.spin+ep.yield == 0 {
+		ep.progress()
+		return cond()
+	}
 	start := time.Now()
-	spin, total := ep.opts.Spin, ep.opts.Spin+ep.opts.Yield
+	spin, total := ep.spin, ep.spin+ep.yield
 	for i := 1; ; i++ {
 		ep.progress()
 		if cond() {

@@ -12,6 +12,9 @@
 // bw), capped by a time budget per size (-t) with at least 5 iterations.
 // Payloads are verified outside the timed loops.
 //
+// -provider rawtcp is the baseline: the same two loops over one plain
+// loopback TCP connection between the two processes (Nagle off), no p2p.
+//
 // With -procs 2 (the default) the two ranks are two processes: the command
 // re-executes itself as rank 1 and the pair meets through a bootstrap
 // server on loopback. With -procs 1 they are goroutines of one process.
@@ -24,6 +27,8 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"syscall"
@@ -71,7 +76,13 @@ func run(bench string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	if r := os.Getenv("P2PBENCH_RANK"); r != "" {
+		if *provider == "rawtcp" {
+			return rawChild(bench)
+		}
 		return child(ctx, bench)
+	}
+	if *provider == "rawtcp" {
+		return rawParent(ctx, bench)
 	}
 	if *procs == 1 {
 		eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: *provider, P2P: options()})
@@ -292,6 +303,152 @@ func bw(ctx context.Context, ep *p2p.Endpoint, s, r []byte, k int) error {
 			}
 			if err := ep.Send(ctx, 0, 3, ack[:]); err != nil {
 				return err
+			}
+		}
+	}
+	return nil
+}
+
+// rawParent is rank 0 of the raw TCP baseline.
+func rawParent(ctx context.Context, bench string) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), "P2PBENCH_RANK=1", "P2PBENCH_ADDR="+ln.Addr().String())
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return rawBench(c, 0, bench)
+}
+
+func rawChild(bench string) error {
+	c, err := net.Dial("tcp", os.Getenv("P2PBENCH_ADDR"))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return rawBench(c, 1, bench)
+}
+
+func rawBench(c net.Conn, me int, bench string) error {
+	sbuf := make([]byte, *maxBytes)
+	rbuf := make([]byte, *maxBytes*window)
+	for i := range sbuf {
+		sbuf[i] = byte(i*13 + 1)
+	}
+	var cnt [8]byte
+	agree := func(k int) (int, error) {
+		if me == 0 {
+			binary.LittleEndian.PutUint64(cnt[:], uint64(k))
+			_, err := c.Write(cnt[:])
+			return k, err
+		}
+		_, err := io.ReadFull(c, cnt[:])
+		return int(binary.LittleEndian.Uint64(cnt[:])), err
+	}
+	var loop func(n, k int) error
+	if bench == "bw" {
+		if me == 0 {
+			fmt.Printf("# p2pbench raw TCP baseline\n# BENCH bw (rank 0 -> 1, window=%d writes, 4-byte ack)\n# Size      Bandwidth (MB/s)       Iters\n", window)
+		}
+		loop = func(n, k int) error {
+			for range k {
+				if me == 0 {
+					for range window {
+						if _, err := c.Write(sbuf[:n]); err != nil {
+							return err
+						}
+					}
+					if _, err := io.ReadFull(c, cnt[:4]); err != nil {
+						return err
+					}
+				} else {
+					if _, err := io.ReadFull(c, rbuf[:n*window]); err != nil {
+						return err
+					}
+					if _, err := c.Write(cnt[:4]); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	} else {
+		if me == 0 {
+			fmt.Printf("# p2pbench raw TCP baseline\n# BENCH latency (ping-pong rank 0 <-> 1, half round trip)\n# Size          Avg Latency(us)       Iters\n")
+		}
+		loop = func(n, k int) error {
+			for range k {
+				if me == 0 {
+					if _, err := c.Write(sbuf[:n]); err != nil {
+						return err
+					}
+					if _, err := io.ReadFull(c, rbuf[:n]); err != nil {
+						return err
+					}
+				} else {
+					if _, err := io.ReadFull(c, rbuf[:n]); err != nil {
+						return err
+					}
+					if _, err := c.Write(sbuf[:n]); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+	}
+	for _, n := range sizes() {
+		if bench == "bw" && n == 0 {
+			continue
+		}
+		iters := 10000
+		if n > 8192 {
+			iters = 1000
+		}
+		if bench == "bw" {
+			iters = 100
+			if n > 8192 {
+				iters = 20
+			}
+		}
+		start := time.Now()
+		if err := loop(n, 5); err != nil {
+			return err
+		}
+		per := time.Since(start) / 5
+		k := iters
+		if b := time.Duration(*budget * float64(time.Second)); per > 0 && time.Duration(k)*per > b {
+			k = max(5, int(b/per))
+		}
+		k, err := agree(k)
+		if err != nil {
+			return err
+		}
+		if err := loop(n, max(1, k/10)); err != nil {
+			return err
+		}
+		start = time.Now()
+		if err := loop(n, k); err != nil {
+			return err
+		}
+		t := time.Since(start)
+		if me == 0 {
+			if bench == "bw" {
+				fmt.Printf("%-10d %18.2f %11d\n", n, float64(n)*float64(k)*window/t.Seconds()/1e6, k)
+			} else {
+				fmt.Printf("%-10d %24.2f %11d\n", n, t.Seconds()*1e6/float64(2*k), k)
 			}
 		}
 	}
