@@ -482,3 +482,30 @@ func TestNoGoroutineLeak(t *testing.T) {
 		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestCloseRegionsMidTransfer: regions closed (unmapped) while a large WRITE
+// and READ use them do not crash the process: the memory stays mapped until
+// the transfer lets go of it, and the work completes with a status.
+func TestCloseRegionsMidTransfer(t *testing.T) {
+	const n = 16 << 20
+	for _, delay := range []time.Duration{0, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond} {
+		a, b := connected(t, shortConnect())
+		src, err := a.pd.AllocMR(n, verbs.AccessLocalWrite)
+		require.NoError(t, err)
+		dst, err := b.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+		require.NoError(t, err)
+		require.NoError(t, a.qp.PostSend(
+			verbs.SendWR{ID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SGL: []verbs.SGE{verbs.SGEOf(src, 0, n)},
+				RemoteAddr: dst.Addr(), RKey: dst.RKey()},
+			verbs.SendWR{ID: 2, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{verbs.SGEOf(src, 0, n)},
+				RemoteAddr: dst.Addr(), RKey: dst.RKey()}))
+		time.Sleep(delay)
+		require.NoError(t, dst.Close())
+		require.NoError(t, src.Close())
+		for range 2 {
+			wc := wait(t, a.cq)
+			t.Logf("delay %v: wr %d: %v", delay, wc.ID, wc.Status)
+		}
+		require.NoError(t, b.dev.Close())
+	}
+}
