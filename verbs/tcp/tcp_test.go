@@ -414,13 +414,15 @@ func TestConnectTimeout(t *testing.T) {
 // TestPeerUnreachable: nothing listens at the peer's address.
 func TestPeerUnreachable(t *testing.T) {
 	o := testOptions()
-	o.ConnectTimeout = 50 * time.Millisecond
+	o.ConnectTimeout = time.Minute // the refusal, not the timeout, must fail it
 	a := newSideOn(t, openDev(t, o))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// 127.0.0.2 (loopback) sorts after a's 127.0.0.1, so a dials; the port
+	// was just freed, so the dial is refused.
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	require.NoError(t, err)
 	host := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	fake, err := verbs.QPAddress{Provider: Name, QPNum: 7, Payload: addrPayload{dev: 1, host: "0" + host}.encode()}.Encode()
+	fake, err := verbs.QPAddress{Provider: Name, QPNum: 7, Payload: addrPayload{dev: 1, host: host}.encode()}.Encode()
 	require.NoError(t, err)
 	require.NoError(t, verbs.Connect(a.qp, fake, shortConnect()))
 	require.NoError(t, a.qp.PostSend(sendWR(51, a)))
