@@ -434,7 +434,7 @@ func TestAlgorithmOverrides(t *testing.T) {
 			o := comm.Options{Collectives: collectives.Options{Algorithms: map[collectives.Collective]collectives.Algorithm{collectives.CollAllreduce: alg}}}
 			p := 4
 			runOK(t, p, o, func(ctx context.Context, c *comm.Comm) error {
-				for _, n := range []int{1, 1000, 70000} {
+				for _, n := range []int{1, 1000, 20000} {
 					buf := input(c.Rank(), n, 1)
 					if err := comm.Allreduce(ctx, c, buf, comm.Sum); err != nil {
 						return err

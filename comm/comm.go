@@ -478,16 +478,27 @@ func (w *world) settleLoss() {
 	})
 }
 
-// Rank is this process's rank in the communicator, in [0, Size).
-func (c *Comm) Rank() int { return c.rank }
+// Rank is this process's rank in the communicator, in [0, Size) (-1 for
+// a nil communicator, as Split returns for Undefined).
+func (c *Comm) Rank() int {
+	if c == nil {
+		return -1
+	}
+	return c.rank
+}
 
-// Size is the number of ranks in the communicator.
-func (c *Comm) Size() int { return c.size }
+// Size is the number of ranks in the communicator (0 for nil).
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
 
 // WorldRank is the world rank (the rank FromEnv / Init gave) of the
 // communicator's rank r, or -1 if r is out of range.
 func (c *Comm) WorldRank(r int) int {
-	if r < 0 || r >= c.size {
+	if c == nil || r < 0 || r >= c.size {
 		return -1
 	}
 	return c.members[r]
@@ -498,6 +509,9 @@ func (c *Comm) WorldRank(r int) int {
 // that rdmarun started they are RDMARUN_LOCAL_RANK and _SIZE; elsewhere
 // they are computed from the host identities the ranks reported.
 func (c *Comm) LocalRank() int {
+	if c == nil {
+		return -1
+	}
 	if c.isWorld && c.w.localRank >= 0 {
 		return c.w.localRank
 	}
@@ -507,6 +521,9 @@ func (c *Comm) LocalRank() int {
 
 // LocalSize: see LocalRank.
 func (c *Comm) LocalSize() int {
+	if c == nil {
+		return 0
+	}
 	if c.isWorld && c.w.localRank >= 0 {
 		return c.w.localSize
 	}
@@ -539,6 +556,9 @@ type Peer struct {
 // Peer returns what this rank knows about rank r of the communicator: its
 // host and which transport reaches it. It is local (no communication).
 func (c *Comm) Peer(r int) (Peer, error) {
+	if err := c.check("Peer"); err != nil {
+		return Peer{}, err
+	}
 	if r < 0 || r >= c.size {
 		return Peer{}, c.opErr("Peer", NoPeer, NoTag, fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, r, c.size))
 	}
@@ -549,7 +569,7 @@ func (c *Comm) Peer(r int) (Peer, error) {
 // Transport names the verbs provider carrying traffic to rank r ("shm",
 // "tcp", "ibv", "loop"; "self" for this rank; "" for a rank out of range).
 func (c *Comm) Transport(r int) string {
-	if r < 0 || r >= c.size {
+	if c == nil || r < 0 || r >= c.size {
 		return ""
 	}
 	return c.w.ep.Transport(c.members[r])
@@ -562,15 +582,28 @@ type Stats = p2p.Stats
 // Stats returns a snapshot of the endpoint's counters. Every communicator
 // of the process shares one endpoint, so the counts are per process, with
 // Peers indexed by world rank.
-func (c *Comm) Stats() Stats { return c.w.ep.Stats() }
+func (c *Comm) Stats() Stats {
+	if c == nil {
+		return Stats{}
+	}
+	return c.w.ep.Stats()
+}
 
 // LastAlgorithm names the algorithm the communicator's latest collective
 // ran (for benchmarks and tests).
-func (c *Comm) LastAlgorithm() string { return c.eng.LastAlgorithm().String() }
+func (c *Comm) LastAlgorithm() string {
+	if c == nil {
+		return ""
+	}
+	return c.eng.LastAlgorithm().String()
+}
 
 // Err returns the error the communicator's connections failed with (a
 // peer loss, an abort), or nil while they are healthy.
 func (c *Comm) Err() error {
+	if err := c.check("Err"); err != nil {
+		return err
+	}
 	err := c.w.ep.Err()
 	if err == nil {
 		return nil
@@ -626,6 +659,9 @@ func (c *Comm) Close() error {
 // ErrPeerLost naming this rank. Abort then ends this process with code
 // (Options.Exit) and does not return.
 func (c *Comm) Abort(code int) {
+	if c == nil {
+		os.Exit(code)
+	}
 	w := c.w
 	me := w.ep.Rank()
 	info := bootstrap.AbortInfo{Rank: me, Code: code, Reason: "comm.Abort"}

@@ -114,10 +114,19 @@ func TestBadArguments(t *testing.T) {
 		if buf[0] != 3 {
 			return fmt.Errorf("after the errors: %v", buf)
 		}
-		// Nil communicator, nil context.
+		// Nil communicator (what Split returns for Undefined), nil context.
 		var nilc *comm.Comm
 		if err := comm.Barrier(ctx, nilc); !errors.Is(err, comm.ErrInvalidArgument) {
 			return fmt.Errorf("nil comm: %v", err)
+		}
+		if _, err := comm.Recv(ctx, nilc, buf, 0, 0); !errors.Is(err, comm.ErrInvalidArgument) {
+			return fmt.Errorf("nil comm recv: %v", err)
+		}
+		if _, err := nilc.Peer(0); !errors.Is(err, comm.ErrInvalidArgument) {
+			return fmt.Errorf("nil comm Peer: %v", err)
+		}
+		if nilc.Rank() != -1 || nilc.Size() != 0 || nilc.Close() != nil || nilc.Transport(0) != "" {
+			return errors.New("nil comm accessors")
 		}
 		//lint:ignore SA1012 testing the nil check
 		if err := comm.Send(nil, c, buf, 0, 0); !errors.Is(err, comm.ErrInvalidArgument) { //nolint:staticcheck

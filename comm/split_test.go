@@ -112,7 +112,7 @@ func TestSplitBadColor(t *testing.T) {
 // goroutines (in a different order on every rank) without cross-matching,
 // while the world runs its own.
 func TestDupConcurrent(t *testing.T) {
-	const dups, iters = 4, 20
+	const dups, iters = 4, 10
 	for _, p := range []int{2, 3, 5} {
 		t.Run(fmt.Sprintf("ranks=%d", p), func(t *testing.T) {
 			runOK(t, p, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {

@@ -1,0 +1,92 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/collectives"
+)
+
+// BenchmarkAllreduce measures what the comm layer adds to a collective:
+// api=comm is comm.Allreduce, api=engine calls collectives.Allreduce on
+// the same communicator's engine directly (the baseline), in the same run.
+// Two ranks in this process over the loop transport; rank 0 drives b.Loop
+// and element 0 of every vector tells rank 1 whether to go on.
+//
+//	go test -run '^$' -bench Allreduce -benchtime 2000x ./comm
+func BenchmarkAllreduce(b *testing.B) {
+	for _, n := range []int{2, 1024, 256 << 10} {
+		for _, api := range []string{"engine", "comm"} {
+			b.Run(fmt.Sprintf("api=%s/bytes=%d", api, 4*n), func(b *testing.B) {
+				benchPair(b, "loop", func(ctx context.Context, c *Comm, buf []float32) error {
+					if api == "comm" {
+						return Allreduce(ctx, c, buf, Sum)
+					}
+					return collectives.Allreduce(ctx, c.eng, buf, Sum)
+				}, n)
+			})
+		}
+	}
+}
+
+func benchPair(b *testing.B, transport string, step func(ctx context.Context, c *Comm, buf []float32) error, n int) {
+	ctx := context.Background()
+	stores, err := bootstrap.NewMemory(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	comms := make([]*Comm, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = Init(ctx, Options{Store: stores[r], Transport: transport, NoEnv: true})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		for r := range 2 {
+			comms[r].Close()
+			stores[r].Close()
+		}
+	}()
+	var peerErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]float32, n)
+		for {
+			buf[0] = 0
+			if peerErr = step(ctx, comms[1], buf); peerErr != nil || buf[0] == 0 {
+				return
+			}
+		}
+	}()
+	buf := make([]float32, n)
+	b.SetBytes(int64(4 * n))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf[0] = 1
+		if err := step(ctx, comms[0], buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	buf[0] = 0
+	if err := step(ctx, comms[0], buf); err != nil {
+		b.Fatal(err)
+	}
+	<-done
+	if peerErr != nil {
+		b.Fatal(peerErr)
+	}
+}
