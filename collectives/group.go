@@ -63,7 +63,12 @@ type Window interface {
 	// place. A zero-length Put only notifies. Puts to one peer arrive in
 	// order. src must not change until the request's Wait returns.
 	Put(ctx context.Context, peer, off int, src []byte, imm uint32) (Request, error)
-	// WaitNotify returns the next notification from peer, in order.
+	// WaitNotify returns the next notification from peer to this window,
+	// in order. The collectives use bit 31 and bits 0..15 of imm only:
+	// an adapter whose transport queues notifications per endpoint rather
+	// than per window (p2p does) may put a window id in bits 16..30 and
+	// demultiplex on it, so that Engines of Dup'ed communicators never take
+	// each other's notifications.
 	WaitNotify(ctx context.Context, peer int) (imm uint32, err error)
 	// Close releases the window (collective, like Expose).
 	Close() error
