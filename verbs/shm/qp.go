@@ -168,8 +168,6 @@ func (q *QP) State() verbs.QPState {
 // memory: direct (same process), cma or copy. It is UserMemAuto until the
 // QP has connected (moved to RTR).
 func (q *QP) UserMemPath() UserMemPath {
-	q.mu.Lock()
-	defer q.mu.Unlock()
 	if l := q.lnk.Load(); l != nil {
 		return l.path
 	}
