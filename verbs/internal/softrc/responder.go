@@ -72,9 +72,11 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 	}
 	var mr *MR
 	var dst []byte
-	if h.Op != FrameSend && h.Op != FrameSendImm && (h.Len > 0 || readLike) {
+	atomicOp := h.Op == FrameCmpSwap || h.Op == FrameFetchAdd
+	// IBTA: a zero-length WRITE or READ validates no rkey.
+	if h.Op != FrameSend && h.Op != FrameSendImm && (h.Len > 0 || atomicOp) {
 		ln := uint64(h.Len)
-		if readLike && h.Op != FrameReadReq {
+		if atomicOp {
 			if h.RAddr&7 != 0 {
 				return q.nakLocked(resp, SynInvReq, 0, p, n)
 			}

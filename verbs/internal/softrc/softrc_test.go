@@ -122,6 +122,7 @@ func TestResponderChecks(t *testing.T) {
 		{name: "region lacks RemoteRead", mrAccess: verbs.AccessLocalWrite | verbs.AccessRemoteWrite, op: verbs.OpRDMARead, rkey: rk, addr: base, length: 64, want: verbs.StatusRemAccessErr, respErr: true},
 		{name: "region lacks RemoteAtomic", mrAccess: verbs.AccessLocalWrite | verbs.AccessRemoteWrite, op: verbs.OpAtomicCmpAndSwp, rkey: rk, addr: base, length: 8, want: verbs.StatusRemAccessErr, respErr: true},
 		{name: "zero-length write checks no rkey", op: verbs.OpRDMAWrite, rkey: func(*end) uint32 { return 12345 }, addr: base, length: 0, want: verbs.StatusSuccess},
+		{name: "zero-length read checks no rkey", op: verbs.OpRDMARead, rkey: func(*end) uint32 { return 12345 }, addr: base, length: 0, want: verbs.StatusSuccess},
 		{name: "write imm bad rkey", op: verbs.OpRDMAWriteWithImm, rkey: func(b *end) uint32 { return b.mr.RKey() ^ 0xff }, addr: base, length: 8, recv: small, want: verbs.StatusRemAccessErr, wantRecv: verbs.StatusLocAccessErr, respErr: true},
 		{name: "send into small recv", op: verbs.OpSend, length: 64, recv: &verbs.RecvWR{ID: 78}, want: verbs.StatusRemInvReqErr, wantRecv: verbs.StatusLocLenErr, respErr: true},
 		{name: "send ok", op: verbs.OpSend, length: 0, recv: &verbs.RecvWR{ID: 79}, want: verbs.StatusSuccess, wantRecv: verbs.StatusSuccess},
