@@ -148,8 +148,10 @@ func (c *cq) Wait(ctx context.Context) error {
 			break
 		}
 	}
-	stop := context.AfterFunc(ctx, c.db.kick)
-	defer stop()
+	if ctx.Done() != nil { // cancellation wakes the futex
+		stop := context.AfterFunc(ctx, c.db.kick)
+		defer stop()
+	}
 	for {
 		atomic.AddUint32(c.db.waiters, 1)
 		s := atomic.LoadUint32(c.db.seq)
