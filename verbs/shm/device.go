@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -399,5 +398,3 @@ func (db doorbell) kick() {
 	atomic.AddUint32(db.seq, 1)
 	futexWake(db.seq)
 }
-
-var errDeviceClosed = errors.New("device closed")

@@ -12,10 +12,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -862,6 +860,3 @@ func readFrame(c *net.UnixConn, wantFDs bool) ([]byte, []int, error) {
 
 func closeFD(fd int) { unix.Close(fd) }
 func unmap(b []byte) { unix.Munmap(b) }
-
-var _ = os.Getpid
-var _ = syscall.EINVAL

@@ -5,7 +5,6 @@ package shm
 import (
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -524,5 +523,3 @@ func (q *QP) peerQPN() uint32 {
 	}
 	return 0
 }
-
-var errNotConnected = errors.New("not connected")

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -150,7 +149,5 @@ func word64(b []byte, off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&b[o
 
 // word32 is the 4-byte word at b[off:].
 func word32(b []byte, off uint64) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
-
-var _ = atomic.LoadUint32
 
 func uintptrOf(p *uint64) uintptr { return uintptr(unsafe.Pointer(p)) }
