@@ -2,15 +2,14 @@ package collectives_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/collectives/reduce"
 	"github.com/rdmago/rdmago/p2p"
-	"github.com/rdmago/rdmago/p2p/p2ptest"
-	_ "github.com/rdmago/rdmago/verbs/shm"
-	_ "github.com/rdmago/rdmago/verbs/tcp"
+	"github.com/rdmago/rdmago/p2p/p2ptest" // p2p registers the shm and tcp providers
 )
 
 // p2pGroup adapts a p2p channel (one private context per Engine, as comm
@@ -165,5 +164,48 @@ func TestOverP2P(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestPeerLostOverP2P: rank 1 revokes the endpoint in the middle of a
+// stream of allreduces (as p2p does when it sees a link die); every rank
+// must fail with p2p's ErrPeerLost naming rank 2, none may hang.
+func TestPeerLostOverP2P(t *testing.T) {
+	t.Parallel()
+	const p = 4
+	errs := make([]error, p)
+	err := p2ptest.RunErr(p, p2ptest.Options{Provider: "loop"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		ch, err := ep.Channel(7)
+		if err != nil {
+			return err
+		}
+		e, err := collectives.New(&p2pGroup{ep: ep, ch: ch}, collectives.Options{})
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		buf := make([]float64, 5000)
+		for i := 0; i < 1000; i++ {
+			if ep.Rank() == 1 && i == 20 {
+				ep.Revoke(2, fmt.Errorf("test: rank 2 declared dead"))
+			}
+			if err := collectives.Allreduce(ctx, e, buf, reduce.Sum); err != nil {
+				errs[ep.Rank()] = err
+				return nil
+			}
+		}
+		return fmt.Errorf("rank %d: 1000 allreduces and no failure", ep.Rank())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range errs {
+		var pl *p2p.PeerLostError
+		if !errors.As(err, &pl) || pl.Rank != 2 {
+			t.Errorf("rank %d: %v, want p2p.PeerLostError for rank 2", r, err)
+		}
+		if !errors.Is(err, p2p.ErrPeerLost) {
+			t.Errorf("rank %d: %v does not match p2p.ErrPeerLost", r, err)
+		}
 	}
 }
