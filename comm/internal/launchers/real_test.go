@@ -133,6 +133,14 @@ func checkOK(t *testing.T, r result, n int, launcher string) map[string][]string
 	return got
 }
 
+// checkAllreduce checks that every rank verified the allreduce.
+func checkAllreduce(t *testing.T, r result, n int) {
+	t.Helper()
+	for i := range n {
+		assert.Contains(t, r.stdout, fmt.Sprintf("allreduce ok rank=%d\n", i), "stderr:\n%s", r.stderr)
+	}
+}
+
 func need(t *testing.T, bin, pkg string) string {
 	t.Helper()
 	p, err := exec.LookPath(bin)
@@ -156,6 +164,17 @@ func TestRealHydra(t *testing.T) {
 	t.Run("pmi-port", func(t *testing.T) {
 		checkOK(t, run(t, 60*time.Second, nil, mpiexec, "-pmi-port", "-n", "3", p), 3, PMI)
 	})
+	t.Run("allreduce", func(t *testing.T) {
+		// comm.Init over the PMI store: p2p reads the peers' keys right
+		// after putting its own (p2p/transport.go, p2p/endpoint.go),
+		// which a PMI store publishes only at the next Fence.
+		if os.Getenv("RDMAGO_PMI_COMM") != "1" {
+			t.Skip("known gap: p2p's connection setup Gets peers' keys without a Fence, which PMI needs; RDMAGO_PMI_COMM=1 runs it")
+		}
+		r := run(t, 60*time.Second, nil, mpiexec, "-n", "4", p, "-allreduce")
+		checkOK(t, r, 4, PMI)
+		checkAllreduce(t, r, 4)
+	})
 	t.Run("abort", func(t *testing.T) {
 		// PMI abort: Hydra kills the job and exits with the code.
 		r := run(t, 60*time.Second, nil, mpiexec, "-n", "4", p, "-abort-rank", "1")
@@ -175,9 +194,11 @@ func TestRealOpenMPI(t *testing.T) {
 	copy(tok, "launchers real test token.......")
 	t.Run("allgather", func(t *testing.T) {
 		env := append(base, "RDMARUN_ADDR="+freeAddr(t), "RDMARUN_TOKEN="+hex.EncodeToString(tok))
-		got := checkOK(t, run(t, 90*time.Second, env, mpirun, "--oversubscribe", "-np", "4",
-			"-x", "RDMARUN_ADDR", "-x", "RDMARUN_TOKEN", p), 4, OpenMPI)
+		r := run(t, 90*time.Second, env, mpirun, "--oversubscribe", "-np", "4",
+			"-x", "RDMARUN_ADDR", "-x", "RDMARUN_TOKEN", p, "-allreduce")
+		got := checkOK(t, r, 4, OpenMPI)
 		assert.Equal(t, []string{"3", "4"}, got["3"][3:5])
+		checkAllreduce(t, r, 4)
 	})
 	t.Run("no token", func(t *testing.T) {
 		env := append(base, "RDMARUN_ADDR="+freeAddr(t))
@@ -206,7 +227,7 @@ func TestRealTorchrunEnv(t *testing.T) {
 				} else {
 					env = append(env, "RDMARUN_INSECURE=1")
 				}
-				wg.Go(func() { rs[r] = run(t, 60*time.Second, env, p) })
+				wg.Go(func() { rs[r] = run(t, 60*time.Second, env, p, "-allreduce") })
 			}
 			wg.Wait()
 			var all result
@@ -216,6 +237,7 @@ func TestRealTorchrunEnv(t *testing.T) {
 				all.code |= r.code
 			}
 			checkOK(t, all, n, Torchrun)
+			checkAllreduce(t, all, n)
 			if mode == "insecure" {
 				assert.Equal(t, n, strings.Count(all.stderr, "WARNING: RDMARUN_INSECURE=1"), all.stderr)
 			} else {

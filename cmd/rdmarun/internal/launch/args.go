@@ -73,6 +73,7 @@ type Args struct {
 	Iface          string
 	Verbose        bool
 	NoStdin        bool // --stdin none: rank 0 gets an empty stdin
+	NoSrun         bool // --no-srun: local ranks even inside a Slurm allocation
 	Program        string
 	ProgramArgs    []string
 }
@@ -82,7 +83,9 @@ const Usage = `usage: rdmarun -np N [options] PROGRAM [ARGS...]
 
 Starts N ranks of PROGRAM and hands each the RDMARUN_* environment
 (docs/env.md). PROGRAM is an executable, or a Go package directory
-(./examples/hello), which rdmarun builds first.
+(./examples/hello), which rdmarun builds first. Inside a Slurm allocation
+(SLURM_JOB_ID set) without --host or --hostfile, ranks are started with
+srun on the allocated nodes.
 
 options:
   -np, -n N               number of ranks (required)
@@ -101,6 +104,7 @@ options:
   --iface SPEC            interfaces/addresses for the rendezvous when hosts are remote:
                           names (eth0), prefixes (en*), CIDRs (10.0.0.0/8), ^exclusions
   --stdin 0|none          who reads rdmarun's stdin: rank 0 (default) or nobody
+  --no-srun               inside a Slurm allocation, start ranks here instead of with srun
   -v, --verbose           say what rdmarun does
   -h, --help              this text
 `
@@ -152,6 +156,8 @@ func ParseArgs(argv []string, getenv func(string) (string, bool)) (*Args, error)
 				a.TagOutput = true
 			case "verbose":
 				a.Verbose = true
+			case "no-srun":
+				a.NoSrun = true
 			case "help":
 				return nil, ErrHelp
 			}
@@ -205,8 +211,9 @@ var optionSpecs = map[string]optionSpec{
 	"transport":       {"transport", true},
 	"launch-agent":    {"launch-agent", true},
 	"iface":           {"iface", true}, "if": {"iface", true},
-	"stdin": {"stdin", true},
-	"v":     {"verbose", false}, "verbose": {"verbose", false},
+	"stdin":   {"stdin", true},
+	"no-srun": {"no-srun", false},
+	"v":       {"verbose", false}, "verbose": {"verbose", false},
 	"h": {"help", false}, "help": {"help", false},
 }
 

@@ -30,6 +30,9 @@ type Options struct {
 	Stdin io.Reader
 	// Stdout and Stderr receive the ranks' output and rdmarun's messages.
 	Stdout, Stderr io.Writer
+	// Getenv reads rdmarun's environment (SLURM_JOB_ID and the
+	// allocation's variables); nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
 	// Signals delivers SIGINT, SIGTERM, ... that rdmarun received; each is
 	// forwarded to every rank and starts the job's end. A second one kills
 	// the ranks at once. Nil: none.
@@ -80,6 +83,7 @@ type job struct {
 	program string            // local path or name of the program
 	remote  map[string]string // host → program path there, when copied
 	workDir string
+	slurm   string // the Slurm job id when ranks start with srun
 }
 
 // Run runs one job to its end and returns rdmarun's exit status: 0 when
@@ -94,6 +98,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}
+	if o.Getenv == nil {
+		o.Getenv = os.LookupEnv
+	}
 	j := &job{o: o, out: &output{tag: o.TagOutput, stdout: o.Stdout, stderr: o.Stderr}, remote: map[string]string{}}
 	return j.run(ctx)
 }
@@ -105,12 +112,15 @@ func (j *job) logf(format string, args ...any) {
 }
 
 func (j *job) run(ctx context.Context) (int, error) {
-	hosts, implicit, err := j.hosts()
+	hosts, implicit, err := j.hosts(ctx)
 	if err != nil {
 		return ExitUsage, err
 	}
 	placements, err := MapRanks(hosts, j.o.NP, j.o.Oversubscribe || implicit)
 	if err != nil {
+		if j.slurm != "" {
+			err = usagef("%v (inside Slurm allocation %s the slots are its tasks: ask salloc/sbatch for more with -n, or start the ranks here with --no-srun)", err, j.slurm)
+		}
 		return ExitUsage, err
 	}
 	// Only hosts that received ranks matter from here on.
@@ -121,10 +131,14 @@ func (j *job) run(ctx context.Context) (int, error) {
 	localHosts := map[string]bool{}
 	var remoteHosts []string
 	hasLocal := false
+	allHere := true // every used host is this machine
 	for _, h := range hosts {
+		if used[h.Name] && !isLocalHost(h.Name) {
+			allHere = false
+		}
 		switch {
 		case !used[h.Name]:
-		case isLocalHost(h.Name):
+		case isLocalHost(h.Name) && j.slurm == "":
 			localHosts[h.Name] = true
 			hasLocal = true
 		default:
@@ -135,6 +149,24 @@ func (j *job) run(ctx context.Context) (int, error) {
 		tmpl := j.o.LaunchAgent
 		if tmpl == "" {
 			tmpl = DefaultAgent
+		}
+		if j.slurm != "" {
+			tmpl = slurmAgent
+			nodes := map[string]int{}
+			var order []string
+			for _, p := range placements {
+				if nodes[p.Host] == 0 {
+					order = append(order, p.Host)
+				}
+				nodes[p.Host]++
+			}
+			var desc []string
+			for _, h := range order {
+				desc = append(desc, fmt.Sprintf("%s:%d", h, nodes[h]))
+			}
+			// Say so: users expect ssh or local processes otherwise.
+			j.out.printf("rdmarun: inside Slurm allocation %s: starting %s with srun on %s (--no-srun to start them here)",
+				j.slurm, plural(len(placements), "rank"), strings.Join(desc, ","))
 		}
 		if j.agent, err = parseAgent(tmpl); err != nil {
 			return ExitUsage, usagef("--launch-agent %q: %v", tmpl, err)
@@ -184,7 +216,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 	j.marker = "rdmarun-status-" + j.id
 
 	listen := "127.0.0.1:0"
-	if len(remoteHosts) > 0 {
+	if len(remoteHosts) > 0 && !allHere {
 		listen, err = selectAddress(j.o.Iface, remoteHosts)
 		if err != nil {
 			if IsUsage(err) {
@@ -230,10 +262,11 @@ func (j *job) run(ctx context.Context) (int, error) {
 	return j.supervise(ctx, srv, started, startFail), nil
 }
 
-// hosts returns the hosts from --host or --hostfile, or just this machine
-// with as many slots as ranks (implicit: mpirun-style oversubscription of
-// the local machine needs no flag).
-func (j *job) hosts() ([]Host, bool, error) {
+// hosts returns the hosts from --host or --hostfile; inside a Slurm
+// allocation the allocation's nodes (and j.slurm is set); else just this
+// machine with as many slots as ranks (implicit: mpirun-style
+// oversubscription of the local machine needs no flag).
+func (j *job) hosts(ctx context.Context) ([]Host, bool, error) {
 	switch {
 	case len(j.o.HostLists) > 0:
 		var all []Host
@@ -250,6 +283,17 @@ func (j *job) hosts() ([]Host, bool, error) {
 	case j.o.Hostfile != "":
 		hs, err := ReadHostfile(j.o.Hostfile)
 		return hs, false, err
+	}
+	if id, ok := j.o.Getenv("SLURM_JOB_ID"); ok && id != "" && !j.o.NoSrun {
+		if _, err := exec.LookPath("srun"); err != nil {
+			return nil, false, usagef("inside Slurm allocation %s, but srun is not on PATH (add --no-srun to start the ranks here)", id)
+		}
+		hs, err := slurmHosts(ctx, j.o.Getenv)
+		if err != nil {
+			return nil, false, usagef("%v", err)
+		}
+		j.slurm = id
+		return hs, false, nil
 	}
 	return []Host{{Name: "localhost", Slots: j.o.NP, Origin: "default"}}, true, nil
 }

@@ -7,7 +7,8 @@
 //	ok rank=1 size=4 local=1/4 launcher=pmi via="MPICH Hydra (mpiexec)" token=32
 //
 // On any error it prints "testprog: ERROR" and the error on stderr and
-// exits 1. -abort-rank R makes rank R abort the job with code 7 after the
+// exits 1. -allreduce then runs comm.Init over the same store and checks
+// an allreduce of 1000 float64s. -abort-rank R makes rank R abort the job with code 7 after the
 // allgather (through the store when it can, PMI abort under PMI).
 package main
 
@@ -20,10 +21,14 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/comm"
 	"github.com/rdmago/rdmago/comm/internal/launchers"
 )
 
-var abortRank = flag.Int("abort-rank", -1, "this rank aborts the job with code 7 after the allgather")
+var (
+	abortRank = flag.Int("abort-rank", -1, "this rank aborts the job with code 7 after the allgather")
+	allreduce = flag.Bool("allreduce", false, "then open a communicator over the same rendezvous (comm.Init) and check an allreduce")
+)
 
 func main() {
 	flag.Parse()
@@ -87,6 +92,35 @@ func run() error {
 	}
 	if err := bootstrap.Barrier(ctx, s); err != nil {
 		return err
+	}
+	if *allreduce {
+		// What comm.FromEnv will do once it calls this package: the
+		// launcher's store and secret handed to comm.Init.
+		c, err := comm.Init(ctx, comm.Options{Store: s, Token: rv.Token, Transport: l.Transport})
+		if err != nil {
+			return err
+		}
+		n := 1000
+		buf := make([]float64, n)
+		for i := range buf {
+			buf[i] = float64(s.Rank()*n + i)
+		}
+		if err := comm.Allreduce(ctx, c, buf, comm.Sum); err != nil {
+			c.Close()
+			return err
+		}
+		p := s.Size()
+		for i, v := range buf {
+			// sum over r of (r*n + i) = n*p(p-1)/2 + p*i
+			if want := float64(n*p*(p-1)/2 + p*i); v != want {
+				c.Close()
+				return fmt.Errorf("rank %d: allreduce element %d = %v, want %v", s.Rank(), i, v, want)
+			}
+		}
+		if err := c.Close(); err != nil {
+			return err
+		}
+		fmt.Printf("allreduce ok rank=%d\n", s.Rank())
 	}
 	fmt.Printf("ok rank=%d size=%d local=%d/%d launcher=%s via=%q token=%d\n", s.Rank(), s.Size(), l.LocalRank, l.LocalSize, l.Launcher, l.Via, len(rv.Token))
 	return nil
