@@ -85,9 +85,9 @@ func (ep *Endpoint) background(d *device) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		if ep.pollers.Load() > 0 {
-			continue
-		}
+		// Handle what woke us even if a foreground poller appeared
+		// meanwhile: a CQ may wake only one of its waiters, and leaving
+		// the completion to a poller that was not woken could strand it.
 		if ep.progress() == 0 {
 			runtime.Gosched()
 		}
@@ -417,6 +417,10 @@ func (ep *Endpoint) completeLocked(r *Request, err error) {
 	}
 	r.err = err
 	r.done.Store(true)
+	if r.wake != nil {
+		r.wake()
+		r.wake = nil
+	}
 	if r.notify != nil {
 		select {
 		case r.notify <- struct{}{}:

@@ -53,6 +53,7 @@ type Request struct {
 	err    error
 	done   atomic.Bool
 	notify chan struct{} // set by a blocked waiter; guarded by ep.mu
+	wake   func()        // cancels a waitCQ; guarded by ep.mu
 	waitCh chan struct{}
 
 	item       outItem
@@ -153,6 +154,9 @@ func (ep *Endpoint) wait(ctx context.Context, r *Request) error {
 	if ep.poll(ctx, func() bool { return r.done.Load() }) {
 		return nil
 	}
+	if len(ep.devs) == 1 {
+		return ep.waitCQ(ctx, r)
+	}
 	ep.mu.Lock()
 	if r.done.Load() {
 		ep.mu.Unlock()
@@ -169,6 +173,45 @@ func (ep *Endpoint) wait(ctx context.Context, r *Request) error {
 	case <-ctx.Done():
 	}
 	return ep.expire(ctx, []*Request{r})
+}
+
+// waitCQ blocks in the completion queue's own Wait, so that the goroutine
+// the provider wakes is the one that wants the completion: one wake-up
+// instead of two (provider → background goroutine → waiter). While it
+// waits it counts as a poller, so the background goroutine stays parked. A
+// request completed by someone else (another poller, a failure, Cancel)
+// cancels the wait's context.
+func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
+	d := ep.devs[0]
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ep.mu.Lock()
+	if r.done.Load() {
+		ep.mu.Unlock()
+		return nil
+	}
+	r.wake = cancel
+	ep.mu.Unlock()
+	ep.enterPoll()
+	for {
+		ep.progress()
+		if r.done.Load() {
+			ep.leavePoll()
+			return nil
+		}
+		if err := d.cq.Wait(wctx); err != nil {
+			if r.done.Load() {
+				ep.leavePoll()
+				return nil
+			}
+			if ctx.Err() != nil {
+				ep.leavePoll()
+				return ep.expire(ctx, []*Request{r})
+			}
+			// The CQ is closed: the endpoint is closing and will complete r.
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
 }
 
 // poll runs the spin/yield phase; it reports whether cond became true.
