@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestRunOneRank runs every collective in this process as a one-rank job
+// (comm's singleton mode) with validation on, through run, the whole
+// command.
+func TestRunOneRank(t *testing.T) {
+	clearJobEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, test := range []string{"allreduce", "bcast", "barrier", "reduce", "allgather", "reduce_scatter", "alltoall"} {
+		path := filepath.Join(t.TempDir(), test+".json")
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, []string{test, "-m", "2:4K", "-c", "-i", "3", "-x", "1", "-t", "int32", "--busbw", "--json", path}, &stdout, &stderr)
+		require.Equal(t, 0, code, "%s:\n%s\n%s", test, stdout.String(), stderr.String())
+		res, err := readJSON(path)
+		require.NoError(t, err)
+		wantRows := 11 // 4 B .. 4 KiB (2 B holds no int32)
+		if test == "barrier" {
+			wantRows = 1
+		}
+		require.Len(t, res.Rows, wantRows, test)
+		assert.Equal(t, 1, res.Ranks)
+		assert.True(t, res.Validated)
+		for _, r := range res.Rows {
+			assert.Equal(t, 3, r.Iters, "%s %d", test, r.Size)
+			assert.Positive(t, r.Latency, "%s %d", test, r.Size)
+			assert.NotEmpty(t, r.Algorithm, "%s %d", test, r.Size)
+		}
+		assert.Contains(t, stdout.String(), "# test "+test+", 1 ranks, type int32")
+	}
+
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 2, run(ctx, []string{"latency"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "latency needs 2 ranks, this job has 1")
+	stderr.Reset()
+	assert.Equal(t, 2, run(ctx, []string{"allreduce", "-t", "complex64"}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), `-t "complex64"`)
+}
+
+func clearJobEnv(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "RDMARUN_") || strings.HasPrefix(k, "RDMAGO_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+}
+
+var (
+	buildOnce         sync.Once
+	buildErr          error
+	rdmarunBin, bench string
+)
+
+// binaries builds rdmarun and rdmabench once per test binary.
+func binaries(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs rdmarun jobs; skipped with -short")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "rdmabench-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		rdmarunBin, bench = filepath.Join(dir, "rdmarun"), filepath.Join(dir, "rdmabench")
+		out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+			"github.com/rdmago/rdmago/cmd/rdmarun").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build rdmarun: %v\n%s", err, out)
+			return
+		}
+		out, err = exec.Command("go", "build", "-o", bench, "github.com/rdmago/rdmago/bench").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build rdmabench: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if rdmarunBin != "" {
+		os.RemoveAll(filepath.Dir(rdmarunBin))
+	}
+	os.Exit(code)
+}
+
+// job runs rdmarun -np np rdmabench args... and returns stdout, stderr and
+// the exit status.
+func job(t *testing.T, np int, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, rdmarunBin, append([]string{"-np", fmt.Sprint(np), "--timeout", "50s", "--stdin", "none", bench}, args...)...)
+	cmd.Env = jobEnv()
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	require.NoError(t, ctx.Err(), "rdmabench %v timed out:\n%s\n%s", args, o.String(), e.String())
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return o.String(), e.String(), code
+}
+
+func jobEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "RDMARUN_") && !strings.HasPrefix(kv, "RDMAGO_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// rows returns the data rows of the first table as fields.
+func rows(out string) [][]string {
+	var rs [][]string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			if len(rs) > 0 {
+				break
+			}
+			continue
+		}
+		rs = append(rs, f)
+	}
+	return rs
+}
+
+// TestJobs runs rdmabench under the real launcher with validation on: every
+// test with 2 ranks, a few with 3 (a rank count that does not divide the
+// sizes), a forced algorithm, and the tcp transport.
+func TestJobs(t *testing.T) {
+	binaries(t)
+	for _, tc := range []struct {
+		np   int
+		args []string
+		rows int
+		re   []string
+	}{
+		{2, []string{"latency", "-m", "0:4K", "-i", "20", "-x", "2"}, 14, []string{`(?m)^# Size\s+Latency \(us\)\s+Iters$`, `(?m)^# rank 0 peers 1=shm$`}},
+		{2, []string{"bw", "-m", "1:64K", "-i", "3", "-x", "1"}, 17, []string{`(?m)^# Size\s+Bandwidth \(MB/s\)\s+Iters$`}},
+		{2, []string{"bibw", "-m", "16K:256K", "-i", "3", "-x", "1"}, 5, nil},
+		{2, []string{"allreduce", "-m", "4:64K", "--busbw"}, 15, []string{`busbw\(GB/s\)`}},
+		{2, []string{"bcast", "-m", "1:64K", "-t", "float64"}, 14, nil},
+		{2, []string{"barrier"}, 1, nil},
+		{2, []string{"reduce", "-m", "4:16K", "-t", "int64"}, 12, nil},
+		{2, []string{"allgather", "-m", "4:16K"}, 13, nil},
+		{2, []string{"reduce_scatter", "-m", "4:16K"}, 12, nil},
+		{2, []string{"alltoall", "-m", "4:16K", "-t", "int32"}, 13, nil},
+		{3, []string{"allreduce", "--algo", "ring", "-t", "float64", "-m", "8:256K"}, 16, []string{`(?m)^262144 .* ring$`, `algorithm ring`}},
+		{3, []string{"reduce_scatter", "-m", "4:64K", "-t", "int32"}, 13, nil}, // 4 and 8 B hold no block of 3
+		{3, []string{"alltoall", "-m", "4:16K"}, 13, nil},
+		{2, []string{"latency", "--transport", "tcp", "-m", "0:1K", "-i", "10", "-x", "1"}, 12, []string{`(?m)^# rank 0 peers 1=tcp$`, `transport tcp`}},
+	} {
+		t.Run(fmt.Sprintf("np=%d/%s", tc.np, strings.Join(tc.args, " ")), func(t *testing.T) {
+			args := append([]string{}, tc.args...)
+			if !strings.Contains(strings.Join(args, " "), "-i ") {
+				args = append(args, "-i", "3", "-x", "1")
+			}
+			args = append(args, "-c", "-q")
+			stdout, stderr, code := job(t, tc.np, args...)
+			require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			assert.Contains(t, stdout, "every result validated")
+			assert.NotContains(t, stdout, "VALIDATION FAILED")
+			rs := rows(stdout)
+			require.Len(t, rs, tc.rows, stdout)
+			for _, re := range tc.re {
+				assert.Regexp(t, regexp.MustCompile(re), stdout)
+			}
+		})
+	}
+}
+
+// TestJobInterrupt stops a long sweep with SIGINT to rdmarun: the rows done
+// so far are printed and saved, and the job ends with status 130.
+func TestJobInterrupt(t *testing.T) {
+	binaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "partial.json")
+	cmd := exec.CommandContext(ctx, rdmarunBin, "-np", "2", "--stdin", "none", bench, "latency", "-m", "0:4M", "-i", "100000", "-x", "0", "--json", path)
+	cmd.Env = jobEnv()
+	var e lockedBuffer
+	pr, pw, err := os.Pipe()
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = pw, &e
+	require.NoError(t, cmd.Start())
+	pw.Close()
+	// Wait for the column header, then interrupt the first size's loop.
+	var out bytes.Buffer
+	buf := make([]byte, 4096)
+	for !strings.Contains(out.String(), "# Size") {
+		n, err := pr.Read(buf)
+		out.Write(buf[:n])
+		require.NoError(t, err, "output so far:\n%s\n%s", out.String(), e.String())
+	}
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	rest := make(chan []byte)
+	go func() {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(pr)
+		rest <- b.Bytes()
+	}()
+	err = cmd.Wait()
+	out.Write(<-rest)
+	require.NoError(t, ctx.Err())
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "stdout:\n%s\nstderr:\n%s", out.String(), e.String())
+	assert.Equal(t, 130, ee.ExitCode(), "stdout:\n%s\nstderr:\n%s", out.String(), e.String())
+	assert.Contains(t, out.String(), "# interrupted after")
+	res, err := readJSON(path)
+	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out.String(), e.String())
+	assert.True(t, res.Interrupted)
+	assert.Less(t, len(res.Rows), 24)
+}
+
+// lockedBuffer is a bytes.Buffer that a command's output goroutine and the
+// test may use at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

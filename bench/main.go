@@ -1,0 +1,214 @@
+// Command rdmabench measures whole rdmago jobs the way the OSU
+// micro-benchmarks and nccl-tests measure MPI and NCCL: point-to-point
+// latency and bandwidth, and every collective, over a sweep of message sizes,
+// with tables that OSU-parsing scripts read.
+//
+//	go build -o rdmabench ./bench
+//	rdmarun -np 2 ./rdmabench latency
+//	rdmarun -np 4 ./rdmabench allreduce -m 4:64M --busbw -c --json ar.json --plot ar.png
+//	rdmarun -np 4 ./rdmabench allreduce --algo ring -t float64
+//	rdmabench plot -o cmp.png ring.json=ring rabenseifner.json=rabenseifner osu.txt=OpenMPI
+//
+// (go run ./cmd/rdmarun -np 2 ./bench latency builds and runs it in one step.)
+// Run without rdmarun, it is a one-rank job. The first lines of the output
+// ("#") say what ran: library and Go version, test, ranks, element type,
+// algorithm, the transport between every pair of ranks, the host's CPU and
+// its vector features. Then one row per size: "Size  Latency (us)" for
+// latency, "Size  Bandwidth (MB/s)" for bw and bibw, "Size  Avg Latency(us)
+// Min Max Iters" for collectives (plus nccl-tests' algbw and busbw with
+// --busbw, and the algorithm that ran). The methodology is in run.go.
+//
+// Progress goes to stderr once a sweep runs longer than 2 s. Ctrl-C
+// (SIGINT, SIGTERM; rdmarun forwards them) stops the sweep; the rows
+// finished so far are printed and written to --json and --plot, and the
+// exit status is 130.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/cpuid/v2"
+
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/comm"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole command; it returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "plot" {
+		if err := plotCmd(args[1:], stdout, stderr); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			fmt.Fprintf(stderr, "rdmabench plot: %v\n", err)
+			return 2
+		}
+		return 0
+	}
+	cfg, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rdmabench: %v\n(rdmabench -h for usage)\n", err)
+		return 2
+	}
+
+	opts := comm.Options{Singleton: true, Transport: cfg.Transport}
+	if cfg.Algo != "" {
+		coll, _ := collective(cfg.Test)
+		a, _ := collectives.ParseAlgorithm(cfg.Algo)
+		opts.Collectives.Algorithms = map[collectives.Collective]collectives.Algorithm{coll: a}
+	}
+	c, err := comm.FromEnv(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "rdmabench: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	if isP2P(cfg.Test) && c.Size() < 2 {
+		fmt.Fprintf(stderr, "rdmabench: %s needs 2 ranks, this job has %d (run: rdmarun -np 2 rdmabench %s)\n", cfg.Test, c.Size(), cfg.Test)
+		return 2
+	}
+
+	res, err := describe(ctx, c, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "rdmabench: %v\n", err)
+		return 1
+	}
+	root := c.Rank() == 0
+	if root {
+		writeHeader(stdout, res)
+		writeColumns(stdout, cfg.Test, cfg.BusBW)
+	}
+	emit := func(r Row) {
+		res.Rows = append(res.Rows, r)
+		writeRow(stdout, cfg.Test, cfg.BusBW, r)
+	}
+	switch {
+	case isP2P(cfg.Test):
+		err = newRunner[byte](c, cfg, stderr).sweep(ctx, emit)
+	case cfg.Type == "float64":
+		err = newRunner[float64](c, cfg, stderr).sweep(ctx, emit)
+	case cfg.Type == "int32":
+		err = newRunner[int32](c, cfg, stderr).sweep(ctx, emit)
+	case cfg.Type == "int64":
+		err = newRunner[int64](c, cfg, stderr).sweep(ctx, emit)
+	default:
+		err = newRunner[float32](c, cfg, stderr).sweep(ctx, emit)
+	}
+	code := 0
+	switch {
+	case ctx.Err() != nil:
+		res.Interrupted = true
+		if root {
+			fmt.Fprintf(stdout, "# interrupted after %d sizes\n", len(res.Rows))
+		}
+		code = 130
+	case errors.Is(err, errValidation):
+		if root {
+			fmt.Fprintf(stdout, "# VALIDATION FAILED: %v\n", err)
+		}
+		fmt.Fprintf(stderr, "rdmabench: %v\n", err)
+		code = 1
+	case err != nil:
+		fmt.Fprintf(stderr, "rdmabench: %v\n", err)
+		return 1
+	}
+	if root {
+		if cfg.JSON != "" {
+			if err := writeJSON(cfg.JSON, res); err != nil {
+				fmt.Fprintf(stderr, "rdmabench: --json: %v\n", err)
+				return 1
+			}
+		}
+		if cfg.Plot != "" && len(res.Rows) > 0 {
+			if err := drawPlot(cfg.Plot, "", []series{seriesOf(res, "")}); err != nil {
+				fmt.Fprintf(stderr, "rdmabench: --plot: %v\n", err)
+				return 1
+			}
+		}
+	}
+	return code
+}
+
+// describe fills the run's header: versions, CPU, and the transport between
+// every pair of ranks, gathered on rank 0 (one byte per peer).
+func describe(ctx context.Context, c *comm.Comm, cfg config) (*Result, error) {
+	res := &Result{
+		Tool: "rdmabench", Version: comm.Version, Go: runtime.Version(),
+		Date: time.Now().UTC().Format(time.RFC3339), Test: cfg.Test, Ranks: c.Size(),
+		Type: cfg.Type, Algo: cfg.Algo, Transport: cfg.Transport, Validated: cfg.Validate,
+		CPU: fmt.Sprintf("%s (%d logical cores)", cpuid.CPU.BrandName, runtime.NumCPU()), CPUFeatures: cpuFeatures(),
+	}
+	if isP2P(cfg.Test) {
+		res.Type = "byte"
+	}
+	if res.Algo == "" {
+		res.Algo = "auto"
+	}
+	if res.Transport == "" {
+		res.Transport = os.Getenv("RDMARUN_TRANSPORT")
+		if res.Transport == "" {
+			res.Transport = "auto"
+		}
+	}
+	res.Host, _ = os.Hostname()
+
+	names := []string{"?", "self", "shm", "tcp", "ibv", "loop"}
+	p := c.Size()
+	mine := make([]byte, p)
+	for j := range p {
+		if i := slices.Index(names, c.Transport(j)); i > 0 {
+			mine[j] = byte(i)
+		}
+	}
+	var all []byte
+	if c.Rank() == 0 {
+		all = make([]byte, p*p)
+	}
+	if err := comm.Gather(ctx, c, mine, all, 0); err != nil {
+		return nil, fmt.Errorf("gathering the transports: %w", err)
+	}
+	if c.Rank() == 0 {
+		res.Transports = make([][]string, p)
+		for i := range p {
+			res.Transports[i] = make([]string, p)
+			for j := range p {
+				res.Transports[i][j] = names[all[i*p+j]]
+			}
+		}
+	}
+	return res, nil
+}
+
+// cpuFeatures lists the features that matter to reductions and copies.
+func cpuFeatures() []string {
+	var out []string
+	for _, f := range []cpuid.FeatureID{cpuid.SSE2, cpuid.SSE4, cpuid.SSE42, cpuid.AVX, cpuid.AVX2, cpuid.FMA3,
+		cpuid.F16C, cpuid.AVX512F, cpuid.AVX512BW, cpuid.AVX512VL, cpuid.AVX512BF16, cpuid.AVX512FP16,
+		cpuid.ERMS, cpuid.FSRM, cpuid.ASIMD, cpuid.SVE} {
+		if cpuid.CPU.Supports(f) {
+			out = append(out, strings.ToLower(f.String()))
+		}
+	}
+	return out
+}
