@@ -356,6 +356,7 @@ func (ep *Endpoint) failLocked(err error) {
 		}
 		for _, it := range p.queue {
 			if it.req != nil {
+				ep.dropQueuedLocked(it)
 				ep.completeLocked(it.req, ep.opErr(it.req, err))
 			}
 		}
@@ -454,4 +455,22 @@ func waitPolicy(o Options, devs []*device) (spin, yield time.Duration) {
 		return v
 	}
 	return pick(o.Spin, 20*time.Microsecond), pick(o.Yield, 200*time.Microsecond)
+}
+
+// dropQueuedLocked forgets a request whose item is being removed from a
+// peer's queue unposted: nothing refers to it afterwards.
+func (ep *Endpoint) dropQueuedLocked(it *outItem) {
+	r := it.req
+	switch {
+	case it.read:
+		delete(ep.reads, r.readID)
+	case it.write:
+		delete(ep.writes, r.readID)
+	case it.h.kind == kRTS:
+		delete(ep.rndvSends, r.id)
+	}
+	if r.reg != nil {
+		r.dev.cache.put(r.reg)
+		r.reg = nil
+	}
 }

@@ -68,10 +68,13 @@ func (c *Channel) Send(ctx context.Context, peer, tag int, buf []byte) error {
 	if err != nil {
 		return err
 	}
-	if r.done.Load() {
-		return r.err
+	if !r.done.Load() {
+		if err := r.ep.wait(ctx, r); err != nil {
+			return err // r may still be referenced: let the GC have it
+		}
 	}
-	_, err = r.Wait(ctx)
+	err = r.err
+	c.ep.putReq(r)
 	return err
 }
 
@@ -83,7 +86,8 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 	if err := c.checkTag(op, peer, tag, c.id >= FirstReservedContext); err != nil {
 		return nil, err
 	}
-	r := &Request{ep: ep, op: opSend, peer: peer, pattern: envelope{ctx: c.id, src: ep.rank, tag: int32(tag)}, buf: buf}
+	r := ep.getReq()
+	r.op, r.peer, r.pattern, r.buf = opSend, peer, envelope{ctx: c.id, src: ep.rank, tag: int32(tag)}, buf
 	r.status = Status{Source: ep.rank, Tag: tag, Count: len(buf)}
 	if peer == ep.rank {
 		return r, c.sendSelf(r)
@@ -166,10 +170,14 @@ func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, e
 	if err != nil {
 		return Status{}, err
 	}
-	if r.done.Load() {
-		return r.status, r.err
+	if !r.done.Load() {
+		if err := r.ep.wait(ctx, r); err != nil {
+			return Status{}, err
+		}
 	}
-	return r.Wait(ctx)
+	st, err := r.status, r.err
+	c.ep.putReq(r)
+	return st, err
 }
 
 func (c *Channel) irecv(op string, src, tag int, buf []byte) (*Request, error) {
@@ -180,7 +188,8 @@ func (c *Channel) irecv(op string, src, tag int, buf []byte) (*Request, error) {
 	if err := c.checkTag(op, src, tag, true); err != nil {
 		return nil, err
 	}
-	r := &Request{ep: ep, op: opRecv, peer: src, pattern: envelope{ctx: c.id, src: src, tag: int32(tag)}, buf: buf}
+	r := ep.getReq()
+	r.op, r.peer, r.pattern, r.buf = opRecv, src, envelope{ctx: c.id, src: src, tag: int32(tag)}, buf
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if err := ep.checkLocked(); err != nil {

@@ -304,11 +304,7 @@ func (ep *Endpoint) departLocked(p *peer) {
 	}
 	for _, it := range p.queue {
 		if it.req != nil {
-			if it.req.reg != nil {
-				delete(ep.rndvSends, it.req.id)
-				it.req.dev.cache.put(it.req.reg)
-				it.req.reg = nil
-			}
+			ep.dropQueuedLocked(it)
 			ep.completeLocked(it.req, ep.opErr(it.req, gone.Err))
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,6 +77,37 @@ type Request struct {
 	winMR    verbs.MR
 }
 
+// Requests of the blocking calls (Send, Recv) are recycled: nothing else
+// can hold them once they completed. Those returned by Isend and Irecv are
+// the caller's and are never recycled.
+var reqPool = sync.Pool{New: func() any { return new(Request) }}
+
+func (ep *Endpoint) getReq() *Request {
+	r := reqPool.Get().(*Request)
+	ch := r.waitCh
+	*r = Request{ep: ep}
+	if ch != nil {
+		select { // a stale wake-up from the previous use
+		case <-ch:
+		default:
+		}
+		r.waitCh = ch
+	}
+	return r
+}
+
+// putReq recycles a completed request of a blocking call. Taking the mutex
+// once makes sure completeLocked, which may still be signalling r after it
+// set done, has finished with it.
+func (ep *Endpoint) putReq(r *Request) {
+	ep.mu.Lock()
+	//nolint:staticcheck // an empty critical section is the point
+	ep.mu.Unlock()
+	ch := r.waitCh
+	*r = Request{waitCh: ch}
+	reqPool.Put(r)
+}
+
 // Done reports whether the request has completed (without progressing it).
 func (r *Request) Done() bool { return r.done.Load() }
 
@@ -132,11 +164,7 @@ func (ep *Endpoint) cancelLocked(r *Request) bool {
 	case opSend:
 		p := ep.peers[r.peer]
 		if r.queued && p.unqueue(r) {
-			if r.reg != nil {
-				delete(ep.rndvSends, r.id)
-				r.dev.cache.put(r.reg)
-				r.reg = nil
-			}
+			ep.dropQueuedLocked(&r.item)
 			r.canceled = true
 			ep.completeLocked(r, ep.opErr(r, ErrCanceled))
 			return true
