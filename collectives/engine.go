@@ -76,10 +76,15 @@ func New(g Group, opts Options) (*Engine, error) {
 		}
 	}
 	e.wctx, e.wcancel = context.WithCancel(context.Background())
-	for p := 0; p < e.size; p++ {
-		if p != e.rank {
-			e.wg.Add(1)
-			go e.watch(p)
+	if ar, ok := g.(AnySourceReceiver); ok && e.size > 1 {
+		e.wg.Add(1)
+		go e.watchLoop(func(buf []byte) (Request, error) { return ar.IrecvAny(e.wctx, abortTag, buf) })
+	} else {
+		for p := 0; p < e.size; p++ {
+			if p != e.rank {
+				e.wg.Add(1)
+				go e.watchLoop(func(buf []byte) (Request, error) { return e.g.Irecv(e.wctx, p, abortTag, buf) })
+			}
 		}
 	}
 	return e, nil
@@ -115,12 +120,13 @@ func (e *Engine) Close() error {
 	return err
 }
 
-// watch receives mismatch aborts from peer until Close (or the group fails).
-func (e *Engine) watch(peer int) {
+// watchLoop receives mismatch aborts and stall probes (from one peer, or
+// from any) until Close or until the group fails.
+func (e *Engine) watchLoop(post func(buf []byte) (Request, error)) {
 	defer e.wg.Done()
 	buf := make([]byte, hdrLen)
 	for {
-		req, err := e.g.Irecv(e.wctx, peer, abortTag, buf)
+		req, err := post(buf)
 		if err != nil {
 			return
 		}
@@ -136,7 +142,9 @@ func (e *Engine) watch(peer int) {
 		case kindAbort:
 			e.onAbort(h.seq, mismatchFromAbort(&h))
 		case kindStatus:
-			e.onStatus(peer, &h)
+			if peer := int(h.rankA); peer >= 0 && peer < e.size && peer != e.rank {
+				e.onStatus(peer, &h)
+			}
 		}
 	}
 }
@@ -163,6 +171,7 @@ func (e *Engine) sendStatus(st *callState) {
 	h := st.hdr
 	e.mu.Unlock()
 	h.kind = kindStatus
+	h.rankA = int32(e.rank) // the receiver may not know the source (IrecvAny)
 	b := make([]byte, hdrLen)
 	h.encode(b)
 	for p := 0; p < e.size; p++ {

@@ -87,3 +87,11 @@ type LinkInfo interface {
 	// bandwidth (bytes per second) of the link to it.
 	Link(peer int) (latency time.Duration, bandwidth float64)
 }
+
+// AnySourceReceiver is an optional Group capability: a receive that
+// matches a message from any peer. With it an Engine watches for mismatch
+// aborts and stall probes with one goroutine and one posted receive,
+// instead of one of each per peer (which matters at thousands of ranks).
+type AnySourceReceiver interface {
+	IrecvAny(ctx context.Context, tag int, buf []byte) (Request, error)
+}

@@ -23,7 +23,8 @@ import (
 //	                   (or call) has; the receiver compares it with its own
 //	24 payload  int64  payload bytes
 //	32 what     uint8  kindAbort: mismatch kind (whatCount, ...)
-//	36 rankA    int32  kindAbort: the two ranks and their values
+//	36 rankA    int32  kindAbort: the two ranks and their values;
+//	                   kindStatus: the sender
 //	40 rankB    int32
 //	48 valA     int64
 //	56 valB     int64

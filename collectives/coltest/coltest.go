@@ -66,7 +66,7 @@ func NewWorld(n int, opts Options) *World {
 	w := &World{n: n, opts: opts, sent: make([]int, n), wins: map[int][]*window{}, wexp: make([]int, n)}
 	w.wcond = sync.NewCond(&w.mu)
 	for i := 0; i < n; i++ {
-		w.boxes = append(w.boxes, &mailbox{w: w, queues: map[key]*queue{}})
+		w.boxes = append(w.boxes, &mailbox{w: w, queues: map[key]*queue{}, anyRecvs: map[int][]*request{}})
 	}
 	return w
 }
@@ -180,9 +180,10 @@ type queue struct {
 }
 
 type mailbox struct {
-	w      *World
-	mu     sync.Mutex
-	queues map[key]*queue
+	w        *World
+	mu       sync.Mutex
+	queues   map[key]*queue
+	anyRecvs map[int][]*request // receives from any source, per tag
 }
 
 func (b *mailbox) q(k key) *queue {
@@ -201,6 +202,10 @@ func (b *mailbox) failAll(err error) {
 		rs = append(rs, q.recvs...)
 		q.recvs = nil
 	}
+	for tag, ar := range b.anyRecvs {
+		rs = append(rs, ar...)
+		delete(b.anyRecvs, tag)
+	}
 	b.mu.Unlock()
 	for _, r := range rs {
 		r.complete(0, err)
@@ -210,6 +215,16 @@ func (b *mailbox) failAll(err error) {
 func (b *mailbox) remove(k key, r *request) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if k.src < 0 {
+		ar := b.anyRecvs[k.tag]
+		for i, x := range ar {
+			if x == r {
+				b.anyRecvs[k.tag] = append(ar[:i], ar[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
 	q := b.queues[k]
 	if q == nil {
 		return false
@@ -325,6 +340,11 @@ func (g *group) Isend(ctx context.Context, peer, tag int, buf []byte) (collectiv
 		q.recvs = q.recvs[1:]
 		b.mu.Unlock()
 		deliver(r, msg)
+	} else if ar := b.anyRecvs[tag]; len(ar) > 0 {
+		r := ar[0]
+		b.anyRecvs[tag] = ar[1:]
+		b.mu.Unlock()
+		deliver(r, msg)
 	} else {
 		q.msgs = append(q.msgs, msg)
 		b.mu.Unlock()
@@ -366,6 +386,41 @@ func (g *group) Irecv(ctx context.Context, peer, tag int, buf []byte) (collectiv
 		}))
 	}
 	// A rank may have died between the check and the enqueue.
+	if err := g.w.lostErr(); err != nil && b.remove(k, r) {
+		r.complete(0, err)
+	}
+	return r, nil
+}
+
+// IrecvAny receives the next message with tag from any rank (specific
+// receives of the same tag are served first; the fake does not keep MPI's
+// posting order between the two kinds).
+func (g *group) IrecvAny(ctx context.Context, tag int, buf []byte) (collectives.Request, error) {
+	if err := g.check(0, tag, buf); err != nil {
+		return nil, err
+	}
+	b := g.w.boxes[g.rank]
+	r := &request{done: make(chan struct{}), buf: buf}
+	b.mu.Lock()
+	for k, q := range b.queues {
+		if k.tag == tag && len(q.msgs) > 0 {
+			msg := q.msgs[0]
+			q.msgs = q.msgs[1:]
+			b.mu.Unlock()
+			deliver(r, msg)
+			return r, nil
+		}
+	}
+	b.anyRecvs[tag] = append(b.anyRecvs[tag], r)
+	b.mu.Unlock()
+	k := key{-1, tag}
+	if ctx.Done() != nil {
+		r.setStop(context.AfterFunc(ctx, func() {
+			if b.remove(k, r) {
+				r.complete(0, ctx.Err())
+			}
+		}))
+	}
 	if err := g.w.lostErr(); err != nil && b.remove(k, r) {
 		r.complete(0, err)
 	}

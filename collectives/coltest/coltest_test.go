@@ -104,3 +104,35 @@ func TestWindows(t *testing.T) {
 	_, err = wins[1].WaitNotify(short, 0)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+func TestIrecvAny(t *testing.T) {
+	ctx := context.Background()
+	w := NewWorld(3, Options{})
+	g := w.Group(0).(collectives.AnySourceReceiver)
+	buf := make([]byte, 8)
+	r, err := g.IrecvAny(ctx, 4, buf) // posted before the message
+	require.NoError(t, err)
+	_, err = w.Group(2).Isend(ctx, 0, 4, []byte("two"))
+	require.NoError(t, err)
+	n, err := r.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "two", string(buf[:n]))
+	_, err = w.Group(1).Isend(ctx, 0, 4, []byte("one")) // before the receive
+	require.NoError(t, err)
+	r, err = g.IrecvAny(ctx, 4, buf)
+	require.NoError(t, err)
+	n, err = r.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "one", string(buf[:n]))
+	cctx, cancel := context.WithCancel(ctx)
+	r, err = g.IrecvAny(cctx, 4, buf)
+	require.NoError(t, err)
+	cancel()
+	_, err = r.Wait(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	r, err = g.IrecvAny(ctx, 5, buf)
+	require.NoError(t, err)
+	w.Kill(1)
+	_, err = r.Wait(ctx)
+	require.ErrorIs(t, err, ErrPeerLost)
+}

@@ -1,6 +1,7 @@
 // Package coltest is an in-memory fake of collectives.Group for tests and
 // benchmarks: N ranks as goroutines, connected by mailboxes that match
-// messages per (source, tag) in FIFO order, with optional one-sided windows
+// messages per (source, tag) in FIFO order (plus receives from any source,
+// collectives.AnySourceReceiver), with optional one-sided windows
 // (collectives.OneSided), host topology (collectives.Topology), link
 // estimates (collectives.LinkInfo) and fault injection (Kill, FailAfter)
 // that fails every pending and later operation of every rank, as the p2p
