@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"syscall"
+	"time"
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/bootstrap/pmi"
@@ -24,6 +26,11 @@ type ConnectOptions struct {
 	// Hostname overrides the host name a rank reports (bootstrap only).
 	Hostname string
 	Logger   *slog.Logger
+	// Stderr receives the one line a rank writes under PMI when it cannot
+	// join (nil: os.Stderr), just before it asks the launcher to end the
+	// job: Hydra and srun would otherwise wait for the other ranks, stuck
+	// in a Fence, forever, and PMI abort carries no message.
+	Stderr io.Writer
 }
 
 // Rendezvous is a joined job: the store the ranks exchange addresses
@@ -69,7 +76,7 @@ func (l *Launch) Connect(ctx context.Context, o ConnectOptions) (*Rendezvous, er
 	return &Rendezvous{Store: c, Token: l.Token, Closer: c}, nil
 }
 
-func (l *Launch) connectPMI(ctx context.Context, o ConnectOptions) (*Rendezvous, error) {
+func (l *Launch) connectPMI(ctx context.Context, o ConnectOptions) (rv *Rendezvous, err error) {
 	po := *l.PMI
 	po.Logger = o.Logger
 	c, err := pmi.Open(ctx, po)
@@ -77,39 +84,47 @@ func (l *Launch) connectPMI(ctx context.Context, o ConnectOptions) (*Rendezvous,
 		return nil, fmt.Errorf("%s: %w", l.Via, err)
 	}
 	l.Rank, l.Size = c.Rank(), c.Size()
+	defer func() {
+		if err == nil {
+			return
+		}
+		// The other ranks wait in a Fence for this one: end the job.
+		w := o.Stderr
+		if w == nil {
+			w = os.Stderr
+		}
+		fmt.Fprintf(w, "rdmago: rank %d of %d: %v; asking %s to end the job\n", c.Rank(), c.Size(), err, l.Via)
+		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c.Abort(actx, 1, err.Error())
+		cancel()
+		c.Close()
+	}()
 	cfg := []byte(o.Version + "\x00" + o.Config)
 	if len(cfg)+32 > bootstrap.MaxValueLen {
-		c.Close()
 		return nil, &bootstrap.Error{Op: "join", Err: bootstrap.ErrInvalid, Detail: "Version and Config too long"}
 	}
 	var token []byte
 	if c.Rank() == 0 {
 		if token, err = bootstrap.NewToken(); err != nil {
-			c.Close()
 			return nil, err
 		}
 		if err = c.Put(ctx, tokenKey, append(append([]byte{}, token...), cfg...)); err != nil {
-			c.Close()
 			return nil, fmt.Errorf("%s: publishing the job secret: %w", l.Via, err)
 		}
 	}
 	if err = c.Fence(ctx); err != nil {
-		c.Close()
 		return nil, fmt.Errorf("%s: %w", l.Via, err)
 	}
 	if c.Rank() != 0 {
 		v, err := c.Get(ctx, tokenKey)
 		if err != nil {
-			c.Close()
 			return nil, fmt.Errorf("%s: the job secret from rank 0: %w", l.Via, err)
 		}
 		if len(v) < 32 {
-			c.Close()
 			return nil, &bootstrap.Error{Op: "join", Err: bootstrap.ErrProtocol, Detail: fmt.Sprintf("rank 0 published %d bytes as the job secret", len(v))}
 		}
 		token = v[:32]
 		if !bytes.Equal(v[32:], cfg) {
-			c.Close()
 			return nil, &bootstrap.Error{Op: "join", Err: bootstrap.ErrMismatch, Ranks: []int{0, c.Rank()}, Size: c.Size(),
 				Detail: fmt.Sprintf("rank %d runs %q, rank 0 runs %q (version and transport configuration must agree)",
 					c.Rank(), bytes.ReplaceAll(cfg, []byte{0}, []byte(" ")), bytes.ReplaceAll(v[32:], []byte{0}, []byte(" ")))}

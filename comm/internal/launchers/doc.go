@@ -53,6 +53,11 @@
 // PMI_FD) is an *Error naming the variable and its value, never a reason
 // to try the next launcher: guessing would join the wrong job.
 //
+// Under PMI, a rank that cannot join (a version or configuration that
+// differs from rank 0's, a lost PMI server) writes one line on stderr and
+// sends PMI abort before Connect returns: Hydra and srun would otherwise
+// wait forever for the ranks stuck in the Fence.
+//
 // # The job secret
 //
 // Under PMI, rank 0 makes a fresh 32-byte token and publishes it through

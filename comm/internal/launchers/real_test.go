@@ -175,6 +175,12 @@ func TestRealHydra(t *testing.T) {
 		checkOK(t, r, 4, PMI)
 		checkAllreduce(t, r, 4)
 	})
+	t.Run("config mismatch", func(t *testing.T) {
+		r := run(t, 60*time.Second, nil, mpiexec, "-n", "3", p, "-mismatch-rank", "1")
+		assert.NotEqual(t, 0, r.code)
+		assert.Contains(t, r.stderr, `rank 1 runs "testprog other", rank 0 runs "testprog tcp"`)
+		assert.Contains(t, r.stderr, "ranks disagree")
+	})
 	t.Run("abort", func(t *testing.T) {
 		// PMI abort: Hydra kills the job and exits with the code.
 		r := run(t, 60*time.Second, nil, mpiexec, "-n", "4", p, "-abort-rank", "1")
@@ -263,6 +269,11 @@ func TestRealSlurm(t *testing.T) {
 	})
 	t.Run("srun pmi2 wire v2", func(t *testing.T) {
 		checkOK(t, run(t, 60*time.Second, append(env, "RDMAGO_PMI_VERSION=2"), "srun", "--mpi=pmi2", "-n", "4", p), 4, PMI)
+	})
+	t.Run("config mismatch ends the step", func(t *testing.T) {
+		r := run(t, 60*time.Second, env, "srun", "--mpi=pmi2", "-n", "3", p, "-mismatch-rank", "2")
+		assert.NotEqual(t, 0, r.code)
+		assert.Contains(t, r.stderr, `rank 2 runs "testprog other", rank 0 runs "testprog tcp"`)
 	})
 	t.Run("srun without mpi", func(t *testing.T) {
 		r := run(t, 60*time.Second, env, "srun", "-n", "2", p)

@@ -27,6 +27,7 @@ import (
 
 var (
 	abortRank = flag.Int("abort-rank", -1, "this rank aborts the job with code 7 after the allgather")
+	mismatch  = flag.Int("mismatch-rank", -1, "this rank joins with a different Config (a version/configuration mismatch)")
 	allreduce = flag.Bool("allreduce", false, "then open a communicator over the same rendezvous (comm.Init) and check an allreduce")
 )
 
@@ -59,7 +60,11 @@ func run() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(l.Timeout, 60*time.Second))
 	defer cancel()
-	rv, err := l.Connect(ctx, launchers.ConnectOptions{Version: "testprog", Config: "tcp"})
+	config := "tcp"
+	if l.Rank == *mismatch && l.Rank >= 0 {
+		config = "other"
+	}
+	rv, err := l.Connect(ctx, launchers.ConnectOptions{Version: "testprog", Config: config})
 	if err != nil {
 		return err
 	}
