@@ -244,8 +244,25 @@ func (ep *Endpoint) Transport(peer int) string {
 	return "self"
 }
 
-// EagerLimit is the largest message sent with the eager protocol.
-func (ep *Endpoint) EagerLimit() int { return ep.opts.EagerLimit }
+// EagerLimit is the largest message sent to peer with the eager protocol
+// (messages to this rank itself are always copied).
+func (ep *Endpoint) EagerLimit(peer int) int {
+	if peer < 0 || peer >= ep.size || ep.peers[peer] == nil {
+		return 0
+	}
+	return ep.peers[peer].eager
+}
+
+// eagerDefault is Options.EagerLimit's default for a provider.
+func eagerDefault(provider string) int {
+	switch provider {
+	case "shm":
+		return 4 << 10
+	case "ibv":
+		return 8 << 10
+	}
+	return 32 << 10
+}
 
 // Err returns the error the endpoint failed with (a *PeerLostError, or
 // ErrClosed after Close), or nil while it is healthy.
@@ -473,4 +490,16 @@ func (ep *Endpoint) dropQueuedLocked(it *outItem) {
 		r.dev.cache.put(r.reg)
 		r.reg = nil
 	}
+}
+
+// Link is the device's estimate of the one-way latency of a small message to
+// peer and of the link's bandwidth in bytes per second (the collectives'
+// cost model uses it). For this rank itself it reports zero latency and no
+// bandwidth figure (0).
+func (ep *Endpoint) Link(peer int) (latency time.Duration, bandwidth float64) {
+	if peer < 0 || peer >= ep.size || ep.peers[peer] == nil {
+		return 0, 0
+	}
+	c := ep.peers[peer].dev.caps
+	return c.Latency, c.Bandwidth
 }

@@ -93,7 +93,7 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		return r, c.sendSelf(r)
 	}
 	p := ep.peers[peer]
-	large := len(buf) > ep.opts.EagerLimit
+	large := len(buf) > p.eager
 	var reg *regEntry
 	if large {
 		var err error

@@ -41,7 +41,10 @@ type Options struct {
 
 	// EagerLimit is the largest message sent eagerly (copied through
 	// pre-posted buffers); larger ones use the zero-copy rendezvous
-	// protocol. Default 16 KiB.
+	// protocol. Zero means the provider's measured default: 4 KiB over shm
+	// (its single-copy READ beats two copies from 8 KiB up), 8 KiB over ibv,
+	// 32 KiB over tcp and loop (where each protocol round trip costs
+	// goroutine hand-offs, so eager won up to 64 KiB). See docs/p2p.md.
 	EagerLimit int
 	// EagerSlots is the number of receive buffers posted per peer, which is
 	// also the number of eager messages a sender may have in flight to one
@@ -76,9 +79,6 @@ type Options struct {
 func (o *Options) setDefaults() {
 	if o.Name == "" {
 		o.Name = "world"
-	}
-	if o.EagerLimit <= 0 {
-		o.EagerLimit = 16 << 10
 	}
 	if o.EagerSlots <= 0 {
 		o.EagerSlots = 32

@@ -21,7 +21,7 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestPingPong(t *testing.T) {
-	for _, size := range []int{0, 1, 8, 1000, 16 << 10, 16<<10 + 1, 1 << 20} {
+	for _, size := range []int{0, 1, 8, 1000, 32 << 10, 32<<10 + 1, 1 << 20} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			p2ptest.Run(t, 2, p2ptest.Options{}, func(ctx context.Context, ep *p2p.Endpoint) error {
 				peer := 1 - ep.Rank()

@@ -63,6 +63,7 @@ type peer struct {
 	rank   int
 	dev    *device
 	qp     verbs.QP
+	eager  int // largest eager message
 	slot   int // bytes per buffer
 	recvMR verbs.MR
 	sendMR verbs.MR
@@ -93,7 +94,11 @@ type peer struct {
 
 func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	n := ep.opts.EagerSlots
-	p := &peer{rank: rank, dev: d, slot: hdrLen + ep.opts.EagerLimit, nrecv: n,
+	eager := ep.opts.EagerLimit
+	if eager <= 0 {
+		eager = eagerDefault(d.provider)
+	}
+	p := &peer{rank: rank, dev: d, eager: eager, slot: hdrLen + eager, nrecv: n,
 		credits: n - 1, sqCap: sqDepth(n)}
 	p.stats.Rank = rank
 	p.stats.Transport = d.provider

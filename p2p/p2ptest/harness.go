@@ -32,7 +32,9 @@ type Options struct {
 	// Provider is the verbs provider every endpoint uses; default "loop".
 	// "auto" lets p2p choose per peer (shm here, as all ranks share a host).
 	Provider string
-	// P2P are the endpoint options (Provider is overridden by the field above).
+	// P2P are the endpoint options (Provider is overridden by the field
+	// above). With more than 4 ranks, EagerSlots defaults to 8 instead of
+	// p2p's 32, as every rank's buffers live in this one process.
 	P2P p2p.Options
 	// Timeout bounds the whole run (set-up, the function, Close); default 60 s.
 	Timeout time.Duration
@@ -46,6 +48,11 @@ func Start(ctx context.Context, n int, o Options) ([]*p2p.Endpoint, error) {
 	}
 	po := o.P2P
 	po.Provider = o.Provider
+	if po.EagerSlots == 0 && n > 4 {
+		// All ranks share this process: p2p's default of 32 slots per peer
+		// costs about 1 MiB per pair and rank, 260 MiB for 16 ranks.
+		po.EagerSlots = 8
+	}
 	stores, err := bootstrap.NewMemory(n)
 	if err != nil {
 		return nil, err

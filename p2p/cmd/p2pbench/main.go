@@ -158,7 +158,7 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 	me := ep.Rank()
 	if me == 0 {
 		fmt.Printf("# p2pbench (OSU-style)  provider: %s  transport to rank 1: %s  eager limit: %d\n",
-			*provider, ep.Transport(1), ep.EagerLimit())
+			*provider, ep.Transport(1), ep.EagerLimit(1))
 	}
 	sbuf := make([]byte, *maxBytes)
 	rbuf := make([]byte, *maxBytes)
