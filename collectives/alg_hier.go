@@ -71,3 +71,48 @@ func (c *call) allreduceHier(buf []byte) error {
 	}
 	return nil
 }
+
+// bcastHier is the two-level broadcast: the root sends to one
+// representative per host (itself on its own host, the lowest rank
+// elsewhere) over the network, then each representative broadcasts inside
+// its host. The slow links carry the message once per host.
+func (c *call) bcastHier(buf []byte, root int) error {
+	hosts := c.e.hosts
+	rep := map[int]int{}
+	for r, h := range hosts {
+		if _, ok := rep[h]; !ok {
+			rep[h] = r
+		}
+	}
+	rep[hosts[root]] = root
+	var leaders, local []int
+	for _, r := range rep {
+		leaders = append(leaders, r)
+	}
+	sort.Ints(leaders)
+	for r, h := range hosts {
+		if h == hosts[c.me] {
+			local = append(local, r)
+		}
+	}
+	index := func(rs []int, x int) int { return sort.SearchInts(rs, x) }
+	big := len(buf) > 64<<10
+	bcast := func(v *call, root int) error {
+		if big && v.n > 2 {
+			return v.bcastScatterAllgather(buf, root)
+		}
+		return v.bcastBinomial(buf, root)
+	}
+	myRep := rep[hosts[c.me]]
+	if c.me == myRep && len(leaders) > 1 {
+		r := index(leaders, root)
+		if err := bcast(c.sub(leaders, r), r); err != nil {
+			return err
+		}
+	}
+	if len(local) > 1 {
+		r := index(local, myRep)
+		return bcast(c.sub(local, r), r)
+	}
+	return nil
+}

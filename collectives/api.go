@@ -87,6 +87,8 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 				return c.bcastScatterAllgather(b, root)
 			case Chain:
 				return c.bcastChain(b, root)
+			case Hierarchical:
+				return c.bcastHier(b, root)
 			}
 			return c.bcastBinomial(b, root)
 		})

@@ -224,6 +224,15 @@ func (m *Model) hierCost(local, hosts int, n float64) float64 {
 	return intra + best
 }
 
+// hierBcastCost is the hierarchical broadcast: among one rank per host over
+// the network, then inside each host.
+func (m *Model) hierBcastCost(local, hosts int, n float64) float64 {
+	best := func(p int, alpha, beta float64) float64 {
+		return math.Min(m.cost(CollBcast, Binomial, p, n, alpha, beta), m.cost(CollBcast, ScatterAllgather, p, n, alpha, beta))
+	}
+	return best(hosts, m.Alpha.Seconds(), m.Beta) + best(local, m.IntraAlpha.Seconds(), m.IntraBeta)
+}
+
 // choose picks the algorithm for one call: the forced one if Options name
 // it (checked against capabilities, op and Deterministic), else the
 // cheapest admissible one.
@@ -278,7 +287,11 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 			if hosts < 2 || local < 2 {
 				continue
 			}
-			cost = e.model.hierCost(local, hosts, float64(nbytes))
+			if c == CollBcast {
+				cost = e.model.hierBcastCost(local, hosts, float64(nbytes))
+			} else {
+				cost = e.model.hierCost(local, hosts, float64(nbytes))
+			}
 		} else {
 			cost = e.model.Cost(c, a, e.size, nbytes)
 		}

@@ -64,6 +64,9 @@ func TestCostModelLinks(t *testing.T) {
 	a, err := e.Choose(collectives.CollAllreduce, 64<<20, true)
 	require.NoError(t, err)
 	require.Equal(t, collectives.Hierarchical, a)
+	a, err = e.Choose(collectives.CollBcast, 64<<20, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Hierarchical, a)
 	// Same links everywhere: flat algorithms.
 	wo.InterLatency, wo.InterBandwidth = 0, 0
 	e = engineFor(t, 8, wo, collectives.Options{})

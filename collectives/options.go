@@ -74,7 +74,7 @@ func (a Algorithm) String() string {
 // reduction is involved.
 var algorithmsOf = map[Collective][]Algorithm{
 	CollBarrier:       {Dissemination},
-	CollBcast:         {Binomial, ScatterAllgather, Chain},
+	CollBcast:         {Binomial, ScatterAllgather, Chain, Hierarchical},
 	CollReduce:        {Binomial, Rabenseifner, Ordered},
 	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical},
 	CollAllgather:     {Ring, RecursiveDoubling, Bruck},
