@@ -16,7 +16,8 @@
 // # Algorithms and their choice
 //
 // Barrier: dissemination. Bcast: binomial tree; scatter + ring allgather;
-// pipelined chain. Allreduce: recursive doubling; ring (reduce-scatter +
+// pipelined chain; hierarchical (one rank per host, then inside each host).
+// Allreduce: recursive doubling; ring (reduce-scatter +
 // allgather); Rabenseifner (recursive halving + recursive doubling); the
 // ring with one-sided writes into the neighbour's window; ordered
 // (deterministic); hierarchical (reduce inside each host, allreduce among
