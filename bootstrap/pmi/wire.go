@@ -166,7 +166,7 @@ func format1(cmd string, kv ...string) string {
 func format2(cmd string, kv ...string) string {
 	var b strings.Builder
 	b.WriteString("cmd=")
-	b.WriteString(cmd)
+	b.WriteString(strings.ReplaceAll(cmd, ";", ";;"))
 	b.WriteString(";")
 	for i := 0; i+1 < len(kv); i += 2 {
 		b.WriteString(kv[i])
