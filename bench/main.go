@@ -115,6 +115,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		err = newRunner[float32](c, cfg, stderr).sweep(ctx, emit)
 	}
+	if err != nil && ctx.Err() == nil && (errors.Is(err, comm.ErrClosed) || errors.Is(err, comm.ErrPeerLost)) {
+		// rdmarun forwards Ctrl-C to every rank at once; a peer that
+		// reacted first has closed its end. Give this rank's own signal a
+		// moment to arrive so that it, too, reports an interruption and
+		// keeps its rows, rather than a failure.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 	code := 0
 	switch {
 	case ctx.Err() != nil:
