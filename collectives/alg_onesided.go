@@ -65,6 +65,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 	links := map[int]*osLink{left: {}, right: {}}
 	links[right].credits = 2
 	var sent, got int
+	var puts []*pendingReq
 	// next pops notifications from peer until one of the wanted kind.
 	next := func(peer int, data bool) (uint32, error) {
 		l := links[peer]
@@ -99,9 +100,19 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 		if err != nil {
 			return c.fail(right, err)
 		}
-		if _, err := c.track(r, nil).wait(c); err != nil {
-			return c.fail(right, err)
+		// Not waited for here: the credits bound the writes in flight to
+		// two, and the source block is not written again before the end of
+		// the phase, where flush waits for them.
+		puts = append(puts, c.track(r, nil))
+		return nil
+	}
+	flush := func() error {
+		for _, p := range puts {
+			if _, err := p.wait(c); err != nil {
+				return c.fail(right, err)
+			}
 		}
+		puts = puts[:0]
 		return nil
 	}
 	take := func(dst []byte, reduce bool) error {
@@ -152,10 +163,16 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 			return err
 		}
 	}
+	if err := flush(); err != nil { // the allgather overwrites blocks sent above
+		return err
+	}
 	for s := 0; s < p-1; s++ { // allgather
 		if err := step(block(buf, es, cnt, p, mod(c.me-s, p)), block(buf, es, cnt, p, mod(c.me-s-1, p)), false); err != nil {
 			return err
 		}
+	}
+	if err := flush(); err != nil {
+		return err
 	}
 	// Collect the outstanding credits, so the right neighbour has consumed
 	// both slots before the next call writes into them again.
