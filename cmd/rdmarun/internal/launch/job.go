@@ -165,7 +165,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 				desc = append(desc, fmt.Sprintf("%s:%d", h, nodes[h]))
 			}
 			// Say so: users expect ssh or local processes otherwise.
-			j.out.printf("rdmarun: inside Slurm allocation %s: starting %s with srun on %s (--no-srun to start them here)",
+			j.out.printf("inside Slurm allocation %s: starting %s with srun on %s (--no-srun to start them here)",
 				j.slurm, plural(len(placements), "rank"), strings.Join(desc, ","))
 		}
 		if j.agent, err = parseAgent(tmpl); err != nil {

@@ -24,9 +24,9 @@ import (
 // token on stdin (srun forwards stdin to its one task).
 const slurmAgent = "srun --quiet --mpi=none --overlap --nodes=1 --ntasks=1 --nodelist={host}"
 
-// slurmHosts returns the allocation's nodes with their task counts as
-// slots: SLURM_TASKS_PER_NODE when the allocation was made with -n, else
-// SLURM_JOB_CPUS_PER_NODE.
+// slurmHosts returns the allocation's nodes with their slots: the tasks
+// per node (SLURM_TASKS_PER_NODE) when the allocation was made with -n
+// (SLURM_NTASKS set), else the CPUs per node (SLURM_JOB_CPUS_PER_NODE).
 func slurmHosts(ctx context.Context, getenv func(string) (string, bool)) ([]Host, error) {
 	get := func(k string) string { v, _ := getenv(k); return v }
 	id := get("SLURM_JOB_ID")
@@ -55,10 +55,12 @@ func slurmHosts(ctx context.Context, getenv func(string) (string, bool)) ([]Host
 	} else {
 		names = []string{nodelist}
 	}
-	counts := get("SLURM_TASKS_PER_NODE")
-	from := "SLURM_TASKS_PER_NODE"
-	if counts == "" {
-		counts, from = get("SLURM_JOB_CPUS_PER_NODE"), "SLURM_JOB_CPUS_PER_NODE"
+	// Tasks when the allocation asked for them (-n sets SLURM_NTASKS);
+	// else Slurm reports one task per node, and the CPUs are what the
+	// allocation really holds (salloc -N 2 --exclusive).
+	counts, from := get("SLURM_JOB_CPUS_PER_NODE"), "SLURM_JOB_CPUS_PER_NODE"
+	if _, ok := getenv("SLURM_NTASKS"); ok || counts == "" {
+		counts, from = get("SLURM_TASKS_PER_NODE"), "SLURM_TASKS_PER_NODE"
 	}
 	slots, err := expandCounts(counts)
 	if err != nil {

@@ -31,18 +31,18 @@ func TestSlurmHosts(t *testing.T) {
 		}
 		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 	}
-	hs, err := slurmHosts(context.Background(), env("SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", "SLURM_TASKS_PER_NODE=4", "SLURM_JOB_CPUS_PER_NODE=8"))
+	hs, err := slurmHosts(context.Background(), env("SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", "SLURM_NTASKS=4", "SLURM_TASKS_PER_NODE=4", "SLURM_JOB_CPUS_PER_NODE=8"))
 	require.NoError(t, err)
 	assert.Equal(t, []Host{{Name: "n1", Slots: 4, Origin: "Slurm allocation 5"}}, hs)
-	hs, err = slurmHosts(context.Background(), env("SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", "SLURM_JOB_CPUS_PER_NODE=8"))
+	hs, err = slurmHosts(context.Background(), env("SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", "SLURM_TASKS_PER_NODE=1", "SLURM_JOB_CPUS_PER_NODE=8"))
 	require.NoError(t, err)
 	assert.Equal(t, 8, hs[0].Slots, "without -n, the CPUs are the slots")
 
 	_, err = slurmHosts(context.Background(), env("SLURM_JOB_ID=5"))
 	assert.ErrorContains(t, err, "SLURM_JOB_NODELIST is not set")
-	_, err = slurmHosts(context.Background(), env("SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", "SLURM_TASKS_PER_NODE=2(x2)"))
+	_, err = slurmHosts(context.Background(), env("SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", "SLURM_NTASKS=4", "SLURM_TASKS_PER_NODE=2(x2)"))
 	assert.ErrorContains(t, err, "gives 2 nodes")
-	_, err = slurmHosts(context.Background(), env("SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", "SLURM_TASKS_PER_NODE=many"))
+	_, err = slurmHosts(context.Background(), env("SLURM_JOB_ID=5", "SLURM_JOB_NODELIST=n1", "SLURM_NTASKS=4", "SLURM_TASKS_PER_NODE=many"))
 	assert.ErrorContains(t, err, `SLURM_TASKS_PER_NODE="many" (in Slurm allocation 5)`)
 }
 
