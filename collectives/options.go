@@ -130,7 +130,8 @@ type Options struct {
 	// It costs one all-to-all exchange of 64-byte messages per call.
 	Debug bool
 	// InlineBytes is the largest payload sent in the same message as its
-	// header (copied through a staging buffer). Zero means 8 KiB.
+	// header (copied through a staging buffer; every receive posts one of
+	// this size). Zero means 8 KiB; values above 1 MiB are clamped.
 	InlineBytes int
 	// SegmentBytes is the pipelining unit of the chain broadcast and the
 	// one-sided ring. Zero means 256 KiB.
@@ -205,7 +206,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 
 func (o *Options) inline() int {
 	if o.InlineBytes > 0 {
-		return o.InlineBytes
+		return min(o.InlineBytes, 1<<20)
 	}
 	return 8 << 10
 }
