@@ -466,6 +466,10 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 	return nil, 0, 0
 }
 
+// testHookAfterOp, when set (by tests only), sees the receive buffer after
+// every timed collective call: a test corrupts it to prove -c notices.
+var testHookAfterOp func(recv any)
+
 // idle is the kernel of a rank that sits out a two-rank test.
 func idle(context.Context, int) (float64, error) { return 0, nil }
 
@@ -518,6 +522,9 @@ func (b *runner[T]) collLoop(op func(context.Context) error, prep, check func(it
 				return 0, err
 			}
 			acc += time.Since(t0)
+			if testHookAfterOp != nil {
+				testHookAfterOp(b.recv)
+			}
 			b.algo = b.c.LastAlgorithm()
 			if b.cfg.Validate {
 				check(it)
