@@ -192,7 +192,12 @@ func TestConnectPMI(t *testing.T) {
 			assert.Contains(t, stderr[2].String(), "asking MPICH Hydra (mpiexec) to end the job")
 			srv.mu.Lock()
 			defer srv.mu.Unlock()
-			assert.Equal(t, []string{"cmd=abort exitcode=1"}, srv.aborts)
+			// Rank 2's abort; a rank still in Connect when the test ends the job
+	// (the launcher's part) aborts too.
+	require.NotEmpty(t, srv.aborts)
+	for _, a := range srv.aborts {
+		assert.Equal(t, "cmd=abort exitcode=1", a)
+	}
 		})
 	}
 }
