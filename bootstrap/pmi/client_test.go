@@ -199,7 +199,7 @@ func TestQueuedOperationCancels(t *testing.T) {
 	fctx, fcancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cs[0].Fence(fctx) }()
-	time.Sleep(20 * time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(s.Received(), "barrier_in") }, testTimeout, time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	err := cs[0].Put(ctx, "k", []byte("v"))
