@@ -31,6 +31,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"time"
 
@@ -47,6 +48,7 @@ var (
 	budget   = flag.Float64("t", 0.25, "seconds of timed loop per size")
 	eager    = flag.Int("eager", 0, "eager limit in bytes (0: p2p's default)")
 	spin     = flag.Duration("spin", 0, "p2p Options.Spin (0: default)")
+	median   = flag.Bool("median", false, "latency: report the median of per-iteration half round trips instead of the mean (shows the steady-state cost on a busy machine)")
 	yield    = flag.Duration("yield", 0, "p2p Options.Yield (0: default)")
 )
 
@@ -199,7 +201,21 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 			iters = 1000
 		}
 		clear(rbuf[:n])
-		t, k, err := measure(ctx, ep, iters, func(k int) error { return pingPong(ctx, ep, sbuf[:n], rbuf[:n], k) })
+		var laps []time.Duration
+		t, k, err := measure(ctx, ep, iters, func(k int) error {
+			if !*median || ep.Rank() != 0 {
+				return pingPong(ctx, ep, sbuf[:n], rbuf[:n], k)
+			}
+			laps = laps[:0]
+			for range k {
+				start := time.Now()
+				if err := pingPong(ctx, ep, sbuf[:n], rbuf[:n], 1); err != nil {
+					return err
+				}
+				laps = append(laps, time.Since(start))
+			}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("latency %d bytes: %w", n, err)
 		}
@@ -207,7 +223,12 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 			return fmt.Errorf("latency %d bytes: payload differs", n)
 		}
 		if me == 0 {
-			fmt.Printf("%-10d %24.2f %11d\n", n, t.Seconds()*1e6/float64(2*k), k)
+			v := t.Seconds() * 1e6 / float64(2*k)
+			if *median {
+				slices.Sort(laps)
+				v = laps[len(laps)/2].Seconds() * 1e6 / 2
+			}
+			fmt.Printf("%-10d %24.2f %11d\n", n, v, k)
 		}
 	}
 	return nil
