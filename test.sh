@@ -9,6 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export PATH="$PATH:/usr/local/go/bin"
+# The launcher tests (real Slurm, Hydra, Open MPI) are part of the whole run.
+export RDMAGO_LAUNCHER_TESTS="${RDMAGO_LAUNCHER_TESTS:-1}"
 
 if [ "$(id -u)" -eq 0 ]; then
 	bash .ci/install
