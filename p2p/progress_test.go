@@ -1,0 +1,78 @@
+package p2p_test
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+// Non-blocking requests progress in the background: after Isend/Irecv,
+// neither rank calls into p2p again (no Wait, no Test), yet both the eager
+// and the rendezvous transfers complete while the program "computes".
+func TestBackgroundProgress(t *testing.T) {
+	for _, prov := range []string{"loop", "tcp", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				const big = 1 << 20
+				var reqs []*p2p.Request
+				var bufs [][]byte
+				for i, n := range []int{100, big} {
+					var r *p2p.Request
+					var err error
+					if ep.Rank() == 0 {
+						r, err = ep.Isend(1, i, pattern(n, byte(i)))
+					} else {
+						b := make([]byte, n)
+						bufs = append(bufs, b)
+						r, err = ep.Irecv(0, i, b)
+					}
+					require.NoError(t, err)
+					reqs = append(reqs, r)
+				}
+				deadline := time.Now().Add(20 * time.Second)
+				for _, r := range reqs {
+					for !r.Done() { // Done does not progress anything
+						require.True(t, time.Now().Before(deadline), "request never completed without Wait")
+						time.Sleep(time.Millisecond)
+					}
+				}
+				for i, b := range bufs {
+					require.True(t, bytes.Equal(b, pattern(len(b), byte(i))))
+				}
+				return p2p.WaitAll(ctx, reqs...)
+			})
+		})
+	}
+}
+
+// Close leaves no goroutine of the endpoints behind.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	p2ptest.Run(t, 3, p2ptest.Options{Provider: "loop"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		right := (ep.Rank() + 1) % ep.Size()
+		r, err := ep.Irecv(p2p.AnySource, 0, make([]byte, 1<<16))
+		if err != nil {
+			return err
+		}
+		if err := ep.Send(ctx, right, 0, make([]byte, 1<<16)); err != nil {
+			return err
+		}
+		_, err = r.Wait(ctx)
+		return err
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("%d goroutines before, %d after Close:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
