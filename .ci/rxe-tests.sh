@@ -8,6 +8,10 @@
 #   - the built ibv-pingpong binary against ibv_rc_pingpong both ways
 #   - the conformance suite and the interop again between rxe1 and rxe2, two
 #     devices on the ends of a veth pair (rxe-vm --pair), like two hosts
+#   - the whole stack over ibv: rdmarun --transport ibv starts internal/ibvstack
+#     (comm.FromEnv, allreduce up to past 1 MiB, bcast from non-zero roots,
+#     barriers, every result checked): 2 ranks on rxe0, and 4 ranks whose
+#     devices alternate between rxe1 and rxe2
 # and checks by name that those tests passed (a silent skip fails).
 #
 #   .ci/rxe-tests.sh            tests (about 2 minutes on an idle 2-core machine; the
@@ -59,11 +63,13 @@ fi
 
 echo "== build with -tags rdma (cgo, libibverbs)"
 export CGO_ENABLED=1
-go vet -tags rdma ./verbs/ibv/... ./cmd/ibv-pingpong/...
+go vet -tags rdma ./verbs/ibv/... ./cmd/ibv-pingpong/... ./internal/ibvstack/...
 go test -tags rdma -race -c -o "$work/ibv.test" ./verbs/ibv
 go test -tags rdma -c -o "$work/ibvbench.test" ./verbs/ibv
 go test -tags rdma -c -o "$work/pingpong.test" ./cmd/ibv-pingpong
 go build -tags rdma -o "$work/ibv-pingpong" ./cmd/ibv-pingpong
+go build -o "$work/rdmarun" ./cmd/rdmarun # the launcher needs no tag; the ranks do
+go build -tags rdma -o "$work/ibvstack" ./internal/ibvstack
 note "host: go vet + build -tags rdma" PASS
 
 # Everything in one VM boot. Logs go to the shared work directory; the host
@@ -96,6 +102,22 @@ timeout 120 ibv_rc_pingpong -d $RXE_VM_DEV1 -g $RXE_VM_GID_INDEX1 -p 18517 -n 10
 ./ibv-pingpong -d $RXE_VM_DEV2 -e -n 100 -p 18517 -timeout 60s 127.0.0.1 >pp3-cli.log 2>&1; c=$?
 echo "pp3-client exit $c" >>status; [ $c = 0 ] || kill $s 2>/dev/null
 wait $s; echo "pp3-server exit $?" >>status
+
+# The whole stack over ibv: rdmarun (rendezvous on 127.0.0.1) starts the
+# ranks, which join with comm.FromEnv and run checked collectives through
+# collectives -> p2p -> verbs/ibv. 2 ranks on rxe0; 4 ranks on rxe1, rxe2,
+# rxe1, rxe2 (by local rank), so that some pairs cross the veth wire and
+# some share a device. p2p's waits block after a short spin, so 2 vCPUs do
+# (4 were slower on a loaded 2-core host under TCG). Three time limits:
+# the program's own, rdmarun's (which stops every rank), busybox's.
+stack() { # name ranks devices
+	t=$(date +%s)
+	timeout 200 ./rdmarun -np $2 --transport ibv --timeout 170s --stdin none \
+		./ibvstack -device $3 -timeout 150s >$1.log 2>&1
+	echo "$1 exit $?" >>status; echo "$1 took $(($(date +%s) - t)) s" >>status
+}
+stack stack2 2 $D
+stack stack4 4 $RXE_VM_DEV1,$RXE_VM_DEV2
 
 if [ "${BENCH:-0}" = 1 ]; then
 	pair() { # perftest server + client on the same device, client output kept;
@@ -166,8 +188,21 @@ else
 	note "vm: ibv_rc_pingpong on rxe1 <- ibv-pingpong on rxe2" FAIL
 fi
 
+# Every rank printed its "pass" line (transports all ibv), rank 0 the OK line.
+for job in "stack2 2 rxe0" "stack4 4 rxe1/rxe2"; do
+	read -r name n devs <<<"$job"
+	log=$work/$name.log
+	took=$(sed -n "s/^$name took \(.*\)$/\1/p" "$work/status")
+	ranks=$(grep -cE "^ibvstack: rank [0-9]+/$n pass device=[^ ]+ transport=(ibv|self)(,(ibv|self))* " "$log" || true)
+	if status "$name" && [[ $ranks == "$n" ]] && grep -qx "ibvstack: OK ranks=$n transport=ibv" "$log"; then
+		note "vm: rdmarun -np $n --transport ibv ibvstack ($devs)" PASS "$took"
+	else
+		note "vm: rdmarun -np $n --transport ibv ibvstack ($devs)" FAIL "$(grep "^$name exit" "$work/status"), $ranks of $n ranks passed"
+	fi
+done
+
 if ((failed)); then
-	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log; do
+	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack4.log; do
 		[[ -f $work/$f ]] || continue
 		echo "---- $f (failures and last lines)"
 		grep -E -- "--- FAIL|Error Trace|Error:|panic" "$work/$f" | head -40 || true

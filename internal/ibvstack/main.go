@@ -4,7 +4,8 @@
 //
 //	go build -tags rdma -o /tmp/x/ibvstack ./internal/ibvstack
 //	go build -o /tmp/x/rdmarun ./cmd/rdmarun
-//	rdmarun -np 4 --transport ibv /tmp/x/ibvstack        # inside the VM
+//	rdmarun -np 4 --transport ibv /tmp/x/ibvstack -device rxe0       # inside the VM
+//	rdmarun -np 4 --transport ibv /tmp/x/ibvstack -device rxe1,rxe2  # alternating
 //	rdmarun -np 4 --transport tcp ./internal/ibvstack -want tcp   # anywhere
 //
 // Every rank joins with comm.FromEnv (the real RDMARUN_* contract), checks
@@ -24,7 +25,7 @@
 // collective); the ranks count them and agree on the total with a last
 // allreduce. Each rank then prints one line,
 //
-//	ibvstack: rank 1/4 pass transport=ibv,self,ibv,ibv allreduce=8 bcast=2 barrier=4 rdma_msgs=36 rdma_bytes=11649216 algorithms=allreduce:recursive_doubling,...
+//	ibvstack: rank 1/4 pass device=rxe0 transport=ibv,self,ibv,ibv allreduce=8 bcast=2 barrier=4 rdma_msgs=36 rdma_bytes=11649216 algorithms=allreduce:recursive_doubling,...
 //
 // ("FAIL" and the failed checks on stderr otherwise), and rank 0, when
 // every rank passed, a last line
@@ -36,12 +37,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +56,8 @@ import (
 
 var (
 	want    = flag.String("want", "ibv", "the transport every peer must be reached over (empty: any)")
-	device  = flag.String("device", "", "verbs device name for the endpoint (ibv: dev[:port[:gid]]; empty: the provider's choice)")
+	devices = flag.String("device", "", "verbs device for the endpoint (ibv: dev[:port[:gid]]; empty: the provider's choice); "+
+		"a comma-separated list gives local rank i the (i mod n)-th")
 	timeout = flag.Duration("timeout", 2*time.Minute, "deadline of the whole run")
 	rounds  = flag.Int("barriers", 4, "barrier rounds, each with another rank arriving late")
 	late    = flag.Duration("late", 30*time.Millisecond, "how late the late rank of a barrier round arrives")
@@ -103,19 +107,48 @@ func rdma(s comm.Stats) (msgs, bytes uint64) {
 	return msgs, bytes
 }
 
+// pickDevice chooses this rank's device from a comma-separated list by
+// its local rank, as a job would give each rank on a host its own NIC
+// (docs/env.md: RDMARUN_LOCAL_RANK is there for that).
+func pickDevice(list string) (string, error) {
+	names := strings.Split(list, ",")
+	if len(names) == 1 {
+		return names[0], nil
+	}
+	v := os.Getenv("RDMARUN_LOCAL_RANK")
+	i, err := strconv.Atoi(v)
+	if err != nil || i < 0 {
+		return "", fmt.Errorf("-device %q: a list needs the local rank, and RDMARUN_LOCAL_RANK=%q is not one", list, v)
+	}
+	return names[i%len(names)], nil
+}
+
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if *want == "ibv" && !ibv.Available {
 		return errors.New("-want ibv, but this binary has no ibv provider: build it with -tags rdma")
 	}
-	c, err := comm.FromEnv(ctx, comm.Options{P2P: p2p.Options{Device: verbs.DeviceOptions{Name: *device}}})
+	// phases: how long each part took on this rank, for the log.
+	var phases []string
+	t := time.Now()
+	phase := func(name string) {
+		phases = append(phases, fmt.Sprintf("%s:%.1fs", name, time.Since(t).Seconds()))
+		t = time.Now()
+	}
+	device, err := pickDevice(*devices)
+	if err != nil {
+		return err
+	}
+	c, err := comm.FromEnv(ctx, comm.Options{P2P: p2p.Options{Device: verbs.DeviceOptions{Name: device}}})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	p, me := c.Size(), c.Rank()
 	k := &checker{rank: me, size: p, passed: map[string]int{}}
+
+	phase("init")
 
 	// Every peer over the wanted transport; one host (one clock) or not.
 	oneHost := true
@@ -215,6 +248,8 @@ func run() error {
 		}
 	}
 
+	phase("allreduce")
+
 	// Bcast from non-zero roots (the last rank, then rank 1): a small
 	// buffer and one well past 1 MiB. Non-roots start from garbage that
 	// differs from the root's data.
@@ -243,6 +278,8 @@ func run() error {
 			k.pass("bcast")
 		}
 	}
+
+	phase("bcast")
 
 	// Barrier rounds: in round j rank j%p arrives late. Every rank notes
 	// when it entered and left; an allgather of those times then shows
@@ -276,6 +313,8 @@ func run() error {
 		}
 	}
 
+	phase("barrier")
+
 	// Everybody learns whether anybody failed.
 	total := []int64{int64(k.failed)}
 	if err := comm.Allreduce(ctx, c, total, comm.Sum); err != nil {
@@ -286,9 +325,9 @@ func run() error {
 	if k.failed > 0 {
 		verdict = "FAIL"
 	}
-	fmt.Printf("ibvstack: rank %d/%d %s transport=%s allreduce=%d bcast=%d barrier=%d rdma_msgs=%d rdma_bytes=%d algorithms=%s\n",
-		me, p, verdict, strings.Join(transports, ","), k.passed["allreduce"], k.passed["bcast"], k.passed["barrier"], m, b,
-		strings.Join(k.algs, ","))
+	fmt.Printf("ibvstack: rank %d/%d %s device=%s transport=%s allreduce=%d bcast=%d barrier=%d rdma_msgs=%d rdma_bytes=%d algorithms=%s time=%s\n",
+		me, p, verdict, cmp.Or(device, "auto"), strings.Join(transports, ","), k.passed["allreduce"], k.passed["bcast"], k.passed["barrier"], m, b,
+		strings.Join(k.algs, ","), strings.Join(phases, ","))
 	if err := c.Close(); err != nil {
 		return fmt.Errorf("close: %w", err)
 	}
