@@ -137,16 +137,21 @@ func TestPostFailureIsPeerLoss(t *testing.T) {
 	inj.FailPosts(1, verbs.ErrQueueFull, func(_ uint32, recv bool) bool { return !recv })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// One of the endpoints is wrapped; its sends fail at post time.
-	var failed int
+	// One of the endpoints is wrapped; its send fails at post time and it
+	// declares its peer lost. The other one's send may have gone before the
+	// revoke arrived or fail with it; either way every error names the
+	// same lost rank.
+	lost := -1
 	for r, ep := range eps {
 		err := ep.Send(ctx, 1-r, 0, []byte("x"))
 		if err != nil {
-			require.NoError(t, checkLost(err, 1-r))
-			failed++
+			if lost < 0 {
+				lost = 1 - r
+			}
+			require.NoError(t, checkLost(err, lost))
 		}
 	}
-	require.Equal(t, 1, failed)
+	require.GreaterOrEqual(t, lost, 0, "no send failed")
 	// The other one learns it through the revoke.
 	for _, ep := range eps {
 		select {
