@@ -456,22 +456,50 @@ func (ep *Endpoint) connectOptions(d *device) verbs.ConnectOptions {
 
 // waitPolicy resolves Options.Spin and Yield (see there).
 func waitPolicy(o Options, devs []*device) (spin, yield time.Duration) {
-	fast := len(devs) > 0
-	for _, d := range devs {
-		if d.provider != "shm" && d.provider != "ibv" {
-			fast = false
+	defSpin, defYield := time.Duration(0), time.Duration(0)
+	if len(devs) == 1 {
+		switch devs[0].provider {
+		case "shm":
+			// A short poll of our own, then the provider's CQ.Wait, which
+			// spins on its ring, yields the core to other processes
+			// (sched_yield, which runtime.Gosched cannot do) and sleeps.
+			defSpin = 2 * time.Microsecond
+		case "ibv":
+			defSpin, defYield = 20*time.Microsecond, 200*time.Microsecond
+		}
+	} else if len(devs) > 1 {
+		fast := true
+		for _, d := range devs {
+			if d.provider != "shm" && d.provider != "ibv" {
+				fast = false
+			}
+		}
+		if fast {
+			defSpin, defYield = 20*time.Microsecond, 200*time.Microsecond
 		}
 	}
 	pick := func(v, def time.Duration) time.Duration {
 		switch {
 		case v < 0:
 			return 0
-		case v == 0 && fast:
+		case v == 0:
 			return def
 		}
 		return v
 	}
-	return pick(o.Spin, 20*time.Microsecond), pick(o.Yield, 200*time.Microsecond)
+	return pick(o.Spin, defSpin), pick(o.Yield, defYield)
+}
+
+// Link is the device's estimate of the one-way latency of a small message to
+// peer and of the link's bandwidth in bytes per second (the collectives'
+// cost model uses it). For this rank itself it reports zero latency and no
+// bandwidth figure (0).
+func (ep *Endpoint) Link(peer int) (latency time.Duration, bandwidth float64) {
+	if peer < 0 || peer >= ep.size || ep.peers[peer] == nil {
+		return 0, 0
+	}
+	c := ep.peers[peer].dev.caps
+	return c.Latency, c.Bandwidth
 }
 
 // dropQueuedLocked forgets a request whose item is being removed from a
@@ -490,16 +518,4 @@ func (ep *Endpoint) dropQueuedLocked(it *outItem) {
 		r.dev.cache.put(r.reg)
 		r.reg = nil
 	}
-}
-
-// Link is the device's estimate of the one-way latency of a small message to
-// peer and of the link's bandwidth in bytes per second (the collectives'
-// cost model uses it). For this rank itself it reports zero latency and no
-// bandwidth figure (0).
-func (ep *Endpoint) Link(peer int) (latency time.Duration, bandwidth float64) {
-	if peer < 0 || peer >= ep.size || ep.peers[peer] == nil {
-		return 0, 0
-	}
-	c := ep.peers[peer].dev.caps
-	return c.Latency, c.Bandwidth
 }

@@ -61,13 +61,15 @@ type Options struct {
 	// declared lost; default 10 s. Negative disables liveness checks.
 	LivenessTimeout time.Duration
 	// Spin and Yield shape a blocking wait: poll the completion queues in a
-	// tight loop for Spin, then yielding the processor between polls until
-	// Spin+Yield, then block. Zero means the provider's default: 20 µs and
-	// 200 µs when every peer is reached over shm or ibv, whose completions
-	// a poll finds directly; none for tcp and loop, whose completions are
-	// made by the provider's own goroutines, which a spinning waiter only
-	// starves (measured: spinning made an 8-byte tcp ping-pong 3x slower on
-	// a busy 2-core machine). Negative means no spinning (or yielding).
+	// tight loop for Spin, then yielding between polls (runtime.Gosched)
+	// until Spin+Yield, then block (in the CQ's own Wait when the endpoint
+	// has one device). Zero means the provider's default: over shm 2 µs and
+	// no yield, because the shm CQ.Wait itself spins on its ring, yields the
+	// core to other processes with sched_yield and then sleeps on a futex;
+	// over ibv 20 µs and 200 µs; over tcp and loop none, because their
+	// completions are made by the provider's own goroutines, which a
+	// spinning waiter only starves (measured: a 20 µs spin made an 8-byte
+	// tcp ping-pong 3x slower on a busy 2-core machine). Negative means none.
 	Spin, Yield time.Duration
 	// CloseTimeout bounds how long Close waits for messages still in flight
 	// (a receiver still reading a rendezvous buffer). Default 5 s.
