@@ -10,7 +10,8 @@
 #     devices on the ends of a veth pair (rxe-vm --pair), like two hosts
 #   - the whole stack over ibv: rdmarun --transport ibv starts internal/ibvstack
 #     (comm.FromEnv, allreduce up to past 1 MiB, bcast from non-zero roots,
-#     barriers, every result checked): 2 ranks on rxe0, and 4 ranks whose
+#     barriers, every result checked): 2 ranks on rxe0; 3 ranks on rxe0 with
+#     the one-sided allreduce (RDMA WRITE with immediate); 4 ranks whose
 #     devices alternate between rxe1 and rxe2
 # and checks by name that those tests passed (a silent skip fails).
 #
@@ -105,18 +106,22 @@ wait $s; echo "pp3-server exit $?" >>status
 
 # The whole stack over ibv: rdmarun (rendezvous on 127.0.0.1) starts the
 # ranks, which join with comm.FromEnv and run checked collectives through
-# collectives -> p2p -> verbs/ibv. 2 ranks on rxe0; 4 ranks on rxe1, rxe2,
-# rxe1, rxe2 (by local rank), so that some pairs cross the veth wire and
-# some share a device. p2p's waits block after a short spin, so 2 vCPUs do
-# (4 were slower on a loaded 2-core host under TCG). Three time limits:
-# the program's own, rdmarun's (which stops every rank), busybox's.
-stack() { # name ranks devices
-	t=$(date +%s)
-	timeout 200 ./rdmarun -np $2 --transport ibv --timeout 170s --stdin none \
-		./ibvstack -device $3 -timeout 150s >$1.log 2>&1
-	echo "$1 exit $?" >>status; echo "$1 took $(($(date +%s) - t)) s" >>status
+# collectives -> p2p -> verbs/ibv. 2 ranks on rxe0 (the cost model's
+# algorithms); 3 ranks on rxe0 with every allreduce forced to the one-sided
+# ring (p2p windows: RDMA WRITE with immediate), an odd rank count; 4 ranks
+# on rxe1, rxe2, rxe1, rxe2 (by local rank), so that some pairs cross the
+# veth wire and some share a device. p2p's waits block after a short spin,
+# so 2 vCPUs do (4 were slower on a loaded 2-core host under TCG). Three
+# time limits: the program's own, rdmarun's (which stops every rank),
+# busybox's.
+stack() { # name ranks devices [rdmarun options]
+	name=$1 n=$2 dev=$3; shift 3; t=$(date +%s)
+	timeout 200 ./rdmarun -np $n --transport ibv --timeout 170s --stdin none "$@" \
+		./ibvstack -device $dev -timeout 150s >$name.log 2>&1
+	echo "$name exit $?" >>status; echo "$name took $(($(date +%s) - t)) s" >>status
 }
 stack stack2 2 $D
+stack stack3 3 $D -x RDMAGO_ALLREDUCE_ALGO=ring_onesided
 stack stack4 4 $RXE_VM_DEV1,$RXE_VM_DEV2
 
 if [ "${BENCH:-0}" = 1 ]; then
@@ -188,21 +193,25 @@ else
 	note "vm: ibv_rc_pingpong on rxe1 <- ibv-pingpong on rxe2" FAIL
 fi
 
-# Every rank printed its "pass" line (transports all ibv), rank 0 the OK line.
-for job in "stack2 2 rxe0" "stack4 4 rxe1/rxe2"; do
-	read -r name n devs <<<"$job"
+# Every rank printed its "pass" line (transports all ibv; a forced allreduce
+# algorithm the only one that ran), rank 0 the OK line.
+for job in "stack2 2 rxe0" "stack3 3 rxe0 ring_onesided" "stack4 4 rxe1/rxe2"; do
+	read -r name n devs algo <<<"$job"
 	log=$work/$name.log
 	took=$(sed -n "s/^$name took \(.*\)$/\1/p" "$work/status")
-	ranks=$(grep -cE "^ibvstack: rank [0-9]+/$n pass device=[^ ]+ transport=(ibv|self)(,(ibv|self))* " "$log" || true)
+	line="^ibvstack: rank [0-9]+/$n pass device=[^ ]+ transport=(ibv|self)(,(ibv|self))* "
+	[[ -z $algo ]] || line+=".* algorithms=allreduce:$algo,bcast:"
+	ranks=$(grep -cE "$line" "$log" || true)
+	title="vm: rdmarun -np $n ibvstack over ibv ($devs${algo:+, $algo})"
 	if status "$name" && [[ $ranks == "$n" ]] && grep -qx "ibvstack: OK ranks=$n transport=ibv" "$log"; then
-		note "vm: rdmarun -np $n --transport ibv ibvstack ($devs)" PASS "$took"
+		note "$title" PASS "$took"
 	else
-		note "vm: rdmarun -np $n --transport ibv ibvstack ($devs)" FAIL "$(grep "^$name exit" "$work/status"), $ranks of $n ranks passed"
+		note "$title" FAIL "$(grep "^$name exit" "$work/status"), $ranks of $n ranks passed"
 	fi
 done
 
 if ((failed)); then
-	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack4.log; do
+	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack3.log stack4.log; do
 		[[ -f $work/$f ]] || continue
 		echo "---- $f (failures and last lines)"
 		grep -E -- "--- FAIL|Error Trace|Error:|panic" "$work/$f" | head -40 || true
