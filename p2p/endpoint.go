@@ -190,6 +190,11 @@ func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
 			return fmt.Errorf("opening %s device: %w", prov, err)
 		}
 	}
+	// Publish every address before anyone reads: a PMI key-value space makes
+	// puts visible only at a fence.
+	if err := rv.Fence(ctx); err != nil {
+		return err
+	}
 	for r, p := range ep.peers {
 		if p == nil {
 			continue

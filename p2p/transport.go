@@ -38,6 +38,10 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 	if err := rv.Put(ctx, fmt.Sprintf("%s%d", prefix, ep.rank), []byte(id)); err != nil {
 		return err
 	}
+	// A PMI key-value space publishes puts only at a fence.
+	if err := rv.Fence(ctx); err != nil {
+		return err
+	}
 	for r := range ep.provider {
 		if r == ep.rank {
 			continue
