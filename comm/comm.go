@@ -16,7 +16,6 @@ import (
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
 	"github.com/rdmago/rdmago/p2p"
-	"github.com/rdmago/rdmago/verbs"
 	"github.com/rdmago/rdmago/verbs/shm"
 )
 
@@ -102,9 +101,6 @@ type world struct {
 	localRank int      // from the launcher, -1 when unknown
 	localSize int
 	job       *jobenv.Job
-
-	capsMu sync.Mutex
-	caps   map[string]verbs.Caps // per provider, captured at device open
 
 	nextCtx  atomic.Uint32 // context id counter without an Adder store
 	abortErr atomic.Pointer[error]
@@ -228,7 +224,7 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	}
 	w := &world{
 		name: o.P2P.Name, log: o.Logger, exit: o.Exit, collOpts: collOpts, job: job,
-		caps: map[string]verbs.Caps{}, stop: make(chan struct{}), comms: map[*Comm]struct{}{},
+		stop: make(chan struct{}), comms: map[*Comm]struct{}{},
 		localRank: -1,
 	}
 	if w.log == nil {
@@ -320,22 +316,6 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 			return fail(fmt.Errorf("choosing the address peers reach this rank at: %w", err))
 		}
 		po.Device.Listen = net.JoinHostPort(addr.String(), "0")
-	}
-	open := po.OpenDevice
-	po.OpenDevice = func(ctx context.Context, provider string, do verbs.DeviceOptions) (verbs.Device, error) {
-		var d verbs.Device
-		var err error
-		if open != nil {
-			d, err = open(ctx, provider, do)
-		} else {
-			d, err = verbs.Open(ctx, provider, do)
-		}
-		if err == nil {
-			w.capsMu.Lock()
-			w.caps[provider] = d.Caps()
-			w.capsMu.Unlock()
-		}
-		return d, err
 	}
 	ep, err := p2p.New(ctx, store, po)
 	if err != nil {

@@ -10,15 +10,17 @@ import (
 
 // group adapts a communicator's collective channel (context 2id+1 of the
 // endpoint) to collectives.Group, translating communicator ranks to world
-// ranks. It also offers Topology (host of each rank) and LinkInfo (the
-// device's reported latency and bandwidth per transport).
+// ranks. It also offers Topology (host of each rank), LinkInfo (the
+// device's estimate of latency and bandwidth to each peer) and
+// AnySourceReceiver.
 type group struct{ c *Comm }
 
 var (
-	_ collectives.Group    = (*group)(nil)
-	_ collectives.Topology = (*group)(nil)
-	_ collectives.LinkInfo = (*group)(nil)
-	_ collectives.OneSided = (*worldGroup)(nil)
+	_ collectives.Group             = (*group)(nil)
+	_ collectives.Topology          = (*group)(nil)
+	_ collectives.LinkInfo          = (*group)(nil)
+	_ collectives.AnySourceReceiver = (*group)(nil)
+	_ collectives.OneSided          = (*worldGroup)(nil)
 )
 
 func (g *group) Rank() int { return g.c.rank }
@@ -43,15 +45,19 @@ func (g *group) Irecv(ctx context.Context, peer, tag int, buf []byte) (collectiv
 func (g *group) HostOf(rank int) int { return g.c.w.hostIdx[g.c.members[rank]] }
 
 func (g *group) Link(peer int) (time.Duration, float64) {
-	w := g.c.w
-	prov := w.ep.Transport(g.c.members[peer])
-	w.capsMu.Lock()
-	caps, ok := w.caps[prov]
-	w.capsMu.Unlock()
-	if !ok {
-		return 0, 0
+	return g.c.w.ep.Link(g.c.members[peer])
+}
+
+// IrecvAny receives from any rank of the communicator: only its members
+// send on its collective context (see Split), so AnySource cannot match a
+// stranger. The Engine's mismatch watcher then needs one goroutine, not
+// one per peer.
+func (g *group) IrecvAny(ctx context.Context, tag int, buf []byte) (collectives.Request, error) {
+	r, err := g.c.collCh.Irecv(p2p.AnySource, tag, buf)
+	if err != nil {
+		return nil, err
 	}
-	return caps.Latency, caps.Bandwidth
+	return newGroupReq(ctx, r), nil
 }
 
 // groupReq is a p2p request that the ctx it was started with cancels, as

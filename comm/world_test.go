@@ -144,11 +144,15 @@ func TestAbortWithServer(t *testing.T) {
 	defer cancel()
 	exited := make(chan int, 1)
 	errs := make([]error, p)
-	var wg sync.WaitGroup
+	var wg, others sync.WaitGroup
+	others.Add(p - 1)
 	for r := range p {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if r != aborter {
+				defer others.Done()
+			}
 			errs[r] = func() error {
 				c, err := comm.Init(ctx, comm.Options{Addr: srv.Addr(), Token: token, Rank: r, Size: p,
 					Transport: "tcp", NoEnv: true, Exit: func(code int) { exited <- code }})
@@ -164,6 +168,10 @@ func TestAbortWithServer(t *testing.T) {
 						return err
 					}
 					c.Abort(4)
+					// A real Abort never returns; here Exit did. Do not
+					// say goodbye (Close) before the others have seen
+					// the abort.
+					others.Wait()
 					return nil
 				}
 				if err == nil {
