@@ -16,7 +16,9 @@
 // launcher in turn, most specific first, whether its variables are present,
 // and parses the first one that says yes:
 //
-//  1. rdmarun: any RDMARUN_* variable of the contract (docs/env.md).
+//  1. rdmarun: any of RDMARUN_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE, _JOB
+//     (docs/env.md). RDMARUN_ADDR, _TOKEN, _TRANSPORT and _TIMEOUT alone do
+//     not count: other launchers' ranks get them by hand (mpirun -x).
 //
 // Later launchers slot in after it, in this order (issue 9): a PMI service
 // (PMI_FD / PMI_RANK / PMI_SIZE from MPICH Hydra or srun --mpi=pmi2), Open
@@ -136,6 +138,12 @@ func Detect(env LookupEnv) (Job, error) {
 		}
 	}
 	msg := "no RDMARUN_* variables: start the program with rdmarun (rdmarun -np 4 ./prog), or use comm.Init"
+	for _, v := range RdmarunVars {
+		if _, ok := env(v); ok {
+			msg += fmt.Sprintf(" (%s is set, but it is not enough: rdmarun sets %s)", v, strings.Join(rdmarunOwn, ", "))
+			break
+		}
+	}
 	for _, f := range foreign {
 		for _, v := range f.vars {
 			if _, ok := env(v); ok {
@@ -168,8 +176,13 @@ var Transports = []string{"auto", "shm", "tcp", "ibv"}
 // MaxSize is the largest job (docs/env.md).
 const MaxSize = 1 << 16
 
+// rdmarunOwn are the variables only rdmarun sets. The others
+// (RDMARUN_ADDR, _TOKEN, _TRANSPORT, _TIMEOUT) are also passed by hand to
+// ranks of other launchers (mpirun -x), so they alone do not mean rdmarun.
+var rdmarunOwn = []string{EnvRank, EnvSize, EnvLocalRank, EnvLocalSize, EnvJob}
+
 func rdmarunPresent(env LookupEnv) bool {
-	for _, v := range RdmarunVars {
+	for _, v := range rdmarunOwn {
 		if _, ok := env(v); ok {
 			return true
 		}

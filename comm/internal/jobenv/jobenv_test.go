@@ -127,6 +127,11 @@ func TestNoLauncher(t *testing.T) {
 	assert.Contains(t, err.Error(), "OMPI_COMM_WORLD_RANK")
 	assert.Contains(t, err.Error(), "Open MPI")
 
+	_, err = Detect(lookup(map[string]string{EnvAddr: "127.0.0.1:5", EnvToken: token}))
+	require.ErrorIs(t, err, ErrNoLauncher, "shared variables alone are not rdmarun")
+	assert.Contains(t, err.Error(), "RDMARUN_ADDR is set")
+	assert.NotContains(t, err.Error(), token)
+
 	_, err = Detect(lookup(map[string]string{"SLURM_PROCID": "0"}))
 	assert.Contains(t, err.Error(), "--mpi=pmi2")
 
