@@ -64,9 +64,9 @@ type Endpoint struct {
 
 	// The progress engine.
 	pollMu  sync.Mutex
-	wcs     []verbs.WC // guarded by pollMu
-	pollers atomic.Int32
-	bgWake  chan struct{}
+	wcs     []verbs.WC    // guarded by pollMu
+	pollers atomic.Int32  // goroutines polling now
+	polls   atomic.Uint64 // polls started, so the background sees activity
 	stop    context.CancelFunc
 	bgCtx   context.Context
 	wg      sync.WaitGroup
@@ -109,7 +109,6 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 		reads:     map[uint32]*Request{},
 		writes:    map[uint32]*Request{},
 		failed:    make(chan struct{}),
-		bgWake:    make(chan struct{}, 1),
 	}
 	if ep.log == nil {
 		ep.log = slog.New(slog.DiscardHandler)

@@ -334,6 +334,7 @@ func (c *Channel) probe(ctx context.Context, op string, src, tag int, claim, blo
 		if in, err := look(); in != nil || err != nil {
 			return in, err
 		}
+		ep.handOff()
 		select {
 		case <-ch:
 		case <-ctx.Done():

@@ -21,11 +21,12 @@ import (
 //
 // One background goroutine per device keeps everything else moving: it
 // blocks in CQ.Wait and handles completions when no foreground goroutine is
-// polling (pollers == 0), so non-blocking requests progress while the
-// program computes, credits flow back and liveness frames are answered. When
-// a foreground poller is active the background goroutine parks on its wake
-// channel, which the last poller to leave signals, so the two never fight
-// over completions.
+// polling, so non-blocking requests progress while the program computes,
+// credits flow back and liveness frames are answered. While foreground
+// goroutines poll (or keep coming back to poll, as a ping-pong loop does)
+// it naps on a timer instead, so the two never fight over completions or
+// for the cores, and nothing on the hot path has to wake it; a goroutine
+// about to block on a channel hands progress to it explicitly (handOff).
 
 func (ep *Endpoint) progress() int {
 	if !ep.pollMu.TryLock() {
@@ -52,32 +53,70 @@ func (ep *Endpoint) progress() int {
 	return total
 }
 
-func (ep *Endpoint) enterPoll() { ep.pollers.Add(1) }
+func (ep *Endpoint) enterPoll() {
+	ep.pollers.Add(1)
+	ep.polls.Add(1)
+}
 
-func (ep *Endpoint) leavePoll() {
-	if ep.pollers.Add(-1) == 0 {
-		for _, d := range ep.devs {
-			select {
-			case d.wake() <- struct{}{}:
-			default:
-			}
+// leavePoll only counts down: waking the background goroutine here would
+// put a goroutine wake-up (a futex call when a P is idle) on every blocking
+// call's path and have it spin on the CQ beside the next foreground poller.
+// The background goroutine notices a quiet endpoint by itself (see
+// background); a goroutine that is about to block calls handOff instead.
+func (ep *Endpoint) leavePoll() { ep.pollers.Add(-1) }
+
+// handOff tells the background goroutines to take over progress now,
+// because the caller is about to block on a channel.
+func (ep *Endpoint) handOff() {
+	for _, d := range ep.devs {
+		select {
+		case d.wakeCh <- struct{}{}:
+		default:
 		}
 	}
 }
 
-func (d *device) wake() chan struct{} { return d.wakeCh }
+// Naps of the background goroutine while foreground goroutines poll: it
+// takes over after at most bgNapMax (doubling from bgNapMin) of quiet, or
+// at once when a goroutine hands off before blocking.
+const (
+	bgNapMin = 50 * time.Microsecond
+	bgNapMax = time.Millisecond
+)
 
+// background handles completions while no foreground goroutine polls. It
+// stays off while one does (pollers > 0) and also while they come and go
+// (the polls count moved since its last look: a ping-pong loop leaves and
+// re-enters the poll between every Send and Recv), napping on a timer so
+// that the hot path never has to wake it. A goroutine about to block on a
+// channel hands off (wakeCh), which engages it without the nap.
 func (ep *Endpoint) background(d *device) {
 	defer ep.wg.Done()
+	nap := bgNapMin
+	timer := time.NewTimer(nap)
+	defer timer.Stop()
+	kicked := false
+	seen := ep.polls.Load()
 	for {
-		if ep.pollers.Load() > 0 {
+		busy := ep.pollers.Load() > 0
+		if now := ep.polls.Load(); now != seen {
+			seen = now
+			busy = busy || !kicked
+		}
+		if busy {
+			kicked = false
+			timer.Reset(nap)
 			select {
 			case <-d.wakeCh:
+				kicked = true
+			case <-timer.C:
+				nap = min(2*nap, bgNapMax)
 			case <-ep.bgCtx.Done():
 				return
 			}
 			continue
 		}
+		kicked, nap = false, bgNapMin
 		if err := d.cq.Wait(ep.bgCtx); err != nil {
 			if ep.bgCtx.Err() != nil {
 				return

@@ -195,6 +195,7 @@ func (ep *Endpoint) wait(ctx context.Context, r *Request) error {
 	}
 	r.notify = r.waitCh
 	ep.mu.Unlock()
+	ep.handOff()
 	select {
 	case <-r.waitCh:
 		return nil
@@ -361,6 +362,7 @@ func WaitAll(ctx context.Context, reqs ...*Request) error {
 			if all() {
 				break
 			}
+			ep.handOff()
 			select {
 			case <-ch:
 			case <-ctx.Done():
@@ -415,6 +417,7 @@ func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
 			if anyDone() {
 				break
 			}
+			ep.handOff()
 			select {
 			case <-ch:
 			case <-ctx.Done():

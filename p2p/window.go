@@ -356,6 +356,7 @@ func (ep *Endpoint) WaitNotify(ctx context.Context, src int) (Notification, erro
 		if take() {
 			return got, gerr
 		}
+		ep.handOff()
 		select {
 		case <-ch:
 		case <-ctx.Done():
