@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
+	"github.com/rdmago/rdmago/comm/internal/launchers"
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/verbs/shm"
 )
@@ -170,8 +172,28 @@ func FromEnv(ctx context.Context, opts ...Options) (*Comm, error) {
 		return fail(fmt.Errorf("%w: FromEnv takes the rendezvous from the environment; use Init for an explicit one", ErrInvalidArgument))
 	}
 	job, err := jobenv.Detect(os.LookupEnv)
+	if errors.Is(err, jobenv.ErrNoLauncher) {
+		// Not rdmarun: the other launchers, most specific first.
+		l, lerr := launchers.Detect(os.LookupEnv)
+		switch {
+		case lerr == nil:
+			return fromLauncher(ctx, o, l)
+		case !errors.Is(lerr, launchers.ErrNoLauncher):
+			return fail(lerr)
+		}
+		// Neither. jobenv says more when some RDMARUN_* variables are
+		// set but not rdmarun's own (RDMARUN_ADDR passed by hand).
+		noLauncher := lerr
+		for _, v := range jobenv.RdmarunVars {
+			if _, ok := os.LookupEnv(v); ok {
+				noLauncher = fmt.Errorf("%w; %s", lerr, strings.TrimPrefix(err.Error(), jobenv.ErrNoLauncher.Error()+": "))
+				break
+			}
+		}
+		err = noLauncher
+	}
 	if err != nil {
-		if errors.Is(err, jobenv.ErrNoLauncher) && o.Singleton {
+		if errors.Is(err, launchers.ErrNoLauncher) && o.Singleton {
 			stores, err := bootstrap.NewMemory(1)
 			if err != nil {
 				return fail(err)
@@ -198,6 +220,59 @@ func FromEnv(ctx context.Context, opts ...Options) (*Comm, error) {
 		o.ConnectTimeout = job.Timeout
 	}
 	return initWorld(ctx, o, &job)
+}
+
+// fromLauncher joins a job that a launcher other than rdmarun started
+// (comm/internal/launchers): its rendezvous (the PMI key-value space, or
+// the authenticated store rank 0 serves) becomes the communicator's store,
+// closed at Close.
+func fromLauncher(ctx context.Context, o Options, l *launchers.Launch) (*Comm, error) {
+	fail := func(err error) (*Comm, error) {
+		return nil, &OpError{Op: "FromEnv", Rank: l.Rank, Peer: NoPeer, Tag: NoTag, Err: err}
+	}
+	// The insecure-token warning must reach the user whatever the Logger.
+	for _, w := range l.Warnings {
+		fmt.Fprintln(os.Stderr, "rdmago:", w)
+		if o.Logger != nil {
+			o.Logger.Warn("comm: " + w)
+		}
+	}
+	for _, k := range l.Secrets {
+		os.Unsetenv(k)
+	}
+	if o.Transport == "" {
+		o.Transport = l.Transport
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = l.Timeout
+	}
+	if ctx == nil {
+		return fail(fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	// One bound for the whole join: the launcher's rendezvous here, the
+	// peers in initWorld.
+	cctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
+	defer cancel()
+	rv, err := l.Connect(cctx, launchers.ConnectOptions{
+		Version: Version, Config: "transport=" + o.Transport, Hostname: o.Hostname, Logger: o.Logger,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	// Rank and Size are final only now (Hydra's -pmi-port mode).
+	job := jobenv.Job{
+		Launcher: l.Launcher, Rank: rv.Store.Rank(), Size: rv.Store.Size(),
+		LocalRank: l.LocalRank, LocalSize: l.LocalSize, JobID: l.JobID,
+		Transport: o.Transport, Timeout: o.ConnectTimeout,
+	}
+	o.Store, o.Token = rv.Store, rv.Token
+	c, err := initWorld(cctx, o, &job)
+	if err != nil {
+		rv.Close()
+		return nil, err
+	}
+	c.w.ownStore = rv
+	return c, nil
 }
 
 func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/collectives/reduce"
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
+	"github.com/rdmago/rdmago/comm/internal/launchers"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -64,7 +65,7 @@ var equiv = map[error][]error{
 	ErrClosed:          {p2p.ErrClosed, collectives.ErrClosed, bootstrap.ErrClosed},
 	ErrInvalidArgument: {p2p.ErrInvalidArgument, collectives.ErrInvalidArgument, bootstrap.ErrInvalid},
 	ErrMismatch:        {bootstrap.ErrMismatch},
-	ErrLauncher:        {jobenv.ErrNoLauncher, jobenv.ErrInvalid},
+	ErrLauncher:        {jobenv.ErrNoLauncher, jobenv.ErrInvalid, launchers.ErrNoLauncher, launchers.ErrInvalid},
 	ErrUnsupported:     {reduce.ErrUnsupported},
 }
 

@@ -20,14 +20,10 @@
 //     (docs/env.md). RDMARUN_ADDR, _TOKEN, _TRANSPORT and _TIMEOUT alone do
 //     not count: other launchers' ranks get them by hand (mpirun -x).
 //
-// Later launchers slot in after it, in this order (issue 9): a PMI service
-// (PMI_FD / PMI_RANK / PMI_SIZE from MPICH Hydra or srun --mpi=pmi2), Open
-// MPI's mpirun (OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK), then the
-// torchrun convention (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-// MASTER_PORT). Each is one entry of the detectors table: a name, a
-// predicate and a parser returning a Job. Until they exist, their
-// variables only improve the error message ("found OMPI_COMM_WORLD_RANK
-// (Open MPI's mpirun), which rdmago cannot join yet").
+// The other launchers (a PMI service, Open MPI's mpirun, the torchrun
+// convention, and the clear errors for plain srun and PMIx) are
+// comm/internal/launchers, which comm.FromEnv asks next when Detect finds
+// no rdmarun environment (ErrNoLauncher); its package doc has the order.
 //
 // A launcher whose variables are present but incomplete or malformed is an
 // error naming the variable and its value (never the secret's value), not
@@ -48,7 +44,8 @@ import (
 // Job is a launcher's description of this process's place in the job,
 // normalized across launchers.
 type Job struct {
-	// Launcher names who started the job ("rdmarun").
+	// Launcher names who started the job ("rdmarun"; comm.FromEnv fills a
+	// Job for the other launchers too: "pmi", "openmpi", "torchrun").
 	Launcher string
 	// Rank is this process's rank in [0, Size).
 	Rank, Size int
@@ -111,18 +108,6 @@ var detectors = []detector{
 	{name: "rdmarun", present: rdmarunPresent, parse: parseRdmarun},
 }
 
-// foreign are launchers rdmago recognises but cannot join yet: their
-// variables only make the "no launcher" error say what was found.
-var foreign = []struct {
-	vars []string
-	what string
-}{
-	{[]string{"PMI_FD", "PMI_RANK", "PMIX_RANK"}, "a PMI launcher (MPICH's mpiexec, srun --mpi=pmi2 or pmix)"},
-	{[]string{"OMPI_COMM_WORLD_RANK"}, "Open MPI's mpirun"},
-	{[]string{"SLURM_PROCID"}, "srun without --mpi=pmi2"},
-	{[]string{"RANK", "WORLD_SIZE", "MASTER_ADDR"}, "torchrun-style variables"},
-}
-
 // Detect returns the Job of the first launcher (in detection order) whose
 // variables are present. With none present, the error matches ErrNoLauncher;
 // with bad values it is an *Error matching ErrInvalid.
@@ -142,13 +127,6 @@ func Detect(env LookupEnv) (Job, error) {
 		if _, ok := env(v); ok {
 			msg += fmt.Sprintf(" (%s is set, but it is not enough: rdmarun sets %s)", v, strings.Join(rdmarunOwn, ", "))
 			break
-		}
-	}
-	for _, f := range foreign {
-		for _, v := range f.vars {
-			if _, ok := env(v); ok {
-				return Job{}, fmt.Errorf("%w: %s; found %s, which is %s and which rdmago cannot join yet", ErrNoLauncher, msg, v, f.what)
-			}
 		}
 	}
 	return Job{}, fmt.Errorf("%w: %s", ErrNoLauncher, msg)

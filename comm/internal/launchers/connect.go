@@ -94,6 +94,10 @@ func (l *Launch) connectPMI(ctx context.Context, o ConnectOptions) (rv *Rendezvo
 			w = os.Stderr
 		}
 		fmt.Fprintf(w, "rdmago: rank %d of %d: %v; asking %s to end the job\n", c.Rank(), c.Size(), err, l.Via)
+		// Hydra's proxy kills the job as soon as it reads the abort and
+		// drops what it has not yet forwarded from the rank's stderr
+		// pipe: give it a moment to forward the line first.
+		time.Sleep(200 * time.Millisecond)
 		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		c.Abort(actx, 1, err.Error())
 		cancel()

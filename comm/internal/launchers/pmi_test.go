@@ -193,11 +193,11 @@ func TestConnectPMI(t *testing.T) {
 			srv.mu.Lock()
 			defer srv.mu.Unlock()
 			// Rank 2's abort; a rank still in Connect when the test ends the job
-	// (the launcher's part) aborts too.
-	require.NotEmpty(t, srv.aborts)
-	for _, a := range srv.aborts {
-		assert.Equal(t, "cmd=abort exitcode=1", a)
-	}
+			// (the launcher's part) aborts too.
+			require.NotEmpty(t, srv.aborts)
+			for _, a := range srv.aborts {
+				assert.Equal(t, "cmd=abort exitcode=1", a)
+			}
 		})
 	}
 }

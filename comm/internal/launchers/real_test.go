@@ -62,6 +62,52 @@ func prog(t *testing.T) string {
 	return progPath
 }
 
+var (
+	fromEnvOnce sync.Once
+	fromEnvPath string
+	fromEnvErr  error
+)
+
+// fromEnvProg builds comm/internal/testprog once per test binary: the rank
+// program that joins with comm.FromEnv alone (no launchers.Detect of its
+// own), runs an allreduce, a broadcast, a split and a ring, checks every
+// result and prints "ok rank=R size=N local=L/S transports=... sum=...".
+func fromEnvProg(t *testing.T) string {
+	t.Helper()
+	prog(t) // makes progDir
+	fromEnvOnce.Do(func() {
+		fromEnvPath = filepath.Join(progDir, "fromenv")
+		out, err := exec.Command("go", "build", "-o", fromEnvPath, "../testprog").CombinedOutput()
+		if err != nil {
+			fromEnvErr = fmt.Errorf("go build comm/internal/testprog: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, fromEnvErr)
+	return fromEnvPath
+}
+
+var fromEnvLine = regexp.MustCompile(`(?m)^ok rank=(\d+) size=(\d+) local=(-?\d+)/(\d+) transports=(\S+) sum=(\S+)$`)
+
+// checkFromEnv checks that each of n ranks joined with comm.FromEnv and
+// verified its collectives, and returns the lines by rank.
+func checkFromEnv(t *testing.T, r result, n int) map[string][]string {
+	t.Helper()
+	require.Equal(t, 0, r.code, "exit status\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	got := map[string][]string{}
+	for _, m := range fromEnvLine.FindAllStringSubmatch(r.stdout, -1) {
+		got[m[1]] = m
+		assert.Equal(t, fmt.Sprint(n), m[2])
+		// Element 0 of the testprog's allreduce: sum over ranks of 7r.
+		assert.Equal(t, fmt.Sprint(7*n*(n-1)/2), m[6])
+	}
+	for i := range n {
+		assert.Contains(t, got, fmt.Sprint(i), "rank %d's line missing\nstdout:\n%s\nstderr:\n%s", i, r.stdout, r.stderr)
+	}
+	assert.Len(t, got, n)
+	assert.NotContains(t, r.stderr, "testprog:")
+	return got
+}
+
 type result struct {
 	stdout, stderr string
 	code           int
@@ -165,15 +211,22 @@ func TestRealHydra(t *testing.T) {
 		checkOK(t, run(t, 60*time.Second, nil, mpiexec, "-pmi-port", "-n", "3", p), 3, PMI)
 	})
 	t.Run("allreduce", func(t *testing.T) {
-		// comm.Init over the PMI store: p2p reads the peers' keys right
-		// after putting its own (p2p/transport.go, p2p/endpoint.go),
-		// which a PMI store publishes only at the next Fence.
-		if os.Getenv("RDMAGO_PMI_COMM") != "1" {
-			t.Skip("known gap: p2p's connection setup Gets peers' keys without a Fence, which PMI needs; RDMAGO_PMI_COMM=1 runs it")
-		}
+		// comm.Init over the PMI store (p2p fences between publishing and
+		// reading the peers' keys).
 		r := run(t, 60*time.Second, nil, mpiexec, "-n", "4", p, "-allreduce")
 		checkOK(t, r, 4, PMI)
 		checkAllreduce(t, r, 4)
+	})
+	t.Run("FromEnv", func(t *testing.T) {
+		got := checkFromEnv(t, run(t, 60*time.Second, nil, mpiexec, "-n", "4", fromEnvProg(t)), 4)
+		assert.Equal(t, []string{"2", "4"}, got["2"][3:5], "local rank from MPI_LOCALRANKID")
+		assert.Equal(t, "shm,shm,self,shm", got["2"][5])
+	})
+	t.Run("FromEnv abort", func(t *testing.T) {
+		// comm.Abort under PMI: PMI abort, Hydra ends the job with the code.
+		r := run(t, 60*time.Second, nil, mpiexec, "-n", "4", fromEnvProg(t), "-n", "1000", "-abort-rank", "1", "-abort-code", "5")
+		assert.Equal(t, 5, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+		assert.NotContains(t, r.stdout, "ok rank=")
 	})
 	t.Run("config mismatch", func(t *testing.T) {
 		r := run(t, 60*time.Second, nil, mpiexec, "-n", "3", p, "-mismatch-rank", "1")
@@ -205,6 +258,13 @@ func TestRealOpenMPI(t *testing.T) {
 		got := checkOK(t, r, 4, OpenMPI)
 		assert.Equal(t, []string{"3", "4"}, got["3"][3:5])
 		checkAllreduce(t, r, 4)
+	})
+	t.Run("FromEnv", func(t *testing.T) {
+		env := append(base, "RDMARUN_ADDR="+freeAddr(t), "RDMARUN_TOKEN="+hex.EncodeToString(tok))
+		got := checkFromEnv(t, run(t, 90*time.Second, env, mpirun, "--oversubscribe", "-np", "4",
+			"-x", "RDMARUN_ADDR", "-x", "RDMARUN_TOKEN", fromEnvProg(t)), 4)
+		assert.Equal(t, []string{"3", "4"}, got["3"][3:5], "local rank from OMPI_COMM_WORLD_LOCAL_RANK")
+		assert.Equal(t, "shm,shm,shm,self", got["3"][5])
 	})
 	t.Run("no token", func(t *testing.T) {
 		env := append(base, "RDMARUN_ADDR="+freeAddr(t))
@@ -253,8 +313,65 @@ func TestRealTorchrunEnv(t *testing.T) {
 	}
 }
 
+// The same, through comm.FromEnv: the testprog has no launcher code of its
+// own. A half-set environment fails on every rank, naming the variable.
+func TestRealTorchrunFromEnv(t *testing.T) {
+	p := fromEnvProg(t)
+	ranks := func(t *testing.T, n int, envOf func(r int) []string) []result {
+		rs := make([]result, n)
+		var wg sync.WaitGroup
+		for r := range n {
+			wg.Go(func() { rs[r] = run(t, 60*time.Second, envOf(r), p, "-n", "10007") })
+		}
+		wg.Wait()
+		return rs
+	}
+	join := func(rs []result) result {
+		var all result
+		for _, r := range rs {
+			all.stdout += r.stdout
+			all.stderr += r.stderr
+			all.code |= r.code
+		}
+		return all
+	}
+	t.Run("token", func(t *testing.T) {
+		host, port, _ := net.SplitHostPort(freeAddr(t))
+		all := join(ranks(t, 4, func(r int) []string {
+			return []string{fmt.Sprint("RANK=", r), "WORLD_SIZE=4", fmt.Sprint("LOCAL_RANK=", r), "LOCAL_WORLD_SIZE=4",
+				"MASTER_ADDR=" + host, "MASTER_PORT=" + port, "RDMARUN_TOKEN=" + strings.Repeat("5a", 32)}
+		}))
+		got := checkFromEnv(t, all, 4)
+		assert.Equal(t, []string{"1", "4"}, got["1"][3:5])
+		assert.NotContains(t, all.stderr, "WARNING")
+	})
+	t.Run("insecure", func(t *testing.T) {
+		host, port, _ := net.SplitHostPort(freeAddr(t))
+		all := join(ranks(t, 2, func(r int) []string {
+			return []string{fmt.Sprint("RANK=", r), "WORLD_SIZE=2", "MASTER_ADDR=" + host, "MASTER_PORT=" + port,
+				"RDMARUN_INSECURE=1", "RDMARUN_TRANSPORT=tcp"}
+		}))
+		got := checkFromEnv(t, all, 2)
+		assert.Equal(t, "self,tcp", got["0"][5])
+		// FromEnv prints the warning on stderr whatever the Logger.
+		assert.Equal(t, 2, strings.Count(all.stderr, "WARNING: RDMARUN_INSECURE=1"), all.stderr)
+	})
+	t.Run("RANK without WORLD_SIZE", func(t *testing.T) {
+		rs := ranks(t, 2, func(r int) []string {
+			return []string{fmt.Sprint("RANK=", r), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1", "RDMARUN_TOKEN=" + strings.Repeat("5a", 32)}
+		})
+		for _, r := range rs {
+			assert.Equal(t, 1, r.code, r.stderr)
+			assert.Contains(t, r.stderr, "WORLD_SIZE is not set")
+			assert.Contains(t, r.stderr, "RANK is set")
+			assert.NotContains(t, r.stdout, "ok rank=")
+		}
+	})
+}
+
 // A single-node Slurm cluster of our own: srun --mpi=pmi2 over PMI-1 and
-// PMI-2, and plain srun's clear error.
+// PMI-2 (launchers' testprog, then comm.FromEnv's), and plain srun's clear
+// error.
 func TestRealSlurm(t *testing.T) {
 	if os.Getenv("RDMAGO_LAUNCHER_TESTS") == "0" {
 		t.Skip("RDMAGO_LAUNCHER_TESTS=0")
@@ -279,6 +396,17 @@ func TestRealSlurm(t *testing.T) {
 		r := run(t, 60*time.Second, env, "srun", "-n", "2", p)
 		assert.NotEqual(t, 0, r.code)
 		assert.Equal(t, 2, strings.Count(r.stderr, "add --mpi=pmi2"), r.stderr)
+	})
+	t.Run("FromEnv srun pmi2", func(t *testing.T) {
+		got := checkFromEnv(t, run(t, 60*time.Second, env, "srun", "--mpi=pmi2", "-n", "4", fromEnvProg(t)), 4)
+		assert.Equal(t, []string{"1", "4"}, got["1"][3:5], "local rank from SLURM_LOCALID")
+		assert.Equal(t, "shm,self,shm,shm", got["1"][5])
+	})
+	t.Run("FromEnv srun without mpi", func(t *testing.T) {
+		r := run(t, 60*time.Second, env, "srun", "-n", "2", fromEnvProg(t))
+		assert.NotEqual(t, 0, r.code)
+		assert.Equal(t, 2, strings.Count(r.stderr, "add --mpi=pmi2"), r.stderr)
+		assert.NotContains(t, r.stdout, "ok rank=")
 	})
 	t.Run("salloc shell", func(t *testing.T) {
 		r := run(t, 60*time.Second, env, "salloc", "-n", "2", p)
