@@ -149,8 +149,14 @@ func Init(ctx context.Context, o Options) (*Comm, error) {
 
 // FromEnv joins the job that a launcher started: rdmarun's RDMARUN_*
 // environment (docs/env.md) gives the rank, size, rendezvous address, job
-// secret, transport and connect timeout. It unsets RDMARUN_TOKEN once
-// read, so that child processes do not inherit the secret. opts (at most
+// secret, transport and connect timeout. Without it, FromEnv tries the
+// other launchers, most specific first (docs/launchers): a PMI service
+// (MPICH's mpiexec, srun --mpi=pmi2), whose key-value space becomes the
+// rendezvous; Open MPI's mpirun with RDMARUN_ADDR and RDMARUN_TOKEN passed
+// by -x; torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT. Their
+// warnings (RDMARUN_INSECURE=1) go to stderr, and the Logger. It unsets
+// RDMARUN_TOKEN once read, so that child processes do not inherit the
+// secret, and closes the launcher's rendezvous at Close. opts (at most
 // one) sets everything else; its rendezvous fields must be empty.
 //
 // Without any launcher environment it fails with an error matching

@@ -3,7 +3,7 @@
 //
 //	func main() {
 //		ctx := context.Background()
-//		c, err := comm.FromEnv(ctx) // rank, size and rendezvous come from rdmarun
+//		c, err := comm.FromEnv(ctx) // rank, size and rendezvous come from the launcher
 //		if err != nil {
 //			log.Fatal(err) // "... RDMARUN_RANK=\"x\": not a decimal integer"
 //		}
@@ -15,7 +15,9 @@
 //		fmt.Println(c.Rank(), grads)
 //	}
 //
-// Run it with rdmarun -np 4 ./prog. A program that arranges its own
+// Run it with rdmarun -np 4 ./prog, or mpiexec -n 4 ./prog, srun
+// --mpi=pmi2 -n 4 ./prog, mpirun -x RDMARUN_ADDR -x RDMARUN_TOKEN, or
+// torchrun-style variables (docs/launchers). A program that arranges its own
 // rendezvous uses Init with explicit Options (a bootstrap.Store, or the
 // address, token, rank and size); example_test.go runs four ranks in one
 // process that way.
