@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,7 +121,13 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 		ep.teardown()
 		return fail(err)
 	}
-	ep.spin, ep.yield = waitPolicy(opts, ep.devs)
+	local := 1
+	for r, prov := range ep.provider {
+		if r != ep.rank && prov == "shm" {
+			local++
+		}
+	}
+	ep.spin, ep.yield = waitPolicy(opts, ep.devs, local, runtime.NumCPU())
 	ep.bgCtx, ep.stop = context.WithCancel(context.Background())
 	for _, d := range ep.devs {
 		ep.wg.Add(1)
@@ -458,16 +465,32 @@ func (ep *Endpoint) connectOptions(d *device) verbs.ConnectOptions {
 	return co
 }
 
-// waitPolicy resolves Options.Spin and Yield (see there).
-func waitPolicy(o Options, devs []*device) (spin, yield time.Duration) {
+// Default spins over shm (see Options.Spin and docs/p2p.md).
+const (
+	shmSpinOwnCore = 100 * time.Microsecond
+	shmSpinShared  = 2 * time.Microsecond
+)
+
+// waitPolicy resolves Options.Spin and Yield (see there). local is the
+// number of ranks on this host that the shm provider connects (this one
+// included), cpus the number of CPUs this process may run on.
+func waitPolicy(o Options, devs []*device, local, cpus int) (spin, yield time.Duration) {
 	defSpin, defYield := time.Duration(0), time.Duration(0)
 	if len(devs) == 1 {
 		switch devs[0].provider {
 		case "shm":
-			// A short poll of our own, then the provider's CQ.Wait, which
-			// spins on its ring, yields the core to other processes
-			// (sched_yield, which runtime.Gosched cannot do) and sleeps.
-			defSpin = 2 * time.Microsecond
+			// With a core per rank, spin long: a reply delayed by a peer
+			// that was descheduled for a moment is still caught without a
+			// sched_yield (which on a loaded host hands the core to another
+			// program for a whole time slice) or a futex wake-up. With more
+			// ranks than cores the peer may need this very core: poll
+			// briefly, then let the provider's CQ.Wait spin on its ring,
+			// yield the core with sched_yield (runtime.Gosched cannot) and
+			// sleep.
+			defSpin = shmSpinShared
+			if local <= cpus {
+				defSpin = shmSpinOwnCore
+			}
 		case "ibv":
 			defSpin, defYield = 20*time.Microsecond, 200*time.Microsecond
 		}

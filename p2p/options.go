@@ -63,10 +63,13 @@ type Options struct {
 	// Spin and Yield shape a blocking wait: poll the completion queues in a
 	// tight loop for Spin, then yielding between polls (runtime.Gosched)
 	// until Spin+Yield, then block (in the CQ's own Wait when the endpoint
-	// has one device). Zero means the provider's default: over shm 2 µs and
-	// no yield, because the shm CQ.Wait itself spins on its ring, yields the
-	// core to other processes with sched_yield and then sleeps on a futex;
-	// over ibv 20 µs and 200 µs; over tcp and loop none, because their
+	// has one device). Zero means the provider's default: over shm no yield,
+	// because the shm CQ.Wait itself spins on its ring, yields the core to
+	// other processes with sched_yield and then sleeps on a futex, and a
+	// spin of 100 µs when this host has no more shm ranks than CPUs (a
+	// reply delayed by a briefly descheduled peer is still caught without a
+	// sched_yield or a futex wake-up), 2 µs when it has more (the peer may
+	// need this core); over ibv 20 µs and 200 µs; over tcp and loop none, because their
 	// completions are made by the provider's own goroutines, which a
 	// spinning waiter only starves (measured: a 20 µs spin made an 8-byte
 	// tcp ping-pong 3x slower on a busy 2-core machine). Negative means none.

@@ -16,10 +16,29 @@ import (
 // Non-blocking requests progress in the background: after Isend/Irecv,
 // neither rank calls into p2p again (no Wait, no Test), yet both the eager
 // and the rendezvous transfers complete while the program "computes".
-func TestBackgroundProgress(t *testing.T) {
+func TestBackgroundProgress(t *testing.T) { testBackgroundProgress(t, 0) }
+
+// The same right after a run of blocking ping-pongs: the background
+// goroutine, which stays off while foreground goroutines keep polling, must
+// notice by itself that they stopped.
+func TestBackgroundProgressAfterPingPong(t *testing.T) { testBackgroundProgress(t, 200) }
+
+func testBackgroundProgress(t *testing.T, pingPongs int) {
 	for _, prov := range []string{"loop", "tcp", "shm"} {
 		t.Run(prov, func(t *testing.T) {
 			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				var b [8]byte
+				for range pingPongs {
+					if ep.Rank() == 0 {
+						require.NoError(t, ep.Send(ctx, 1, 7, b[:]))
+						_, err := ep.Recv(ctx, 1, 7, b[:])
+						require.NoError(t, err)
+					} else {
+						_, err := ep.Recv(ctx, 0, 7, b[:])
+						require.NoError(t, err)
+						require.NoError(t, ep.Send(ctx, 0, 7, b[:]))
+					}
+				}
 				const big = 1 << 20
 				var reqs []*p2p.Request
 				var bufs [][]byte
