@@ -264,7 +264,13 @@ func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
 			if el > total || ctx.Err() != nil {
 				return false
 			}
-			if el > spin {
+			if el > spin || i&255 == 0 {
+				// Past the spin, yield between polls. Within it, yield
+				// now and then too: the completion may have to come
+				// from a goroutine waiting for this P (another rank of
+				// this process with GOMAXPROCS=1; a provider's
+				// goroutine), and Gosched costs little when nothing
+				// else is runnable.
 				runtime.Gosched()
 			}
 		}
