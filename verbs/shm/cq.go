@@ -148,8 +148,15 @@ func (c *cq) Wait(ctx context.Context) error {
 			break
 		}
 	}
+	// The futex words live in the device memory: hold it mapped while we
+	// sleep on them (Device.Close wakes us before it unmaps).
+	c.d.memGuard.RLock()
+	defer c.d.memGuard.RUnlock()
+	if c.d.memGone {
+		return c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)
+	}
 	if ctx.Done() != nil { // cancellation wakes the futex
-		stop := context.AfterFunc(ctx, c.db.kick)
+		stop := context.AfterFunc(ctx, c.kickIfMapped)
 		defer stop()
 	}
 	for {
@@ -171,6 +178,16 @@ func (c *cq) Wait(ctx context.Context) error {
 		futexWait(c.db.seq, s, time.Second)
 		atomic.AddUint32(c.db.waiters, ^uint32(0))
 	}
+}
+
+// kickIfMapped wakes the CQ's waiters unless the device memory is gone; a
+// cancellation can fire after Wait returned and Close unmapped.
+func (c *cq) kickIfMapped() {
+	c.d.memGuard.RLock()
+	if !c.d.memGone {
+		c.db.kick()
+	}
+	c.d.memGuard.RUnlock()
 }
 
 func (c *cq) Close() error {

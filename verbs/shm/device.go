@@ -49,6 +49,12 @@ type Device struct {
 	spin   time.Duration
 	yield  time.Duration
 
+	// memGuard keeps the device memory mapped while a CQ waiter sleeps on a
+	// futex word in it or a cancellation kicks one: Close takes it for
+	// writing (after waking every waiter) before it unmaps.
+	memGuard sync.RWMutex
+	memGone  bool
+
 	fd      int    // the device memfd
 	mem     []byte // its whole mapping
 	memSize int64
@@ -270,6 +276,9 @@ func (d *Device) Close() error {
 		c.shut()
 	}
 	d.wg.Wait()
+	d.memGuard.Lock()
+	d.memGone = true
+	d.memGuard.Unlock()
 	devices.Delete(d.devID)
 	d.mu.Lock()
 	for i := range d.mrTab {
