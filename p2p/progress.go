@@ -32,6 +32,22 @@ func (ep *Endpoint) progress() int {
 	if !ep.pollMu.TryLock() {
 		return 0
 	}
+	return ep.progressLocked()
+}
+
+// progressTurn is progress for a goroutine that will block on the CQ next:
+// it waits for its turn to poll instead of skipping. Skipping would send it
+// straight back to CQ.Wait, which returns at once while the completions the
+// current poller is about to take are still queued, so many waiters would
+// spin on the CQ's lock and starve the very producers and poller they wait
+// for. The caller must not hold ep.mu.
+func (ep *Endpoint) progressTurn() int {
+	ep.pollMu.Lock()
+	return ep.progressLocked()
+}
+
+// progressLocked polls every device; the caller holds ep.pollMu, which this releases.
+func (ep *Endpoint) progressLocked() int {
 	if ep.wcs == nil {
 		ep.wcs = make([]verbs.WC, 32)
 	}

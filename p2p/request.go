@@ -223,7 +223,7 @@ func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 	ep.mu.Unlock()
 	ep.enterPoll()
 	for {
-		ep.progress()
+		ep.progressTurn()
 		if r.done.Load() {
 			ep.leavePoll()
 			return nil
