@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -64,44 +65,18 @@ func clearJobEnv(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce         sync.Once
-	buildErr          error
-	rdmarunBin, bench string
-)
+var rdmarunBin, bench string
 
 // binaries builds rdmarun and rdmabench once per test binary.
 func binaries(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs rdmarun jobs; skipped with -short")
-	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "rdmabench-test-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		rdmarunBin, bench = filepath.Join(dir, "rdmarun"), filepath.Join(dir, "rdmabench")
-		out, err := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-			"github.com/rdmago/rdmago/cmd/rdmarun").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build rdmarun: %v\n%s", err, out)
-			return
-		}
-		out, err = exec.Command("go", "build", "-o", bench, "github.com/rdmago/rdmago/bench").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build rdmabench: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
+	bins := testbin.Build(t, "github.com/rdmago/rdmago/cmd/rdmarun", "github.com/rdmago/rdmago/bench")
+	rdmarunBin, bench = bins[0], bins[1]
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if rdmarunBin != "" {
-		os.RemoveAll(filepath.Dir(rdmarunBin))
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,43 +19,18 @@ import (
 // Multi-process jobs through the real launcher: cmd/rdmarun starts
 // comm/internal/testprog, which joins with FromEnv.
 
-var (
-	buildOnce           sync.Once
-	buildErr            error
-	rdmarunBin, progBin string
-)
+var rdmarunBin, progBin string
 
+// buildJobBinaries builds rdmarun and the FromEnv test program once per test binary.
 func buildJobBinaries(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs rdmarun jobs; skipped with -short")
-	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "comm-rdmarun-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		rdmarunBin, progBin = filepath.Join(dir, "rdmarun"), filepath.Join(dir, "testprog")
-		for _, b := range []struct{ out, pkg string }{
-			{rdmarunBin, "github.com/rdmago/rdmago/cmd/rdmarun"},
-			{progBin, "github.com/rdmago/rdmago/comm/internal/testprog"},
-		} {
-			out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-	})
-	require.NoError(t, buildErr)
+	bins := testbin.Build(t, "github.com/rdmago/rdmago/cmd/rdmarun", "github.com/rdmago/rdmago/comm/internal/testprog")
+	rdmarunBin, progBin = bins[0], bins[1]
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if rdmarunBin != "" {
-		os.RemoveAll(filepath.Dir(rdmarunBin))
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 
