@@ -65,7 +65,7 @@ var equiv = map[error][]error{
 	ErrClosed:          {p2p.ErrClosed, collectives.ErrClosed, bootstrap.ErrClosed},
 	ErrInvalidArgument: {p2p.ErrInvalidArgument, collectives.ErrInvalidArgument, bootstrap.ErrInvalid},
 	ErrMismatch:        {bootstrap.ErrMismatch},
-	ErrLauncher:        {jobenv.ErrNoLauncher, jobenv.ErrInvalid, launchers.ErrNoLauncher, launchers.ErrInvalid},
+	ErrLauncher:        {jobenv.ErrNoLauncher, jobenv.ErrInvalid, launchers.ErrNoLauncher},
 	ErrUnsupported:     {reduce.ErrUnsupported},
 }
 

@@ -190,25 +190,25 @@ func parseRdmarun(env LookupEnv) (Job, error) {
 	bad := func(k, detail string) error { return &Error{Launcher: who, Var: k, Value: get(k), Detail: detail} }
 
 	var err error
-	if j.Size, err = decimal(get(EnvSize)); err != nil {
+	if j.Size, err = Decimal(get(EnvSize)); err != nil {
 		return j, bad(EnvSize, err.Error())
 	}
 	if j.Size < 1 || j.Size > MaxSize {
 		return j, bad(EnvSize, fmt.Sprintf("out of range 1..%d", MaxSize))
 	}
-	if j.Rank, err = decimal(get(EnvRank)); err != nil {
+	if j.Rank, err = Decimal(get(EnvRank)); err != nil {
 		return j, bad(EnvRank, err.Error())
 	}
 	if j.Rank >= j.Size {
 		return j, bad(EnvRank, fmt.Sprintf("out of range [0, %d) (%s=%d)", j.Size, EnvSize, j.Size))
 	}
-	if j.LocalSize, err = decimal(get(EnvLocalSize)); err != nil {
+	if j.LocalSize, err = Decimal(get(EnvLocalSize)); err != nil {
 		return j, bad(EnvLocalSize, err.Error())
 	}
 	if j.LocalSize < 1 || j.LocalSize > j.Size {
 		return j, bad(EnvLocalSize, fmt.Sprintf("out of range 1..%d (%s=%d)", j.Size, EnvSize, j.Size))
 	}
-	if j.LocalRank, err = decimal(get(EnvLocalRank)); err != nil {
+	if j.LocalRank, err = Decimal(get(EnvLocalRank)); err != nil {
 		return j, bad(EnvLocalRank, err.Error())
 	}
 	if j.LocalRank >= j.LocalSize {
@@ -223,7 +223,7 @@ func parseRdmarun(env LookupEnv) (Job, error) {
 	if host == "" {
 		return j, bad(EnvAddr, "empty host")
 	}
-	if p, err := decimal(port); err != nil || p < 1 || p > 65535 {
+	if p, err := Decimal(port); err != nil || p < 1 || p > 65535 {
 		return j, bad(EnvAddr, fmt.Sprintf("port %q is not in 1..65535", port))
 	}
 
@@ -258,9 +258,9 @@ func parseRdmarun(env LookupEnv) (Job, error) {
 	return j, nil
 }
 
-// decimal parses a non-negative decimal integer: digits only, no sign, no
+// Decimal parses a non-negative decimal integer: digits only, no sign, no
 // spaces, as the contract writes them.
-func decimal(s string) (int, error) {
+func Decimal(s string) (int, error) {
 	if s == "" {
 		return 0, errors.New("empty, want a decimal integer")
 	}

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/bootstrap/pmi"
+	"github.com/rdmago/rdmago/comm/internal/jobenv"
 )
 
 // Launchers Detect recognises (Launch.Launcher).
@@ -22,8 +22,8 @@ const (
 	Torchrun = "torchrun" // torchrun and Kubernetes training operators
 )
 
-// LookupEnv reads one variable, as os.LookupEnv does. Tests pass a map.
-type LookupEnv func(key string) (string, bool)
+// LookupEnv reads one variable, as os.LookupEnv does (jobenv's type).
+type LookupEnv = jobenv.LookupEnv
 
 // Launch is what Detect learned: who started this rank, where it stands in
 // the job, and how to rendezvous. Exactly one of PMI and Addr is set.
@@ -112,26 +112,13 @@ var ErrNoLauncher = errors.New("not started by a launcher")
 
 // ErrInvalid: a launcher's variables are present but missing, malformed or
 // contradictory, or the launcher cannot run rdmago as configured (srun
-// without --mpi=pmi2).
-var ErrInvalid = errors.New("invalid launcher environment")
+// without --mpi=pmi2). It is jobenv's sentinel: every launcher reports bad
+// environment the same way.
+var ErrInvalid = jobenv.ErrInvalid
 
-// Error names the launcher and the variable at fault, with its value.
-type Error struct {
-	Launcher string
-	Var      string
-	Value    string // as found; never a secret
-	Unset    bool   // the variable is not set at all
-	Detail   string
-}
-
-func (e *Error) Error() string {
-	if e.Unset {
-		return fmt.Sprintf("%s: %s is not set (%s)", e.Launcher, e.Var, e.Detail)
-	}
-	return fmt.Sprintf("%s: %s=%q: %s", e.Launcher, e.Var, e.Value, e.Detail)
-}
-
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
+// Error names the launcher and the variable at fault, with its value
+// (jobenv's type, shared by every launcher).
+type Error = jobenv.Error
 
 // detector is one launcher: whether its variables are present, and how to
 // read them.
@@ -547,19 +534,11 @@ func served(v vars, env LookupEnv, l *Launch, addr, from string) error {
 	return nil
 }
 
-// decimal parses a non-negative decimal integer: digits only.
+// decimal is jobenv.Decimal, bounded to ranks and sizes that make sense.
 func decimal(s string) (int, error) {
-	if s == "" {
-		return 0, errors.New("empty, want a decimal integer")
-	}
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return 0, errors.New("not a decimal integer")
-		}
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n > 1<<30 {
+	n, err := jobenv.Decimal(s)
+	if err == nil && n > 1<<30 {
 		return 0, errors.New("too large")
 	}
-	return n, nil
+	return n, err
 }
