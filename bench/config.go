@@ -33,6 +33,7 @@ type config struct {
 	Plot      string        // --plot FILE.png|svg
 	Budget    time.Duration // time per size that caps the default iteration counts
 	Quiet     bool          // -q: no progress on stderr
+	CPUProf   string        // --cpuprofile PREFIX: each rank writes PREFIX.RANK
 }
 
 // isP2P reports whether the test is a point-to-point one (bytes, 2 ranks).
@@ -67,6 +68,7 @@ Flags:
   --plot FILE      draw the sweep into FILE (.png or .svg), log axes
   --budget D       time per size that caps the default iteration counts (default 250ms)
   -q               no progress lines on stderr
+  --cpuprofile P   write each rank's CPU profile to P.RANK (go tool pprof reads it)
 `
 
 // parseArgs parses rdmabench's command line (without the program name).
@@ -94,6 +96,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.Plot, "plot", "", "")
 	fs.DurationVar(&cfg.Budget, "budget", cfg.Budget, "")
 	fs.BoolVar(&cfg.Quiet, "q", false, "")
+	fs.StringVar(&cfg.CPUProf, "cpuprofile", "", "")
 
 	var positional []string
 	for {

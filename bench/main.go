@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -87,6 +88,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if isP2P(cfg.Test) && c.Size() < 2 {
 		fmt.Fprintf(stderr, "rdmabench: %s needs 2 ranks, this job has %d (run: rdmarun -np 2 rdmabench %s)\n", cfg.Test, c.Size(), cfg.Test)
 		return 2
+	}
+
+	if cfg.CPUProf != "" {
+		stopProf, err := startCPUProfile(fmt.Sprintf("%s.%d", cfg.CPUProf, c.Rank()))
+		if err != nil {
+			fmt.Fprintf(stderr, "rdmabench: --cpuprofile: %v\n", err)
+			return 1
+		}
+		defer stopProf()
 	}
 
 	res, err := describe(ctx, c, cfg)
@@ -221,4 +231,17 @@ func cpuFeatures() []string {
 		}
 	}
 	return out
+}
+
+// startCPUProfile profiles this rank into path until the returned func runs.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

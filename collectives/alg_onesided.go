@@ -96,7 +96,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 		}
 		slot := sent & slotMask
 		sent++
-		r, err := win.Put(c.ctx, c.world(right), slot*seg, src, uint32(immData|slot))
+		r, err := win.Put(c.world(right), slot*seg, src, uint32(immData|slot))
 		if err != nil {
 			return c.fail(right, err)
 		}
@@ -131,7 +131,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 		} else {
 			copy(dst, src)
 		}
-		r, err := win.Put(c.ctx, c.world(left), 0, nil, uint32(slot))
+		r, err := win.Put(c.world(left), 0, nil, uint32(slot))
 		if err != nil {
 			return c.fail(left, err)
 		}

@@ -20,7 +20,7 @@ func (c *call) fingerprint() error {
 			continue
 		}
 		stages[r] = scratch.get(hdrLen + c.e.opts.inline())
-		rq, err := c.e.g.Irecv(c.ctx, c.world(r), c.tag, stages[r])
+		rq, err := c.e.g.Irecv(c.world(r), c.tag, stages[r])
 		if err != nil {
 			scratch.put(stages[r])
 			return c.fail(r, err)
@@ -31,7 +31,7 @@ func (c *call) fingerprint() error {
 		if r == c.me {
 			continue
 		}
-		rq, err := c.e.g.Isend(c.ctx, c.world(r), c.tag, mine[:])
+		rq, err := c.e.g.Isend(c.world(r), c.tag, mine[:])
 		if err != nil {
 			return c.fail(r, err)
 		}

@@ -33,6 +33,12 @@ type Engine struct {
 	seq    uint32
 	cur    *callState
 	aborts map[uint32]error
+	loose  []Request // unwaited abort and probe sends, see fire
+
+	// probe sends the stall probe of the running call (see sendStatus).
+	// One timer per Engine, re-armed per call: a time.AfterFunc per call
+	// would allocate on every collective.
+	probe  *time.Timer
 	status map[uint32]statusNote // stall probes for calls not started yet
 	closed bool
 
@@ -78,12 +84,12 @@ func New(g Group, opts Options) (*Engine, error) {
 	e.wctx, e.wcancel = context.WithCancel(context.Background())
 	if ar, ok := g.(AnySourceReceiver); ok && e.size > 1 {
 		e.wg.Add(1)
-		go e.watchLoop(func(buf []byte) (Request, error) { return ar.IrecvAny(e.wctx, abortTag, buf) })
+		go e.watchLoop(func(buf []byte) (Request, error) { return ar.IrecvAny(abortTag, buf) })
 	} else {
 		for p := 0; p < e.size; p++ {
 			if p != e.rank {
 				e.wg.Add(1)
-				go e.watchLoop(func(buf []byte) (Request, error) { return e.g.Irecv(e.wctx, p, abortTag, buf) })
+				go e.watchLoop(func(buf []byte) (Request, error) { return e.g.Irecv(p, abortTag, buf) })
 			}
 		}
 	}
@@ -108,9 +114,19 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	if e.probe != nil {
+		e.probe.Stop()
+	}
 	e.mu.Unlock()
 	e.wcancel()
 	e.wg.Wait()
+	e.mu.Lock()
+	loose := e.loose
+	e.loose = nil
+	e.mu.Unlock()
+	for _, r := range loose {
+		r.Cancel()
+	}
 	var err error
 	if e.win != nil {
 		err = e.win.Close()
@@ -130,8 +146,14 @@ func (e *Engine) watchLoop(post func(buf []byte) (Request, error)) {
 		if err != nil {
 			return
 		}
-		n, err := req.Wait(e.wctx)
+		var n int
+		if pw, ok := req.(PassiveWaiter); ok {
+			n, err = pw.WaitPassive(e.wctx)
+		} else {
+			n, err = req.Wait(e.wctx)
+		}
 		if err != nil {
+			req.Cancel() // Close: the receive must not linger in the group
 			return
 		}
 		var h header
@@ -162,9 +184,10 @@ type statusNote struct {
 // every peer, on the abort tag; a peer in the same call that disagrees
 // reports the mismatch (to everyone), a peer that agrees ignores it. The
 // fast path pays only for a stopped timer.
-func (e *Engine) sendStatus(st *callState) {
+func (e *Engine) sendStatus() {
 	e.mu.Lock()
-	if e.cur != st || e.closed {
+	st := e.cur
+	if st == nil || !st.probeArmed || e.closed {
 		e.mu.Unlock()
 		return
 	}
@@ -176,7 +199,7 @@ func (e *Engine) sendStatus(st *callState) {
 	h.encode(b)
 	for p := 0; p < e.size; p++ {
 		if p != e.rank {
-			e.g.Isend(e.wctx, p, abortTag, b) // completes on its own; b is never reused
+			e.fire(p, b)
 		}
 	}
 }
@@ -230,9 +253,10 @@ type callState struct {
 	alg     Algorithm
 	abort   error // a peer's abort (mismatch or invalid arguments), under e.mu
 	pending []*pendingReq
-	scratch [][]byte    // pooled buffers, released once no request can touch them
-	hdr     header      // the call's fingerprint, for stall probes
-	timer   *time.Timer // sends the stall probe
+	scratch [][]byte // pooled buffers, released once no request can touch them
+	hdr     header   // the call's fingerprint, for stall probes
+
+	probeArmed bool // the Engine's probe timer runs for this call; under e.mu
 }
 
 type pendingReq struct {
@@ -296,7 +320,14 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		return c, c.end(c.mismatch(early))
 	}
 	if d := e.opts.stallProbe(); d > 0 && e.size > 1 {
-		st.timer = time.AfterFunc(d, func() { e.sendStatus(st) })
+		e.mu.Lock()
+		st.probeArmed = true
+		if e.probe == nil {
+			e.probe = time.AfterFunc(d, e.sendStatus)
+		} else {
+			e.probe.Reset(d)
+		}
+		e.mu.Unlock()
 	}
 	c.tag = int(st.seq&(1<<29-1)) << 1
 	if aborted {
@@ -309,15 +340,21 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 // still in flight (so no buffer is touched after return) and wraps err.
 func (c *call) end(err error) error {
 	st := c.callState
-	if st.timer != nil {
-		st.timer.Stop()
+	if st.probeArmed {
+		st.e.mu.Lock()
+		st.probeArmed = false // a probe timer that fires late finds no armed call
+		st.e.probe.Stop()
+		st.e.mu.Unlock()
 	}
 	if err != nil {
 		st.cancel()
 	}
 	for _, p := range st.pending {
 		if !p.done {
-			p.r.Wait(context.Background()) // cancelled above: returns promptly per the Group contract
+			if err != nil {
+				p.r.Cancel() // returns promptly per the Group contract
+			}
+			p.r.Wait(context.Background())
 			p.done = true
 		}
 		scratch.put(p.buf)
@@ -422,13 +459,33 @@ func (c *call) broadcastAbort(h header) {
 	var b [hdrLen]byte
 	h.encode(b[:])
 	// Not waited for: a peer that is gone or slow must not hold this rank
-	// here. b is never reused, and Close cancels what is still queued.
+	// here. b is never reused, and Close cancels what is still pending.
 	for p := 0; p < c.e.size; p++ {
 		if p != c.e.rank {
-			c.e.g.Isend(c.e.wctx, p, abortTag, b[:])
+			c.e.fire(p, b[:])
 		}
 	}
 }
+
+// fire sends b to peer on the abort tag without waiting for it. The latest
+// of these sends are kept so that Close can cancel those a peer never
+// received; older ones are left to complete or fail on their own.
+func (e *Engine) fire(peer int, b []byte) {
+	r, err := e.g.Isend(peer, abortTag, b)
+	if err != nil {
+		return
+	}
+	e.mu.Lock()
+	if len(e.loose) >= maxLoose {
+		copy(e.loose, e.loose[1:])
+		e.loose = e.loose[:maxLoose-1]
+	}
+	e.loose = append(e.loose, r)
+	e.mu.Unlock()
+}
+
+// maxLoose bounds the unwaited abort and probe sends an Engine remembers.
+const maxLoose = 256
 
 // get returns a pooled scratch buffer of n bytes that stays the call's
 // until end (so a request cancelled on an error path can never write into

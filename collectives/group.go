@@ -19,8 +19,11 @@ import (
 //   - Isend's buffer is not modified and must not be modified by the caller
 //     until Wait returns; Irecv's buffer belongs to the group until Wait
 //     returns.
-//   - Cancelling the ctx passed to Isend/Irecv ends the request promptly:
-//     Wait then returns an error and the group no longer touches the buffer.
+//   - Cancel ends a request that has not matched promptly (its Wait then
+//     returns an error); one that already matched completes normally.
+//     Requests are not tied to a context: the collectives cancel what they
+//     abandon and wait for it before reusing its buffer. (A per-request
+//     context would cost a registration on every message.)
 //   - When a peer is lost, every pending and later request of every rank of
 //     the group fails with an error naming the lost rank (the p2p layer's
 //     communicator-wide failure rule); the collectives wrap that error.
@@ -30,19 +33,32 @@ import (
 type Group interface {
 	Rank() int
 	Size() int
-	Isend(ctx context.Context, peer, tag int, buf []byte) (Request, error)
-	Irecv(ctx context.Context, peer, tag int, buf []byte) (Request, error)
+	Isend(peer, tag int, buf []byte) (Request, error)
+	Irecv(peer, tag int, buf []byte) (Request, error)
 }
 
 // MaxTag is the largest tag the collectives use.
 const MaxTag = 1<<31 - 1
 
 // Request is a pending Isend or Irecv. Wait returns the byte count sent or
-// received. When Wait returns because its own ctx ended, the request may
-// still be in flight and Wait may be called again (the collectives then
-// cancel the request's ctx and wait once more before reusing its buffer).
+// received. When Wait returns because its ctx ended, the request may still
+// be in flight (an implementation may also cancel it, as p2p does), and
+// Wait may be called again; the collectives then Cancel it and wait once
+// more before reusing its buffer. Cancel does not wait and may be called
+// from any goroutine, also after the request completed (it then does
+// nothing).
 type Request interface {
 	Wait(ctx context.Context) (n int, err error)
+	Cancel()
+}
+
+// PassiveWaiter is an optional Request capability: a wait that sleeps
+// until other goroutines' progress completes the request, instead of
+// polling for it. The Engine's mismatch watchers, whose receives stay
+// pending for the Engine's whole life, use it when a Request has it, so
+// that they never take a CPU from the collective running beside them.
+type PassiveWaiter interface {
+	WaitPassive(ctx context.Context) (n int, err error)
 }
 
 // OneSided is an optional Group capability: windows that peers write into
@@ -62,7 +78,7 @@ type Window interface {
 	// imm to peer: when the peer's WaitNotify returns imm, the data is in
 	// place. A zero-length Put only notifies. Puts to one peer arrive in
 	// order. src must not change until the request's Wait returns.
-	Put(ctx context.Context, peer, off int, src []byte, imm uint32) (Request, error)
+	Put(peer, off int, src []byte, imm uint32) (Request, error)
 	// WaitNotify returns the next notification from peer to this window,
 	// in order. The collectives use bit 31 and bits 0..15 of imm only:
 	// an adapter whose transport queues notifications per endpoint rather
@@ -93,5 +109,5 @@ type LinkInfo interface {
 // aborts and stall probes with one goroutine and one posted receive,
 // instead of one of each per peer (which matters at thousands of ranks).
 type AnySourceReceiver interface {
-	IrecvAny(ctx context.Context, tag int, buf []byte) (Request, error)
+	IrecvAny(tag int, buf []byte) (Request, error)
 }

@@ -29,14 +29,14 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 		copy(stage[hdrLen:], payload)
 	}
 	m := &outMsg{c: c, peer: peer}
-	r, err := c.e.g.Isend(c.ctx, wp, c.tag, stage)
+	r, err := c.e.g.Isend(wp, c.tag, stage)
 	if err != nil {
 		scratch.put(stage)
 		return nil, c.fail(peer, err)
 	}
 	m.hr = c.trackIn(&m.reqs[0], r, stage)
 	if h.split {
-		r, err := c.e.g.Isend(c.ctx, wp, c.tag|1, payload)
+		r, err := c.e.g.Isend(wp, c.tag|1, payload)
 		if err != nil {
 			return nil, c.fail(peer, err)
 		}
@@ -102,7 +102,7 @@ type inMsg struct {
 // announce count elements and len(dst) bytes.
 func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 	stage := scratch.get(hdrLen + c.e.opts.inline())
-	r, err := c.e.g.Irecv(c.ctx, c.world(peer), c.tag, stage)
+	r, err := c.e.g.Irecv(c.world(peer), c.tag, stage)
 	if err != nil {
 		scratch.put(stage)
 		return nil, c.fail(peer, err)
@@ -141,7 +141,7 @@ func (m *inMsg) wait() error {
 		copy(m.dst, m.stage[hdrLen:n])
 		return nil
 	}
-	r, err := c.e.g.Irecv(c.ctx, c.world(m.peer), c.tag|1, m.dst)
+	r, err := c.e.g.Irecv(c.world(m.peer), c.tag|1, m.dst)
 	if err != nil {
 		return c.fail(m.peer, err)
 	}

@@ -23,36 +23,28 @@ type p2pGroup struct {
 func (g *p2pGroup) Rank() int { return g.ep.Rank() }
 func (g *p2pGroup) Size() int { return g.ep.Size() }
 
-type p2pReq struct {
-	r    *p2p.Request
-	stop func() bool
-}
+type p2pReq struct{ r *p2p.Request }
 
-func (q *p2pReq) Wait(ctx context.Context) (int, error) {
+func (q p2pReq) Wait(ctx context.Context) (int, error) {
 	st, err := q.r.Wait(ctx)
-	if q.r.Done() {
-		q.stop()
-	}
 	return st.Count, err
 }
 
-// wrap ties the request to ctx: cancelling ctx cancels the request, as the
-// Group contract asks.
-func wrap(ctx context.Context, r *p2p.Request, err error) (collectives.Request, error) {
+func (q p2pReq) Cancel() { q.r.Cancel() }
+
+func wrap(r *p2p.Request, err error) (collectives.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &p2pReq{r: r, stop: context.AfterFunc(ctx, r.Cancel)}, nil
+	return p2pReq{r}, nil
 }
 
-func (g *p2pGroup) Isend(ctx context.Context, peer, tag int, buf []byte) (collectives.Request, error) {
-	r, err := g.ch.Isend(peer, tag, buf)
-	return wrap(ctx, r, err)
+func (g *p2pGroup) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
+	return wrap(g.ch.Isend(peer, tag, buf))
 }
 
-func (g *p2pGroup) Irecv(ctx context.Context, peer, tag int, buf []byte) (collectives.Request, error) {
-	r, err := g.ch.Irecv(peer, tag, buf)
-	return wrap(ctx, r, err)
+func (g *p2pGroup) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {
+	return wrap(g.ch.Irecv(peer, tag, buf))
 }
 
 func (g *p2pGroup) Expose(ctx context.Context, buf []byte) (collectives.Window, error) {
@@ -65,9 +57,8 @@ func (g *p2pGroup) Expose(ctx context.Context, buf []byte) (collectives.Window, 
 
 type p2pWin struct{ w *p2p.Window }
 
-func (w *p2pWin) Put(ctx context.Context, peer, off int, src []byte, imm uint32) (collectives.Request, error) {
-	r, err := w.w.Iwrite(peer, off, src, true, imm)
-	return wrap(ctx, r, err)
+func (w *p2pWin) Put(peer, off int, src []byte, imm uint32) (collectives.Request, error) {
+	return wrap(w.w.Iwrite(peer, off, src, true, imm))
 }
 
 func (w *p2pWin) WaitNotify(ctx context.Context, peer int) (uint32, error) {

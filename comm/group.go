@@ -21,25 +21,26 @@ var (
 	_ collectives.LinkInfo          = (*group)(nil)
 	_ collectives.AnySourceReceiver = (*group)(nil)
 	_ collectives.OneSided          = (*worldGroup)(nil)
+	_ collectives.PassiveWaiter     = groupReq{}
 )
 
 func (g *group) Rank() int { return g.c.rank }
 func (g *group) Size() int { return g.c.size }
 
-func (g *group) Isend(ctx context.Context, peer, tag int, buf []byte) (collectives.Request, error) {
+func (g *group) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
 	r, err := g.c.collCh.Isend(g.c.members[peer], tag, buf)
 	if err != nil {
 		return nil, err
 	}
-	return newGroupReq(ctx, r), nil
+	return groupReq{r}, nil
 }
 
-func (g *group) Irecv(ctx context.Context, peer, tag int, buf []byte) (collectives.Request, error) {
+func (g *group) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {
 	r, err := g.c.collCh.Irecv(g.c.members[peer], tag, buf)
 	if err != nil {
 		return nil, err
 	}
-	return newGroupReq(ctx, r), nil
+	return groupReq{r}, nil
 }
 
 func (g *group) HostOf(rank int) int { return g.c.w.hostIdx[g.c.members[rank]] }
@@ -52,34 +53,29 @@ func (g *group) Link(peer int) (time.Duration, float64) {
 // send on its collective context (see Split), so AnySource cannot match a
 // stranger. The Engine's mismatch watcher then needs one goroutine, not
 // one per peer.
-func (g *group) IrecvAny(ctx context.Context, tag int, buf []byte) (collectives.Request, error) {
+func (g *group) IrecvAny(tag int, buf []byte) (collectives.Request, error) {
 	r, err := g.c.collCh.Irecv(p2p.AnySource, tag, buf)
 	if err != nil {
 		return nil, err
 	}
-	return newGroupReq(ctx, r), nil
+	return groupReq{r}, nil
 }
 
-// groupReq is a p2p request that the ctx it was started with cancels, as
-// the Group contract asks: p2p requests take no ctx of their own.
-type groupReq struct {
-	r    *p2p.Request
-	stop func() bool
-}
+// groupReq is a p2p request as a collectives.Request. It is a value
+// wrapping one pointer, so converting it to the interface allocates
+// nothing.
+type groupReq struct{ r *p2p.Request }
 
-func newGroupReq(ctx context.Context, r *p2p.Request) *groupReq {
-	gr := &groupReq{r: r}
-	if ctx.Done() != nil && !r.Done() {
-		gr.stop = context.AfterFunc(ctx, r.Cancel)
-	}
-	return gr
-}
-
-func (gr *groupReq) Wait(ctx context.Context) (int, error) {
+func (gr groupReq) Wait(ctx context.Context) (int, error) {
 	st, err := gr.r.Wait(ctx)
-	if gr.stop != nil && gr.r.Done() {
-		gr.stop()
-	}
+	return st.Count, err
+}
+
+func (gr groupReq) Cancel() { gr.r.Cancel() }
+
+// WaitPassive lets the Engine's watchers sleep instead of poll.
+func (gr groupReq) WaitPassive(ctx context.Context) (int, error) {
+	st, err := gr.r.WaitPassive(ctx)
 	return st.Count, err
 }
 
@@ -102,12 +98,12 @@ type window struct {
 	ep *p2p.Endpoint
 }
 
-func (w *window) Put(ctx context.Context, peer, off int, src []byte, imm uint32) (collectives.Request, error) {
+func (w *window) Put(peer, off int, src []byte, imm uint32) (collectives.Request, error) {
 	r, err := w.w.Iwrite(peer, off, src, true, imm)
 	if err != nil {
 		return nil, err
 	}
-	return newGroupReq(ctx, r), nil
+	return groupReq{r}, nil
 }
 
 func (w *window) WaitNotify(ctx context.Context, peer int) (uint32, error) {

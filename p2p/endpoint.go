@@ -59,6 +59,7 @@ type Endpoint struct {
 	failed      chan struct{}   // closed when failErr is set
 	closing     bool
 	spin, yield time.Duration // effective Options.Spin and Yield
+	localCPUs   int           // CPUs the ranks on this host may run on together (0: unknown)
 	windowSeq   uint32
 	opSeq       uint32
 	selfStats   PeerStats
@@ -127,7 +128,11 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 			local++
 		}
 	}
-	ep.spin, ep.yield = waitPolicy(opts, ep.devs, local, runtime.NumCPU())
+	cpus := ep.localCPUs
+	if cpus <= 0 {
+		cpus = runtime.NumCPU()
+	}
+	ep.spin, ep.yield = waitPolicy(opts, ep.devs, local, cpus)
 	ep.bgCtx, ep.stop = context.WithCancel(context.Background())
 	for _, d := range ep.devs {
 		ep.wg.Add(1)
@@ -473,7 +478,7 @@ const (
 
 // waitPolicy resolves Options.Spin and Yield (see there). local is the
 // number of ranks on this host that the shm provider connects (this one
-// included), cpus the number of CPUs this process may run on.
+// included), cpus the number of CPUs those ranks may run on together.
 func waitPolicy(o Options, devs []*device, local, cpus int) (spin, yield time.Duration) {
 	defSpin, defYield := time.Duration(0), time.Duration(0)
 	if len(devs) == 1 {

@@ -20,6 +20,8 @@ var (
 	ErrTruncated = errors.New("message truncated")
 	// ErrInvalid: bad arguments (peer out of range, negative tag, ...).
 	ErrInvalid = errors.New("invalid argument")
+	// ErrCanceled: a receive was canceled before it matched.
+	ErrCanceled = errors.New("request canceled")
 )
 
 // PeerLostError names the lost rank.
@@ -246,34 +248,23 @@ type request struct {
 	buf  []byte
 	once sync.Once
 
-	mu       sync.Mutex
-	stop     func() bool
-	finished bool
+	// A pending receive: where it is queued, so that Cancel can take it out.
+	box *mailbox
+	key key
 }
 
 func (r *request) complete(n int, err error) {
 	r.once.Do(func() {
 		r.n, r.err = n, err
-		r.mu.Lock()
-		r.finished = true
-		stop := r.stop
-		r.mu.Unlock()
-		if stop != nil {
-			stop()
-		}
 		close(r.done)
 	})
 }
 
-func (r *request) setStop(stop func() bool) {
-	r.mu.Lock()
-	fin := r.finished
-	if !fin {
-		r.stop = stop
-	}
-	r.mu.Unlock()
-	if fin {
-		stop()
+// Cancel takes a receive that has not matched out of its queue; it then
+// completes with ErrCanceled. Sends complete at once and ignore it.
+func (r *request) Cancel() {
+	if r.box != nil && r.box.remove(r.key, r) {
+		r.complete(0, ErrCanceled)
 	}
 }
 
@@ -315,7 +306,7 @@ func (g *group) check(peer, tag int, buf []byte) error {
 	return g.w.lostErr()
 }
 
-func (g *group) Isend(ctx context.Context, peer, tag int, buf []byte) (collectives.Request, error) {
+func (g *group) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
 	if err := g.check(peer, tag, buf); err != nil {
 		return nil, err
 	}
@@ -360,13 +351,13 @@ func deliver(r *request, msg []byte) {
 	r.complete(copy(r.buf, msg), nil)
 }
 
-func (g *group) Irecv(ctx context.Context, peer, tag int, buf []byte) (collectives.Request, error) {
+func (g *group) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {
 	if err := g.check(peer, tag, buf); err != nil {
 		return nil, err
 	}
 	b := g.w.boxes[g.rank]
 	k := key{peer, tag}
-	r := &request{done: make(chan struct{}), buf: buf}
+	r := &request{done: make(chan struct{}), buf: buf, box: b, key: k}
 	b.mu.Lock()
 	q := b.q(k)
 	if len(q.msgs) > 0 {
@@ -378,13 +369,6 @@ func (g *group) Irecv(ctx context.Context, peer, tag int, buf []byte) (collectiv
 	}
 	q.recvs = append(q.recvs, r)
 	b.mu.Unlock()
-	if ctx.Done() != nil {
-		r.setStop(context.AfterFunc(ctx, func() {
-			if b.remove(k, r) {
-				r.complete(0, ctx.Err())
-			}
-		}))
-	}
 	// A rank may have died between the check and the enqueue.
 	if err := g.w.lostErr(); err != nil && b.remove(k, r) {
 		r.complete(0, err)
@@ -395,12 +379,13 @@ func (g *group) Irecv(ctx context.Context, peer, tag int, buf []byte) (collectiv
 // IrecvAny receives the next message with tag from any rank (specific
 // receives of the same tag are served first; the fake does not keep MPI's
 // posting order between the two kinds).
-func (g *group) IrecvAny(ctx context.Context, tag int, buf []byte) (collectives.Request, error) {
+func (g *group) IrecvAny(tag int, buf []byte) (collectives.Request, error) {
 	if err := g.check(0, tag, buf); err != nil {
 		return nil, err
 	}
 	b := g.w.boxes[g.rank]
-	r := &request{done: make(chan struct{}), buf: buf}
+	k := key{-1, tag}
+	r := &request{done: make(chan struct{}), buf: buf, box: b, key: k}
 	b.mu.Lock()
 	for k, q := range b.queues {
 		if k.tag == tag && len(q.msgs) > 0 {
@@ -413,14 +398,6 @@ func (g *group) IrecvAny(ctx context.Context, tag int, buf []byte) (collectives.
 	}
 	b.anyRecvs[tag] = append(b.anyRecvs[tag], r)
 	b.mu.Unlock()
-	k := key{-1, tag}
-	if ctx.Done() != nil {
-		r.setStop(context.AfterFunc(ctx, func() {
-			if b.remove(k, r) {
-				r.complete(0, ctx.Err())
-			}
-		}))
-	}
 	if err := g.w.lostErr(); err != nil && b.remove(k, r) {
 		r.complete(0, err)
 	}

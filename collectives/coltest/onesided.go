@@ -65,7 +65,7 @@ type winHandle struct {
 	set []*window
 }
 
-func (h *winHandle) Put(ctx context.Context, peer, off int, src []byte, imm uint32) (collectives.Request, error) {
+func (h *winHandle) Put(peer, off int, src []byte, imm uint32) (collectives.Request, error) {
 	if err := h.g.check(peer, 0, src); err != nil {
 		return nil, err
 	}

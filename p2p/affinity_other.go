@@ -1,0 +1,5 @@
+//go:build !linux
+
+package p2p
+
+func cpuMask() []byte { return nil }
