@@ -3,8 +3,10 @@ package p2p_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -78,4 +80,50 @@ func TestBadInput(t *testing.T) {
 		require.ErrorAs(t, err, &pe)
 		return nil
 	})
+}
+
+// WaitPassive does not poll: the request completes through the endpoint's
+// background goroutine, or through another goroutine's blocking call. A
+// ctx that ends cancels an unmatched receive, as Wait does.
+func TestWaitPassive(t *testing.T) {
+	for _, prov := range []string{"loop", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				peer := 1 - ep.Rank()
+				if ep.Rank() == 1 {
+					buf := make([]byte, 8)
+					r, err := ep.Irecv(peer, 5, buf)
+					if err != nil {
+						return err
+					}
+					st, err := r.WaitPassive(ctx)
+					if err != nil {
+						return err
+					}
+					if st.Count != 8 || !bytes.Equal(buf, pattern(8, 5)) {
+						return fmt.Errorf("passive receive: status %+v, payload %v", st, buf)
+					}
+					// Nothing will match tag 6: the deadline cancels it.
+					r, err = ep.Irecv(peer, 6, buf)
+					if err != nil {
+						return err
+					}
+					short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+					defer cancel()
+					if _, err := r.WaitPassive(short); !errors.Is(err, context.DeadlineExceeded) {
+						return fmt.Errorf("WaitPassive past its deadline: %v, want DeadlineExceeded", err)
+					}
+					if !r.Done() {
+						return fmt.Errorf("request still pending after WaitPassive's deadline")
+					}
+					return ep.Send(ctx, peer, 7, nil)
+				}
+				if err := ep.Send(ctx, peer, 5, pattern(8, 5)); err != nil {
+					return err
+				}
+				_, err := ep.Recv(ctx, peer, 7, nil)
+				return err
+			})
+		})
+	}
 }
