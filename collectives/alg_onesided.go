@@ -56,7 +56,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 	if p == 1 {
 		return nil
 	}
-	win, seg, err := c.e.window(c.ctx)
+	win, seg, err := c.e.window(c.cancelCtx())
 	if err != nil {
 		return c.fail(-1, err)
 	}
@@ -79,7 +79,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 				l.credits--
 				return 0, nil
 			}
-			v, err := win.WaitNotify(c.ctx, c.world(peer))
+			v, err := win.WaitNotify(c.cancelCtx(), c.world(peer))
 			if err != nil {
 				return 0, c.fail(peer, err)
 			}
@@ -177,7 +177,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 	// Collect the outstanding credits, so the right neighbour has consumed
 	// both slots before the next call writes into them again.
 	for links[right].credits < 2 {
-		v, err := win.WaitNotify(c.ctx, c.world(right))
+		v, err := win.WaitNotify(c.cancelCtx(), c.world(right))
 		if err != nil {
 			return c.fail(right, err)
 		}

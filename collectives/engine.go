@@ -52,6 +52,8 @@ type Engine struct {
 	hosts []int // host index per rank, nil without Topology
 
 	last Algorithm // algorithm of the latest call, for tests and tools
+
+	spare *call // the last call's records, for the next call to reuse (under mu)
 }
 
 // LastAlgorithm reports the algorithm the latest call ran (Auto if it
@@ -156,6 +158,9 @@ func (e *Engine) watchLoop(post func(buf []byte) (Request, error)) {
 			req.Cancel() // Close: the receive must not linger in the group
 			return
 		}
+		if rl, ok := req.(Releaser); ok {
+			rl.Release()
+		}
 		var h header
 		if !h.decode(buf[:n]) {
 			continue
@@ -215,7 +220,7 @@ func (e *Engine) onStatus(peer int, h *header) {
 			return
 		}
 		st.abort = m
-		st.cancel()
+		st.stopLocked()
 		e.mu.Unlock()
 		c := &call{callState: st}
 		c.broadcastAbort(header{kind: kindAbort, seq: st.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
@@ -234,7 +239,7 @@ func (e *Engine) onAbort(seq uint32, m error) {
 		if e.cur.abort == nil {
 			e.cur.abort = m
 		}
-		e.cur.cancel()
+		e.cur.stopLocked()
 	case int32(seq-e.seq) > 0: // a call this rank has not started yet
 		if len(e.aborts) < 1024 {
 			e.aborts[seq] = m
@@ -244,17 +249,29 @@ func (e *Engine) onAbort(seq uint32, m error) {
 
 // callState is what one collective call shares among its phases.
 type callState struct {
-	e       *Engine
-	parent  context.Context
-	ctx     context.Context
-	cancel  context.CancelFunc
-	seq     uint32
-	op      string
-	alg     Algorithm
-	abort   error // a peer's abort (mismatch or invalid arguments), under e.mu
-	pending []*pendingReq
-	scratch [][]byte // pooled buffers, released once no request can touch them
-	hdr     header   // the call's fingerprint, for stall probes
+	e      *Engine
+	parent context.Context // the caller's
+	// ctx is what the call's waits use: the caller's ctx, until a wait
+	// that no request can end (a window notification) needs a ctx that an
+	// abort cancels; cancelCtx makes one then. Requests are ended by
+	// Cancel instead (see stopLocked), which spares every call a
+	// context.WithCancel.
+	ctx      context.Context
+	cancelFn context.CancelFunc // nil until cancelCtx
+	stopped  bool               // stopLocked ran: new requests are canceled at once; under e.mu
+	seq      uint32
+	op       string
+	alg      Algorithm
+	abort    error // a peer's abort (mismatch or invalid arguments), under e.mu
+	pending  []*pendingReq
+	scratch  [][]byte // pooled buffers, released once no request can touch them
+	hdr      header   // the call's fingerprint, for stall probes
+
+	// Message records, recycled with the callState: outs[:nout] and
+	// ins[:nin] are this call's.
+	outs      []*outMsg
+	ins       []*inMsg
+	nout, nin int
 
 	probeArmed bool // the Engine's probe timer runs for this call; under e.mu
 }
@@ -293,14 +310,23 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	}
 	e.seq++
 	e.last = alg
-	st := &callState{e: e, parent: ctx, seq: e.seq, op: coll.String(), alg: alg}
-	st.ctx, st.cancel = context.WithCancel(ctx)
+	// The call's state is recycled from the previous call (calls on one
+	// Engine never overlap), with the capacity of its slices.
+	c := e.spare
+	e.spare = nil
+	if c == nil {
+		c = &call{callState: new(callState)}
+	}
+	st := c.callState
+	*st = callState{e: e, parent: ctx, seq: e.seq, op: coll.String(), alg: alg,
+		pending: st.pending[:0], scratch: st.scratch[:0], outs: st.outs, ins: st.ins}
+	st.ctx = ctx
 	st.hdr = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
 	var early *MismatchError // a stall probe that arrived before this call began
 	if m := e.aborts[e.seq]; m != nil {
 		delete(e.aborts, e.seq)
 		st.abort = m
-		st.cancel()
+		st.stopLocked()
 	} else if n, ok := e.status[e.seq]; ok {
 		delete(e.status, e.seq)
 		early = compareCall(e.rank, &st.hdr, n.peer, &n.h)
@@ -313,7 +339,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	e.cur = st
 	aborted := st.abort != nil
 	e.mu.Unlock()
-	c := &call{callState: st, me: e.rank, n: e.size, kern: kern, esize: esize, vec: int(count)}
+	*c = call{callState: st, me: e.rank, n: e.size, kern: kern, esize: esize, vec: int(count)}
 	c.h = st.hdr
 	c.tag = int(st.seq&(1<<29-1)) << 1
 	if early != nil {
@@ -340,36 +366,45 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 // still in flight (so no buffer is touched after return) and wraps err.
 func (c *call) end(err error) error {
 	st := c.callState
+	e := st.e
+	e.mu.Lock()
 	if st.probeArmed {
-		st.e.mu.Lock()
 		st.probeArmed = false // a probe timer that fires late finds no armed call
-		st.e.probe.Stop()
-		st.e.mu.Unlock()
+		e.probe.Stop()
 	}
 	if err != nil {
-		st.cancel()
+		st.stopLocked() // pending requests return promptly per the Group contract
 	}
+	// From here on no watcher touches st (they look for e.cur), so the
+	// requests can be waited for and released without the lock.
+	if e.cur == st {
+		e.cur = nil
+	}
+	e.mu.Unlock()
 	for _, p := range st.pending {
 		if !p.done {
-			if err != nil {
-				p.r.Cancel() // returns promptly per the Group contract
-			}
 			p.r.Wait(context.Background())
 			p.done = true
 		}
+		if rl, ok := p.r.(Releaser); ok {
+			rl.Release()
+		}
+		p.r = nil
 		scratch.put(p.buf)
 	}
-	st.pending = nil
+	st.pending = st.pending[:0]
 	for _, b := range st.scratch {
 		scratch.put(b)
 	}
-	st.scratch = nil
-	st.cancel()
-	st.e.mu.Lock()
-	if st.e.cur == st {
-		st.e.cur = nil
+	st.scratch = st.scratch[:0]
+	if st.cancelFn != nil {
+		st.cancelFn()
 	}
-	st.e.mu.Unlock()
+	if c.ranks == nil { // the call begin made, not a sub-phase's copy
+		e.mu.Lock()
+		e.spare = c
+		e.mu.Unlock()
+	}
 	if err == nil {
 		return nil
 	}
@@ -378,6 +413,44 @@ func (c *call) end(err error) error {
 		return err
 	}
 	return &Error{Op: st.op, Algorithm: st.alg.String(), Seq: st.seq, Rank: st.e.rank, Peer: -1, Err: err}
+}
+
+// stopLocked ends the call's requests and waits: every pending request is
+// canceled (those already matched complete normally), so is every request
+// the call makes from now on (see trackIn), and so is the ctx of waits on
+// windows. The caller holds e.mu.
+func (st *callState) stopLocked() {
+	if st.stopped {
+		return
+	}
+	st.stopped = true
+	for _, p := range st.pending {
+		p.r.Cancel()
+	}
+	if st.cancelFn != nil {
+		st.cancelFn()
+	}
+}
+
+// stop is stopLocked for a caller without e.mu.
+func (st *callState) stop() {
+	st.e.mu.Lock()
+	st.stopLocked()
+	st.e.mu.Unlock()
+}
+
+// cancelCtx returns a ctx for waits that no request Cancel can end (window
+// notifications, window set-up): an abort cancels it.
+func (st *callState) cancelCtx() context.Context {
+	st.e.mu.Lock()
+	defer st.e.mu.Unlock()
+	if st.cancelFn == nil {
+		st.ctx, st.cancelFn = context.WithCancel(st.parent)
+		if st.stopped {
+			st.cancelFn()
+		}
+	}
+	return st.ctx
 }
 
 // sub returns a phase of the same call over a subset of the group (ranks
@@ -437,7 +510,7 @@ func (c *call) mismatch(m *MismatchError) error {
 		c.abort = m
 	}
 	c.e.mu.Unlock()
-	c.cancel()
+	c.stop()
 	c.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.Peer, Err: m}
 }
@@ -450,7 +523,7 @@ func (c *call) invalid(err error) error {
 		c.abort = err
 	}
 	c.e.mu.Unlock()
-	c.cancel()
+	c.stop()
 	c.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatInvalid, rankA: int32(c.e.rank)})
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: err}
 }

@@ -61,6 +61,13 @@ type PassiveWaiter interface {
 	WaitPassive(ctx context.Context) (n int, err error)
 }
 
+// Releaser is an optional Request capability: Release hands a completed
+// request back to the group for reuse. The Engine calls it once per
+// request, after the last Wait, and never touches the request again.
+type Releaser interface {
+	Release()
+}
+
 // OneSided is an optional Group capability: windows that peers write into
 // with a notification (RDMA WRITE_WITH_IMM). The one-sided ring allreduce
 // needs it.

@@ -28,7 +28,8 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	if !h.split {
 		copy(stage[hdrLen:], payload)
 	}
-	m := &outMsg{c: c, peer: peer}
+	m := c.newOut()
+	m.c, m.peer = c, peer
 	r, err := c.e.g.Isend(wp, c.tag, stage)
 	if err != nil {
 		scratch.put(stage)
@@ -45,6 +46,28 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	return m, nil
 }
 
+// newOut returns a zeroed message record of this call.
+func (st *callState) newOut() *outMsg {
+	if st.nout == len(st.outs) {
+		st.outs = append(st.outs, new(outMsg))
+	}
+	m := st.outs[st.nout]
+	st.nout++
+	*m = outMsg{}
+	return m
+}
+
+// newIn is newOut for receives.
+func (st *callState) newIn() *inMsg {
+	if st.nin == len(st.ins) {
+		st.ins = append(st.ins, new(inMsg))
+	}
+	m := st.ins[st.nin]
+	st.nin++
+	*m = inMsg{}
+	return m
+}
+
 func (c *call) track(r Request, buf []byte) *pendingReq {
 	return c.trackIn(new(pendingReq), r, buf)
 }
@@ -52,7 +75,15 @@ func (c *call) track(r Request, buf []byte) *pendingReq {
 // trackIn is track with caller-provided storage.
 func (c *call) trackIn(p *pendingReq, r Request, buf []byte) *pendingReq {
 	*p = pendingReq{r: r, buf: buf}
+	// Under e.mu, so that an abort either sees the request in pending
+	// (and cancels it) or has already stopped the call (and we cancel it).
+	c.e.mu.Lock()
 	c.pending = append(c.pending, p)
+	stopped := c.stopped
+	c.e.mu.Unlock()
+	if stopped {
+		r.Cancel()
+	}
 	return p
 }
 
@@ -107,7 +138,8 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 		scratch.put(stage)
 		return nil, c.fail(peer, err)
 	}
-	m := &inMsg{c: c, peer: peer, dst: dst, count: count, stage: stage}
+	m := c.newIn()
+	m.c, m.peer, m.dst, m.count, m.stage = c, peer, dst, count, stage
 	m.hr = c.trackIn(&m.req, r, stage)
 	return m, nil
 }

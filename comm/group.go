@@ -22,6 +22,7 @@ var (
 	_ collectives.AnySourceReceiver = (*group)(nil)
 	_ collectives.OneSided          = (*worldGroup)(nil)
 	_ collectives.PassiveWaiter     = groupReq{}
+	_ collectives.Releaser          = groupReq{}
 )
 
 func (g *group) Rank() int { return g.c.rank }
@@ -72,6 +73,9 @@ func (gr groupReq) Wait(ctx context.Context) (int, error) {
 }
 
 func (gr groupReq) Cancel() { gr.r.Cancel() }
+
+// Release recycles the p2p request (the Engine calls it once per request).
+func (gr groupReq) Release() { gr.r.Release() }
 
 // WaitPassive lets the Engine's watchers sleep instead of poll.
 func (gr groupReq) WaitPassive(ctx context.Context) (int, error) {

@@ -154,6 +154,18 @@ func (r *Request) WaitPassive(ctx context.Context) (Status, error) {
 	return r.status, r.err
 }
 
+// Release returns a completed request to the endpoint for reuse, sparing
+// the allocation of a new one; a layer that issues many small non-blocking
+// operations (the collectives) calls it once it has read the result.
+// Release of a request that has not completed does nothing. After Release,
+// r must not be used again, and Release must not be called twice: like a
+// double free, that would hand one request to two operations.
+func (r *Request) Release() {
+	if r.ep != nil && r.done.Load() {
+		r.ep.putReq(r)
+	}
+}
+
 // Cancel asks for r to be canceled, as MPI_Cancel does: a receive that has
 // not matched, or a send whose receiver has not matched it, completes with
 // an error matching ErrCanceled; one that already matched completes
