@@ -157,3 +157,21 @@ type QP interface {
 type Disconnector interface {
 	Disconnect() error
 }
+
+// DirectAccess is implemented by queue pairs whose peer shares memory with
+// this process (the shm provider): MapRemote returns the peer's registered
+// memory [addr, addr+n), checked against rkey and access like a one-sided
+// operation, as a slice this process loads from and stores to directly,
+// with no work request at all. Latency-bound collectives on one host use
+// it to exchange small vectors through flags in shared memory.
+//
+// Loads and stores through the slice are not ordered with the QP's work
+// requests: synchronise with atomic operations on words in the memory
+// itself. The slice stays valid until the QP or its device is closed (a
+// later access faults); a peer that dies leaves it mapped but no longer
+// changing, so waits on it must also watch for the peer's loss by other
+// means. It returns an error wrapping ErrUnsupported when the region is
+// not memory both processes map (e.g. ordinary registered Go memory).
+type DirectAccess interface {
+	MapRemote(addr uint64, rkey uint32, n int, access Access) ([]byte, error)
+}

@@ -523,3 +523,29 @@ func (q *QP) peerQPN() uint32 {
 	}
 	return 0
 }
+
+var _ verbs.DirectAccess = (*QP)(nil)
+
+// MapRemote returns the peer's provider memory (AllocMR) [addr, addr+n)
+// under rkey as a slice of this process's mapping of the peer's device,
+// after the same checks a one-sided operation makes. Registered Go memory
+// is not shared and yields ErrUnsupported. The QP must be connected.
+func (q *QP) MapRemote(addr uint64, rkey uint32, n int, access verbs.Access) ([]byte, error) {
+	if n < 0 {
+		return nil, q.opErr("MapRemote", 0, fmt.Errorf("%w: negative length %d", verbs.ErrInvalidArgument, n))
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l := q.lnk.Load()
+	if l == nil || l.dead.Load() {
+		return nil, q.opErr("MapRemote", 0, fmt.Errorf("%w: not connected", verbs.ErrInvalidState))
+	}
+	sp, st := l.resolve(rkey, addr, uint64(n), access)
+	if st != verbs.StatusSuccess {
+		return nil, q.opErr("MapRemote", 0, fmt.Errorf("%w: rkey %#x does not grant %v on [%#x, +%d)", verbs.ErrInvalidArgument, rkey, access, addr, n))
+	}
+	if sp.kind != kindProvider {
+		return nil, q.opErr("MapRemote", 0, fmt.Errorf("%w: the peer's region is not provider memory (AllocMR)", verbs.ErrUnsupported))
+	}
+	return sp.direct, nil
+}
