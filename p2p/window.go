@@ -31,6 +31,7 @@ type Window struct {
 	buf    []byte
 	mrs    map[*device]verbs.MR
 	remote []winKey // per rank: where its window is, as this rank's link to it sees it
+	direct [][]byte // per rank: the Direct mapping, made on first use (under ep.mu)
 	closed bool
 }
 
@@ -136,6 +137,46 @@ func (ep *Endpoint) newWindow(ctx context.Context, buf []byte, alloc bool) (*Win
 
 // Bytes is this rank's window memory.
 func (w *Window) Bytes() []byte { return w.buf }
+
+// Direct returns peer's window as memory this process loads from and
+// stores to directly, or nil when it cannot: the link to peer must share
+// memory (the shm provider) and the window must be provider memory
+// (AllocWindow). For this rank it is Bytes(). No work request, completion
+// or notification is involved: synchronise through atomic operations on
+// words of the memory (see verbs.DirectAccess). The slice must not be used
+// once the window or the endpoint is closed; a peer that dies leaves it
+// mapped but no longer changing, so a wait on it must also watch Endpoint.Err.
+func (w *Window) Direct(peer int) []byte {
+	ep := w.ep
+	if peer < 0 || peer >= ep.size {
+		return nil
+	}
+	if peer == ep.rank {
+		return w.buf
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if w.closed || ep.closing {
+		return nil
+	}
+	if w.direct == nil {
+		w.direct = make([][]byte, ep.size)
+	}
+	if m := w.direct[peer]; m != nil {
+		return m
+	}
+	p, rk := ep.peers[peer], w.remote[peer]
+	da, ok := p.qp.(verbs.DirectAccess)
+	if !ok || rk.rkey == 0 {
+		return nil
+	}
+	m, err := da.MapRemote(rk.addr, rk.rkey, rk.len, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
+	if err != nil {
+		return nil
+	}
+	w.direct[peer] = m
+	return m
+}
 
 // Len is the size of rank's window.
 func (w *Window) Len(rank int) int {

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -97,6 +100,65 @@ func TestStatsAndRegCache(t *testing.T) {
 		require.Equal(t, uint64(1), s.RegMisses, "the buffer was registered once")
 		require.Equal(t, uint64(2), s.RegHits)
 		require.Equal(t, "loop", ps.Transport)
+		return nil
+	})
+}
+
+// Direct maps a peer's AllocWindow memory over shm: each rank stores its
+// rank into its right neighbour's window and publishes with an atomic
+// flag, then waits for its left neighbour's flag in its own window. Over
+// loop, and for NewWindow (Go memory), there is no mapping.
+func TestWindowDirect(t *testing.T) {
+	const n = 3
+	p2ptest.Run(t, n, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		me := ep.Rank()
+		right, left := (me+1)%n, (me+n-1)%n
+		w, err := ep.AllocWindow(ctx, 64)
+		if err != nil {
+			return err
+		}
+		defer w.Close(ctx)
+		if got := w.Direct(me); len(got) != 64 {
+			return fmt.Errorf("Direct(self) has %d bytes, want 64", len(got))
+		}
+		m := w.Direct(right)
+		if len(m) != 64 {
+			return fmt.Errorf("Direct(%d) has %d bytes, want 64", right, len(m))
+		}
+		if w.Direct(-1) != nil || w.Direct(n) != nil {
+			return fmt.Errorf("Direct of a rank out of range is not nil")
+		}
+		m[8] = byte(100 + me)
+		atomic.StoreUint64((*uint64)(unsafe.Pointer(&m[0])), 1)
+		mine := w.Bytes()
+		for atomic.LoadUint64((*uint64)(unsafe.Pointer(&mine[0]))) == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("rank %d never stored its flag: %w", left, err)
+			}
+			runtime.Gosched()
+		}
+		if mine[8] != byte(100+left) {
+			return fmt.Errorf("rank %d stored %d, want %d", left, mine[8], 100+left)
+		}
+		g, err := ep.NewWindow(ctx, make([]byte, 64))
+		if err != nil {
+			return err
+		}
+		defer g.Close(ctx)
+		if g.Direct(right) != nil {
+			return fmt.Errorf("Direct of a window of Go memory is not nil")
+		}
+		return nil
+	})
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "loop"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		w, err := ep.AllocWindow(ctx, 64)
+		if err != nil {
+			return err
+		}
+		defer w.Close(ctx)
+		if w.Direct(1-ep.Rank()) != nil {
+			return fmt.Errorf("Direct over loop is not nil")
+		}
 		return nil
 	})
 }
