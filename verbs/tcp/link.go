@@ -2,34 +2,59 @@ package tcp
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
 
-// link is one connected QP pair's TCP connection. Its reader goroutine is
-// the QP's responder and completer: it reads each frame header, and the
-// payload straight into registered memory (or local READ buffers). Its
-// writer goroutine is the requester's wire: it gathers queued responses and
-// the QP's next requests into one writev. The reader never writes, so two
-// ends busy writing large messages to each other cannot deadlock: each end's
-// reader keeps draining its socket.
+// link is one connected QP pair's TCP connection. Whoever holds its read
+// token (its reader goroutine, or a goroutine waiting on the QP's CQ: see
+// read.go) is the QP's responder and completer: it reads each frame header,
+// and the payload straight into registered memory (or local READ buffers).
+// Whoever holds wmu is the requester's wire: the posting goroutine or the
+// reading side when the socket takes the frames at once (non-blocking), the
+// writer goroutine otherwise; it gathers queued responses and the QP's next
+// requests into one writev. The reading side never blocks on a write, so two
+// ends busy writing large messages to each other cannot deadlock: each
+// end's reading side keeps draining its socket.
 type link struct {
 	t        *transport
 	q        *softrc.QP
 	c        net.Conn
+	rc       syscall.RawConn
 	br       *bufio.Reader
 	peerQP   uint32
 	kick     chan struct{}
 	done     chan struct{}
 	progress func()
 	once     sync.Once
+	epoch    time.Time
+
+	// read side (read.go)
+	tok         chan struct{} // the read token, in the channel when free
+	holder      atomic.Int32  // holderNone, holderReader or holderPoller
+	want        atomic.Int32  // pollers waiting for the reader goroutine's token
+	pblocked    atomic.Bool   // the polling holder is (about to be) blocked at a frame boundary
+	parked      atomic.Int32  // CQ waiters parked while another goroutine drives
+	lastPoll    atomic.Int64  // now() when a poller last put the token back
+	graceArmed  atomic.Bool
+	grace       *time.Timer
+	bgWake      chan struct{}
+	interruptFn func()
+	watchMu     sync.Mutex
+	watched     context.Context // see watch
+	unwatch     func() bool
+	unwatched   bool
+	sr          sockReader
+	fs          frameState
 
 	mu         sync.Mutex
 	resps      []softrc.Response // responses queued by the reader
@@ -37,10 +62,27 @@ type link struct {
 
 	wmu sync.Mutex
 	ss  sendState
+	ws  rawWriteState
 }
 
-func (t *transport) startLink(q *softrc.QP, c net.Conn, br *bufio.Reader, peerQP uint32) {
-	l := &link{t: t, q: q, c: c, br: br, peerQP: peerQP, kick: make(chan struct{}, 1), done: make(chan struct{}), progress: q.Progress}
+func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQP uint32) {
+	l := &link{t: t, q: q, c: c, peerQP: peerQP, kick: make(chan struct{}, 1), done: make(chan struct{}), progress: q.Progress,
+		epoch: time.Now(), tok: make(chan struct{}, 1), bgWake: make(chan struct{}, 1)}
+	if sc, ok := c.(syscall.Conn); ok {
+		l.rc, _ = sc.SyscallConn()
+	}
+	// Frames may have arrived with the handshake, in its reader's buffer.
+	pre, _ := hbr.Peek(hbr.Buffered())
+	l.sr = sockReader{l: l, pre: pre}
+	l.br = bufio.NewReaderSize(&l.sr, readBufSize)
+	l.fs.pl = payload{br: l.br, progress: l.progress}
+	l.fs.maxMsg = t.dev.Caps().MaxMsgSize
+	l.interruptFn = l.Interrupt
+	l.ws.init(l)
+	l.grace = time.AfterFunc(time.Hour, l.graceFired)
+	l.grace.Stop()
+	l.tok <- struct{}{}
+	l.bgWake <- struct{}{}
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -72,6 +114,8 @@ func (l *link) Close() { l.fail(ErrDisconnected) }
 func (l *link) fail(err error) {
 	l.once.Do(func() {
 		close(l.done)
+		l.grace.Stop()
+		l.dropWatch()
 		_ = l.c.Close()
 		l.q.LinkLost(l, err)
 		l.t.mu.Lock()
@@ -84,104 +128,10 @@ func (l *link) fail(err error) {
 	})
 }
 
-// payload reads one frame's body from the connection, never past its end.
-type payload struct {
-	br       *bufio.Reader
-	left     int
-	progress func()
-}
-
-func (p *payload) ReadFull(dst []byte) error {
-	if len(dst) > p.left {
-		return fmt.Errorf("%w: read of %d bytes past the frame's %d remaining", softrc.ErrProtocol, len(dst), p.left)
-	}
-	for len(dst) > 0 {
-		k := min(len(dst), softrc.ProgressChunk)
-		n, err := io.ReadFull(p.br, dst[:k])
-		p.left -= n
-		if err != nil {
-			return err
-		}
-		dst = dst[k:]
-		if p.progress != nil && len(dst) > 0 {
-			p.progress()
-		}
-	}
-	return nil
-}
-
-func (p *payload) Skip(n int) error {
-	if n > p.left {
-		return fmt.Errorf("%w: skip of %d bytes past the frame's %d remaining", softrc.ErrProtocol, n, p.left)
-	}
-	k, err := p.br.Discard(n)
-	p.left -= k
-	return err
-}
-
-func (l *link) reader() {
-	defer l.t.wg.Done()
-	var hb [HeaderLen]byte
-	pl := payload{br: l.br, progress: l.progress}
-	var resp softrc.Response
-	maxMsg := l.t.dev.Caps().MaxMsgSize
-	for {
-		if _, err := io.ReadFull(l.br, hb[:]); err != nil {
-			l.fail(err)
-			return
-		}
-		h, err := DecodeHeader(hb[:], maxMsg)
-		if err == nil && h.QPN != l.q.Num() {
-			err = fmt.Errorf("%w: frame for qp %#x on the connection of qp %#x", softrc.ErrProtocol, h.QPN, l.q.Num())
-		}
-		if err != nil {
-			l.fail(err)
-			return
-		}
-		// Bytes streaming in from the peer, in either direction, show it is
-		// alive: long payloads restart the ACK timer every MiB.
-		pl.left = h.PayloadLen()
-		if h.Op.IsRequest() {
-			err = l.q.HandleRequest(&h, &pl, &resp)
-			if resp.Op != 0 {
-				l.mu.Lock()
-				queued := err == nil && !l.respClosed
-				if queued {
-					l.resps = append(l.resps, resp)
-				}
-				l.mu.Unlock()
-				if queued {
-					l.Kick()
-				} else {
-					resp.Done()
-				}
-			}
-		} else {
-			err = l.q.HandleResponse(&h, &pl)
-		}
-		if err == nil && pl.left > 0 {
-			err = pl.Skip(pl.left)
-		}
-		if err != nil {
-			l.fail(err)
-			return
-		}
-		if l.br.Buffered() == 0 {
-			// Nothing more to do but block in read: let a goroutine this
-			// frame woke (a CQ waiter) run first, rather than after our
-			// read syscall comes back empty.
-			runtime.Gosched()
-		}
-	}
-}
-
 const (
 	maxBatch = 32
 	// inlineMax is the largest request payload PostSend writes itself.
 	inlineMax = 64 << 10
-	// inlineWait bounds how long PostSend may block on a full socket before
-	// it leaves the rest of its write to the writer goroutine.
-	inlineWait = time.Millisecond
 )
 
 // The send side is guarded by wmu: whoever holds it (the writer goroutine,
@@ -245,10 +195,10 @@ func (l *link) writer() {
 	}
 }
 
-// KickPost is PostSend's kick: if nobody is writing, write the new small
-// requests (and any small queued responses, piggybacked) right here, saving
-// the hand-off to the writer goroutine; if the socket stays full for
-// inlineWait, leave the rest to the writer.
+// KickPost is PostSend's kick (and the reading side's, for responses): if
+// nobody is writing, write the new small requests and any small queued
+// responses right here, saving the hand-off to the writer goroutine, but
+// only what the socket takes at once: the rest is left to the writer.
 func (l *link) KickPost() {
 	if !l.wmu.TryLock() {
 		l.Kick()
@@ -260,14 +210,7 @@ func (l *link) KickPost() {
 		var k int
 		k, err = l.batch(inlineMax, true)
 		if k > 0 && err == nil {
-			_ = l.c.SetWriteDeadline(time.Now().Add(inlineWait))
-			l.ss.w = l.ss.bufs // WriteTo consumes its receiver
-			_, err = l.ss.w.WriteTo(l.c)
-			_ = l.c.SetWriteDeadline(time.Time{})
-			if err != nil && isTimeout(err) {
-				err = nil
-				l.ss.carry = l.ss.w
-			}
+			l.ss.carry, err = l.writeNow(l.ss.bufs)
 			if len(l.ss.carry) == 0 {
 				l.finishBatch()
 			}

@@ -2,7 +2,7 @@ package softrc
 
 import (
 	"context"
-
+	"slices"
 	"sync"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -13,6 +13,12 @@ import (
 // that leaves completions behind passes the token on, so several waiters
 // never miss a wake-up and idle waiting costs nothing (no allocation per
 // wake-up either). Close closes the channel, waking everyone.
+//
+// When every completion the CQ can get from a peer arrives through one link
+// that is a Driver (one connected tcp QP uses the CQ), a waiter does not
+// park: it drives that link itself, reading and handling frames on its own
+// goroutine until its completion is there (see Driver). One waiter at a time
+// drives; the others park as before and are woken by its pushes.
 type CQ struct {
 	dev     *Device
 	mu      sync.Mutex
@@ -21,11 +27,62 @@ type CQ struct {
 	sig     chan struct{}
 	waiters int
 	closed  bool
+	drivers []Driver // links of the QPs that use this CQ, when they are Drivers
+	driving Driver   // the link a waiter drives now, nil if none
 }
 
 var _ verbs.CQ = (*CQ)(nil)
 
+// Driver is a Link that can make progress on the goroutine that waits for a
+// completion. It saves the hand-off from the link's own goroutine to the
+// waiter, which on a busy machine costs more than the work itself.
+//
+// Drive reads and handles the link's incoming frames on the calling
+// goroutine until cq.Pending reports true (checked between frames), ctx
+// ends, the link fails, or cq.Signal fires while Drive waits for its turn.
+// It returns false at once, having done nothing, when another goroutine
+// drives the link; the caller then parks and calls Parked(true) meanwhile,
+// so that the link's goroutine resumes reading when that driver stops.
+// Interrupt makes a Drive blocked in a read return to its checks; the CQ
+// calls it when a completion arrives by another way, or the CQ closes.
+// All three may be called concurrently with each other and the link's own
+// goroutine.
+type Driver interface {
+	Link
+	Drive(ctx context.Context, cq *CQ) bool
+	Interrupt()
+	Parked(on bool)
+}
+
+func (c *CQ) addDriver(d Driver) {
+	c.mu.Lock()
+	c.drivers = append(c.drivers, d)
+	c.mu.Unlock()
+}
+
+func (c *CQ) removeDriver(d Driver) {
+	c.mu.Lock()
+	if i := slices.Index(c.drivers, d); i >= 0 {
+		c.drivers = slices.Delete(c.drivers, i, i+1)
+	}
+	c.mu.Unlock()
+}
+
+// Pending reports whether Poll would return a completion or Wait would
+// return at once because the CQ is closed.
+func (c *CQ) Pending() bool {
+	c.mu.Lock()
+	p := c.head < len(c.buf) || c.closed
+	c.mu.Unlock()
+	return p
+}
+
+// Signal is the channel a parked waiter of the CQ is woken by; a Driver
+// waiting for its turn selects on it too (Wait counts it as a waiter).
+func (c *CQ) Signal() <-chan struct{} { return c.sig }
+
 func (c *CQ) push(wc verbs.WC) {
+	var d Driver
 	c.mu.Lock()
 	if !c.closed {
 		c.buf = append(c.buf, wc)
@@ -35,8 +92,13 @@ func (c *CQ) push(wc verbs.WC) {
 			default:
 			}
 		}
+		d = c.driving
 	}
 	c.mu.Unlock()
+	if d != nil {
+		// Cheap when the driver is the pusher (it is not blocked in a read).
+		d.Interrupt()
+	}
 }
 
 // Poll moves up to len(wc) completions into wc.
@@ -68,8 +130,37 @@ func (c *CQ) Wait(ctx context.Context) error {
 			c.mu.Unlock()
 			return c.dev.err("CQ.Wait", 0, -1, verbs.ErrClosed)
 		}
+		if err := ctx.Err(); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		var parked Driver
+		if len(c.drivers) == 1 && c.driving == nil {
+			d := c.drivers[0]
+			c.driving = d
+			c.waiters++
+			c.mu.Unlock()
+			drove := d.Drive(ctx, c)
+			c.mu.Lock()
+			c.driving = nil
+			c.waiters--
+			if drove {
+				c.mu.Unlock()
+				continue
+			}
+			if c.head < len(c.buf) || c.closed {
+				c.mu.Unlock()
+				continue
+			}
+			parked = d
+		} else if len(c.drivers) == 1 {
+			parked = c.drivers[0]
+		}
 		c.waiters++
 		c.mu.Unlock()
+		if parked != nil {
+			parked.Parked(true)
+		}
 		select {
 		case <-c.sig:
 			c.mu.Lock()
@@ -86,7 +177,13 @@ func (c *CQ) Wait(ctx context.Context) error {
 			c.mu.Lock()
 			c.waiters--
 			c.mu.Unlock()
+			if parked != nil {
+				parked.Parked(false)
+			}
 			return ctx.Err()
+		}
+		if parked != nil {
+			parked.Parked(false)
 		}
 	}
 }
@@ -102,7 +199,11 @@ func (c *CQ) Close() error {
 	close(c.sig)
 	c.buf = nil
 	c.head = 0
+	d := c.driving
 	c.mu.Unlock()
+	if d != nil {
+		d.Interrupt()
+	}
 	c.dev.mu.Lock()
 	delete(c.dev.cqs, c)
 	c.dev.mu.Unlock()

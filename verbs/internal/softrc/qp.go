@@ -299,8 +299,7 @@ func (q *QP) resetLocked() Link {
 	}
 	q.rqHead, q.rqTail = 0, 0
 	q.stopTimersLocked()
-	l := q.link
-	q.link = nil
+	l := q.detachLocked()
 	q.lost = false
 	q.linkFailed = false
 	q.state = verbs.QPReset
@@ -376,8 +375,7 @@ func (q *QP) Close() error {
 		q.enterErrLocked()
 	}
 	q.stopTimersLocked()
-	l := q.link
-	q.link = nil
+	l := q.detachLocked()
 	q.mu.Unlock()
 	if l != nil {
 		l.Close()
@@ -420,6 +418,12 @@ func (q *QP) Attach(l Link) bool {
 		return false
 	}
 	q.link = l
+	if d, ok := l.(Driver); ok {
+		q.sendCQ.addDriver(d)
+		if q.recvCQ != q.sendCQ {
+			q.recvCQ.addDriver(d)
+		}
+	}
 	if q.connTimer != nil {
 		q.connTimer.Stop()
 		q.connTimer = nil
@@ -438,7 +442,7 @@ func (q *QP) LinkLost(l Link, cause error) {
 		q.mu.Unlock()
 		return
 	}
-	q.link = nil
+	q.detachLocked()
 	st := q.state
 	if st == verbs.QPRTR || st == verbs.QPRTS {
 		q.linkFailedLocked()
@@ -544,4 +548,18 @@ func (q *QP) HasWork() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.state == verbs.QPRTS && q.link != nil && q.next < q.tail && q.rnrUntil.IsZero()
+}
+
+// detachLocked drops the QP's link (and its CQs' reference to it) and
+// returns it.
+func (q *QP) detachLocked() Link {
+	l := q.link
+	q.link = nil
+	if d, ok := l.(Driver); ok {
+		q.sendCQ.removeDriver(d)
+		if q.recvCQ != q.sendCQ {
+			q.recvCQ.removeDriver(d)
+		}
+	}
+	return l
 }

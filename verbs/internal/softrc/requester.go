@@ -185,8 +185,7 @@ func (q *QP) onAckTimeout() {
 		q.mu.Unlock()
 		return
 	}
-	l := q.link
-	q.link = nil
+	l := q.detachLocked()
 	q.lost = true
 	seq := q.sq[q.comp%uint64(len(q.sq))].seq
 	q.enterErrLocked()

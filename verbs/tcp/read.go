@@ -1,0 +1,394 @@
+package tcp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
+)
+
+// The read side of a link. Frames are read and handled by whoever holds the
+// link's read token (tok): its reader goroutine, or a goroutine waiting on
+// one of the QP's CQs (a poller, see softrc.Driver). A poller that finds its
+// completion missing reads the socket itself, so the frame that completes
+// it wakes it straight from the network poller, as a raw TCP read would,
+// instead of waking the reader goroutine, which would then have to wake
+// the poller: each such hand-off costs a futex wake-up and a trip through
+// the scheduler, more than the frame's own work on a busy machine.
+//
+// The reader goroutine gives the token to a poller on request: the poller
+// raises want and interrupts the reader's blocked read with a read deadline
+// in the past; the reader notices at the next frame boundary (a frame is
+// never left half read) and hands the token over. A poller that is done
+// puts the token back but does not wake the reader goroutine: a waiter in a
+// loop comes back within microseconds, and waking the reader each time would
+// cost the hand-off this scheme saves. The reader resumes when no poller has
+// taken the token for Options.PollGrace, or at once when a waiter parks
+// because another goroutine drives the link (it must not depend on that
+// driver's loop), or when the poller leaves bytes buffered. So traffic that
+// nobody polls for is served at most PollGrace late.
+
+const (
+	holderNone = iota
+	holderReader
+	holderPoller
+)
+
+// aLongTimeAgo is a read deadline that interrupts a blocked read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// errInterrupted is returned by a read at a frame boundary that a past
+// deadline interrupted; nothing of the next frame has been consumed.
+var errInterrupted = errors.New("tcp: read interrupted")
+
+// sockReader is the bufio.Reader's source: the connection, after the bytes
+// the handshake's reader had buffered already (pre).
+type sockReader struct {
+	l        *link
+	pre      []byte
+	boundary bool // reading the first byte of a frame: an interrupt may surface
+}
+
+func (r *sockReader) Read(p []byte) (int, error) {
+	if len(r.pre) > 0 {
+		n := copy(p, r.pre)
+		r.pre = r.pre[n:]
+		return n, nil
+	}
+	for {
+		n, err := r.l.c.Read(p)
+		if err == nil || !isTimeout(err) {
+			return n, err
+		}
+		// A read deadline in the past is how a link interrupts a blocked
+		// read (see above). Clear it; mid-frame, just go on reading.
+		_ = r.l.c.SetReadDeadline(time.Time{})
+		if n > 0 {
+			return n, nil
+		}
+		if r.boundary {
+			return 0, errInterrupted
+		}
+	}
+}
+
+// frameState is the reading side's scratch, owned by the token's holder.
+type frameState struct {
+	hb     [HeaderLen]byte
+	pl     payload
+	resp   softrc.Response
+	maxMsg uint64
+}
+
+// payload reads one frame's body from the connection, never past its end.
+type payload struct {
+	br       *bufio.Reader
+	left     int
+	progress func()
+}
+
+func (p *payload) ReadFull(dst []byte) error {
+	if len(dst) > p.left {
+		return fmt.Errorf("%w: read of %d bytes past the frame's %d remaining", softrc.ErrProtocol, len(dst), p.left)
+	}
+	for len(dst) > 0 {
+		k := min(len(dst), softrc.ProgressChunk)
+		n, err := io.ReadFull(p.br, dst[:k])
+		p.left -= n
+		if err != nil {
+			return err
+		}
+		dst = dst[k:]
+		if p.progress != nil && len(dst) > 0 {
+			p.progress()
+		}
+	}
+	return nil
+}
+
+func (p *payload) Skip(n int) error {
+	if n > p.left {
+		return fmt.Errorf("%w: skip of %d bytes past the frame's %d remaining", softrc.ErrProtocol, n, p.left)
+	}
+	k, err := p.br.Discard(n)
+	p.left -= k
+	return err
+}
+
+// readFrame reads and handles one frame; the caller holds the token. With
+// nothing buffered it first blocks for the frame's first byte, and returns
+// errInterrupted, having consumed nothing, if that read is interrupted.
+func (l *link) readFrame() error {
+	fs := &l.fs
+	if l.br.Buffered() == 0 {
+		l.sr.boundary = true
+		_, err := l.br.Peek(1)
+		l.sr.boundary = false
+		l.pblocked.Store(false)
+		if err != nil {
+			return err
+		}
+	}
+	if _, err := io.ReadFull(l.br, fs.hb[:]); err != nil {
+		return err
+	}
+	h, err := DecodeHeader(fs.hb[:], fs.maxMsg)
+	if err == nil && h.QPN != l.q.Num() {
+		err = fmt.Errorf("%w: frame for qp %#x on the connection of qp %#x", softrc.ErrProtocol, h.QPN, l.q.Num())
+	}
+	if err != nil {
+		return err
+	}
+	// Bytes streaming in from the peer, in either direction, show it is
+	// alive: long payloads restart the ACK timer every MiB.
+	pl := &fs.pl
+	pl.left = h.PayloadLen()
+	if h.Op.IsRequest() {
+		err = l.q.HandleRequest(&h, pl, &fs.resp)
+		if fs.resp.Op != 0 {
+			if err == nil {
+				l.respond(&fs.resp)
+			} else {
+				fs.resp.Done()
+			}
+		}
+	} else {
+		err = l.q.HandleResponse(&h, pl)
+	}
+	if err == nil && pl.left > 0 {
+		err = pl.Skip(pl.left)
+	}
+	return err
+}
+
+// respond queues a response and writes it right away if the link is idle
+// (never blocking: a full socket leaves it to the writer goroutine, so the
+// reading side keeps draining the socket and two ends writing large
+// messages to each other cannot deadlock).
+func (l *link) respond(r *softrc.Response) {
+	l.mu.Lock()
+	if l.respClosed {
+		l.mu.Unlock()
+		r.Done()
+		return
+	}
+	l.resps = append(l.resps, *r)
+	l.mu.Unlock()
+	*r = softrc.Response{}
+	if inlineNeverBlocks {
+		l.KickPost()
+	} else {
+		l.Kick()
+	}
+}
+
+// reader is the link's own reading goroutine: it holds the token whenever
+// no poller does (see the comment at the top of this file).
+func (l *link) reader() {
+	defer l.t.wg.Done()
+	for {
+		select {
+		case <-l.bgWake:
+		case <-l.done:
+			return
+		}
+		select {
+		case <-l.tok:
+		default:
+			continue // a poller has it; it wakes us, or the grace timer does
+		}
+		l.holder.Store(holderReader)
+		var err error
+		for l.want.Load() == 0 {
+			if err = l.readFrame(); err == errInterrupted {
+				err = nil
+			} else if err != nil {
+				break
+			}
+		}
+		l.holder.Store(holderNone)
+		l.tok <- struct{}{}
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		// A poller asked for the token. Should it give up waiting before
+		// taking it, the grace timer brings us back.
+		l.armGrace()
+	}
+}
+
+// Drive implements softrc.Driver: it reads frames on the caller's goroutine
+// until cq has a completion (or closes), ctx ends or the link fails.
+func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
+	if l.t.opts.PollGrace < 0 {
+		return false
+	}
+	select {
+	case <-l.tok:
+	default:
+		if l.holder.Load() == holderPoller {
+			return false
+		}
+		// The reader goroutine has it: interrupt its read and wait for it.
+		l.want.Add(1)
+		_ = l.c.SetReadDeadline(aLongTimeAgo)
+		select {
+		case <-l.tok:
+			l.want.Add(-1)
+		case <-cq.Signal():
+			l.want.Add(-1)
+			return true
+		case <-ctx.Done():
+			l.want.Add(-1)
+			return true
+		case <-l.done:
+			l.want.Add(-1)
+			return true
+		}
+	}
+	l.holder.Store(holderPoller)
+	var err error
+	for !cq.Pending() && ctx.Err() == nil {
+		if l.br.Buffered() == 0 {
+			// About to block: a completion that arrives by another way, the
+			// CQ's closing or ctx's end must interrupt the read. Announce
+			// the block first, then check again (Interrupt reads pblocked
+			// after making its condition true).
+			l.watch(ctx)
+			l.pblocked.Store(true)
+			if cq.Pending() || ctx.Err() != nil {
+				l.pblocked.Store(false)
+				break
+			}
+		}
+		if err = l.readFrame(); err == errInterrupted {
+			err = nil
+		} else if err != nil {
+			break
+		}
+	}
+	// Frames that arrived with ours are handled now rather than left to the
+	// reader goroutine (a hand-off); a partial one is the reader's.
+	for err == nil && l.frameBuffered() {
+		err = l.readFrame()
+	}
+	buffered := l.br.Buffered() > 0
+	l.holder.Store(holderNone)
+	l.lastPoll.Store(l.now())
+	l.tok <- struct{}{}
+	// Load parked after storing holder (Parked does the opposite), so that
+	// a waiter parking now is seen here or sees no driver there.
+	urgent := buffered || l.parked.Load() > 0
+	if err != nil {
+		l.fail(err)
+		return true
+	}
+	if urgent {
+		l.wakeReader()
+	} else {
+		l.armGrace()
+	}
+	return true
+}
+
+// Interrupt implements softrc.Driver.
+func (l *link) Interrupt() {
+	if l.pblocked.Load() {
+		_ = l.c.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// Parked implements softrc.Driver: a waiter parked because another
+// goroutine drives the link; when that driver stops, the reader goroutine
+// must take over at once.
+func (l *link) Parked(on bool) {
+	if on {
+		l.parked.Add(1)
+		if l.holder.Load() == holderNone {
+			l.wakeReader()
+		}
+	} else {
+		l.parked.Add(-1)
+	}
+}
+
+func (l *link) wakeReader() {
+	select {
+	case l.bgWake <- struct{}{}:
+	default:
+	}
+}
+
+// now is a monotonic clock reading in nanoseconds.
+func (l *link) now() int64 { return int64(time.Since(l.epoch)) }
+
+// armGrace makes sure the grace timer will check, PollGrace after the last
+// poller left, whether the reader goroutine must resume.
+func (l *link) armGrace() {
+	if !l.graceArmed.Swap(true) {
+		l.grace.Reset(l.t.opts.PollGrace)
+	}
+}
+
+func (l *link) graceFired() {
+	l.graceArmed.Store(false)
+	switch l.holder.Load() {
+	case holderReader:
+		return
+	case holderPoller:
+		return // its Drive re-arms the timer when it ends
+	}
+	if left := time.Duration(l.lastPoll.Load() + int64(l.t.opts.PollGrace) - l.now()); left > 0 {
+		if !l.graceArmed.Swap(true) {
+			l.grace.Reset(left)
+		}
+		return
+	}
+	l.wakeReader()
+}
+
+// frameBuffered reports whether a whole frame is buffered.
+func (l *link) frameBuffered() bool {
+	n := l.br.Buffered()
+	if n < HeaderLen {
+		return false
+	}
+	b, _ := l.br.Peek(HeaderLen)
+	h, err := DecodeHeader(b, l.fs.maxMsg)
+	// A malformed header is the reader's to report (readFrame would too).
+	return err == nil && n >= HeaderLen+h.PayloadLen()
+}
+
+// watch makes sure ctx's end interrupts a poller's blocked read. The
+// registration is kept for the next Drive with the same ctx (a waiter in a
+// loop usually passes the same one), which saves registering per wait;
+// it is replaced when another ctx comes and dropped when the link fails.
+func (l *link) watch(ctx context.Context) {
+	if ctx.Done() == nil {
+		return
+	}
+	l.watchMu.Lock()
+	if ctx != l.watched && !l.unwatched {
+		if l.unwatch != nil {
+			l.unwatch()
+		}
+		l.watched, l.unwatch = ctx, context.AfterFunc(ctx, l.interruptFn)
+	}
+	l.watchMu.Unlock()
+}
+
+// dropWatch ends the ctx registration for good (the link failed), so it
+// does not keep the link reachable.
+func (l *link) dropWatch() {
+	l.watchMu.Lock()
+	if l.unwatch != nil {
+		l.unwatch()
+	}
+	l.watched, l.unwatch, l.unwatched = nil, nil, true
+	l.watchMu.Unlock()
+}

@@ -1,0 +1,113 @@
+package tcp
+
+import (
+	"errors"
+	"net"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// inlineNeverBlocks says writeNow never waits for the socket, so the
+// reading side may write responses itself.
+const inlineNeverBlocks = true
+
+// maxIov bounds one writev's vector (Linux's IOV_MAX is 1024).
+const maxIov = 1024
+
+// rawWriteState is the scratch of writeNow, owned by wmu's holder.
+type rawWriteState struct {
+	iov  []unix.Iovec
+	bufs net.Buffers
+	n    int
+	err  error
+	fn   func(fd uintptr) bool
+}
+
+func (w *rawWriteState) init(*link) {
+	w.fn = w.write
+}
+
+// write is the RawConn.Write callback: writev until the socket is full or
+// everything is written; never wait for the socket to drain.
+func (w *rawWriteState) write(fd uintptr) bool {
+	w.n, w.err = 0, nil
+	bufs := w.bufs
+	for len(bufs) > 0 {
+		w.iov = w.iov[:0]
+		total := 0
+		for _, b := range bufs {
+			if len(w.iov) == maxIov {
+				break
+			}
+			if len(b) == 0 {
+				continue
+			}
+			v := unix.Iovec{Base: &b[0]}
+			v.SetLen(len(b))
+			w.iov = append(w.iov, v)
+			total += len(b)
+		}
+		if len(w.iov) == 0 {
+			break
+		}
+		n, _, e := syscall.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			if e != syscall.EAGAIN {
+				w.err = e
+			}
+			break
+		}
+		w.n += int(n)
+		bufs = consume(bufs, int(n))
+		if int(n) < total {
+			break // the socket is full
+		}
+	}
+	clear(w.iov[:cap(w.iov)])
+	return true
+}
+
+// writeNow writes as much of bufs as the socket takes without blocking and
+// returns the rest (bufs' own backing array, consumed from the front).
+func (l *link) writeNow(bufs net.Buffers) (net.Buffers, error) {
+	if l.rc == nil {
+		return bufs, nil // leave it all to the writer goroutine
+	}
+	w := &l.ws
+	w.bufs = bufs
+	err := l.rc.Write(w.fn)
+	w.bufs = nil
+	if err == nil {
+		err = w.err
+	}
+	w.err = nil
+	if err != nil {
+		var en syscall.Errno
+		if errors.As(err, &en) {
+			err = &net.OpError{Op: "writev", Net: "tcp", Source: l.c.LocalAddr(), Addr: l.c.RemoteAddr(), Err: err}
+		}
+		return nil, err
+	}
+	return consume(bufs, w.n), nil
+}
+
+// consume drops the first n bytes of bufs.
+func consume(bufs net.Buffers, n int) net.Buffers {
+	for len(bufs) > 0 && n > 0 {
+		if n < len(bufs[0]) {
+			bufs[0] = bufs[0][n:]
+			return bufs
+		}
+		n -= len(bufs[0])
+		bufs = bufs[1:]
+	}
+	for len(bufs) > 0 && len(bufs[0]) == 0 {
+		bufs = bufs[1:]
+	}
+	return bufs
+}
