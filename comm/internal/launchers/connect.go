@@ -141,12 +141,18 @@ func (l *Launch) connectPMI(ctx context.Context, o ConnectOptions) (rv *Rendezvo
 // itself when it names this host, else every interface on its port (a
 // Kubernetes service name or a NAT address reaches rank 0 without being
 // one of its own addresses).
+//
+// It finds out by binding the host with port 0, never the agreed port: a
+// listener there, however brief, takes the connections of the ranks that
+// are already dialing rank 0 (they start at once and retry until it
+// listens), and closing it resets them; their handshake fails and the job
+// loses them, the others waiting out their timeout.
 func listenAddr(addr string) string {
-	_, port, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return addr
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err == nil {
 		ln.Close()
 		return addr

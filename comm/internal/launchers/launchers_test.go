@@ -3,10 +3,13 @@ package launchers
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,21 +232,32 @@ func TestConnectServed(t *testing.T) {
 }
 
 // A wrong token is refused by the rendezvous, naming authentication.
+// Rank 0 would wait for the refused rank until its context ends: the test
+// cancels it as soon as rank 1 has its answer, so the deadline only bounds
+// a bug (rank 1 never answered) and a slow machine does not run into it.
 func TestConnectWrongToken(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	ctx0, cancel0 := context.WithCancel(ctx)
+	defer cancel0()
 	addr := freeAddr(t)
 	other := strings.Repeat("ab", 32)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for r, tk := range []string{tok, other} {
 		wg.Go(func() {
+			rctx := ctx
+			if r == 0 {
+				rctx = ctx0
+			} else {
+				defer cancel0()
+			}
 			l, err := Detect(envOf("RANK="+itoa(r), "WORLD_SIZE=2", "RDMARUN_ADDR="+addr, "RDMARUN_TOKEN="+tk))
 			if err != nil {
 				errs[r] = err
 				return
 			}
-			rv, err := l.Connect(ctx, ConnectOptions{})
+			rv, err := l.Connect(rctx, ConnectOptions{})
 			if err == nil {
 				rv.Close()
 			}
@@ -254,15 +268,109 @@ func TestConnectWrongToken(t *testing.T) {
 	require.Error(t, errs[1])
 	assert.ErrorIs(t, errs[1], bootstrap.ErrAuth)
 	assert.Contains(t, errs[1].Error(), "torchrun-style variables: rendezvous at "+addr)
+	// Rank 0 waited for rank 1 until cancelled.
+	assert.ErrorIs(t, errs[0], context.Canceled)
+}
+
+// Rank 0 listens at the agreed address when it names this host, on its
+// port on every interface when it does not (a NAT or service address).
+func TestListenAddr(t *testing.T) {
+	addr := freeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	assert.Equal(t, addr, listenAddr(addr))
+	assert.Equal(t, ":"+port, listenAddr(":"+port))
+	// TEST-NET-1 is no address of this host (binding it sends nothing).
+	assert.Equal(t, ":"+port, listenAddr("192.0.2.1:"+port))
+	// A port already taken: the address as given, for Join to report.
+	ln, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	defer ln.Close()
+	assert.Equal(t, addr, listenAddr(addr))
+	assert.Equal(t, "no port", listenAddr("no port"))
+}
+
+// listenAddr must not listen at the agreed address itself, even for a
+// moment: the other ranks dial it from the start, and one that connected
+// to such a probe was reset when it closed; its handshake failed and the
+// job lost it (seen as TestRealTorchrunEnv's other ranks waiting out the
+// test's 60 s deadline). Here a goroutine dials as fast as it can while
+// rank 0 decides, again and again; with the probe at the agreed port,
+// from 1 in 150 to 1 in 4 of the dials got through.
+func TestListenAddrDoesNotListen(t *testing.T) {
+	addr := freeAddr(t)
+	stop := make(chan struct{})
+	var connected, dials atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			dials.Add(1)
+			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				connected.Add(1)
+				c.Close()
+			}
+		}
+	})
+	probes := 0
+	for start := time.Now(); time.Since(start) < 500*time.Millisecond || dials.Load() < 50; probes++ {
+		require.Equal(t, addr, listenAddr(addr))
+	}
+	close(stop)
+	wg.Wait()
+	assert.Zero(t, connected.Load(), "%d of %d dials reached a listener at %s during %d calls of listenAddr", connected.Load(), dials.Load(), addr, probes)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// freeAddr is a loopback address with a port nobody listens on.
+// freeAddr is a loopback address with a port nobody listens on, for a
+// rank (or a goroutine) that listens there later. The port comes from
+// below the kernel's ephemeral range: one that bind(":0") handed out and
+// the test released is the kernel's to give again, to any process's
+// listener or outgoing connection (parallel test packages make many),
+// before a launcher has started rank 0 and it binds the port ("address
+// already in use"). The kernel never hands out ports below the range, so
+// a free one stays free unless another process picks the same port on
+// purpose (chosen at random here, so parallel test binaries rarely meet;
+// the bind check skips one already taken).
 func freeAddr(t *testing.T) string {
+	t.Helper()
+	lo := ephemeralLow()
+	if lo > 2048 {
+		from := max(1024, lo/2)
+		for range 200 {
+			a := net.JoinHostPort("127.0.0.1", strconv.Itoa(from+rand.IntN(lo-from)))
+			if ln, err := net.Listen("tcp", a); err == nil {
+				ln.Close()
+				return a
+			}
+		}
+	}
+	// No room below the range: an ephemeral port, and the small risk.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	a := ln.Addr().String()
 	ln.Close()
 	return a
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// where it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }
