@@ -1,37 +1,38 @@
 package examples_test
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/internal/testbin"
 )
+
+func TestMain(m *testing.M) { testbin.Main(m) }
+
+// build builds rdmarun and the named examples (once per test binary) and
+// returns rdmarun's path and the examples' by name.
+func build(t *testing.T, names ...string) (rdmarun string, examples map[string]string) {
+	t.Helper()
+	pkgs := []string{"github.com/rdmago/rdmago/cmd/rdmarun"}
+	for _, n := range names {
+		pkgs = append(pkgs, "github.com/rdmago/rdmago/examples/"+n)
+	}
+	bins := testbin.Build(t, pkgs...)
+	examples = map[string]string{}
+	for i, n := range names {
+		examples[n] = bins[i+1]
+	}
+	return bins[0], examples
+}
 
 // TestExamples runs every example under the real launcher (cmd/rdmarun) with
 // 1, 2 and 4 ranks and checks each one's result line, including the numbers
 // that follow from the rank count.
 func TestExamples(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds rdmarun and the examples and runs 18 jobs; skipped with -short")
-	}
-	bin := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	// One go build for rdmarun and all examples (each main package lands in
-	// bin under its directory's name).
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator),
-		"github.com/rdmago/rdmago/cmd/rdmarun",
-		"github.com/rdmago/rdmago/examples/...").CombinedOutput()
-	require.NoError(t, err, "go build:\n%s", out)
-
 	cases := []struct {
 		name string
 		args []string
@@ -62,20 +63,24 @@ func TestExamples(t *testing.T) {
 			return fmt.Sprintf(`(?m)^sgd: 8 features, 1024 samples, batch 100, 60 steps, %d ranks, loss 0\.\d+, accuracy 0\.\d+, max \|w-w_serial\| \S+ \(tol 1e-09\) OK$`, np)
 		}},
 	}
+	var names []string
+	for _, tc := range cases {
+		names = append(names, tc.name)
+	}
+	rdmarun, bins := build(t, names...)
 	for _, tc := range cases {
 		for _, np := range []int{1, 2, 4} {
 			t.Run(fmt.Sprintf("%s/np=%d", tc.name, np), func(t *testing.T) {
-				args := append([]string{"-np", fmt.Sprint(np), "--timeout", "40s", "--stdin", "none",
-					filepath.Join(bin, tc.name)}, tc.args...)
-				stdout, stderr := run(t, ctx, filepath.Join(bin, "rdmarun"), args...)
-				require.Regexp(t, regexp.MustCompile(tc.want(np)), stdout, "stderr:\n%s", stderr)
+				args := append([]string{"-np", fmt.Sprint(np), "--timeout", "40s", "--stdin", "none", bins[tc.name]}, tc.args...)
+				r := run(t, rdmarun, args...)
+				require.Regexp(t, regexp.MustCompile(tc.want(np)), r.Stdout, r)
 				if tc.name == "hello" {
 					// One line per rank, each naming "self" for itself.
-					for r := range np {
-						require.Regexp(t, fmt.Sprintf(`(?m)^hello: rank %d of %d on host .*peers .*\b%d=self\b`, r, np, r), stdout)
+					for rank := range np {
+						require.Regexp(t, fmt.Sprintf(`(?m)^hello: rank %d of %d on host .*peers .*\b%d=self\b`, rank, np, rank), r.Stdout, r)
 					}
 					if np > 1 {
-						require.Contains(t, stdout, "=shm", "ranks on one host should talk over shm by default")
+						require.Contains(t, r.Stdout, "=shm", "ranks on one host should talk over shm by default\n%s", r)
 					}
 				}
 			})
@@ -86,43 +91,19 @@ func TestExamples(t *testing.T) {
 // TestTransportFlag checks that rdmarun --transport reaches the ranks: hello
 // reports tcp for every peer.
 func TestTransportFlag(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs an rdmarun job")
-	}
-	bin := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin+string(filepath.Separator),
-		"github.com/rdmago/rdmago/cmd/rdmarun", "github.com/rdmago/rdmago/examples/hello").CombinedOutput()
-	require.NoError(t, err, "go build:\n%s", out)
-	stdout, stderr := run(t, ctx, filepath.Join(bin, "rdmarun"), "-np", "2", "--transport", "tcp", "--timeout", "40s",
-		"--stdin", "none", filepath.Join(bin, "hello"))
-	require.Contains(t, stdout, "peers 0=self 1=tcp", stderr)
-	require.Contains(t, stdout, "peers 0=tcp 1=self", stderr)
+	rdmarun, bins := build(t, "hello")
+	r := run(t, rdmarun, "-np", "2", "--transport", "tcp", "--timeout", "40s", "--stdin", "none", bins["hello"])
+	require.Contains(t, r.Stdout, "peers 0=self 1=tcp", r)
+	require.Contains(t, r.Stdout, "peers 0=tcp 1=self", r)
 }
 
-// run runs a command bounded by ctx and fails the test on a non-zero exit.
-func run(t *testing.T, ctx context.Context, name string, args ...string) (string, string) {
+// run runs an rdmarun job (whose own --timeout is shorter than the
+// deadline here) without the variables of an enclosing job or tuning that
+// would change what the examples do, and fails the test unless it
+// succeeds.
+func run(t *testing.T, rdmarun string, args ...string) testbin.Result {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = cleanEnv()
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	require.NoError(t, ctx.Err(), "%s %v timed out:\n%s\n%s", name, args, o.String(), e.String())
-	require.NoError(t, err, "%s %v:\nstdout:\n%s\nstderr:\n%s", name, args, o.String(), e.String())
-	return o.String(), e.String()
-}
-
-// cleanEnv drops variables of an enclosing job or tuning that would change
-// what the examples do.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "RDMARUN_") || strings.HasPrefix(kv, "RDMAGO_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
+	r := testbin.Run(t, time.Minute, testbin.Environ("RDMARUN_*", "RDMAGO_*"), rdmarun, args...)
+	require.Equal(t, 0, r.Code, r)
+	return r
 }

@@ -1,18 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/internal/testbin"
 )
 
 // The real run is on ibv inside the Soft-RoCE VM (.ci/rxe-tests.sh). Here
@@ -20,68 +17,54 @@ import (
 // and its verdict lines are tested on every machine: a passing job, a job
 // whose transport check fails, and a binary without the ibv provider.
 
+func TestMain(m *testing.M) { testbin.Main(m) }
+
+// build builds rdmarun and this program once per test binary. testbin
+// builds without build tags whatever this test binary was built with, so
+// the program has the ibv stub (no rdma tag): "no ibv provider" below
+// relies on it, and the tcp jobs need no RDMA device.
 func build(t *testing.T) (rdmarun, prog string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs rdmarun jobs; skipped with -short")
-	}
-	dir := t.TempDir()
-	rdmarun, prog = filepath.Join(dir, "rdmarun"), filepath.Join(dir, "ibvstack")
-	for _, b := range []struct{ out, pkg string }{
-		{rdmarun, "github.com/rdmago/rdmago/cmd/rdmarun"},
-		{prog, "github.com/rdmago/rdmago/internal/ibvstack"}, // no rdma tag: the ibv stub
-	} {
-		out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput()
-		require.NoError(t, err, "go build %s\n%s", b.pkg, out)
-	}
-	return rdmarun, prog
+	bins := testbin.Build(t, "github.com/rdmago/rdmago/cmd/rdmarun", "github.com/rdmago/rdmago/internal/ibvstack")
+	return bins[0], bins[1]
 }
 
-// job runs rdmarun with args and returns stdout, stderr and the exit code.
-func job(t *testing.T, rdmarun string, args ...string) (stdout, stderr string, code int) {
+// job runs rdmarun with args (its own --timeout well inside the deadline
+// here), without an enclosing job's or the developer's RDMARUN_ and
+// RDMAGO_ variables, and returns what it did (any exit status).
+func job(t *testing.T, rdmarun string, args ...string) testbin.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rdmarun, append([]string{"--timeout", "100s", "--stdin", "none"}, args...)...)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	require.NoError(t, ctx.Err(), "rdmarun %v did not end\nstdout:\n%s\nstderr:\n%s", args, o.String(), e.String())
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return o.String(), e.String(), ee.ExitCode()
-	}
-	require.NoError(t, err)
-	return o.String(), e.String(), 0
+	return testbin.Run(t, 2*time.Minute, testbin.Environ("RDMARUN_*", "RDMAGO_*"), rdmarun,
+		append([]string{"--timeout", "100s", "--stdin", "none"}, args...)...)
 }
 
 func TestJob(t *testing.T) {
 	rdmarun, prog := build(t)
 
 	t.Run("pass", func(t *testing.T) {
-		out, errOut, code := job(t, rdmarun, "-np", "3", "--transport", "tcp", prog, "-want", "tcp", "-barriers", "3")
-		require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-		for r := range 3 {
+		r := job(t, rdmarun, "-np", "3", "--transport", "tcp", prog, "-want", "tcp", "-barriers", "3")
+		require.Equal(t, 0, r.Code, r)
+		for rank := range 3 {
 			// Every check of every collective passed, data moved by RDMA.
 			assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(
-				`(?m)^ibvstack: rank %d/3 pass device=auto transport=[a-z,]+ allreduce=8 bcast=2 barrier=3 rdma_msgs=[1-9][0-9]* `, r)), out)
+				`(?m)^ibvstack: rank %d/3 pass device=auto transport=[a-z,]+ allreduce=8 bcast=2 barrier=3 rdma_msgs=[1-9][0-9]* `, rank)), r.Stdout, r)
 		}
-		assert.Regexp(t, `(?m)^ibvstack: OK ranks=3 transport=tcp$`, out)
+		assert.Regexp(t, `(?m)^ibvstack: OK ranks=3 transport=tcp$`, r.Stdout, r)
 	})
 
 	t.Run("transport check fails", func(t *testing.T) {
-		out, errOut, code := job(t, rdmarun, "-np", "2", "--transport", "tcp", prog, "-want", "shm", "-barriers", "1")
-		assert.NotEqual(t, 0, code)
-		assert.Regexp(t, `(?m)^ibvstack: rank 0/2 FAIL `, out)
-		assert.NotContains(t, out, "ibvstack: OK")
-		assert.Contains(t, errOut, `rank 1 is reached over "tcp", want "shm"`)
+		r := job(t, rdmarun, "-np", "2", "--transport", "tcp", prog, "-want", "shm", "-barriers", "1")
+		assert.NotEqual(t, 0, r.Code, r)
+		assert.Regexp(t, `(?m)^ibvstack: rank 0/2 FAIL `, r.Stdout, r)
+		assert.NotContains(t, r.Stdout, "ibvstack: OK")
+		assert.Contains(t, r.Stderr, `rank 1 is reached over "tcp", want "shm"`)
 	})
 
 	t.Run("no ibv provider", func(t *testing.T) {
-		out, errOut, code := job(t, rdmarun, "-np", "2", "--transport", "ibv", prog)
-		assert.NotEqual(t, 0, code)
-		assert.NotContains(t, out, "ibvstack: OK")
-		assert.Contains(t, errOut, "build it with -tags rdma")
+		r := job(t, rdmarun, "-np", "2", "--transport", "ibv", prog)
+		assert.NotEqual(t, 0, r.Code, r)
+		assert.NotContains(t, r.Stdout, "ibvstack: OK")
+		assert.Contains(t, r.Stderr, "build it with -tags rdma")
 	})
 }
 

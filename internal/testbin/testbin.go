@@ -1,15 +1,19 @@
 // Package testbin builds the project's commands for tests that run real
-// jobs (rdmarun plus a rank program), once per test binary.
+// jobs (rdmarun plus a rank program), once per test binary, and runs them
+// with a deadline, in a process group of their own that is killed whatever
+// happens.
 //
 //	func TestJob(t *testing.T) {
 //		bins := testbin.Build(t, "github.com/rdmago/rdmago/cmd/rdmarun", "github.com/rdmago/rdmago/bench")
-//		out, err := exec.Command(bins[0], "-np", "2", bins[1], "latency").CombinedOutput()
-//		...
+//		r := testbin.Run(t, time.Minute, testbin.Environ("RDMARUN_*", "RDMAGO_*"), bins[0], "-np", "2", bins[1], "latency")
+//		require.Equal(t, 0, r.Code, r) // r prints as the command, exit, time, stdout and stderr
 //	}
-//	func TestMain(m *testing.M) { code := m.Run(); testbin.Cleanup(); os.Exit(code) }
+//	func TestMain(m *testing.M) { testbin.Main(m) }
 //
 // Build skips the calling test under -short, since building and running
-// jobs takes seconds. It is safe for concurrent use.
+// jobs takes seconds. Build, Run, Exec and Environ are safe for concurrent
+// use; Run must be called from the test's goroutine (it may stop the test),
+// Exec from any.
 package testbin
 
 import (
@@ -26,6 +30,8 @@ var (
 	mu    sync.Mutex
 	dir   string
 	built = map[string]result{}
+	// batches counts the go commands run, naming each one's folder.
+	batches int
 )
 
 type result struct {
@@ -33,9 +39,15 @@ type result struct {
 	err  error
 }
 
-// Build builds each package (an import path) with `go build` into a
-// temporary folder shared by the test binary, once per package, and returns
-// the executables' paths in the order given. A failed build fails t.
+// Build builds each package (an import path, or a path relative to the
+// test's package starting with ./ or ../) with `go build` into a temporary
+// folder shared by the test binary, once per package, and returns the
+// executables' paths in the order given. The packages not built yet are
+// built by one go command (several when two share a base name). A failed
+// build, or a package that is not a command, fails t.
+//
+// The binaries are built without build tags or -race, whatever the test
+// binary was built with.
 func Build(t testing.TB, pkgs ...string) []string {
 	t.Helper()
 	if testing.Short() {
@@ -50,16 +62,32 @@ func Build(t testing.TB, pkgs ...string) []string {
 		}
 		dir = d
 	}
+	// go build -o DIR/ writes each command under its package's base name,
+	// so a go command gets packages of distinct base names only.
+	var groups [][]string
+	for _, pkg := range pkgs {
+		if _, ok := built[pkg]; ok {
+			continue
+		}
+		built[pkg] = result{err: fmt.Errorf("%s: not built", pkg)} // placeholder: dedupes pkgs
+		placed := false
+		for i, g := range groups {
+			if !hasBase(g, path.Base(pkg)) {
+				groups[i] = append(g, pkg)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			groups = append(groups, []string{pkg})
+		}
+	}
+	for _, g := range groups {
+		buildGroup(g)
+	}
 	paths := make([]string, len(pkgs))
 	for i, pkg := range pkgs {
-		r, ok := built[pkg]
-		if !ok {
-			r.path = filepath.Join(dir, fmt.Sprintf("%d-%s", len(built), path.Base(pkg)))
-			if out, err := exec.Command("go", "build", "-o", r.path, pkg).CombinedOutput(); err != nil {
-				r.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-			}
-			built[pkg] = r
-		}
+		r := built[pkg]
 		if r.err != nil {
 			t.Fatalf("testbin: %v", r.err)
 		}
@@ -68,7 +96,51 @@ func Build(t testing.TB, pkgs ...string) []string {
 	return paths
 }
 
-// Cleanup removes what Build made; call it from TestMain after m.Run.
+// buildGroup builds pkgs (distinct base names) with one go command into a
+// folder of their own and records each one's result. mu is held.
+func buildGroup(pkgs []string) {
+	batches++
+	out := filepath.Join(dir, fmt.Sprint(batches))
+	err := os.Mkdir(out, 0o755)
+	if err == nil {
+		var msg []byte
+		args := append([]string{"build", "-o", out + string(filepath.Separator)}, pkgs...)
+		if msg, err = exec.Command("go", args...).CombinedOutput(); err != nil {
+			err = fmt.Errorf("go build %v: %v\n%s", pkgs, err, msg)
+		}
+	}
+	for _, pkg := range pkgs {
+		r := result{path: filepath.Join(out, path.Base(pkg)), err: err}
+		if r.err == nil {
+			if _, serr := os.Stat(r.path); serr != nil {
+				r.err = fmt.Errorf("go build %s made no executable (not a main package?): %v", pkg, serr)
+			}
+		}
+		built[pkg] = r
+	}
+}
+
+func hasBase(pkgs []string, base string) bool {
+	for _, p := range pkgs {
+		if path.Base(p) == base {
+			return true
+		}
+	}
+	return false
+}
+
+// Main is a TestMain for packages that use Build: it runs the tests,
+// removes what Build made and exits with the tests' status.
+//
+//	func TestMain(m *testing.M) { testbin.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
+// Cleanup removes what Build made; call it from TestMain after m.Run (Main
+// does).
 func Cleanup() {
 	mu.Lock()
 	defer mu.Unlock()

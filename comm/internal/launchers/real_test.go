@@ -3,70 +3,39 @@ package launchers
 // Tests with the real launchers from Debian's packages. Each launcher run
 // has a deadline and its whole process group is killed when it passes;
 // each test is skipped, saying why, only where its launcher is not
-// installed. The Slurm test starts its own daemons (about 8 s here);
-// RDMAGO_LAUNCHER_TESTS=0 skips it.
+// installed; all of them are skipped under -short (they build and run
+// jobs). The Slurm test starts its own daemons (about 2 s here);
+// RDMAGO_LAUNCHER_TESTS=0 skips it. A failure says what ran, how it ended
+// and after how long, the processes still running at a deadline, and the
+// launcher's stdout and stderr (testbin.Result).
 
 import (
-	"bytes"
-	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/rdmago/rdmago/internal/testenv/slurm"
 )
 
-var (
-	progOnce sync.Once
-	progPath string
-	progErr  error
-	progDir  string
-)
+func TestMain(m *testing.M) { testbin.Main(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if progDir != "" {
-		os.RemoveAll(progDir)
-	}
-	os.Exit(code)
-}
-
-// prog builds testprog once per test binary.
+// prog builds testprog (launchers.Detect and Connect by hand) once per
+// test binary.
 func prog(t *testing.T) string {
 	t.Helper()
-	progOnce.Do(func() {
-		progDir, progErr = os.MkdirTemp("", "rdmago-launchers-")
-		if progErr != nil {
-			return
-		}
-		progPath = filepath.Join(progDir, "testprog")
-		out, err := exec.Command("go", "build", "-o", progPath, "./testprog").CombinedOutput()
-		if err != nil {
-			progErr = fmt.Errorf("go build ./testprog: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, progErr)
-	return progPath
+	return testbin.Build(t, "github.com/rdmago/rdmago/comm/internal/launchers/testprog")[0]
 }
-
-var (
-	fromEnvOnce sync.Once
-	fromEnvPath string
-	fromEnvErr  error
-)
 
 // fromEnvProg builds comm/internal/testprog once per test binary: the rank
 // program that joins with comm.FromEnv alone (no launchers.Detect of its
@@ -74,116 +43,103 @@ var (
 // result and prints "ok rank=R size=N local=L/S transports=... sum=...".
 func fromEnvProg(t *testing.T) string {
 	t.Helper()
-	prog(t) // makes progDir
-	fromEnvOnce.Do(func() {
-		fromEnvPath = filepath.Join(progDir, "fromenv")
-		out, err := exec.Command("go", "build", "-o", fromEnvPath, "../testprog").CombinedOutput()
-		if err != nil {
-			fromEnvErr = fmt.Errorf("go build comm/internal/testprog: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, fromEnvErr)
-	return fromEnvPath
+	return testbin.Build(t, "github.com/rdmago/rdmago/comm/internal/testprog")[0]
 }
 
 var fromEnvLine = regexp.MustCompile(`(?m)^ok rank=(\d+) size=(\d+) local=(-?\d+)/(\d+) transports=(\S+) sum=(\S+)$`)
 
 // checkFromEnv checks that each of n ranks joined with comm.FromEnv and
 // verified its collectives, and returns the lines by rank.
-func checkFromEnv(t *testing.T, r result, n int) map[string][]string {
+func checkFromEnv(t *testing.T, r testbin.Result, n int) map[string][]string {
 	t.Helper()
-	require.Equal(t, 0, r.code, "exit status\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	got := map[string][]string{}
-	for _, m := range fromEnvLine.FindAllStringSubmatch(r.stdout, -1) {
-		got[m[1]] = m
-		assert.Equal(t, fmt.Sprint(n), m[2])
+	got := checkLines(t, r, n, fromEnvLine)
+	for _, m := range got {
 		// Element 0 of the testprog's allreduce: sum over ranks of 7r.
 		assert.Equal(t, fmt.Sprint(7*n*(n-1)/2), m[6])
 	}
-	for i := range n {
-		assert.Contains(t, got, fmt.Sprint(i), "rank %d's line missing\nstdout:\n%s\nstderr:\n%s", i, r.stdout, r.stderr)
-	}
-	assert.Len(t, got, n)
-	assert.NotContains(t, r.stderr, "testprog:")
+	assert.NotContains(t, r.Stderr, "testprog:")
 	return got
 }
 
-type result struct {
-	stdout, stderr string
-	code           int
+// checkLines checks that the job succeeded and that each of its n ranks
+// printed one line matching re, whose first two groups are the rank and
+// the job size, and returns the lines' submatches by rank.
+func checkLines(t *testing.T, r testbin.Result, n int, re *regexp.Regexp) map[string][]string {
+	t.Helper()
+	require.Equal(t, 0, r.Code, r)
+	got := map[string][]string{}
+	for _, m := range re.FindAllStringSubmatch(r.Stdout, -1) {
+		assert.NotContains(t, got, m[1], "rank %s printed twice\n%s", m[1], r)
+		got[m[1]] = m
+		assert.Equal(t, fmt.Sprint(n), m[2])
+	}
+	for i := range n {
+		assert.Contains(t, got, fmt.Sprint(i), "rank %d's line missing\n%s", i, r)
+	}
+	assert.Len(t, got, n)
+	return got
 }
 
-// run runs a launcher command with a deadline, in its own process group,
-// which is killed when the deadline passes.
-func run(t *testing.T, d time.Duration, env []string, name string, args ...string) result {
+// run runs a launcher command, with the launcher-free environment plus
+// env, in a process group of its own that is killed at the deadline d
+// (the test fails saying what ran and what it wrote) and when the command
+// exits (leftover ranks would be a bug of the launcher or ours; they are
+// logged).
+func run(t *testing.T, d time.Duration, env []string, name string, args ...string) testbin.Result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(cleanEnv(), env...)
-	cmd.Stdin = nil
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
-	r := result{stdout: so.String(), stderr: se.String()}
-	var ee *exec.ExitError
-	switch {
-	case ctx.Err() != nil:
-		t.Fatalf("%s %s: still running after %s\nstdout:\n%s\nstderr:\n%s", name, strings.Join(args, " "), d, r.stdout, r.stderr)
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("%s: %v", name, err)
+	return testbin.Run(t, d, append(cleanEnv(), env...), name, args...)
+}
+
+// runRanks starts n rank processes at once, as a launcher would, the
+// environment of rank r being envOf(r); it waits for all of them and
+// joins their outputs (in rank order) and exit codes (or'ed). A rank past
+// the deadline d fails the test.
+func runRanks(t *testing.T, n int, d time.Duration, envOf func(r int) []string, name string, args ...string) (all testbin.Result, ranks []testbin.Result) {
+	t.Helper()
+	ranks = make([]testbin.Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { ranks[r], errs[r] = testbin.Exec(d, append(cleanEnv(), envOf(r)...), name, args...) })
 	}
-	// Leftover ranks of the group would be a bug of the launcher or ours.
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	return r
+	wg.Wait()
+	all.Args = append([]string{name}, args...)
+	for r, rr := range ranks {
+		require.NoError(t, errs[r], "rank %d:\n%s", r, rr)
+		all.Stdout += rr.Stdout
+		all.Stderr += rr.Stderr
+		all.Code |= rr.Code
+		all.Elapsed = max(all.Elapsed, rr.Elapsed)
+	}
+	all.Timeout = d
+	return all, ranks
 }
 
 // cleanEnv is the test's environment without any launcher's variables
 // (go test may itself run under a launcher in CI).
 func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "PMI_") || strings.HasPrefix(k, "PMIX_") || strings.HasPrefix(k, "OMPI_") ||
-			strings.HasPrefix(k, "SLURM_") || strings.HasPrefix(k, "RDMARUN_") || strings.HasPrefix(k, "RDMAGO_PMI") ||
-			k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "LOCAL_WORLD_SIZE" || k == "MASTER_ADDR" || k == "MASTER_PORT" {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
+	return testbin.Environ("PMI_*", "PMIX_*", "OMPI_*", "SLURM_*", "RDMARUN_*", "RDMAGO_PMI*",
+		"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 }
 
 var okLine = regexp.MustCompile(`(?m)^ok rank=(\d+) size=(\d+) local=(-?\d+)/(\d+) launcher=(\S+) via="([^"]*)" token=32$`)
 
 // checkOK checks that every one of n ranks printed its ok line (each
 // has verified every other rank's values) and returns the lines by rank.
-func checkOK(t *testing.T, r result, n int, launcher string) map[string][]string {
+func checkOK(t *testing.T, r testbin.Result, n int, launcher string) map[string][]string {
 	t.Helper()
-	require.Equal(t, 0, r.code, "exit status\nstdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	got := map[string][]string{}
-	for _, m := range okLine.FindAllStringSubmatch(r.stdout, -1) {
-		got[m[1]] = m
-		assert.Equal(t, fmt.Sprint(n), m[2])
+	got := checkLines(t, r, n, okLine)
+	for _, m := range got {
 		assert.Equal(t, launcher, m[5])
 	}
-	for i := range n {
-		assert.Contains(t, got, fmt.Sprint(i), "rank %d's line missing\nstdout:\n%s\nstderr:\n%s", i, r.stdout, r.stderr)
-	}
-	assert.Len(t, got, n)
 	return got
 }
 
 // checkAllreduce checks that every rank verified the allreduce.
-func checkAllreduce(t *testing.T, r result, n int) {
+func checkAllreduce(t *testing.T, r testbin.Result, n int) {
 	t.Helper()
 	for i := range n {
-		assert.Contains(t, r.stdout, fmt.Sprintf("allreduce ok rank=%d\n", i), "stderr:\n%s", r.stderr)
+		assert.Contains(t, r.Stdout, fmt.Sprintf("allreduce ok rank=%d\n", i), r)
 	}
 }
 
@@ -225,20 +181,20 @@ func TestRealHydra(t *testing.T) {
 	t.Run("FromEnv abort", func(t *testing.T) {
 		// comm.Abort under PMI: PMI abort, Hydra ends the job with the code.
 		r := run(t, 60*time.Second, nil, mpiexec, "-n", "4", fromEnvProg(t), "-n", "1000", "-abort-rank", "1", "-abort-code", "5")
-		assert.Equal(t, 5, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-		assert.NotContains(t, r.stdout, "ok rank=")
+		assert.Equal(t, 5, r.Code, r)
+		assert.NotContains(t, r.Stdout, "ok rank=")
 	})
 	t.Run("config mismatch", func(t *testing.T) {
 		r := run(t, 60*time.Second, nil, mpiexec, "-n", "3", p, "-mismatch-rank", "1")
-		assert.NotEqual(t, 0, r.code)
-		assert.Contains(t, r.stderr, `rank 1 runs "testprog other", rank 0 runs "testprog tcp"`)
-		assert.Contains(t, r.stderr, "ranks disagree")
+		assert.NotEqual(t, 0, r.Code)
+		assert.Contains(t, r.Stderr, `rank 1 runs "testprog other", rank 0 runs "testprog tcp"`)
+		assert.Contains(t, r.Stderr, "ranks disagree")
 	})
 	t.Run("abort", func(t *testing.T) {
 		// PMI abort: Hydra kills the job and exits with the code.
 		r := run(t, 60*time.Second, nil, mpiexec, "-n", "4", p, "-abort-rank", "1")
-		assert.Equal(t, 7, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-		assert.NotContains(t, r.stdout, "ok rank=")
+		assert.Equal(t, 7, r.Code, r)
+		assert.NotContains(t, r.Stdout, "ok rank=")
 	})
 }
 
@@ -269,9 +225,9 @@ func TestRealOpenMPI(t *testing.T) {
 	t.Run("no token", func(t *testing.T) {
 		env := append(base, "RDMARUN_ADDR="+freeAddr(t))
 		r := run(t, 90*time.Second, env, mpirun, "--oversubscribe", "-np", "2", "-x", "RDMARUN_ADDR", p)
-		assert.NotContains(t, r.stdout, "ok rank=")
-		assert.Contains(t, r.stderr, "Open MPI mpirun: RDMARUN_TOKEN is not set")
-		assert.Contains(t, r.stderr, "mpirun -x RDMARUN_TOKEN")
+		assert.NotContains(t, r.Stdout, "ok rank=")
+		assert.Contains(t, r.Stderr, "Open MPI mpirun: RDMARUN_TOKEN is not set")
+		assert.Contains(t, r.Stderr, "mpirun -x RDMARUN_TOKEN")
 	})
 }
 
@@ -283,31 +239,20 @@ func TestRealTorchrunEnv(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			host, port, _ := net.SplitHostPort(freeAddr(t))
 			const n = 4
-			rs := make([]result, n)
-			var wg sync.WaitGroup
-			for r := range n {
+			all, _ := runRanks(t, n, 60*time.Second, func(r int) []string {
 				env := []string{fmt.Sprint("RANK=", r), "WORLD_SIZE=4", fmt.Sprint("LOCAL_RANK=", r), "LOCAL_WORLD_SIZE=4",
 					"MASTER_ADDR=" + host, "MASTER_PORT=" + port}
 				if mode == "token" {
-					env = append(env, "RDMARUN_TOKEN="+strings.Repeat("5a", 32))
-				} else {
-					env = append(env, "RDMARUN_INSECURE=1")
+					return append(env, "RDMARUN_TOKEN="+strings.Repeat("5a", 32))
 				}
-				wg.Go(func() { rs[r] = run(t, 60*time.Second, env, p, "-allreduce") })
-			}
-			wg.Wait()
-			var all result
-			for _, r := range rs {
-				all.stdout += r.stdout
-				all.stderr += r.stderr
-				all.code |= r.code
-			}
+				return append(env, "RDMARUN_INSECURE=1")
+			}, p, "-allreduce")
 			checkOK(t, all, n, Torchrun)
 			checkAllreduce(t, all, n)
 			if mode == "insecure" {
-				assert.Equal(t, n, strings.Count(all.stderr, "WARNING: RDMARUN_INSECURE=1"), all.stderr)
+				assert.Equal(t, n, strings.Count(all.Stderr, "WARNING: RDMARUN_INSECURE=1"), all)
 			} else {
-				assert.NotContains(t, all.stderr, "WARNING")
+				assert.NotContains(t, all.Stderr, "WARNING")
 			}
 		})
 	}
@@ -317,54 +262,36 @@ func TestRealTorchrunEnv(t *testing.T) {
 // own. A half-set environment fails on every rank, naming the variable.
 func TestRealTorchrunFromEnv(t *testing.T) {
 	p := fromEnvProg(t)
-	ranks := func(t *testing.T, n int, envOf func(r int) []string) []result {
-		rs := make([]result, n)
-		var wg sync.WaitGroup
-		for r := range n {
-			wg.Go(func() { rs[r] = run(t, 60*time.Second, envOf(r), p, "-n", "10007") })
-		}
-		wg.Wait()
-		return rs
-	}
-	join := func(rs []result) result {
-		var all result
-		for _, r := range rs {
-			all.stdout += r.stdout
-			all.stderr += r.stderr
-			all.code |= r.code
-		}
-		return all
-	}
 	t.Run("token", func(t *testing.T) {
 		host, port, _ := net.SplitHostPort(freeAddr(t))
-		all := join(ranks(t, 4, func(r int) []string {
+		all, _ := runRanks(t, 4, 60*time.Second, func(r int) []string {
 			return []string{fmt.Sprint("RANK=", r), "WORLD_SIZE=4", fmt.Sprint("LOCAL_RANK=", r), "LOCAL_WORLD_SIZE=4",
 				"MASTER_ADDR=" + host, "MASTER_PORT=" + port, "RDMARUN_TOKEN=" + strings.Repeat("5a", 32)}
-		}))
+		}, p, "-n", "10007")
 		got := checkFromEnv(t, all, 4)
 		assert.Equal(t, []string{"1", "4"}, got["1"][3:5])
-		assert.NotContains(t, all.stderr, "WARNING")
+		assert.NotContains(t, all.Stderr, "WARNING")
 	})
 	t.Run("insecure", func(t *testing.T) {
 		host, port, _ := net.SplitHostPort(freeAddr(t))
-		all := join(ranks(t, 2, func(r int) []string {
+		all, _ := runRanks(t, 2, 60*time.Second, func(r int) []string {
 			return []string{fmt.Sprint("RANK=", r), "WORLD_SIZE=2", "MASTER_ADDR=" + host, "MASTER_PORT=" + port,
 				"RDMARUN_INSECURE=1", "RDMARUN_TRANSPORT=tcp"}
-		}))
+		}, p, "-n", "10007")
 		got := checkFromEnv(t, all, 2)
 		assert.Equal(t, "self,tcp", got["0"][5])
 		// FromEnv prints the warning on stderr whatever the Logger.
-		assert.Equal(t, 2, strings.Count(all.stderr, "WARNING: RDMARUN_INSECURE=1"), all.stderr)
+		assert.Equal(t, 2, strings.Count(all.Stderr, "WARNING: RDMARUN_INSECURE=1"), all)
 	})
 	t.Run("RANK without WORLD_SIZE", func(t *testing.T) {
-		rs := ranks(t, 2, func(r int) []string {
+		_, rs := runRanks(t, 2, 60*time.Second, func(r int) []string {
 			return []string{fmt.Sprint("RANK=", r), "MASTER_ADDR=127.0.0.1", "MASTER_PORT=1", "RDMARUN_TOKEN=" + strings.Repeat("5a", 32)}
-		})
+		}, p, "-n", "10007")
 		for _, r := range rs {
-			assert.Equal(t, 1, r.code, r.stderr)
-			assert.Contains(t, r.stderr, "WORLD_SIZE is not set")
-			assert.Contains(t, r.stderr, "RANK is set")
-			assert.NotContains(t, r.stdout, "ok rank=")
+			assert.Equal(t, 1, r.Code, r)
+			assert.Contains(t, r.Stderr, "WORLD_SIZE is not set")
+			assert.Contains(t, r.Stderr, "RANK is set")
+			assert.NotContains(t, r.Stdout, "ok rank=")
 		}
 	})
 }
@@ -389,13 +316,13 @@ func TestRealSlurm(t *testing.T) {
 	})
 	t.Run("config mismatch ends the step", func(t *testing.T) {
 		r := run(t, 60*time.Second, env, "srun", "--mpi=pmi2", "-n", "3", p, "-mismatch-rank", "2")
-		assert.NotEqual(t, 0, r.code)
-		assert.Contains(t, r.stderr, `rank 2 runs "testprog other", rank 0 runs "testprog tcp"`)
+		assert.NotEqual(t, 0, r.Code)
+		assert.Contains(t, r.Stderr, `rank 2 runs "testprog other", rank 0 runs "testprog tcp"`)
 	})
 	t.Run("srun without mpi", func(t *testing.T) {
 		r := run(t, 60*time.Second, env, "srun", "-n", "2", p)
-		assert.NotEqual(t, 0, r.code)
-		assert.Equal(t, 2, strings.Count(r.stderr, "add --mpi=pmi2"), r.stderr)
+		assert.NotEqual(t, 0, r.Code)
+		assert.Equal(t, 2, strings.Count(r.Stderr, "add --mpi=pmi2"), r)
 	})
 	t.Run("FromEnv srun pmi2", func(t *testing.T) {
 		got := checkFromEnv(t, run(t, 60*time.Second, env, "srun", "--mpi=pmi2", "-n", "4", fromEnvProg(t)), 4)
@@ -404,13 +331,13 @@ func TestRealSlurm(t *testing.T) {
 	})
 	t.Run("FromEnv srun without mpi", func(t *testing.T) {
 		r := run(t, 60*time.Second, env, "srun", "-n", "2", fromEnvProg(t))
-		assert.NotEqual(t, 0, r.code)
-		assert.Equal(t, 2, strings.Count(r.stderr, "add --mpi=pmi2"), r.stderr)
-		assert.NotContains(t, r.stdout, "ok rank=")
+		assert.NotEqual(t, 0, r.Code)
+		assert.Equal(t, 2, strings.Count(r.Stderr, "add --mpi=pmi2"), r)
+		assert.NotContains(t, r.Stdout, "ok rank=")
 	})
 	t.Run("salloc shell", func(t *testing.T) {
 		r := run(t, 60*time.Second, env, "salloc", "-n", "2", p)
-		assert.NotEqual(t, 0, r.code)
-		assert.Contains(t, r.stderr, "inside Slurm allocation")
+		assert.NotEqual(t, 0, r.Code)
+		assert.Contains(t, r.Stderr, "inside Slurm allocation")
 	})
 }
