@@ -19,8 +19,7 @@ const maxIov = 1024
 // rawWriteState is the scratch of writeNow, owned by wmu's holder.
 type rawWriteState struct {
 	iov  []unix.Iovec
-	bufs net.Buffers
-	n    int
+	bufs net.Buffers // what is left to write, consumed by write
 	err  error
 	fn   func(fd uintptr) bool
 }
@@ -32,12 +31,11 @@ func (w *rawWriteState) init(*link) {
 // write is the RawConn.Write callback: writev until the socket is full or
 // everything is written; never wait for the socket to drain.
 func (w *rawWriteState) write(fd uintptr) bool {
-	w.n, w.err = 0, nil
-	bufs := w.bufs
-	for len(bufs) > 0 {
+	w.err = nil
+	for len(w.bufs) > 0 {
 		w.iov = w.iov[:0]
 		total := 0
-		for _, b := range bufs {
+		for _, b := range w.bufs {
 			if len(w.iov) == maxIov {
 				break
 			}
@@ -50,6 +48,7 @@ func (w *rawWriteState) write(fd uintptr) bool {
 			total += len(b)
 		}
 		if len(w.iov) == 0 {
+			w.bufs = nil
 			break
 		}
 		n, _, e := syscall.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
@@ -62,8 +61,7 @@ func (w *rawWriteState) write(fd uintptr) bool {
 			}
 			break
 		}
-		w.n += int(n)
-		bufs = consume(bufs, int(n))
+		w.bufs = consume(w.bufs, int(n))
 		if int(n) < total {
 			break // the socket is full
 		}
@@ -81,6 +79,7 @@ func (l *link) writeNow(bufs net.Buffers) (net.Buffers, error) {
 	w := &l.ws
 	w.bufs = bufs
 	err := l.rc.Write(w.fn)
+	rest := w.bufs
 	w.bufs = nil
 	if err == nil {
 		err = w.err
@@ -93,7 +92,7 @@ func (l *link) writeNow(bufs net.Buffers) (net.Buffers, error) {
 		}
 		return nil, err
 	}
-	return consume(bufs, w.n), nil
+	return rest, nil
 }
 
 // consume drops the first n bytes of bufs.

@@ -1,0 +1,470 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// Tests of the send and receive fast paths: PostSend writing in the posting
+// goroutine, the reading side writing responses, and CQ waiters reading the
+// socket themselves (Drive).
+
+// bigSide is a side with deep queues, separate send and receive CQs and a
+// region of n bytes.
+func bigSide(t *testing.T, dev verbs.Device, n int) *side2 {
+	t.Helper()
+	s := &side2{side: side{dev: dev}}
+	var err error
+	s.pd, err = dev.AllocPD()
+	require.NoError(t, err)
+	s.cq, err = dev.CreateCQ(4096)
+	require.NoError(t, err)
+	s.rcq, err = dev.CreateCQ(4096)
+	require.NoError(t, err)
+	s.qp, err = s.pd.CreateQP(verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 2048, MaxRecvWR: 2048, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
+	require.NoError(t, err)
+	s.mr, err = s.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
+	require.NoError(t, err)
+	return s
+}
+
+type side2 struct {
+	side
+	rcq verbs.CQ
+}
+
+func bigPair(t *testing.T, o Options, n int) (*side2, *side2) {
+	t.Helper()
+	a, b := bigSide(t, openDev(t, o), n), bigSide(t, openDev(t, o), n)
+	connectPair(t, &a.side, &b.side, verbs.DefaultConnectOptions())
+	return a, b
+}
+
+// works2 checks that a and b move data both ways.
+func works2(t *testing.T, a, b *side2) {
+	t.Helper()
+	copy(a.mr.Bytes(), "ping")
+	require.NoError(t, a.qp.PostSend(writeWR(1, &a.side, &b.side, 4)))
+	require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
+	require.Equal(t, "ping", string(b.mr.Bytes()[:4]))
+	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 9, SGL: []verbs.SGE{verbs.SGEOf(a.mr, 100, 8)}}))
+	require.NoError(t, b.qp.PostSend(sendWR(2, &b.side)))
+	require.Equal(t, verbs.StatusSuccess, wait(t, b.cq).Status)
+	wc := wait(t, a.rcq)
+	require.Equal(t, verbs.StatusSuccess, wc.Status)
+	require.Equal(t, uint64(9), wc.ID)
+}
+
+func waitCtx(ctx context.Context, cq verbs.CQ) (verbs.WC, error) {
+	var wc [1]verbs.WC
+	for {
+		if cq.Poll(wc[:]) == 1 {
+			return wc[0], nil
+		}
+		if err := cq.Wait(ctx); err != nil {
+			return verbs.WC{}, err
+		}
+	}
+}
+
+// TestConcurrentPostersKeepOrder: goroutines posting on one QP at once, some
+// large WRITEs (left to the writer goroutine) between small ones (written
+// inline), each see their requests executed in their posting order, and a
+// WRITE_WITH_IMM completes at the target only after the data of every
+// earlier request of its poster has been placed.
+func TestConcurrentPostersKeepOrder(t *testing.T) {
+	const posters, per = 4, 100
+	const big = 192 << 10 // > inlineMax
+	slot := func(g, i int) int { return (g*per + i) * 8 }
+	bigOff := posters * per * 8
+	// Each large WRITE lands in its own place at b (b checks it after
+	// the poster may have moved on); a reuses one source buffer per poster.
+	dst := func(g, i int) int { return bigOff + (g*per/10+i/10)*big }
+	a, b := bigPair(t, testOptions(), bigOff+posters*per/10*big)
+	for i := range posters * per {
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex // serializes reaping a's send completions into done
+	done := map[uint64]bool{}
+	errs := make(chan error, posters)
+	for g := range posters {
+		go func() {
+			var wrs [2]verbs.SendWR
+			for i := range per {
+				src := a.mr.Bytes()[slot(g, i):]
+				binary.LittleEndian.PutUint32(src, uint32(g))
+				binary.LittleEndian.PutUint32(src[4:], uint32(i))
+				k := 0
+				if i%10 == 5 {
+					// A large WRITE with this message's number in every word,
+					// then the small WRITE_WITH_IMM that announces it.
+					bs := a.mr.Bytes()[bigOff+g*big : bigOff+(g+1)*big]
+					for j := 0; j < big; j += 4 {
+						binary.LittleEndian.PutUint32(bs[j:], uint32(i))
+					}
+					wrs[k] = verbs.SendWR{ID: 1 << 40, Opcode: verbs.OpRDMAWrite,
+						SGL: []verbs.SGE{verbs.SGEOf(a.mr, bigOff+g*big, big)}, RemoteAddr: b.mr.Addr() + uint64(dst(g, i)), RKey: b.mr.RKey()}
+					k++
+				}
+				wrs[k] = verbs.SendWR{ID: uint64(g*per + i), Opcode: verbs.OpRDMAWriteWithImm, Imm: uint32(g<<16 | i), Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{verbs.SGEOf(a.mr, slot(g, i), 8)}, RemoteAddr: b.mr.Addr() + uint64(slot(g, i)), RKey: b.mr.RKey()}
+				k++
+				if err := a.qp.PostSend(wrs[:k]...); err != nil {
+					errs <- err
+					return
+				}
+				if i%10 == 5 {
+					// Wait for this large one (its WRITE_WITH_IMM, after it)
+					// before its source buffer is reused.
+					mu.Lock()
+					for !done[uint64(g*per+i)] {
+						wc, err := waitCtx(ctx, a.cq)
+						if err == nil && wc.Status != verbs.StatusSuccess {
+							err = fmt.Errorf("send completion %d: %v", wc.ID, wc.Status)
+						}
+						if err != nil {
+							mu.Unlock()
+							errs <- err
+							return
+						}
+						done[wc.ID] = true
+					}
+					mu.Unlock()
+				}
+			}
+			errs <- nil
+		}()
+	}
+	next := make([]int, posters)
+	for range posters * per {
+		wc, err := waitCtx(ctx, b.rcq)
+		require.NoError(t, err)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		g, i := int(wc.Imm>>16), int(wc.Imm&0xffff)
+		require.Less(t, g, posters)
+		require.Equal(t, next[g], i, "poster %d: message %d arrived out of order", g, i)
+		next[g]++
+		got := b.mr.Bytes()[slot(g, i):]
+		require.Equal(t, uint32(g), binary.LittleEndian.Uint32(got))
+		require.Equal(t, uint32(i), binary.LittleEndian.Uint32(got[4:]))
+		if i%10 == 5 {
+			bs := b.mr.Bytes()[dst(g, i) : dst(g, i)+big]
+			for j := 0; j < big; j += 4 {
+				if binary.LittleEndian.Uint32(bs[j:]) != uint32(i) {
+					t.Fatalf("poster %d message %d: large WRITE not placed at offset %d before the WRITE_WITH_IMM after it completed", g, i, j)
+				}
+			}
+		}
+	}
+	for range posters {
+		require.NoError(t, <-errs)
+	}
+	// The remaining signaled completions at a all succeed.
+	mu.Lock()
+	defer mu.Unlock()
+	for {
+		var wc [16]verbs.WC
+		n := a.cq.Poll(wc[:])
+		for _, w := range wc[:n] {
+			require.Equal(t, verbs.StatusSuccess, w.Status)
+		}
+		if n == 0 {
+			break
+		}
+	}
+}
+
+// TestWriteNowFullSocket: the inline write takes what the socket accepts
+// and returns the rest at once, without blocking, when the peer does not
+// read; the bytes it reports written are the ones the peer gets.
+func TestWriteNowFullSocket(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(acc)
+			return
+		}
+		acc <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	peer, ok := <-acc
+	require.True(t, ok)
+	defer peer.Close()
+
+	l := &link{c: c}
+	l.rc, err = c.(*net.TCPConn).SyscallConn()
+	require.NoError(t, err)
+	l.ws.init(l)
+	// Small socket buffers, so that a few MiB fill them.
+	require.NoError(t, c.(*net.TCPConn).SetWriteBuffer(64<<10))
+	require.NoError(t, peer.(*net.TCPConn).SetReadBuffer(64<<10))
+	src := make([]byte, 8<<20)
+	for i := 0; i < len(src); i += 8 {
+		binary.LittleEndian.PutUint64(src[i:], uint64(i)*0x9e3779b97f4a7c15)
+	}
+	bufs := net.Buffers{src[:100], src[100 : 4<<20], src[4<<20:]}
+	start := time.Now()
+	rest, err := l.writeNow(bufs)
+	require.NoError(t, err)
+	left := 0
+	for _, b := range rest {
+		left += len(b)
+	}
+	require.Positive(t, left, "8 MiB fit a socket nobody reads?")
+	written := len(src) - left
+	require.Positive(t, written)
+	// A second try on the full socket writes nothing and returns at once.
+	rest2, err := l.writeNow(rest)
+	require.NoError(t, err)
+	left2 := 0
+	for _, b := range rest2 {
+		left2 += len(b)
+	}
+	written += left - left2
+	assert.Less(t, time.Since(start), 5*time.Second, "writeNow blocked on a full socket")
+	// The rest goes out by a blocking write once the peer reads.
+	got := make(chan []byte, 1)
+	go func() {
+		var buf bytes.Buffer
+		_, _ = buf.ReadFrom(peer)
+		got <- buf.Bytes()
+	}()
+	_, err = rest2.WriteTo(c)
+	require.NoError(t, err)
+	require.NoError(t, c.(*net.TCPConn).CloseWrite())
+	select {
+	case b := <-got:
+		require.Equal(t, len(src), len(b))
+		require.True(t, bytes.Equal(src, b), "the peer got different bytes (first %d were written inline)", written)
+	case <-time.After(20 * time.Second):
+		t.Fatal("peer did not get the stream")
+	}
+}
+
+// TestWaitersDriveOneLink: a goroutine waiting on the send CQ and another
+// on the receive CQ of the same QP, while the peer's waiter drives its own
+// end, all get their completions (one drives, the other parks and is woken
+// by the driver's pushes or the reader goroutine).
+func TestWaitersDriveOneLink(t *testing.T) {
+	const n = 300
+	a, b := bigPair(t, testOptions(), 4096)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+	}
+	imm := func(from, to *side2, i int) verbs.SendWR {
+		return verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWriteWithImm, Imm: uint32(i), Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(from.mr, 0, 8)}, RemoteAddr: to.mr.Addr(), RKey: to.mr.RKey()}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	reap := func(cq verbs.CQ, what string) {
+		defer wg.Done()
+		for i := range n {
+			wc, err := waitCtx(ctx, cq)
+			if err == nil && wc.Status != verbs.StatusSuccess {
+				err = fmt.Errorf("status %v", wc.Status)
+			}
+			if err != nil {
+				errs <- fmt.Errorf("%s, completion %d: %w", what, i, err)
+				return
+			}
+		}
+	}
+	wg.Add(4)
+	go reap(a.cq, "a send")
+	go reap(a.rcq, "a recv")
+	go reap(b.cq, "b send")
+	go reap(b.rcq, "b recv")
+	for i := range n {
+		require.NoError(t, a.qp.PostSend(imm(a, b, i)))
+		require.NoError(t, b.qp.PostSend(imm(b, a, i)))
+		if i%50 == 0 {
+			time.Sleep(time.Millisecond) // let the waiters park and drive by turns
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// TestManyWaitersOneCQ: several goroutines wait on one CQ at once; every
+// completion reaches exactly one of them.
+func TestManyWaitersOneCQ(t *testing.T) {
+	const waiters, n = 4, 400
+	a, b := bigPair(t, testOptions(), 4096)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+	}
+	var mu sync.Mutex
+	seen := map[uint64]bool{}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var wc [1]verbs.WC
+			for {
+				if b.rcq.Poll(wc[:]) == 1 {
+					mu.Lock()
+					assert.False(t, seen[wc[0].ID], "completion %d handed out twice", wc[0].ID)
+					seen[wc[0].ID] = true
+					done := len(seen) == n
+					mu.Unlock()
+					if done {
+						close(stop)
+					}
+					continue
+				}
+				wctx, wcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+				err := b.rcq.Wait(wctx)
+				wcancel()
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+					assert.NoError(t, err)
+					return
+				}
+				if ctx.Err() != nil {
+					return
+				}
+			}
+		}()
+	}
+	for i := range n {
+		wr := verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWriteWithImm, Imm: uint32(i),
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		if i%64 == 63 || i == n-1 {
+			wr.Flags = verbs.SendSignaled
+		}
+		require.NoError(t, a.qp.PostSend(wr))
+		if wr.Flags != 0 {
+			wc, err := waitCtx(ctx, a.cq)
+			require.NoError(t, err)
+			require.Equal(t, verbs.StatusSuccess, wc.Status)
+		}
+	}
+	wg.Wait()
+	require.Len(t, seen, n)
+}
+
+// TestDriveCancelThenNobodyPolls: a Wait that drives the link returns when
+// its ctx ends (cancelled or past its deadline); afterwards, with nobody
+// waiting, the reader goroutine serves the link again: a WRITE_WITH_IMM
+// is received and an RDMA READ of this side is answered.
+func TestDriveCancelThenNobodyPolls(t *testing.T) {
+	o := testOptions()
+	o.PollGrace = 5 * time.Millisecond
+	a, b := bigPair(t, o, 4096)
+	works2(t, a, b)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- b.rcq.Wait(ctx) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-res:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return after its ctx was cancelled")
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer dcancel()
+	_, err := waitCtx(dctx, b.rcq)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// Nobody waits at b from here on.
+	require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 77}))
+	copy(b.mr.Bytes()[64:], "served by the reader")
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.OpRDMAWriteWithImm, Imm: 5, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
+	require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{verbs.SGEOf(a.mr, 64, 20)}, RemoteAddr: b.mr.Addr() + 64, RKey: b.mr.RKey()}))
+	require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
+	require.Equal(t, "served by the reader", string(a.mr.Bytes()[64:84]))
+	var wc [1]verbs.WC
+	deadline := time.Now().Add(5 * time.Second)
+	for b.rcq.Poll(wc[:]) == 0 {
+		require.True(t, time.Now().Before(deadline), "the receive never completed with nobody waiting")
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, uint64(77), wc[0].ID)
+	require.Equal(t, uint32(5), wc[0].Imm)
+}
+
+// TestDriveCQClosed: closing the CQ a goroutine drives wakes it with
+// ErrClosed.
+func TestDriveCQClosed(t *testing.T) {
+	a, b := bigPair(t, testOptions(), 4096)
+	works2(t, a, b)
+	res := make(chan error, 1)
+	go func() { res <- b.rcq.Wait(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, b.rcq.Close())
+	select {
+	case err := <-res:
+		require.ErrorIs(t, err, verbs.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return after its CQ was closed")
+	}
+}
+
+// TestDriveLinkLost: a goroutine driving the link when the peer goes away
+// gets the flushed completions.
+func TestDriveLinkLost(t *testing.T) {
+	a, b := bigPair(t, testOptions(), 4096)
+	works2(t, a, b)
+	require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 5}))
+	res := make(chan error, 1)
+	var got verbs.WC
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		got, err = waitCtx(ctx, b.rcq)
+		res <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, a.dev.Close())
+	select {
+	case err := <-res:
+		require.NoError(t, err)
+		require.Equal(t, uint64(5), got.ID)
+		require.Equal(t, verbs.StatusWRFlushErr, got.Status)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after the peer went away")
+	}
+}
