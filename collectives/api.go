@@ -71,7 +71,10 @@ func lenErr(what string, got, want int) error {
 
 // Barrier returns once every rank of the group has entered it.
 func Barrier(ctx context.Context, e *Engine) error {
-	return e.run(ctx, spec{coll: CollBarrier, dt: reduce.Uint8}, func(c *call, _ Algorithm) error {
+	return e.run(ctx, spec{coll: CollBarrier, dt: reduce.Uint8}, func(c *call, alg Algorithm) error {
+		if alg == SharedMemory {
+			return c.barrierShm()
+		}
 		return c.barrierDissemination()
 	})
 }
@@ -89,6 +92,8 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 				return c.bcastChain(b, root)
 			case Hierarchical:
 				return c.bcastHier(b, root)
+			case SharedMemory:
+				return c.bcastShm(b, root)
 			}
 			return c.bcastBinomial(b, root)
 		})
@@ -112,6 +117,8 @@ func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op red
 				err = c.allreduceOrdered(b)
 			case Hierarchical:
 				err = c.allreduceHier(b)
+			case SharedMemory:
+				err = c.allreduceShm(b)
 			default:
 				err = c.allreduceRD(b)
 			}
@@ -143,6 +150,8 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 				if err = c.orderedReduceScatter(work); err == nil {
 					err = c.gatherBlocks(work, root)
 				}
+			case SharedMemory:
+				err = c.reduceShm(b, root) // publishes b; only root writes into it
 			default:
 				err = c.reduceBinomial(work, root)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/rdmago/collectives/reduce"
@@ -54,6 +55,16 @@ type Engine struct {
 	last Algorithm // algorithm of the latest call, for tests and tools
 
 	spare *call // the last call's records, for the next call to reuse (under mu)
+
+	// The shared-memory algorithms' state (nil without a SharedRegion; set
+	// by New only). Calls that touch the region hold shmMu for reading;
+	// Close sets closing (waiting calls give up), then takes shmMu for
+	// writing and sets shmGone, after which nothing touches the region.
+	shm     *shmState
+	shmMu   sync.RWMutex
+	shmGone bool
+	closing atomic.Bool
+	calls   uint64 // calls begun, under mu (a 64-bit seq, for round ids)
 }
 
 // LastAlgorithm reports the algorithm the latest call ran (Auto if it
@@ -81,6 +92,11 @@ func New(g Group, opts Options) (*Engine, error) {
 		e.hosts = make([]int, e.size)
 		for r := range e.hosts {
 			e.hosts[r] = t.HostOf(r)
+		}
+	}
+	if sm, ok := g.(SharedMemoryGroup); ok {
+		if r := sm.Shared(); r != nil {
+			e.shm = newShmState(r, e.size)
 		}
 	}
 	e.wctx, e.wcancel = context.WithCancel(context.Background())
@@ -120,6 +136,11 @@ func (e *Engine) Close() error {
 		e.probe.Stop()
 	}
 	e.mu.Unlock()
+	// A call polling shared memory gives up; then nothing touches it.
+	e.closing.Store(true)
+	e.shmMu.Lock()
+	e.shmGone = true
+	e.shmMu.Unlock()
 	e.wcancel()
 	e.wg.Wait()
 	e.mu.Lock()
@@ -221,9 +242,9 @@ func (e *Engine) onStatus(peer int, h *header) {
 		}
 		st.abort = m
 		st.stopLocked()
+		seq := st.seq // st is recycled once its call ends: read it under the lock
 		e.mu.Unlock()
-		c := &call{callState: st}
-		c.broadcastAbort(header{kind: kindAbort, seq: st.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
+		e.broadcastAbort(header{kind: kindAbort, seq: seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
 		return
 	case int32(h.seq-e.seq) > 0 && len(e.status) < 1024:
 		e.status[h.seq] = statusNote{peer: peer, h: *h}
@@ -259,6 +280,9 @@ type callState struct {
 	ctx      context.Context
 	cancelFn context.CancelFunc // nil until cancelCtx
 	stopped  bool               // stopLocked ran: new requests are canceled at once; under e.mu
+	halted   atomic.Bool        // stopped, for lock-free polls (shared-memory waits)
+	calls    uint64             // the Engine's call counter for this call
+	shmHeld  bool               // this call holds e.shmMu for reading
 	seq      uint32
 	op       string
 	alg      Algorithm
@@ -309,6 +333,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: %v called while %s #%d runs on the same Engine; use one Engine (communicator) per concurrent stream of collectives", ErrInvalidArgument, coll, e.cur.op, e.cur.seq)}
 	}
 	e.seq++
+	e.calls++
 	e.last = alg
 	// The call's state is recycled from the previous call (calls on one
 	// Engine never overlap), with the capacity of its slices.
@@ -318,7 +343,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		c = &call{callState: new(callState)}
 	}
 	st := c.callState
-	*st = callState{e: e, parent: ctx, seq: e.seq, op: coll.String(), alg: alg,
+	*st = callState{e: e, parent: ctx, seq: e.seq, calls: e.calls, op: coll.String(), alg: alg,
 		pending: st.pending[:0], scratch: st.scratch[:0], outs: st.outs, ins: st.ins}
 	st.ctx = ctx
 	st.hdr = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
@@ -359,6 +384,13 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	if aborted {
 		return c, c.end(c.failAbort())
 	}
+	if alg == SharedMemory {
+		e.shmMu.RLock()
+		st.shmHeld = true
+		if e.shmGone {
+			return c, c.end(&Error{Op: st.op, Algorithm: alg.String(), Seq: st.seq, Rank: e.rank, Peer: -1, Err: ErrClosed})
+		}
+	}
 	return c, nil
 }
 
@@ -381,6 +413,20 @@ func (c *call) end(err error) error {
 		e.cur = nil
 	}
 	e.mu.Unlock()
+	// Tell the writers of later calls that this rank reads nothing of this
+	// call any more (see alg_shm.go), whichever algorithm ran.
+	switch {
+	case st.shmHeld:
+		if !e.shmGone {
+			e.shm.finish(e.rank, st.calls)
+		}
+		e.shmMu.RUnlock()
+	case e.shm != nil && e.shmMu.TryRLock():
+		if !e.shmGone {
+			e.shm.finish(e.rank, st.calls)
+		}
+		e.shmMu.RUnlock()
+	}
 	for _, p := range st.pending {
 		if !p.done {
 			p.r.Wait(context.Background())
@@ -424,6 +470,7 @@ func (st *callState) stopLocked() {
 		return
 	}
 	st.stopped = true
+	st.halted.Store(true)
 	for _, p := range st.pending {
 		p.r.Cancel()
 	}
@@ -511,7 +558,7 @@ func (c *call) mismatch(m *MismatchError) error {
 	}
 	c.e.mu.Unlock()
 	c.stop()
-	c.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
+	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.Peer, Err: m}
 }
 
@@ -524,18 +571,18 @@ func (c *call) invalid(err error) error {
 	}
 	c.e.mu.Unlock()
 	c.stop()
-	c.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatInvalid, rankA: int32(c.e.rank)})
+	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatInvalid, rankA: int32(c.e.rank)})
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: err}
 }
 
-func (c *call) broadcastAbort(h header) {
+func (e *Engine) broadcastAbort(h header) {
 	var b [hdrLen]byte
 	h.encode(b[:])
 	// Not waited for: a peer that is gone or slow must not hold this rank
 	// here. b is never reused, and Close cancels what is still pending.
-	for p := 0; p < c.e.size; p++ {
-		if p != c.e.rank {
-			c.e.fire(p, b[:])
+	for p := 0; p < e.size; p++ {
+		if p != e.rank {
+			e.fire(p, b[:])
 		}
 	}
 }

@@ -257,14 +257,21 @@ func TestPeerLost(t *testing.T) {
 						}
 						wo := worldFor(alg, p)
 						wo.FailRank, wo.FailAfter = dead, after
-						errs := world(t, p, wo, force(collectives.CollAllreduce, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
-							for i := 0; i < 100; i++ { // until the death is noticed
-								if err := f(ctx, e); err != nil {
-									return err
+						var errs []error
+						if alg == collectives.SharedMemory {
+							// No messages to count: the dead rank dies
+							// after its after-th call instead.
+							errs = shmWorld(t, p, wo, force(collectives.CollAllreduce, alg), dead, after, f)
+						} else {
+							errs = world(t, p, wo, force(collectives.CollAllreduce, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
+								for i := 0; i < 100; i++ { // until the death is noticed
+									if err := f(ctx, e); err != nil {
+										return err
+									}
 								}
-							}
-							return nil
-						})
+								return nil
+							})
+						}
 						for r, err := range errs {
 							require.Error(t, err, "rank %d", r)
 							require.False(t, errors.Is(err, context.DeadlineExceeded), "rank %d hung: %v", r, err)
@@ -313,4 +320,29 @@ func TestConcurrentCallsRejected(t *testing.T) {
 	require.ErrorIs(t, <-done, context.Canceled)
 	require.NoError(t, e.Close())
 	require.ErrorIs(t, collectives.Barrier(context.Background(), e), collectives.ErrClosed)
+}
+
+// shmWorld is world for a shared-memory group whose rank dead is killed
+// (coltest.World.Kill) once it has made after calls of f.
+func shmWorld(t *testing.T, p int, wo coltest.Options, eo collectives.Options, dead, after int, f func(context.Context, *collectives.Engine) error) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w := coltest.NewWorld(p, wo)
+	return w.Run(func(rank int, g collectives.Group) error {
+		e, err := collectives.New(g, eo)
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		for i := 0; i < 100; i++ {
+			if rank == dead && i == after {
+				w.Kill(dead)
+			}
+			if err := f(ctx, e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

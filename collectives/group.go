@@ -68,6 +68,34 @@ type Releaser interface {
 	Release()
 }
 
+// SharedMemoryGroup is an optional Group capability: memory that every rank of
+// the group loads from and stores to directly, which ranks on one host
+// share over the shm transport. The SharedMemory algorithms move small
+// vectors through it with flags, without any message.
+type SharedMemoryGroup interface {
+	// Shared returns the group's region, or nil when not every pair of
+	// ranks can reach each other's memory. The region must outlive every
+	// Engine on the group; only one Engine may use a region.
+	Shared() SharedRegion
+}
+
+// SharedRegion is memory of every rank of a group, mapped into each.
+type SharedRegion interface {
+	// Mem is rank's part, at least SharedRegionBytes long and 8-byte
+	// aligned, as this process sees it; Mem(Rank()) is this rank's own.
+	// Another rank's part changes under the reader (atomics order it).
+	Mem(rank int) []byte
+	// Failed is closed when the group fails (a peer lost, the transport
+	// closed); Err then says why. A lost peer's memory stays mapped but
+	// frozen, so waits on flags watch Failed.
+	Failed() <-chan struct{}
+	Err() error
+	// Pause is called by a rank waiting for a flag, with how long it has
+	// waited: it returns at once while spinning pays (a rank per core), or
+	// yields the CPU, or sleeps a little.
+	Pause(waited time.Duration)
+}
+
 // OneSided is an optional Group capability: windows that peers write into
 // with a notification (RDMA WRITE_WITH_IMM). The one-sided ring allreduce
 // needs it.

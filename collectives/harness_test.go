@@ -63,6 +63,8 @@ func worldFor(a collectives.Algorithm, n int) coltest.Options {
 	switch a {
 	case collectives.RingOneSided:
 		o.OneSided = true
+	case collectives.SharedMemory:
+		o.Shared = true
 	case collectives.Hierarchical:
 		o.Hosts = make([]int, n)
 		for r := range o.Hosts {

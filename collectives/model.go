@@ -249,14 +249,18 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 			if e.hosts == nil {
 				return fmt.Errorf("%w: %v needs a group that reports its topology", ErrUnsupported, a)
 			}
+		case a == SharedMemory:
+			if e.shm == nil {
+				return fmt.Errorf("%w: %v needs a group whose ranks share memory (one host, shm transport)", ErrUnsupported, a)
+			}
 		}
 		if ordered {
 			ok := true
 			switch c {
 			case CollAllreduce:
-				ok = a == Ordered || (a == RecursiveDoubling && !e.opts.Deterministic)
+				ok = a == Ordered || a == SharedMemory || (a == RecursiveDoubling && !e.opts.Deterministic)
 			case CollReduce:
-				ok = a == Ordered
+				ok = a == Ordered || a == SharedMemory
 			case CollReduceScatter:
 				ok = a == Pairwise
 			}
@@ -276,9 +280,12 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 		}
 		return forced, nil
 	}
+	if e.shm != nil && nbytes <= shmAutoBytes && admissible(SharedMemory) == nil && implements(c, SharedMemory) {
+		return SharedMemory, nil
+	}
 	best, bestCost := Auto, math.Inf(1)
 	for _, a := range algorithmsOf[c] {
-		if admissible(a) != nil {
+		if a == SharedMemory || admissible(a) != nil {
 			continue
 		}
 		var cost float64
@@ -304,6 +311,10 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 	}
 	return best, nil
 }
+
+// shmAutoBytes is the largest vector for which Auto picks the
+// shared-memory algorithms when the group has a SharedRegion: one round.
+const shmAutoBytes = SharedSlotBytes
 
 // hostShape returns the largest number of ranks on one host and the number
 // of hosts.

@@ -57,10 +57,11 @@ const (
 	RecursiveHalving
 	Pairwise
 	Linear
+	SharedMemory
 	numAlgorithms
 )
 
-var algNames = [...]string{"auto", "dissemination", "binomial", "scatter_allgather", "chain", "recursive_doubling", "ring", "rabenseifner", "ring_onesided", "ordered", "hierarchical", "bruck", "recursive_halving", "pairwise", "linear"}
+var algNames = [...]string{"auto", "dissemination", "binomial", "scatter_allgather", "chain", "recursive_doubling", "ring", "rabenseifner", "ring_onesided", "ordered", "hierarchical", "bruck", "recursive_halving", "pairwise", "linear", "shared_memory"}
 
 func (a Algorithm) String() string {
 	if int(a) < len(algNames) {
@@ -73,10 +74,10 @@ func (a Algorithm) String() string {
 // excluded). Ordered is the deterministic, rank-order-preserving one where a
 // reduction is involved.
 var algorithmsOf = map[Collective][]Algorithm{
-	CollBarrier:       {Dissemination},
-	CollBcast:         {Binomial, ScatterAllgather, Chain, Hierarchical},
-	CollReduce:        {Binomial, Rabenseifner, Ordered},
-	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical},
+	CollBarrier:       {Dissemination, SharedMemory},
+	CollBcast:         {Binomial, ScatterAllgather, Chain, Hierarchical, SharedMemory},
+	CollReduce:        {Binomial, Rabenseifner, Ordered, SharedMemory},
+	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical, SharedMemory},
 	CollAllgather:     {Ring, RecursiveDoubling, Bruck},
 	CollAllgatherv:    {Ring},
 	CollReduceScatter: {RecursiveHalving, Pairwise, Ring},

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/collectives/reduce"
@@ -46,6 +48,19 @@ func (g *p2pGroup) Isend(peer, tag int, buf []byte) (collectives.Request, error)
 func (g *p2pGroup) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {
 	return wrap(g.ch.Irecv(peer, tag, buf))
 }
+
+// p2pSharedGroup adds shared memory: a p2p window of provider memory that
+// every rank maps (Window.Direct) over the shm transport.
+type p2pSharedGroup struct {
+	p2pGroup
+	w *p2p.Window
+}
+
+func (g *p2pSharedGroup) Shared() collectives.SharedRegion { return g }
+func (g *p2pSharedGroup) Mem(rank int) []byte              { return g.w.Direct(rank) }
+func (g *p2pSharedGroup) Failed() <-chan struct{}          { return g.ep.Failed() }
+func (g *p2pSharedGroup) Err() error                       { return g.ep.Err() }
+func (g *p2pSharedGroup) Pause(time.Duration)              { runtime.Gosched() }
 
 func (g *p2pGroup) Expose(ctx context.Context, buf []byte) (collectives.Window, error) {
 	w, err := g.ep.NewWindow(ctx, buf)
@@ -102,12 +117,26 @@ func TestOverP2P(t *testing.T) {
 						if alg == collectives.Hierarchical {
 							continue // needs a topology; covered over the fake
 						}
+						if alg == collectives.SharedMemory && rn.provider != "shm" {
+							continue // needs shared memory
+						}
 						id++
 						ch, err := ep.Channel(id)
 						if err != nil {
 							return err
 						}
-						e, err := collectives.New(&p2pGroup{ep: ep, ch: ch}, force(coll, alg))
+						var g collectives.Group = &p2pGroup{ep: ep, ch: ch}
+						if alg == collectives.SharedMemory {
+							// A fresh region per Engine, as the Engine's
+							// round ids start over.
+							w, err := ep.AllocWindow(ctx, collectives.SharedRegionBytes)
+							if err != nil {
+								return err
+							}
+							defer w.Close(ctx)
+							g = &p2pSharedGroup{p2pGroup{ep: ep, ch: ch}, w}
+						}
+						e, err := collectives.New(g, force(coll, alg))
 						if err != nil {
 							return err
 						}

@@ -98,9 +98,10 @@ type world struct {
 	log       *slog.Logger
 	exit      func(int)
 	collOpts  collectives.Options
-	hostIdx   []int    // per world rank, dense host index
-	hostNames []string // per world rank, the name the rank reported
-	localRank int      // from the launcher, -1 when unknown
+	hostIdx   []int         // per world rank, dense host index
+	hostNames []string      // per world rank, the name the rank reported
+	shared    *sharedRegion // the world's shared memory, nil without
+	localRank int           // from the launcher, -1 when unknown
 	localSize int
 	job       *jobenv.Job
 
@@ -403,6 +404,10 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 		return fail(err)
 	}
 	w.ep = ep
+	if w.shared, err = newSharedRegion(ctx, ep, store, w.name); err != nil {
+		ep.Close()
+		return fail(err)
+	}
 	members := make([]int, ep.Size())
 	for r := range members {
 		members[r] = r

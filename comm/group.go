@@ -21,6 +21,7 @@ var (
 	_ collectives.LinkInfo          = (*group)(nil)
 	_ collectives.AnySourceReceiver = (*group)(nil)
 	_ collectives.OneSided          = (*worldGroup)(nil)
+	_ collectives.SharedMemoryGroup = (*worldGroup)(nil)
 	_ collectives.PassiveWaiter     = groupReq{}
 	_ collectives.Releaser          = groupReq{}
 )
@@ -88,6 +89,14 @@ func (gr groupReq) WaitPassive(ctx context.Context) (int, error) {
 // endpoint: two communicators writing with notifications at once could not
 // tell theirs apart.
 type worldGroup struct{ group }
+
+// Shared is the world's shared memory, when every rank is on one host.
+func (g *worldGroup) Shared() collectives.SharedRegion {
+	if s := g.c.w.shared; s != nil {
+		return s
+	}
+	return nil
+}
 
 func (g *worldGroup) Expose(ctx context.Context, buf []byte) (collectives.Window, error) {
 	w, err := g.c.w.ep.NewWindow(ctx, buf)

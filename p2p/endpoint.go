@@ -476,6 +476,12 @@ const (
 	shmSpinShared  = 2 * time.Microsecond
 )
 
+// WaitPolicy reports the effective Options.Spin and Yield (the defaults
+// resolved for this endpoint's transports and CPUs), for layers that wait
+// on something other than requests (shared-memory flags) and should poll
+// the same way.
+func (ep *Endpoint) WaitPolicy() (spin, yield time.Duration) { return ep.spin, ep.yield }
+
 // waitPolicy resolves Options.Spin and Yield (see there). local is the
 // number of ranks on this host that the shm provider connects (this one
 // included), cpus the number of CPUs those ranks may run on together.

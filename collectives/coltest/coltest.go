@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/rdmago/rdmago/collectives"
 )
@@ -45,6 +47,10 @@ type Options struct {
 	// FailAfter kills rank FailRank once it has sent FailAfter messages
 	// (0 disables). It simulates a peer dying in the middle of a collective.
 	FailRank, FailAfter int
+	// Shared makes groups implement collectives.SharedMemoryGroup, with a
+	// region of collectives.SharedRegionBytes per rank in this process's
+	// memory (it cannot be combined with the other capabilities).
+	Shared bool
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
@@ -61,12 +67,22 @@ type World struct {
 	wins  map[int][]*window // exposure index → window per rank
 	wexp  []int             // per rank: number of Expose calls so far
 	wcond *sync.Cond
+
+	shared [][]byte      // Options.Shared: per rank, its region
+	failed chan struct{} // closed by Kill
 }
 
 // NewWorld makes a world of n ranks.
 func NewWorld(n int, opts Options) *World {
 	w := &World{n: n, opts: opts, sent: make([]int, n), wins: map[int][]*window{}, wexp: make([]int, n)}
 	w.wcond = sync.NewCond(&w.mu)
+	w.failed = make(chan struct{})
+	if opts.Shared {
+		for range n {
+			words := make([]uint64, (collectives.SharedRegionBytes+7)/8)
+			w.shared = append(w.shared, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), collectives.SharedRegionBytes))
+		}
+	}
 	for i := 0; i < n; i++ {
 		w.boxes = append(w.boxes, &mailbox{w: w, queues: map[key]*queue{}, anyRecvs: map[int][]*request{}})
 	}
@@ -80,6 +96,11 @@ func (w *World) Group(rank int) collectives.Group {
 	g := &group{w: w, rank: rank}
 	hasTopo, hasLink := w.opts.Hosts != nil, w.opts.Latency > 0
 	switch {
+	case w.opts.Shared:
+		return struct {
+			*group
+			*shared
+		}{g, &shared{g}}
 	case w.opts.OneSided && hasTopo && hasLink:
 		return struct {
 			*group
@@ -130,6 +151,7 @@ func (w *World) Kill(rank int) {
 	w.mu.Lock()
 	if w.lost == nil {
 		w.lost = &PeerLostError{Rank: rank}
+		close(w.failed)
 	}
 	err := w.lost
 	w.wcond.Broadcast()
@@ -403,6 +425,23 @@ func (g *group) IrecvAny(tag int, buf []byte) (collectives.Request, error) {
 	}
 	return r, nil
 }
+
+// shared is the SharedMemoryGroup capability: the ranks are goroutines, so
+// their regions are ordinary memory of this process.
+type shared struct{ g *group }
+
+func (s *shared) Shared() collectives.SharedRegion { return s }
+
+func (s *shared) Mem(rank int) []byte {
+	if rank < 0 || rank >= len(s.g.w.shared) {
+		return nil
+	}
+	return s.g.w.shared[rank]
+}
+
+func (s *shared) Failed() <-chan struct{} { return s.g.w.failed }
+func (s *shared) Err() error              { return s.g.w.lostErr() }
+func (s *shared) Pause(time.Duration)     { runtime.Gosched() }
 
 type topo struct{ g *group }
 

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package comm
+
+import "runtime"
+
+func osYield() { runtime.Gosched() }
