@@ -425,20 +425,25 @@ func TestDriveCancelThenNobodyPolls(t *testing.T) {
 	require.Equal(t, uint32(5), wc[0].Imm)
 }
 
-// TestDriveCQClosed: closing the CQ a goroutine drives wakes it with
-// ErrClosed.
+// TestDriveCQClosed: closing the CQ wakes with ErrClosed the goroutine that
+// drives its link and those parked beside it.
 func TestDriveCQClosed(t *testing.T) {
+	const waiters = 3
 	a, b := bigPair(t, testOptions(), 4096)
 	works2(t, a, b)
-	res := make(chan error, 1)
-	go func() { res <- b.rcq.Wait(context.Background()) }()
+	res := make(chan error, waiters)
+	for range waiters {
+		go func() { res <- b.rcq.Wait(context.Background()) }()
+	}
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, b.rcq.Close())
-	select {
-	case err := <-res:
-		require.ErrorIs(t, err, verbs.ErrClosed)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return after its CQ was closed")
+	for range waiters {
+		select {
+		case err := <-res:
+			require.ErrorIs(t, err, verbs.ErrClosed)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Wait did not return after its CQ was closed")
+		}
 	}
 }
 

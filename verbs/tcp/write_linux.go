@@ -16,9 +16,14 @@ const inlineNeverBlocks = true
 // maxIov bounds one writev's vector (Linux's IOV_MAX is 1024).
 const maxIov = 1024
 
+// flatMax is the largest write that is copied into one buffer rather than
+// gathered.
+const flatMax = 2048
+
 // rawWriteState is the scratch of writeNow, owned by wmu's holder.
 type rawWriteState struct {
 	iov  []unix.Iovec
+	flat []byte
 	bufs net.Buffers // what is left to write, consumed by write
 	err  error
 	fn   func(fd uintptr) bool
@@ -51,7 +56,22 @@ func (w *rawWriteState) write(fd uintptr) bool {
 			w.bufs = nil
 			break
 		}
-		n, _, e := syscall.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+		var n uintptr
+		var e syscall.Errno
+		if len(w.iov) > 1 && total <= flatMax {
+			// A few small pieces (a header and a short payload): one copy
+			// and a plain write cost the kernel less than a gather.
+			w.flat = w.flat[:0]
+			for _, b := range w.bufs {
+				w.flat = append(w.flat, b...)
+				if len(w.flat) == total {
+					break
+				}
+			}
+			n, _, e = syscall.Syscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w.flat[0])), uintptr(len(w.flat)))
+		} else {
+			n, _, e = syscall.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+		}
 		if e == syscall.EINTR {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -29,6 +30,9 @@ type CQ struct {
 	closed  bool
 	drivers []Driver // links of the QPs that use this CQ, when they are Drivers
 	driving Driver   // the link a waiter drives now, nil if none
+	// pending mirrors head < len(buf) || closed for Pending, which a driver
+	// calls between frames, without the lock.
+	pending atomic.Bool
 }
 
 var _ verbs.CQ = (*CQ)(nil)
@@ -70,12 +74,7 @@ func (c *CQ) removeDriver(d Driver) {
 
 // Pending reports whether Poll would return a completion or Wait would
 // return at once because the CQ is closed.
-func (c *CQ) Pending() bool {
-	c.mu.Lock()
-	p := c.head < len(c.buf) || c.closed
-	c.mu.Unlock()
-	return p
-}
+func (c *CQ) Pending() bool { return c.pending.Load() }
 
 // Signal is the channel a parked waiter of the CQ is woken by; a Driver
 // waiting for its turn selects on it too (Wait counts it as a waiter).
@@ -86,6 +85,7 @@ func (c *CQ) push(wc verbs.WC) {
 	c.mu.Lock()
 	if !c.closed {
 		c.buf = append(c.buf, wc)
+		c.pending.Store(true)
 		if c.waiters > 0 {
 			select {
 			case c.sig <- struct{}{}:
@@ -114,6 +114,7 @@ func (c *CQ) Poll(wc []verbs.WC) int {
 		c.buf = c.buf[:k]
 		c.head = 0
 	}
+	c.pending.Store(c.head < len(c.buf) || c.closed)
 	c.mu.Unlock()
 	return n
 }
@@ -134,6 +135,10 @@ func (c *CQ) Wait(ctx context.Context) error {
 			c.mu.Unlock()
 			return err
 		}
+		// parked is set when this CQ's only link is driven for another CQ:
+		// it must know, so that its own goroutine takes over when that
+		// driver stops. While another waiter of this CQ drives, we just
+		// park: it wakes one of us when it stops (below).
 		var parked Driver
 		if len(c.drivers) == 1 && c.driving == nil {
 			d := c.drivers[0]
@@ -144,17 +149,19 @@ func (c *CQ) Wait(ctx context.Context) error {
 			c.mu.Lock()
 			c.driving = nil
 			c.waiters--
-			if drove {
-				c.mu.Unlock()
-				continue
+			if c.waiters > 0 && !c.closed {
+				// Others wait here: one of them drives next, or takes
+				// what we leave.
+				select {
+				case c.sig <- struct{}{}:
+				default:
+				}
 			}
-			if c.head < len(c.buf) || c.closed {
+			if drove || c.head < len(c.buf) || c.closed {
 				c.mu.Unlock()
 				continue
 			}
 			parked = d
-		} else if len(c.drivers) == 1 {
-			parked = c.drivers[0]
 		}
 		c.waiters++
 		c.mu.Unlock()
@@ -196,6 +203,7 @@ func (c *CQ) Close() error {
 		return c.dev.err("CQ.Close", 0, -1, verbs.ErrClosed)
 	}
 	c.closed = true
+	c.pending.Store(true)
 	close(c.sig)
 	c.buf = nil
 	c.head = 0
