@@ -22,4 +22,45 @@
 // while the device keeps serving the others. The handshake and frame format
 // are in docs/wire-tcp.md; a malformed frame closes its connection with an
 // error, which fails that QP's work with RETRY_EXC_ERR.
+//
+// # Threading
+//
+// A goroutine hand-off (one goroutine making another runnable) costs a
+// futex wake-up and a trip through the scheduler: 20-25 µs on a busy
+// 2-core machine, more than a frame's own work. So the hot path of a
+// message has none, and an 8-byte round trip runs the same system calls
+// as a raw TCP ping-pong:
+//
+//   - Sending: PostSend writes its frames itself when no other goroutine is
+//     writing to the connection (a try-lock) and the payload is small
+//     (≤ 64 KiB), with one non-blocking write (writev, or write for a few
+//     small pieces). What the socket does not take at once, large requests,
+//     and posts that find a write in progress are left to the link's writer
+//     goroutine, which owns the queue then; the requester hands out requests
+//     in posting order to whoever holds the write lock, so order per QP is
+//     kept whoever writes.
+//   - Receiving: a goroutine in CQ.Wait whose CQ gets completions from one
+//     connected QP only (a CQ per QP, or per peer) reads that QP's socket
+//     itself: it handles frames on its own goroutine until its completion
+//     is there, so the frame that completes it wakes it straight from the
+//     network poller. Otherwise the link's reader goroutine reads, pushes
+//     the completion and wakes the waiter directly (one hand-off; the
+//     engine adds no goroutine or channel of its own in between).
+//   - Responses (ACKs, READ responses, atomic results) are written by
+//     whoever handled the request, non-blocking as above; the reading side
+//     never blocks on a write, so two ends busy writing large messages to
+//     each other cannot deadlock.
+//
+// The right to read a connection is a token held by the reader goroutine or
+// one waiter. A waiter takes it from the reader goroutine by interrupting
+// its blocked read (a read deadline in the past), at a frame boundary; when
+// it has its completion it puts the token back without waking the reader
+// goroutine, because a waiter in a loop comes back within microseconds. The
+// reader goroutine resumes Options.PollGrace (500 µs) after the last
+// waiter left, or at once when a waiter needs it, so traffic nobody waits
+// for (the target of RDMA WRITE and READ, say) is served at most that late.
+// A waiter never leaves a frame half read: a Wait whose ctx ends while it
+// receives a large payload returns when that payload is in place.
+// CQ.Wait does not spin: a spinning waiter only takes the core from the
+// goroutines that would produce its completion.
 package tcp

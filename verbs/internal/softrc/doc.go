@@ -16,6 +16,10 @@
 //	// on the link's writer:   for q.NextRequest(&r) { write(r.Header, r.Data); r.Done() }
 //	// on the link's reader:   q.HandleRequest(&h, payload, &resp) / q.HandleResponse(&h, payload)
 //
+// A Link that is also a Driver lets CQ.Wait read and handle the link's
+// frames on the waiting goroutine when the CQ's completions come from that
+// one link (see Driver), saving the hand-off from the link's goroutine.
+//
 // The wire vocabulary (FrameOp, Header, NAK syndromes) follows IBTA names so
 // that behaviour maps 1:1 to rxe; the byte layout is each transport's own
 // (docs/wire-tcp.md for tcp).
