@@ -54,7 +54,8 @@ type Engine struct {
 
 	last Algorithm // algorithm of the latest call, for tests and tools
 
-	spare *call // the last call's records, for the next call to reuse (under mu)
+	spare  *call      // the last call's records, for the next call to reuse (under mu)
+	recent [16]header // fingerprints of the latest calls, by seq, for late stall probes
 
 	// The shared-memory algorithms' state (nil without a SharedRegion; set
 	// by New only). Calls that touch the region hold shmMu for reading;
@@ -248,6 +249,21 @@ func (e *Engine) onStatus(peer int, h *header) {
 		return
 	case int32(h.seq-e.seq) > 0 && len(e.status) < 1024:
 		e.status[h.seq] = statusNote{peer: peer, h: *h}
+	case int32(e.seq-h.seq) >= 0 && int32(e.seq-h.seq) < int32(len(e.recent)) && (st == nil || st.seq != h.seq):
+		// A call this rank has finished: the peer may wait for something
+		// this rank's algorithm never sends (it chose another one, for
+		// another count). Report the disagreement; the peer, still in
+		// the call, fails by name. (Ranks past the call ignore the abort.)
+		past := e.recent[h.seq%uint32(len(e.recent))]
+		if past.seq != h.seq {
+			break
+		}
+		m := compareCall(e.rank, &past, peer, h)
+		e.mu.Unlock()
+		if m != nil {
+			e.broadcastAbort(header{kind: kindAbort, seq: h.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
+		}
+		return
 	}
 	e.mu.Unlock()
 }
@@ -411,6 +427,7 @@ func (c *call) end(err error) error {
 	// requests can be waited for and released without the lock.
 	if e.cur == st {
 		e.cur = nil
+		e.recent[st.seq%uint32(len(e.recent))] = st.hdr
 	}
 	e.mu.Unlock()
 	// Tell the writers of later calls that this rank reads nothing of this

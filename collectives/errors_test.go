@@ -72,44 +72,54 @@ func TestCountMismatch(t *testing.T) {
 			if raceEnabled && !long {
 				ps = []int{2, 5}
 			}
+			// Auto also runs with shared memory, where the ranks with the
+			// large count leave the shared-memory algorithms for another.
+			shared := []bool{false}
+			if alg == collectives.Auto {
+				shared = append(shared, true)
+			}
 			for _, p := range ps {
 				for _, nn := range [][2]int{{7, 8}, {1000, 3}, {0, 1}, {1, 1 << 16}} {
-					t.Run(name("coll", c.coll, "alg", alg, "p", p, "n", nn), func(t *testing.T) {
-						odd := p - 1
-						if c.coll == collectives.CollBcast || c.coll == collectives.CollReduce {
-							odd = p / 2 // not the root, which may finish before anyone checks
-						}
-						errs := world(t, p, worldFor(alg, p), force(c.coll, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
-							n := nn[0]
-							if r == odd {
-								n = nn[1]
+					for _, sh := range shared {
+						t.Run(name("coll", c.coll, "alg", alg, "p", p, "n", nn, "shared", sh), func(t *testing.T) {
+							odd := p - 1
+							if c.coll == collectives.CollBcast || c.coll == collectives.CollReduce {
+								odd = p / 2 // not the root, which may finish before anyone checks
 							}
-							// A second call afterwards must work again (sequence numbers stay in step).
-							err := c.run(ctx, e, n)
-							if err2 := collectives.Barrier(ctx, e); err2 != nil {
-								return fmt.Errorf("barrier after mismatch: %w (first error %v)", err2, err)
-							}
-							return err
-						})
-						if c.coll == collectives.CollBcast || c.coll == collectives.CollReduce || c.coll == collectives.CollScan {
-							// One-way data flow: the ranks that receive from a
-							// rank with another count fail; a rank whose part
-							// was done before (a pure sender, a scan prefix
-							// that does not include the odd rank) may finish.
-							// Nobody hangs. Debug makes every rank fail.
-							failed := 0
-							for r, err := range errs {
-								if err != nil {
-									failed++
-									require.ErrorIs(t, err, collectives.ErrMismatch, "rank %d", r)
-									require.NotErrorIs(t, err, context.DeadlineExceeded, "rank %d", r)
+							wo := worldFor(alg, p)
+							wo.Shared = wo.Shared || sh
+							errs := world(t, p, wo, force(c.coll, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
+								n := nn[0]
+								if r == odd {
+									n = nn[1]
 								}
+								// A second call afterwards must work again (sequence numbers stay in step).
+								err := c.run(ctx, e, n)
+								if err2 := collectives.Barrier(ctx, e); err2 != nil {
+									return fmt.Errorf("barrier after mismatch: %w (first error %v)", err2, err)
+								}
+								return err
+							})
+							if c.coll == collectives.CollBcast || c.coll == collectives.CollReduce || c.coll == collectives.CollScan {
+								// One-way data flow: the ranks that receive from a
+								// rank with another count fail; a rank whose part
+								// was done before (a pure sender, a scan prefix
+								// that does not include the odd rank) may finish.
+								// Nobody hangs. Debug makes every rank fail.
+								failed := 0
+								for r, err := range errs {
+									if err != nil {
+										failed++
+										require.ErrorIs(t, err, collectives.ErrMismatch, "rank %d", r)
+										require.NotErrorIs(t, err, context.DeadlineExceeded, "rank %d", r)
+									}
+								}
+								require.NotZero(t, failed)
+								return
 							}
-							require.NotZero(t, failed)
-							return
-						}
-						requireMismatch(t, errs, odd, int64(nn[0]), int64(nn[1]))
-					})
+							requireMismatch(t, errs, odd, int64(nn[0]), int64(nn[1]))
+						})
+					}
 				}
 			}
 		}
