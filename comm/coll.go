@@ -28,11 +28,10 @@ func (c *Comm) collective(ctx context.Context, op string, fn func(ctx context.Co
 	if ctx == nil {
 		return c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
-	prev, mine := c.q.take()
-	if err := waitTurn(ctx, prev, mine); err != nil {
+	if err := c.q.wait(ctx, c.q.take()); err != nil {
 		return c.opErr(op, NoPeer, NoTag, err)
 	}
-	defer close(mine)
+	defer c.q.done()
 	if err := fn(ctx); err != nil {
 		return c.wrap(op, NoPeer, NoTag, err)
 	}
@@ -49,16 +48,16 @@ func (c *Comm) start(ctx context.Context, op string, fn func(ctx context.Context
 	if ctx == nil {
 		return nil, c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
-	prev, mine := c.q.take()
+	turn := c.q.take()
 	r := &Request{c: c, op: op, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		if err := waitTurn(ctx, prev, mine); err != nil {
+		if err := c.q.wait(ctx, turn); err != nil {
 			r.err = c.opErr(op, NoPeer, NoTag, err)
 			return
 		}
 		err := fn(ctx)
-		close(mine)
+		c.q.done()
 		if err != nil {
 			r.err = c.wrap(op, NoPeer, NoTag, err)
 		}

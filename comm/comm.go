@@ -800,38 +800,67 @@ func (c *Comm) check(op string) error {
 
 // queue runs a communicator's collectives one at a time, in the order
 // they were called (blocking and non-blocking alike), which is the order
-// every rank must call them in.
+// every rank must call them in. A call that finds the queue idle takes its
+// turn without allocating; only calls that must wait get a channel.
 type queue struct {
-	mu   sync.Mutex
-	tail chan struct{}
+	mu      sync.Mutex
+	busy    bool            // a turn runs
+	waiting []chan struct{} // turns taken while busy, in order; closed when theirs comes
 }
 
-// take reserves the next turn: it returns the previous turn's done channel
-// (nil if none) and this turn's, to be closed when this turn ends.
-func (q *queue) take() (prev <-chan struct{}, mine chan struct{}) {
-	mine = make(chan struct{})
+// take reserves the next turn: nil means it is this caller's already,
+// otherwise the channel is closed when it is (see wait).
+func (q *queue) take() chan struct{} {
 	q.mu.Lock()
-	prev, q.tail = q.tail, mine
-	q.mu.Unlock()
-	return prev, mine
+	defer q.mu.Unlock()
+	if !q.busy {
+		q.busy = true
+		return nil
+	}
+	ch := make(chan struct{})
+	q.waiting = append(q.waiting, ch)
+	return ch
 }
 
-// waitTurn waits for prev; when ctx ends first, it hands the turn on once
-// prev ends, so that later calls still run in order.
-func waitTurn(ctx context.Context, prev <-chan struct{}, mine chan struct{}) error {
-	if prev == nil {
+// done ends the current turn and hands it to the next in line.
+func (q *queue) done() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiting) == 0 {
+		q.busy = false
+		return
+	}
+	next := q.waiting[0]
+	q.waiting = q.waiting[1:]
+	close(next)
+}
+
+// wait waits for the turn take returned. When ctx ends first, the turn is
+// given up (or, if it came meanwhile, passed on), so later calls still run
+// in order.
+func (q *queue) wait(ctx context.Context, turn chan struct{}) error {
+	if turn == nil {
 		return nil
 	}
 	select {
-	case <-prev:
+	case <-turn:
 		return nil
 	default:
 	}
 	select {
-	case <-prev:
+	case <-turn:
 		return nil
 	case <-ctx.Done():
-		go func() { <-prev; close(mine) }()
-		return fmt.Errorf("waiting for this communicator's earlier collectives: %w", ctx.Err())
 	}
+	q.mu.Lock()
+	for i, ch := range q.waiting {
+		if ch == turn {
+			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+			q.mu.Unlock()
+			return fmt.Errorf("waiting for this communicator's earlier collectives: %w", ctx.Err())
+		}
+	}
+	q.mu.Unlock()
+	q.done() // the turn had come: pass it on
+	return fmt.Errorf("waiting for this communicator's earlier collectives: %w", ctx.Err())
 }
