@@ -267,8 +267,27 @@ func TestWriteNowFullSocket(t *testing.T) {
 // end, all get their completions (one drives, the other parks and is woken
 // by the driver's pushes or the reader goroutine).
 func TestWaitersDriveOneLink(t *testing.T) {
+	for _, g := range []struct {
+		name  string
+		grace time.Duration
+	}{
+		{"default", 0},
+		// The reader goroutine takes the token back at once after every
+		// wait, so that nearly every Wait has to take it from the reader.
+		{"eager-reader", time.Nanosecond},
+		{"no-driving", -1},
+	} {
+		t.Run(g.name, func(t *testing.T) {
+			o := testOptions()
+			o.PollGrace = g.grace
+			testWaitersDriveOneLink(t, o)
+		})
+	}
+}
+
+func testWaitersDriveOneLink(t *testing.T, o Options) {
 	const n = 300
-	a, b := bigPair(t, testOptions(), 4096)
+	a, b := bigPair(t, o, 4096)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for i := range n {
