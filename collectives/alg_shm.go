@@ -1,10 +1,13 @@
 package collectives
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/rdmago/rdmago/collectives/reduce"
 )
 
 // The shared-memory algorithms (SharedMemory).
@@ -14,11 +17,18 @@ import (
 // shm),
 // a call needs no messages at all. Each rank owns a region:
 //
-//	0    done   uint64   the last round this rank has finished reading
-//	64   slot 0: round uint64 · 64-byte call header · data (SharedSlotBytes)
+//	0    done     uint64  the last round this rank has finished reading
+//	8    bell     uint32  bumped after this rank publishes, when sleepers > 0
+//	12   sleepers uint32  ranks asleep (or about to be) on bell
+//	64   slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
+//	          bytes of data; line 1: second round word (allreduceShmRS);
+//	          then the data of larger chunks (the slot size)
 //	…    slot 1: the same
 //
-// A call moves its vector in rounds of at most SharedSlotBytes. A round has
+// A small call's chunk, header and round id share one cache line, so a
+// reader fetches them in one transfer.
+//
+// A call moves its vector in rounds of at most a slot. A round has
 // an id that every rank computes alike and that only grows: the Engine's
 // call counter in the high bits, the chunk index in the low ones. In a
 // round, each rank that contributes data
@@ -39,50 +49,88 @@ import (
 // of this call", so a rank that left a call early (an error) never holds
 // up the writers of later calls.
 //
-// Waits spin, then let the region's Pause policy yield or sleep; they give
-// up when the call is aborted (a peer's mismatch report, a stall probe),
+// Waits spin, then follow the region's Wait policy: yield the CPU, then
+// sleep on the peer's bell (a futex over shm), which the peer rings after
+// it publishes a round or finishes reading one if anyone sleeps there (a
+// store, then a load of the sleepers count, against the sleeper's
+// increment, then a load of the bell and a re-check: one of the two always
+// sees the other). With more ranks than cores, sleeping waiters leave the
+// CPUs to the ranks that still have to arrive. Waits give up when the call
+// is aborted (a peer's mismatch report, a stall probe),
 // when the caller's ctx ends, when the group fails (a lost peer leaves its
 // memory mapped but frozen: the p2p layer notices the loss), or when the
 // Engine closes.
 
-// SharedSlotBytes is the data capacity of a slot: the largest chunk one
-// round of a shared-memory algorithm moves.
-const SharedSlotBytes = 64 << 10
-
 const (
-	shmSlotHdr  = 128 // round word (8), padding, call header at 64
-	shmSlotSize = shmSlotHdr + SharedSlotBytes
-	shmSlot0    = 64
-	// SharedRegionBytes is the size of each rank's part of a SharedRegion.
-	SharedRegionBytes = shmSlot0 + 2*shmSlotSize
-
+	shmSlotHdr   = 128 // lines 0 and 1 of a slot (see above); larger data after
+	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
+	shmSlot0     = 64
+	shmMinSlot   = 4 << 10
 	shmChunkBits = 24 // chunks per call in a round id
 	shmAllDone   = 1<<shmChunkBits - 1
 )
 
+// SharedRegionSize is the size of each rank's part of a SharedRegion whose
+// slots hold slotBytes of data each: the largest chunk one round of a
+// shared-memory algorithm moves (at least 4 KiB; a multiple of 64).
+// Larger slots mean fewer rounds, which matters most when ranks outnumber
+// cores (every round needs every rank to run).
+func SharedRegionSize(slotBytes int) int { return shmSlot0 + 2*(shmSlotHdr+slotBytes) }
+
 // shmState is the Engine's side of a SharedRegion.
 type shmState struct {
-	r    SharedRegion
-	mem  [][]byte  // per rank, SharedRegionBytes each
-	next int       // the slot this rank writes next
-	used [2]uint64 // per slot, the round this rank last wrote into it
+	seen     []uint64 // per rank, the latest call whose round this rank has seen it publish
+	r        SharedRegion
+	mem      [][]byte  // per rank, its part of the region
+	slot     int       // data bytes per slot
+	slotSize int       // bytes per slot, header included
+	next     int       // the slot this rank writes next
+	used     [2]uint64 // per slot, the round this rank last wrote into it
 }
 
+// newShmState checks the region: every rank's part 8-byte aligned, and
+// slots of at least shmMinSlot, sized by the smallest part (every rank
+// sees the same parts, so every rank computes the same slots).
 func newShmState(r SharedRegion, size int) *shmState {
-	s := &shmState{r: r, mem: make([][]byte, size)}
+	s := &shmState{r: r, mem: make([][]byte, size), seen: make([]uint64, size)}
+	least := -1
 	for p := range s.mem {
 		m := r.Mem(p)
-		if len(m) < SharedRegionBytes || uintptr(unsafe.Pointer(unsafe.SliceData(m)))%8 != 0 {
+		if len(m) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(m)))%8 != 0 {
 			return nil
 		}
-		s.mem[p] = m[:SharedRegionBytes:SharedRegionBytes]
+		if least < 0 || len(m) < least {
+			least = len(m)
+		}
+		s.mem[p] = m
 	}
+	s.slot = ((least-shmSlot0)/2 - shmSlotHdr) / 64 * 64
+	if s.slot < shmMinSlot {
+		return nil
+	}
+	s.slotSize = shmSlotHdr + s.slot
 	return s
 }
 
 func word(m []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&m[off])) }
 
-func slotOff(k int) int { return shmSlot0 + k*shmSlotSize }
+func word32(m []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&m[off])) }
+
+const (
+	shmBell     = 8
+	shmSleepers = 12
+)
+
+// ring wakes the sleepers on this rank's bell, after a publish.
+func (s *shmState) ring(me int) {
+	m := s.mem[me]
+	if atomic.LoadUint32(word32(m, shmSleepers)) != 0 {
+		atomic.AddUint32(word32(m, shmBell), 1)
+		s.r.Ring(word32(m, shmBell))
+	}
+}
+
+func (s *shmState) slotOff(k int) int { return shmSlot0 + k*s.slotSize }
 
 // roundID is the id of chunk i of the call with counter calls.
 func roundID(calls uint64, i int) uint64 { return calls<<shmChunkBits | uint64(i) }
@@ -91,6 +139,7 @@ func roundID(calls uint64, i int) uint64 { return calls<<shmChunkBits | uint64(i
 // narrative).
 func (s *shmState) finish(me int, calls uint64) {
 	atomic.StoreUint64(word(s.mem[me], 0), roundID(calls, shmAllDone))
+	s.ring(me)
 }
 
 // shmWait polls cond until it holds. It fails when the call is stopped,
@@ -127,8 +176,21 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 		}
 		if start.IsZero() {
 			start = time.Now()
+			c.armProbe()
 		}
-		e.shm.r.Pause(time.Since(start))
+		// Announce a possible sleep on peer's bell, then re-check: peer
+		// either sees the announcement and rings, or published before the
+		// re-check.
+		m := e.shm.mem[peer]
+		sleepers, bell := word32(m, shmSleepers), word32(m, shmBell)
+		atomic.AddUint32(sleepers, 1)
+		old := atomic.LoadUint32(bell)
+		if cond() {
+			atomic.AddUint32(sleepers, ^uint32(0))
+			return nil
+		}
+		e.shm.r.Wait(bell, old, time.Since(start))
+		atomic.AddUint32(sleepers, ^uint32(0))
 	}
 }
 
@@ -140,7 +202,9 @@ func (c *call) shmPut(i int, data []byte) error {
 	s.next ^= 1
 	if prev := s.used[k]; prev != 0 {
 		for p := range s.mem {
-			if p == me {
+			// A rank seen publishing in a later call than prev's has
+			// finished prev's call, and its reading of this slot.
+			if p == me || s.seen[p] > prev>>shmChunkBits {
 				continue
 			}
 			done := word(s.mem[p], 0)
@@ -149,24 +213,60 @@ func (c *call) shmPut(i int, data []byte) error {
 			}
 		}
 	}
-	slot := s.mem[me][slotOff(k):]
-	copy(slot[shmSlotHdr:], data)
+	slot := s.mem[me][s.slotOff(k):]
+	copy(dataOf(slot, len(data)), data)
 	h := c.h
 	h.payload = int64(len(data))
-	h.encode(slot[64:128])
+	putShmHeader(slot[8:40], &h)
 	id := roundID(c.calls, i)
 	s.used[k] = id
 	atomic.StoreUint64(word(slot, 0), id)
+	s.ring(me)
 	return nil
 }
 
 // shmGet waits for peer's chunk i and returns it (valid until this rank
 // marks the round done), after checking peer's header against this call's.
 func (c *call) shmGet(peer, i int, n int) ([]byte, error) {
+	slot, err := c.shmSlot(peer, i, n)
+	if err != nil {
+		return nil, err
+	}
+	return dataOf(slot, n), nil
+}
+
+// dataOf is where a slot holds a chunk of n bytes.
+func dataOf(slot []byte, n int) []byte {
+	if n <= shmInline {
+		return slot[40 : 40+n]
+	}
+	return slot[shmSlotHdr : shmSlotHdr+n]
+}
+
+// putShmHeader and getShmHeader are the 32-byte header of a slot: the
+// call's fingerprint and the chunk's size, compared like a message header.
+func putShmHeader(b []byte, h *header) {
+	b[0], b[1], b[2], b[3] = h.coll, uint8(h.op), uint8(h.dtype), h.alg
+	binary.LittleEndian.PutUint32(b[4:], uint32(h.root))
+	binary.LittleEndian.PutUint64(b[8:], uint64(h.count))
+	binary.LittleEndian.PutUint64(b[16:], uint64(h.payload))
+	binary.LittleEndian.PutUint32(b[24:], h.seq)
+}
+
+func getShmHeader(b []byte) header {
+	return header{kind: kindData, coll: b[0], op: reduce.OpCode(b[1]), dtype: reduce.DType(b[2]), alg: b[3],
+		root:    int32(binary.LittleEndian.Uint32(b[4:])),
+		count:   int64(binary.LittleEndian.Uint64(b[8:])),
+		payload: int64(binary.LittleEndian.Uint64(b[16:])),
+		seq:     binary.LittleEndian.Uint32(b[24:])}
+}
+
+// shmSlot is shmGet returning peer's whole slot.
+func (c *call) shmSlot(peer, i int, n int) ([]byte, error) {
 	s := c.e.shm
 	id := roundID(c.calls, i)
 	m := s.mem[peer]
-	w0, w1 := word(m, slotOff(0)), word(m, slotOff(1))
+	w0, w1 := word(m, s.slotOff(0)), word(m, s.slotOff(1))
 	k := -1
 	if err := c.shmWait(peer, func() bool {
 		switch id {
@@ -181,31 +281,34 @@ func (c *call) shmGet(peer, i int, n int) ([]byte, error) {
 	}); err != nil {
 		return nil, err
 	}
-	slot := m[slotOff(k):]
-	var h header
-	if !h.decode(slot[64:128]) {
-		return nil, c.fail(peer, fmt.Errorf("%w: rank %d's shared-memory header is corrupt", ErrProtocol, peer))
-	}
+	s.seen[peer] = c.calls
+	slot := m[s.slotOff(k):]
+	h := getShmHeader(slot[8:40])
 	if mm := compareCall(c.e.rank, &c.h, peer, &h); mm != nil {
 		return nil, c.mismatch(mm)
 	}
 	if h.payload != int64(n) {
 		return nil, c.fail(peer, fmt.Errorf("%w: rank %d's chunk %d has %d bytes, want %d", ErrProtocol, peer, i, h.payload, n))
 	}
-	return slot[shmSlotHdr : shmSlotHdr+n], nil
+	return slot[:s.slotSize:s.slotSize], nil
 }
 
 // shmDone marks chunk i read.
 func (c *call) shmDone(i int) {
 	s := c.e.shm
 	atomic.StoreUint64(word(s.mem[c.e.rank], 0), roundID(c.calls, i))
+	s.ring(c.e.rank)
 }
 
 // shmChunks calls f for every chunk of a vector of nbytes (whole elements
 // per chunk); a vector of 0 bytes still has one, empty, chunk, so that a
 // barrier and empty calls synchronise like the others.
 func (c *call) shmChunks(nbytes int, f func(i, off, n int) error) error {
-	per := SharedSlotBytes / c.esize * c.esize
+	return c.shmChunksOf(nbytes, c.e.shm.slot/c.esize*c.esize, f)
+}
+
+// shmChunksOf is shmChunks with chunks of per bytes.
+func (c *call) shmChunksOf(nbytes, per int, f func(i, off, n int) error) error {
 	if nbytes > per<<shmChunkBits-1 {
 		return fmt.Errorf("%w: %d bytes exceed the shared-memory algorithms' %d-chunk limit", ErrInvalidArgument, nbytes, shmAllDone)
 	}
@@ -271,6 +374,70 @@ func (c *call) shmFold(i int, dst []byte) error {
 	return nil
 }
 
+// allreduceShmRS is the shared-memory allreduce for many ranks and large
+// vectors, where reading every rank's whole chunk (allreduceShm) would
+// cost p times the vector per rank. Each round, every rank publishes its
+// chunk; rank r folds block r of all chunks, in rank order, into the spare
+// part of its own slot and publishes that with the slot's second round
+// word; then every rank copies every reduced block out. Each element is
+// folded once, in the same order as allreduceShm, so the bits are the same.
+func (c *call) allreduceShmRS(buf []byte) error {
+	p, me := c.e.size, c.e.rank
+	per := c.e.shm.slot * p / (p + 1) / (c.esize * p) * (c.esize * p)
+	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
+		chunk := buf[off : off+n]
+		if err := c.shmPut(i, chunk); err != nil {
+			return err
+		}
+		cnt := n / c.esize
+		id := roundID(c.calls, i)
+		// Fold block me of every chunk into the spare part of this slot.
+		s := c.e.shm
+		k := s.next ^ 1
+		mine := s.mem[me][s.slotOff(k):]
+		red := mine[shmSlotHdr+per:]
+		bs, be := blockStart(cnt, p, me)*c.esize, blockStart(cnt, p, me+1)*c.esize
+		red = red[:be-bs]
+		for q := 0; q < p; q++ {
+			x := mine[shmSlotHdr+bs : shmSlotHdr+be]
+			if q != me {
+				slot, err := c.shmSlot(q, i, n)
+				if err != nil {
+					return err
+				}
+				x = slot[shmSlotHdr+bs : shmSlotHdr+be]
+			}
+			switch {
+			case q == 0:
+				copy(red, x)
+			case len(red) > 0:
+				c.kern.Combine(red, x)
+			}
+		}
+		atomic.StoreUint64(word(mine, 64), id)
+		s.ring(me)
+		// Gather every rank's reduced block.
+		for q := 0; q < p; q++ {
+			qs, qe := blockStart(cnt, p, q)*c.esize, blockStart(cnt, p, q+1)*c.esize
+			src := red
+			if q != me {
+				slot, err := c.shmSlot(q, i, n)
+				if err != nil {
+					return err
+				}
+				w := word(slot, 64)
+				if err := c.shmWait(q, func() bool { return atomic.LoadUint64(w) == id }); err != nil {
+					return err
+				}
+				src = slot[shmSlotHdr+per : shmSlotHdr+per+qe-qs]
+			}
+			copy(chunk[qs:qe], src)
+		}
+		c.shmDone(i)
+		return nil
+	})
+}
+
 // shmOwn is this rank's published chunk i (in the slot it last wrote).
 func (c *call) shmOwn(i, n int) ([]byte, error) {
 	s := c.e.shm
@@ -278,8 +445,7 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 	if s.used[k] != roundID(c.calls, i) {
 		return nil, fmt.Errorf("%w: this rank's chunk %d is not in its slot", ErrProtocol, i)
 	}
-	off := slotOff(k) + shmSlotHdr
-	return s.mem[c.e.rank][off : off+n], nil
+	return dataOf(s.mem[c.e.rank][s.slotOff(k):], n), nil
 }
 
 // bcastShm: root publishes each chunk; the others copy it out.

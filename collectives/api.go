@@ -118,7 +118,11 @@ func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op red
 			case Hierarchical:
 				err = c.allreduceHier(b)
 			case SharedMemory:
-				err = c.allreduceShm(b)
+				if c.e.size > 2 && len(b) > shmRSBytes {
+					err = c.allreduceShmRS(b)
+				} else {
+					err = c.allreduceShm(b)
+				}
 			default:
 				err = c.allreduceRD(b)
 			}

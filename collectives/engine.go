@@ -386,15 +386,8 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	if early != nil {
 		return c, c.end(c.mismatch(early))
 	}
-	if d := e.opts.stallProbe(); d > 0 && e.size > 1 {
-		e.mu.Lock()
-		st.probeArmed = true
-		if e.probe == nil {
-			e.probe = time.AfterFunc(d, e.sendStatus)
-		} else {
-			e.probe.Reset(d)
-		}
-		e.mu.Unlock()
+	if alg != SharedMemory { // those arm it when a wait outlasts its spin
+		c.armProbe()
 	}
 	c.tag = int(st.seq&(1<<29-1)) << 1
 	if aborted {
@@ -408,6 +401,23 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		}
 	}
 	return c, nil
+}
+
+// armProbe starts the stall-probe timer for this call (once).
+func (c *call) armProbe() {
+	e := c.e
+	d := e.opts.stallProbe()
+	if d <= 0 || e.size < 2 || c.probeArmed {
+		return
+	}
+	e.mu.Lock()
+	c.probeArmed = true
+	if e.probe == nil {
+		e.probe = time.AfterFunc(d, e.sendStatus)
+	} else {
+		e.probe.Reset(d)
+	}
+	e.mu.Unlock()
 }
 
 // end finishes the call: on error it cancels and waits for every request

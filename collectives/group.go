@@ -81,8 +81,9 @@ type SharedMemoryGroup interface {
 
 // SharedRegion is memory of every rank of a group, mapped into each.
 type SharedRegion interface {
-	// Mem is rank's part, at least SharedRegionBytes long and 8-byte
-	// aligned, as this process sees it; Mem(Rank()) is this rank's own.
+	// Mem is rank's part, 8-byte aligned and of the same size for every
+	// rank, at least SharedRegionSize(4096), as this process sees it;
+	// Mem(Rank()) is this rank's own.
 	// Another rank's part changes under the reader (atomics order it).
 	Mem(rank int) []byte
 	// Failed is closed when the group fails (a peer lost, the transport
@@ -90,10 +91,15 @@ type SharedRegion interface {
 	// frozen, so waits on flags watch Failed.
 	Failed() <-chan struct{}
 	Err() error
-	// Pause is called by a rank waiting for a flag, with how long it has
-	// waited: it returns at once while spinning pays (a rank per core), or
-	// yields the CPU, or sleeps a little.
-	Pause(waited time.Duration)
+	// Wait is called by a rank waiting for a flag in another rank's
+	// memory, with how long it has waited so far. It returns at once while
+	// spinning pays (a rank per core), or after yielding the CPU, or after
+	// sleeping until the 32-bit bell (in the region) no longer holds old
+	// (the writer changes the bell and calls Ring) or a short while has
+	// passed (the caller re-checks its flag, its ctx and Failed).
+	Wait(bell *uint32, old uint32, waited time.Duration)
+	// Ring wakes the ranks sleeping in Wait on bell.
+	Ring(bell *uint32)
 }
 
 // OneSided is an optional Group capability: windows that peers write into

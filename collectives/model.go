@@ -280,7 +280,7 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 		}
 		return forced, nil
 	}
-	if e.shm != nil && nbytes <= shmAutoBytes && admissible(SharedMemory) == nil && implements(c, SharedMemory) {
+	if e.shm != nil && e.shmPays(c, nbytes) && admissible(SharedMemory) == nil && implements(c, SharedMemory) {
 		return SharedMemory, nil
 	}
 	best, bestCost := Auto, math.Inf(1)
@@ -313,8 +313,36 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 }
 
 // shmAutoBytes is the largest vector for which Auto picks the
-// shared-memory algorithms when the group has a SharedRegion: one round.
-const shmAutoBytes = SharedSlotBytes
+// shared-memory algorithms when the group has a SharedRegion.
+const shmAutoBytes = 64 << 10
+
+// shmPays says whether Auto should run c on nbytes with the shared-memory
+// algorithms (measured on a 2-vCPU VM; docs/collectives.md): always up to
+// shmAutoBytes, where they replace every message by a flag; for allreduce
+// of more than two ranks at every size (blocks folded in place and
+// gathered: about 3 copies of the vector per rank, and two synchronisations
+// per round, far fewer than a ring's 2(p−1) steps when ranks share cores);
+// for two ranks' allreduce from shmLargeBytes, where the p2p ring's
+// rendezvous costs more than one copy in and one fold.
+func (e *Engine) shmPays(c Collective, nbytes int) bool {
+	switch {
+	case nbytes <= shmAutoBytes:
+		return true
+	case c != CollAllreduce:
+		return false
+	case e.size > 2:
+		return true
+	}
+	return nbytes >= shmLargeBytes
+}
+
+// shmLargeBytes: see shmPays.
+const shmLargeBytes = 8 << 20
+
+// shmRSBytes is the size above which the shared-memory allreduce of more
+// than two ranks reduces blocks and gathers them (allreduceShmRS) instead
+// of having every rank read every chunk.
+const shmRSBytes = 16 << 10
 
 // hostShape returns the largest number of ranks on one host and the number
 // of hosts.

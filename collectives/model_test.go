@@ -112,3 +112,41 @@ func TestParseAlgorithms(t *testing.T) {
 		}
 	}
 }
+
+// With shared memory, Auto takes the shared-memory algorithms for small
+// calls, and for large allreduces where they measured faster (every size
+// past two ranks; from 8 MiB with two); never without a region.
+func TestChooseShared(t *testing.T) {
+	for _, c := range []struct {
+		p, bytes int
+		coll     collectives.Collective
+		shared   bool
+		want     bool
+	}{
+		{2, 8, collectives.CollAllreduce, true, true},
+		{2, 64 << 10, collectives.CollBcast, true, true},
+		{2, 1 << 20, collectives.CollAllreduce, true, false},
+		{2, 16 << 20, collectives.CollAllreduce, true, true},
+		{3, 1 << 20, collectives.CollAllreduce, true, true},
+		{3, 1 << 20, collectives.CollBcast, true, false},
+		{8, 0, collectives.CollBarrier, true, true},
+		{2, 8, collectives.CollAllreduce, false, false},
+	} {
+		w := coltest.NewWorld(c.p, coltest.Options{Shared: c.shared})
+		e, err := collectives.New(w.Group(0), collectives.Options{})
+		require.NoError(t, err)
+		alg, err := e.Choose(c.coll, c.bytes, true)
+		require.NoError(t, err)
+		require.Equal(t, c.want, alg == collectives.SharedMemory, "%+v: chose %v", c, alg)
+		// Deterministic mode admits them for reductions (a rank-order fold).
+		if c.shared && c.coll == collectives.CollAllreduce {
+			d, err := collectives.New(w.Group(0), collectives.Options{Deterministic: true})
+			require.NoError(t, err)
+			alg, err := d.Choose(c.coll, c.bytes, true)
+			require.NoError(t, err)
+			require.Contains(t, []collectives.Algorithm{collectives.Ordered, collectives.SharedMemory}, alg)
+			d.Close()
+		}
+		e.Close()
+	}
+}

@@ -56,11 +56,12 @@ type p2pSharedGroup struct {
 	w *p2p.Window
 }
 
-func (g *p2pSharedGroup) Shared() collectives.SharedRegion { return g }
-func (g *p2pSharedGroup) Mem(rank int) []byte              { return g.w.Direct(rank) }
-func (g *p2pSharedGroup) Failed() <-chan struct{}          { return g.ep.Failed() }
-func (g *p2pSharedGroup) Err() error                       { return g.ep.Err() }
-func (g *p2pSharedGroup) Pause(time.Duration)              { runtime.Gosched() }
+func (g *p2pSharedGroup) Shared() collectives.SharedRegion    { return g }
+func (g *p2pSharedGroup) Mem(rank int) []byte                 { return g.w.Direct(rank) }
+func (g *p2pSharedGroup) Failed() <-chan struct{}             { return g.ep.Failed() }
+func (g *p2pSharedGroup) Err() error                          { return g.ep.Err() }
+func (g *p2pSharedGroup) Wait(*uint32, uint32, time.Duration) { runtime.Gosched() }
+func (g *p2pSharedGroup) Ring(*uint32)                        {}
 
 func (g *p2pGroup) Expose(ctx context.Context, buf []byte) (collectives.Window, error) {
 	w, err := g.ep.NewWindow(ctx, buf)
@@ -129,7 +130,7 @@ func TestOverP2P(t *testing.T) {
 						if alg == collectives.SharedMemory {
 							// A fresh region per Engine, as the Engine's
 							// round ids start over.
-							w, err := ep.AllocWindow(ctx, collectives.SharedRegionBytes)
+							w, err := ep.AllocWindow(ctx, collectives.SharedRegionSize(16<<10))
 							if err != nil {
 								return err
 							}

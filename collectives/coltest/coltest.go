@@ -1,6 +1,7 @@
 package coltest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,9 +49,12 @@ type Options struct {
 	// (0 disables). It simulates a peer dying in the middle of a collective.
 	FailRank, FailAfter int
 	// Shared makes groups implement collectives.SharedMemoryGroup, with a
-	// region of collectives.SharedRegionBytes per rank in this process's
-	// memory (it cannot be combined with the other capabilities).
-	Shared bool
+	// region of collectives.SharedRegionSize(SharedSlot) bytes per rank in
+	// this process's memory (it cannot be combined with the other
+	// capabilities). SharedSlot 0 means 8 KiB, small so that tests cross
+	// rounds.
+	Shared     bool
+	SharedSlot int
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
@@ -79,8 +83,9 @@ func NewWorld(n int, opts Options) *World {
 	w.failed = make(chan struct{})
 	if opts.Shared {
 		for range n {
-			words := make([]uint64, (collectives.SharedRegionBytes+7)/8)
-			w.shared = append(w.shared, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), collectives.SharedRegionBytes))
+			size := collectives.SharedRegionSize(cmp.Or(opts.SharedSlot, 8<<10))
+			words := make([]uint64, (size+7)/8)
+			w.shared = append(w.shared, unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), size))
 		}
 	}
 	for i := 0; i < n; i++ {
@@ -439,9 +444,10 @@ func (s *shared) Mem(rank int) []byte {
 	return s.g.w.shared[rank]
 }
 
-func (s *shared) Failed() <-chan struct{} { return s.g.w.failed }
-func (s *shared) Err() error              { return s.g.w.lostErr() }
-func (s *shared) Pause(time.Duration)     { runtime.Gosched() }
+func (s *shared) Failed() <-chan struct{}             { return s.g.w.failed }
+func (s *shared) Err() error                          { return s.g.w.lostErr() }
+func (s *shared) Wait(*uint32, uint32, time.Duration) { runtime.Gosched() }
+func (s *shared) Ring(*uint32)                        {}
 
 type topo struct{ g *group }
 

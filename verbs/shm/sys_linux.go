@@ -75,8 +75,11 @@ func futexWake(addr *uint32) {
 }
 
 // osYield gives the core to another runnable thread, of any process (the
-// runtime's Gosched only yields to goroutines of this one).
-func osYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+// runtime's Gosched only yields to goroutines of this one). It is a raw
+// system call, as the runtime's own osyield is: counted as blocking, a
+// yield that lasts while other processes run would let the runtime hand
+// this thread's P away and make the way back a thread wake-up.
+func osYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // hostIdentity is the boot id of the running kernel plus the inode of this
 // process's network namespace: two processes share memory cheaply and reach

@@ -1,0 +1,63 @@
+package collectives_test
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/coltest"
+	"github.com/rdmago/rdmago/collectives/reduce"
+)
+
+// TestSharedMemoryBits: the shared-memory allreduce, in both its forms
+// (every rank folds every chunk; ranks fold blocks and gather them, above
+// 16 KiB with more than two ranks) and over several rounds of slots, gives
+// every rank the bits of the Ordered algorithm, on floats whose sums round.
+func TestSharedMemoryBits(t *testing.T) {
+	t.Parallel()
+	ns := []int{0, 1, 2049, 13657, 20000}
+	for _, p := range []int{2, 3, 5, 8} {
+		for _, n := range ns {
+			t.Run(name("p", p, "n", n), func(t *testing.T) {
+				in := func(r int) []float64 {
+					rng := rand.New(rand.NewPCG(uint64(r), uint64(n)))
+					v := make([]float64, n)
+					for i := range v {
+						v[i] = rng.NormFloat64() * math.Pow(10, float64(rng.IntN(12)-6))
+					}
+					return v
+				}
+				run := func(alg collectives.Algorithm, shared bool) [][]float64 {
+					out := make([][]float64, p)
+					errs := world(t, p, coltest.Options{Shared: shared}, force(collectives.CollAllreduce, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
+						buf := in(r)
+						for range 2 { // a second call reuses the slots
+							buf = in(r)
+							if err := collectives.Allreduce(ctx, e, buf, reduce.Sum); err != nil {
+								return err
+							}
+						}
+						out[r] = buf
+						return checkAlg(e, alg)
+					})
+					requireAllOK(t, errs)
+					return out
+				}
+				want := run(collectives.Ordered, false)
+				got := run(collectives.SharedMemory, true)
+				for r := range p {
+					require.Equal(t, len(want[0]), len(got[r]), "rank %d", r)
+					for i := range got[r] {
+						if math.Float64bits(got[r][i]) != math.Float64bits(want[0][i]) {
+							t.Fatalf("rank %d element %d: %v, ordered gives %v", r, i, got[r][i], want[0][i])
+						}
+					}
+				}
+			})
+		}
+	}
+}

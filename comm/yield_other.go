@@ -1,7 +1,0 @@
-//go:build !linux
-
-package comm
-
-import "runtime"
-
-func osYield() { runtime.Gosched() }
