@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"time"
@@ -27,6 +28,16 @@ import (
 // it naps on a timer instead, so the two never fight over completions or
 // for the cores, and nothing on the hot path has to wake it; a goroutine
 // about to block on a channel hands progress to it explicitly (handOff).
+
+// waitSleep waits on the device's CQ without spinning when the provider
+// can (verbs.SleepWaiter): the background goroutine must not hold a CPU
+// that a foreground goroutine of this process needs.
+func (d *device) waitSleep(ctx context.Context) error {
+	if sw, ok := d.cq.(verbs.SleepWaiter); ok {
+		return sw.WaitSleep(ctx)
+	}
+	return d.cq.Wait(ctx)
+}
 
 func (ep *Endpoint) progress() int {
 	if !ep.pollMu.TryLock() {
@@ -133,7 +144,7 @@ func (ep *Endpoint) background(d *device) {
 			continue
 		}
 		kicked, nap = false, bgNapMin
-		if err := d.cq.Wait(ep.bgCtx); err != nil {
+		if err := d.waitSleep(ep.bgCtx); err != nil {
 			if ep.bgCtx.Err() != nil {
 				return
 			}

@@ -175,3 +175,12 @@ type Disconnector interface {
 type DirectAccess interface {
 	MapRemote(addr uint64, rkey uint32, n int, access Access) ([]byte, error)
 }
+
+// SleepWaiter is an optional CQ capability for providers whose Wait spins
+// or yields before it sleeps (shm): WaitSleep is Wait that goes to sleep at
+// once. A background goroutine that only keeps things moving while nobody
+// else polls uses it, so that it never holds a CPU (with GOMAXPROCS=1, the
+// only one) that a latency-bound goroutine of the same process needs.
+type SleepWaiter interface {
+	WaitSleep(ctx context.Context) error
+}

@@ -118,7 +118,14 @@ func (c *cq) ready() bool {
 	return false
 }
 
-func (c *cq) Wait(ctx context.Context) error {
+func (c *cq) Wait(ctx context.Context) error { return c.wait(ctx, c.d.spin, c.d.yield) }
+
+// WaitSleep is Wait without the spin and the yield (verbs.SleepWaiter).
+func (c *cq) WaitSleep(ctx context.Context) error { return c.wait(ctx, 0, 0) }
+
+var _ verbs.SleepWaiter = (*cq)(nil)
+
+func (c *cq) wait(ctx context.Context, spin, yield time.Duration) error {
 	if c.ready() {
 		return nil
 	}
@@ -131,7 +138,7 @@ func (c *cq) Wait(ctx context.Context) error {
 	// Spin: a peer on another core answers within a microsecond or two,
 	// far sooner than a futex wake-up (tens of microseconds) would.
 	start := time.Now()
-	for spins := 0; time.Since(start) < c.d.spin; spins++ {
+	for spins := 0; time.Since(start) < spin; spins++ {
 		for i := 0; i < 32; i++ {
 			if c.ready() {
 				return nil
@@ -139,7 +146,7 @@ func (c *cq) Wait(ctx context.Context) error {
 		}
 	}
 	// Yield: with more ranks than cores, the peer may need this core.
-	for time.Since(start) < c.d.spin+c.d.yield {
+	for time.Since(start) < spin+yield {
 		osYield()
 		if c.ready() {
 			return nil
