@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -187,6 +188,7 @@ func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int
 				return 0, 0, err
 			}
 		}
+		runtime.GC()
 		if err := comm.Barrier(ctx, b.c); err != nil {
 			return 0, 0, err
 		}
@@ -245,6 +247,9 @@ func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int
 			return 0, 0, err
 		}
 	}
+	// Collect garbage now rather than in the timed loop (as Go's testing
+	// package does before each benchmark): set-up and warm-up allocate.
+	runtime.GC()
 	if err := comm.Barrier(ctx, b.c); err != nil {
 		return 0, 0, err
 	}
