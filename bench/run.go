@@ -63,6 +63,7 @@ type runner[T comm.Element] struct {
 	firstErr  string // the first of them, for the report
 	progress  io.Writer
 	startedAt time.Time
+	warmed    bool // a size has been measured (see measure)
 }
 
 func newRunner[T comm.Element](c *comm.Comm, cfg config, progress io.Writer) *runner[T] {
@@ -226,6 +227,12 @@ func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int
 		if per > 0 && float64(rest)*per > budget/5 {
 			rest = int(budget / 5 / per)
 		}
+		if !b.warmed && per > 0 {
+			// The first size also warms the job up (first touches of
+			// memory, caches, the runtime's first collections): give it
+			// the whole warm-up share of the budget.
+			rest = max(rest, int(budget/5/per))
+		}
 		if b.cfg.Warmup >= 0 {
 			rest = max(b.cfg.Warmup-1-w1, 0)
 		}
@@ -254,6 +261,7 @@ func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int
 		return 0, 0, err
 	}
 	t, err := k(ctx, int(plan[2]))
+	b.warmed = true
 	return t, int(plan[2]), err
 }
 
