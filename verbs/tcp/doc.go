@@ -46,10 +46,13 @@
 //     network poller. Otherwise the link's reader goroutine reads, pushes
 //     the completion and wakes the waiter directly (one hand-off; the
 //     engine adds no goroutine or channel of its own in between).
-//   - Responses (ACKs, READ responses, atomic results) are written by
+//   - Responses (READ responses, atomic results, NAKs) are written by
 //     whoever handled the request, non-blocking as above; the reading side
 //     never blocks on a write, so two ends busy writing large messages to
-//     each other cannot deadlock.
+//     each other cannot deadlock. A plain ACK is held back until this side
+//     sends its next frame (a ping-pong's ACKs ride on its data), is about
+//     to block on the socket, or at the latest PollGrace later, so that a
+//     waiter does not pay a write before it gets its completion.
 //
 // The right to read a connection is a token held by the reader goroutine or
 // one waiter. A waiter takes it from the reader goroutine by interrupting

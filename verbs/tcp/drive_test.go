@@ -492,3 +492,30 @@ func TestDriveLinkLost(t *testing.T) {
 		t.Fatal("Wait did not return after the peer went away")
 	}
 }
+
+// TestHeldBackAckArrives: the ACK a waiter holds back (to send it with its
+// next frame) reaches the requester even when the waiter's program then
+// neither sends nor waits: the reader goroutine sends it when it resumes.
+func TestHeldBackAckArrives(t *testing.T) {
+	o := testOptions()
+	o.PollGrace = 20 * time.Millisecond
+	a, b := bigPair(t, o, 4096)
+	works2(t, a, b)
+	for round := range 3 {
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(round)}))
+		got := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := waitCtx(ctx, b.rcq) // drives b's link, then goes quiet
+			got <- err
+		}()
+		time.Sleep(5 * time.Millisecond) // let b's waiter take the socket
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(round), Opcode: verbs.OpRDMAWriteWithImm, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
+		require.NoError(t, <-got)
+		wc := wait(t, a.cq)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, uint64(round), wc.ID)
+	}
+}

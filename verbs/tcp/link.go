@@ -53,11 +53,13 @@ type link struct {
 	watched     context.Context // see watch
 	unwatch     func() bool
 	unwatched   bool
+	keep        bool // the registration outlives its Drive
 	sr          sockReader
 	fs          frameState
 
 	mu         sync.Mutex
-	resps      []softrc.Response // responses queued by the reader
+	resps      []softrc.Response // responses queued by the reading side
+	nresps     atomic.Int32      // len(resps), read without mu
 	respClosed bool              // the writer is gone: release, do not queue
 
 	wmu sync.Mutex
@@ -161,6 +163,7 @@ func (l *link) writer() {
 			l.resps[i].Done()
 		}
 		l.resps = nil
+		l.nresps.Store(0)
 		l.respClosed = true
 		l.mu.Unlock()
 	}()
@@ -261,6 +264,7 @@ func (l *link) batch(limit uint32, inline bool) (int, error) {
 	}
 	if take {
 		ss.out, l.resps = l.resps, ss.out[:0]
+		l.nresps.Store(0)
 	}
 	l.mu.Unlock()
 	if need := (len(ss.out) + maxBatch) * HeaderLen; cap(ss.hdrs) < need {

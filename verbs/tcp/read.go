@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
@@ -61,7 +62,7 @@ func (r *sockReader) Read(p []byte) (int, error) {
 	}
 	for {
 		n, err := r.l.c.Read(p)
-		if err == nil || !isTimeout(err) {
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
 		}
 		// A read deadline in the past is how a link interrupts a blocked
@@ -125,6 +126,10 @@ func (p *payload) Skip(n int) error {
 func (l *link) readFrame() error {
 	fs := &l.fs
 	if l.br.Buffered() == 0 {
+		if l.nresps.Load() > 0 {
+			// About to block: send the ACKs held back (see respond).
+			l.KickPost()
+		}
 		l.sr.boundary = true
 		_, err := l.br.Peek(1)
 		l.sr.boundary = false
@@ -165,10 +170,18 @@ func (l *link) readFrame() error {
 	return err
 }
 
-// respond queues a response and writes it right away if the link is idle
-// (never blocking: a full socket leaves it to the writer goroutine, so the
-// reading side keeps draining the socket and two ends writing large
-// messages to each other cannot deadlock).
+// respond queues a response. A plain ACK is held back: it leaves with the
+// next frame this side sends (PostSend takes queued responses along), or
+// when the reading side is about to block on the socket, which costs no
+// latency, or at the latest when the reader goroutine resumes after
+// PollGrace. So a ping-pong's ACKs ride on its data frames, and a waiter
+// gets its completion without first paying a write for the ACK. Any other
+// response (READ data, an atomic's result, a NAK) carries what the
+// requester waits for: it goes at once, the held-back ACKs before it,
+// written here if the link is idle (never blocking: a full socket leaves
+// it to the writer goroutine, so the reading side keeps draining the
+// socket and two ends writing large messages to each other cannot
+// deadlock).
 func (l *link) respond(r *softrc.Response) {
 	l.mu.Lock()
 	if l.respClosed {
@@ -177,11 +190,15 @@ func (l *link) respond(r *softrc.Response) {
 		return
 	}
 	l.resps = append(l.resps, *r)
+	l.nresps.Store(int32(len(l.resps)))
 	l.mu.Unlock()
+	op := r.Op
 	*r = softrc.Response{}
-	if inlineNeverBlocks {
+	switch {
+	case op == softrc.FrameAck:
+	case inlineNeverBlocks:
 		l.KickPost()
-	} else {
+	default:
 		l.Kick()
 	}
 }
@@ -277,6 +294,7 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	for err == nil && l.frameBuffered() {
 		err = l.readFrame()
 	}
+	l.unwatchOnce()
 	buffered := l.br.Buffered() > 0
 	l.holder.Store(holderNone)
 	l.lastPoll.Store(l.now())
@@ -364,20 +382,34 @@ func (l *link) frameBuffered() bool {
 	return err == nil && n >= HeaderLen+h.PayloadLen()
 }
 
-// watch makes sure ctx's end interrupts a poller's blocked read. The
-// registration is kept for the next Drive with the same ctx (a waiter in a
-// loop usually passes the same one), which saves registering per wait;
-// it is replaced when another ctx comes and dropped when the link fails.
+// watch makes sure ctx's end interrupts a poller's blocked read. A ctx
+// used by two Drives in a row (a waiter in a loop with one ctx) stays
+// registered for the next ones, which saves registering per wait; any
+// other registration ends with its Drive (unwatchOnce), so that a ctx made
+// per wait and cancelled after it (a common pattern) does not start the
+// AfterFunc's goroutine each time. The cache is dropped when the link
+// fails, so that it does not keep the link reachable.
 func (l *link) watch(ctx context.Context) {
 	if ctx.Done() == nil {
 		return
 	}
 	l.watchMu.Lock()
-	if ctx != l.watched && !l.unwatched {
+	if !l.unwatched && (ctx != l.watched || l.unwatch == nil) {
 		if l.unwatch != nil {
 			l.unwatch()
 		}
+		l.keep = ctx == l.watched // the previous Drive's ctx again
 		l.watched, l.unwatch = ctx, context.AfterFunc(ctx, l.interruptFn)
+	}
+	l.watchMu.Unlock()
+}
+
+// unwatchOnce ends, at the end of a Drive, a registration not worth keeping.
+func (l *link) unwatchOnce() {
+	l.watchMu.Lock()
+	if l.unwatch != nil && !l.keep {
+		l.unwatch()
+		l.unwatch = nil
 	}
 	l.watchMu.Unlock()
 }
@@ -389,6 +421,6 @@ func (l *link) dropWatch() {
 	if l.unwatch != nil {
 		l.unwatch()
 	}
-	l.watched, l.unwatch, l.unwatched = nil, nil, true
+	l.watched, l.unwatch, l.unwatched, l.keep = nil, nil, true, false
 	l.watchMu.Unlock()
 }

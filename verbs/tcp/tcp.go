@@ -64,13 +64,18 @@ type Options struct {
 	// the goroutines that wait on the QP's CQ after the last of them stopped
 	// reading it (see doc.go): a waiter in a loop comes back sooner and
 	// finds its next completion itself, saving two goroutine hand-offs per
-	// message; traffic nobody waits for is served at most this late. Zero
-	// means 500 µs; negative means waiters never read the socket themselves.
+	// message; traffic nobody waits for, and an ACK a waiter held back, go
+	// at most this late. Zero means 500 µs; more than 10 ms means 10 ms (it
+	// must stay far below the peer's ACK timeout); negative means waiters
+	// never read the socket themselves.
 	PollGrace time.Duration
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil is silent.
 	Logger *slog.Logger
 }
+
+// maxPollGrace bounds Options.PollGrace.
+const maxPollGrace = 10 * time.Millisecond
 
 // ErrDisconnected is the cause recorded when a link is dropped on purpose.
 var ErrDisconnected = errors.New("tcp: link disconnected")
@@ -118,6 +123,7 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	if o.PollGrace == 0 {
 		o.PollGrace = 500 * time.Microsecond
 	}
+	o.PollGrace = min(o.PollGrace, maxPollGrace)
 	if o.DialRetry <= 0 {
 		o.DialRetry = 20 * time.Millisecond
 	}
