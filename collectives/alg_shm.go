@@ -66,7 +66,8 @@ const (
 	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
 	shmSlot0     = 64
 	shmMinSlot   = 4 << 10
-	shmChunkBits = 24 // chunks per call in a round id
+	shmPipeMin   = 16 << 10 // the smallest piece a pipelined call cuts
+	shmChunkBits = 24       // chunks per call in a round id
 	shmAllDone   = 1<<shmChunkBits - 1
 )
 
@@ -449,8 +450,13 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 }
 
 // bcastShm: root publishes each chunk; the others copy it out.
+//
+// Large vectors go in pieces of an eighth (at least 16 KiB, at most a
+// slot), so that the readers copy one piece out while the root copies the
+// next one in: with two slots the root runs one piece ahead.
 func (c *call) bcastShm(buf []byte, root int) error {
-	return c.shmChunks(len(buf), func(i, off, n int) error {
+	per := min(max(len(buf)/8, shmPipeMin), c.e.shm.slot) / c.esize * c.esize
+	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
 		if c.e.rank == root {
 			if err := c.shmPut(i, buf[off:off+n]); err != nil {
 				return err

@@ -322,18 +322,20 @@ const shmAutoBytes = 64 << 10
 // of more than two ranks at every size (blocks folded in place and
 // gathered: about 3 copies of the vector per rank, and two synchronisations
 // per round, far fewer than a ring's 2(p−1) steps when ranks share cores);
-// for two ranks' allreduce from shmLargeBytes, where the p2p ring's
-// rendezvous costs more than one copy in and one fold.
+// for two ranks' allreduce and bcast from shmLargeBytes, where one copy in
+// and one copy (or fold) out through the slots beat the p2p rendezvous
+// (between those sizes p2p's single-copy reads win; measured with
+// osu-compare, docs/benchmarks.md).
 func (e *Engine) shmPays(c Collective, nbytes int) bool {
 	switch {
 	case nbytes <= shmAutoBytes:
 		return true
-	case c != CollAllreduce:
-		return false
-	case e.size > 2:
+	case c == CollAllreduce && e.size > 2:
 		return true
+	case c == CollAllreduce || c == CollBcast && e.size == 2:
+		return nbytes >= shmLargeBytes
 	}
-	return nbytes >= shmLargeBytes
+	return false
 }
 
 // shmLargeBytes: see shmPays.

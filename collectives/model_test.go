@@ -129,6 +129,8 @@ func TestChooseShared(t *testing.T) {
 		{2, 16 << 20, collectives.CollAllreduce, true, true},
 		{3, 1 << 20, collectives.CollAllreduce, true, true},
 		{3, 1 << 20, collectives.CollBcast, true, false},
+		{2, 1 << 20, collectives.CollBcast, true, false},
+		{2, 16 << 20, collectives.CollBcast, true, true},
 		{8, 0, collectives.CollBarrier, true, true},
 		{2, 8, collectives.CollAllreduce, false, false},
 	} {
