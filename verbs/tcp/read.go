@@ -128,7 +128,7 @@ func (l *link) readFrame() error {
 	if l.br.Buffered() == 0 {
 		if l.nresps.Load() > 0 {
 			// About to block: send the ACKs held back (see respond).
-			l.KickPost()
+			l.sendResps()
 		}
 		l.sr.boundary = true
 		_, err := l.br.Peek(1)
@@ -194,11 +194,17 @@ func (l *link) respond(r *softrc.Response) {
 	l.mu.Unlock()
 	op := r.Op
 	*r = softrc.Response{}
-	switch {
-	case op == softrc.FrameAck:
-	case inlineNeverBlocks:
+	if op != softrc.FrameAck {
+		l.sendResps()
+	}
+}
+
+// sendResps sends the queued responses from the reading side: itself if
+// the link is idle and that cannot block, else by the writer goroutine.
+func (l *link) sendResps() {
+	if inlineNeverBlocks {
 		l.KickPost()
-	default:
+	} else {
 		l.Kick()
 	}
 }
