@@ -62,8 +62,11 @@
 // reader goroutine resumes Options.PollGrace (500 µs) after the last
 // waiter left, or at once when a waiter needs it, so traffic nobody waits
 // for (the target of RDMA WRITE and READ, say) is served at most that late.
-// A waiter never leaves a frame half read: a Wait whose ctx ends while it
-// receives a large payload returns when that payload is in place.
+// A waiter blocks only between frames or while the rest of a small frame
+// (one that fits the 64 KiB read buffer) arrives, in a read its ctx can
+// interrupt, and handles a frame once it is all buffered; a larger frame
+// is left to the reader goroutine, whose read goes straight into memory.
+// So a Wait returns when its ctx ends whatever the peer does.
 // CQ.Wait does not spin: a spinning waiter only takes the core from the
 // goroutines that would produce its completion.
 package tcp

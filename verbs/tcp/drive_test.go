@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
 
 // Tests of the send and receive fast paths: PostSend writing in the posting
@@ -517,5 +518,52 @@ func TestHeldBackAckArrives(t *testing.T) {
 		wc := wait(t, a.cq)
 		require.Equal(t, verbs.StatusSuccess, wc.Status)
 		require.Equal(t, uint64(round), wc.ID)
+	}
+}
+
+// TestDriveHonoursCtxMidFrame: a waiter that drives the link returns when
+// its ctx ends even while a frame is half received (the peer stalls in
+// the middle of it), small or larger than the read buffer; the frame
+// completes once the rest arrives.
+func TestDriveHonoursCtxMidFrame(t *testing.T) {
+	for _, n := range []int{1000, 200 << 10} {
+		t.Run(fmt.Sprintf("bytes=%d", n), func(t *testing.T) {
+			o := testOptions()
+			dev := openDev(t, o)
+			a := newSideOn(t, dev)
+			mr, err := a.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+			require.NoError(t, err)
+			c := fakePeer(t, dev, a.qp, o.Token)
+			defer c.Close()
+			require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
+			frame := make([]byte, HeaderLen+n)
+			EncodeHeader(frame, &softrc.Header{Op: softrc.FrameWriteImm, QPN: a.qp.Num(), Seq: 0, Len: uint32(n),
+				RAddr: mr.Addr(), RKey: mr.RKey(), Imm: 42})
+			for i := range n {
+				frame[HeaderLen+i] = byte(i*13 + 1)
+			}
+			// The waiter takes the socket first, then half the frame comes.
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			res := make(chan error, 1)
+			go func() { res <- a.cq.Wait(ctx) }()
+			time.Sleep(50 * time.Millisecond)
+			half := HeaderLen + n/2
+			_, err = c.Write(frame[:half])
+			require.NoError(t, err)
+			select {
+			case err := <-res:
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			case <-time.After(5 * time.Second):
+				t.Fatal("Wait overran its ctx while a frame was half received")
+			}
+			_, err = c.Write(frame[half:])
+			require.NoError(t, err)
+			wc := wait(t, a.cq)
+			require.Equal(t, verbs.StatusSuccess, wc.Status)
+			require.Equal(t, uint32(42), wc.Imm)
+			require.Equal(t, uint32(n), wc.ByteLen)
+			require.True(t, bytes.Equal(frame[HeaderLen:], mr.Bytes()[:n]), "payload not placed intact")
+		})
 	}
 }

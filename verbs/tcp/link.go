@@ -44,6 +44,7 @@ type link struct {
 	want        atomic.Int32  // pollers waiting for the reader goroutine's token
 	pblocked    atomic.Bool   // the polling holder is (about to be) blocked at a frame boundary
 	parked      atomic.Int32  // CQ waiters parked while another goroutine drives
+	handoff     atomic.Bool   // a poller left a large frame to the reader goroutine
 	lastPoll    atomic.Int64  // now() when a poller last put the token back
 	graceArmed  atomic.Bool
 	grace       *time.Timer

@@ -24,7 +24,8 @@ import (
 // The reader goroutine gives the token to a poller on request: the poller
 // raises want and interrupts the reader's blocked read with a read deadline
 // in the past; the reader notices at the next frame boundary (a frame is
-// never left half read) and hands the token over. A poller that is done
+// never left half read) and hands the token over. A poller itself blocks
+// only where its ctx may interrupt it (see pollFrame). A poller that is done
 // puts the token back but does not wake the reader goroutine: a waiter in a
 // loop comes back within microseconds, and waking the reader each time would
 // cost the hand-off this scheme saves. The reader resumes when no poller has
@@ -42,16 +43,21 @@ const (
 // aLongTimeAgo is a read deadline that interrupts a blocked read at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// errInterrupted is returned by a read at a frame boundary that a past
-// deadline interrupted; nothing of the next frame has been consumed.
+// errInterrupted is returned by an interruptible read (sockReader.intr)
+// that a past deadline interrupted: what it had read stays buffered, and
+// nothing of the next frame has been handled.
 var errInterrupted = errors.New("tcp: read interrupted")
+
+// errLarge tells a poller that the next frame does not fit the read
+// buffer: the reader goroutine receives it (see pollFrame).
+var errLarge = errors.New("tcp: frame larger than the read buffer")
 
 // sockReader is the bufio.Reader's source: the connection, after the bytes
 // the handshake's reader had buffered already (pre).
 type sockReader struct {
-	l        *link
-	pre      []byte
-	boundary bool // reading the first byte of a frame: an interrupt may surface
+	l    *link
+	pre  []byte
+	intr bool // the read is interruptible: nothing of a frame is being handled
 }
 
 func (r *sockReader) Read(p []byte) (int, error) {
@@ -71,7 +77,7 @@ func (r *sockReader) Read(p []byte) (int, error) {
 		if n > 0 {
 			return n, nil
 		}
-		if r.boundary {
+		if r.intr {
 			return 0, errInterrupted
 		}
 	}
@@ -130,10 +136,9 @@ func (l *link) readFrame() error {
 			// About to block: send the ACKs held back (see respond).
 			l.sendResps()
 		}
-		l.sr.boundary = true
+		l.sr.intr = true
 		_, err := l.br.Peek(1)
-		l.sr.boundary = false
-		l.pblocked.Store(false)
+		l.sr.intr = false
 		if err != nil {
 			return err
 		}
@@ -226,8 +231,10 @@ func (l *link) reader() {
 		}
 		l.holder.Store(holderReader)
 		var err error
-		for l.want.Load() == 0 {
-			if err = l.readFrame(); err == errInterrupted {
+		for l.handoff.Load() || l.want.Load() == 0 {
+			err = l.readFrame()
+			l.handoff.Store(false) // the large frame a poller left us is done
+			if err == errInterrupted {
 				err = nil
 			} else if err != nil {
 				break
@@ -248,8 +255,8 @@ func (l *link) reader() {
 // Drive implements softrc.Driver: it reads frames on the caller's goroutine
 // until cq has a completion (or closes), ctx ends or the link fails.
 func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
-	if l.t.opts.PollGrace < 0 {
-		return false
+	if l.t.opts.PollGrace < 0 || l.handoff.Load() {
+		return false // the reader goroutine drives (or has a large frame to take)
 	}
 	select {
 	case <-l.tok:
@@ -276,21 +283,16 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	}
 	l.holder.Store(holderPoller)
 	var err error
+	large := false
 	for !cq.Pending() && ctx.Err() == nil {
-		if l.br.Buffered() == 0 {
-			// About to block: a completion that arrives by another way, the
-			// CQ's closing or ctx's end must interrupt the read. Announce
-			// the block first, then check again (Interrupt reads pblocked
-			// after making its condition true).
-			l.watch(ctx)
-			l.pblocked.Store(true)
-			if cq.Pending() || ctx.Err() != nil {
-				l.pblocked.Store(false)
-				break
-			}
-		}
-		if err = l.readFrame(); err == errInterrupted {
+		if err = l.pollFrame(ctx, cq); err == errInterrupted {
 			err = nil
+		} else if err == errLarge {
+			// Before the token goes back: Drive leaves it to the reader
+			// goroutine until that has taken the frame.
+			l.handoff.Store(true)
+			err, large = nil, true
+			break
 		} else if err != nil {
 			break
 		}
@@ -307,7 +309,7 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	l.tok <- struct{}{}
 	// Load parked after storing holder (Parked does the opposite), so that
 	// a waiter parking now is seen here or sees no driver there.
-	urgent := buffered || l.parked.Load() > 0
+	urgent := buffered || large || l.parked.Load() > 0
 	if err != nil {
 		l.fail(err)
 		return true
@@ -318,6 +320,52 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 		l.armGrace()
 	}
 	return true
+}
+
+// pollFrame is readFrame for a poller, which must honour ctx and its CQ:
+// it blocks only while nothing of the next frame has been handled, in an
+// interruptible read, until the whole frame is buffered, and then handles
+// it without blocking. A frame too large for the buffer is left to the
+// reader goroutine (errLarge): its payload goes straight to memory in a
+// read that is not interruptible, and it takes long enough that the
+// hand-off does not matter.
+func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
+	need, sized := HeaderLen, false
+	for {
+		if !sized && l.br.Buffered() >= HeaderLen {
+			b, _ := l.br.Peek(HeaderLen)
+			h, err := DecodeHeader(b, l.fs.maxMsg)
+			if err != nil {
+				return err
+			}
+			if need, sized = HeaderLen+h.PayloadLen(), true; need > l.br.Size() {
+				return errLarge
+			}
+		}
+		if sized && l.br.Buffered() >= need {
+			return l.readFrame()
+		}
+		// About to block: a completion that arrives by another way, the
+		// CQ's closing or ctx's end must interrupt the read. Announce the
+		// block first, then check again (Interrupt reads pblocked after
+		// making its condition true).
+		if l.nresps.Load() > 0 {
+			l.sendResps() // the ACKs held back (see respond)
+		}
+		l.watch(ctx)
+		l.pblocked.Store(true)
+		if cq.Pending() || ctx.Err() != nil {
+			l.pblocked.Store(false)
+			return errInterrupted
+		}
+		l.sr.intr = true
+		_, err := l.br.Peek(need)
+		l.sr.intr = false
+		l.pblocked.Store(false)
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // Interrupt implements softrc.Driver.
