@@ -75,5 +75,8 @@ compare barrier-np2 time "barrier, 2 ranks" \
 	"$R -np 2 --bind-to core $B barrier -q --budget ${BUDGET}s" \
 	"$M -np 2 --bind-to core $MPIBENCH -b barrier -t $BUDGET"
 compare allreduce-np8 time "allreduce float32, 8 ranks on 2 cores" \
-	"$R -np 8 $B allreduce -m 4:256K -q --budget ${BUDGET}s" \
-	"$M -np 8 --oversubscribe $MPIBENCH -b allreduce -M 262144 -t $BUDGET"
+	"$R -np 8 --oversubscribe $B allreduce -m 4:16M -q --budget ${BUDGET}s" \
+	"$M -np 8 --oversubscribe $MPIBENCH -b allreduce -M 16777216 -t $BUDGET"
+compare barrier-np8 time "barrier, 8 ranks on 2 cores" \
+	"$R -np 8 --oversubscribe $B barrier -q --budget ${BUDGET}s" \
+	"$M -np 8 --oversubscribe $MPIBENCH -b barrier -t $BUDGET"
