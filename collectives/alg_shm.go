@@ -326,7 +326,14 @@ func (c *call) shmChunksOf(nbytes, per int, f func(i, off, n int) error) error {
 // allreduceShm: every rank publishes its chunk, folds all chunks in rank
 // order into buf, and marks the chunk done.
 func (c *call) allreduceShm(buf []byte) error {
-	return c.shmChunks(len(buf), func(i, off, n int) error {
+	// Past 512 KiB, pieces of an eighth (64 KiB to a slot) let one rank
+	// copy the next piece in while the other folds this one.
+	per := c.e.shm.slot
+	if len(buf) > 512<<10 {
+		per = min(max(len(buf)/8, 64<<10), per)
+	}
+	per = per / c.esize * c.esize
+	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
 		if err := c.shmPut(i, buf[off:off+n]); err != nil {
 			return err
 		}
