@@ -39,24 +39,24 @@ func benchPingPong(b *testing.B, prov string, size int) {
 		b.Fatal(err)
 	}
 	defer p2ptest.Close(eps)
+	// The echo stops on a message with tag 2, which the main loop sends
+	// after its last round (a stop channel raced with the last round).
 	done := make(chan error, 1)
-	stop := make(chan struct{})
 	go func() {
 		buf := make([]byte, size)
 		for {
-			if _, err := eps[1].Recv(ctx, 0, 1, buf); err != nil {
+			st, err := eps[1].Recv(ctx, 0, p2p.AnyTag, buf)
+			if err != nil {
 				done <- err
+				return
+			}
+			if st.Tag == 2 {
+				done <- nil
 				return
 			}
 			if err := eps[1].Send(ctx, 0, 1, buf); err != nil {
 				done <- err
 				return
-			}
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
 			}
 		}
 	}()
@@ -71,10 +71,9 @@ func benchPingPong(b *testing.B, prov string, size int) {
 			b.Fatal(err)
 		}
 	}
-	close(stop)
-	// One more round so the echo goroutine sees stop.
-	_ = eps[0].Send(ctx, 1, 1, s)
-	_, _ = eps[0].Recv(ctx, 1, 1, r)
+	if err := eps[0].Send(ctx, 1, 2, nil); err != nil {
+		b.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
