@@ -6,6 +6,7 @@ import (
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/internal/futex"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -82,14 +83,14 @@ func (s *sharedRegion) Wait(bell *uint32, old uint32, waited time.Duration) {
 	switch {
 	case waited < s.spin:
 	case waited < s.spin+sharedYield:
-		osYield()
+		futex.Yield()
 	default:
-		sleepOn(bell, old, sharedSleep)
+		futex.Wait(bell, old, sharedSleep)
 	}
 }
 
 // Ring wakes the ranks sleeping on bell.
-func (s *sharedRegion) Ring(bell *uint32) { wakeAll(bell) }
+func (s *sharedRegion) Ring(bell *uint32) { futex.Wake(bell) }
 
 const (
 	// sharedYield is how long a waiter yields before it sleeps. With more

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/futex"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -147,7 +148,7 @@ func (c *cq) wait(ctx context.Context, spin, yield time.Duration) error {
 	}
 	// Yield: with more ranks than cores, the peer may need this core.
 	for time.Since(start) < spin+yield {
-		osYield()
+		futex.Yield()
 		if c.ready() {
 			return nil
 		}
@@ -182,7 +183,7 @@ func (c *cq) wait(ctx context.Context, spin, yield time.Duration) error {
 			return err
 		}
 		// The timeout is a backstop only: producers, Close and ctx wake us.
-		futexWait(c.db.seq, s, time.Second)
+		futex.Wait(c.db.seq, s, time.Second)
 		atomic.AddUint32(c.db.waiters, ^uint32(0))
 	}
 }

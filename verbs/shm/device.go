@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/futex"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -398,12 +399,12 @@ func doorbellAt(mem []byte, idx uint32) doorbell {
 func (db doorbell) ring() {
 	if atomic.LoadUint32(db.waiters) != 0 {
 		atomic.AddUint32(db.seq, 1)
-		futexWake(db.seq)
+		futex.Wake(db.seq)
 	}
 }
 
 // kick wakes unconditionally (close, cancellation).
 func (db doorbell) kick() {
 	atomic.AddUint32(db.seq, 1)
-	futexWake(db.seq)
+	futex.Wake(db.seq)
 }

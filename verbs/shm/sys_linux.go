@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -57,29 +56,6 @@ func mapShared(fd int, size int64) ([]byte, error) {
 func punchHole(fd int, off, n int64) error {
 	return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 }
-
-const (
-	futexWaitOp = 0 // FUTEX_WAIT, not private: the word is shared between processes
-	futexWakeOp = 1 // FUTEX_WAKE
-)
-
-// futexWait sleeps while *addr == val, at most d.
-func futexWait(addr *uint32, val uint32, d time.Duration) {
-	ts := unix.NsecToTimespec(int64(d))
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-// futexWake wakes every waiter on addr.
-func futexWake(addr *uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, uintptr(1<<31-1), 0, 0, 0)
-}
-
-// osYield gives the core to another runnable thread, of any process (the
-// runtime's Gosched only yields to goroutines of this one). It is a raw
-// system call, as the runtime's own osyield is: counted as blocking, a
-// yield that lasts while other processes run would let the runtime hand
-// this thread's P away and make the way back a thread wake-up.
-func osYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // hostIdentity is the boot id of the running kernel plus the inode of this
 // process's network namespace: two processes share memory cheaply and reach
