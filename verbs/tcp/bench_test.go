@@ -19,7 +19,7 @@ import (
 //	go test -run '^$' -bench . -count 6 ./verbs/tcp | tee bench.txt
 //	go run golang.org/x/perf/cmd/benchstat@latest bench.txt
 //
-// BenchmarkPingPong is a round trip of 8 bytes (RDMA WRITE_WITH_IMM each way,
+// BenchmarkPingPong is a round trip of n bytes (RDMA WRITE_WITH_IMM each way,
 // the receiver waiting on its CQ; or a raw write/read pair each way).
 // BenchmarkWriteBandwidth streams RDMA WRITEs of one size (a window of
 // requests in flight, every 8th signaled) against a raw TCP stream written
@@ -74,10 +74,15 @@ func waitOne(ctx context.Context, cq verbs.CQ, wc []verbs.WC) error {
 }
 
 func BenchmarkPingPong(b *testing.B) {
-	const n = 8
+	for _, n := range []int{8, 1 << 10, 64 << 10, 256 << 10, 1 << 20} {
+		benchPingPong(b, n)
+	}
+}
+
+func benchPingPong(b *testing.B, n int) {
 	b.Run(fmt.Sprintf("rdma-write-imm/bytes=%d", n), func(b *testing.B) {
 		const depth = 64
-		a, c := benchPair(b, 4096, depth)
+		a, c := benchPair(b, max(4096, n), depth)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		for _, e := range []*benchEnd{a, c} {

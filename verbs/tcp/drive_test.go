@@ -82,13 +82,13 @@ func waitCtx(ctx context.Context, cq verbs.CQ) (verbs.WC, error) {
 }
 
 // TestConcurrentPostersKeepOrder: goroutines posting on one QP at once, some
-// large WRITEs (left to the writer goroutine) between small ones (written
-// inline), each see their requests executed in their posting order, and a
+// large WRITEs (partly left to the writer goroutine when the socket is full)
+// between small ones (written inline), each see their requests executed in their posting order, and a
 // WRITE_WITH_IMM completes at the target only after the data of every
 // earlier request of its poster has been placed.
 func TestConcurrentPostersKeepOrder(t *testing.T) {
 	const posters, per = 4, 100
-	const big = 192 << 10 // > inlineMax
+	const big = 192 << 10 // several fill the socket: the writer goroutine writes the rest
 	slot := func(g, i int) int { return (g*per + i) * 8 }
 	bigOff := posters * per * 8
 	// Each large WRITE lands in its own place at b (b checks it after

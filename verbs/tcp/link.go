@@ -57,6 +57,7 @@ type link struct {
 	keep        bool // the registration outlives its Drive
 	sr          sockReader
 	fs          frameState
+	qw          queueWait // awaitQueued's scratch
 
 	mu         sync.Mutex
 	resps      []softrc.Response // responses queued by the reading side
@@ -82,6 +83,7 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQ
 	l.fs.maxMsg = t.dev.Caps().MaxMsgSize
 	l.interruptFn = l.Interrupt
 	l.ws.init(l)
+	l.qw.init()
 	l.grace = time.AfterFunc(time.Hour, l.graceFired)
 	l.grace.Stop()
 	l.tok <- struct{}{}
@@ -133,8 +135,11 @@ func (l *link) fail(err error) {
 
 const (
 	maxBatch = 32
-	// inlineMax is the largest request payload PostSend writes itself.
-	inlineMax = 64 << 10
+	// inlineMax is the largest request payload PostSend writes itself (as
+	// much as the socket takes at once; the writer goroutine writes the
+	// rest). A hand-off to the writer costs more than the copy into the
+	// socket of a message of a few MiB, so only larger ones go to it whole.
+	inlineMax = 4 << 20
 )
 
 // The send side is guarded by wmu: whoever holds it (the writer goroutine,

@@ -338,13 +338,14 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			if err != nil {
 				return err
 			}
-			if need, sized = HeaderLen+h.PayloadLen(), true; need > l.br.Size() {
+			if need, sized = HeaderLen+h.PayloadLen(), true; need > pollFrameMax {
 				return errLarge
 			}
 		}
 		if sized && l.br.Buffered() >= need {
 			return l.readFrame()
 		}
+		large := sized && need > l.br.Size()
 		// About to block: a completion that arrives by another way, the
 		// CQ's closing or ctx's end must interrupt the read. Announce the
 		// block first, then check again (Interrupt reads pblocked after
@@ -358,12 +359,22 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			l.pblocked.Store(false)
 			return errInterrupted
 		}
-		l.sr.intr = true
-		_, err := l.br.Peek(need)
-		l.sr.intr = false
+		var err error
+		if large {
+			// It cannot be buffered: wait until it is all in the socket,
+			// then handle it without blocking.
+			err = l.awaitQueued(need)
+		} else {
+			l.sr.intr = true
+			_, err = l.br.Peek(need)
+			l.sr.intr = false
+		}
 		l.pblocked.Store(false)
 		if err != nil {
 			return err
+		}
+		if large {
+			return l.readFrame()
 		}
 	}
 }

@@ -1,0 +1,115 @@
+package tcp
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pollFrameMax is the largest frame a poller receives itself (see
+// awaitQueued); larger ones go to the reader goroutine, whose read
+// overlaps the transfer, which matters more than one hand-off there.
+const pollFrameMax = 1 << 20
+
+// awaitQueued blocks, interruptibly, until the next need bytes of the
+// connection are all here (buffered or queued in the socket), so that a
+// poller can then handle a frame larger than its read buffer without
+// blocking in the middle of it: its payload still goes straight from the
+// socket into memory, on the waiter's goroutine, and a ctx that ends
+// before the frame is all here leaves nothing half handled.
+//
+// SO_RCVLOWAT makes the kernel wake the poller once, when enough is
+// queued, rather than for every segment (it also grows the receive buffer
+// to hold that much). The kernel still wakes it early under memory
+// pressure or when the receive window closes; after a few wake-ups without
+// the frame it returns errLarge and the reader goroutine streams the frame.
+func (l *link) awaitQueued(need int) error {
+	if l.rc == nil {
+		return errLarge
+	}
+	want := need - l.br.Buffered()
+	if want <= 0 {
+		return nil
+	}
+	w := &l.qw
+	w.want, w.wakes, w.lowat, w.ok, w.err = want, 0, false, false, nil
+	err := l.rc.Read(w.fn)
+	if w.lowat {
+		_ = l.rc.Control(resetLowat)
+	}
+	switch {
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		// Interrupt (or ctx's end): nothing of the frame is handled yet.
+		_ = l.c.SetReadDeadline(time.Time{})
+		return errInterrupted
+	case err != nil:
+		return err
+	case w.err != nil:
+		return errLarge // no SIOCINQ or SO_RCVLOWAT: leave it to the reader
+	case !w.ok:
+		return errLarge
+	}
+	return nil
+}
+
+// queueWait is awaitQueued's RawConn.Read callback state, owned by the
+// read token's holder (a field of the link so the callback does not
+// allocate).
+type queueWait struct {
+	want, wakes int
+	lowat, ok   bool
+	err         error
+	fn          func(fd uintptr) bool
+}
+
+// maxEarlyWakes is how many wake-ups without the whole frame awaitQueued
+// tolerates (a readiness left over from earlier data, memory pressure).
+const maxEarlyWakes = 8
+
+func (w *queueWait) init() { w.fn = w.check }
+
+func (w *queueWait) check(fd uintptr) bool {
+	n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	if err != nil {
+		w.err = err
+		return true
+	}
+	if n >= w.want {
+		w.ok = true
+		return true
+	}
+	if !w.lowat {
+		// The whole frame must fit the window the peer may fill without
+		// our reading: were it larger, the peer would stall on a closed
+		// window (a grown receive buffer is advertised only when we read)
+		// and so would we. Receive-buffer autotuning grows the buffer for
+		// connections that carry large messages, so this holds after the
+		// first few; until then the reader goroutine streams them.
+		rcvbuf, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		if err != nil || w.want > rcvbuf/rcvbufShare {
+			w.err = errLarge
+			return true
+		}
+		if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, w.want); err != nil {
+			w.err = err
+			return true
+		}
+		w.lowat = true
+		return false
+	}
+	// Woken without the whole frame: readiness left over from earlier
+	// data, or the kernel's memory pressure.
+	w.wakes++
+	return w.wakes > maxEarlyWakes
+}
+
+// rcvbufShare: a frame a poller waits for whole takes at most this share
+// of the receive buffer (the kernel advertises about half of it as window
+// before it has measured the payload-to-memory ratio of the connection).
+const rcvbufShare = 3
+
+func resetLowat(fd uintptr) {
+	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
+}

@@ -1,0 +1,15 @@
+//go:build !linux
+
+package tcp
+
+// pollFrameMax is the largest frame a poller receives itself: elsewhere
+// than on Linux, only what fits its read buffer.
+const pollFrameMax = readBufSize
+
+// awaitQueued is the Linux poller's wait for a whole large frame; elsewhere
+// such frames are the reader goroutine's.
+func (l *link) awaitQueued(int) error { return errLarge }
+
+type queueWait struct{}
+
+func (w *queueWait) init() {}
