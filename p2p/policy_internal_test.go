@@ -33,23 +33,21 @@ func TestWaitPolicy(t *testing.T) {
 }
 
 func TestHostInfo(t *testing.T) {
-	for _, c := range []struct {
-		id   string
-		mask []byte
-	}{
-		{"boot-1/netns-2", []byte{0x03}},
-		{"", nil},
-		{"h", []byte{0, 0, 0x80}},
+	for _, c := range []hostInfo{
+		{id: "boot-1/netns-2", mask: []byte{0x03}},
+		{id: "", mask: nil},
+		{id: "h", ibv: true, mask: []byte{0, 0, 0x80}},
 	} {
-		id, mask := decodeHostInfo(encodeHostInfo(c.id, c.mask))
-		assert.Equal(t, c.id, id)
-		assert.Equal(t, len(c.mask), len(mask))
-		assert.Equal(t, onesIn(c.mask), onesIn(mask))
+		got := decodeHostInfo(c.encode())
+		assert.Equal(t, c.id, got.id)
+		assert.Equal(t, c.ibv, got.ibv)
+		assert.Equal(t, len(c.mask), len(got.mask))
+		assert.Equal(t, onesIn(c.mask), onesIn(got.mask))
 	}
-	// A record without a mask (an empty value, or an identity only) decodes.
-	id, mask := decodeHostInfo([]byte("old"))
-	assert.Equal(t, "old", id)
-	assert.Nil(t, mask)
+	// A record with an identity only decodes.
+	got := decodeHostInfo([]byte("old"))
+	assert.Equal(t, "old", got.id)
+	assert.Nil(t, got.mask)
 	// Two ranks bound to one core each share two CPUs; bound to the same
 	// core, one.
 	assert.Equal(t, 2, onesIn(orMask([]byte{0x01}, []byte{0x02})))
@@ -58,5 +56,27 @@ func TestHostInfo(t *testing.T) {
 	// This process's own mask covers at least one CPU on Linux.
 	if m := cpuMask(); m != nil {
 		assert.GreaterOrEqual(t, onesIn(m), 1)
+	}
+}
+
+// The automatic transport: shm on one host whatever else, ibv across hosts
+// only when both ends have it, tcp otherwise; an unknown identity never
+// means one host.
+func TestPickProvider(t *testing.T) {
+	a, b := "boot-a/ns-1", "boot-b/ns-1"
+	for _, c := range []struct {
+		me, peer hostInfo
+		want     string
+	}{
+		{hostInfo{id: a}, hostInfo{id: a}, "shm"},
+		{hostInfo{id: a, ibv: true}, hostInfo{id: a, ibv: true}, "shm"},
+		{hostInfo{id: a, ibv: true}, hostInfo{id: b, ibv: true}, "ibv"},
+		{hostInfo{id: a, ibv: true}, hostInfo{id: b}, "tcp"},
+		{hostInfo{id: a}, hostInfo{id: b, ibv: true}, "tcp"},
+		{hostInfo{id: ""}, hostInfo{id: ""}, "tcp"},
+		{hostInfo{id: "", ibv: true}, hostInfo{id: "", ibv: true}, "ibv"},
+	} {
+		assert.Equal(t, c.want, pickProvider(c.me, c.peer), "%+v / %+v", c.me, c.peer)
+		assert.Equal(t, c.want, pickProvider(c.peer, c.me), "symmetric: %+v / %+v", c.peer, c.me)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/rdmago/rdmago/verbs"
 	"github.com/rdmago/rdmago/verbs/shm"
@@ -17,11 +18,14 @@ import (
 // ("auto"), each rank publishes its same-host identity (shm.HostID: the
 // kernel's boot id plus the network namespace) under
 // "p2p/<Name>/host/<rank>", and a peer whose identity equals ours is
-// reached over shm, every other peer over tcp. Both ends of a pair compute
-// the same answer from the same two identities, so they always agree. A
-// rank that cannot compute its identity publishes an empty one and uses tcp
-// for everybody. The record also carries the rank's CPU affinity, for the
-// wait policy (see encodeHostInfo); with shm forced it is exchanged too. The choice per peer is visible with Endpoint.Transport.
+// reached over shm; a peer on another host over ibv when both ranks have a
+// usable ibv device (the provider is linked in, with the rdma build tag,
+// and opens), otherwise over tcp. Both ends of a pair compute the same
+// answer from the same two records, so they always agree. A rank that
+// cannot compute its identity publishes an empty one and uses no shm. The
+// record also carries the rank's CPU affinity, for the wait policy (see
+// encodeHostInfo); with shm forced it is exchanged too. The choice per
+// peer is visible with Endpoint.Transport.
 
 const hostKey = "host/"
 
@@ -45,8 +49,12 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 	if err != nil {
 		id = ""
 	}
+	me := hostInfo{id: id, mask: mine}
+	if !forced {
+		me.ibv = ep.haveIBV(ctx)
+	}
 	prefix := "p2p/" + ep.opts.Name + "/" + hostKey
-	if err := rv.Put(ctx, fmt.Sprintf("%s%d", prefix, ep.rank), encodeHostInfo(id, mine)); err != nil {
+	if err := rv.Put(ctx, fmt.Sprintf("%s%d", prefix, ep.rank), me.encode()); err != nil {
 		return err
 	}
 	// A PMI key-value space publishes puts only at a fence.
@@ -62,37 +70,77 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 		if err != nil {
 			return err
 		}
-		pid, mask := decodeHostInfo(v)
-		local := id != "" && pid == id
+		peer := decodeHostInfo(v)
+		local := id != "" && peer.id == id
 		if !forced {
-			ep.provider[r] = "tcp"
-			if local {
-				ep.provider[r] = "shm"
-			}
+			ep.provider[r] = pickProvider(me, peer)
 		}
 		if local || forced {
-			union = orMask(union, mask)
+			union = orMask(union, peer.mask)
 		}
 	}
 	ep.localCPUs = onesIn(union)
 	return nil
 }
 
-// The host record is the host identity, a NUL, then the rank's CPU
-// affinity bitmap. The union of the bitmaps of the ranks on a host tells
-// the wait policy how many CPUs those ranks share: each rank alone may see
-// only its own core (rdmarun --bind-to core), which says nothing about
-// whether the ranks outnumber the cores.
-func encodeHostInfo(id string, mask []byte) []byte {
-	return append(append([]byte(id), 0), mask...)
+// hostInfo is what a rank publishes about itself for the transport choice.
+type hostInfo struct {
+	id   string // shm.HostID: boot id and network namespace; "" if unknown
+	ibv  bool   // an ibv device opened here
+	mask []byte // CPU affinity bitmap (see cpuMask)
 }
 
-func decodeHostInfo(v []byte) (id string, mask []byte) {
+// The host record is the host identity, a NUL, a flags byte (bit 0: ibv),
+// then the rank's CPU affinity bitmap. The union of the bitmaps of the
+// ranks on a host tells the wait policy how many CPUs those ranks share:
+// each rank alone may see only its own core (rdmarun --bind-to core),
+// which says nothing about whether the ranks outnumber the cores.
+func (h hostInfo) encode() []byte {
+	flags := byte(0)
+	if h.ibv {
+		flags |= 1
+	}
+	return append(append([]byte(h.id), 0, flags), h.mask...)
+}
+
+func decodeHostInfo(v []byte) hostInfo {
 	i := bytes.IndexByte(v, 0)
 	if i < 0 {
-		return string(v), nil
+		return hostInfo{id: string(v)}
 	}
-	return string(v[:i]), v[i+1:]
+	h := hostInfo{id: string(v[:i])}
+	if rest := v[i+1:]; len(rest) > 0 {
+		h.ibv = rest[0]&1 != 0
+		h.mask = rest[1:]
+	}
+	return h
+}
+
+// pickProvider is the automatic choice for the pair (me, peer): shm on one
+// host, ibv across hosts when both have it, tcp otherwise.
+func pickProvider(me, peer hostInfo) string {
+	switch {
+	case me.id != "" && me.id == peer.id:
+		return "shm"
+	case me.ibv && peer.ibv:
+		return "ibv"
+	}
+	return "tcp"
+}
+
+// haveIBV reports whether an ibv device opens here (the ibv provider is
+// linked in only with the rdma build tag). The probe's device is closed;
+// the endpoint opens its own if a peer is reached over ibv.
+func (ep *Endpoint) haveIBV(ctx context.Context) bool {
+	if !slices.Contains(verbs.Providers(), "ibv") {
+		return false
+	}
+	d, err := ep.openDevice(ctx, "ibv")
+	if err != nil {
+		return false
+	}
+	_ = d.Close()
+	return true
 }
 
 func orMask(a, b []byte) []byte {
