@@ -43,8 +43,10 @@ type Options struct {
 	// pre-posted buffers); larger ones use the zero-copy rendezvous
 	// protocol. Zero means the provider's measured default: 4 KiB over shm
 	// (its single-copy READ beats two copies from 8 KiB up), 8 KiB over ibv,
-	// 32 KiB over tcp and loop (where each protocol round trip costs
-	// goroutine hand-offs, so eager won up to 64 KiB). See docs/p2p.md.
+	// 64 KiB over tcp and 32 KiB over loop (where each protocol round trip
+	// costs goroutine hand-offs, so eager wins up to 64 KiB; over tcp a
+	// rendezvous also costs three more trips through the kernel). See
+	// docs/p2p.md.
 	EagerLimit int
 	// EagerSlots is the number of receive buffers posted per peer, which is
 	// also the number of eager messages a sender may have in flight to one

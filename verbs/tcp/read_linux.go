@@ -83,12 +83,13 @@ func (w *queueWait) check(fd uintptr) bool {
 	if !w.lowat {
 		// The whole frame must fit the window the peer may fill without
 		// our reading: were it larger, the peer would stall on a closed
-		// window (a grown receive buffer is advertised only when we read)
-		// and so would we. Receive-buffer autotuning grows the buffer for
-		// connections that carry large messages, so this holds after the
-		// first few; until then the reader goroutine streams them.
-		rcvbuf, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
-		if err != nil || w.want > rcvbuf/rcvbufShare {
+		// window (a larger one is advertised only once we read) and so
+		// would we. rcv_ssthresh is the most this side advertises now;
+		// the kernel grows it as a connection carries large messages, so
+		// this holds after the first few; until then, and for frames
+		// beyond it, the reader goroutine streams them.
+		ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		if err != nil || w.want > int(ti.Rcv_ssthresh) {
 			w.err = errLarge
 			return true
 		}
@@ -104,11 +105,6 @@ func (w *queueWait) check(fd uintptr) bool {
 	w.wakes++
 	return w.wakes > maxEarlyWakes
 }
-
-// rcvbufShare: a frame a poller waits for whole takes at most this share
-// of the receive buffer (the kernel advertises about half of it as window
-// before it has measured the payload-to-memory ratio of the connection).
-const rcvbufShare = 3
 
 func resetLowat(fd uintptr) {
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
