@@ -32,9 +32,9 @@
 // as a raw TCP ping-pong:
 //
 //   - Sending: PostSend writes its frames itself when no other goroutine is
-//     writing to the connection (a try-lock) and the payload is small
-//     (≤ 64 KiB), with one non-blocking write (writev, or write for a few
-//     small pieces). What the socket does not take at once, large requests,
+//     writing to the connection (a try-lock) and the payload is at most
+//     4 MiB, with one non-blocking write (writev, or write for a few
+//     small pieces). What the socket does not take at once, larger requests,
 //     and posts that find a write in progress are left to the link's writer
 //     goroutine, which owns the queue then; the requester hands out requests
 //     in posting order to whoever holds the write lock, so order per QP is
@@ -62,11 +62,16 @@
 // reader goroutine resumes Options.PollGrace (500 µs) after the last
 // waiter left, or at once when a waiter needs it, so traffic nobody waits
 // for (the target of RDMA WRITE and READ, say) is served at most that late.
-// A waiter blocks only between frames or while the rest of a small frame
-// (one that fits the 64 KiB read buffer) arrives, in a read its ctx can
-// interrupt, and handles a frame once it is all buffered; a larger frame
-// is left to the reader goroutine, whose read goes straight into memory.
-// So a Wait returns when its ctx ends whatever the peer does.
+// A waiter blocks only between frames or while the rest of a frame
+// arrives, in a wait its ctx can interrupt, and handles a frame only once
+// it is all here: buffered, for one that fits the 64 KiB read buffer, or
+// queued in the socket, for one of up to 1 MiB (SO_RCVLOWAT wakes the
+// waiter once when it is; its payload then goes straight from the socket
+// into memory without blocking). Larger frames, and frames larger than the
+// receive window the connection has grown so far (the peer could not send
+// them whole before we read), are left to the reader goroutine, which
+// streams them into memory as they arrive. So a Wait returns when its ctx
+// ends whatever the peer does, and a frame is never left half handled.
 // CQ.Wait does not spin: a spinning waiter only takes the core from the
 // goroutines that would produce its completion.
 package tcp

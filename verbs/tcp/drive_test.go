@@ -567,3 +567,75 @@ func TestDriveHonoursCtxMidFrame(t *testing.T) {
 		})
 	}
 }
+
+// TestDriveWholeLargeFrames: a waiter receives frames larger than its read
+// buffer itself once they are all queued in the socket (awaitQueued): frames
+// that arrive in pieces, with pauses, are placed intact; small frames after
+// them still arrive (the socket's low-water mark is reset); and once the
+// connection's window has grown, a frame half received when the waiter's
+// ctx ends is still left intact for whoever reads next.
+func TestDriveWholeLargeFrames(t *testing.T) {
+	const n = 200 << 10
+	o := testOptions()
+	dev := openDev(t, o)
+	a := newSideOn(t, dev)
+	mr, err := a.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	require.NoError(t, err)
+	c := fakePeer(t, dev, a.qp, o.Token)
+	defer c.Close()
+	seq := uint32(0)
+	frame := func(size int, imm uint32) []byte {
+		f := make([]byte, HeaderLen+size)
+		EncodeHeader(f, &softrc.Header{Op: softrc.FrameWriteImm, QPN: a.qp.Num(), Seq: seq, Len: uint32(size),
+			RAddr: mr.Addr(), RKey: mr.RKey(), Imm: imm})
+		seq++
+		for i := range size {
+			f[HeaderLen+i] = byte(i*7 + int(imm))
+		}
+		return f
+	}
+	check := func(f []byte, imm uint32) {
+		t.Helper()
+		wc := wait(t, a.cq)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, imm, wc.Imm)
+		require.Equal(t, uint32(len(f)-HeaderLen), wc.ByteLen)
+		require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:len(f)-HeaderLen]), "frame %d not placed intact", imm)
+	}
+	for round := range 40 {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(round)}))
+		f := frame(n, uint32(round))
+		wrote := make(chan error, 1)
+		go func() {
+			// The header and a third first, the rest a little later: the
+			// waiter sees the frame's size and waits for the rest.
+			third := HeaderLen + n/3
+			if _, err := c.Write(f[:third]); err != nil {
+				wrote <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+			_, err := c.Write(f[third:])
+			wrote <- err
+		}()
+		check(f, uint32(round))
+		require.NoError(t, <-wrote)
+		// Small frames right after: a low-water mark left set would
+		// strand them.
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1000}))
+		s := frame(8, uint32(1000+round))
+		_, err := c.Write(s)
+		require.NoError(t, err)
+		check(s, uint32(1000+round))
+	}
+	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
+	f := frame(n, 7)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = c.Write(f[:HeaderLen+n/2])
+	require.NoError(t, err)
+	require.ErrorIs(t, a.cq.Wait(ctx), context.DeadlineExceeded)
+	_, err = c.Write(f[HeaderLen+n/2:])
+	require.NoError(t, err)
+	check(f, 7)
+}

@@ -48,8 +48,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 // nothing of the next frame has been handled.
 var errInterrupted = errors.New("tcp: read interrupted")
 
-// errLarge tells a poller that the next frame does not fit the read
-// buffer: the reader goroutine receives it (see pollFrame).
+// errLarge tells a poller that the next frame is too large for it to wait
+// for whole: the reader goroutine receives it (see pollFrame).
 var errLarge = errors.New("tcp: frame larger than the read buffer")
 
 // sockReader is the bufio.Reader's source: the connection, after the bytes
@@ -324,11 +324,12 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 
 // pollFrame is readFrame for a poller, which must honour ctx and its CQ:
 // it blocks only while nothing of the next frame has been handled, in an
-// interruptible read, until the whole frame is buffered, and then handles
-// it without blocking. A frame too large for the buffer is left to the
-// reader goroutine (errLarge): its payload goes straight to memory in a
-// read that is not interruptible, and it takes long enough that the
-// hand-off does not matter.
+// interruptible wait, until the whole frame is buffered (or, if larger than
+// the buffer, queued in the socket: awaitQueued), and then handles it
+// without blocking. A frame larger than pollFrameMax, or than awaitQueued
+// can wait for, is left to the reader goroutine (errLarge): its payload
+// goes straight to memory as it arrives, in reads that are not
+// interruptible, and it takes long enough that the hand-off matters less.
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
 	for {
