@@ -82,6 +82,11 @@ type peer struct {
 	broken    bool // the link failed
 	lastHeard time.Time
 	lastSent  time.Time
+	// heard and sent mark a frame received or sent since the liveness
+	// goroutine last looked (it then moves lastHeard or lastSent to its
+	// tick): a flag instead of time.Now on every frame, which cost a tenth
+	// of an 8-byte round trip.
+	heard, sent bool
 
 	stats PeerStats
 
@@ -203,7 +208,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		p.credits--
 	}
 	p.sqOut++
-	p.lastSent = time.Now()
+	p.sent = true
 	return nil
 }
 

@@ -182,6 +182,12 @@ func (ep *Endpoint) liveness() {
 			if p == nil || p.departed || p.broken {
 				continue
 			}
+			if p.heard {
+				p.lastHeard, p.heard = now, false
+			}
+			if p.sent {
+				p.lastSent, p.sent = now, false
+			}
 			if silent := now.Sub(p.lastHeard); silent > ep.opts.LivenessTimeout {
 				ep.loseLocked(p.rank, fmt.Errorf("no frame for %v (liveness timeout %v)", silent.Round(time.Millisecond), ep.opts.LivenessTimeout))
 				break
@@ -251,7 +257,7 @@ func (ep *Endpoint) failErrFor(r *Request) error {
 }
 
 func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
-	p.lastHeard = time.Now()
+	p.heard = true
 	if wc.Opcode == verbs.WCRecvRDMAWithImm {
 		ep.notes = append(ep.notes, Notification{Source: p.rank, Value: wc.Imm})
 		p.stats.NotifyRecv.add(0)

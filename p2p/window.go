@@ -281,8 +281,7 @@ func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
 	if r.notify32 {
 		p.credits--
 	}
-	p.sqOut++
-	p.lastSent = p.lastHeard // keep liveness frames flowing; a write is not a frame the peer sees
+	p.sqOut++ // not p.sent: a write is no frame the peer's liveness sees
 	return nil
 }
 
