@@ -364,17 +364,23 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	st.ctx = ctx
 	st.hdr = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
 	var early *MismatchError // a stall probe that arrived before this call began
-	if m := e.aborts[e.seq]; m != nil {
-		delete(e.aborts, e.seq)
-		st.abort = m
-		st.stopLocked()
-	} else if n, ok := e.status[e.seq]; ok {
-		delete(e.status, e.seq)
-		early = compareCall(e.rank, &st.hdr, n.peer, &n.h)
+	// (The maps are nearly always empty: look only when they are not.)
+	if len(e.aborts) > 0 {
+		if m := e.aborts[e.seq]; m != nil {
+			delete(e.aborts, e.seq)
+			st.abort = m
+			st.stopLocked()
+		}
 	}
-	for s := range e.status { // drop probes of calls that are over
-		if int32(s-e.seq) < 0 {
-			delete(e.status, s)
+	if len(e.status) > 0 {
+		if n, ok := e.status[e.seq]; ok && st.abort == nil {
+			early = compareCall(e.rank, &st.hdr, n.peer, &n.h)
+		}
+		delete(e.status, e.seq)
+		for s := range e.status { // drop probes of calls that are over
+			if int32(s-e.seq) < 0 {
+				delete(e.status, s)
+			}
 		}
 	}
 	e.cur = st
