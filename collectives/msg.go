@@ -47,24 +47,21 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 }
 
 // newOut returns a zeroed message record of this call.
-func (st *callState) newOut() *outMsg {
-	if st.nout == len(st.outs) {
-		st.outs = append(st.outs, new(outMsg))
-	}
-	m := st.outs[st.nout]
-	st.nout++
-	*m = outMsg{}
-	return m
-}
+func (st *callState) newOut() *outMsg { return nextRecord(&st.outs, &st.nout) }
 
 // newIn is newOut for receives.
-func (st *callState) newIn() *inMsg {
-	if st.nin == len(st.ins) {
-		st.ins = append(st.ins, new(inMsg))
+func (st *callState) newIn() *inMsg { return nextRecord(&st.ins, &st.nin) }
+
+// nextRecord hands out (*list)[*n], zeroed, growing the list when every
+// record is in use.
+func nextRecord[T any](list *[]*T, n *int) *T {
+	if *n == len(*list) {
+		*list = append(*list, new(T))
 	}
-	m := st.ins[st.nin]
-	st.nin++
-	*m = inMsg{}
+	m := (*list)[*n]
+	*n++
+	var zero T
+	*m = zero
 	return m
 }
 

@@ -193,7 +193,9 @@ func benchPingPong(b *testing.B, n int) {
 	})
 }
 
-func rawConns(b *testing.B) (net.Conn, net.Conn) {
+// rawConns is a connected pair of loopback TCP connections, closed when
+// the test or benchmark ends.
+func rawConns(b testing.TB) (net.Conn, net.Conn) {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(b, err)

@@ -194,26 +194,9 @@ func TestConcurrentPostersKeepOrder(t *testing.T) {
 // and returns the rest at once, without blocking, when the peer does not
 // read; the bytes it reports written are the ones the peer gets.
 func TestWriteNowFullSocket(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(acc)
-			return
-		}
-		acc <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer c.Close()
-	peer, ok := <-acc
-	require.True(t, ok)
-	defer peer.Close()
-
+	c, peer := rawConns(t)
 	l := &link{c: c}
+	var err error
 	l.rc, err = c.(*net.TCPConn).SyscallConn()
 	require.NoError(t, err)
 	l.ws.init(l)
