@@ -1,0 +1,130 @@
+package comm_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/comm"
+	"github.com/rdmago/rdmago/p2p"
+)
+
+// A rank of a one-host job dies (SIGKILL) or freezes (SIGSTOP: only
+// liveness can tell) while the others run small allreduces through the
+// world's shared memory, where they wait on flags, not messages: both
+// survivors must fail with ErrPeerLost naming it, within the liveness
+// bound, and never hang. The test re-executes itself as ranks 1 and 2.
+func TestSharedMemoryPeerLoss(t *testing.T) {
+	if role := os.Getenv("COMM_TEST_RANK"); role != "" {
+		sharedLossChild(t, role)
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		t.Run(sig.String(), func(t *testing.T) { sharedLoss(t, sig) })
+	}
+}
+
+func sharedLossOptions() p2p.Options {
+	return p2p.Options{Heartbeat: 100 * time.Millisecond, LivenessTimeout: 1500 * time.Millisecond}
+}
+
+func sharedLoss(t *testing.T, sig syscall.Signal) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	token, err := bootstrap.NewToken()
+	require.NoError(t, err)
+	srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Token: token, Size: 3})
+	require.NoError(t, err)
+	defer srv.Close()
+
+	var children []*exec.Cmd
+	outs := make([]*bufio.Scanner, 3)
+	for r := 1; r <= 2; r++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSharedMemoryPeerLoss$")
+		cmd.Env = append(os.Environ(), "COMM_TEST_RANK="+strconv.Itoa(r), "COMM_TEST_ADDR="+srv.Addr(),
+			"COMM_TEST_TOKEN="+hex.EncodeToString(token))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		children = append(children, cmd)
+		outs[r] = bufio.NewScanner(out)
+	}
+	defer func() {
+		for _, c := range children {
+			_ = c.Process.Signal(syscall.SIGCONT)
+			_ = c.Process.Kill() // by PID, only our own children
+			_ = c.Wait()
+		}
+	}()
+	c, err := comm.Init(ctx, comm.Options{Addr: srv.Addr(), Token: token, Rank: 0, Size: 3, NoEnv: true, P2P: sharedLossOptions()})
+	require.NoError(t, err)
+	defer c.Close()
+
+	result := make(chan error, 1)
+	go func() { result <- allreduceLoop(ctx, c) }()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, children[1].Process.Signal(sig))
+	select {
+	case err := <-result:
+		r, ok := comm.PeerLost(err)
+		require.True(t, ok && r == 2, "rank 0: %v", err)
+		t.Logf("rank 0 noticed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-ctx.Done():
+		t.Fatal("rank 0 never noticed that rank 2 was gone")
+	}
+	var line string
+	for outs[1].Scan() {
+		if l := outs[1].Text(); strings.HasPrefix(l, "RESULT ") {
+			line = l
+			break
+		}
+	}
+	require.Contains(t, line, "lost=2", "rank 1's result")
+}
+
+// allreduceLoop runs 8-byte allreduces (the shared-memory algorithm, which
+// it checks) until one fails.
+func allreduceLoop(ctx context.Context, c *comm.Comm) error {
+	buf := make([]float64, 1)
+	for i := 0; ; i++ {
+		if err := comm.Allreduce(ctx, c, buf, comm.Sum); err != nil {
+			return err
+		}
+		if i == 0 && c.LastAlgorithm() != "shared_memory" {
+			return fmt.Errorf("the allreduce ran %s, not shared_memory", c.LastAlgorithm())
+		}
+	}
+}
+
+func sharedLossChild(t *testing.T, role string) {
+	rank, _ := strconv.Atoi(role)
+	token, _ := hex.DecodeString(os.Getenv("COMM_TEST_TOKEN"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := comm.Init(ctx, comm.Options{Addr: os.Getenv("COMM_TEST_ADDR"), Token: token, Rank: rank, Size: 3, NoEnv: true, P2P: sharedLossOptions()})
+	if err != nil {
+		fmt.Printf("RESULT init: %v\n", err)
+		return
+	}
+	err = allreduceLoop(ctx, c)
+	r, ok := comm.PeerLost(err)
+	fmt.Printf("RESULT lost=%d ok=%v err=%v\n", r, ok, err)
+	<-ctx.Done() // stay until the parent ends this process (see p2p's test)
+}
