@@ -3,6 +3,7 @@ package collectives
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -80,7 +81,8 @@ func SharedRegionSize(slotBytes int) int { return shmSlot0 + 2*(shmSlotHdr+slotB
 
 // shmState is the Engine's side of a SharedRegion.
 type shmState struct {
-	seen     []uint64 // per rank, the latest call whose round this rank has seen it publish
+	pr       PeerReader // single-copy reads of a peer's own buffer, nil without
+	seen     []uint64   // per rank, the latest call whose round this rank has seen it publish
 	r        SharedRegion
 	mem      [][]byte  // per rank, its part of the region
 	slot     int       // data bytes per slot
@@ -110,6 +112,9 @@ func newShmState(r SharedRegion, size int) *shmState {
 		return nil
 	}
 	s.slotSize = shmSlotHdr + s.slot
+	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
+		s.pr = pr
+	}
 	return s
 }
 
@@ -492,6 +497,72 @@ func (c *call) barrierShm() error {
 		if _, err := c.shmGet(p, 0, 0); err != nil {
 			return err
 		}
+	}
+	c.shmDone(0)
+	return nil
+}
+
+// The single-copy form (with a PeerReader). A rank publishes the address
+// of its own buffer as its chunk (8 bytes in the slot's first line), the
+// others read what they need straight out of that buffer with ReadPeer
+// (process_vm_readv: one copy by the kernel, no staging through the
+// slots), and the owner keeps the buffer unchanged, and pinned, until
+// every reader's done word says it has finished.
+
+// publishBuf publishes buf's address as this rank's chunk i; the caller
+// keeps buf pinned (pin) until waitReaders returns.
+func (c *call) publishBuf(i int, buf []byte, pin *runtime.Pinner) error {
+	var a [8]byte
+	if len(buf) > 0 {
+		pin.Pin(unsafe.SliceData(buf))
+		binary.LittleEndian.PutUint64(a[:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
+	}
+	return c.shmPut(i, a[:])
+}
+
+// peerBuf waits for rank's published buffer address (chunk i).
+func (c *call) peerBuf(rank, i int) (uint64, error) {
+	a, err := c.shmGet(rank, i, 8)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(a), nil
+}
+
+// waitReaders waits until every other rank has marked chunk i done.
+func (c *call) waitReaders(i int) error {
+	s, me := c.e.shm, c.e.rank
+	id := roundID(c.calls, i)
+	for p := range s.mem {
+		if p == me {
+			continue
+		}
+		done := word(s.mem[p], 0)
+		if err := c.shmWait(p, func() bool { return atomic.LoadUint64(done) >= id }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bcastShmRead: the root publishes its buffer; every other rank reads it
+// whole; the root returns once all have.
+func (c *call) bcastShmRead(buf []byte, root int) error {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	if c.e.rank == root {
+		if err := c.publishBuf(0, buf, &pin); err != nil {
+			return err
+		}
+		c.shmDone(0)
+		return c.waitReaders(0)
+	}
+	addr, err := c.peerBuf(root, 0)
+	if err != nil {
+		return err
+	}
+	if err := c.e.shm.pr.ReadPeer(root, addr, buf); err != nil {
+		return c.fail(root, err)
 	}
 	c.shmDone(0)
 	return nil

@@ -93,6 +93,9 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 			case Hierarchical:
 				return c.bcastHier(b, root)
 			case SharedMemory:
+				if c.e.shm.pr != nil && len(b) > shmReadMin && len(b) <= shmReadMax {
+					return c.bcastShmRead(b, root)
+				}
 				return c.bcastShm(b, root)
 			}
 			return c.bcastBinomial(b, root)

@@ -102,6 +102,15 @@ type SharedRegion interface {
 	Ring(bell *uint32)
 }
 
+// PeerReader is an optional SharedRegion capability: ReadPeer copies
+// len(dst) bytes at address addr of rank's process into dst in one copy
+// (process_vm_readv), so that large vectors move without going through the
+// slots. CanReadPeer says whether it works, the same on every rank.
+type PeerReader interface {
+	CanReadPeer() bool
+	ReadPeer(rank int, addr uint64, dst []byte) error
+}
+
 // OneSided is an optional Group capability: windows that peers write into
 // with a notification (RDMA WRITE_WITH_IMM). The one-sided ring allreduce
 // needs it.

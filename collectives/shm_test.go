@@ -61,3 +61,33 @@ func TestSharedMemoryBits(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedMemoryBcastRead: from 32 to 128 KiB the shared-memory bcast
+// has the readers copy the root's own buffer (a PeerReader region); every
+// rank gets the root's data, twice in a row, whoever the root is.
+func TestSharedMemoryBcastRead(t *testing.T) {
+	t.Parallel()
+	for _, p := range []int{2, 3, 5} {
+		for _, n := range []int{4097, 16000} { // 32 KiB + 8 B and 125 KiB of float64
+			t.Run(name("p", p, "n", n), func(t *testing.T) {
+				errs := world(t, p, coltest.Options{Shared: true}, force(collectives.CollBcast, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+					for round := range 2 {
+						root := (round + p - 1) % p
+						buf := make([]float64, n)
+						if r == root {
+							buf = input(100+round, n)
+						}
+						if err := collectives.Bcast(ctx, e, buf, root); err != nil {
+							return err
+						}
+						if err := eq("bcast", buf, input(100+round, n)); err != nil {
+							return err
+						}
+					}
+					return checkAlg(e, collectives.SharedMemory)
+				})
+				requireAllOK(t, errs)
+			})
+		}
+	}
+}

@@ -99,9 +99,29 @@ func sharedLoss(t *testing.T, sig syscall.Signal) {
 	require.Contains(t, line, "lost=2", "rank 1's result")
 }
 
-// allreduceLoop runs 8-byte allreduces (the shared-memory algorithm, which
-// it checks) until one fails.
+// allreduceLoop first checks an 80 KB bcast from rank 1, which the ranks,
+// separate processes, read straight out of rank 1's buffer (the
+// shared-memory bcast's single-copy form, when process_vm_readv works);
+// then it runs 8-byte allreduces (the shared-memory algorithm, which it
+// checks) until one fails.
 func allreduceLoop(ctx context.Context, c *comm.Comm) error {
+	big := make([]float64, 10000)
+	if c.Rank() == 1 {
+		for i := range big {
+			big[i] = float64(i*7 + 3)
+		}
+	}
+	if err := comm.Bcast(ctx, c, big, 1); err != nil {
+		return err
+	}
+	for i, v := range big {
+		if v != float64(i*7+3) {
+			return fmt.Errorf("bcast: element %d is %v, want %v", i, v, float64(i*7+3))
+		}
+	}
+	if c.LastAlgorithm() != "shared_memory" {
+		return fmt.Errorf("the bcast ran %s, not shared_memory", c.LastAlgorithm())
+	}
 	buf := make([]float64, 1)
 	for i := 0; ; i++ {
 		if err := comm.Allreduce(ctx, c, buf, comm.Sum); err != nil {

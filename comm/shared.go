@@ -2,7 +2,11 @@ package comm
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
@@ -29,6 +33,7 @@ type sharedRegion struct {
 	win  *p2p.Window
 	mem  [][]byte
 	spin time.Duration
+	cma  bool // every rank can read every other's memory (ReadPeer)
 }
 
 // newSharedRegion makes the region (a collective over the world), or
@@ -57,20 +62,59 @@ func newSharedRegion(ctx context.Context, ep *p2p.Endpoint, store bootstrap.Stor
 			ok = 0
 		}
 	}
-	votes, err := bootstrap.Allgather(ctx, store, "comm/"+name+"/shared", []byte{ok})
+	// The vote also publishes a probe: 8 known bytes whose address every
+	// peer reads with ReadPeer, to learn whether single-copy reads of a
+	// peer's own buffers work (process_vm_readv may be forbidden).
+	probe := make([]byte, 8)
+	binary.LittleEndian.PutUint64(probe, sharedProbe^uint64(me))
+	vote := binary.LittleEndian.AppendUint64([]byte{ok}, uint64(uintptr(unsafe.Pointer(&probe[0]))))
+	votes, err := bootstrap.Allgather(ctx, store, "comm/"+name+"/shared", vote)
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range votes {
-		if len(v) != 1 || v[0] != 1 {
+	cma := byte(1)
+	for r, v := range votes {
+		if len(v) != 9 || v[0] != 1 {
 			// The window's memory goes with the endpoint.
 			return nil, nil
 		}
+		if r == me {
+			continue
+		}
+		got := make([]byte, 8)
+		if ep.ReadPeer(r, binary.LittleEndian.Uint64(v[1:]), got) != nil || binary.LittleEndian.Uint64(got) != sharedProbe^uint64(r) {
+			cma = 0
+		}
+	}
+	// Every rank must agree (the algorithms differ): a second round.
+	cmas, err := bootstrap.Allgather(ctx, store, "comm/"+name+"/shared-cma", []byte{cma})
+	runtime.KeepAlive(probe) // peers read it until the second round
+	if err != nil {
+		return nil, err
+	}
+	s.cma = true
+	for _, v := range cmas {
+		s.cma = s.cma && len(v) == 1 && v[0] == 1
 	}
 	return s, nil
 }
 
-func (s *sharedRegion) Mem(rank int) []byte     { return s.mem[rank] }
+func (s *sharedRegion) Mem(rank int) []byte { return s.mem[rank] }
+
+// sharedProbe is the probe's pattern (xor the rank).
+const sharedProbe = 0x5348_4d50_524f_4245
+
+// ReadPeer reads rank's memory in one copy (collectives.PeerReader); it is
+// offered only when every rank probed that it works.
+func (s *sharedRegion) ReadPeer(rank int, addr uint64, dst []byte) error {
+	if !s.cma {
+		return fmt.Errorf("%w: single-copy reads between the ranks were not possible", ErrUnsupported)
+	}
+	return s.ep.ReadPeer(rank, addr, dst)
+}
+
+// CanReadPeer reports whether ReadPeer works (collectives.PeerReader).
+func (s *sharedRegion) CanReadPeer() bool       { return s.cma }
 func (s *sharedRegion) Failed() <-chan struct{} { return s.ep.Failed() }
 func (s *sharedRegion) Err() error              { return s.ep.Err() }
 

@@ -178,6 +178,28 @@ func (w *Window) Direct(peer int) []byte {
 	return m
 }
 
+// ReadPeer copies len(dst) bytes at address addr of peer's process into
+// dst in one copy, when the link to peer can (shm between processes:
+// verbs.PeerReader); otherwise the error wraps verbs.ErrUnsupported. peer
+// must have published the address for this and keep the memory unchanged
+// until the reader says it is done (the collectives' shared-memory
+// algorithms do, through flags).
+func (ep *Endpoint) ReadPeer(peer int, addr uint64, dst []byte) error {
+	if peer < 0 || peer >= ep.size || peer == ep.rank || ep.peers[peer] == nil {
+		return &Error{Op: "ReadPeer", Rank: ep.rank, Peer: peer, Tag: NoTag,
+			Err: fmt.Errorf("%w: rank %d is not a peer of rank %d of %d", ErrInvalidRank, peer, ep.rank, ep.size)}
+	}
+	pr, ok := ep.peers[peer].qp.(verbs.PeerReader)
+	if !ok {
+		return &Error{Op: "ReadPeer", Rank: ep.rank, Peer: peer, Tag: NoTag,
+			Err: fmt.Errorf("%w: the %s link to rank %d cannot read its memory", verbs.ErrUnsupported, ep.peers[peer].dev.provider, peer)}
+	}
+	if err := pr.ReadPeer(addr, dst); err != nil {
+		return &Error{Op: "ReadPeer", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
+	}
+	return nil
+}
+
 // Len is the size of rank's window.
 func (w *Window) Len(rank int) int {
 	if rank < 0 || rank >= len(w.remote) {

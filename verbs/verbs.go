@@ -184,3 +184,17 @@ type DirectAccess interface {
 type SleepWaiter interface {
 	WaitSleep(ctx context.Context) error
 }
+
+// PeerReader is an optional QP capability of providers whose peer is
+// another process on this host that this one may read (the shm provider,
+// through process_vm_readv): ReadPeer copies len(dst) bytes at address
+// addr of the peer's memory into dst, in one copy by the kernel. It is for
+// memory the peer has published for the purpose (the collectives'
+// shared-memory algorithms publish a buffer's address next to a flag) and
+// keeps alive and unchanged until the reader says it is done. It fails with
+// an error wrapping ErrUnsupported when the peer is not another process or
+// the kernel does not allow the read, and with ErrInvalidArgument when the
+// range is not mapped in the peer.
+type PeerReader interface {
+	ReadPeer(addr uint64, dst []byte) error
+}

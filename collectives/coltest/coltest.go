@@ -449,6 +449,24 @@ func (s *shared) Err() error                          { return s.g.w.lostErr() }
 func (s *shared) Wait(*uint32, uint32, time.Duration) { runtime.Gosched() }
 func (s *shared) Ring(*uint32)                        {}
 
+// CanReadPeer and ReadPeer make the region a collectives.PeerReader: the
+// ranks share this process, so reading a rank's memory is a copy from the
+// address it published (the owner keeps it alive and unchanged meanwhile).
+func (s *shared) CanReadPeer() bool { return true }
+
+func (s *shared) ReadPeer(rank int, addr uint64, dst []byte) error {
+	if err := s.g.check(rank, 0, dst); err != nil {
+		return err
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	p := uintptr(addr)
+	src := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), len(dst))
+	copy(dst, src)
+	return nil
+}
+
 type topo struct{ g *group }
 
 func (t *topo) HostOf(rank int) int {

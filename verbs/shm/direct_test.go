@@ -1,3 +1,5 @@
+//go:build linux
+
 package shm
 
 import (
@@ -47,4 +49,18 @@ func TestMapRemote(t *testing.T) {
 		_, err := a.qp.MapRemote(c.addr, c.rkey, c.n, verbs.AccessRemoteRead)
 		require.ErrorIs(t, err, c.want, c.name)
 	}
+}
+
+// ReadPeer reads another process's memory with process_vm_readv; two
+// devices of one process are linked directly, so it refuses (the
+// collectives then use their slots), and before connecting it fails.
+// (comm's TestSharedMemoryPeerLoss reads across processes.)
+func TestReadPeerInProcess(t *testing.T) {
+	a, b := newEnd(t, Options{}), newEnd(t, Options{})
+	require.ErrorIs(t, a.qp.ReadPeer(0, make([]byte, 8)), verbs.ErrInvalidState)
+	connectPair(t, a, b)
+	if a.qp.UserMemPath() == UserMemCMA {
+		t.Skip("the link uses CMA in-process")
+	}
+	require.ErrorIs(t, a.qp.ReadPeer(0, make([]byte, 8)), verbs.ErrUnsupported)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -548,4 +549,29 @@ func (q *QP) MapRemote(addr uint64, rkey uint32, n int, access verbs.Access) ([]
 		return nil, q.opErr("MapRemote", 0, fmt.Errorf("%w: the peer's region is not provider memory (AllocMR)", verbs.ErrUnsupported))
 	}
 	return sp.direct, nil
+}
+
+var _ verbs.PeerReader = (*QP)(nil)
+
+// ReadPeer reads the peer process's memory with process_vm_readv (see
+// verbs.PeerReader); only links that use CMA for user memory can.
+func (q *QP) ReadPeer(addr uint64, dst []byte) error {
+	l := q.lnk.Load()
+	if l == nil || l.dead.Load() {
+		return q.opErr("ReadPeer", 0, fmt.Errorf("%w: not connected", verbs.ErrInvalidState))
+	}
+	if l.path != UserMemCMA {
+		return q.opErr("ReadPeer", 0, fmt.Errorf("%w: the link reaches the peer's memory by %v, not CMA", verbs.ErrUnsupported, l.path))
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	switch err := cmaCopy(l.pid, [][]byte{dst}, addr, false); err {
+	case nil:
+		return nil
+	case syscall.EFAULT:
+		return q.opErr("ReadPeer", 0, fmt.Errorf("%w: [%#x, +%d) is not mapped in the peer", verbs.ErrInvalidArgument, addr, len(dst)))
+	default:
+		return q.opErr("ReadPeer", 0, fmt.Errorf("%w: process_vm_readv: %v", verbs.ErrUnsupported, err))
+	}
 }
