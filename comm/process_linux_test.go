@@ -1,12 +1,10 @@
 package comm_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/comm"
+	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -51,27 +50,9 @@ func sharedLoss(t *testing.T, sig syscall.Signal) {
 	require.NoError(t, err)
 	defer srv.Close()
 
-	var children []*exec.Cmd
-	outs := make([]*bufio.Scanner, 3)
-	for r := 1; r <= 2; r++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestSharedMemoryPeerLoss$")
-		cmd.Env = append(os.Environ(), "COMM_TEST_RANK="+strconv.Itoa(r), "COMM_TEST_ADDR="+srv.Addr(),
-			"COMM_TEST_TOKEN="+hex.EncodeToString(token))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		children = append(children, cmd)
-		outs[r] = bufio.NewScanner(out)
-	}
-	defer func() {
-		for _, c := range children {
-			_ = c.Process.Signal(syscall.SIGCONT)
-			_ = c.Process.Kill() // by PID, only our own children
-			_ = c.Wait()
-		}
-	}()
+	ranks := testbin.StartRanks(t, "^TestSharedMemoryPeerLoss$", 3, func(r int) []string {
+		return []string{"COMM_TEST_RANK=" + strconv.Itoa(r), "COMM_TEST_ADDR=" + srv.Addr(), "COMM_TEST_TOKEN=" + hex.EncodeToString(token)}
+	})
 	c, err := comm.Init(ctx, comm.Options{Addr: srv.Addr(), Token: token, Rank: 0, Size: 3, NoEnv: true, P2P: sharedLossOptions()})
 	require.NoError(t, err)
 	defer c.Close()
@@ -80,7 +61,7 @@ func sharedLoss(t *testing.T, sig syscall.Signal) {
 	go func() { result <- allreduceLoop(ctx, c) }()
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
-	require.NoError(t, children[1].Process.Signal(sig))
+	require.NoError(t, ranks[2].Cmd.Process.Signal(sig))
 	select {
 	case err := <-result:
 		r, ok := comm.PeerLost(err)
@@ -90,8 +71,8 @@ func sharedLoss(t *testing.T, sig syscall.Signal) {
 		t.Fatal("rank 0 never noticed that rank 2 was gone")
 	}
 	var line string
-	for outs[1].Scan() {
-		if l := outs[1].Text(); strings.HasPrefix(l, "RESULT ") {
+	for ranks[1].Out.Scan() {
+		if l := ranks[1].Out.Text(); strings.HasPrefix(l, "RESULT ") {
 			line = l
 			break
 		}

@@ -1,12 +1,10 @@
 package p2p_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -49,26 +48,10 @@ func processPeerLoss(t *testing.T, prov string, sig syscall.Signal) {
 	require.NoError(t, err)
 	defer srv.Close()
 
-	var children []*exec.Cmd
-	outs := make([]*bufio.Scanner, 3)
-	for r := 1; r <= 2; r++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestProcessPeerLoss$")
-		cmd.Env = append(os.Environ(), "P2P_TEST_RANK="+strconv.Itoa(r), "P2P_TEST_ADDR="+srv.Addr(),
-			"P2P_TEST_TOKEN="+hex.EncodeToString(token), "P2P_TEST_PROVIDER="+prov)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		children = append(children, cmd)
-		outs[r] = bufio.NewScanner(out)
-	}
-	defer func() {
-		for _, c := range children {
-			_ = c.Process.Kill() // by PID, only our own children
-			_ = c.Wait()
-		}
-	}()
+	ranks := testbin.StartRanks(t, "^TestProcessPeerLoss$", 3, func(r int) []string {
+		return []string{"P2P_TEST_RANK=" + strconv.Itoa(r), "P2P_TEST_ADDR=" + srv.Addr(),
+			"P2P_TEST_TOKEN=" + hex.EncodeToString(token), "P2P_TEST_PROVIDER=" + prov}
+	})
 	ep := joinProcess(ctx, t, 0, srv.Addr(), token, prov)
 	defer ep.Close()
 
@@ -76,7 +59,7 @@ func processPeerLoss(t *testing.T, prov string, sig syscall.Signal) {
 	go func() { result <- pingPong(ctx, ep, 1) }()
 	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
-	require.NoError(t, children[1].Process.Signal(sig))
+	require.NoError(t, ranks[2].Cmd.Process.Signal(sig))
 
 	select {
 	case err := <-result:
@@ -87,8 +70,8 @@ func processPeerLoss(t *testing.T, prov string, sig syscall.Signal) {
 	}
 	// Rank 1 reports its own error on stdout.
 	var line string
-	for outs[1].Scan() {
-		if l := outs[1].Text(); strings.HasPrefix(l, "RESULT ") {
+	for ranks[1].Out.Scan() {
+		if l := ranks[1].Out.Text(); strings.HasPrefix(l, "RESULT ") {
 			line = l
 			break
 		}

@@ -16,6 +16,11 @@ func ownGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }
 
+// dieWithParent has the kernel kill cmd when this process dies.
+func dieWithParent(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
 // killGroup kills p's process group (p leads it; after p's exit, the
 // group's id still names its members until they are gone).
 func killGroup(p *os.Process) { syscall.Kill(-p.Pid, syscall.SIGKILL) }

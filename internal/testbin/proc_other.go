@@ -12,6 +12,8 @@ import (
 
 func ownGroup(cmd *exec.Cmd) {}
 
+func dieWithParent(cmd *exec.Cmd) {}
+
 func killGroup(p *os.Process) { p.Kill() }
 
 func groupMembers(pgid int) []string { return nil }
