@@ -141,16 +141,19 @@ func (s *shmState) slotOff(k int) int { return shmSlot0 + k*s.slotSize }
 // roundID is the id of chunk i of the call with counter calls.
 func roundID(calls uint64, i int) uint64 { return calls<<shmChunkBits | uint64(i) }
 
-// finish marks the call with counter calls over on rank me (see the
-// narrative).
-func (s *shmState) finish(me int, calls uint64) {
-	atomic.StoreUint64(word(s.mem[me], 0), roundID(calls, shmAllDone))
+// setDone stores round id into rank me's done word and rings its bell.
+func (s *shmState) setDone(me int, id uint64) {
+	atomic.StoreUint64(word(s.mem[me], 0), id)
 	s.ring(me)
 }
 
-// shmWait polls cond until it holds. It fails when the call is stopped,
-// ctx ends, the group fails or the Engine closes; peer (a group rank, or
-// -1) is whom the call waits for, for the error.
+// finish marks the call with counter calls over on rank me (see the
+// narrative).
+func (s *shmState) finish(me int, calls uint64) { s.setDone(me, roundID(calls, shmAllDone)) }
+
+// shmWait polls cond, a condition on peer's memory, until it holds. It
+// fails when the call is stopped, ctx ends, the group fails or the Engine
+// closes; peer is whom the call waits for, and whose bell it sleeps on.
 func (c *call) shmWait(peer int, cond func() bool) error {
 	if cond() {
 		return nil
@@ -213,8 +216,7 @@ func (c *call) shmPut(i int, data []byte) error {
 			if p == me || s.seen[p] > prev>>shmChunkBits {
 				continue
 			}
-			done := word(s.mem[p], 0)
-			if err := c.shmWait(p, func() bool { return atomic.LoadUint64(done) >= prev }); err != nil {
+			if err := c.waitDone(p, prev); err != nil {
 				return err
 			}
 		}
@@ -300,10 +302,18 @@ func (c *call) shmSlot(peer, i int, n int) ([]byte, error) {
 }
 
 // shmDone marks chunk i read.
-func (c *call) shmDone(i int) {
-	s := c.e.shm
-	atomic.StoreUint64(word(s.mem[c.e.rank], 0), roundID(c.calls, i))
-	s.ring(c.e.rank)
+func (c *call) shmDone(i int) { c.e.shm.setDone(c.e.rank, roundID(c.calls, i)) }
+
+// waitDone waits until rank p's done word has reached round id.
+func (c *call) waitDone(p int, id uint64) error {
+	done := word(c.e.shm.mem[p], 0)
+	return c.shmWait(p, func() bool { return atomic.LoadUint64(done) >= id })
+}
+
+// pieces is the chunk size that pipelines a vector of n bytes: an eighth,
+// at least least bytes, at most a slot, in whole elements.
+func (c *call) pieces(n, least int) int {
+	return min(max(n/8, least), c.e.shm.slot) / c.esize * c.esize
 }
 
 // shmChunks calls f for every chunk of a vector of nbytes (whole elements
@@ -333,11 +343,10 @@ func (c *call) shmChunksOf(nbytes, per int, f func(i, off, n int) error) error {
 func (c *call) allreduceShm(buf []byte) error {
 	// Past 512 KiB, pieces of an eighth (64 KiB to a slot) let one rank
 	// copy the next piece in while the other folds this one.
-	per := c.e.shm.slot
+	per := c.e.shm.slot / c.esize * c.esize
 	if len(buf) > 512<<10 {
-		per = min(max(len(buf)/8, 64<<10), per)
+		per = c.pieces(len(buf), 64<<10)
 	}
-	per = per / c.esize * c.esize
 	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
 		if err := c.shmPut(i, buf[off:off+n]); err != nil {
 			return err
@@ -467,8 +476,7 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 // slot), so that the readers copy one piece out while the root copies the
 // next one in: with two slots the root runs one piece ahead.
 func (c *call) bcastShm(buf []byte, root int) error {
-	per := min(max(len(buf)/8, shmPipeMin), c.e.shm.slot) / c.esize * c.esize
-	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
+	return c.shmChunksOf(len(buf), c.pieces(len(buf), shmPipeMin), func(i, off, n int) error {
 		if c.e.rank == root {
 			if err := c.shmPut(i, buf[off:off+n]); err != nil {
 				return err
@@ -531,14 +539,12 @@ func (c *call) peerBuf(rank, i int) (uint64, error) {
 
 // waitReaders waits until every other rank has marked chunk i done.
 func (c *call) waitReaders(i int) error {
-	s, me := c.e.shm, c.e.rank
 	id := roundID(c.calls, i)
-	for p := range s.mem {
-		if p == me {
+	for p := range c.e.shm.mem {
+		if p == c.e.rank {
 			continue
 		}
-		done := word(s.mem[p], 0)
-		if err := c.shmWait(p, func() bool { return atomic.LoadUint64(done) >= id }); err != nil {
+		if err := c.waitDone(p, id); err != nil {
 			return err
 		}
 	}

@@ -448,13 +448,9 @@ func (c *call) end(err error) error {
 	e.mu.Unlock()
 	// Tell the writers of later calls that this rank reads nothing of this
 	// call any more (see alg_shm.go), whichever algorithm ran.
-	switch {
-	case st.shmHeld:
-		if !e.shmGone {
-			e.shm.finish(e.rank, st.calls)
-		}
-		e.shmMu.RUnlock()
-	case e.shm != nil && e.shmMu.TryRLock():
+	// (A shared-memory call holds shmMu already; another takes it unless
+	// Close is under way.)
+	if st.shmHeld || e.shm != nil && e.shmMu.TryRLock() {
 		if !e.shmGone {
 			e.shm.finish(e.rank, st.calls)
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -853,14 +854,13 @@ func (q *queue) wait(ctx context.Context, turn chan struct{}) error {
 	case <-ctx.Done():
 	}
 	q.mu.Lock()
-	for i, ch := range q.waiting {
-		if ch == turn {
-			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
-			q.mu.Unlock()
-			return fmt.Errorf("waiting for this communicator's earlier collectives: %w", ctx.Err())
-		}
+	i := slices.Index(q.waiting, turn)
+	if i >= 0 {
+		q.waiting = slices.Delete(q.waiting, i, i+1)
 	}
 	q.mu.Unlock()
-	q.done() // the turn had come: pass it on
+	if i < 0 {
+		q.done() // the turn had come: pass it on
+	}
 	return fmt.Errorf("waiting for this communicator's earlier collectives: %w", ctx.Err())
 }

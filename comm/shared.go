@@ -30,7 +30,6 @@ const maxSharedRanks = 64
 // Engine uses it (one Engine per region: its round ids start at 1).
 type sharedRegion struct {
 	ep   *p2p.Endpoint
-	win  *p2p.Window
 	mem  [][]byte
 	spin time.Duration
 	cma  bool // every rank can read every other's memory (ReadPeer)
@@ -50,15 +49,18 @@ func newSharedRegion(ctx context.Context, ep *p2p.Endpoint, store bootstrap.Stor
 			return nil, nil
 		}
 	}
-	win, err := ep.AllocWindow(ctx, collectives.SharedRegionSize(sharedSlot))
+	// The window is never closed on its own: its memory goes with the
+	// endpoint, after the Engine that uses it.
+	size := collectives.SharedRegionSize(sharedSlot)
+	win, err := ep.AllocWindow(ctx, size)
 	if err != nil {
 		return nil, err
 	}
-	s := &sharedRegion{ep: ep, win: win, mem: make([][]byte, n)}
+	s := &sharedRegion{ep: ep, mem: make([][]byte, n)}
 	s.spin, _ = ep.WaitPolicy()
 	ok := byte(1)
 	for r := range n {
-		if s.mem[r] = win.Direct(r); len(s.mem[r]) < collectives.SharedRegionSize(sharedSlot) {
+		if s.mem[r] = win.Direct(r); len(s.mem[r]) < size {
 			ok = 0
 		}
 	}
@@ -75,7 +77,6 @@ func newSharedRegion(ctx context.Context, ep *p2p.Endpoint, store bootstrap.Stor
 	cma := byte(1)
 	for r, v := range votes {
 		if len(v) != 9 || v[0] != 1 {
-			// The window's memory goes with the endpoint.
 			return nil, nil
 		}
 		if r == me {

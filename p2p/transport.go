@@ -24,7 +24,7 @@ import (
 // answer from the same two records, so they always agree. A rank that
 // cannot compute its identity publishes an empty one and uses no shm. The
 // record also carries the rank's CPU affinity, for the wait policy (see
-// encodeHostInfo); with shm forced it is exchanged too. The choice per
+// hostInfo.encode); with shm forced it is exchanged too. The choice per
 // peer is visible with Endpoint.Transport.
 
 const hostKey = "host/"
@@ -71,11 +71,10 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 			return err
 		}
 		peer := decodeHostInfo(v)
-		local := id != "" && peer.id == id
 		if !forced {
 			ep.provider[r] = pickProvider(me, peer)
 		}
-		if local || forced {
+		if forced || me.sameHost(peer) {
 			union = orMask(union, peer.mask)
 		}
 	}
@@ -116,11 +115,15 @@ func decodeHostInfo(v []byte) hostInfo {
 	return h
 }
 
+// sameHost reports whether two records name one host (an unknown identity
+// never does).
+func (h hostInfo) sameHost(o hostInfo) bool { return h.id != "" && h.id == o.id }
+
 // pickProvider is the automatic choice for the pair (me, peer): shm on one
 // host, ibv across hosts when both have it, tcp otherwise.
 func pickProvider(me, peer hostInfo) string {
 	switch {
-	case me.id != "" && me.id == peer.id:
+	case me.sameHost(peer):
 		return "shm"
 	case me.ibv && peer.ibv:
 		return "ibv"
