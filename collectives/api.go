@@ -142,8 +142,11 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 	b := reduce.Bytes(buf)
 	return e.run(ctx, spec{coll: CollReduce, dt: reduce.DTypeOf[T](), op: op, root: root, count: int64(len(buf)), nbytes: len(b)},
 		func(c *call, alg Algorithm) error {
+			// The message-based algorithms reduce in place: a non-root
+			// works on a copy, so that its buf stays unchanged. (The
+			// shared-memory one only reads a non-root's buf.)
 			work := b
-			if c.me != root && len(b) > 0 {
+			if c.me != root && len(b) > 0 && alg != SharedMemory {
 				work = c.get(len(b))
 				copy(work, b)
 			}
@@ -158,7 +161,7 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 					err = c.gatherBlocks(work, root)
 				}
 			case SharedMemory:
-				err = c.reduceShm(b, root) // publishes b; only root writes into it
+				err = c.reduceShm(b, root)
 			default:
 				err = c.reduceBinomial(work, root)
 			}

@@ -341,6 +341,7 @@ func (e *Engine) shmPays(c Collective, nbytes int) bool {
 }
 
 // shmLargeBytes: see shmPays.
+const shmLargeBytes = 8 << 20
 
 // Between shmReadMin and shmReadMax bytes, a shared-memory bcast has the
 // readers copy the root's own buffer (bcastShmRead, when the region can):
@@ -351,7 +352,6 @@ const (
 	shmReadMin = 32 << 10
 	shmReadMax = 128 << 10
 )
-const shmLargeBytes = 8 << 20
 
 // shmRSBytes is the size above which the shared-memory allreduce of more
 // than two ranks reduces blocks and gathers them (allreduceShmRS) instead
