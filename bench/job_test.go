@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -278,4 +280,32 @@ func TestPattern(t *testing.T) {
 		}
 		assert.Equal(t, s, sumPattern[float32](i, 7, 3))
 	}
+}
+
+// --cpuprofile P writes this rank's CPU profile to P.RANK; an unwritable
+// path fails the command before it measures anything.
+func TestCPUProfile(t *testing.T) {
+	clearJobEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := filepath.Join(t.TempDir(), "prof")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"barrier", "-i", "3", "-x", "1", "-q", "--cpuprofile", prefix}, &stdout, &stderr)
+	require.Equal(t, 0, code, "%s\n%s", stdout.String(), stderr.String())
+	f, err := os.Open(prefix + ".0")
+	require.NoError(t, err)
+	defer f.Close()
+	// A pprof profile is a gzip-compressed protocol buffer.
+	z, err := gzip.NewReader(f)
+	require.NoError(t, err, "rank 0's profile is not gzip data")
+	data, err := io.ReadAll(z)
+	require.NoError(t, err)
+	require.NotEmpty(t, data)
+
+	stdout.Reset()
+	stderr.Reset()
+	code = run(ctx, []string{"barrier", "-q", "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "p")}, &stdout, &stderr)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr.String(), "--cpuprofile")
+	assert.NotContains(t, stdout.String(), "# Size", "nothing was measured")
 }
