@@ -76,42 +76,19 @@ func binaries(t *testing.T) {
 	rdmarunBin, bench = bins[0], bins[1]
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m) }
 
 // job runs rdmarun -np np rdmabench args... and returns stdout, stderr and
 // the exit status.
 func job(t *testing.T, np int, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rdmarunBin, append([]string{"-np", fmt.Sprint(np), "--timeout", "50s", "--stdin", "none", bench}, args...)...)
-	cmd.Env = jobEnv()
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	require.NoError(t, ctx.Err(), "rdmabench %v timed out:\n%s\n%s", args, o.String(), e.String())
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return o.String(), e.String(), code
+	r := testbin.Run(t, 60*time.Second, jobEnv(), rdmarunBin, append([]string{"-np", fmt.Sprint(np), "--timeout", "50s", "--stdin", "none", bench}, args...)...)
+	return r.Stdout, r.Stderr, r.Code
 }
 
-func jobEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "RDMARUN_") && !strings.HasPrefix(kv, "RDMAGO_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
+// jobEnv is the test's environment without an enclosing job's or the
+// developer's RDMARUN_* and RDMAGO_* variables.
+func jobEnv() []string { return testbin.Environ("RDMARUN_*", "RDMAGO_*") }
 
 // rows returns the data rows of the first table as fields.
 func rows(out string) [][]string {

@@ -1,11 +1,7 @@
 package comm_test
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -28,43 +24,13 @@ func buildJobBinaries(t *testing.T) {
 	rdmarunBin, progBin = bins[0], bins[1]
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testbin.Main(m) }
 
 // job runs rdmarun with args and returns its output and exit code.
 func job(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rdmarunBin, args...)
-	cmd.Env = jobEnv()
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	require.NoError(t, ctx.Err(), "rdmarun %v timed out:\n%s\n%s", args, o.String(), e.String())
-	code = 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return o.String(), e.String(), code
-}
-
-// jobEnv is the test's environment without variables that would change
-// the job (an enclosing job's RDMARUN_*, forced algorithms).
-func jobEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "RDMARUN_") || strings.HasPrefix(kv, "RDMAGO_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
+	r := testbin.Run(t, 90*time.Second, testbin.Environ("RDMARUN_*", "RDMAGO_*"), rdmarunBin, args...)
+	return r.Stdout, r.Stderr, r.Code
 }
 
 func TestRdmarunJobs(t *testing.T) {
