@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -160,7 +159,7 @@ func TestJobInterrupt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "partial.json")
 	cmd := exec.CommandContext(ctx, rdmarunBin, "-np", "2", "--stdin", "none", bench, "latency", "-m", "0:4M", "-i", "100000", "-x", "0", "--json", path)
 	cmd.Env = jobEnv()
-	var e lockedBuffer
+	var e testbin.Buffer
 	pr, pw, err := os.Pipe()
 	require.NoError(t, err)
 	cmd.Stdout, cmd.Stderr = pw, &e
@@ -193,25 +192,6 @@ func TestJobInterrupt(t *testing.T) {
 	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out.String(), e.String())
 	assert.True(t, res.Interrupted)
 	assert.Less(t, len(res.Rows), 24)
-}
-
-// lockedBuffer is a bytes.Buffer that a command's output goroutine and the
-// test may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestValidationCatchesCorruption corrupts one element of one allreduce

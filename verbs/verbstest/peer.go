@@ -1,7 +1,6 @@
 package verbstest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,10 +10,10 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -203,27 +202,10 @@ type peerProc struct {
 	enc    *json.Encoder
 	dec    *json.Decoder
 	toPeer *os.File
-	output *lockedBuffer
+	output *testbin.Buffer
 	reaped chan struct{}
 	err    error // from cmd.Wait, valid once reaped is closed
 	hello  peerResp
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // peerRunPattern is a -test.run pattern selecting exactly the test named name.
@@ -251,7 +233,7 @@ func (s *suite) startPeer(t *testing.T) *peerProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peerProc{t: t, output: &lockedBuffer{}, reaped: make(chan struct{}), toPeer: toPeerW}
+	p := &peerProc{t: t, output: &testbin.Buffer{}, reaped: make(chan struct{}), toPeer: toPeerW}
 	p.cmd = exec.Command(exe, "-test.run="+peerRunPattern(s.root), "-test.count=1",
 		fmt.Sprintf("-test.timeout=%v", 3*s.opts.CaseTimeout))
 	p.cmd.Env = append(os.Environ(), peerEnv+"="+s.root)
