@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/internal/ntcopy"
 )
 
 // The shared-memory algorithms (SharedMemory).
@@ -206,9 +207,34 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 // shmPut publishes data as this rank's chunk i: it waits until the slot is
 // free, copies, writes the header and stores the round id.
 func (c *call) shmPut(i int, data []byte) error {
+	slot, err := c.shmClaim()
+	if err != nil {
+		return err
+	}
+	ntcopy.Copy(dataOf(slot, len(data)), data)
+	c.shmPublish(slot, i, len(data))
+	return nil
+}
+
+// shmPutRaw is shmPut that always places data after the slot's header
+// (never inline in line 0) and leaves data[hs:he] out; it returns this
+// rank's slot.
+func (c *call) shmPutRaw(i int, data []byte, hs, he int) ([]byte, error) {
+	slot, err := c.shmClaim()
+	if err != nil {
+		return nil, err
+	}
+	ntcopy.Copy(slot[shmSlotHdr:], data[:hs])
+	ntcopy.Copy(slot[shmSlotHdr+he:], data[he:])
+	c.shmPublish(slot, i, len(data))
+	return slot, nil
+}
+
+// shmClaim takes this rank's next slot, once every rank that read it has
+// finished the round it held.
+func (c *call) shmClaim() ([]byte, error) {
 	s, me := c.e.shm, c.e.rank
 	k := s.next
-	s.next ^= 1
 	if prev := s.used[k]; prev != 0 {
 		for p := range s.mem {
 			// A rank seen publishing in a later call than prev's has
@@ -217,20 +243,25 @@ func (c *call) shmPut(i int, data []byte) error {
 				continue
 			}
 			if err := c.waitDone(p, prev); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	slot := s.mem[me][s.slotOff(k):]
-	copy(dataOf(slot, len(data)), data)
+	s.next ^= 1
+	return s.mem[me][s.slotOff(k):][:s.slotSize:s.slotSize], nil
+}
+
+// shmPublish writes the header of chunk i (n bytes) into slot and stores
+// its round id.
+func (c *call) shmPublish(slot []byte, i, n int) {
+	s := c.e.shm
 	h := c.h
-	h.payload = int64(len(data))
+	h.payload = int64(n)
 	putShmHeader(slot[8:40], &h)
 	id := roundID(c.calls, i)
-	s.used[k] = id
+	s.used[s.next^1] = id
 	atomic.StoreUint64(word(slot, 0), id)
-	s.ring(me)
-	return nil
+	s.ring(c.e.rank)
 }
 
 // shmGet waits for peer's chunk i and returns it (valid until this rank
@@ -371,9 +402,27 @@ func (c *call) reduceShm(buf []byte, root int) error {
 
 // shmFold sets dst to the rank-order fold of every rank's chunk i. This
 // rank's own chunk is read from its slot (where shmPut published it), so
-// dst may be its input.
+// dst may be its input. Rank 0 folds the others into dst as it is (dst
+// still holds its chunk), and so does rank 1 of two when the op commutes
+// and Deterministic is off.
 func (c *call) shmFold(i int, dst []byte) error {
 	me, n := c.e.rank, len(dst)
+	if me == 0 || c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic {
+		for p := 0; p < c.e.size; p++ {
+			if p == me {
+				continue
+			}
+			x, err := c.shmGet(p, i, n)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				c.kern.Combine(dst, x)
+			}
+		}
+		c.shmDone(i)
+		return nil
+	}
 	mine, err := c.shmOwn(i, n)
 	if err != nil {
 		return err
@@ -396,64 +445,92 @@ func (c *call) shmFold(i int, dst []byte) error {
 	return nil
 }
 
-// allreduceShmRS is the shared-memory allreduce for many ranks and large
-// vectors, where reading every rank's whole chunk (allreduceShm) would
-// cost p times the vector per rank. Each round, every rank publishes its
-// chunk; rank r folds block r of all chunks, in rank order, into the spare
-// part of its own slot and publishes that with the slot's second round
-// word; then every rank copies every reduced block out. Each element is
-// folded once, in the same order as allreduceShm, so the bits are the same.
+// allreduceShmRS is the shared-memory allreduce for large vectors, where
+// reading every rank's whole chunk (allreduceShm) would cost p times the
+// vector per rank. A round cuts the chunk into p blocks, block r being
+// rank r's to reduce:
+//  1. every rank publishes its chunk except its own block (nobody else
+//     reads that);
+//  2. rank r folds block r of every chunk, in rank order, into its own
+//     buf, copies the result into the hole its own block left in its slot
+//     and publishes it with the slot's second round word;
+//  3. every rank copies every other reduced block out.
+//
+// Per rank that is a copy in, a fold and two copies of 1/p of the chunk
+// each, against p−1 folds and a copy of the whole chunk for allreduceShm.
+// Rank 0, and rank 1 of two ranks when the op commutes and Deterministic
+// is off, fold in place into buf (x1 ⊕ x0 is x0 ⊕ x1 then); the others
+// fold into the slot and copy out. Each element is folded once, in rank
+// order, so the bits are allreduceShm's.
 func (c *call) allreduceShmRS(buf []byte) error {
 	p, me := c.e.size, c.e.rank
-	per := c.e.shm.slot * p / (p + 1) / (c.esize * p) * (c.esize * p)
+	per := c.e.shm.slot / (c.esize * p) * (c.esize * p)
+	inPlace := me == 0 || p == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic
 	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
 		chunk := buf[off : off+n]
-		if err := c.shmPut(i, chunk); err != nil {
+		cnt := n / c.esize
+		bs, be := blockStart(cnt, p, me)*c.esize, blockStart(cnt, p, me+1)*c.esize
+		mine, err := c.shmPutRaw(i, chunk, bs, be)
+		if err != nil {
 			return err
 		}
-		cnt := n / c.esize
 		id := roundID(c.calls, i)
-		// Fold block me of every chunk into the spare part of this slot.
-		s := c.e.shm
-		k := s.next ^ 1
-		mine := s.mem[me][s.slotOff(k):]
-		red := mine[shmSlotHdr+per:]
-		bs, be := blockStart(cnt, p, me)*c.esize, blockStart(cnt, p, me+1)*c.esize
-		red = red[:be-bs]
-		for q := 0; q < p; q++ {
-			x := mine[shmSlotHdr+bs : shmSlotHdr+be]
-			if q != me {
-				slot, err := c.shmSlot(q, i, n)
+		own, red := chunk[bs:be], mine[shmSlotHdr+bs:shmSlotHdr+be]
+		block := func(q int) ([]byte, error) {
+			slot, err := c.shmSlot(q, i, n)
+			if err != nil {
+				return nil, err
+			}
+			return slot[shmSlotHdr+bs : shmSlotHdr+be], nil
+		}
+		if inPlace {
+			for q := 0; q < p; q++ {
+				if q == me {
+					continue
+				}
+				x, err := block(q)
 				if err != nil {
 					return err
 				}
-				x = slot[shmSlotHdr+bs : shmSlotHdr+be]
+				if len(own) > 0 {
+					c.kern.Combine(own, x)
+				}
 			}
-			switch {
-			case q == 0:
-				copy(red, x)
-			case len(red) > 0:
-				c.kern.Combine(red, x)
+			ntcopy.Copy(red, own)
+		} else {
+			for q := 0; q < p; q++ {
+				x := own
+				if q != me {
+					if x, err = block(q); err != nil {
+						return err
+					}
+				}
+				switch {
+				case q == 0:
+					copy(red, x)
+				case len(red) > 0:
+					c.kern.Combine(red, x)
+				}
 			}
+			copy(own, red)
 		}
 		atomic.StoreUint64(word(mine, 64), id)
-		s.ring(me)
-		// Gather every rank's reduced block.
+		c.e.shm.ring(me)
+		// Gather every other rank's reduced block.
 		for q := 0; q < p; q++ {
-			qs, qe := blockStart(cnt, p, q)*c.esize, blockStart(cnt, p, q+1)*c.esize
-			src := red
-			if q != me {
-				slot, err := c.shmSlot(q, i, n)
-				if err != nil {
-					return err
-				}
-				w := word(slot, 64)
-				if err := c.shmWait(q, func() bool { return atomic.LoadUint64(w) == id }); err != nil {
-					return err
-				}
-				src = slot[shmSlotHdr+per : shmSlotHdr+per+qe-qs]
+			if q == me {
+				continue
 			}
-			copy(chunk[qs:qe], src)
+			slot, err := c.shmSlot(q, i, n)
+			if err != nil {
+				return err
+			}
+			w := word(slot, 64)
+			if err := c.shmWait(q, func() bool { return atomic.LoadUint64(w) == id }); err != nil {
+				return err
+			}
+			qs, qe := blockStart(cnt, p, q)*c.esize, blockStart(cnt, p, q+1)*c.esize
+			copy(chunk[qs:qe], slot[shmSlotHdr+qs:shmSlotHdr+qe])
 		}
 		c.shmDone(i)
 		return nil

@@ -62,7 +62,17 @@ func (e *Engine) run(ctx context.Context, s spec, fn func(c *call, alg Algorithm
 			return c.end(err)
 		}
 	}
-	return c.end(fn(c, alg))
+	// A panic in fn (a user's op, say) still ends the call, so that the
+	// Engine's locks are released and Close returns; the panic goes on.
+	ended := false
+	defer func() {
+		if !ended {
+			c.end(fmt.Errorf("%w: the call panicked", ErrProtocol))
+		}
+	}()
+	err = fn(c, alg)
+	ended = true
+	return c.end(err)
 }
 
 func lenErr(what string, got, want int) error {
@@ -121,7 +131,7 @@ func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op red
 			case Hierarchical:
 				err = c.allreduceHier(b)
 			case SharedMemory:
-				if c.e.size > 2 && len(b) > shmRSBytes {
+				if len(b) > shmRSBytes && c.e.size > 2 || len(b) > shmRSBytes2 {
 					err = c.allreduceShmRS(b)
 				} else {
 					err = c.allreduceShm(b)

@@ -356,3 +356,34 @@ func shmWorld(t *testing.T, p int, wo coltest.Options, eo collectives.Options, d
 		return nil
 	})
 }
+
+// TestPanickingOpReleasesEngine: a user op that panics takes the panic
+// to the caller, and the call still ends: the Engine closes instead of
+// waiting forever for the call's locks.
+func TestPanickingOpReleasesEngine(t *testing.T) {
+	t.Parallel()
+	boom := reduce.Func("boom", true, func(a, b []int32) { panic("boom") })
+	for _, alg := range []collectives.Algorithm{collectives.SharedMemory, collectives.RecursiveDoubling} {
+		t.Run(alg.String(), func(t *testing.T) {
+			done := make(chan []error, 1)
+			go func() {
+				done <- world(t, 2, worldFor(alg, 2), force(collectives.CollAllreduce, alg), func(ctx context.Context, e *collectives.Engine, r int) (err error) {
+					defer func() {
+						if p := recover(); p != nil {
+							err = fmt.Errorf("panicked: %v", p)
+						}
+					}()
+					return collectives.Allreduce(ctx, e, make([]int32, 100), boom)
+				})
+			}()
+			select {
+			case errs := <-done:
+				for r, err := range errs {
+					require.ErrorContains(t, err, "panicked: boom", "rank %d", r)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("the ranks did not return (and close their Engines) after the op panicked")
+			}
+		})
+	}
+}

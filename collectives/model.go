@@ -318,30 +318,28 @@ const shmAutoBytes = 64 << 10
 
 // shmPays says whether Auto should run c on nbytes with the shared-memory
 // algorithms (measured on a 2-vCPU VM; docs/collectives.md): always up to
-// shmAutoBytes, where they replace every message by a flag; for allreduce
-// of more than two ranks at every size (blocks folded in place and
-// gathered: about 3 copies of the vector per rank, and two synchronisations
-// per round, far fewer than a ring's 2(p−1) steps when ranks share cores);
-// for two ranks' allreduce and bcast from shmLargeBytes, where one copy in
-// and one copy (or fold) out through the slots beat the p2p rendezvous
-// (between those sizes p2p's single-copy reads win; measured with
-// osu-compare, docs/benchmarks.md).
+// shmAutoBytes, where they replace every message by a flag; allreduce at
+// every size (for large vectors blocks are folded in place and gathered,
+// two synchronisations per round, far fewer than a ring's 2(p−1) steps
+// when ranks share cores; the slots are written with non-temporal stores,
+// which halved the time from 128 KiB up); bcast within shmReadMax when
+// readers can copy the root's buffer themselves, and for two ranks at
+// every size (the root copies one piece in while the reader copies the
+// previous one out). A bcast of more ranks above that keeps p2p's trees,
+// whose senders work in parallel.
 func (e *Engine) shmPays(c Collective, nbytes int) bool {
 	switch {
 	case nbytes <= shmAutoBytes:
 		return true
 	case c == CollBcast && e.shm.pr != nil && nbytes <= shmReadMax:
 		return true // the single-copy form (bcastShmRead)
-	case c == CollAllreduce && e.size > 2:
+	case c == CollAllreduce:
 		return true
-	case c == CollAllreduce || c == CollBcast && e.size == 2:
-		return nbytes >= shmLargeBytes
+	case c == CollBcast:
+		return e.size == 2
 	}
 	return false
 }
-
-// shmLargeBytes: see shmPays.
-const shmLargeBytes = 8 << 20
 
 // Between shmReadMin and shmReadMax bytes, a shared-memory bcast has the
 // readers copy the root's own buffer (bcastShmRead, when the region can):
@@ -353,10 +351,16 @@ const (
 	shmReadMax = 128 << 10
 )
 
-// shmRSBytes is the size above which the shared-memory allreduce of more
-// than two ranks reduces blocks and gathers them (allreduceShmRS) instead
-// of having every rank read every chunk.
-const shmRSBytes = 16 << 10
+// shmRSBytes is the size above which the shared-memory allreduce reduces
+// blocks and gathers them (allreduceShmRS) instead of having every rank
+// read every chunk: 16 KiB for more than two ranks; for two, where each
+// rank reads only one other chunk anyway, the second synchronisation
+// costs more than the saved fold below shmRSBytes2 (osu-compare, 4 KiB to
+// 256 KiB, 11:00).
+const (
+	shmRSBytes  = 16 << 10
+	shmRSBytes2 = 128 << 10
+)
 
 // hostShape returns the largest number of ranks on one host and the number
 // of hosts.

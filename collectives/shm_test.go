@@ -15,14 +15,30 @@ import (
 
 // TestSharedMemoryBits: the shared-memory allreduce, in both its forms
 // (every rank folds every chunk; ranks fold blocks and gather them, above
-// 16 KiB with more than two ranks) and over several rounds of slots, gives
-// every rank the bits of the Ordered algorithm, on floats whose sums round.
+// 16 KiB with more than two ranks and above 128 KiB with two) and over
+// several rounds of slots, gives every rank the bits of the Ordered
+// algorithm, on floats whose sums round; with Deterministic too (two
+// ranks then fold in rank order instead of in place). Sizes 17392 and
+// 17409 leave a last round of 8 bytes for 3 and 2 ranks (a chunk small
+// enough to sit inline in a slot's first line).
 func TestSharedMemoryBits(t *testing.T) {
 	t.Parallel()
-	ns := []int{0, 1, 2049, 13657, 20000}
+	ns := []int{0, 1, 2049, 13657, 17392, 17409, 20000}
+	type tc struct {
+		p, n int
+		det  bool
+	}
+	var cases []tc
 	for _, p := range []int{2, 3, 5, 8} {
 		for _, n := range ns {
-			t.Run(name("p", p, "n", n), func(t *testing.T) {
+			cases = append(cases, tc{p, n, false})
+		}
+	}
+	cases = append(cases, tc{2, 20000, true}, tc{2, 17409, true}, tc{3, 17392, true})
+	for _, c := range cases {
+		p, n := c.p, c.n
+		{
+			t.Run(name("p", p, "n", n, "det", c.det), func(t *testing.T) {
 				in := func(r int) []float64 {
 					rng := rand.New(rand.NewPCG(uint64(r), uint64(n)))
 					v := make([]float64, n)
@@ -33,7 +49,9 @@ func TestSharedMemoryBits(t *testing.T) {
 				}
 				run := func(alg collectives.Algorithm, shared bool) [][]float64 {
 					out := make([][]float64, p)
-					errs := world(t, p, coltest.Options{Shared: shared}, force(collectives.CollAllreduce, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
+					opts := force(collectives.CollAllreduce, alg)
+					opts.Deterministic = c.det
+					errs := world(t, p, coltest.Options{Shared: shared}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
 						buf := in(r)
 						for range 2 { // a second call reuses the slots
 							buf = in(r)
@@ -81,6 +99,45 @@ func TestSharedMemoryBcastRead(t *testing.T) {
 							return err
 						}
 						if err := eq("bcast", buf, input(100+round, n)); err != nil {
+							return err
+						}
+					}
+					return checkAlg(e, collectives.SharedMemory)
+				})
+				requireAllOK(t, errs)
+			})
+		}
+	}
+}
+
+// TestSharedMemoryNonCommutative: a non-commutative op keeps rank order in
+// every form of the shared-memory allreduce and reduce (40000 int32 is
+// past both block-folding thresholds).
+func TestSharedMemoryNonCommutative(t *testing.T) {
+	t.Parallel()
+	for _, p := range []int{2, 3, 5} {
+		for _, n := range []int{0, 7, 1000, 40000} {
+			t.Run(name("p", p, "n", n), func(t *testing.T) {
+				opts := force(collectives.CollAllreduce, collectives.SharedMemory)
+				opts.Algorithms[collectives.CollReduce] = collectives.SharedMemory
+				errs := world(t, p, coltest.Options{Shared: true}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
+					for range 2 {
+						buf := ncInput(r, n)
+						if err := collectives.Allreduce(ctx, e, buf, lastNonZero); err != nil {
+							return err
+						}
+						if err := eq32("allreduce", buf, ncFold(0, p, n)); err != nil {
+							return err
+						}
+						buf = ncInput(r, n)
+						if err := collectives.Reduce(ctx, e, buf, lastNonZero, p-1); err != nil {
+							return err
+						}
+						want := ncInput(r, n)
+						if r == p-1 {
+							want = ncFold(0, p, n)
+						}
+						if err := eq32("reduce", buf, want); err != nil {
 							return err
 						}
 					}

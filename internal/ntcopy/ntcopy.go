@@ -1,0 +1,31 @@
+package ntcopy
+
+import "unsafe"
+
+// MinBytes is the smallest copy that uses non-temporal stores.
+const MinBytes = 32 << 10
+
+// piece bounds one assembly call, so that a long copy still reaches
+// preemption points between pieces.
+const piece = 256 << 10
+
+// Copy copies min(len(dst), len(src)) bytes from src to dst, which must
+// not overlap, and returns that count.
+func Copy(dst, src []byte) int {
+	n := min(len(dst), len(src))
+	if n < MinBytes || !haveNT {
+		return copy(dst, src)
+	}
+	// Non-temporal stores want 16-byte aligned destinations: the head up
+	// to the boundary and the tail past the last whole line go by copy.
+	head := int(-uintptr(unsafe.Pointer(unsafe.SliceData(dst))) & 15)
+	copy(dst[:head], src[:head])
+	off := head
+	for off+64 <= n {
+		m := min(n-off, piece) &^ 63
+		ntcopy(unsafe.Pointer(&dst[off]), unsafe.Pointer(&src[off]), uintptr(m))
+		off += m
+	}
+	copy(dst[off:n], src[off:n])
+	return n
+}

@@ -1,0 +1,12 @@
+package ntcopy
+
+import "unsafe"
+
+// haveNT: MOVNTDQ is SSE2, part of every amd64 CPU.
+const haveNT = true
+
+// ntcopy copies n bytes (a multiple of 64) from src to the 16-byte
+// aligned dst with non-temporal stores, then fences.
+//
+//go:noescape
+func ntcopy(dst, src unsafe.Pointer, n uintptr)

@@ -1,0 +1,11 @@
+//go:build !amd64
+
+package ntcopy
+
+import "unsafe"
+
+const haveNT = false
+
+func ntcopy(dst, src unsafe.Pointer, n uintptr) {
+	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
+}
