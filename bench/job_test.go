@@ -119,8 +119,10 @@ func TestJobs(t *testing.T) {
 		{2, []string{"latency", "-m", "0:4K", "-i", "20", "-x", "2"}, 14, []string{`(?m)^# Size\s+Latency \(us\)\s+Iters$`, `(?m)^# rank 0 peers 1=shm$`}},
 		{2, []string{"bw", "-m", "1:64K", "-i", "3", "-x", "1"}, 17, []string{`(?m)^# Size\s+Bandwidth \(MB/s\)\s+Iters$`}},
 		{2, []string{"bibw", "-m", "16K:256K", "-i", "3", "-x", "1"}, 5, nil},
-		{2, []string{"allreduce", "-m", "4:64K", "--busbw"}, 15, []string{`busbw\(GB/s\)`}},
-		{2, []string{"bcast", "-m", "1:64K", "-t", "float64"}, 14, nil},
+		// Up to 1 MiB: the shared-memory algorithms' block-folding allreduce
+		// and split bcast (process_vm_readv/writev) between processes.
+		{2, []string{"allreduce", "-m", "4:1M", "--busbw"}, 19, []string{`busbw\(GB/s\)`, `(?m)^1048576 .* shared_memory$`}},
+		{2, []string{"bcast", "-m", "1:1M", "-t", "float64"}, 18, []string{`(?m)^1048576 .* shared_memory$`}},
 		{2, []string{"barrier"}, 1, nil},
 		{2, []string{"reduce", "-m", "4:16K", "-t", "int64"}, 12, nil},
 		{2, []string{"allgather", "-m", "4:16K"}, 13, nil},

@@ -83,6 +83,7 @@ func SharedRegionSize(slotBytes int) int { return shmSlot0 + 2*(shmSlotHdr+slotB
 // shmState is the Engine's side of a SharedRegion.
 type shmState struct {
 	pr       PeerReader // single-copy reads of a peer's own buffer, nil without
+	pw       PeerWriter // single-copy writes, nil without (or without pr)
 	seen     []uint64   // per rank, the latest call whose round this rank has seen it publish
 	r        SharedRegion
 	mem      [][]byte  // per rank, its part of the region
@@ -115,6 +116,7 @@ func newShmState(r SharedRegion, size int) *shmState {
 	s.slotSize = shmSlotHdr + s.slot
 	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
 		s.pr = pr
+		s.pw, _ = r.(PeerWriter)
 	}
 	return s
 }
@@ -648,5 +650,70 @@ func (c *call) bcastShmRead(buf []byte, root int) error {
 		return c.fail(root, err)
 	}
 	c.shmDone(0)
+	return nil
+}
+
+// bcastShmSplit is the two-rank bcast with single-copy reads and writes:
+// both ranks publish their buffer's address; the reader reads the first
+// half of the root's buffer while the root writes the second half into
+// the reader's, so both cores copy. The root then stores the round id
+// into its slot's second round word (its complement if the write failed),
+// and each rank returns once the other is done with its buffer.
+func (c *call) bcastShmSplit(buf []byte, root int) error {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	s, me := c.e.shm, c.e.rank
+	peer := 1 - me
+	if err := c.publishBuf(0, buf, &pin); err != nil {
+		return err
+	}
+	addr, err := c.peerBuf(peer, 0)
+	if err != nil {
+		return err
+	}
+	h := len(buf) / 2 &^ 63
+	id := roundID(c.calls, 0)
+	if me == root {
+		werr := s.pw.WritePeer(peer, addr+uint64(h), buf[h:])
+		mark := id
+		if werr != nil {
+			mark = ^id
+		}
+		atomic.StoreUint64(word(s.mem[me][s.slotOff(s.next^1):], 64), mark)
+		s.ring(me)
+		c.shmDone(0)
+		if werr != nil {
+			return c.fail(peer, werr)
+		}
+		return c.waitDone(peer, id) // the reader has read its half
+	}
+	rerr := s.pr.ReadPeer(root, addr, buf[:h])
+	c.shmDone(0)
+	if rerr != nil {
+		return c.fail(root, rerr)
+	}
+	slot, err := c.shmSlot(root, 0, 8)
+	if err != nil {
+		return err
+	}
+	w, done := word(slot, 64), word(s.mem[root], 0)
+	var mark uint64
+	if err := c.shmWait(root, func() bool {
+		if mark = atomic.LoadUint64(w); mark == id || mark == ^id {
+			return true
+		}
+		// A root that finished the call without a mark failed before
+		// writing (load the mark again: it is stored before done).
+		if atomic.LoadUint64(done) >= roundID(c.calls, shmAllDone) {
+			mark = atomic.LoadUint64(w)
+			return true
+		}
+		return false
+	}); err != nil {
+		return err
+	}
+	if mark != id {
+		return c.fail(root, fmt.Errorf("%w: rank %d did not write its half of the bcast into this rank's buffer", ErrProtocol, root))
+	}
 	return nil
 }

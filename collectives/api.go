@@ -103,6 +103,9 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 			case Hierarchical:
 				return c.bcastHier(b, root)
 			case SharedMemory:
+				if c.e.size == 2 && c.e.shm.pw != nil && len(b) > shmReadMin {
+					return c.bcastShmSplit(b, root)
+				}
 				if c.e.shm.pr != nil && len(b) > shmReadMin && len(b) <= shmReadMax {
 					return c.bcastShmRead(b, root)
 				}

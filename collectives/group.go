@@ -111,6 +111,14 @@ type PeerReader interface {
 	ReadPeer(rank int, addr uint64, dst []byte) error
 }
 
+// PeerWriter is an optional capability of a SharedRegion that is a
+// working PeerReader: WritePeer copies src to address addr of rank's
+// process in one copy (process_vm_writev). A two-rank bcast then splits
+// the copy: the reader reads one half while the root writes the other.
+type PeerWriter interface {
+	WritePeer(rank int, addr uint64, src []byte) error
+}
+
 // OneSided is an optional Group capability: windows that peers write into
 // with a notification (RDMA WRITE_WITH_IMM). The one-sided ring allreduce
 // needs it.

@@ -2,6 +2,7 @@ package collectives_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -81,12 +82,14 @@ func TestSharedMemoryBits(t *testing.T) {
 }
 
 // TestSharedMemoryBcastRead: from 32 to 128 KiB the shared-memory bcast
-// has the readers copy the root's own buffer (a PeerReader region); every
-// rank gets the root's data, twice in a row, whoever the root is.
+// has the readers copy the root's own buffer (a PeerReader region), and
+// two ranks from 32 KiB up split the copy (the root writes the second
+// half into the reader's buffer, a PeerWriter region); every rank gets
+// the root's data, twice in a row, whoever the root is.
 func TestSharedMemoryBcastRead(t *testing.T) {
 	t.Parallel()
 	for _, p := range []int{2, 3, 5} {
-		for _, n := range []int{4097, 16000} { // 32 KiB + 8 B and 125 KiB of float64
+		for _, n := range []int{4097, 16000, 70001} { // 32 KiB + 8 B, 125 KiB and 547 KiB of float64
 			t.Run(name("p", p, "n", n), func(t *testing.T) {
 				errs := world(t, p, coltest.Options{Shared: true}, force(collectives.CollBcast, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
 					for round := range 2 {
@@ -147,4 +150,23 @@ func TestSharedMemoryNonCommutative(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSharedMemoryBcastSplitWriteFails: when the root of a split bcast
+// cannot write its half into the reader's buffer, both ranks get an
+// error (the reader's names the root) instead of the reader returning
+// half a vector.
+func TestSharedMemoryBcastSplitWriteFails(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("process_vm_writev: EPERM")
+	errs := world(t, 2, coltest.Options{Shared: true, PeerWriteErr: boom}, force(collectives.CollBcast, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+		buf := make([]float64, 10000)
+		if r == 0 {
+			buf = input(7, len(buf))
+		}
+		return collectives.Bcast(ctx, e, buf, 0)
+	})
+	require.ErrorIs(t, errs[0], boom)
+	require.ErrorIs(t, errs[1], collectives.ErrProtocol)
+	require.ErrorContains(t, errs[1], "rank 0 did not write its half")
 }

@@ -114,6 +114,16 @@ func (s *sharedRegion) ReadPeer(rank int, addr uint64, dst []byte) error {
 	return s.ep.ReadPeer(rank, addr, dst)
 }
 
+// WritePeer writes rank's memory in one copy (collectives.PeerWriter),
+// under the same condition as ReadPeer: process_vm_writev needs the same
+// permission as process_vm_readv, which the ranks probed.
+func (s *sharedRegion) WritePeer(rank int, addr uint64, src []byte) error {
+	if !s.cma {
+		return fmt.Errorf("%w: single-copy writes between the ranks were not possible", ErrUnsupported)
+	}
+	return s.ep.WritePeer(rank, addr, src)
+}
+
 // CanReadPeer reports whether ReadPeer works (collectives.PeerReader).
 func (s *sharedRegion) CanReadPeer() bool       { return s.cma }
 func (s *sharedRegion) Failed() <-chan struct{} { return s.ep.Failed() }

@@ -3,6 +3,7 @@ package p2p_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // A ring of one-sided writes with notifications: each rank writes its
@@ -161,4 +163,32 @@ func TestWindowDirect(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// ReadPeer and WritePeer name a bad rank, and over a provider that cannot
+// reach a peer's memory (loop; shm between the devices of one process,
+// which are linked without CMA) they fail with ErrUnsupported. The copies
+// themselves run across processes in comm's shared-memory tests.
+func TestPeerIOErrors(t *testing.T) {
+	for _, prov := range []string{"loop", "shm"} {
+		p2ptest.Run(t, 2, p2ptest.Options{Provider: prov}, func(ctx context.Context, ep *p2p.Endpoint) error {
+			b := make([]byte, 8)
+			for _, peer := range []int{-1, 2, ep.Rank()} {
+				if err := ep.ReadPeer(peer, 0, b); !errors.Is(err, p2p.ErrInvalidRank) {
+					return fmt.Errorf("%s: ReadPeer(%d): %v, want ErrInvalidRank", prov, peer, err)
+				}
+				if err := ep.WritePeer(peer, 0, b); !errors.Is(err, p2p.ErrInvalidRank) {
+					return fmt.Errorf("%s: WritePeer(%d): %v, want ErrInvalidRank", prov, peer, err)
+				}
+			}
+			other := 1 - ep.Rank()
+			if err := ep.ReadPeer(other, 0, b); !errors.Is(err, verbs.ErrUnsupported) {
+				return fmt.Errorf("%s: ReadPeer: %v, want ErrUnsupported", prov, err)
+			}
+			if err := ep.WritePeer(other, 0, b); !errors.Is(err, verbs.ErrUnsupported) {
+				return fmt.Errorf("%s: WritePeer: %v, want ErrUnsupported", prov, err)
+			}
+			return nil
+		})
+	}
 }

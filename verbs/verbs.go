@@ -198,3 +198,11 @@ type SleepWaiter interface {
 type PeerReader interface {
 	ReadPeer(addr uint64, dst []byte) error
 }
+
+// PeerWriter is PeerReader's counterpart (process_vm_writev): WritePeer
+// copies src to address addr of the peer's memory, which the peer has
+// published for the purpose and does not touch until the writer says it
+// is done. Errors are as for ReadPeer.
+type PeerWriter interface {
+	WritePeer(addr uint64, src []byte) error
+}

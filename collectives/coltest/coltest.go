@@ -55,6 +55,9 @@ type Options struct {
 	// rounds.
 	Shared     bool
 	SharedSlot int
+	// PeerWriteErr, when not nil, is what the shared region's WritePeer
+	// returns (a failing process_vm_writev).
+	PeerWriteErr error
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
@@ -463,6 +466,23 @@ func (s *shared) ReadPeer(rank int, addr uint64, dst []byte) error {
 	}
 	p := uintptr(addr)
 	src := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), len(dst))
+	copy(dst, src)
+	return nil
+}
+
+// WritePeer makes the region a collectives.PeerWriter, like ReadPeer.
+func (s *shared) WritePeer(rank int, addr uint64, src []byte) error {
+	if err := s.g.check(rank, 0, src); err != nil {
+		return err
+	}
+	if err := s.g.w.opts.PeerWriteErr; err != nil {
+		return err
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	p := uintptr(addr)
+	dst := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), len(src))
 	copy(dst, src)
 	return nil
 }

@@ -51,16 +51,19 @@ func TestMapRemote(t *testing.T) {
 	}
 }
 
-// ReadPeer reads another process's memory with process_vm_readv; two
-// devices of one process are linked directly, so it refuses (the
-// collectives then use their slots), and before connecting it fails.
+// ReadPeer and WritePeer reach another process's memory with
+// process_vm_readv/writev; two devices of one process are linked directly,
+// so they refuse (the collectives then use their slots), and before
+// connecting they fail.
 // (comm's TestSharedMemoryPeerLoss reads across processes.)
 func TestReadPeerInProcess(t *testing.T) {
 	a, b := newEnd(t, Options{}), newEnd(t, Options{})
 	require.ErrorIs(t, a.qp.ReadPeer(0, make([]byte, 8)), verbs.ErrInvalidState)
+	require.ErrorIs(t, a.qp.WritePeer(0, make([]byte, 8)), verbs.ErrInvalidState)
 	connectPair(t, a, b)
 	if a.qp.UserMemPath() == UserMemCMA {
 		t.Skip("the link uses CMA in-process")
 	}
 	require.ErrorIs(t, a.qp.ReadPeer(0, make([]byte, 8)), verbs.ErrUnsupported)
+	require.ErrorIs(t, a.qp.WritePeer(0, make([]byte, 8)), verbs.ErrUnsupported)
 }

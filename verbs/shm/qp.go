@@ -551,27 +551,40 @@ func (q *QP) MapRemote(addr uint64, rkey uint32, n int, access verbs.Access) ([]
 	return sp.direct, nil
 }
 
-var _ verbs.PeerReader = (*QP)(nil)
+var (
+	_ verbs.PeerReader = (*QP)(nil)
+	_ verbs.PeerWriter = (*QP)(nil)
+)
 
 // ReadPeer reads the peer process's memory with process_vm_readv (see
 // verbs.PeerReader); only links that use CMA for user memory can.
-func (q *QP) ReadPeer(addr uint64, dst []byte) error {
+func (q *QP) ReadPeer(addr uint64, dst []byte) error { return q.peerIO("ReadPeer", addr, dst, false) }
+
+// WritePeer writes the peer process's memory with process_vm_writev (see
+// verbs.PeerWriter); only links that use CMA for user memory can.
+func (q *QP) WritePeer(addr uint64, src []byte) error { return q.peerIO("WritePeer", addr, src, true) }
+
+func (q *QP) peerIO(op string, addr uint64, b []byte, write bool) error {
 	l := q.lnk.Load()
 	if l == nil || l.dead.Load() {
-		return q.opErr("ReadPeer", 0, fmt.Errorf("%w: not connected", verbs.ErrInvalidState))
+		return q.opErr(op, 0, fmt.Errorf("%w: not connected", verbs.ErrInvalidState))
 	}
 	if l.path != UserMemCMA {
-		return q.opErr("ReadPeer", 0, fmt.Errorf("%w: the link reaches the peer's memory by %v, not CMA", verbs.ErrUnsupported, l.path))
+		return q.opErr(op, 0, fmt.Errorf("%w: the link reaches the peer's memory by %v, not CMA", verbs.ErrUnsupported, l.path))
 	}
-	if len(dst) == 0 {
+	if len(b) == 0 {
 		return nil
 	}
-	switch err := cmaCopy(l.pid, [][]byte{dst}, addr, false); err {
+	sys := "process_vm_readv"
+	if write {
+		sys = "process_vm_writev"
+	}
+	switch err := cmaCopy(l.pid, [][]byte{b}, addr, write); err {
 	case nil:
 		return nil
 	case syscall.EFAULT:
-		return q.opErr("ReadPeer", 0, fmt.Errorf("%w: [%#x, +%d) is not mapped in the peer", verbs.ErrInvalidArgument, addr, len(dst)))
+		return q.opErr(op, 0, fmt.Errorf("%w: [%#x, +%d) is not mapped in the peer", verbs.ErrInvalidArgument, addr, len(b)))
 	default:
-		return q.opErr("ReadPeer", 0, fmt.Errorf("%w: process_vm_readv: %v", verbs.ErrUnsupported, err))
+		return q.opErr(op, 0, fmt.Errorf("%w: %s: %v", verbs.ErrUnsupported, sys, err))
 	}
 }
