@@ -93,9 +93,26 @@ type peer struct {
 	// Scratch for posting without allocating; guarded by ep.mu.
 	swr  [1]verbs.SendWR
 	sge  [1]verbs.SGE
-	rwr  [1]verbs.RecvWR
-	rsge [1]verbs.SGE
+	rwr  [repostBatch]verbs.RecvWR
+	rsge [repostBatch]verbs.SGE
+
+	// Receive buffers consumed but not yet posted again, and how many of
+	// them the peer is owed credit for once they are (see repostLocked).
+	unposted   [repostBatch]uint32
+	nUnposted  int
+	unpostOwed int
 }
+
+// repostBatch is the most receive buffers a peer reposts at once: each
+// post writes to memory the sender reads (the shm ring), so posting one
+// buffer per message put a cross-core write on the critical path of every
+// round trip.
+const repostBatch = 8
+
+// batch is how many consumed buffers this peer collects before posting
+// them again: repostBatch, but at most a quarter of its buffers so the
+// sender never runs out of credits waiting for a batch.
+func (p *peer) batch() int { return max(1, min(repostBatch, p.nrecv/4)) }
 
 func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	n := ep.opts.EagerSlots
@@ -133,9 +150,12 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 		p.sendFree = append(p.sendFree, int32(i))
 	}
 	for i := 0; i < n; i++ {
-		if err := p.repost(uint32(i)); err != nil {
-			p.close()
-			return nil, err
+		p.unposted[p.nUnposted] = uint32(i)
+		if p.nUnposted++; p.nUnposted == repostBatch || i == n-1 {
+			if err := p.repost(); err != nil {
+				p.close()
+				return nil, err
+			}
 		}
 	}
 	p.lastHeard, p.lastSent = time.Now(), time.Now()
@@ -154,10 +174,15 @@ func (p *peer) close() {
 	}
 }
 
-func (p *peer) repost(slot uint32) error {
-	p.rsge[0] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
-	p.rwr[0] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, slot), SGL: p.rsge[:]}
-	return p.qp.PostRecv(p.rwr[:]...)
+// repost posts the buffers in p.unposted again, in one PostRecv.
+func (p *peer) repost() error {
+	n := p.nUnposted
+	for i, slot := range p.unposted[:n] {
+		p.rsge[i] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
+		p.rwr[i] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, slot), SGL: p.rsge[i : i+1]}
+	}
+	p.nUnposted = 0
+	return p.qp.PostRecv(p.rwr[:n]...)
 }
 
 func (p *peer) recvBuf(slot uint32, n uint32) []byte {

@@ -345,16 +345,28 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 	ep.repostLocked(p, slot, owe)
 }
 
+// repostLocked gives a consumed receive buffer back to the queue pair,
+// in batches of p.batch(): the credit for a buffer (owe) is returned once
+// it is posted.
 func (ep *Endpoint) repostLocked(p *peer, slot uint32, owe bool) {
 	if p.broken {
 		return
 	}
-	if err := p.repost(slot); err != nil {
+	p.unposted[p.nUnposted] = slot
+	p.nUnposted++
+	if owe {
+		p.unpostOwed++
+	}
+	if p.nUnposted < p.batch() {
+		return
+	}
+	if err := p.repost(); err != nil {
 		ep.linkErrorLocked(p, fmt.Errorf("reposting a receive: %w", err))
 		return
 	}
-	if owe {
-		p.owed++
+	if p.unpostOwed > 0 {
+		p.owed += p.unpostOwed
+		p.unpostOwed = 0
 		ep.markDirty(p)
 	}
 }

@@ -19,9 +19,20 @@ var small = p2ptest.Options{P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4}}
 
 // A sender far ahead of its receiver: many more messages than credits, in
 // both protocols, received only after they were all sent; order must hold.
+// Several buffer counts, because receivers repost consumed buffers in
+// batches (of up to a quarter of them): none may leave the sender without
+// credits.
 func TestFlowControlAndOrder(t *testing.T) {
 	const n = 200
-	p2ptest.Run(t, 2, small, func(ctx context.Context, ep *p2p.Endpoint) error {
+	for _, slots := range []int{2, 4, 9, 32} {
+		t.Run(fmt.Sprint("slots=", slots), func(t *testing.T) { flowControl(t, n, slots) })
+	}
+}
+
+func flowControl(t *testing.T, n, slots int) {
+	opts := small
+	opts.P2P.EagerSlots = slots
+	p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
 		size := func(i int) int { return []int{0, 10, 256, 257, 5000}[i%5] }
 		if ep.Rank() == 0 {
 			reqs := make([]*p2p.Request, n)
