@@ -273,7 +273,11 @@ func (ep *Endpoint) EagerLimit(peer int) int {
 func eagerDefault(provider string) int {
 	switch provider {
 	case "shm":
-		return 4 << 10
+		// process_vm_readv costs about 2.4 µs a call on a VM before it
+		// copies anything, so two copies through the eager buffers win up
+		// to 16 KiB: against a 4 KiB limit, 8 KiB latency 0.37x and
+		// bandwidth 4.8x, 16 KiB 0.59x and 6.4x (osu-compare, 11:20).
+		return 16 << 10
 	case "ibv":
 		return 8 << 10
 	case "tcp":

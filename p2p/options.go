@@ -41,8 +41,9 @@ type Options struct {
 
 	// EagerLimit is the largest message sent eagerly (copied through
 	// pre-posted buffers); larger ones use the zero-copy rendezvous
-	// protocol. Zero means the provider's measured default: 4 KiB over shm
-	// (its single-copy READ beats two copies from 8 KiB up), 8 KiB over ibv,
+	// protocol. Zero means the provider's measured default: 16 KiB over shm
+	// (its single-copy READ, process_vm_readv, has a fixed cost of a few
+	// µs that two copies beat up to there), 8 KiB over ibv,
 	// 64 KiB over tcp and 32 KiB over loop (where each protocol round trip
 	// costs goroutine hand-offs, so eager wins up to 64 KiB; over tcp a
 	// rendezvous also costs three more trips through the kernel). See

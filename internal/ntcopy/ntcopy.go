@@ -3,7 +3,7 @@ package ntcopy
 import "unsafe"
 
 // MinBytes is the smallest copy that uses non-temporal stores.
-const MinBytes = 32 << 10
+const MinBytes = 4 << 10
 
 // piece bounds one assembly call, so that a long copy still reaches
 // preemption points between pieces.

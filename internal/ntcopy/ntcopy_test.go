@@ -56,7 +56,7 @@ func BenchmarkCrossCoreRewrite(b *testing.B) {
 	if runtime.NumCPU() < 2 {
 		b.Skip("needs two CPUs")
 	}
-	for _, n := range []int{16 << 10, 64 << 10, 512 << 10, 2 << 20} {
+	for _, n := range []int{4 << 10, 16 << 10, 64 << 10, 512 << 10} {
 		for _, name := range []string{"copy", "ntcopy"} {
 			b.Run(fmt.Sprintf("bytes=%d/%s", n, name), func(b *testing.B) {
 				write := func(d, s []byte) { copy(d, s) }

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -385,7 +386,8 @@ func (l *link) write(spans []rspan, locals [][]byte) verbs.Status {
 		if sp.direct != nil {
 			dst := sp.direct
 			for len(dst) > 0 && li < len(locals) {
-				n := copy(dst, locals[li][lo:])
+				// The peer reads what lands here from its core: see ntcopy.
+				n := ntcopy.Copy(dst, locals[li][lo:])
 				dst = dst[n:]
 				lo += n
 				if lo == len(locals[li]) {
