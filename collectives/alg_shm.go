@@ -56,7 +56,9 @@ import (
 // it publishes a round or finishes reading one if anyone sleeps there (a
 // store, then a load of the sleepers count, against the sleeper's
 // increment, then a load of the bell and a re-check: one of the two always
-// sees the other). With more ranks than cores, sleeping waiters leave the
+// sees the other). A waiter announces itself only once the region's Wait
+// may sleep (SleepsAfter): while it spins or yields, publishing costs no
+// wake-up. With more ranks than cores, sleeping waiters leave the
 // CPUs to the ranks that still have to arrive. Waits give up when the call
 // is aborted (a peer's mismatch report, a stall probe),
 // when the caller's ctx ends, when the group fails (a lost peer leaves its
@@ -82,15 +84,17 @@ func SharedRegionSize(slotBytes int) int { return shmSlot0 + 2*(shmSlotHdr+slotB
 
 // shmState is the Engine's side of a SharedRegion.
 type shmState struct {
-	pr       PeerReader // single-copy reads of a peer's own buffer, nil without
-	pw       PeerWriter // single-copy writes, nil without (or without pr)
-	seen     []uint64   // per rank, the latest call whose round this rank has seen it publish
-	r        SharedRegion
-	mem      [][]byte  // per rank, its part of the region
-	slot     int       // data bytes per slot
-	slotSize int       // bytes per slot, header included
-	next     int       // the slot this rank writes next
-	used     [2]uint64 // per slot, the round this rank last wrote into it
+	pr PeerReader // single-copy reads of a peer's own buffer, nil without
+	pw PeerWriter // single-copy writes, nil without (or without pr)
+	// sleepsAfter is r.SleepsAfter(): waits announce themselves from then.
+	sleepsAfter time.Duration
+	seen        []uint64 // per rank, the latest call whose round this rank has seen it publish
+	r           SharedRegion
+	mem         [][]byte  // per rank, its part of the region
+	slot        int       // data bytes per slot
+	slotSize    int       // bytes per slot, header included
+	next        int       // the slot this rank writes next
+	used        [2]uint64 // per slot, the round this rank last wrote into it
 }
 
 // newShmState checks the region: every rank's part 8-byte aligned, and
@@ -114,6 +118,7 @@ func newShmState(r SharedRegion, size int) *shmState {
 		return nil
 	}
 	s.slotSize = shmSlotHdr + s.slot
+	s.sleepsAfter = r.SleepsAfter()
 	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
 		s.pr = pr
 		s.pw, _ = r.(PeerWriter)
@@ -190,11 +195,15 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 			start = time.Now()
 			c.armProbe()
 		}
-		// Announce a possible sleep on peer's bell, then re-check: peer
-		// either sees the announcement and rings, or published before the
-		// re-check.
+		// Wait may sleep now: announce it on peer's bell, then re-check:
+		// peer either sees the announcement and rings, or published before
+		// the re-check.
 		m := e.shm.mem[peer]
 		sleepers, bell := word32(m, shmSleepers), word32(m, shmBell)
+		if w := time.Since(start); w < e.shm.sleepsAfter {
+			e.shm.r.Wait(bell, atomic.LoadUint32(bell), w) // spins or yields
+			continue
+		}
 		atomic.AddUint32(sleepers, 1)
 		old := atomic.LoadUint32(bell)
 		if cond() {
@@ -213,7 +222,7 @@ func (c *call) shmPut(i int, data []byte) error {
 	if err != nil {
 		return err
 	}
-	ntcopy.Copy(dataOf(slot, len(data)), data)
+	slotCopy(dataOf(slot, len(data)), data)
 	c.shmPublish(slot, i, len(data))
 	return nil
 }
@@ -226,8 +235,8 @@ func (c *call) shmPutRaw(i int, data []byte, hs, he int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ntcopy.Copy(slot[shmSlotHdr:], data[:hs])
-	ntcopy.Copy(slot[shmSlotHdr+he:], data[he:])
+	slotCopy(slot[shmSlotHdr:], data[:hs])
+	slotCopy(slot[shmSlotHdr+he:], data[he:])
 	c.shmPublish(slot, i, len(data))
 	return slot, nil
 }
@@ -498,7 +507,7 @@ func (c *call) allreduceShmRS(buf []byte) error {
 					c.kern.Combine(own, x)
 				}
 			}
-			ntcopy.Copy(red, own)
+			slotCopy(red, own)
 		} else {
 			for q := 0; q < p; q++ {
 				x := own
@@ -717,3 +726,17 @@ func (c *call) bcastShmSplit(buf []byte, root int) error {
 	}
 	return nil
 }
+
+// slotCopy copies into shared memory that other ranks read: with
+// non-temporal stores (ntcopy) from shmNTBytes, where they halved two
+// ranks' allreduce from 128 KiB up (osu-compare, 10:58), and with copy
+// below, where a reader may find the data still in a cache (at 4 to
+// 16 KiB neither was ahead beyond the noise, 11:22).
+func slotCopy(dst, src []byte) int {
+	if len(src) < shmNTBytes {
+		return copy(dst, src)
+	}
+	return ntcopy.Copy(dst, src)
+}
+
+const shmNTBytes = 32 << 10

@@ -98,6 +98,11 @@ type SharedRegion interface {
 	// (the writer changes the bell and calls Ring) or a short while has
 	// passed (the caller re-checks its flag, its ctx and Failed).
 	Wait(bell *uint32, old uint32, waited time.Duration)
+	// SleepsAfter is how long a rank waits before Wait may sleep on the
+	// bell; until then it only spins or yields, so a waiter announces
+	// itself to the writer (who then rings) only from then on: announcing
+	// earlier made every publish pay a futex wake-up.
+	SleepsAfter() time.Duration
 	// Ring wakes the ranks sleeping in Wait on bell.
 	Ring(bell *uint32)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -62,6 +63,7 @@ func (g *p2pSharedGroup) Failed() <-chan struct{}             { return g.ep.Fail
 func (g *p2pSharedGroup) Err() error                          { return g.ep.Err() }
 func (g *p2pSharedGroup) Wait(*uint32, uint32, time.Duration) { runtime.Gosched() }
 func (g *p2pSharedGroup) Ring(*uint32)                        {}
+func (g *p2pSharedGroup) SleepsAfter() time.Duration          { return math.MaxInt64 }
 
 func (g *p2pGroup) Expose(ctx context.Context, buf []byte) (collectives.Window, error) {
 	w, err := g.ep.NewWindow(ctx, buf)

@@ -144,6 +144,9 @@ func (s *sharedRegion) Wait(bell *uint32, old uint32, waited time.Duration) {
 	}
 }
 
+// SleepsAfter is when Wait starts sleeping (collectives.SharedRegion).
+func (s *sharedRegion) SleepsAfter() time.Duration { return s.spin + sharedYield }
+
 // Ring wakes the ranks sleeping on bell.
 func (s *sharedRegion) Ring(bell *uint32) { futex.Wake(bell) }
 

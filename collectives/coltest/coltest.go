@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -451,6 +452,9 @@ func (s *shared) Failed() <-chan struct{}             { return s.g.w.failed }
 func (s *shared) Err() error                          { return s.g.w.lostErr() }
 func (s *shared) Wait(*uint32, uint32, time.Duration) { runtime.Gosched() }
 func (s *shared) Ring(*uint32)                        {}
+
+// SleepsAfter: this region's Wait never sleeps.
+func (s *shared) SleepsAfter() time.Duration { return math.MaxInt64 }
 
 // CanReadPeer and ReadPeer make the region a collectives.PeerReader: the
 // ranks share this process, so reading a rank's memory is a copy from the
