@@ -727,16 +727,8 @@ func (c *call) bcastShmSplit(buf []byte, root int) error {
 	return nil
 }
 
-// slotCopy copies into shared memory that other ranks read: with
-// non-temporal stores (ntcopy) from shmNTBytes, where they halved two
-// ranks' allreduce from 128 KiB up (osu-compare, 10:58), and with copy
-// below, where a reader may find the data still in a cache (at 4 to
-// 16 KiB neither was ahead beyond the noise, 11:22).
-func slotCopy(dst, src []byte) int {
-	if len(src) < shmNTBytes {
-		return copy(dst, src)
-	}
-	return ntcopy.Copy(dst, src)
-}
-
-const shmNTBytes = 32 << 10
+// slotCopy copies into shared memory that other ranks read, with
+// non-temporal stores from 4 KiB (ntcopy): a two-rank bcast through the
+// slots took 0.38-0.71 the time from 4 to 64 KiB with them (osu-compare,
+// 11:26), and from 128 KiB they halved an allreduce (10:58).
+func slotCopy(dst, src []byte) int { return ntcopy.Copy(dst, src) }

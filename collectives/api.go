@@ -103,8 +103,11 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 			case Hierarchical:
 				return c.bcastHier(b, root)
 			case SharedMemory:
-				if c.e.size == 2 && c.e.shm.pw != nil && len(b) > shmReadMin {
-					return c.bcastShmSplit(b, root)
+				if c.e.size == 2 {
+					if c.e.shm.pw != nil && len(b) > shmSplitMin && len(b) <= shmSplitMax {
+						return c.bcastShmSplit(b, root)
+					}
+					return c.bcastShm(b, root)
 				}
 				if c.e.shm.pr != nil && len(b) > shmReadMin && len(b) <= shmReadMax {
 					return c.bcastShmRead(b, root)

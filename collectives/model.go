@@ -345,10 +345,23 @@ func (e *Engine) shmPays(c Collective, nbytes int) bool {
 // readers copy the root's own buffer (bcastShmRead, when the region can):
 // at 64 KiB 8.7 µs against 13.8 µs through the slots and 25 µs for p2p's
 // binomial tree, a tie at 128 KiB, slower above (each read pins the root's
-// pages; the slots pipeline). Measured on two ranks, 10:23.
+// pages; the slots pipeline). Measured on two ranks, 10:23, before slot
+// writes became non-temporal; two ranks now use the slots, or split the
+// copy (shmSplitMin), and this form serves more ranks.
 const (
 	shmReadMin = 32 << 10
 	shmReadMax = 128 << 10
+)
+
+// Between shmSplitMin and shmSplitMax bytes, a two-rank shared-memory bcast
+// splits the copy between the two ranks' process_vm_readv and _writev
+// (bcastShmSplit). Each call of those costs a few µs before it copies
+// anything on a VM, so below that the slots win (0.38-0.71 of the split's
+// time from 4 to 64 KiB), and from 2 MiB the slots' pipeline does too
+// (0.89-0.92), measured with osu-compare at 11:26.
+const (
+	shmSplitMin = 64 << 10
+	shmSplitMax = 1 << 20
 )
 
 // shmRSBytes is the size above which the shared-memory allreduce reduces

@@ -83,9 +83,9 @@ func TestSharedMemoryBits(t *testing.T) {
 
 // TestSharedMemoryBcastRead: from 32 to 128 KiB the shared-memory bcast
 // has the readers copy the root's own buffer (a PeerReader region), and
-// two ranks from 32 KiB up split the copy (the root writes the second
-// half into the reader's buffer, a PeerWriter region); every rank gets
-// the root's data, twice in a row, whoever the root is.
+// two ranks from 64 KiB to 1 MiB split the copy (the root writes the
+// second half into the reader's buffer, a PeerWriter region); every rank
+// gets the root's data, twice in a row, whoever the root is.
 func TestSharedMemoryBcastRead(t *testing.T) {
 	t.Parallel()
 	for _, p := range []int{2, 3, 5} {
