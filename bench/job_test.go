@@ -119,6 +119,10 @@ func TestJobs(t *testing.T) {
 		{2, []string{"latency", "-m", "0:4K", "-i", "20", "-x", "2"}, 14, []string{`(?m)^# Size\s+Latency \(us\)\s+Iters$`, `(?m)^# rank 0 peers 1=shm$`}},
 		{2, []string{"bw", "-m", "1:64K", "-i", "3", "-x", "1"}, 17, []string{`(?m)^# Size\s+Bandwidth \(MB/s\)\s+Iters$`}},
 		{2, []string{"bibw", "-m", "16K:256K", "-i", "3", "-x", "1"}, 5, nil},
+		// From 128 KiB a rendezvous over shm splits the copy between the
+		// receiver's READ and the sender's process_vm_writev.
+		{2, []string{"latency", "-m", "64K:2M", "-i", "5", "-x", "1"}, 6, nil},
+		{2, []string{"bw", "-m", "256K:1M", "-i", "2", "-x", "1"}, 3, nil},
 		// Up to 1 MiB: the shared-memory algorithms' block-folding allreduce
 		// and split bcast (process_vm_readv/writev) between processes.
 		{2, []string{"allreduce", "-m", "4:1M", "--busbw"}, 19, []string{`busbw\(GB/s\)`, `(?m)^1048576 .* shared_memory$`}},

@@ -49,9 +49,10 @@ type Endpoint struct {
 	mu          sync.Mutex
 	m           matcher
 	nextID      uint64
-	rndvSends   map[uint64]*Request // RTS sent, waiting for FIN
-	reads       map[uint32]*Request // READ posted, waiting for completion
-	writes      map[uint32]*Request // window writes waiting for completion
+	rndvSends   map[uint64]*Request   // RTS sent, waiting for FIN
+	splits      map[splitKey]*Request // split rendezvous receives waiting for WDONE
+	reads       map[uint32]*Request   // READ posted, waiting for completion
+	writes      map[uint32]*Request   // window writes waiting for completion
 	notes       []Notification
 	arrivals    []chan struct{} // Probe / WaitNotify waiters, woken on arrival
 	dirty       []*peer         // peers whose queues or credits changed
@@ -108,6 +109,7 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 		rank: rank, size: size, opts: opts, log: opts.Logger,
 		peers:     make([]*peer, size),
 		rndvSends: map[uint64]*Request{},
+		splits:    map[splitKey]*Request{},
 		reads:     map[uint32]*Request{},
 		writes:    map[uint32]*Request{},
 		failed:    make(chan struct{}),
@@ -330,7 +332,7 @@ func (ep *Endpoint) Close() error {
 		for time.Now().Before(deadline) {
 			ep.progress()
 			ep.mu.Lock()
-			busy := len(ep.rndvSends) > 0 || len(ep.reads) > 0 || len(ep.writes) > 0
+			busy := len(ep.rndvSends) > 0 || len(ep.reads) > 0 || len(ep.writes) > 0 || len(ep.splits) > 0
 			for _, p := range ep.peers {
 				if p != nil && !p.departed && !p.broken && (p.sqOut > 0 || len(p.queue) > 0) {
 					busy = true
@@ -359,6 +361,10 @@ func (ep *Endpoint) Close() error {
 	}
 	for id, r := range ep.writes {
 		delete(ep.writes, id)
+		ep.completeLocked(r, ep.opErr(r, errEndpointClosed))
+	}
+	for k, r := range ep.splits {
+		delete(ep.splits, k)
 		ep.completeLocked(r, ep.opErr(r, errEndpointClosed))
 	}
 	ep.mu.Unlock()

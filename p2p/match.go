@@ -43,6 +43,8 @@ type inbound struct {
 	addr uint64
 	rkey uint32
 	id   uint64
+	// canWrite: the sender offered to write part of it (flagCanWrite).
+	canWrite bool
 }
 
 type matcher struct {

@@ -3,6 +3,8 @@ package p2p
 import (
 	"context"
 	"fmt"
+
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // Channel is a matching context of an endpoint: messages sent on a channel
@@ -125,6 +127,9 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		ep.rndvSends[r.id] = r
 		r.item = outItem{h: header{kind: kRTS, ctx: c.id, tag: int32(tag), size: uint64(len(buf)),
 			addr: reg.addr(buf), rkey: reg.mr.RKey(), id: r.id}, req: r}
+		if _, ok := p.qp.(verbs.PeerWriter); ok && !p.noWrite && len(buf) >= rndvSplitMin {
+			r.item.h.flags = flagCanWrite
+		}
 	}
 	if err := p.send(ep, &r.item); err != nil {
 		return nil, c.argErr(op, peer, tag, err)

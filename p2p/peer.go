@@ -78,6 +78,7 @@ type peer struct {
 	queue        []*outItem
 	inDirty      bool
 
+	noWrite   bool // a split rendezvous write into the peer failed: do not offer again
 	departed  bool // the peer closed its endpoint (BYE)
 	broken    bool // the link failed
 	lastHeard time.Time
@@ -366,8 +367,25 @@ func (ep *Endpoint) linkErrorLocked(p *peer, cause error) {
 		return
 	}
 	p.broken = true
+	ep.dropSplitsLocked(p, &PeerLostError{Rank: p.rank, Reporter: ep.rank, Cause: cause})
 	if p.departed || ep.closing {
 		return
 	}
 	ep.loseLocked(p.rank, cause)
+}
+
+// dropSplitsLocked fails the split rendezvous receives still waiting for
+// p's WDONE: p can no longer write (its link broke, or it closed its
+// endpoint), so nothing will touch their buffers.
+func (ep *Endpoint) dropSplitsLocked(p *peer, cause error) {
+	for k, r := range ep.splits {
+		if k.peer != p.rank {
+			continue
+		}
+		delete(ep.splits, k)
+		r.split, r.splitErr = false, cause
+		if r.readDone { // else the READ's completion ends it
+			ep.completeLocked(r, ep.opErr(r, cause))
+		}
+	}
 }

@@ -299,7 +299,7 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 		if ep.failErr != nil {
 			break
 		}
-		in := &inbound{env: env, size: int(h.size), rts: true, addr: h.addr, rkey: h.rkey, id: h.id}
+		in := &inbound{env: env, size: int(h.size), rts: true, addr: h.addr, rkey: h.rkey, id: h.id, canWrite: h.flags&flagCanWrite != 0}
 		if r := ep.m.arrive(env); r != nil {
 			ep.deliverLocked(r, in)
 		} else {
@@ -320,6 +320,10 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 				ep.completeLocked(r, ep.failErrFor(r))
 			}
 		}
+	case kCTS:
+		ep.onCTS(p, &h)
+	case kWDone:
+		ep.onWDone(p, &h)
 	case kCredit:
 		owe = false
 		p.ackPending = true
@@ -377,6 +381,7 @@ func (ep *Endpoint) repostLocked(p *peer, slot uint32, owe bool) {
 func (ep *Endpoint) departLocked(p *peer) {
 	p.departed = true
 	gone := &Error{Op: "", Rank: ep.rank, Peer: p.rank, Err: fmt.Errorf("rank %d closed its endpoint: %w", p.rank, ErrClosed)}
+	ep.dropSplitsLocked(p, gone.Err)
 	for i := 0; i < len(ep.m.posted); {
 		r := ep.m.posted[i]
 		if r.pattern.src == p.rank {
@@ -427,10 +432,25 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 		ep.completeLocked(r, ep.opErr(r, fmt.Errorf("registering the receive buffer: %w", err)))
 		return
 	}
-	chunk := uint64(min(p.dev.caps.MaxMsgSize, 1<<30))
 	r.reg, r.dev = reg, p.dev
 	r.rts = *in
-	r.readChunks = int((uint64(in.size) + chunk - 1) / chunk)
+	r.readOff, r.readLen = 0, in.size
+	if in.canWrite && in.size >= rndvSplitMin {
+		// Split: ask the sender to write the second part while this rank
+		// READs the first, so that both cores copy (see rndvSplitMin).
+		h := in.size / 2 &^ 63
+		r.readLen, r.split = h, true
+		ep.splits[splitKey{p.rank, in.id}] = r
+		p.sendCtl(ep, header{kind: kCTS, addr: uint64(addrOf(r.buf[h:in.size])), size: uint64(in.size - h), id: in.id})
+	}
+	ep.startReadLocked(p, r)
+}
+
+// startReadLocked READs [r.readOff, r.readOff+r.readLen) of the sender's
+// buffer into r.buf.
+func (ep *Endpoint) startReadLocked(p *peer, r *Request) {
+	chunk := min(p.dev.caps.MaxMsgSize, 1<<30)
+	r.readChunks = int((uint64(r.readLen) + chunk - 1) / chunk)
 	r.readsLeft = r.readChunks
 	ep.opSeq++
 	r.readID = ep.opSeq
@@ -439,13 +459,84 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 	_ = p.send(ep, &r.item)
 }
 
+// rndvSplitMin is the smallest rendezvous message whose copy is split
+// between the receiver's READ and the sender's write into the receiver's
+// memory (providers with verbs.PeerWriter: shm between processes, where
+// both are process_vm_readv/writev and a single one leaves the sender's
+// core idle). Below it the extra frames cost more than the halved copy.
+const rndvSplitMin = 128 << 10
+
+type splitKey struct {
+	peer int
+	id   uint64
+}
+
+// onCTS is the sender's side of a split rendezvous: write the part asked
+// for into the receiver's memory, then say so (WDONE). A write that cannot
+// be done is reported, and the receiver READs that part itself.
+func (ep *Endpoint) onCTS(p *peer, h *header) {
+	status := uint32(finOK)
+	r := ep.rndvSends[h.id]
+	pw, ok := p.qp.(verbs.PeerWriter)
+	switch {
+	case r == nil || !ok || h.size > uint64(len(r.buf)):
+		status = finFailed
+	default:
+		if err := pw.WritePeer(h.addr, r.buf[uint64(len(r.buf))-h.size:]); err != nil {
+			status = finFailed
+			p.noWrite = true // do not offer again
+			ep.log.Debug("p2p: split rendezvous write failed; the receiver reads instead", "rank", ep.rank, "peer", p.rank, "err", err)
+		}
+	}
+	p.sendCtl(ep, header{kind: kWDone, aux: status, id: h.id})
+}
+
+// onWDone is the receiver's side: the sender wrote its part (or could not:
+// then READ it too); the message is complete once the READ is as well.
+func (ep *Endpoint) onWDone(p *peer, h *header) {
+	k := splitKey{p.rank, h.id}
+	r := ep.splits[k]
+	if r == nil {
+		return
+	}
+	delete(ep.splits, k)
+	r.split = false
+	if h.aux != finOK {
+		r.fallback = true
+	}
+	if r.readDone {
+		ep.finishRndvRecvLocked(p, r)
+	}
+}
+
+// finishRndvRecvLocked completes a rendezvous receive whose READ has
+// finished and whose sender has written its part if any: it READs the
+// part a failed write left first, then tells the sender (FIN).
+func (ep *Endpoint) finishRndvRecvLocked(p *peer, r *Request) {
+	if r.fallback {
+		r.fallback, r.readDone = false, false
+		r.readOff, r.readLen = r.readLen, r.rts.size-r.readLen
+		reg, err := p.dev.cache.get(r.buf[:r.rts.size])
+		if err != nil {
+			p.sendCtl(ep, header{kind: kFIN, aux: finTruncated, id: r.rts.id})
+			ep.completeLocked(r, ep.opErr(r, fmt.Errorf("registering the receive buffer: %w", err)))
+			return
+		}
+		r.reg = reg
+		ep.startReadLocked(p, r)
+		return
+	}
+	p.sendCtl(ep, header{kind: kFIN, aux: finOK, id: r.rts.id})
+	ep.completeLocked(r, ep.failErrFor(r))
+}
+
 func (ep *Endpoint) postReadLocked(p *peer, r *Request) error {
 	chunk := int(min(p.dev.caps.MaxMsgSize, 1<<30))
 	id := wrID(wrRead, p.rank, r.readID)
 	if r.readChunks == 1 {
-		p.sge[0] = verbs.SGE{Addr: r.reg.addr(r.buf), Length: uint32(r.rts.size), LKey: r.reg.mr.LKey()}
+		p.sge[0] = verbs.SGE{Addr: r.reg.addr(r.buf[r.readOff:]), Length: uint32(r.readLen), LKey: r.reg.mr.LKey()}
 		p.swr[0] = verbs.SendWR{ID: id, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-			SGL: p.sge[:], RemoteAddr: r.rts.addr, RKey: r.rts.rkey}
+			SGL: p.sge[:], RemoteAddr: r.rts.addr + uint64(r.readOff), RKey: r.rts.rkey}
 		if err := p.qp.PostSend(p.swr[:]...); err != nil {
 			return err
 		}
@@ -453,8 +544,8 @@ func (ep *Endpoint) postReadLocked(p *peer, r *Request) error {
 		return nil
 	}
 	wrs := make([]verbs.SendWR, 0, r.readChunks)
-	for off := 0; off < r.rts.size; off += chunk {
-		n := min(chunk, r.rts.size-off)
+	for off := r.readOff; off < r.readOff+r.readLen; off += chunk {
+		n := min(chunk, r.readOff+r.readLen-off)
 		wrs = append(wrs, verbs.SendWR{ID: id, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
 			SGL:        []verbs.SGE{{Addr: r.reg.addr(r.buf[off:]), Length: uint32(n), LKey: r.reg.mr.LKey()}},
 			RemoteAddr: r.rts.addr + uint64(off), RKey: r.rts.rkey})
@@ -483,11 +574,22 @@ func (ep *Endpoint) readDoneLocked(p *peer, r *Request, idx uint32) {
 	r.dev.cache.put(r.reg)
 	r.reg = nil
 	if r.readErr != nil {
+		if r.split {
+			delete(ep.splits, splitKey{p.rank, r.rts.id})
+			r.split = false
+		}
 		ep.completeLocked(r, ep.opErr(r, &PeerLostError{Rank: p.rank, Reporter: ep.rank, Cause: r.readErr}))
 		return
 	}
-	p.sendCtl(ep, header{kind: kFIN, aux: finOK, id: r.rts.id})
-	ep.completeLocked(r, ep.failErrFor(r))
+	r.readDone = true
+	switch {
+	case r.split:
+		return // the sender's WDONE finishes it
+	case r.splitErr != nil:
+		ep.completeLocked(r, ep.opErr(r, r.splitErr))
+		return
+	}
+	ep.finishRndvRecvLocked(p, r)
 }
 
 // completeLocked finishes r with err (nil for success) and wakes its waiter.

@@ -71,6 +71,14 @@ type Request struct {
 	readChunks int
 	readsLeft  int
 	readErr    error
+	// The receiver READs [readOff, readOff+readLen) of the message: all
+	// of it, or the first part of a split rendezvous, whose rest the
+	// sender writes (split: its WDONE has not come yet; readDone: the
+	// READ has finished).
+	readOff, readLen int
+	split, readDone  bool
+	fallback         bool  // the sender could not write its part: READ it too
+	splitErr         error // the sender's part will never come (its link broke)
 
 	// Window writes.
 	notify32 bool

@@ -310,3 +310,32 @@ func TestUseAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, p2p.ErrClosed)
 	require.NoError(t, eps[0].Close())
 }
+
+// TestSplitRendezvousFallback: from rndvSplitMin a rendezvous receiver
+// over shm asks the sender to write the second half (CTS). Between the
+// devices of one process the sender cannot (no process_vm_writev), says
+// so (WDONE), and the receiver READs that half itself; the sender then
+// stops offering. Every message arrives whole either way. (Across
+// processes the write succeeds: bench's TestJobs validates it.)
+func TestSplitRendezvousFallback(t *testing.T) {
+	const n = 300 << 10
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		for i := range 3 {
+			if ep.Rank() == 0 {
+				if err := ep.Send(ctx, 1, 5, pattern(n+i, byte(i))); err != nil {
+					return err
+				}
+				continue
+			}
+			buf := make([]byte, n+10)
+			st, err := ep.Recv(ctx, 0, 5, buf)
+			if err != nil {
+				return err
+			}
+			if st.Count != n+i || !bytes.Equal(buf[:st.Count], pattern(n+i, byte(i))) {
+				return fmt.Errorf("message %d: %d bytes, or wrong data", i, st.Count)
+			}
+		}
+		return nil
+	})
+}

@@ -20,7 +20,9 @@ import (
 //	             REVOKE: the lost rank)
 //
 // EAGER: payload at 24. RTS: 24 addr u64, 32 rkey u32, 36 zero u32,
-// 40 request id u64 (48 bytes). FIN and CANCEL: 24 request id u64 (32 bytes).
+// 40 request id u64 (48 bytes). CTS: the same layout (addr: where in the
+// receiver's memory the sender writes size bytes, rkey zero). FIN, CANCEL
+// and WDONE: 24 request id u64 (32 bytes).
 const (
 	hdrLen    = 24
 	rtsLen    = 48
@@ -39,10 +41,16 @@ const (
 	kRevoke frameKind = 6 // size: the lost rank; aux: who noticed
 	kBye    frameKind = 7 // the sender closed its endpoint on purpose
 	kCancel frameKind = 8 // the sender canceled the RTS with this id
-	kMax    frameKind = 9
+	// A split rendezvous (an RTS with flagCanWrite): the receiver reads the
+	// first part and asks the sender to write the rest (CTS: size bytes at
+	// addr of the receiver's process), and the sender says when it has
+	// (WDONE, aux: finOK or finFailed).
+	kCTS   frameKind = 9
+	kWDone frameKind = 10
+	kMax   frameKind = 11
 )
 
-var kindNames = [...]string{"?", "EAGER", "RTS", "FIN", "CREDIT", "PING", "REVOKE", "BYE", "CANCEL"}
+var kindNames = [...]string{"?", "EAGER", "RTS", "FIN", "CREDIT", "PING", "REVOKE", "BYE", "CANCEL", "CTS", "WDONE"}
 
 func (k frameKind) String() string {
 	if k < kMax {
@@ -51,13 +59,17 @@ func (k frameKind) String() string {
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
 
-const flagAckCtrl = 1 << 0
+const (
+	flagAckCtrl  = 1 << 0
+	flagCanWrite = 1 << 1 // RTS: the sender can write into the receiver's memory (split rendezvous)
+)
 
 // FIN status values (header aux).
 const (
 	finOK        = 0
 	finTruncated = 1
 	finCanceled  = 2
+	finFailed    = 3 // WDONE: the sender could not write its part
 )
 
 type header struct {
@@ -77,9 +89,9 @@ type header struct {
 // frameLen is the length of the frame h describes (without EAGER payload).
 func (h *header) frameLen() int {
 	switch h.kind {
-	case kRTS:
+	case kRTS, kCTS:
 		return rtsLen
-	case kFIN, kCancel:
+	case kFIN, kCancel, kWDone:
 		return finLen
 	}
 	return hdrLen
@@ -96,12 +108,12 @@ func (h *header) put(b []byte) {
 	binary.LittleEndian.PutUint32(b[12:], h.aux)
 	binary.LittleEndian.PutUint64(b[16:], h.size)
 	switch h.kind {
-	case kRTS:
+	case kRTS, kCTS:
 		binary.LittleEndian.PutUint64(b[24:], h.addr)
 		binary.LittleEndian.PutUint32(b[32:], h.rkey)
 		binary.LittleEndian.PutUint32(b[36:], 0)
 		binary.LittleEndian.PutUint64(b[40:], h.id)
-	case kFIN, kCancel:
+	case kFIN, kCancel, kWDone:
 		binary.LittleEndian.PutUint64(b[24:], h.id)
 	}
 }
@@ -128,17 +140,17 @@ func parseFrame(b []byte, h *header) error {
 		if h.size != uint64(len(b)-hdrLen) {
 			return fmt.Errorf("EAGER frame says %d payload bytes but carries %d", h.size, len(b)-hdrLen)
 		}
-	case kRTS:
+	case kRTS, kCTS:
 		if len(b) != rtsLen {
-			return fmt.Errorf("RTS frame of %d bytes, want %d", len(b), rtsLen)
+			return fmt.Errorf("%v frame of %d bytes, want %d", h.kind, len(b), rtsLen)
 		}
 		h.addr = binary.LittleEndian.Uint64(b[24:])
 		h.rkey = binary.LittleEndian.Uint32(b[32:])
 		h.id = binary.LittleEndian.Uint64(b[40:])
 		if h.size == 0 || h.size > 1<<48 {
-			return fmt.Errorf("RTS frame with size %d", h.size)
+			return fmt.Errorf("%v frame with size %d", h.kind, h.size)
 		}
-	case kFIN, kCancel:
+	case kFIN, kCancel, kWDone:
 		if len(b) != finLen {
 			return fmt.Errorf("%v frame of %d bytes, want %d", h.kind, len(b), finLen)
 		}
