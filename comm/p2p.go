@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/rdmago/rdmago/p2p"
 )
@@ -58,7 +59,7 @@ func Isend[T Element](c *Comm, buf []T, dest, tag int) (*Request, error) {
 	if err != nil {
 		return nil, c.wrap("Isend", dest, tag, err)
 	}
-	return &Request{c: c, op: "Isend", peer: dest, tag: tag, esize: sizeOf[T](), p: r}, nil
+	return newP2PRequest(c, "Isend", dest, tag, sizeOf[T](), r), nil
 }
 
 // Irecv starts receiving a message from src (or AnySource) with tag (or
@@ -71,7 +72,7 @@ func Irecv[T Element](c *Comm, buf []T, src, tag int) (*Request, error) {
 	if err != nil {
 		return nil, c.wrap("Irecv", src, tag, err)
 	}
-	return &Request{c: c, op: "Irecv", peer: src, tag: tag, esize: sizeOf[T](), p: r}, nil
+	return newP2PRequest(c, "Irecv", src, tag, sizeOf[T](), r), nil
 }
 
 // Probe waits until a message from src (or AnySource) with tag (or AnyTag)
@@ -225,6 +226,29 @@ func (r *Request) Cancel() {
 	if r != nil && r.p != nil {
 		r.p.Cancel()
 	}
+}
+
+// Release hands a completed point-to-point request back for reuse, so that
+// a loop of Isend and Irecv does not allocate (and make the garbage
+// collector work) for every message. It does nothing for a request that
+// has not completed, or for a non-blocking collective's. After Release the
+// request must not be used again, and Release must not be called twice.
+func (r *Request) Release() {
+	if r == nil || r.p == nil || !r.p.Done() {
+		return
+	}
+	r.p.Release()
+	*r = Request{}
+	reqPool.Put(r)
+}
+
+var reqPool = sync.Pool{New: func() any { return new(Request) }}
+
+// newP2PRequest is a point-to-point request, recycled if one was released.
+func newP2PRequest(c *Comm, op string, peer, tag, esize int, p *p2p.Request) *Request {
+	r := reqPool.Get().(*Request)
+	*r = Request{c: c, op: op, peer: peer, tag: tag, esize: esize, p: p}
+	return r
 }
 
 // WaitAll waits for every request (nil entries are skipped) and returns
