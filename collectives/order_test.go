@@ -46,6 +46,27 @@ func ncFold(from, to, n int) []int32 { // ranks [from, to)
 	return out
 }
 
+// ncAllreduceReduce checks lastNonZero's Allreduce on every rank and its
+// Reduce to rank p−1 (whose other ranks' buffers stay as they were).
+func ncAllreduceReduce(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+	buf := ncInput(r, n)
+	if err := collectives.Allreduce(ctx, e, buf, lastNonZero); err != nil {
+		return err
+	}
+	if err := eq32("allreduce", buf, ncFold(0, p, n)); err != nil {
+		return err
+	}
+	buf = ncInput(r, n)
+	if err := collectives.Reduce(ctx, e, buf, lastNonZero, p-1); err != nil {
+		return err
+	}
+	want := ncInput(r, n)
+	if r == p-1 {
+		want = ncFold(0, p, n)
+	}
+	return eq32("reduce", buf, want)
+}
+
 func eq32(what string, got, want []int32) error {
 	for i := range want {
 		if got[i] != want[i] {
@@ -68,21 +89,8 @@ func TestNonCommutative(t *testing.T) {
 			for _, n := range sizes {
 				t.Run(name("alg", alg, "p", p, "n", n), func(t *testing.T) {
 					errs := world(t, p, coltest.Options{}, force(collectives.CollAllreduce, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
-						buf := ncInput(r, n)
-						if err := collectives.Allreduce(ctx, e, buf, lastNonZero); err != nil {
+						if err := ncAllreduceReduce(ctx, e, r, p, n); err != nil {
 							return err
-						}
-						if err := eq32("allreduce", buf, ncFold(0, p, n)); err != nil {
-							return err
-						}
-						buf = ncInput(r, n)
-						if err := collectives.Reduce(ctx, e, buf, lastNonZero, p-1); err != nil {
-							return err
-						}
-						if r == p-1 {
-							if err := eq32("reduce", buf, ncFold(0, p, n)); err != nil {
-								return err
-							}
 						}
 						send := ncInput(r, p*n)
 						recv := make([]int32, n)
@@ -92,7 +100,7 @@ func TestNonCommutative(t *testing.T) {
 						if err := eq32("reduce_scatter", recv, ncFold(0, p, p*n)[r*n:(r+1)*n]); err != nil {
 							return err
 						}
-						buf = ncInput(r, n)
+						buf := ncInput(r, n)
 						if err := collectives.Scan(ctx, e, buf, lastNonZero); err != nil {
 							return err
 						}

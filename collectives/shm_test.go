@@ -125,22 +125,7 @@ func TestSharedMemoryNonCommutative(t *testing.T) {
 				opts.Algorithms[collectives.CollReduce] = collectives.SharedMemory
 				errs := world(t, p, coltest.Options{Shared: true}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
 					for range 2 {
-						buf := ncInput(r, n)
-						if err := collectives.Allreduce(ctx, e, buf, lastNonZero); err != nil {
-							return err
-						}
-						if err := eq32("allreduce", buf, ncFold(0, p, n)); err != nil {
-							return err
-						}
-						buf = ncInput(r, n)
-						if err := collectives.Reduce(ctx, e, buf, lastNonZero, p-1); err != nil {
-							return err
-						}
-						want := ncInput(r, n)
-						if r == p-1 {
-							want = ncFold(0, p, n)
-						}
-						if err := eq32("reduce", buf, want); err != nil {
+						if err := ncAllreduceReduce(ctx, e, r, p, n); err != nil {
 							return err
 						}
 					}

@@ -185,49 +185,43 @@ func (w *Window) Direct(peer int) []byte {
 // until the reader says it is done (the collectives' shared-memory
 // algorithms do, through flags).
 func (ep *Endpoint) ReadPeer(peer int, addr uint64, dst []byte) error {
-	qp, err := ep.peerQP("ReadPeer", peer)
-	if err != nil {
-		return err
-	}
-	pr, ok := qp.(verbs.PeerReader)
-	if !ok {
-		return ep.cannot("ReadPeer", peer, "read")
-	}
-	if err := pr.ReadPeer(addr, dst); err != nil {
-		return &Error{Op: "ReadPeer", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
-	}
-	return nil
+	return ep.peerIO("ReadPeer", peer, addr, dst, false)
 }
 
 // WritePeer is ReadPeer's counterpart: it copies src to address addr of
 // peer's process (verbs.PeerWriter), memory peer has published for this
 // and leaves alone until the writer says it is done.
 func (ep *Endpoint) WritePeer(peer int, addr uint64, src []byte) error {
-	qp, err := ep.peerQP("WritePeer", peer)
-	if err != nil {
-		return err
-	}
-	pw, ok := qp.(verbs.PeerWriter)
-	if !ok {
-		return ep.cannot("WritePeer", peer, "write")
-	}
-	if err := pw.WritePeer(addr, src); err != nil {
-		return &Error{Op: "WritePeer", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
-	}
-	return nil
+	return ep.peerIO("WritePeer", peer, addr, src, true)
 }
 
-func (ep *Endpoint) peerQP(op string, peer int) (verbs.QP, error) {
+func (ep *Endpoint) peerIO(op string, peer int, addr uint64, b []byte, write bool) error {
 	if peer < 0 || peer >= ep.size || peer == ep.rank || ep.peers[peer] == nil {
-		return nil, &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag,
+		return &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag,
 			Err: fmt.Errorf("%w: rank %d is not a peer of rank %d of %d", ErrInvalidRank, peer, ep.rank, ep.size)}
 	}
-	return ep.peers[peer].qp, nil
-}
-
-func (ep *Endpoint) cannot(op string, peer int, what string) error {
-	return &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag,
-		Err: fmt.Errorf("%w: the %s link to rank %d cannot %s its memory", verbs.ErrUnsupported, ep.peers[peer].dev.provider, peer, what)}
+	p := ep.peers[peer]
+	var err error
+	what := "read"
+	if write {
+		what = "write"
+		if pw, ok := p.qp.(verbs.PeerWriter); ok {
+			err = pw.WritePeer(addr, b)
+		} else {
+			err = verbs.ErrUnsupported
+		}
+	} else if pr, ok := p.qp.(verbs.PeerReader); ok {
+		err = pr.ReadPeer(addr, b)
+	} else {
+		err = verbs.ErrUnsupported
+	}
+	if err == verbs.ErrUnsupported {
+		err = fmt.Errorf("%w: the %s link to rank %d cannot %s its memory", verbs.ErrUnsupported, p.dev.provider, peer, what)
+	}
+	if err != nil {
+		return &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
+	}
+	return nil
 }
 
 // Len is the size of rank's window.

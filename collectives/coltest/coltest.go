@@ -462,33 +462,29 @@ func (s *shared) SleepsAfter() time.Duration { return math.MaxInt64 }
 func (s *shared) CanReadPeer() bool { return true }
 
 func (s *shared) ReadPeer(rank int, addr uint64, dst []byte) error {
-	if err := s.g.check(rank, 0, dst); err != nil {
-		return err
-	}
-	if len(dst) == 0 {
-		return nil
-	}
-	p := uintptr(addr)
-	src := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), len(dst))
+	src, err := s.peerMem(rank, addr, dst)
 	copy(dst, src)
-	return nil
+	return err
 }
 
 // WritePeer makes the region a collectives.PeerWriter, like ReadPeer.
 func (s *shared) WritePeer(rank int, addr uint64, src []byte) error {
-	if err := s.g.check(rank, 0, src); err != nil {
-		return err
-	}
 	if err := s.g.w.opts.PeerWriteErr; err != nil {
 		return err
 	}
-	if len(src) == 0 {
-		return nil
+	dst, err := s.peerMem(rank, addr, src)
+	copy(dst, src)
+	return err
+}
+
+// peerMem is the len(b) bytes at addr that rank published (this process's
+// memory), after ReadPeer and WritePeer's checks.
+func (s *shared) peerMem(rank int, addr uint64, b []byte) ([]byte, error) {
+	if err := s.g.check(rank, 0, b); err != nil || len(b) == 0 {
+		return nil, err
 	}
 	p := uintptr(addr)
-	dst := unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), len(src))
-	copy(dst, src)
-	return nil
+	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), len(b)), nil
 }
 
 type topo struct{ g *group }
