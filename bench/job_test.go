@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -271,4 +272,23 @@ func TestCPUProfile(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), "--cpuprofile")
 	assert.NotContains(t, stdout.String(), "# Size", "nothing was measured")
+}
+
+// TestCalibratedJob runs without -i: the first size warms the job up for a
+// budget and every size sizes its timed loop from a calibration. Each row
+// ran at least the 5 iterations the calibration guarantees, and at most
+// OSU's count; the sweep of two 30 ms budgets per size finishes well
+// within the job's timeout.
+func TestCalibratedJob(t *testing.T) {
+	binaries(t)
+	stdout, stderr, code := job(t, 2, "latency", "-m", "0:64", "--budget", "30ms", "-c", "-q")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, "every result validated")
+	rs := rows(stdout)
+	require.Len(t, rs, 8, stdout)
+	for _, r := range rs {
+		iters, err := strconv.Atoi(r[len(r)-1])
+		require.NoError(t, err, "row %v", r)
+		assert.True(t, iters >= 5 && iters <= 10000, "row %v: %d iterations", r, iters)
+	}
 }
