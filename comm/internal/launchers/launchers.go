@@ -13,6 +13,7 @@ import (
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/bootstrap/pmi"
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
+	"github.com/rdmago/rdmago/internal/slurm"
 )
 
 // Launchers Detect recognises (Launch.Launcher).
@@ -347,7 +348,7 @@ func parsePMI(env LookupEnv) (*Launch, error) {
 		if tpn == "" {
 			tpn = envOr(env, "SLURM_TASKS_PER_NODE")
 		}
-		counts, terr := parseTasksPerNode(tpn)
+		counts, terr := slurm.Counts(tpn, bootstrap.MaxSize)
 		if lerr == nil && nerr == nil && terr == nil && node < len(counts) && lr < counts[node] {
 			l.LocalRank, l.LocalSize = lr, counts[node]
 		}
@@ -370,36 +371,6 @@ func parsePMI(env LookupEnv) (*Launch, error) {
 func envOr(env LookupEnv, k string) string {
 	v, _ := env(k)
 	return v
-}
-
-// parseTasksPerNode expands Slurm's compressed task counts: "2(x3),1" is
-// 2, 2, 2, 1.
-func parseTasksPerNode(s string) ([]int, error) {
-	if s == "" {
-		return nil, errors.New("empty")
-	}
-	var out []int
-	for part := range strings.SplitSeq(s, ",") {
-		n, rep := part, "1"
-		if i := strings.IndexByte(part, '('); i >= 0 {
-			if !strings.HasPrefix(part[i:], "(x") || !strings.HasSuffix(part, ")") {
-				return nil, fmt.Errorf("bad element %q", part)
-			}
-			n, rep = part[:i], part[i+2:len(part)-1]
-		}
-		c, err := decimal(n)
-		if err != nil {
-			return nil, err
-		}
-		r, err := decimal(rep)
-		if err != nil || r < 1 || len(out)+r > bootstrap.MaxSize {
-			return nil, fmt.Errorf("bad repeat in %q", part)
-		}
-		for range r {
-			out = append(out, c)
-		}
-	}
-	return out, nil
 }
 
 func parseOpenMPI(env LookupEnv) (*Launch, error) {

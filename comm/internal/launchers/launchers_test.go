@@ -188,16 +188,6 @@ func TestDetectErrors(t *testing.T) {
 	}
 }
 
-func TestTasksPerNode(t *testing.T) {
-	got, err := parseTasksPerNode("2(x3),1")
-	require.NoError(t, err)
-	assert.Equal(t, []int{2, 2, 2, 1}, got)
-	for _, bad := range []string{"", "x", "2(x)", "2(3)", "2(x0)", "2(x99999999)"} {
-		_, err := parseTasksPerNode(bad)
-		assert.Error(t, err, bad)
-	}
-}
-
 // Connect over the served rendezvous: rank 0 serves at the agreed
 // address, every rank joins and gets the token from the environment.
 func TestConnectServed(t *testing.T) {

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/slurm"
 )
 
 // Inside a Slurm allocation (SLURM_JOB_ID set) and without --host or
@@ -62,7 +63,7 @@ func slurmHosts(ctx context.Context, getenv func(string) (string, bool)) ([]Host
 	if _, ok := getenv("SLURM_NTASKS"); ok || counts == "" {
 		counts, from = get("SLURM_TASKS_PER_NODE"), "SLURM_TASKS_PER_NODE"
 	}
-	slots, err := expandCounts(counts)
+	slots, err := slurm.Counts(counts, 1<<16)
 	if err != nil {
 		return nil, fmt.Errorf("%s=%q (in %s): %v", from, counts, origin, err)
 	}
@@ -74,34 +75,4 @@ func slurmHosts(ctx context.Context, getenv func(string) (string, bool)) ([]Host
 		hosts[i] = Host{Name: n, Slots: slots[i], Origin: origin}
 	}
 	return hosts, nil
-}
-
-// expandCounts expands Slurm's compressed per-node counts: "2(x3),1" is
-// 2, 2, 2, 1.
-func expandCounts(s string) ([]int, error) {
-	if s == "" {
-		return nil, errors.New("empty")
-	}
-	var out []int
-	for part := range strings.SplitSeq(s, ",") {
-		n, rep := part, "1"
-		if i := strings.IndexByte(part, '('); i >= 0 {
-			if !strings.HasPrefix(part[i:], "(x") || !strings.HasSuffix(part, ")") {
-				return nil, fmt.Errorf("bad element %q", part)
-			}
-			n, rep = part[:i], part[i+2:len(part)-1]
-		}
-		c, err := strconv.Atoi(n)
-		if err != nil || c < 1 {
-			return nil, fmt.Errorf("bad count %q", n)
-		}
-		r, err := strconv.Atoi(rep)
-		if err != nil || r < 1 || len(out)+r > 1<<16 {
-			return nil, fmt.Errorf("bad repeat in %q", part)
-		}
-		for range r {
-			out = append(out, c)
-		}
-	}
-	return out, nil
 }

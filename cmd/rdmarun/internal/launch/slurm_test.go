@@ -9,19 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestExpandCounts(t *testing.T) {
-	got, err := expandCounts("2(x3),1")
-	require.NoError(t, err)
-	assert.Equal(t, []int{2, 2, 2, 1}, got)
-	got, err = expandCounts("4")
-	require.NoError(t, err)
-	assert.Equal(t, []int{4}, got)
-	for _, bad := range []string{"", "x", "0", "2(x)", "2(3)", "2(x0)", "2(x99999999)", "2,,1"} {
-		_, err := expandCounts(bad)
-		assert.Error(t, err, bad)
-	}
-}
-
 func TestSlurmHosts(t *testing.T) {
 	env := func(kv ...string) func(string) (string, bool) {
 		m := map[string]string{}
