@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -435,7 +436,7 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 	r.reg, r.dev = reg, p.dev
 	r.rts = *in
 	r.readOff, r.readLen = 0, in.size
-	if in.canWrite && in.size >= rndvSplitMin {
+	if in.canWrite && in.size >= rndvSplitMin && !p.departed && !p.broken {
 		// Split: ask the sender to write the second part while this rank
 		// READs the first, so that both cores copy (see rndvSplitMin).
 		h := in.size / 2 &^ 63
@@ -466,6 +467,10 @@ func (ep *Endpoint) startReadLocked(p *peer, r *Request) {
 // core idle). Below it the extra frames cost more than the halved copy.
 const rndvSplitMin = 128 << 10
 
+// testIgnoreCTS makes senders ignore CTS frames, as one that died or
+// froze after its RTS would (set by tests through export_test.go).
+var testIgnoreCTS atomic.Bool
+
 type splitKey struct {
 	peer int
 	id   uint64
@@ -475,6 +480,9 @@ type splitKey struct {
 // for into the receiver's memory, then say so (WDONE). A write that cannot
 // be done is reported, and the receiver READs that part itself.
 func (ep *Endpoint) onCTS(p *peer, h *header) {
+	if testIgnoreCTS.Load() {
+		return
+	}
 	status := uint32(finOK)
 	r := ep.rndvSends[h.id]
 	pw, ok := p.qp.(verbs.PeerWriter)

@@ -339,3 +339,49 @@ func TestSplitRendezvousFallback(t *testing.T) {
 		return nil
 	})
 }
+
+// TestSplitRendezvousSenderGone: a receive of a split rendezvous waits for
+// the sender's WDONE after its own READ; if the sender never answers the
+// CTS and then closes its endpoint, the receive fails naming it instead of
+// waiting forever, and the sender's request fails too (Close gave up on
+// it).
+func TestSplitRendezvousSenderGone(t *testing.T) {
+	p2p.SetIgnoreCTS(true)
+	defer p2p.SetIgnoreCTS(false)
+	const n = 300 << 10
+	opts := p2ptest.Options{Provider: "shm", P2P: p2p.Options{CloseTimeout: 300 * time.Millisecond}, Timeout: 20 * time.Second}
+	posted := make(chan struct{})
+	p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 0 {
+			<-posted // the RTS matches at once
+			r, err := ep.Isend(1, 5, pattern(n, 1))
+			if err != nil {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond) // rank 1 matched and sent its CTS
+			if err := ep.Close(); err != nil {
+				return err
+			}
+			if _, err := r.Wait(ctx); err == nil {
+				return fmt.Errorf("the send completed although its receiver never got the second half")
+			}
+			return nil
+		}
+		r, err := ep.Irecv(0, 5, make([]byte, n))
+		close(posted)
+		if err != nil {
+			return err
+		}
+		_, err = r.Wait(ctx)
+		if err == nil {
+			return fmt.Errorf("the receive completed without the sender's half")
+		}
+		if !errors.Is(err, p2p.ErrClosed) && !errors.Is(err, p2p.ErrPeerLost) {
+			return fmt.Errorf("receive: %v, want the sender's close or loss", err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("the receive only ended with the test's deadline: %v", err)
+		}
+		return nil
+	})
+}
