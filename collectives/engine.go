@@ -24,11 +24,12 @@ const abortTag = 1 << 30
 // communicator (each with its own private tag space). Close may be called
 // from any goroutine.
 type Engine struct {
-	g     Group
-	opts  Options
-	model Model
-	rank  int
-	size  int
+	g      Group
+	opts   Options
+	forced [numCollectives]Algorithm // opts.Algorithms, without a map lookup per call
+	model  Model
+	rank   int
+	size   int
 
 	mu     sync.Mutex
 	seq    uint32
@@ -84,10 +85,15 @@ func New(g Group, opts Options) (*Engine, error) {
 	}
 	for c, a := range opts.Algorithms {
 		if a != Auto && !implements(c, a) {
-			return nil, fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algorithmsOf[c])
+			return nil, fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algsOf(c))
 		}
 	}
 	e := &Engine{g: g, opts: opts, rank: g.Rank(), size: g.Size(), aborts: map[uint32]error{}, status: map[uint32]statusNote{}}
+	for c, a := range opts.Algorithms {
+		if c < numCollectives { // an unknown one can only be Auto (checked above)
+			e.forced[c] = a
+		}
+	}
 	e.model = newModel(g, opts.Model)
 	if t, ok := g.(Topology); ok {
 		e.hosts = make([]int, e.size)

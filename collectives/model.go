@@ -237,7 +237,7 @@ func (m *Model) hierBcastCost(local, hosts int, n float64) float64 {
 // it (checked against capabilities, op and Deterministic), else the
 // cheapest admissible one.
 func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, error) {
-	forced := e.opts.Algorithms[c]
+	forced := e.forced[c]
 	ordered := !commutative || e.opts.Deterministic
 	admissible := func(a Algorithm) error {
 		switch {
@@ -284,7 +284,7 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 		return SharedMemory, nil
 	}
 	best, bestCost := Auto, math.Inf(1)
-	for _, a := range algorithmsOf[c] {
+	for _, a := range algsOf(c) {
 		if a == SharedMemory || admissible(a) != nil {
 			continue
 		}

@@ -153,3 +153,21 @@ func TestChooseShared(t *testing.T) {
 		e.Close()
 	}
 }
+
+// TestUnknownCollectiveOption: Options.Algorithms naming a collective that
+// does not exist is refused with an algorithm, ignored with Auto, and
+// never panics; Algorithms of it is empty.
+func TestUnknownCollectiveOption(t *testing.T) {
+	t.Parallel()
+	bogus := collectives.Collective(200)
+	w := coltest.NewWorld(1, coltest.Options{})
+	_, err := collectives.New(w.Group(0), collectives.Options{Algorithms: map[collectives.Collective]collectives.Algorithm{bogus: collectives.Ring}})
+	require.ErrorIs(t, err, collectives.ErrInvalidArgument)
+	e, err := collectives.New(w.Group(0), collectives.Options{Algorithms: map[collectives.Collective]collectives.Algorithm{bogus: collectives.Auto, collectives.CollAllreduce: collectives.Ring}})
+	require.NoError(t, err)
+	alg, err := e.Choose(collectives.CollAllreduce, 8, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Ring, alg, "a forced algorithm still applies")
+	require.NoError(t, e.Close())
+	require.Empty(t, collectives.Algorithms(bogus))
+}

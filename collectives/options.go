@@ -73,7 +73,7 @@ func (a Algorithm) String() string {
 // algorithmsOf lists, per collective, the algorithms that implement it (Auto
 // excluded). Ordered is the deterministic, rank-order-preserving one where a
 // reduction is involved.
-var algorithmsOf = map[Collective][]Algorithm{
+var algorithmsOf = [numCollectives][]Algorithm{
 	CollBarrier:       {Dissemination, SharedMemory},
 	CollBcast:         {Binomial, ScatterAllgather, Chain, Hierarchical, SharedMemory},
 	CollReduce:        {Binomial, Rabenseifner, Ordered, SharedMemory},
@@ -92,7 +92,15 @@ var algorithmsOf = map[Collective][]Algorithm{
 }
 
 // Algorithms returns the algorithms implemented for c.
-func Algorithms(c Collective) []Algorithm { return append([]Algorithm(nil), algorithmsOf[c]...) }
+func Algorithms(c Collective) []Algorithm { return append([]Algorithm(nil), algsOf(c)...) }
+
+// algsOf is algorithmsOf[c], nil for a collective that does not exist.
+func algsOf(c Collective) []Algorithm {
+	if c >= numCollectives {
+		return nil
+	}
+	return algorithmsOf[c]
+}
 
 // Collectives lists every collective.
 func Collectives() []Collective {
@@ -104,7 +112,7 @@ func Collectives() []Collective {
 }
 
 func implements(c Collective, a Algorithm) bool {
-	for _, x := range algorithmsOf[c] {
+	for _, x := range algsOf(c) {
 		if x == a {
 			return true
 		}
@@ -178,7 +186,7 @@ func ParseAlgorithms(s string) (map[Collective]Algorithm, error) {
 			return nil, err
 		}
 		if a != Auto && !implements(c, a) {
-			return nil, fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algorithmsOf[c])
+			return nil, fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algsOf(c))
 		}
 		m[c] = a
 	}
