@@ -344,7 +344,8 @@ func TestSplitRendezvousFallback(t *testing.T) {
 // the sender's WDONE after its own READ; if the sender never answers the
 // CTS and then closes its endpoint, the receive fails naming it instead of
 // waiting forever, and the sender's request fails too (Close gave up on
-// it).
+// it). The hook is package-wide: this test must not run in parallel with
+// others (none in this package calls t.Parallel).
 func TestSplitRendezvousSenderGone(t *testing.T) {
 	p2p.SetIgnoreCTS(true)
 	defer p2p.SetIgnoreCTS(false)
