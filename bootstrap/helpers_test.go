@@ -1,7 +1,6 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/internal/testbin"
 )
 
 // testTimeout bounds every test's waits, so that a bug shows as a failure.
@@ -21,22 +22,7 @@ const testTimeout = 20 * time.Second
 var testToken = []byte("0123456789abcdef0123456789abcdef")
 
 // logBuf is a slog sink tests can read while servers write to it.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ testbin.Buffer }
 
 func (l *logBuf) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -10,12 +10,13 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/internal/testbin"
 )
 
 // These tests need a real RDMA device and rdma-core's ibv_rc_pingpong: they
@@ -31,24 +32,6 @@ func needRXE(t *testing.T) (dev string, gid int, pingpong string) {
 	pingpong, err = exec.LookPath("ibv_rc_pingpong")
 	require.NoError(t, err)
 	return dev, gid, pingpong
-}
-
-// syncBuf is a goroutine-safe buffer that signals when a line appears.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 const iters = 100
@@ -93,7 +76,7 @@ func TestInteropGoServer(t *testing.T) {
 	cfg := testConfig(dev, port)
 	cfg.Bind = "127.0.0.1"
 	var out bytes.Buffer
-	status := &syncBuf{}
+	status := &testbin.Buffer{}
 	type ret struct {
 		res result
 		err error
@@ -128,7 +111,7 @@ func TestGoToGo(t *testing.T) {
 	srvCfg := testConfig(dev, 18702)
 	srvCfg.Bind = "127.0.0.1"
 	srvCfg.Size = 1 << 16 // several MTU-sized packets per message
-	status := &syncBuf{}
+	status := &testbin.Buffer{}
 	errc := make(chan error, 1)
 	go func() {
 		_, err := run(ctx, srvCfg, io.Discard, status)

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -10,13 +9,13 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -26,24 +25,6 @@ type side struct {
 	cq  verbs.CQ
 	qp  verbs.QP
 	mr  verbs.MR
-}
-
-// syncBuf collects log output from several goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func testOptions() Options {
@@ -185,7 +166,7 @@ func TestBadListen(t *testing.T) {
 // one that stays silent are each dropped and logged, and the device goes on
 // serving a client that knows the token.
 func TestAuthFailures(t *testing.T) {
-	var logs syncBuf
+	var logs testbin.Buffer
 	o := testOptions()
 	o.HandshakeTimeout = 100 * time.Millisecond
 	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -325,7 +306,7 @@ func TestMalformedFrames(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuf
+			var logs testbin.Buffer
 			o := testOptions()
 			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			dev := openDev(t, o)
