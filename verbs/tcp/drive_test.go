@@ -504,6 +504,33 @@ func TestHeldBackAckArrives(t *testing.T) {
 	}
 }
 
+// fakeTarget is a side with a remotely writable MR of n bytes, connected
+// to a fake peer (the returned connection, closed when the test ends) that
+// writes hand-made frames.
+func fakeTarget(t *testing.T, n int) (*side, verbs.MR, net.Conn) {
+	t.Helper()
+	o := testOptions()
+	dev := openDev(t, o)
+	a := newSideOn(t, dev)
+	mr, err := a.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	require.NoError(t, err)
+	c := fakePeer(t, dev, a.qp, o.Token)
+	t.Cleanup(func() { c.Close() })
+	return a, mr, c
+}
+
+// writeImmFrame is a WRITE_WITH_IMM frame (sequence number seq) of size
+// bytes into the start of mr, its payload a pattern seeded by imm.
+func writeImmFrame(q verbs.QP, mr verbs.MR, seq uint32, size int, imm uint32) []byte {
+	f := make([]byte, HeaderLen+size)
+	EncodeHeader(f, &softrc.Header{Op: softrc.FrameWriteImm, QPN: q.Num(), Seq: seq, Len: uint32(size),
+		RAddr: mr.Addr(), RKey: mr.RKey(), Imm: imm})
+	for i := range size {
+		f[HeaderLen+i] = byte(i*7 + int(imm))
+	}
+	return f
+}
+
 // TestDriveHonoursCtxMidFrame: a waiter that drives the link returns when
 // its ctx ends even while a frame is half received (the peer stalls in
 // the middle of it), small or larger than the read buffer; the frame
@@ -511,20 +538,9 @@ func TestHeldBackAckArrives(t *testing.T) {
 func TestDriveHonoursCtxMidFrame(t *testing.T) {
 	for _, n := range []int{1000, 200 << 10} {
 		t.Run(fmt.Sprintf("bytes=%d", n), func(t *testing.T) {
-			o := testOptions()
-			dev := openDev(t, o)
-			a := newSideOn(t, dev)
-			mr, err := a.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-			require.NoError(t, err)
-			c := fakePeer(t, dev, a.qp, o.Token)
-			defer c.Close()
+			a, mr, c := fakeTarget(t, n)
 			require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
-			frame := make([]byte, HeaderLen+n)
-			EncodeHeader(frame, &softrc.Header{Op: softrc.FrameWriteImm, QPN: a.qp.Num(), Seq: 0, Len: uint32(n),
-				RAddr: mr.Addr(), RKey: mr.RKey(), Imm: 42})
-			for i := range n {
-				frame[HeaderLen+i] = byte(i*13 + 1)
-			}
+			frame := writeImmFrame(a.qp, mr, 0, n, 42)
 			// The waiter takes the socket first, then half the frame comes.
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
@@ -532,7 +548,7 @@ func TestDriveHonoursCtxMidFrame(t *testing.T) {
 			go func() { res <- a.cq.Wait(ctx) }()
 			time.Sleep(50 * time.Millisecond)
 			half := HeaderLen + n/2
-			_, err = c.Write(frame[:half])
+			_, err := c.Write(frame[:half])
 			require.NoError(t, err)
 			select {
 			case err := <-res:
@@ -559,23 +575,11 @@ func TestDriveHonoursCtxMidFrame(t *testing.T) {
 // ctx ends is still left intact for whoever reads next.
 func TestDriveWholeLargeFrames(t *testing.T) {
 	const n = 200 << 10
-	o := testOptions()
-	dev := openDev(t, o)
-	a := newSideOn(t, dev)
-	mr, err := a.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	require.NoError(t, err)
-	c := fakePeer(t, dev, a.qp, o.Token)
-	defer c.Close()
+	a, mr, c := fakeTarget(t, n)
 	seq := uint32(0)
 	frame := func(size int, imm uint32) []byte {
-		f := make([]byte, HeaderLen+size)
-		EncodeHeader(f, &softrc.Header{Op: softrc.FrameWriteImm, QPN: a.qp.Num(), Seq: seq, Len: uint32(size),
-			RAddr: mr.Addr(), RKey: mr.RKey(), Imm: imm})
 		seq++
-		for i := range size {
-			f[HeaderLen+i] = byte(i*7 + int(imm))
-		}
-		return f
+		return writeImmFrame(a.qp, mr, seq-1, size, imm)
 	}
 	check := func(f []byte, imm uint32) {
 		t.Helper()
@@ -615,7 +619,7 @@ func TestDriveWholeLargeFrames(t *testing.T) {
 	f := frame(n, 7)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	_, err = c.Write(f[:HeaderLen+n/2])
+	_, err := c.Write(f[:HeaderLen+n/2])
 	require.NoError(t, err)
 	require.ErrorIs(t, a.cq.Wait(ctx), context.DeadlineExceeded)
 	_, err = c.Write(f[HeaderLen+n/2:])
