@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -70,13 +69,7 @@ func sharedLoss(t *testing.T, sig syscall.Signal) {
 	case <-ctx.Done():
 		t.Fatal("rank 0 never noticed that rank 2 was gone")
 	}
-	var line string
-	for ranks[1].Out.Scan() {
-		if l := ranks[1].Out.Text(); strings.HasPrefix(l, "RESULT ") {
-			line = l
-			break
-		}
-	}
+	line := ranks[1].Result()
 	require.Contains(t, line, "lost=2", "rank 1's result")
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -69,13 +68,7 @@ func processPeerLoss(t *testing.T, prov string, sig syscall.Signal) {
 		t.Fatal("rank 0 never noticed that rank 2 was gone")
 	}
 	// Rank 1 reports its own error on stdout.
-	var line string
-	for ranks[1].Out.Scan() {
-		if l := ranks[1].Out.Text(); strings.HasPrefix(l, "RESULT ") {
-			line = l
-			break
-		}
-	}
+	line := ranks[1].Result()
 	require.Contains(t, line, "rank 2 lost", "rank 1's result")
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -49,4 +50,16 @@ func StartRanks(t testing.TB, run string, n int, env func(rank int) []string) []
 		ranks[r] = &Rank{Cmd: cmd, Out: bufio.NewScanner(out)}
 	}
 	return ranks
+}
+
+// Result reads the rank's stdout up to its first line starting with
+// "RESULT " (how a child rank reports its outcome) and returns that line,
+// or "" if the rank's output ended without one.
+func (r *Rank) Result() string {
+	for r.Out.Scan() {
+		if l := r.Out.Text(); strings.HasPrefix(l, "RESULT ") {
+			return l
+		}
+	}
+	return ""
 }
