@@ -336,15 +336,8 @@ func TestConcurrentCallsRejected(t *testing.T) {
 // (coltest.World.Kill) once it has made after calls of f.
 func shmWorld(t *testing.T, p int, wo coltest.Options, eo collectives.Options, dead, after int, f func(context.Context, *collectives.Engine) error) []error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	w := coltest.NewWorld(p, wo)
-	return w.Run(func(rank int, g collectives.Group) error {
-		e, err := collectives.New(g, eo)
-		if err != nil {
-			return err
-		}
-		defer e.Close()
+	return runWorld(w, eo, func(ctx context.Context, e *collectives.Engine, rank int) error {
 		for i := 0; i < 100; i++ {
 			if rank == dead && i == after {
 				w.Kill(dead)

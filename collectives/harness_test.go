@@ -33,9 +33,13 @@ func gridRanks() []int {
 // Engine, under a deadline so that a bug fails instead of hanging.
 func world(t testing.TB, n int, wo coltest.Options, eo collectives.Options, fn func(ctx context.Context, e *collectives.Engine, rank int) error) []error {
 	t.Helper()
+	return runWorld(coltest.NewWorld(n, wo), eo, fn)
+}
+
+// runWorld is world on a world the caller made (to kill a rank of it, say).
+func runWorld(w *coltest.World, eo collectives.Options, fn func(ctx context.Context, e *collectives.Engine, rank int) error) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	w := coltest.NewWorld(n, wo)
 	return w.Run(func(rank int, g collectives.Group) error {
 		e, err := collectives.New(g, eo)
 		if err != nil {
