@@ -28,7 +28,12 @@ import (
 //	…    slot 1: the same
 //
 // A small call's chunk, header and round id share one cache line, so a
-// reader fetches them in one transfer.
+// reader fetches them in one transfer. Larger chunks (from 4 KiB) go into
+// the slots with non-temporal stores (ntcopy): a core rewriting lines that
+// another has just read pays for fetching and invalidating each with
+// ordinary stores, and with these a two-rank bcast took 0.38-0.71 the time
+// from 4 to 64 KiB (osu-compare, 11:26), an allreduce about half from
+// 128 KiB (10:58).
 //
 // A call moves its vector in rounds of at most a slot. A round has
 // an id that every rank computes alike and that only grows: the Engine's
@@ -84,17 +89,15 @@ func SharedRegionSize(slotBytes int) int { return shmSlot0 + 2*(shmSlotHdr+slotB
 
 // shmState is the Engine's side of a SharedRegion.
 type shmState struct {
-	pr PeerReader // single-copy reads of a peer's own buffer, nil without
-	pw PeerWriter // single-copy writes, nil without (or without pr)
-	// sleepsAfter is r.SleepsAfter(): waits announce themselves from then.
-	sleepsAfter time.Duration
-	seen        []uint64 // per rank, the latest call whose round this rank has seen it publish
-	r           SharedRegion
-	mem         [][]byte  // per rank, its part of the region
-	slot        int       // data bytes per slot
-	slotSize    int       // bytes per slot, header included
-	next        int       // the slot this rank writes next
-	used        [2]uint64 // per slot, the round this rank last wrote into it
+	pr       PeerReader // single-copy reads of a peer's own buffer, nil without
+	pw       PeerWriter // single-copy writes, nil without (or without pr)
+	seen     []uint64   // per rank, the latest call whose round this rank has seen it publish
+	r        SharedRegion
+	mem      [][]byte  // per rank, its part of the region
+	slot     int       // data bytes per slot
+	slotSize int       // bytes per slot, header included
+	next     int       // the slot this rank writes next
+	used     [2]uint64 // per slot, the round this rank last wrote into it
 }
 
 // newShmState checks the region: every rank's part 8-byte aligned, and
@@ -118,7 +121,6 @@ func newShmState(r SharedRegion, size int) *shmState {
 		return nil
 	}
 	s.slotSize = shmSlotHdr + s.slot
-	s.sleepsAfter = r.SleepsAfter()
 	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
 		s.pr = pr
 		s.pw, _ = r.(PeerWriter)
@@ -200,7 +202,7 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 		// the re-check.
 		m := e.shm.mem[peer]
 		sleepers, bell := word32(m, shmSleepers), word32(m, shmBell)
-		if w := time.Since(start); w < e.shm.sleepsAfter {
+		if w := time.Since(start); w < e.shm.r.SleepsAfter() {
 			e.shm.r.Wait(bell, atomic.LoadUint32(bell), w) // spins or yields
 			continue
 		}
@@ -222,7 +224,7 @@ func (c *call) shmPut(i int, data []byte) error {
 	if err != nil {
 		return err
 	}
-	slotCopy(dataOf(slot, len(data)), data)
+	ntcopy.Copy(dataOf(slot, len(data)), data)
 	c.shmPublish(slot, i, len(data))
 	return nil
 }
@@ -235,8 +237,8 @@ func (c *call) shmPutRaw(i int, data []byte, hs, he int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	slotCopy(slot[shmSlotHdr:], data[:hs])
-	slotCopy(slot[shmSlotHdr+he:], data[he:])
+	ntcopy.Copy(slot[shmSlotHdr:], data[:hs])
+	ntcopy.Copy(slot[shmSlotHdr+he:], data[he:])
 	c.shmPublish(slot, i, len(data))
 	return slot, nil
 }
@@ -507,7 +509,7 @@ func (c *call) allreduceShmRS(buf []byte) error {
 					c.kern.Combine(own, x)
 				}
 			}
-			slotCopy(red, own)
+			ntcopy.Copy(red, own)
 		} else {
 			for q := 0; q < p; q++ {
 				x := own
@@ -726,9 +728,3 @@ func (c *call) bcastShmSplit(buf []byte, root int) error {
 	}
 	return nil
 }
-
-// slotCopy copies into shared memory that other ranks read, with
-// non-temporal stores from 4 KiB (ntcopy): a two-rank bcast through the
-// slots took 0.38-0.71 the time from 4 to 64 KiB with them (osu-compare,
-// 11:26), and from 128 KiB they halved an allreduce (10:58).
-func slotCopy(dst, src []byte) int { return ntcopy.Copy(dst, src) }

@@ -202,20 +202,20 @@ func (ep *Endpoint) peerIO(op string, peer int, addr uint64, b []byte, write boo
 	}
 	p := ep.peers[peer]
 	var err error
-	what := "read"
+	can, what := false, "read"
 	if write {
 		what = "write"
-		if pw, ok := p.qp.(verbs.PeerWriter); ok {
+		var pw verbs.PeerWriter
+		if pw, can = p.qp.(verbs.PeerWriter); can {
 			err = pw.WritePeer(addr, b)
-		} else {
-			err = verbs.ErrUnsupported
 		}
-	} else if pr, ok := p.qp.(verbs.PeerReader); ok {
-		err = pr.ReadPeer(addr, b)
 	} else {
-		err = verbs.ErrUnsupported
+		var pr verbs.PeerReader
+		if pr, can = p.qp.(verbs.PeerReader); can {
+			err = pr.ReadPeer(addr, b)
+		}
 	}
-	if err == verbs.ErrUnsupported {
+	if !can {
 		err = fmt.Errorf("%w: the %s link to rank %d cannot %s its memory", verbs.ErrUnsupported, p.dev.provider, peer, what)
 	}
 	if err != nil {
