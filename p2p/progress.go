@@ -429,8 +429,7 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 	}
 	reg, err := p.dev.cache.get(r.buf[:in.size])
 	if err != nil {
-		p.sendCtl(ep, header{kind: kFIN, aux: finTruncated, id: in.id})
-		ep.completeLocked(r, ep.opErr(r, fmt.Errorf("registering the receive buffer: %w", err)))
+		ep.regFailedLocked(p, r, in.id, err)
 		return
 	}
 	r.reg, r.dev = reg, p.dev
@@ -445,6 +444,14 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 		p.sendCtl(ep, header{kind: kCTS, addr: uint64(addrOf(r.buf[h:in.size])), size: uint64(in.size - h), id: in.id})
 	}
 	ep.startReadLocked(p, r)
+}
+
+// regFailedLocked ends rendezvous receive r (of the RTS with this id)
+// whose buffer could not be registered: the sender is told (FIN, status
+// 1) and r fails.
+func (ep *Endpoint) regFailedLocked(p *peer, r *Request, id uint64, err error) {
+	p.sendCtl(ep, header{kind: kFIN, aux: finTruncated, id: id})
+	ep.completeLocked(r, ep.opErr(r, fmt.Errorf("registering the receive buffer: %w", err)))
 }
 
 // startReadLocked READs [r.readOff, r.readOff+r.readLen) of the sender's
@@ -526,8 +533,7 @@ func (ep *Endpoint) finishRndvRecvLocked(p *peer, r *Request) {
 		r.readOff, r.readLen = r.readLen, r.rts.size-r.readLen
 		reg, err := p.dev.cache.get(r.buf[:r.rts.size])
 		if err != nil {
-			p.sendCtl(ep, header{kind: kFIN, aux: finTruncated, id: r.rts.id})
-			ep.completeLocked(r, ep.opErr(r, fmt.Errorf("registering the receive buffer: %w", err)))
+			ep.regFailedLocked(p, r, r.rts.id, err)
 			return
 		}
 		r.reg = reg
