@@ -252,38 +252,49 @@ func (ep *Endpoint) waitChan(ctx context.Context, r *Request) error {
 // instead of two (provider → background goroutine → waiter). While it
 // waits it counts as a poller, so the background goroutine stays parked. A
 // request completed by someone else (another poller, a failure, Cancel)
-// cancels the wait's context.
+// cancels the wait's context. That wake is armed only while the goroutine
+// is inside CQ.Wait: when it completes its own request while polling (the
+// common case), cancelling would make the provider run its ctx watcher (a
+// new goroutine, a scheduler wake-up) for nothing. The context is made on
+// the first block and cancelled once, at the end.
 func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 	d := ep.devs[0]
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ep.mu.Lock()
-	if r.done.Load() {
-		ep.mu.Unlock()
-		return nil
-	}
-	r.wake = cancel
-	ep.mu.Unlock()
+	var wctx context.Context
+	var cancel context.CancelFunc
 	ep.enterPoll()
+	defer ep.leavePoll()
 	for {
 		ep.progressTurn()
 		if r.done.Load() {
-			ep.leavePoll()
-			return nil
+			break
 		}
-		if err := d.cq.Wait(wctx); err != nil {
-			if r.done.Load() {
-				ep.leavePoll()
-				return nil
+		if wctx == nil {
+			wctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+		}
+		ep.mu.Lock()
+		if r.done.Load() {
+			ep.mu.Unlock()
+			break
+		}
+		r.wake = cancel
+		ep.mu.Unlock()
+		err := d.cq.Wait(wctx)
+		ep.mu.Lock()
+		r.wake = nil
+		ep.mu.Unlock()
+		if err != nil {
+			if r.done.Load() { // r.wake cancelled wctx (done is set first)
+				break
 			}
 			if ctx.Err() != nil {
-				ep.leavePoll()
 				return ep.expire(ctx, []*Request{r})
 			}
 			// The CQ is closed: the endpoint is closing and will complete r.
 			time.Sleep(100 * time.Microsecond)
 		}
 	}
+	return nil
 }
 
 // poll runs the spin/yield phase; it reports whether cond became true.

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,10 +50,8 @@ type link struct {
 	bgWake      chan struct{}
 	interruptFn func()
 	watchMu     sync.Mutex
-	watched     context.Context // see watch
-	unwatch     func() bool
+	unwatch     func() bool // the Drive's ctx registration (see watch)
 	unwatched   bool
-	keep        bool // the registration outlives its Drive
 	sr          sockReader
 	fs          frameState
 	qw          queueWait // awaitQueued's scratch

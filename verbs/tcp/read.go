@@ -302,7 +302,7 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	for err == nil && l.frameBuffered() {
 		err = l.readFrame()
 	}
-	l.unwatchOnce()
+	l.unwatchDrive()
 	buffered := l.br.Buffered() > 0
 	l.holder.Store(holderNone)
 	l.lastPoll.Store(l.now())
@@ -448,32 +448,28 @@ func (l *link) frameBuffered() bool {
 	return err == nil && n >= HeaderLen+h.PayloadLen()
 }
 
-// watch makes sure ctx's end interrupts a poller's blocked read. A ctx
-// used by two Drives in a row (a waiter in a loop with one ctx) stays
-// registered for the next ones, which saves registering per wait; any
-// other registration ends with its Drive (unwatchOnce), so that a ctx made
-// per wait and cancelled after it (a common pattern) does not start the
-// AfterFunc's goroutine each time. The cache is dropped when the link
-// fails, so that it does not keep the link reachable.
+// watch makes sure ctx's end interrupts a poller's blocked read, until
+// its Drive ends (unwatch). The registration lives no longer than the
+// Drive: callers commonly cancel a per-wait ctx right after the wait (p2p
+// does), and a registration still in place then would start the
+// AfterFunc's goroutine for nothing, a scheduler wake-up per message.
+// Registering again for each Drive costs far less. It is dropped for good
+// when the link fails, so that it does not keep the link reachable.
 func (l *link) watch(ctx context.Context) {
 	if ctx.Done() == nil {
 		return
 	}
 	l.watchMu.Lock()
-	if !l.unwatched && (ctx != l.watched || l.unwatch == nil) {
-		if l.unwatch != nil {
-			l.unwatch()
-		}
-		l.keep = ctx == l.watched // the previous Drive's ctx again
-		l.watched, l.unwatch = ctx, context.AfterFunc(ctx, l.interruptFn)
+	if !l.unwatched && l.unwatch == nil {
+		l.unwatch = context.AfterFunc(ctx, l.interruptFn)
 	}
 	l.watchMu.Unlock()
 }
 
-// unwatchOnce ends, at the end of a Drive, a registration not worth keeping.
-func (l *link) unwatchOnce() {
+// unwatchDrive ends the Drive's ctx registration.
+func (l *link) unwatchDrive() {
 	l.watchMu.Lock()
-	if l.unwatch != nil && !l.keep {
+	if l.unwatch != nil {
 		l.unwatch()
 		l.unwatch = nil
 	}
@@ -487,6 +483,6 @@ func (l *link) dropWatch() {
 	if l.unwatch != nil {
 		l.unwatch()
 	}
-	l.watched, l.unwatch, l.unwatched, l.keep = nil, nil, true, false
+	l.unwatch, l.unwatched = nil, true
 	l.watchMu.Unlock()
 }
