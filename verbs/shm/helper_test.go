@@ -242,8 +242,8 @@ func runChild(mode string) error {
 		return nil
 	case "ring":
 		return runRingChild(readLine)
-	case "pingpong":
-		return runPingChild(readLine)
+	case "pingpong", "pingsend":
+		return runPingChild(readLine, mode == "pingsend")
 	case "flag":
 		return runFlagChild()
 	case "hostid":

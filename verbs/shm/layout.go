@@ -29,8 +29,9 @@ package shm
 //	256  RQ descriptors, depth × descSize: {nsge u32, _, wrID u64,
 //	     sge[nsge]{addr u64, len u32, lkey u32}}, written by the owner
 //	     and read by the peer's sender for a SEND only
-//	...  RQ completions (64-byte aligned), depth × 16 bytes:
-//	     {seq u32, byteLen u32, imm u32, status u8, opcode u8, flags u8, _}
+//	...  RQ completions (64-byte aligned), depth × 64 bytes: {seq u32,
+//	     byteLen u32, imm u32, status u8, opcode u8, flags u8, inline u8,
+//	     data [48]byte}
 //
 // The owner fills a descriptor, then publishes rqHead. The sender claims
 // the entry, moves the data, fills the completion's fields and stores seq =
@@ -39,9 +40,17 @@ package shm
 // completions sit apart from the descriptors so that a WRITE_WITH_IMM
 // touches only lines the owner merely reads: one cache-line transfer per
 // message on the critical path, as in a bare flag ping-pong.
+//
+// A SEND of up to rcInlineMax bytes leaves its data in the completion's own
+// line (inline = 1) instead of the receive's buffer, and the owner copies
+// it there when it polls the completion: the sender then writes one line
+// of the owner's memory instead of two (the buffer's and the completion's),
+// and the owner reads the data from the line it had to fetch anyway. The
+// sender still reads the receive's descriptor to check that the data fits
+// (an IB SEND too large for its receive fails on both sides).
 const (
 	segMagic   = 0x4d48534f4741_4452 // "RDAGOSHM", roughly
-	segVersion = 1
+	segVersion = 2                   // 2: 64-byte completions with inline data
 
 	hdrMagic     = 0
 	hdrVersion   = 8
@@ -104,7 +113,12 @@ const (
 	rcStatus  = 12
 	rcOpcode  = 13
 	rcFlags   = 14
-	rcSize    = 16
+	rcInline  = 15 // 1: the data is at rcData, for the owner to copy out
+	rcData    = 16
+	rcSize    = 64
+
+	// rcInlineMax is the largest SEND whose data travels in its completion.
+	rcInlineMax = rcSize - rcData
 )
 
 // Memory-region kinds in descriptors.

@@ -151,6 +151,18 @@ func (l *link) claim() (uint64, []byte, verbs.Status, outcome) {
 // publish completes a claimed receive: the fields, then seq (release),
 // then the peer's doorbell if it sleeps.
 func (l *link) publish(e []byte, idx uint64, st verbs.Status, op verbs.WCOpcode, n, imm uint32, flags verbs.WCFlags) {
+	e[rcInline] = 0
+	l.publishFields(e, idx, st, op, n, imm, flags)
+}
+
+// publishInline completes a claimed receive whose n bytes of SEND data the
+// caller put in the completion itself (at rcData, see layout.go).
+func (l *link) publishInline(e []byte, idx uint64, n, imm uint32, flags verbs.WCFlags) {
+	e[rcInline] = 1
+	l.publishFields(e, idx, verbs.StatusSuccess, verbs.WCRecv, n, imm, flags)
+}
+
+func (l *link) publishFields(e []byte, idx uint64, st verbs.Status, op verbs.WCOpcode, n, imm uint32, flags verbs.WCFlags) {
 	binary.LittleEndian.PutUint32(e[rcByteLen:], n)
 	binary.LittleEndian.PutUint32(e[rcImm:], imm)
 	e[rcStatus] = byte(st)

@@ -25,49 +25,10 @@ import (
 // one, both sides busy-polling, beside the bare flag ping-pong on a memfd
 // both processes map. Half round trip, mean and median batch of 256.
 func BenchmarkPingPongProcesses(b *testing.B) {
-	b.Run("write-imm/bytes=8", func(b *testing.B) {
-		e := newBenchEnd(b)
-		c := startChild(b, "pingpong", nil, nil, "")
-		f := c.expect("ADDR")
-		peer, _ := hex.DecodeString(f[1])
-		c.send("PEER %s %d %d", hex.EncodeToString(e.qp.Address()), e.mr.Addr(), e.mr.RKey())
-		require.NoError(b, verbs.Connect(e.qp, peer, verbs.DefaultConnectOptions()))
-		c.expect("READY")
-		paddr, pkey := atoi64(b, f[2]), uint32(atoi64(b, f[3]))
-		wrs := []verbs.SendWR{{Opcode: verbs.OpRDMAWriteWithImm, Imm: 1, SGL: []verbs.SGE{verbs.SGEOf(e.mr, 0, 8)}, RemoteAddr: paddr + 64, RKey: pkey}}
-		rwrs := []verbs.RecvWR{{}}
-		var wc [1]verbs.WC
-		lat := make([]time.Duration, 0, 1<<14)
-		b.ReportAllocs()
-		b.ResetTimer()
-		start, t0 := time.Now(), time.Now()
-		n := 0
-		for b.Loop() {
-			if err := e.qp.PostSend(wrs...); err != nil {
-				b.Fatal(err)
-			}
-			for e.rcq.Poll(wc[:]) == 0 {
-			}
-			if wc[0].Status != verbs.StatusSuccess {
-				b.Fatal(wc[0].Err())
-			}
-			if err := e.qp.PostRecv(rwrs...); err != nil {
-				b.Fatal(err)
-			}
-			n++
-			if n%256 == 0 && len(lat) < cap(lat) {
-				now := time.Now()
-				lat = append(lat, now.Sub(t0))
-				t0 = now
-			}
-		}
-		el := time.Since(start)
-		b.StopTimer()
-		wrs[0].Imm = ringStop
-		require.NoError(b, e.qp.PostSend(wrs...))
-		require.NoError(b, c.wait(10*time.Second))
-		reportHalfRTT(b, el, n, lat)
-	})
+	b.Run("write-imm/bytes=8", func(b *testing.B) { benchPingProcesses(b, false) })
+	// A SEND of 32 bytes (an 8-byte p2p eager message with its header)
+	// into a posted receive buffer: the p2p layer's eager path.
+	b.Run("send/bytes=32", func(b *testing.B) { benchPingProcesses(b, true) })
 	b.Run("flag/bytes=8", func(b *testing.B) {
 		fd, err := memfd("rdmago-shm-bench", 4096)
 		require.NoError(b, err)
@@ -103,6 +64,70 @@ func BenchmarkPingPongProcesses(b *testing.B) {
 	})
 }
 
+// benchPingProcesses is the ping-pong with a child process: WRITE_WITH_IMM
+// of 8 bytes, or SEND of 32 bytes into posted buffers.
+func benchPingProcesses(b *testing.B, send bool) {
+	e := newBenchEnd(b, send)
+	mode := "pingpong"
+	if send {
+		mode = "pingsend"
+	}
+	c := startChild(b, mode, nil, nil, "")
+	f := c.expect("ADDR")
+	peer, _ := hex.DecodeString(f[1])
+	c.send("PEER %s %d %d", hex.EncodeToString(e.qp.Address()), e.mr.Addr(), e.mr.RKey())
+	require.NoError(b, verbs.Connect(e.qp, peer, verbs.DefaultConnectOptions()))
+	c.expect("READY")
+	paddr, pkey := atoi64(b, f[2]), uint32(atoi64(b, f[3]))
+	wrs, rwrs := pingWRs(e, send, paddr, pkey)
+	var wc [1]verbs.WC
+	lat := make([]time.Duration, 0, 1<<14)
+	b.ReportAllocs()
+	b.ResetTimer()
+	start, t0 := time.Now(), time.Now()
+	n := 0
+	for b.Loop() {
+		if err := e.qp.PostSend(wrs...); err != nil {
+			b.Fatal(err)
+		}
+		for e.rcq.Poll(wc[:]) == 0 {
+		}
+		if wc[0].Status != verbs.StatusSuccess {
+			b.Fatal(wc[0].Err())
+		}
+		if err := e.qp.PostRecv(rwrs...); err != nil {
+			b.Fatal(err)
+		}
+		n++
+		if n%256 == 0 && len(lat) < cap(lat) {
+			now := time.Now()
+			lat = append(lat, now.Sub(t0))
+			t0 = now
+		}
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	wrs[0].Imm = ringStop
+	wrs[0].Opcode = verbs.OpRDMAWriteWithImm
+	wrs[0].SGL = wrs[0].SGL[:1]
+	wrs[0].SGL[0].Length = 8
+	wrs[0].RemoteAddr, wrs[0].RKey = paddr+64, pkey
+	require.NoError(b, e.qp.PostSend(wrs...))
+	require.NoError(b, c.wait(10*time.Second))
+	reportHalfRTT(b, el, n, lat)
+}
+
+// pingWRs is one side's request and receive of the ping-pong. Requests are
+// unsignaled: only the receive CQ is polled.
+func pingWRs(e *benchEnd, send bool, paddr uint64, pkey uint32) ([]verbs.SendWR, []verbs.RecvWR) {
+	if send {
+		return []verbs.SendWR{{Opcode: verbs.OpSend, SGL: []verbs.SGE{verbs.SGEOf(e.mr, 0, 32)}}},
+			[]verbs.RecvWR{{SGL: []verbs.SGE{verbs.SGEOf(e.mr, 1024, 64)}}}
+	}
+	return []verbs.SendWR{{Opcode: verbs.OpRDMAWriteWithImm, SGL: []verbs.SGE{verbs.SGEOf(e.mr, 0, 8)}, RemoteAddr: paddr + 64, RKey: pkey}},
+		[]verbs.RecvWR{{}}
+}
+
 func reportHalfRTT(b *testing.B, el time.Duration, n int, lat []time.Duration) {
 	b.ReportMetric(float64(el.Nanoseconds())/float64(2*n), "ns/halfrtt")
 	if len(lat) > 0 {
@@ -125,17 +150,18 @@ type benchEnd struct {
 	mr  verbs.MR
 }
 
-// newBenchEnd is one side of the process ping-pong: 64 receives posted.
-func newBenchEnd(tb testing.TB) *benchEnd {
+// newBenchEnd is one side of the process ping-pong: 64 receives posted
+// (with a 64-byte buffer each for SENDs).
+func newBenchEnd(tb testing.TB, send bool) *benchEnd {
 	d, err := Open(context.Background(), Options{DeviceOptions: verbs.DeviceOptions{Token: testToken}})
 	require.NoError(tb, err)
 	tb.Cleanup(func() { d.Close() })
-	e, err := setupPingEnd(d)
+	e, err := setupPingEnd(d, send)
 	require.NoError(tb, err)
 	return e
 }
 
-func setupPingEnd(d *Device) (*benchEnd, error) {
+func setupPingEnd(d *Device, send bool) (*benchEnd, error) {
 	e := &benchEnd{dev: d}
 	pd, _ := d.AllocPD()
 	scq, _ := d.CreateCQ(256)
@@ -151,22 +177,23 @@ func setupPingEnd(d *Device) (*benchEnd, error) {
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
 		return nil, err
 	}
-	for i := 0; i < 64; i++ {
-		if err := e.qp.PostRecv(verbs.RecvWR{}); err != nil {
+	_, rwrs := pingWRs(e, send, 0, 0)
+	for range 64 {
+		if err := e.qp.PostRecv(rwrs...); err != nil {
 			return nil, err
 		}
 	}
 	return e, nil
 }
 
-// runPingChild answers WRITE_WITH_IMMs until the stop value.
-func runPingChild(readLine func() ([]string, error)) error {
+// runPingChild answers WRITE_WITH_IMMs (or SENDs) until the stop value.
+func runPingChild(readLine func() ([]string, error), send bool) error {
 	d, err := Open(context.Background(), Options{DeviceOptions: verbs.DeviceOptions{Token: testToken}})
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	e, err := setupPingEnd(d)
+	e, err := setupPingEnd(d, send)
 	if err != nil {
 		return err
 	}
@@ -182,9 +209,8 @@ func runPingChild(readLine func() ([]string, error)) error {
 	if err := verbs.Connect(e.qp, peer, verbs.DefaultConnectOptions()); err != nil {
 		return err
 	}
+	wrs, rwrs := pingWRs(e, send, paddr, uint32(pkey))
 	fmt.Println("READY")
-	wrs := []verbs.SendWR{{Opcode: verbs.OpRDMAWriteWithImm, SGL: []verbs.SGE{verbs.SGEOf(e.mr, 0, 8)}, RemoteAddr: paddr + 64, RKey: uint32(pkey)}}
-	rwrs := []verbs.RecvWR{{}}
 	var wc [1]verbs.WC
 	deadline := time.Now().Add(10 * time.Minute)
 	for spins := 0; ; spins++ {

@@ -477,6 +477,29 @@ func (q *QP) recvReady() bool {
 	return q.st() == verbs.QPErr && (p >= q.flushFrom.Load() || q.linkDead())
 }
 
+// scatterInline copies a SEND's data from its completion into the
+// receive's buffers (descriptor d, posted by this QP). It reports false
+// when a buffer's region is gone or lost local write access since the
+// receive was posted.
+func (q *QP) scatterInline(d, data []byte) bool {
+	nsge := int(binary.LittleEndian.Uint32(d[rdNSGE:]))
+	for j := 0; j < nsge && len(data) > 0; j++ {
+		o := rdSGEs + j*sgeSize
+		addr := binary.LittleEndian.Uint64(d[o:])
+		n := uint64(min(binary.LittleEndian.Uint32(d[o+8:]), uint32(len(data))))
+		if n == 0 {
+			continue
+		}
+		m := q.d.localMR(binary.LittleEndian.Uint32(d[o+12:]))
+		if m == nil || m.pd != q.pd || m.access&verbs.AccessLocalWrite == 0 || !m.contains(addr, n) {
+			return false
+		}
+		copy(m.slice(addr, n), data[:n])
+		data = data[n:]
+	}
+	return len(data) == 0
+}
+
 func (q *QP) linkDead() bool {
 	l := q.linkPtr()
 	return l == nil || l.dead.Load()
@@ -503,6 +526,9 @@ func (q *QP) pollRecv(wc []verbs.WC) int {
 				Flags:   verbs.WCFlags(e[rcFlags]),
 				QPNum:   q.qpn,
 				SrcQP:   q.peerQPN(),
+			}
+			if e[rcInline] != 0 && w.Status == verbs.StatusSuccess && !q.scatterInline(q.desc(p), e[rcData:rcData+min(w.ByteLen, rcInlineMax)]) {
+				w.Status = verbs.StatusLocProtErr
 			}
 		} else if q.st() == verbs.QPErr && (p >= q.flushFrom.Load() || q.linkDead()) {
 			*w = verbs.WC{ID: binary.LittleEndian.Uint64(q.desc(p)[rdWRID:]), Status: verbs.StatusWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.qpn}
