@@ -182,6 +182,9 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 
 // measure warms up, settles the iteration count and runs the timed loop.
 func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int) (float64, int, error) {
+	// The previous size's (or the set-up's) garbage goes now, before the
+	// warm-up, which then also absorbs the collection's after-effects.
+	b.collectIfAllocated()
 	if err := comm.Barrier(ctx, b.c); err != nil {
 		return 0, 0, err
 	}
