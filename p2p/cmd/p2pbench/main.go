@@ -18,6 +18,10 @@
 // With -procs 2 (the default) the two ranks are two processes: the command
 // re-executes itself as rank 1 and the pair meets through a bootstrap
 // server on loopback. With -procs 1 they are goroutines of one process.
+// -bind pins rank 0 and rank 1 to the first two CPUs this process may use,
+// one each, as rdmarun --bind-to core pins ranks (and so GOMAXPROCS is 1 in
+// each), for p2p and rawtcp alike: unbound, each process's runtime spreads
+// its threads over both CPUs and the two ranks compete for them.
 package main
 
 import (
@@ -25,6 +29,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -32,6 +37,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -50,6 +56,7 @@ var (
 	spin     = flag.Duration("spin", 0, "p2p Options.Spin (0: default)")
 	median   = flag.Bool("median", false, "latency: report the median of per-iteration half round trips instead of the mean (shows the steady-state cost on a busy machine)")
 	yield    = flag.Duration("yield", 0, "p2p Options.Yield (0: default)")
+	bind     = flag.Bool("bind", false, "pin rank 0 and rank 1 to one CPU each (as rdmarun --bind-to core)")
 )
 
 const window = 64
@@ -63,6 +70,16 @@ func main() {
 	if flag.NArg() != 1 || (flag.Arg(0) != "latency" && flag.Arg(0) != "bw" && flag.Arg(0) != "lat") {
 		flag.Usage()
 		os.Exit(2)
+	}
+	if *bind && *procs == 2 && os.Getenv("P2PBENCH_RANK") == "" && os.Getenv("P2PBENCH_BOUND") == "" {
+		err := errors.New("-bind needs two CPUs")
+		if cpus, cerr := allowedCPUs(); cerr != nil {
+			err = cerr
+		} else if len(cpus) >= 2 {
+			err = bindSelf(cpus[0], cpus[1])
+		}
+		fmt.Fprintln(os.Stderr, "p2pbench:", err)
+		os.Exit(1)
 	}
 	if err := run(flag.Arg(0)); err != nil {
 		fmt.Fprintln(os.Stderr, "p2pbench:", err)
@@ -112,7 +129,7 @@ func run(bench string) error {
 	cmd.Env = append(os.Environ(), "P2PBENCH_RANK=1", "P2PBENCH_ADDR="+srv.Addr(), "P2PBENCH_TOKEN="+hex.EncodeToString(token))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		return err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
@@ -122,6 +139,33 @@ func run(bench string) error {
 	}
 	defer ep.Close()
 	return runBench(ctx, ep, bench)
+}
+
+// printBinding says, with -bind, where the ranks run (rank 0 reads its own
+// affinity, so a failed pin shows).
+func printBinding() {
+	if !*bind {
+		return
+	}
+	cpus, err := allowedCPUs()
+	if err != nil {
+		fmt.Printf("# bind: %v\n", err)
+		return
+	}
+	fmt.Printf("# bind: rank 0 on CPUs %v, rank 1 on CPU %s\n", cpus, os.Getenv("P2PBENCH_BOUND"))
+}
+
+// startChild starts rank 1, pinned with -bind to the CPU bindSelf left
+// for it (rank 0, this process, is pinned to the other).
+func startChild(cmd *exec.Cmd) error {
+	if !*bind || *procs != 2 {
+		return cmd.Start()
+	}
+	cpu, err := strconv.Atoi(os.Getenv("P2PBENCH_BOUND"))
+	if err != nil {
+		return fmt.Errorf("-bind: no CPU for rank 1 (P2PBENCH_BOUND %q)", os.Getenv("P2PBENCH_BOUND"))
+	}
+	return startPinned(cmd, cpu)
 }
 
 func join(ctx context.Context, rank int, addr string, token []byte) (*p2p.Endpoint, error) {
@@ -159,6 +203,7 @@ func sizes() []int {
 func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 	me := ep.Rank()
 	if me == 0 {
+		printBinding()
 		fmt.Printf("# p2pbench (OSU-style)  provider: %s  transport to rank 1: %s  eager limit: %d\n",
 			*provider, ep.Transport(1), ep.EagerLimit(1))
 	}
@@ -341,7 +386,7 @@ func rawParent(ctx context.Context, bench string) error {
 	cmd.Env = append(os.Environ(), "P2PBENCH_RANK=1", "P2PBENCH_ADDR="+ln.Addr().String())
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := startChild(cmd); err != nil {
 		return err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
@@ -381,6 +426,7 @@ func rawBench(c net.Conn, me int, bench string) error {
 	var loop func(n, k int) error
 	if bench == "bw" {
 		if me == 0 {
+			printBinding()
 			fmt.Printf("# p2pbench raw TCP baseline\n# BENCH bw (rank 0 -> 1, window=%d writes, 4-byte ack)\n# Size      Bandwidth (MB/s)       Iters\n", window)
 		}
 		loop = func(n, k int) error {
@@ -407,6 +453,7 @@ func rawBench(c net.Conn, me int, bench string) error {
 		}
 	} else {
 		if me == 0 {
+			printBinding()
 			fmt.Printf("# p2pbench raw TCP baseline\n# BENCH latency (ping-pong rank 0 <-> 1, half round trip)\n# Size          Avg Latency(us)       Iters\n")
 		}
 		loop = func(n, k int) error {
