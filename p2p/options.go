@@ -75,7 +75,10 @@ type Options struct {
 	// need this core); over ibv 20 µs and 200 µs; over tcp and loop none, because their
 	// completions are made by the provider's own goroutines, which a
 	// spinning waiter only starves (measured: a 20 µs spin made an 8-byte
-	// tcp ping-pong 3x slower on a busy 2-core machine). Negative means none.
+	// tcp ping-pong 3x slower on a busy 2-core machine); over tcp the
+	// waiter in the CQ polls its socket instead (verbs.DeviceOptions.PollSpin,
+	// which defaults to 100 µs in Device when every rank on this host has
+	// a CPU, else to none). Negative means none.
 	Spin, Yield time.Duration
 	// CloseTimeout bounds how long Close waits for messages still in flight
 	// (a receiver still reading a rendezvous buffer). Default 5 s.

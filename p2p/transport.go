@@ -39,12 +39,15 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 	}
 	mine := cpuMask()
 	ep.localCPUs = onesIn(mine)
+	ep.localRanks = 1
 	if !forced {
 		ep.provider[ep.rank] = "tcp" // a device for windows, even alone
 	}
-	if ep.size == 1 || forced && ep.opts.Provider != "shm" {
+	if ep.size == 1 {
 		return nil
 	}
+	// Even with a forced transport, the ranks learn which of them share
+	// this host and its CPUs: the wait policy depends on it.
 	id, err := shm.HostID()
 	if err != nil {
 		id = ""
@@ -74,8 +77,9 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 		if !forced {
 			ep.provider[r] = pickProvider(me, peer)
 		}
-		if forced || me.sameHost(peer) {
+		if me.sameHost(peer) || forced && ep.opts.Provider == "shm" {
 			union = orMask(union, peer.mask)
+			ep.localRanks++
 		}
 	}
 	ep.localCPUs = onesIn(union)

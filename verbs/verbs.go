@@ -35,6 +35,13 @@ type DeviceOptions struct {
 	// peer may take before outstanding work fails with RETRY_EXC_ERR. Zero
 	// means 30 s.
 	ConnectTimeout time.Duration
+	// PollSpin is how long a goroutine waiting on a completion queue polls
+	// the device's connections without blocking before it sleeps in the
+	// kernel, for providers whose waiters read their connections themselves
+	// (tcp): a reply that arrives within it is read without a wake-up. Set
+	// it when the process has a CPU to itself; zero or negative means block
+	// at once.
+	PollSpin time.Duration
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil means silent.
 	Logger *slog.Logger

@@ -266,6 +266,11 @@ func TestWaitersDriveOneLink(t *testing.T) {
 			o.PollGrace = g.grace
 			testWaitersDriveOneLink(t, o)
 		})
+		t.Run(g.name+"/poll-spin", func(t *testing.T) {
+			o := testOptions()
+			o.PollGrace, o.PollSpin = g.grace, 100*time.Microsecond
+			testWaitersDriveOneLink(t, o)
+		})
 	}
 }
 
@@ -625,4 +630,58 @@ func TestDriveWholeLargeFrames(t *testing.T) {
 	_, err = c.Write(f[HeaderLen+n/2:])
 	require.NoError(t, err)
 	check(f, 7)
+}
+
+// TestDrivePollSpin: a waiter that polls its socket before sleeping
+// (Options.PollSpin, here far longer than the test) still gets a message
+// that arrives while it polls, gives up when its ctx ends, and leaves the
+// link to the reader goroutine afterwards.
+func TestDrivePollSpin(t *testing.T) {
+	o := testOptions()
+	o.PollSpin = time.Hour
+	a, b := bigPair(t, o, 4096)
+	works2(t, a, b)
+
+	require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 9}))
+	got := make(chan verbs.WC, 1)
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		wc, err := waitCtx(ctx, b.rcq)
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- wc
+	}()
+	time.Sleep(20 * time.Millisecond) // the waiter polls by now
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.OpRDMAWriteWithImm, Imm: 42, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
+	select {
+	case wc := <-got:
+		require.Equal(t, uint64(9), wc.ID)
+		require.Equal(t, uint32(42), wc.Imm)
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a message that arrived while the waiter polled was not delivered")
+	}
+	require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
+
+	// A ctx that ends during the poll ends the wait at once.
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- b.rcq.Wait(ctx) }()
+	time.Sleep(20 * time.Millisecond)
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-res:
+		require.ErrorIs(t, err, context.Canceled)
+		require.Less(t, time.Since(start), 2*time.Second)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait kept polling after its ctx was cancelled")
+	}
+	works2(t, a, b) // and the link still works both ways
 }

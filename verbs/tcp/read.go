@@ -332,6 +332,7 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 // interruptible, and it takes long enough that the hand-off matters less.
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
+	spun := l.t.opts.PollSpin <= 0
 	for {
 		if !sized && l.br.Buffered() >= HeaderLen {
 			b, _ := l.br.Peek(HeaderLen)
@@ -353,6 +354,15 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 		// making its condition true).
 		if l.nresps.Load() > 0 {
 			l.sendResps() // the ACKs held back (see respond)
+		}
+		if !spun {
+			// Poll the socket for a while before sleeping in the kernel
+			// (Options.PollSpin): a reply that comes within it is read
+			// without the wake-up, which costs more than the message.
+			spun = true
+			if l.spinUntilReadable(ctx, cq) {
+				continue
+			}
 		}
 		l.watch(ctx)
 		l.pblocked.Store(true)

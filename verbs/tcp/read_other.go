@@ -2,6 +2,12 @@
 
 package tcp
 
+import (
+	"context"
+
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
+)
+
 // pollFrameMax is the largest frame a poller receives itself: elsewhere
 // than on Linux, only what fits its read buffer.
 const pollFrameMax = readBufSize
@@ -13,3 +19,5 @@ func (l *link) awaitQueued(int) error { return errLarge }
 type queueWait struct{}
 
 func (w *queueWait) init() {}
+
+func (l *link) spinUntilReadable(context.Context, *softrc.CQ) bool { return false }

@@ -27,7 +27,7 @@ func (provider) Name() string { return Name }
 
 func (provider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Device, error) {
 	return Open(ctx, Options{Name: o.Name, Listen: o.Listen, Advertise: o.Advertise, Token: o.Token,
-		ConnectTimeout: o.ConnectTimeout, Logger: o.Logger})
+		ConnectTimeout: o.ConnectTimeout, PollSpin: o.PollSpin, Logger: o.Logger})
 }
 
 // Options configure a tcp device.
@@ -69,6 +69,13 @@ type Options struct {
 	// must stay far below the peer's ACK timeout); negative means waiters
 	// never read the socket themselves.
 	PollGrace time.Duration
+	// PollSpin is how long a goroutine that reads a link itself while it
+	// waits on the QP's CQ (see doc.go) polls the socket without blocking
+	// before it sleeps in the network poller: a reply within it is read
+	// without the wake-up (futex, epoll, scheduler), which on a VM costs
+	// more than the message. Each poll is a system call, so it only pays
+	// when this process has a CPU to itself. Zero or negative: no polling.
+	PollSpin time.Duration
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil is silent.
 	Logger *slog.Logger

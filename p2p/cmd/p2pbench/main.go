@@ -44,6 +44,7 @@ import (
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
+	"github.com/rdmago/rdmago/verbs"
 )
 
 var (
@@ -56,6 +57,7 @@ var (
 	spin     = flag.Duration("spin", 0, "p2p Options.Spin (0: default)")
 	median   = flag.Bool("median", false, "latency: report the median of per-iteration half round trips instead of the mean (shows the steady-state cost on a busy machine)")
 	yield    = flag.Duration("yield", 0, "p2p Options.Yield (0: default)")
+	pollSpin = flag.Duration("pollspin", 0, "verbs DeviceOptions.PollSpin (0: p2p's default)")
 	bind     = flag.Bool("bind", false, "pin rank 0 and rank 1 to one CPU each (as rdmarun --bind-to core)")
 )
 
@@ -88,7 +90,8 @@ func main() {
 }
 
 func options() p2p.Options {
-	return p2p.Options{Provider: *provider, EagerLimit: *eager, Spin: *spin, Yield: *yield}
+	return p2p.Options{Provider: *provider, EagerLimit: *eager, Spin: *spin, Yield: *yield,
+		Device: verbs.DeviceOptions{PollSpin: *pollSpin}}
 }
 
 func run(bench string) error {

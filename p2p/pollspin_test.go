@@ -1,0 +1,75 @@
+package p2p_test
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/shm"
+)
+
+// TestTCPPollSpinDefault: the tcp device's waiters poll their sockets
+// (verbs.DeviceOptions.PollSpin) by default only when every rank on the
+// host has a CPU; an explicit setting is kept.
+func TestTCPPollSpinDefault(t *testing.T) {
+	var set unix.CPUSet
+	cpus := runtime.NumCPU()
+	if unix.SchedGetaffinity(0, &set) == nil {
+		cpus = set.Count()
+	}
+	_, hostErr := shm.HostID()
+	for _, tc := range []struct {
+		name  string
+		ranks int
+		set   time.Duration
+		want  time.Duration
+		skip  bool
+	}{
+		{"a-cpu-each", min(2, cpus), 0, 100 * time.Microsecond, cpus < 2},
+		// Ranks that cannot tell they share the host (no host id) each
+		// look alone, so only a known host shows the oversubscription.
+		{"oversubscribed", cpus + 1, 0, 0, hostErr != nil},
+		{"explicit-off", 2, -1, -1, false},
+		{"explicit", 2, 50 * time.Microsecond, 50 * time.Microsecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.skip {
+				t.Skip("not on this machine")
+			}
+			var mu sync.Mutex
+			var seen []time.Duration
+			o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{LivenessTimeout: -1,
+				Device: verbs.DeviceOptions{PollSpin: tc.set},
+				OpenDevice: func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
+					mu.Lock()
+					seen = append(seen, o.PollSpin)
+					mu.Unlock()
+					return verbs.Open(ctx, prov, o)
+				}}}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			eps, err := p2ptest.Start(ctx, tc.ranks, o)
+			require.NoError(t, err)
+			defer p2ptest.Close(eps)
+			require.NotEmpty(t, seen)
+			for _, v := range seen {
+				require.Equal(t, tc.want, v)
+			}
+			// And messages flow.
+			buf := []byte("spin")
+			require.NoError(t, eps[0].Send(ctx, 1, 3, buf))
+			got := make([]byte, 4)
+			_, err = eps[1].Recv(ctx, 0, 3, got)
+			require.NoError(t, err)
+			require.Equal(t, buf, got)
+		})
+	}
+}
