@@ -332,7 +332,7 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 // interruptible, and it takes long enough that the hand-off matters less.
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
-	spun := l.t.opts.PollSpin <= 0
+	var spinEnd time.Time // when polling the socket stops (Options.PollSpin)
 	for {
 		if !sized && l.br.Buffered() >= HeaderLen {
 			b, _ := l.br.Peek(HeaderLen)
@@ -355,14 +355,21 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 		if l.nresps.Load() > 0 {
 			l.sendResps() // the ACKs held back (see respond)
 		}
-		if !spun {
+		if l.t.opts.PollSpin > 0 {
 			// Poll the socket for a while before sleeping in the kernel
-			// (Options.PollSpin): a reply that comes within it is read
-			// without the wake-up, which costs more than the message.
-			spun = true
-			if l.spinUntilReadable(ctx, cq) {
-				continue
+			// (Options.PollSpin), until the rest of the frame is there: a
+			// reply that comes within it is read without the wake-up,
+			// which costs more than the message.
+			now := time.Now()
+			if spinEnd.IsZero() {
+				spinEnd = now.Add(l.t.opts.PollSpin)
 			}
+			if now.Before(spinEnd) && l.spinUntilQueued(ctx, cq, need-l.br.Buffered(), spinEnd) &&
+				(cq.Pending() || ctx.Err() != nil) {
+				return errInterrupted
+			}
+			// Either what the frame needs is queued now, and the read
+			// below takes it without sleeping, or the time is up.
 		}
 		l.watch(ctx)
 		l.pblocked.Store(true)

@@ -113,22 +113,22 @@ func resetLowat(fd uintptr) {
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
 }
 
-// spinUntilReadable polls the socket without blocking for up to
-// Options.PollSpin, until it has bytes to read (true), cq has a
-// completion or ctx ends (true: the caller re-checks), or the time is up
-// (false). Each poll is one ioctl; the time is read every few polls.
-func (l *link) spinUntilReadable(ctx context.Context, cq *softrc.CQ) bool {
+// spinUntilQueued polls the socket without blocking until want bytes are
+// queued in it (true), cq has a completion or ctx ends (true: the caller
+// re-checks), or deadline passes (false). Each poll is one ioctl; the
+// time is read every few polls.
+func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, deadline time.Time) bool {
 	if l.rc == nil {
 		return false
 	}
+	want = max(want, 1)
 	var n int
 	probe := func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
-	deadline := time.Now().Add(l.t.opts.PollSpin)
 	for i := 0; ; i++ {
-		if err := l.rc.Control(probe); err != nil || n > 0 {
-			return err == nil
+		if err := l.rc.Control(probe); err != nil {
+			return false
 		}
-		if cq.Pending() || ctx.Err() != nil {
+		if n >= want || cq.Pending() || ctx.Err() != nil {
 			return true
 		}
 		if i&7 == 7 && time.Now().After(deadline) {

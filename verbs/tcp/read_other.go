@@ -4,6 +4,7 @@ package tcp
 
 import (
 	"context"
+	"time"
 
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
@@ -20,4 +21,4 @@ type queueWait struct{}
 
 func (w *queueWait) init() {}
 
-func (l *link) spinUntilReadable(context.Context, *softrc.CQ) bool { return false }
+func (l *link) spinUntilQueued(context.Context, *softrc.CQ, int, time.Time) bool { return false }
