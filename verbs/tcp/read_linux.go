@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
@@ -116,7 +117,7 @@ func resetLowat(fd uintptr) {
 // spinUntilQueued polls the socket without blocking until want bytes are
 // queued in it (true), cq has a completion or ctx ends (true: the caller
 // re-checks), or deadline passes (false). Each poll is one ioctl; the
-// time is read every few polls.
+// time is read, and other goroutines may run, every few polls.
 func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, deadline time.Time) bool {
 	if l.rc == nil {
 		return false
@@ -131,8 +132,15 @@ func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, dea
 		if n >= want || cq.Pending() || ctx.Err() != nil {
 			return true
 		}
-		if i&7 == 7 && time.Now().After(deadline) {
-			return false
+		if i&7 == 7 {
+			if time.Now().After(deadline) {
+				return false
+			}
+			// Let this process's other goroutines run now and then: the
+			// completion may wait on one of them (the link's writer
+			// finishing a large frame), and with GOMAXPROCS=1 nothing
+			// else would run until the poll ends.
+			runtime.Gosched()
 		}
 	}
 }
