@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdmago/internal/affinity"
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
 	"github.com/rdmago/rdmago/verbs"
@@ -20,10 +20,9 @@ import (
 // (verbs.DeviceOptions.PollSpin) by default only when every rank on the
 // host has a CPU; an explicit setting is kept.
 func TestTCPPollSpinDefault(t *testing.T) {
-	var set unix.CPUSet
 	cpus := runtime.NumCPU()
-	if unix.SchedGetaffinity(0, &set) == nil {
-		cpus = set.Count()
+	if l, err := affinity.CPUs(); err == nil {
+		cpus = len(l)
 	}
 	_, hostErr := shm.HostID()
 	for _, tc := range []struct {

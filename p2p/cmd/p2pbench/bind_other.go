@@ -2,13 +2,6 @@
 
 package main
 
-import (
-	"errors"
-	"os/exec"
-)
+import "github.com/rdmago/rdmago/internal/affinity"
 
-var errNoBind = errors.New("-bind needs Linux")
-
-func allowedCPUs() ([]int, error)              { return nil, errNoBind }
-func bindSelf(int, int) error                  { return errNoBind }
-func startPinned(cmd *exec.Cmd, cpu int) error { return errNoBind }
+func bindSelf(int, int) error { return affinity.ErrUnsupported }

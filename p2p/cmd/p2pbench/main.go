@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/internal/affinity"
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
 	"github.com/rdmago/rdmago/verbs"
@@ -75,10 +76,10 @@ func main() {
 	}
 	if *bind && *procs == 2 && os.Getenv("P2PBENCH_RANK") == "" && os.Getenv("P2PBENCH_BOUND") == "" {
 		err := errors.New("-bind needs two CPUs")
-		if cpus, cerr := allowedCPUs(); cerr != nil {
-			err = cerr
+		if cpus, cerr := affinity.CPUs(); cerr != nil {
+			err = fmt.Errorf("-bind: %w", cerr)
 		} else if len(cpus) >= 2 {
-			err = bindSelf(cpus[0], cpus[1])
+			err = fmt.Errorf("-bind: %w", bindSelf(cpus[0], cpus[1]))
 		}
 		fmt.Fprintln(os.Stderr, "p2pbench:", err)
 		os.Exit(1)
@@ -150,7 +151,7 @@ func printBinding() {
 	if !*bind {
 		return
 	}
-	cpus, err := allowedCPUs()
+	cpus, err := affinity.CPUs()
 	if err != nil {
 		fmt.Printf("# bind: %v\n", err)
 		return
@@ -168,7 +169,10 @@ func startChild(cmd *exec.Cmd) error {
 	if err != nil {
 		return fmt.Errorf("-bind: no CPU for rank 1 (P2PBENCH_BOUND %q)", os.Getenv("P2PBENCH_BOUND"))
 	}
-	return startPinned(cmd, cpu)
+	if err := affinity.StartPinned(cmd, cpu); err != nil {
+		return fmt.Errorf("-bind: %w", err)
+	}
+	return nil
 }
 
 func join(ctx context.Context, rank int, addr string, token []byte) (*p2p.Endpoint, error) {

@@ -5,12 +5,12 @@ package main
 import (
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdmago/internal/affinity"
 )
 
 // buildP2PBench builds the command into a temporary directory.
@@ -42,9 +42,9 @@ func TestRuns(t *testing.T) {
 		{[]string{"-bind", "-provider", "rawtcp", "bw"}, true},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var set unix.CPUSet
-			require.NoError(t, unix.SchedGetaffinity(0, &set))
-			if tc.bind && set.Count() < 2 {
+			cpus, err := affinity.CPUs()
+			require.NoError(t, err)
+			if tc.bind && len(cpus) < 2 {
 				t.Skip("needs two CPUs")
 			}
 			args := append([]string{"-t", "0.01", "-min", "1", "-m", "4096"}, tc.args...)
@@ -70,25 +70,12 @@ func TestBindNeedsTwoCPUs(t *testing.T) {
 		t.Skip("builds and runs the command")
 	}
 	bin := buildP2PBench(t)
-	var set unix.CPUSet
-	require.NoError(t, unix.SchedGetaffinity(0, &set))
-	cpu := -1
-	for c := 0; c < len(set)*64; c++ {
-		if set.IsSet(c) {
-			cpu = c
-			break
-		}
-	}
+	cpus, err := affinity.CPUs()
+	require.NoError(t, err)
 	cmd := exec.Command(bin, "-bind", "-provider", "rawtcp", "latency")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	runtime.LockOSThread()
-	_, err := pinThread(cpu)
-	require.NoError(t, err)
-	err = cmd.Start()
-	require.NoError(t, unix.SchedSetaffinity(0, &set))
-	runtime.UnlockOSThread()
-	require.NoError(t, err)
+	require.NoError(t, affinity.StartPinned(cmd, cpus[0]))
 	require.Error(t, cmd.Wait())
 	require.Contains(t, out.String(), "-bind needs two CPUs")
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/internal/affinity"
 )
 
 // Options configure one job: the parsed command line plus rdmarun's
@@ -246,7 +247,7 @@ func (j *job) run(ctx context.Context) (int, error) {
 
 	j.events = make(chan *rank, len(placements))
 	j.ranks = make([]*rank, len(placements))
-	cpus := allowedCPUs()
+	cpus, _ := affinity.CPUs() // none known (an error): no binding, see start
 	for i, p := range placements {
 		j.ranks[i] = &rank{Placement: p, local: localHosts[p.Host]}
 	}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdmago/internal/affinity"
 )
 
 // startProcess starts cmd as the leader of a new process group, so that a
@@ -27,34 +29,10 @@ func startProcess(cmd *exec.Cmd, cpu int) error {
 	if cpu < 0 {
 		return cmd.Start()
 	}
-	var old, one unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		return fmt.Errorf("--bind-to core: read affinity: %w", err)
+	if err := affinity.StartPinned(cmd, cpu); err != nil {
+		return fmt.Errorf("--bind-to core: %w", err)
 	}
-	one.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &one); err != nil {
-		return fmt.Errorf("--bind-to core: pin to CPU %d: %w", cpu, err)
-	}
-	err := cmd.Start()
-	if rerr := unix.SchedSetaffinity(0, &old); rerr != nil && err == nil {
-		err = fmt.Errorf("--bind-to core: restore affinity: %w", rerr)
-	}
-	return err
-}
-
-// allowedCPUs lists the CPUs rdmarun may run on, in order.
-func allowedCPUs() []int {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil
-	}
-	var cpus []int
-	for c := 0; c < len(set)*64 && len(cpus) < set.Count(); c++ {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus
+	return nil
 }
 
 // waitExited blocks until process pid has exited, without reaping it: the

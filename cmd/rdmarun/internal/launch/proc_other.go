@@ -12,7 +12,6 @@ import (
 var errUnsupported = errors.New("rdmarun runs ranks on Linux only")
 
 func startProcess(cmd *exec.Cmd, cpu int) error { return errUnsupported }
-func allowedCPUs() []int                        { return nil }
 func waitExited(pid int) error                  { return errUnsupported }
 func killGroup(pgid int, sig syscall.Signal)    {}
 func signalName(sig syscall.Signal) string      { return fmt.Sprintf("signal %d", int(sig)) }
