@@ -52,7 +52,9 @@
 //     each other cannot deadlock. A plain ACK is held back until this side
 //     sends its next frame (a ping-pong's ACKs ride on its data), is about
 //     to block on the socket, or at the latest PollGrace later, so that a
-//     waiter does not pay a write before it gets its completion.
+//     waiter does not pay a write before it gets its completion. While
+//     frames stream in (the next one is arriving already), a polling
+//     waiter holds up to 16 ACKs instead of writing them frame by frame.
 //
 // The right to read a connection is a token held by the reader goroutine or
 // one waiter. A waiter takes it from the reader goroutine by interrupting

@@ -685,3 +685,52 @@ func TestDrivePollSpin(t *testing.T) {
 	}
 	works2(t, a, b) // and the link still works both ways
 }
+
+// TestHeldAcksWhileStreaming: a waiter polling its socket holds back the
+// ACKs of frames that stream in (see pollFrame), but not past the stream:
+// once nothing more arrives it sends them, although its poll goes on (here
+// for an hour), so the requester's completions all come and it can go on.
+func TestHeldAcksWhileStreaming(t *testing.T) {
+	o := testOptions()
+	o.PollSpin = time.Hour
+	a, b := bigPair(t, o, 4096)
+	works2(t, a, b)
+	const n = ackHoldMax - 3 // fewer than the hold limit: sent when the stream stops
+	for i := range n + 1 {
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+	}
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for i := range n + 1 {
+			wc, err := waitCtx(ctx, b.rcq)
+			if err == nil && (wc.Status != verbs.StatusSuccess || wc.ID != uint64(i)) {
+				err = fmt.Errorf("receive %d: %v (id %d)", i, wc.Status, wc.ID)
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	time.Sleep(20 * time.Millisecond) // b's waiter polls by now
+	post := func(i int) {
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWriteWithImm, Imm: uint32(i), Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 1000)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
+	}
+	for i := range n {
+		post(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for i := range n {
+		wc, err := waitCtx(ctx, a.cq)
+		require.NoError(t, err, "completion %d of %d: the ACKs stayed with the polling waiter", i, n)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+	}
+	post(n)
+	require.NoError(t, <-errc)
+	require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
+}

@@ -118,6 +118,27 @@ func resetLowat(fd uintptr) {
 // queued in it (true), cq has a completion or ctx ends (true: the caller
 // re-checks), or deadline passes (false). Each poll is one ioctl; the
 // time is read, and other goroutines may run, every few polls.
+// ackHoldMax is how many ACKs a poller holds back while frames stream in
+// (see pollFrame): far fewer than a sender's send queue holds, so a peer
+// never runs out of it waiting for them.
+const ackHoldMax = 16
+
+// arriving reports whether bytes of the next frame are here: buffered, or
+// queued in the socket.
+func (l *link) arriving() bool {
+	if l.br.Buffered() > 0 {
+		return true
+	}
+	if l.rc == nil {
+		return false
+	}
+	var n int
+	if l.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }) != nil {
+		return false
+	}
+	return n > 0
+}
+
 func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, deadline time.Time) bool {
 	if l.rc == nil {
 		return false
