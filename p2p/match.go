@@ -45,6 +45,8 @@ type inbound struct {
 	id   uint64
 	// canWrite: the sender offered to write part of it (flagCanWrite).
 	canWrite bool
+	// A pipelined message still arriving (nil once it is whole).
+	pipe *pipeIn
 }
 
 type matcher struct {

@@ -95,7 +95,7 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		return r, c.sendSelf(r)
 	}
 	p := ep.peers[peer]
-	large := len(buf) > p.eager
+	large := len(buf) > p.eager && len(buf) > p.pipe
 	var reg *regEntry
 	if large {
 		var err error
@@ -117,11 +117,17 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		}
 		return nil, c.argErr(op, peer, tag, err)
 	}
-	if !large {
+	switch {
+	case len(buf) > p.eager && !large:
+		if err := p.sendPipe(ep, r, c.id, tag, buf); err != nil {
+			return nil, c.argErr(op, peer, tag, err)
+		}
+		return r, nil
+	case !large:
 		r.item = outItem{h: header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))},
 			payload: buf, req: r, complete: true}
 		p.stats.EagerSent.add(len(buf))
-	} else {
+	default:
 		ep.nextID++
 		r.id, r.reg, r.dev = ep.nextID, reg, p.dev
 		ep.rndvSends[r.id] = r

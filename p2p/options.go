@@ -49,6 +49,17 @@ type Options struct {
 	// rendezvous also costs three more trips through the kernel). See
 	// docs/p2p.md.
 	EagerLimit int
+	// PipelineLimit is the largest message sent as a train of eager
+	// fragments (each one receive buffer, the first matched like an eager
+	// message) instead of the rendezvous: one trip where the rendezvous
+	// takes three, at the price of two copies and of buffering a message
+	// that arrives before its receive in memory of the receiver's (as an
+	// eager message is). It applies to messages above EagerLimit. Zero
+	// means the provider's default: 256 KiB over tcp, where every
+	// rendezvous trip goes through both kernels (see docs/p2p.md for the
+	// figures); none elsewhere, whose READ copies once. Negative means
+	// none; at most 64 MiB.
+	PipelineLimit int
 	// EagerSlots is the number of receive buffers posted per peer, which is
 	// also the number of eager messages a sender may have in flight to one
 	// receiver (its credits, less one reserved for credit returns). Default 32.

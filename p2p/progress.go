@@ -321,6 +321,10 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 				ep.completeLocked(r, ep.failErrFor(r))
 			}
 		}
+	case kPipe:
+		if ep.failErr == nil {
+			ep.onPipe(p, &h, b[pipeLen:])
+		}
 	case kCTS:
 		ep.onCTS(p, &h)
 	case kWDone:
@@ -383,6 +387,7 @@ func (ep *Endpoint) departLocked(p *peer) {
 	p.departed = true
 	gone := &Error{Op: "", Rank: ep.rank, Peer: p.rank, Err: fmt.Errorf("rank %d closed its endpoint: %w", p.rank, ErrClosed)}
 	ep.dropSplitsLocked(p, gone.Err)
+	ep.dropPipesLocked(p, gone.Err)
 	for i := 0; i < len(ep.m.posted); {
 		r := ep.m.posted[i]
 		if r.pattern.src == p.rank {
@@ -415,6 +420,10 @@ func (ep *Endpoint) deliverEagerLocked(r *Request, env envelope, data []byte) {
 
 // deliverLocked completes receive r with message in (matched now).
 func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
+	if in.pipe != nil {
+		ep.matchPipeLocked(r, in.env, in.pipe)
+		return
+	}
 	if !in.rts {
 		ep.deliverEagerLocked(r, in.env, in.data)
 		return
@@ -457,8 +466,8 @@ func (ep *Endpoint) regFailedLocked(p *peer, r *Request, id uint64, err error) {
 // startReadLocked READs [r.readOff, r.readOff+r.readLen) of the sender's
 // buffer into r.buf.
 func (ep *Endpoint) startReadLocked(p *peer, r *Request) {
-	chunk := min(p.dev.caps.MaxMsgSize, 1<<30)
-	r.readChunks = int((uint64(r.readLen) + chunk - 1) / chunk)
+	chunk := p.readChunk
+	r.readChunks = (r.readLen + chunk - 1) / chunk
 	r.readsLeft = r.readChunks
 	ep.opSeq++
 	r.readID = ep.opSeq
@@ -545,7 +554,7 @@ func (ep *Endpoint) finishRndvRecvLocked(p *peer, r *Request) {
 }
 
 func (ep *Endpoint) postReadLocked(p *peer, r *Request) error {
-	chunk := int(min(p.dev.caps.MaxMsgSize, 1<<30))
+	chunk := p.readChunk
 	id := wrID(wrRead, p.rank, r.readID)
 	if r.readChunks == 1 {
 		p.sge[0] = verbs.SGE{Addr: r.reg.addr(r.buf[r.readOff:]), Length: uint32(r.readLen), LKey: r.reg.mr.LKey()}

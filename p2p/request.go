@@ -58,6 +58,7 @@ type Request struct {
 	waitCh chan struct{}
 
 	item       outItem
+	pipeFirst  *outItem // a pipelined send's first fragment
 	queued     bool
 	canceled   bool
 	cancelSent bool
@@ -201,7 +202,9 @@ func (ep *Endpoint) cancelLocked(r *Request) bool {
 	case opSend:
 		p := ep.peers[r.peer]
 		if r.queued && p.unqueue(r) {
-			ep.dropQueuedLocked(&r.item)
+			if r.pipeFirst == nil { // a pipelined send holds nothing to release
+				ep.dropQueuedLocked(&r.item)
+			}
 			r.canceled = true
 			ep.completeLocked(r, ep.opErr(r, ErrCanceled))
 			return true

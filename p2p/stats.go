@@ -18,6 +18,7 @@ type PeerStats struct {
 	QPNum     uint32 // number of the queue pair to this peer (0 for self)
 
 	EagerSent, EagerRecv Counter // messages up to EagerLimit
+	PipeSent, PipeRecv   Counter // messages above EagerLimit sent as eager fragments (PipelineLimit)
 	RndvSent, RndvRecv   Counter // rendezvous messages (counted when the data has moved)
 	WriteSent            Counter // one-sided window writes completed
 	NotifyRecv           Counter // window notifications received (Bytes is 0)
@@ -34,7 +35,7 @@ type Stats struct {
 
 // Stats returns a snapshot of the endpoint's counters. Receives are counted
 // when the frame arrives, sends when they are handed to the transport
-// (eager) or when the receiver has read the data (rendezvous).
+// (eager and pipelined) or when the receiver has read the data (rendezvous).
 func (ep *Endpoint) Stats() Stats {
 	var s Stats
 	ep.mu.Lock()

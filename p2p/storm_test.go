@@ -26,17 +26,19 @@ func TestStorm(t *testing.T) {
 		prov  string
 		ranks int
 		cap   int64
+		pipe  int // PipelineLimit (tcp pipelines up to 1 MiB by default)
 	}
-	cfgs := []cfg{{"loop", 2, 24 << 20}, {"loop", 7, 16 << 20}, {"loop", 16, 12 << 20}, {"tcp", 4, 12 << 20}, {"shm", 5, 16 << 20}}
+	cfgs := []cfg{{"loop", 2, 24 << 20, 0}, {"loop", 7, 16 << 20, 256 << 10}, {"loop", 16, 12 << 20, 0},
+		{"tcp", 4, 12 << 20, 0}, {"shm", 5, 16 << 20, 0}}
 	if os.Getenv("RDMAGO_LONG") != "" {
-		cfgs = append(cfgs, cfg{"loop", 3, 256 << 20}, cfg{"loop", 16, 128 << 20}, cfg{"tcp", 8, 128 << 20},
-			cfg{"shm", 16, 128 << 20}, cfg{"auto", 8, 128 << 20})
+		cfgs = append(cfgs, cfg{"loop", 3, 256 << 20, 1 << 20}, cfg{"loop", 16, 128 << 20, 0}, cfg{"tcp", 8, 128 << 20, 0},
+			cfg{"shm", 16, 128 << 20, 64 << 10}, cfg{"auto", 8, 128 << 20, 0})
 	}
 	for _, c := range cfgs {
 		if raceOn {
 			c.cap /= 4 // the race detector makes every byte copied ~10x slower
 		}
-		t.Run(fmt.Sprintf("%s/ranks=%d", c.prov, c.ranks), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/ranks=%d/pipe=%d", c.prov, c.ranks, c.pipe), func(t *testing.T) {
 			seed := uint64(time.Now().UnixNano())
 			if v := os.Getenv("RDMAGO_STORM_SEED"); v != "" {
 				seed, _ = strconv.ParseUint(v, 10, 64)
@@ -44,7 +46,7 @@ func TestStorm(t *testing.T) {
 			t.Logf("seed %d (RDMAGO_STORM_SEED reproduces)", seed)
 			plan := makePlan(seed, c.ranks, c.cap)
 			o := p2ptest.Options{Provider: c.prov, Timeout: 120 * time.Second,
-				P2P: p2p.Options{EagerLimit: 4096, EagerSlots: 8}}
+				P2P: p2p.Options{EagerLimit: 4096, EagerSlots: 8, PipelineLimit: c.pipe}}
 			p2ptest.Run(t, c.ranks, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 				return stormRank(ctx, ep, plan, seed)
 			})

@@ -22,11 +22,14 @@ import (
 // EAGER: payload at 24. RTS: 24 addr u64, 32 rkey u32, 36 zero u32,
 // 40 request id u64 (48 bytes). CTS: the same layout (addr: where in the
 // receiver's memory the sender writes size bytes, rkey zero). FIN, CANCEL
-// and WDONE: 24 request id u64 (32 bytes).
+// and WDONE: 24 request id u64 (32 bytes). PIPE (one fragment of a
+// pipelined message; size is the whole message's): 24 message id u64,
+// 32 offset of this fragment u64, payload at 40.
 const (
 	hdrLen    = 24
 	rtsLen    = 48
 	finLen    = 32
+	pipeLen   = 40
 	maxCtlLen = 48
 )
 
@@ -47,10 +50,13 @@ const (
 	// (WDONE, aux: finOK or finFailed).
 	kCTS   frameKind = 9
 	kWDone frameKind = 10
-	kMax   frameKind = 11
+	// A message above the eager limit sent as consecutive eager-sized
+	// fragments, without a handshake (Options.PipelineLimit).
+	kPipe frameKind = 11
+	kMax  frameKind = 12
 )
 
-var kindNames = [...]string{"?", "EAGER", "RTS", "FIN", "CREDIT", "PING", "REVOKE", "BYE", "CANCEL", "CTS", "WDONE"}
+var kindNames = [...]string{"?", "EAGER", "RTS", "FIN", "CREDIT", "PING", "REVOKE", "BYE", "CANCEL", "CTS", "WDONE", "PIPE"}
 
 func (k frameKind) String() string {
 	if k < kMax {
@@ -93,6 +99,8 @@ func (h *header) frameLen() int {
 		return rtsLen
 	case kFIN, kCancel, kWDone:
 		return finLen
+	case kPipe:
+		return pipeLen
 	}
 	return hdrLen
 }
@@ -115,6 +123,9 @@ func (h *header) put(b []byte) {
 		binary.LittleEndian.PutUint64(b[40:], h.id)
 	case kFIN, kCancel, kWDone:
 		binary.LittleEndian.PutUint64(b[24:], h.id)
+	case kPipe:
+		binary.LittleEndian.PutUint64(b[24:], h.id)
+		binary.LittleEndian.PutUint64(b[32:], h.addr)
 	}
 }
 
@@ -155,6 +166,15 @@ func parseFrame(b []byte, h *header) error {
 			return fmt.Errorf("%v frame of %d bytes, want %d", h.kind, len(b), finLen)
 		}
 		h.id = binary.LittleEndian.Uint64(b[24:])
+	case kPipe:
+		if len(b) <= pipeLen {
+			return fmt.Errorf("PIPE frame of %d bytes carries no payload", len(b))
+		}
+		h.id = binary.LittleEndian.Uint64(b[24:])
+		h.addr = binary.LittleEndian.Uint64(b[32:])
+		if h.size > 1<<48 || h.addr > h.size || uint64(len(b)-pipeLen) > h.size-h.addr {
+			return fmt.Errorf("PIPE frame with %d bytes at offset %d of a %d-byte message", len(b)-pipeLen, h.addr, h.size)
+		}
 	default:
 		if len(b) != hdrLen {
 			return fmt.Errorf("%v frame of %d bytes, want %d", h.kind, len(b), hdrLen)

@@ -14,8 +14,12 @@ func TestFrameRoundTrip(t *testing.T) {
 		{kind: kCancel, id: 78},
 		{kind: kCredit, credits: 16},
 		{kind: kPing}, {kind: kBye, aux: 3}, {kind: kRevoke, size: 5, aux: 2},
+		{kind: kPipe, ctx: 2, tag: 5, size: 100, id: 9, addr: 99},
 	} {
 		b := make([]byte, h.frameLen())
+		if h.kind == kPipe {
+			b = append(b, 1) // a PIPE frame carries payload
+		}
 		h.put(b)
 		var got header
 		require.NoError(t, parseFrame(b, &got), "%v", h.kind)
@@ -32,6 +36,18 @@ func TestFrameRejects(t *testing.T) {
 		"rts short":      func() []byte { b := make([]byte, hdrLen); (&header{kind: kPing}).put(b); b[0] = byte(kRTS); return b }(),
 		"rts size 0":     func() []byte { b := make([]byte, rtsLen); (&header{kind: kRTS}).put(b); return b }(),
 		"ping with tail": func() []byte { b := make([]byte, hdrLen+1); (&header{kind: kPing}).put(b); return b }(),
+		"pipe empty":     func() []byte { b := make([]byte, pipeLen); (&header{kind: kPipe, size: 10}).put(b); return b }(),
+		"pipe past end": func() []byte {
+			b := make([]byte, pipeLen+4)
+			(&header{kind: kPipe, size: 10, addr: 7}).put(b)
+			return b
+		}(),
+		"pipe offset": func() []byte {
+			b := make([]byte, pipeLen+1)
+			(&header{kind: kPipe, size: 10, addr: 11}).put(b)
+			return b
+		}(),
+		"pipe huge": func() []byte { b := make([]byte, pipeLen+1); (&header{kind: kPipe, size: 1 << 50}).put(b); return b }(),
 	} {
 		var h header
 		require.Error(t, parseFrame(b, &h), name)

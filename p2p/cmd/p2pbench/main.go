@@ -55,6 +55,7 @@ var (
 	minBytes = flag.Int("min", 0, "smallest message size")
 	budget   = flag.Float64("t", 0.25, "seconds of timed loop per size")
 	eager    = flag.Int("eager", 0, "eager limit in bytes (0: p2p's default)")
+	pipeline = flag.Int("pipeline", 0, "pipeline limit in bytes (0: p2p's default, negative: none)")
 	spin     = flag.Duration("spin", 0, "p2p Options.Spin (0: default)")
 	median   = flag.Bool("median", false, "latency: report the median of per-iteration half round trips instead of the mean (shows the steady-state cost on a busy machine)")
 	yield    = flag.Duration("yield", 0, "p2p Options.Yield (0: default)")
@@ -91,7 +92,7 @@ func main() {
 }
 
 func options() p2p.Options {
-	return p2p.Options{Provider: *provider, EagerLimit: *eager, Spin: *spin, Yield: *yield,
+	return p2p.Options{Provider: *provider, EagerLimit: *eager, PipelineLimit: *pipeline, Spin: *spin, Yield: *yield,
 		Device: verbs.DeviceOptions{PollSpin: *pollSpin}}
 }
 
