@@ -31,3 +31,43 @@ func TestPipeUnqueue(t *testing.T) {
 	require.False(t, p.unqueue(r2))
 	require.Len(t, p.queue, 4)
 }
+
+// A sender lost in the middle of pipelined messages: the receive that
+// matched one fails with the cause; one still unexpected leaves the queue
+// (no receive may match half a message); one claimed by a matched probe
+// fails its receive later; another sender's message is untouched.
+func TestDropPipes(t *testing.T) {
+	ep := &Endpoint{rank: 1, pipes: map[splitKey]*pipeIn{}}
+	p0 := &peer{rank: 0}
+	recv := func(src int) *Request {
+		return &Request{ep: ep, op: opRecv, peer: src, pattern: envelope{src: src, tag: 1}, buf: make([]byte, 100)}
+	}
+	// Matched, half arrived.
+	matched := recv(0)
+	ep.pipes[splitKey{0, 1}] = &pipeIn{size: 100, got: 50, r: matched}
+	// Unexpected, half arrived.
+	unexp := &pipeIn{size: 100, got: 10}
+	unexp.in = &inbound{env: envelope{src: 0, tag: 1}, size: 100, data: make([]byte, 100), pipe: unexp}
+	ep.m.addUnexpected(unexp.in)
+	ep.pipes[splitKey{0, 2}] = unexp
+	// Claimed by Mprobe (no longer in the unexpected queue).
+	claimed := &pipeIn{size: 100, got: 20}
+	claimed.in = &inbound{env: envelope{src: 0, tag: 1}, size: 100, data: make([]byte, 100), pipe: claimed}
+	ep.pipes[splitKey{0, 3}] = claimed
+	// From another peer.
+	other := &pipeIn{size: 100, got: 30, r: recv(2)}
+	ep.pipes[splitKey{2, 1}] = other
+
+	cause := &PeerLostError{Rank: 0, Reporter: 1}
+	ep.dropPipesLocked(p0, cause)
+
+	require.True(t, matched.done.Load())
+	require.ErrorIs(t, matched.err, ErrPeerLost)
+	require.Empty(t, ep.m.unexp, "half a message stayed matchable")
+	late := recv(0)
+	ep.deliverLocked(late, claimed.in)
+	require.True(t, late.done.Load())
+	require.ErrorIs(t, late.err, ErrPeerLost)
+	require.Len(t, ep.pipes, 1)
+	require.False(t, other.r.done.Load())
+}

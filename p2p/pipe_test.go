@@ -12,6 +12,8 @@ import (
 
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/faulty"
 )
 
 // Pipelined messages (above EagerLimit, up to PipelineLimit) on every
@@ -138,4 +140,67 @@ func TestPipelineDefaults(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The link breaks while pipelined messages stream (fault injection): both
+// ranks fail with a peer loss instead of waiting for the fragments that
+// will never come.
+func TestPipelinedPeerLoss(t *testing.T) {
+	inj := []*faulty.Injector{faulty.NewInjector(), faulty.NewInjector()}
+	next := make(chan *faulty.Injector, 2)
+	for _, in := range inj {
+		next <- in
+	}
+	ctx := context.Background()
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "loop", P2P: p2p.Options{
+		EagerLimit: 4096, EagerSlots: 4, PipelineLimit: 8 << 20, LivenessTimeout: -1,
+		OpenDevice: func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
+			d, err := verbs.Open(ctx, prov, o)
+			if err != nil {
+				return nil, err
+			}
+			return faulty.Wrap(d, <-next), nil
+		},
+	}})
+	require.NoError(t, err)
+	defer p2ptest.Close(eps)
+	qp := eps[0].Stats().Peers[1].QPNum
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	started := make(chan struct{})
+	go func() {
+		buf := make([]byte, 8<<20)
+		var err error
+		for i := 0; err == nil; i++ {
+			err = eps[0].Send(tctx, 1, 1, buf)
+		}
+		errs <- err
+	}()
+	go func() {
+		buf := make([]byte, 8<<20)
+		var err error
+		for i := 0; err == nil; i++ {
+			if i == 1 {
+				close(started)
+			}
+			_, err = eps[1].Recv(tctx, 0, 1, buf)
+		}
+		errs <- err
+	}()
+	<-started
+	time.Sleep(time.Millisecond) // into the second message
+	var disconnected bool
+	for _, in := range inj {
+		if in.Disconnect(qp) == nil {
+			disconnected = true
+		}
+	}
+	require.True(t, disconnected)
+	for range 2 {
+		err := <-errs
+		require.NoError(t, checkLost(err, 0, 1), "%v", err)
+		require.NotErrorIs(t, err, context.DeadlineExceeded)
+	}
+	assert.NotZero(t, eps[1].Stats().Peers[0].PipeRecv.Msgs)
 }
