@@ -66,8 +66,8 @@ type peer struct {
 	qp    verbs.QP
 	eager int // largest eager message
 	pipe  int // largest pipelined message (0: none)
-	// readChunk is the largest READ a rendezvous posts; a larger message
-	// is read in several, all posted at once.
+	// readChunk is the largest READ a rendezvous under readWholeMin posts;
+	// a larger message is read in several, all posted at once.
 	readChunk int
 	slot      int // bytes per buffer
 	recvMR    verbs.MR
@@ -123,11 +123,25 @@ func readChunk(d *device) int {
 	return c
 }
 
-// readChunkTCP: 128 KiB, measured against one READ per message (bound
-// p2pbench latency, new/old): 1 MiB 0.78-0.86, 2 MiB 0.87 (osu-compare, 5
-// rounds); 64 KiB READs did worse (1 MiB 0.86, 512 KiB 1.8x raw TCP
-// against 1.6x).
-const readChunkTCP = 128 << 10
+// chunkFor is the largest READ for a rendezvous of n bytes.
+func (p *peer) chunkFor(n int) int {
+	if n >= readWholeMin {
+		return int(min(p.dev.caps.MaxMsgSize, 1<<30))
+	}
+	return p.readChunk
+}
+
+// readChunkTCP and readWholeMin: messages under 1 MiB are read in 128 KiB
+// pieces, larger ones whole. Bound p2pbench against raw TCP (osu-compare,
+// 5 rounds): 512 KiB latency 1.41-1.47 in pieces, 1.81 whole. From 1 MiB
+// the pieces still won latency (1 MiB 0.78 of whole) but cost half the
+// bandwidth of a window of 64 (2.0 against 3.8 GB/s): a waiting receiver
+// reads a frame smaller than its read limit only once it is all queued,
+// while the reader goroutine streams a larger one as it comes.
+const (
+	readChunkTCP = 128 << 10
+	readWholeMin = 1 << 20
+)
 
 // repostBatch is the most receive buffers a peer reposts at once: each
 // post writes to memory the sender reads (the shm ring), so posting one

@@ -466,7 +466,7 @@ func (ep *Endpoint) regFailedLocked(p *peer, r *Request, id uint64, err error) {
 // startReadLocked READs [r.readOff, r.readOff+r.readLen) of the sender's
 // buffer into r.buf.
 func (ep *Endpoint) startReadLocked(p *peer, r *Request) {
-	chunk := p.readChunk
+	chunk := p.chunkFor(r.readLen)
 	r.readChunks = (r.readLen + chunk - 1) / chunk
 	r.readsLeft = r.readChunks
 	ep.opSeq++
@@ -554,7 +554,7 @@ func (ep *Endpoint) finishRndvRecvLocked(p *peer, r *Request) {
 }
 
 func (ep *Endpoint) postReadLocked(p *peer, r *Request) error {
-	chunk := p.readChunk
+	chunk := p.chunkFor(r.readLen)
 	id := wrID(wrRead, p.rank, r.readID)
 	if r.readChunks == 1 {
 		p.sge[0] = verbs.SGE{Addr: r.reg.addr(r.buf[r.readOff:]), Length: uint32(r.readLen), LKey: r.reg.mr.LKey()}
