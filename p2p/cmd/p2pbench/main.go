@@ -220,6 +220,7 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 	for i := range sbuf {
 		sbuf[i] = byte(i*13 + 1)
 	}
+	first := true
 	if bench == "bw" {
 		if me == 0 {
 			fmt.Printf("# BENCH bw (rank 0 -> 1, window=%d Isend, 4-byte ack)\n# Size      Bandwidth (MB/s)       Iters\n", window)
@@ -232,7 +233,7 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 			if n > 8192 {
 				iters = 20
 			}
-			t, k, err := measure(ctx, ep, iters, func(k int) error { return bw(ctx, ep, sbuf[:n], rbuf, k) })
+			t, k, err := measure(ctx, ep, &first, iters, func(k int) error { return bw(ctx, ep, sbuf[:n], rbuf, k) })
 			if err != nil {
 				return fmt.Errorf("bw %d bytes: %w", n, err)
 			}
@@ -255,7 +256,7 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 		}
 		clear(rbuf[:n])
 		var laps []time.Duration
-		t, k, err := measure(ctx, ep, iters, func(k int) error {
+		t, k, err := measure(ctx, ep, &first, iters, func(k int) error {
 			if !*median || ep.Rank() != 0 {
 				return pingPong(ctx, ep, sbuf[:n], rbuf[:n], k)
 			}
@@ -287,16 +288,14 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 	return nil
 }
 
-// firstSize is set until the sweep's first size has been measured: it
-// warms up for a whole untimed pass, because a fresh endpoint is slower
-// for a while: p2p over tcp, bound, took 16.6 us at 1 B as the first size
-// against 10.3 us at 2 B right after it; with this pass 10.7 us (5 rounds
-// of osu-compare). Raw TCP showed no difference.
-var firstSize = true
-
 // measure warms up, lets rank 0 pick the iteration count from the budget,
-// tells rank 1, and times the loop.
-func measure(ctx context.Context, ep *p2p.Endpoint, iters int, loop func(k int) error) (time.Duration, int, error) {
+// tells rank 1, and times the loop. *first is set until the rank's first
+// size has been measured: that size warms up for a whole untimed pass,
+// because a fresh endpoint is slower for a while: p2p over tcp, bound, took
+// 16.6 us at 1 B as the first size against 10.3 us at 2 B right after it;
+// with this pass 10.7 us (5 rounds of osu-compare). Raw TCP showed no
+// difference, but rawBench does the same.
+func measure(ctx context.Context, ep *p2p.Endpoint, first *bool, iters int, loop func(k int) error) (time.Duration, int, error) {
 	start := time.Now()
 	warm := 1
 	if err := loop(warm); err != nil {
@@ -324,10 +323,10 @@ func measure(ctx context.Context, ep *p2p.Endpoint, iters int, loop func(k int) 
 		k = int(binary.LittleEndian.Uint64(cnt[:]))
 	}
 	// Warm-up at the chosen count's scale (10 %; a whole untimed pass for
-	// the first size, see firstSize), then the timed loop.
+	// the first size), then the timed loop.
 	warmK := max(1, k/10)
-	if firstSize {
-		warmK, firstSize = k, false
+	if *first {
+		warmK, *first = k, false
 	}
 	if err := loop(warmK); err != nil {
 		return 0, 0, err
@@ -433,6 +432,7 @@ func rawBench(c net.Conn, me int, bench string) error {
 	for i := range sbuf {
 		sbuf[i] = byte(i*13 + 1)
 	}
+	first := true
 	var cnt [8]byte
 	agree := func(k int) (int, error) {
 		if me == 0 {
@@ -525,8 +525,8 @@ func rawBench(c net.Conn, me int, bench string) error {
 			return err
 		}
 		warmK := max(1, k/10)
-		if firstSize {
-			warmK, firstSize = k, false
+		if first {
+			warmK, first = k, false
 		}
 		if err := loop(n, warmK); err != nil {
 			return err
