@@ -61,6 +61,9 @@ func FuzzParseFrame(f *testing.F) {
 	e := make([]byte, hdrLen+5)
 	(&header{kind: kEager, size: 5}).put(e)
 	f.Add(e)
+	pf := make([]byte, pipeLen+3)
+	(&header{kind: kPipe, size: 10, id: 4, addr: 7}).put(pf)
+	f.Add(pf)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var h header
 		if parseFrame(b, &h) != nil {
