@@ -289,9 +289,9 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 			break
 		}
 		if r := ep.m.arrive(env); r != nil {
-			ep.deliverEagerLocked(r, env, b[hdrLen:])
+			ep.deliverEagerLocked(r, env, b[eagerHdrLen:])
 		} else {
-			ep.m.addUnexpected(&inbound{env: env, size: int(h.size), data: append([]byte(nil), b[hdrLen:]...)})
+			ep.m.addUnexpected(&inbound{env: env, size: int(h.size), data: append([]byte(nil), b[eagerHdrLen:]...)})
 			ep.wakeArrivalsLocked()
 		}
 	case kRTS:

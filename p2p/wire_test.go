@@ -29,10 +29,15 @@ func TestFrameRoundTrip(t *testing.T) {
 
 func TestFrameRejects(t *testing.T) {
 	for name, b := range map[string][]byte{
-		"short":          make([]byte, 10),
-		"kind zero":      make([]byte, hdrLen),
-		"unknown kind":   append([]byte{200}, make([]byte, hdrLen-1)...),
-		"eager size lie": func() []byte { b := make([]byte, hdrLen+3); (&header{kind: kEager, size: 4}).put(b); return b }(),
+		"short":        make([]byte, 10),
+		"kind zero":    make([]byte, hdrLen),
+		"unknown kind": append([]byte{200}, make([]byte, hdrLen-1)...),
+		"eager short": func() []byte {
+			b := make([]byte, eagerHdrLen)
+			(&header{kind: kEager}).put(b)
+			return b[:eagerHdrLen-1]
+		}(),
+		"ping short":     func() []byte { b := make([]byte, hdrLen); (&header{kind: kPing}).put(b); return b[:eagerHdrLen] }(),
 		"rts short":      func() []byte { b := make([]byte, hdrLen); (&header{kind: kPing}).put(b); b[0] = byte(kRTS); return b }(),
 		"rts size 0":     func() []byte { b := make([]byte, rtsLen); (&header{kind: kRTS}).put(b); return b }(),
 		"ping with tail": func() []byte { b := make([]byte, hdrLen+1); (&header{kind: kPing}).put(b); return b }(),
@@ -73,7 +78,7 @@ func FuzzParseFrame(f *testing.F) {
 		out := make([]byte, h.frameLen())
 		h.put(out)
 		n := h.frameLen()
-		if h.kind == kRTS {
+		if h.kind == kRTS || h.kind == kCTS {
 			copy(out[36:40], b[36:40]) // reserved word is not checked
 		}
 		require.Equal(t, b[:n], out)
