@@ -58,21 +58,35 @@ func (l *link) awaitQueued(need int) error {
 	return nil
 }
 
-// queueWait is awaitQueued's RawConn.Read callback state, owned by the
-// read token's holder (a field of the link so the callback does not
-// allocate).
+// queueWait is awaitQueued's RawConn.Read callback state, and the socket
+// probe of arriving and spinUntilQueued, owned by the read token's holder
+// (a field of the link so the callbacks do not allocate).
 type queueWait struct {
 	want, wakes int
 	lowat, ok   bool
 	err         error
 	fn          func(fd uintptr) bool
+	queued      int              // what probe last read
+	probe       func(fd uintptr) // reads the bytes queued in the socket into queued
 }
 
 // maxEarlyWakes is how many wake-ups without the whole frame awaitQueued
 // tolerates (a readiness left over from earlier data, memory pressure).
 const maxEarlyWakes = 8
 
-func (w *queueWait) init() { w.fn = w.check }
+func (w *queueWait) init() {
+	w.fn = w.check
+	w.probe = func(fd uintptr) { w.queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
+}
+
+// socketQueued reports how many bytes are queued in the socket, and false
+// when it cannot tell.
+func (l *link) socketQueued() (int, bool) {
+	if l.rc == nil || l.rc.Control(l.qw.probe) != nil {
+		return 0, false
+	}
+	return l.qw.queued, true
+}
 
 func (w *queueWait) check(fd uintptr) bool {
 	n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
@@ -114,10 +128,6 @@ func resetLowat(fd uintptr) {
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
 }
 
-// spinUntilQueued polls the socket without blocking until want bytes are
-// queued in it (true), cq has a completion or ctx ends (true: the caller
-// re-checks), or deadline passes (false). Each poll is one ioctl; the
-// time is read, and other goroutines may run, every few polls.
 // ackHoldMax is how many ACKs a poller holds back while frames stream in
 // (see pollFrame): far fewer than a sender's send queue holds, so a peer
 // never runs out of it waiting for them.
@@ -129,25 +139,19 @@ func (l *link) arriving() bool {
 	if l.br.Buffered() > 0 {
 		return true
 	}
-	if l.rc == nil {
-		return false
-	}
-	var n int
-	if l.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }) != nil {
-		return false
-	}
-	return n > 0
+	n, ok := l.socketQueued()
+	return ok && n > 0
 }
 
+// spinUntilQueued polls the socket without blocking until want bytes are
+// queued in it (true), cq has a completion or ctx ends (true: the caller
+// re-checks), or deadline passes (false). Each poll is one ioctl; the
+// time is read, and other goroutines may run, every few polls.
 func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, deadline time.Time) bool {
-	if l.rc == nil {
-		return false
-	}
 	want = max(want, 1)
-	var n int
-	probe := func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
 	for i := 0; ; i++ {
-		if err := l.rc.Control(probe); err != nil {
+		n, ok := l.socketQueued()
+		if !ok {
 			return false
 		}
 		if n >= want || cq.Pending() || ctx.Err() != nil {
