@@ -164,8 +164,7 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if ep.checkLocked() != nil || p.departed || len(p.queue) > 0 ||
-		len(p.sendFree) == 0 || p.sqOut >= p.sqCap || p.credits <= 0 {
+	if ep.checkLocked() != nil || p.departed || len(p.queue) > 0 || !p.frameRoom(true) {
 		return false, nil
 	}
 	h := header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))}

@@ -116,17 +116,20 @@ type peer struct {
 // out while the sender's kernel still takes in the next, as a raw TCP
 // stream overlaps its two copies.
 func readChunk(d *device) int {
-	c := int(min(d.caps.MaxMsgSize, 1<<30))
+	c := maxRead(d)
 	if d.provider == "tcp" {
 		c = min(c, readChunkTCP)
 	}
 	return c
 }
 
+// maxRead is the largest READ d takes (at most 1 GiB).
+func maxRead(d *device) int { return int(min(d.caps.MaxMsgSize, 1<<30)) }
+
 // chunkFor is the largest READ for a rendezvous of n bytes.
 func (p *peer) chunkFor(n int) int {
 	if n >= readWholeMin {
-		return int(min(p.dev.caps.MaxMsgSize, 1<<30))
+		return maxRead(p.dev)
 	}
 	return p.readChunk
 }
@@ -246,7 +249,13 @@ func (p *peer) canPost(it *outItem) bool {
 	case it.write:
 		return p.sqOut < p.sqCap && (!it.req.notify32 || p.credits > 0)
 	}
-	return len(p.sendFree) > 0 && p.sqOut < p.sqCap && (it.uncredited || p.credits > 0)
+	return p.frameRoom(!it.uncredited)
+}
+
+// frameRoom reports whether a frame can be posted now: a staging slot, a
+// send-queue entry, and a credit if it costs one.
+func (p *peer) frameRoom(credited bool) bool {
+	return len(p.sendFree) > 0 && p.sqOut < p.sqCap && (!credited || p.credits > 0)
 }
 
 // postFrame sends h (and payload) from a staging slot. The caller checked canPost.
@@ -324,7 +333,7 @@ func (p *peer) send(ep *Endpoint, it *outItem) error {
 
 // sendCtl sends a control frame (FIN, CANCEL, PING), queuing a copy if it cannot go now.
 func (p *peer) sendCtl(ep *Endpoint, h header) {
-	if len(p.queue) == 0 && len(p.sendFree) > 0 && p.sqOut < p.sqCap && p.credits > 0 {
+	if len(p.queue) == 0 && p.frameRoom(true) {
 		if err := p.postFrame(ep, &h, nil, true); err != nil {
 			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", h.kind, err))
 		}
@@ -368,7 +377,7 @@ func (p *peer) flush(ep *Endpoint) {
 	if len(p.queue) == 0 {
 		p.queue = p.queue[:0:0]
 	}
-	if p.owed >= max(1, p.nrecv/2) && !p.ctrlInFlight && len(p.sendFree) > 0 && p.sqOut < p.sqCap && !p.broken {
+	if p.owed >= max(1, p.nrecv/2) && !p.ctrlInFlight && p.frameRoom(false) && !p.broken {
 		h := header{kind: kCredit}
 		if err := p.postFrame(ep, &h, nil, false); err != nil {
 			ep.linkErrorLocked(p, fmt.Errorf("posting CREDIT: %w", err))

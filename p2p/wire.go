@@ -20,10 +20,9 @@ import (
 //	4   4   context id
 //	8   4   tag (int32)
 //	12  4   aux (kind-specific: FIN status, REVOKE/BYE reporter)
-//	16  8   size (EAGER: payload bytes that follow; RTS: message size;
-//	             REVOKE: the lost rank)
+//	16  8   size (RTS, PIPE: message size; REVOKE: the lost rank)
 //
-// EAGER: payload at 24. RTS: 24 addr u64, 32 rkey u32, 36 zero u32,
+// EAGER: payload at 12. RTS: 24 addr u64, 32 rkey u32, 36 zero u32,
 // 40 request id u64 (48 bytes). CTS: the same layout (addr: where in the
 // receiver's memory the sender writes size bytes, rkey zero). FIN, CANCEL
 // and WDONE: 24 request id u64 (32 bytes). PIPE (one fragment of a
@@ -97,7 +96,8 @@ type header struct {
 	id   uint64
 }
 
-// frameLen is the length of the frame h describes (without EAGER payload).
+// frameLen is the length of the frame h describes (without an EAGER or
+// PIPE frame's payload).
 func (h *header) frameLen() int {
 	switch h.kind {
 	case kEager:
