@@ -32,30 +32,47 @@ func checkLost(err error, lost ...int) error {
 	return fmt.Errorf("lost rank %d, want one of %v (%v)", pl.Rank, lost, err)
 }
 
+// faultyOpener returns n fault injectors and an Options.OpenDevice that
+// wraps the devices it opens, in the order it opens them, one injector
+// each.
+func faultyOpener(n int) ([]*faulty.Injector, func(context.Context, string, verbs.DeviceOptions) (verbs.Device, error)) {
+	inj := make([]*faulty.Injector, n)
+	next := make(chan *faulty.Injector, n)
+	for i := range inj {
+		inj[i] = faulty.NewInjector()
+		next <- inj[i]
+	}
+	return inj, func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
+		d, err := verbs.Open(ctx, prov, o)
+		if err != nil {
+			return nil, err
+		}
+		return faulty.Wrap(d, <-next), nil
+	}
+}
+
+// disconnect breaks queue pair qp through whichever injector wraps it
+// (which endpoint got which injector depends on the order of Opens).
+func disconnect(t *testing.T, inj []*faulty.Injector, qp uint32) {
+	t.Helper()
+	var done bool
+	for _, in := range inj {
+		if in.Disconnect(qp) == nil {
+			done = true
+		}
+	}
+	require.True(t, done, "no injector knows QP %#x", qp)
+}
+
 // A link between ranks 0 and 1 breaks (fault injection). Every rank learns
 // it: 0 and 1, which were talking, and 2 and 3, which were only waiting for
 // each other; every pending and later operation fails naming the lost rank.
 func TestPeerLossFaulty(t *testing.T) {
-	inj := make([]*faulty.Injector, 4)
-	for i := range inj {
-		inj[i] = faulty.NewInjector()
-	}
+	inj, open := faultyOpener(4)
 	ctx := context.Background()
 	eps, err := p2ptest.Start(ctx, 4, p2ptest.Options{Provider: "loop", P2P: p2p.Options{
 		LivenessTimeout: -1, // only the injected fault may fail things
-		OpenDevice: func() func(context.Context, string, verbs.DeviceOptions) (verbs.Device, error) {
-			next := make(chan *faulty.Injector, 4)
-			for _, in := range inj {
-				next <- in
-			}
-			return func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
-				d, err := verbs.Open(ctx, prov, o)
-				if err != nil {
-					return nil, err
-				}
-				return faulty.Wrap(d, <-next), nil
-			}
-		}(),
+		OpenDevice:      open,
 	}})
 	require.NoError(t, err)
 	defer p2ptest.Close(eps)
@@ -90,13 +107,7 @@ func TestPeerLossFaulty(t *testing.T) {
 		}()
 	}
 	time.Sleep(50 * time.Millisecond)
-	var disconnected bool
-	for _, in := range inj {
-		if in.Disconnect(qp01) == nil {
-			disconnected = true
-		}
-	}
-	require.True(t, disconnected, "no injector knows QP %#x", qp01)
+	disconnect(t, inj, qp01)
 	for range 4 {
 		err := <-errs
 		require.NoError(t, checkLost(err, 0, 1), "%v", err)

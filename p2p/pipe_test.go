@@ -12,8 +12,6 @@ import (
 
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
-	"github.com/rdmago/rdmago/verbs"
-	"github.com/rdmago/rdmago/verbs/faulty"
 )
 
 // Pipelined messages (above EagerLimit, up to PipelineLimit) on every
@@ -146,21 +144,11 @@ func TestPipelineDefaults(t *testing.T) {
 // ranks fail with a peer loss instead of waiting for the fragments that
 // will never come.
 func TestPipelinedPeerLoss(t *testing.T) {
-	inj := []*faulty.Injector{faulty.NewInjector(), faulty.NewInjector()}
-	next := make(chan *faulty.Injector, 2)
-	for _, in := range inj {
-		next <- in
-	}
+	inj, open := faultyOpener(2)
 	ctx := context.Background()
 	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "loop", P2P: p2p.Options{
 		EagerLimit: 4096, EagerSlots: 4, PipelineLimit: 8 << 20, LivenessTimeout: -1,
-		OpenDevice: func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
-			d, err := verbs.Open(ctx, prov, o)
-			if err != nil {
-				return nil, err
-			}
-			return faulty.Wrap(d, <-next), nil
-		},
+		OpenDevice: open,
 	}})
 	require.NoError(t, err)
 	defer p2ptest.Close(eps)
@@ -190,13 +178,7 @@ func TestPipelinedPeerLoss(t *testing.T) {
 	}()
 	<-started
 	time.Sleep(time.Millisecond) // into the second message
-	var disconnected bool
-	for _, in := range inj {
-		if in.Disconnect(qp) == nil {
-			disconnected = true
-		}
-	}
-	require.True(t, disconnected)
+	disconnect(t, inj, qp)
 	for range 2 {
 		err := <-errs
 		require.NoError(t, checkLost(err, 0, 1), "%v", err)
