@@ -370,7 +370,7 @@ func bw(ctx context.Context, ep *p2p.Endpoint, s, r []byte, k int) error {
 					return err
 				}
 			}
-			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+			if err := waitRelease(ctx, reqs); err != nil {
 				return err
 			}
 			if _, err := ep.Recv(ctx, 1, 3, ack[:]); err != nil {
@@ -383,13 +383,28 @@ func bw(ctx context.Context, ep *p2p.Endpoint, s, r []byte, k int) error {
 					return err
 				}
 			}
-			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+			if err := waitRelease(ctx, reqs); err != nil {
 				return err
 			}
 			if err := ep.Send(ctx, 0, 3, ack[:]); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// waitRelease waits for reqs and gives them back to the endpoint's pool,
+// as rdmabench does: a loop that drops its requests allocates 64 of them
+// per window and leaves them to the garbage collector, which is not what
+// a program that means to send fast does.
+func waitRelease(ctx context.Context, reqs []*p2p.Request) error {
+	if err := p2p.WaitAll(ctx, reqs...); err != nil {
+		return err
+	}
+	for i, r := range reqs {
+		r.Release()
+		reqs[i] = nil
 	}
 	return nil
 }
