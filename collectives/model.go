@@ -353,14 +353,16 @@ const (
 	shmReadMax = 128 << 10
 )
 
-// Between shmSplitMin and shmSplitMax bytes, a two-rank shared-memory bcast
-// splits the copy between the two ranks' process_vm_readv and _writev
-// (bcastShmSplit). Each call of those costs a few µs before it copies
-// anything on a VM, so below that the slots win (0.38-0.71 of the split's
-// time from 4 to 64 KiB), and from 2 MiB the slots' pipeline does too
-// (0.89-0.92), measured with osu-compare at 11:26.
+// Above shmSplitMin and up to shmSplitMax bytes, a two-rank shared-memory
+// bcast splits the copy between the two ranks' process_vm_readv and
+// _writev (bcastShmSplit). Each call of those costs a few µs before it
+// copies anything on a VM, so below that the slots win (0.38-0.71 of the
+// split's time from 4 to 64 KiB, osu-compare at 11:26; at 128 KiB, once
+// the slots' pieces were 32 KiB, 0.91 and 0.92 in two 5-round runs at
+// 16:10 and 16:25, while at 256 KiB the split was 2.2x faster), and from
+// 2 MiB the slots' pipeline does too (0.89-0.92).
 const (
-	shmSplitMin = 64 << 10
+	shmSplitMin = 128 << 10
 	shmSplitMax = 1 << 20
 )
 

@@ -83,7 +83,7 @@ func TestSharedMemoryBits(t *testing.T) {
 
 // TestSharedMemoryBcastRead: from 32 to 128 KiB the shared-memory bcast
 // has the readers copy the root's own buffer (a PeerReader region), and
-// two ranks from 64 KiB to 1 MiB split the copy (the root writes the
+// two ranks above 128 KiB and up to 1 MiB split the copy (the root writes the
 // second half into the reader's buffer, a PeerWriter region); every rank
 // gets the root's data, twice in a row, whoever the root is.
 func TestSharedMemoryBcastRead(t *testing.T) {
@@ -145,7 +145,7 @@ func TestSharedMemoryBcastSplitWriteFails(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("process_vm_writev: EPERM")
 	errs := world(t, 2, coltest.Options{Shared: true, PeerWriteErr: boom}, force(collectives.CollBcast, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
-		buf := make([]float64, 10000)
+		buf := make([]float64, 20000) // 156 KiB: split (above shmSplitMin)
 		if r == 0 {
 			buf = input(7, len(buf))
 		}
