@@ -359,7 +359,7 @@ const (
 // copies anything on a VM, so below that the slots win (0.38-0.71 of the
 // split's time from 4 to 64 KiB, osu-compare at 11:26; at 128 KiB, once
 // the slots' pieces were 32 KiB, 0.91 and 0.92 in two 5-round runs at
-// 16:10 and 16:25, while at 256 KiB the split was 2.2x faster), and from
+// about 16:10, while at 256 KiB the split was 2.2x faster), and from
 // 2 MiB the slots' pipeline does too (0.89-0.92).
 const (
 	shmSplitMin = 128 << 10
