@@ -75,7 +75,7 @@ const (
 	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
 	shmSlot0     = 64
 	shmMinSlot   = 4 << 10
-	shmPipeMin   = 32 << 10 // the smallest piece a pipelined bcast cuts (see bcastShm)
+	shmPipeMin   = 64 << 10 // the smallest piece a pipelined bcast cuts (see bcastShm)
 	shmChunkBits = 24       // chunks per call in a round id
 	shmAllDone   = 1<<shmChunkBits - 1
 )
@@ -562,12 +562,13 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 
 // bcastShm: root publishes each chunk; the others copy it out.
 //
-// Large vectors go in pieces of an eighth (at least 32 KiB, at most a
+// Large vectors go in pieces of an eighth (at least 64 KiB, at most a
 // slot), so that the readers copy one piece out while the root copies the
 // next one in: with two slots the root runs one piece ahead. Smaller pieces
 // cost more hand-offs than they overlap: two-rank bcast, 32 KiB pieces
 // against 16 KiB, 32 KiB 0.75 and 64 KiB 0.70 of the time (osu-compare,
-// 7 rounds, 14:58).
+// 7 rounds, 14:58); 64 KiB pieces against 32 KiB, 128 KiB 0.86 and 0.85,
+// 64 KiB (one piece against two) 0.99 and 1.02 (7 rounds each, 16:47).
 func (c *call) bcastShm(buf []byte, root int) error {
 	return c.shmChunksOf(len(buf), c.pieces(len(buf), shmPipeMin), func(i, off, n int) error {
 		if c.e.rank == root {
