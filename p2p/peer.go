@@ -61,18 +61,15 @@ type outItem struct {
 }
 
 type peer struct {
-	rank  int
-	dev   *device
-	qp    verbs.QP
-	eager int // largest eager message
-	pipe  int // largest pipelined message (0: none)
-	// readChunk is the largest READ a rendezvous under readWholeMin posts;
-	// a larger message is read in several, all posted at once.
-	readChunk int
-	slot      int // bytes per buffer
-	recvMR    verbs.MR
-	sendMR    verbs.MR
-	nrecv     int
+	rank   int
+	dev    *device
+	qp     verbs.QP
+	eager  int // largest eager message
+	pipe   int // largest pipelined message (0: none)
+	slot   int // bytes per buffer
+	recvMR verbs.MR
+	sendMR verbs.MR
+	nrecv  int
 
 	sendFree     []int32
 	credits      int
@@ -109,8 +106,8 @@ type peer struct {
 	unpostOwed int
 }
 
-// readChunk is the largest READ a rendezvous over d posts (see
-// peer.readChunk). Over tcp a READ's response is one frame, which a
+// readChunk is the largest READ a rendezvous under readWholeMin posts over
+// d; a larger message is read in several, all posted at once. Over tcp a READ's response is one frame, which a
 // waiting receiver reads only once it is all queued in its socket (see
 // verbs/tcp): in READs of readChunkTCP the receiver copies one response
 // out while the sender's kernel still takes in the next, as a raw TCP
@@ -131,7 +128,7 @@ func (p *peer) chunkFor(n int) int {
 	if n >= readWholeMin {
 		return maxRead(p.dev)
 	}
-	return p.readChunk
+	return readChunk(p.dev)
 }
 
 // readChunkTCP and readWholeMin: messages under 1 MiB are read in 128 KiB
@@ -172,7 +169,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	}
 	pipe = min(pipe, maxPipe)
 	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: hdrLen + eager, nrecv: n,
-		credits: n - 1, sqCap: sqDepth(n), readChunk: readChunk(d)}
+		credits: n - 1, sqCap: sqDepth(n)}
 	p.stats.Rank = rank
 	p.stats.Transport = d.provider
 	var err error
