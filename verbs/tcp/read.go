@@ -48,6 +48,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 // nothing of the next frame has been handled.
 var errInterrupted = errors.New("tcp: read interrupted")
 
+// ackHoldMax is how many ACKs a poller holds back while frames stream in
+// (see pollFrame): far fewer than a sender's send queue holds, so a peer
+// never runs out of it waiting for them.
+const ackHoldMax = 16
+
 // errLarge tells a poller that the next frame is too large for it to wait
 // for whole: the reader goroutine receives it (see pollFrame).
 var errLarge = errors.New("tcp: frame larger than the read buffer")

@@ -128,11 +128,6 @@ func resetLowat(fd uintptr) {
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
 }
 
-// ackHoldMax is how many ACKs a poller holds back while frames stream in
-// (see pollFrame): far fewer than a sender's send queue holds, so a peer
-// never runs out of it waiting for them.
-const ackHoldMax = 16
-
 // arriving reports whether bytes of the next frame are here: buffered, or
 // queued in the socket.
 func (l *link) arriving() bool {
