@@ -322,13 +322,8 @@ func measure(ctx context.Context, ep *p2p.Endpoint, first *bool, iters int, loop
 		}
 		k = int(binary.LittleEndian.Uint64(cnt[:]))
 	}
-	// Warm-up at the chosen count's scale (10 %; a whole untimed pass for
-	// the first size), then the timed loop.
-	warmK := max(1, k/10)
-	if *first {
-		warmK, *first = k, false
-	}
-	if err := loop(warmK); err != nil {
+	// Warm-up, then the timed loop.
+	if err := loop(warmCount(k, first)); err != nil {
 		return 0, 0, err
 	}
 	start = time.Now()
@@ -392,6 +387,17 @@ func bw(ctx context.Context, ep *p2p.Endpoint, s, r []byte, k int) error {
 		}
 	}
 	return nil
+}
+
+// warmCount is how many untimed iterations come before a timed loop of k:
+// a tenth of them, or all of them for the first size (*first, cleared
+// here; see measure).
+func warmCount(k int, first *bool) int {
+	if *first {
+		*first = false
+		return k
+	}
+	return max(1, k/10)
 }
 
 // waitRelease waits for reqs and gives them back to the endpoint's pool,
@@ -539,11 +545,7 @@ func rawBench(c net.Conn, me int, bench string) error {
 		if err != nil {
 			return err
 		}
-		warmK := max(1, k/10)
-		if first {
-			warmK, first = k, false
-		}
-		if err := loop(n, warmK); err != nil {
+		if err := loop(n, warmCount(k, &first)); err != nil {
 			return err
 		}
 		start = time.Now()
