@@ -411,6 +411,14 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		if e.shmGone {
 			return c, c.end(&Error{Op: st.op, Algorithm: alg.String(), Seq: st.seq, Rank: e.rank, Peer: -1, Err: ErrClosed})
 		}
+		// A failed group fails every later call. The shared-memory waits
+		// look at the group only when a peer is slow, so a call whose
+		// peers are all on time would otherwise go on after the loss.
+		select {
+		case <-e.shm.r.Failed():
+			return c, c.end(c.fail(-1, e.shm.r.Err()))
+		default:
+		}
 	}
 	return c, nil
 }

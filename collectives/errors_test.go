@@ -380,3 +380,24 @@ func TestPanickingOpReleasesEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedMemoryCallAfterLoss: once the group has failed, a shared-memory
+// call fails at its start on every rank, even when all ranks are there to
+// finish it (their waits would never look at the group).
+func TestSharedMemoryCallAfterLoss(t *testing.T) {
+	t.Parallel()
+	for _, p := range []int{2, 3} {
+		t.Run(name("p", p), func(t *testing.T) {
+			w := coltest.NewWorld(p, worldFor(collectives.SharedMemory, p))
+			w.Kill(p - 1)
+			errs := runWorld(w, force(collectives.CollAllreduce, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+				return collectives.Allreduce(ctx, e, []float64{1, 2, 3}, reduce.Sum)
+			})
+			for r, err := range errs {
+				var pl *coltest.PeerLostError
+				require.ErrorAs(t, err, &pl, "rank %d: %v", r, err)
+				require.Equal(t, p-1, pl.Rank)
+			}
+		})
+	}
+}
