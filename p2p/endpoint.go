@@ -72,9 +72,14 @@ type Endpoint struct {
 	wcs     []verbs.WC    // guarded by pollMu
 	pollers atomic.Int32  // goroutines polling now
 	polls   atomic.Uint64 // polls started, so the background sees activity
-	stop    context.CancelFunc
-	bgCtx   context.Context
-	wg      sync.WaitGroup
+	// Peers with a batch of consumed receive buffers to post again when
+	// the endpoint is idle (see repostLocked); due is set while the list
+	// is not empty, for lock-free looks from the poll loops.
+	duePeers []*peer // guarded by mu
+	due      atomic.Bool
+	stop     context.CancelFunc
+	bgCtx    context.Context
+	wg       sync.WaitGroup
 }
 
 type device struct {

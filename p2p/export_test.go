@@ -3,3 +3,11 @@ package p2p
 // SetIgnoreCTS makes senders ignore the split rendezvous's CTS frames (a
 // sender that stopped after its RTS), for TestSplitRendezvousSenderGone.
 func SetIgnoreCTS(on bool) { testIgnoreCTS.Store(on) }
+
+// Unposted reports how many consumed receive buffers from peer wait to be
+// posted again, for TestIdleRepost.
+func (ep *Endpoint) Unposted(peer int) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.peers[peer].nUnposted
+}

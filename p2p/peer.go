@@ -14,9 +14,10 @@ import (
 // the queue pair before connecting. A sender starts with EagerSlots-1
 // credits; every frame that consumes one of the receiver's buffers (EAGER,
 // RTS, FIN, CANCEL, PING, and window writes with a notification) costs one.
-// The receiver reposts a buffer as soon as it has handled the frame in it
-// and owes the sender a credit, which goes back in the credits field of the
-// next frame it sends that way. When it has nothing to send and owes at
+// The receiver reposts the buffers it has handled in batches (an eighth of
+// them, posted when the endpoint is next idle, or at once when a second
+// batch fills: see repostLocked) and then owes the sender their credits,
+// which go back in the credits field of the next frame it sends that way. When it has nothing to send and owes at
 // least half the slots, it sends an explicit CREDIT frame, which costs no
 // credit: it lands in the one slot the sender never uses for anything else.
 // Only one CREDIT frame is in flight per direction; the peer says the
@@ -96,14 +97,15 @@ type peer struct {
 	// Scratch for posting without allocating; guarded by ep.mu.
 	swr  [1]verbs.SendWR
 	sge  [1]verbs.SGE
-	rwr  [repostBatch]verbs.RecvWR
-	rsge [repostBatch]verbs.SGE
+	rwr  [2 * repostBatch]verbs.RecvWR
+	rsge [2 * repostBatch]verbs.SGE
 
 	// Receive buffers consumed but not yet posted again, and how many of
 	// them the peer is owed credit for once they are (see repostLocked).
-	unposted   [repostBatch]uint32
+	unposted   [2 * repostBatch]uint32
 	nUnposted  int
 	unpostOwed int
+	due        bool // in ep.duePeers
 }
 
 // readChunk is the largest READ a rendezvous under readWholeMin posts over
@@ -143,16 +145,17 @@ const (
 	readWholeMin = 1 << 20
 )
 
-// repostBatch is the most receive buffers a peer reposts at once: each
-// post writes to memory the sender reads (the shm ring), so posting one
-// buffer per message put a cross-core write on the critical path of every
-// round trip.
+// repostBatch is how many receive buffers a peer collects before it posts
+// them again: each post writes to memory the sender reads (the shm ring),
+// so posting one buffer per message put a cross-core write on the critical
+// path of every round trip.
 const repostBatch = 8
 
 // batch is how many consumed buffers this peer collects before posting
-// them again: repostBatch, but at most a quarter of its buffers so the
-// sender never runs out of credits waiting for a batch.
-func (p *peer) batch() int { return max(1, min(repostBatch, p.nrecv/4)) }
+// them again: repostBatch, but at most an eighth of its buffers, so that
+// with twice that held back (see repostLocked) the sender never runs out
+// of credits waiting for a batch.
+func (p *peer) batch() int { return max(1, min(repostBatch, p.nrecv/8)) }
 
 func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	n := ep.opts.EagerSlots

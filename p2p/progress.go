@@ -145,6 +145,7 @@ func (ep *Endpoint) background(d *device) {
 			continue
 		}
 		kicked, nap = false, bgNapMin
+		ep.repostDue()
 		if err := d.waitSleep(ep.bgCtx); err != nil {
 			if ep.bgCtx.Err() != nil {
 				return
@@ -158,6 +159,7 @@ func (ep *Endpoint) background(d *device) {
 		if ep.progress() == 0 {
 			runtime.Gosched()
 		}
+		ep.repostDue()
 	}
 }
 
@@ -356,7 +358,12 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 
 // repostLocked gives a consumed receive buffer back to the queue pair,
 // in batches of p.batch(): the credit for a buffer (owe) is returned once
-// it is posted.
+// it is posted. A full batch is posted when the endpoint is next idle (a
+// poll loop that found nothing, the background goroutine before it
+// sleeps: repostDue), not here, where it would delay the reply the
+// caller is about to send by a cross-core write (an eighth of an 8-byte
+// shm round trip's software time); only a second full batch is posted at
+// once.
 func (ep *Endpoint) repostLocked(p *peer, slot uint32, owe bool) {
 	if p.broken {
 		return
@@ -366,7 +373,43 @@ func (ep *Endpoint) repostLocked(p *peer, slot uint32, owe bool) {
 	if owe {
 		p.unpostOwed++
 	}
-	if p.nUnposted < p.batch() {
+	b := p.batch()
+	if p.nUnposted < b {
+		return
+	}
+	if p.nUnposted < 2*b {
+		if !p.due {
+			p.due = true
+			ep.duePeers = append(ep.duePeers, p)
+			ep.due.Store(true)
+		}
+		return
+	}
+	ep.repostNowLocked(p)
+}
+
+// repostDue posts the batches repostLocked left for an idle moment.
+func (ep *Endpoint) repostDue() {
+	if !ep.due.Load() {
+		return
+	}
+	ep.mu.Lock()
+	for _, p := range ep.duePeers {
+		if p.due && p.nUnposted > 0 {
+			ep.repostNowLocked(p)
+		}
+		p.due = false
+	}
+	clear(ep.duePeers)
+	ep.duePeers = ep.duePeers[:0]
+	ep.due.Store(false)
+	ep.flushDirtyLocked()
+	ep.mu.Unlock()
+}
+
+// repostNowLocked posts p's consumed buffers and owes their credits.
+func (ep *Endpoint) repostNowLocked(p *peer) {
+	if p.broken {
 		return
 	}
 	if err := p.repost(); err != nil {

@@ -275,6 +275,7 @@ func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 			wctx, cancel = context.WithCancel(ctx)
 			defer cancel()
 		}
+		ep.repostDue()
 		ep.mu.Lock()
 		if r.done.Load() {
 			ep.mu.Unlock()
@@ -312,9 +313,12 @@ func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
 	start := time.Now()
 	spin, total := ep.spin, ep.spin+ep.yield
 	for i := 1; ; i++ {
-		ep.progress()
+		n := ep.progress()
 		if cond() {
 			return true
+		}
+		if n == 0 {
+			ep.repostDue()
 		}
 		if i&15 == 0 {
 			el := time.Since(start)

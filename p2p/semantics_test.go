@@ -20,7 +20,7 @@ var small = p2ptest.Options{P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4}}
 // A sender far ahead of its receiver: many more messages than credits, in
 // both protocols, received only after they were all sent; order must hold.
 // Several buffer counts, because receivers repost consumed buffers in
-// batches (of up to a quarter of them): none may leave the sender without
+// batches (up to two of an eighth of them each): none may leave the sender without
 // credits.
 func TestFlowControlAndOrder(t *testing.T) {
 	const n = 200
@@ -385,4 +385,38 @@ func TestSplitRendezvousSenderGone(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestIdleRepost: a receiver posts a full batch of consumed buffers again
+// once it is idle (here, waiting for a late message), not only when a
+// second batch fills up; otherwise a sender would run on fewer credits
+// than the receiver has buffers.
+func TestIdleRepost(t *testing.T) {
+	for _, prov := range []string{"loop", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			opts := p2ptest.Options{Provider: prov, P2P: p2p.Options{EagerSlots: 32}}
+			const early = 6 // more than a batch (4 of 32 buffers), less than two
+			p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
+				buf := make([]byte, 8)
+				if ep.Rank() == 0 {
+					for range early {
+						if err := ep.Send(ctx, 1, 1, buf); err != nil {
+							return err
+						}
+					}
+					time.Sleep(20 * time.Millisecond) // rank 1 waits meanwhile
+					return ep.Send(ctx, 1, 1, buf)
+				}
+				for range early + 1 {
+					if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
+						return err
+					}
+				}
+				if n := ep.Unposted(0); n >= 4 {
+					return fmt.Errorf("%d consumed buffers still unposted after an idle wait", n)
+				}
+				return nil
+			})
+		})
+	}
 }
