@@ -11,3 +11,11 @@ func (ep *Endpoint) Unposted(peer int) int {
 	defer ep.mu.Unlock()
 	return ep.peers[peer].nUnposted
 }
+
+// Posted reports how many receive buffers this endpoint has posted for
+// peer (it grows when the peer runs out of credits), for TestSlotsGrow.
+func (ep *Endpoint) Posted(peer int) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.peers[peer].nrecv
+}

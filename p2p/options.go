@@ -61,9 +61,17 @@ type Options struct {
 	// none; at most 64 MiB.
 	PipelineLimit int
 	// EagerSlots is the number of receive buffers posted per peer, which is
-	// also the number of eager messages a sender may have in flight to one
-	// receiver (its credits, less one reserved for credit returns). Default 32.
+	// also the number of eager messages and rendezvous requests a sender
+	// may have in flight to one receiver (its credits, less one reserved
+	// for credit returns). Default 32.
 	EagerSlots int
+	// EagerSlotsMax is how many receive buffers a peer may grow to: a
+	// sender that had to wait for credits says so, and its receiver posts
+	// twice as many buffers, up to this. Zero means the provider's default:
+	// 4x EagerSlots over shm, where a window of 64 sends waited for credits
+	// (see docs/p2p.md), and no growth elsewhere. Memory for the most is
+	// reserved up front but only touched as buffers come into use.
+	EagerSlotsMax int
 	// RegCacheEntries and RegCacheBytes bound the registration cache of
 	// rendezvous buffers (LRU). Defaults 64 entries and 1 GiB.
 	RegCacheEntries int

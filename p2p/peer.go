@@ -17,7 +17,11 @@ import (
 // The receiver reposts the buffers it has handled in batches (an eighth of
 // them, posted when the endpoint is next idle, or at once when a second
 // batch fills: see repostLocked) and then owes the sender their credits,
-// which go back in the credits field of the next frame it sends that way. When it has nothing to send and owes at
+// which go back in the credits field of the next frame it sends that way.
+// A sender that had to queue a frame for want of credits says so on its
+// next frame (flagStarved); its receiver then posts as many buffers again,
+// up to EagerSlotsMax, and owes their credits too (growLocked). Buffers
+// are only ever added, so the argument below holds with the new count. When it has nothing to send and owes at
 // least half the slots, it sends an explicit CREDIT frame, which costs no
 // credit: it lands in the one slot the sender never uses for anything else.
 // Only one CREDIT frame is in flight per direction; the peer says the
@@ -62,15 +66,18 @@ type outItem struct {
 }
 
 type peer struct {
-	rank   int
-	dev    *device
-	qp     verbs.QP
-	eager  int // largest eager message
-	pipe   int // largest pipelined message (0: none)
-	slot   int // bytes per buffer
-	recvMR verbs.MR
-	sendMR verbs.MR
-	nrecv  int
+	rank    int
+	dev     *device
+	qp      verbs.QP
+	eager   int // largest eager message
+	pipe    int // largest pipelined message (0: none)
+	slot    int // bytes per buffer
+	recvMR  verbs.MR
+	sendMR  verbs.MR
+	nrecv   int  // receive buffers posted (see growLocked)
+	maxRecv int  // the most nrecv may grow to (recvMR holds that many)
+	starved bool // a frame waited for credits since the last frame we sent
+	grows   bool // buffers grow on demand (maxRecv > EagerSlots; symmetric)
 
 	sendFree     []int32
 	credits      int
@@ -159,6 +166,7 @@ func (p *peer) batch() int { return max(1, min(repostBatch, p.nrecv/8)) }
 
 func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	n := ep.opts.EagerSlots
+	most := ep.eagerSlotsMax(d.provider)
 	eager := ep.opts.EagerLimit
 	if eager <= 0 {
 		eager = eagerDefault(d.provider)
@@ -171,13 +179,13 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 		pipe = 0
 	}
 	pipe = min(pipe, maxPipe)
-	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: hdrLen + eager, nrecv: n,
-		credits: n - 1, sqCap: sqDepth(n)}
+	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: hdrLen + eager, nrecv: n, maxRecv: most,
+		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
 	p.stats.Rank = rank
 	p.stats.Transport = d.provider
 	var err error
 	p.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: d.cq, RecvCQ: d.cq,
-		Cap: verbs.QPCap{MaxSendWR: p.sqCap, MaxRecvWR: n + 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: p.sqCap, MaxRecvWR: most + 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		return nil, err
 	}
@@ -188,11 +196,11 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 		p.close()
 		return nil, err
 	}
-	if p.recvMR, err = d.pd.AllocMR(n*p.slot, verbs.AccessLocalWrite); err != nil {
+	if p.recvMR, err = d.pd.AllocMR(most*p.slot, verbs.AccessLocalWrite); err != nil {
 		p.close()
 		return nil, err
 	}
-	nsend := n + 4
+	nsend := most + 4
 	if p.sendMR, err = d.pd.AllocMR(nsend*p.slot, verbs.AccessLocalWrite); err != nil {
 		p.close()
 		return nil, err
@@ -271,6 +279,10 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		h.flags |= flagAckCtrl
 		p.ackPending = false
 	}
+	if p.starved {
+		h.flags |= flagStarved
+		p.starved = false
+	}
 	off := int(slot) * p.slot
 	b := p.sendMR.Bytes()[off : off+p.slot]
 	n := h.frameLen()
@@ -326,9 +338,18 @@ func (p *peer) send(ep *Endpoint, it *outItem) error {
 	if it.req != nil {
 		it.req.queued = true
 	}
+	p.noteWait()
 	p.queue = append(p.queue, it)
 	ep.markDirty(p)
 	return nil
+}
+
+// noteWait records that a frame queues for want of credits, for the
+// next frame to tell the receiver (flagStarved).
+func (p *peer) noteWait() {
+	if p.credits == 0 && p.grows {
+		p.starved = true
+	}
 }
 
 // sendCtl sends a control frame (FIN, CANCEL, PING), queuing a copy if it cannot go now.
@@ -339,6 +360,7 @@ func (p *peer) sendCtl(ep *Endpoint, h header) {
 		}
 		return
 	}
+	p.noteWait()
 	p.queue = append(p.queue, &outItem{h: h})
 	ep.markDirty(p)
 }
@@ -362,6 +384,7 @@ func (p *peer) flush(ep *Endpoint) {
 	for len(p.queue) > 0 && !p.broken {
 		it := p.queue[0]
 		if !p.canPost(it) {
+			p.noteWait()
 			break
 		}
 		p.queue[0] = nil

@@ -282,6 +282,9 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 		p.ctrlInFlight = false
 		ep.markDirty(p)
 	}
+	if h.flags&flagStarved != 0 {
+		ep.growLocked(p)
+	}
 	owe := true
 	switch h.kind {
 	case kEager:
@@ -386,6 +389,34 @@ func (ep *Endpoint) repostLocked(p *peer, slot uint32, owe bool) {
 		return
 	}
 	ep.repostNowLocked(p)
+}
+
+// growLocked answers a sender that waited for credits (flagStarved): it
+// posts as many more receive buffers as are posted already, up to
+// maxRecv, and owes the sender their credits. Buffers are added only on
+// demand because the more a peer's messages cycle through, the more
+// memory each one touches anew (see eagerSlotsMax).
+func (ep *Endpoint) growLocked(p *peer) {
+	if p.broken || p.nrecv >= p.maxRecv {
+		return
+	}
+	k := min(p.nrecv, p.maxRecv-p.nrecv)
+	for i := 0; i < k; {
+		m := min(k-i, len(p.rwr))
+		for j := range m {
+			slot := uint32(p.nrecv + i + j)
+			p.rsge[j] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
+			p.rwr[j] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, slot), SGL: p.rsge[j : j+1]}
+		}
+		if err := p.qp.PostRecv(p.rwr[:m]...); err != nil {
+			ep.linkErrorLocked(p, fmt.Errorf("posting more receives: %w", err))
+			return
+		}
+		i += m
+	}
+	p.nrecv += k
+	p.owed += k
+	ep.markDirty(p)
 }
 
 // repostDue posts the batches repostLocked left for an idle moment.

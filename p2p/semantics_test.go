@@ -420,3 +420,67 @@ func TestIdleRepost(t *testing.T) {
 		})
 	}
 }
+
+// TestSlotsGrow: a receiver whose sender ran out of credits posts more
+// buffers, doubling up to EagerSlotsMax and no further, and every message
+// still arrives whole and in order; a ping-pong, which never runs out,
+// leaves the buffers as they were.
+func TestSlotsGrow(t *testing.T) {
+	for _, prov := range []string{"loop", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			opts := p2ptest.Options{Provider: prov, P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4, EagerSlotsMax: 16}}
+			const n = 300
+			size := func(i int) int { return []int{0, 9, 256, 3000}[i%4] } // eager and rendezvous
+			p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
+				buf := make([]byte, 3000)
+				// A ping-pong first: one message in flight, no growth.
+				for i := range 20 {
+					if ep.Rank() == 0 {
+						if err := ep.Send(ctx, 1, 1, buf[:8]); err != nil {
+							return err
+						}
+						if _, err := ep.Recv(ctx, 1, 1, buf); err != nil {
+							return err
+						}
+					} else {
+						if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
+							return err
+						}
+						if err := ep.Send(ctx, 0, 1, buf[:8]); err != nil {
+							return err
+						}
+					}
+					_ = i
+				}
+				if got := ep.Posted(1 - ep.Rank()); got != 4 {
+					return fmt.Errorf("after a ping-pong: %d buffers posted, want 4", got)
+				}
+				if ep.Rank() == 0 {
+					reqs := make([]*p2p.Request, n)
+					for i := range n {
+						r, err := ep.Isend(1, 2, pattern(size(i), byte(i)))
+						if err != nil {
+							return err
+						}
+						reqs[i] = r
+					}
+					return p2p.WaitAll(ctx, reqs...)
+				}
+				time.Sleep(20 * time.Millisecond) // let the sender run out of credits
+				for i := range n {
+					st, err := ep.Recv(ctx, 0, 2, buf)
+					if err != nil {
+						return err
+					}
+					if st.Count != size(i) || !bytes.Equal(buf[:st.Count], pattern(size(i), byte(i))) {
+						return fmt.Errorf("message %d: got %d bytes, want %d (overtaken?)", i, st.Count, size(i))
+					}
+				}
+				if got := ep.Posted(0); got != 16 {
+					return fmt.Errorf("after a stream: %d buffers posted, want 16 (EagerSlotsMax)", got)
+				}
+				return nil
+			})
+		})
+	}
+}

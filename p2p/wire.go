@@ -15,7 +15,8 @@ import (
 //
 //	off size
 //	0   1   kind
-//	1   1   flags (flagAckCtrl: your explicit credit frame was consumed)
+//	1   1   flags (flagAckCtrl: your explicit credit frame was consumed;
+//	        flagStarved: I waited for credits; flagCanWrite: see RTS)
 //	2   2   credits returned to the receiver of this frame
 //	4   4   context id
 //	8   4   tag (int32)
@@ -72,6 +73,7 @@ func (k frameKind) String() string {
 const (
 	flagAckCtrl  = 1 << 0
 	flagCanWrite = 1 << 1 // RTS: the sender can write into the receiver's memory (split rendezvous)
+	flagStarved  = 1 << 2 // the sender waited for credits: post more buffers if you may
 )
 
 // FIN status values (header aux).
