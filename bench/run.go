@@ -77,7 +77,22 @@ func newRunner[T comm.Element](c *comm.Comm, cfg config, progress io.Writer) *ru
 	case "allgather", "alltoall":
 		n = maxCount * p
 	}
-	return &runner[T]{c: c, cfg: cfg, send: make([]T, n), recv: make([]T, n), progress: progress}
+	b := &runner[T]{c: c, cfg: cfg, send: make([]T, n), recv: make([]T, n), progress: progress}
+	touch(b.send)
+	touch(b.recv)
+	return b
+}
+
+// touch writes every page of buf once, as OSU's benchmarks (and
+// mpibench) memset their buffers before the first size: otherwise each
+// size's first calls fault in its new pages, which costs 10-20 µs a page
+// on this VM and went into the calibration that sets the iteration count
+// (a two-rank allreduce's first 512 KiB call took 12 ms).
+func touch[T comm.Element](buf []T) {
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)*int(unsafe.Sizeof(T(0))))
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 0
+	}
 }
 
 // pattern is the -c value of element i from rank r in iteration it.
