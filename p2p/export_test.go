@@ -19,3 +19,11 @@ func (ep *Endpoint) Posted(peer int) int {
 	defer ep.mu.Unlock()
 	return ep.peers[peer].nrecv
 }
+
+// SendOutstanding reports the send queue entries this endpoint counts as
+// in use toward peer, for TestInlineAccounting.
+func (ep *Endpoint) SendOutstanding(peer int) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.peers[peer].sqOut
+}

@@ -55,6 +55,17 @@ func splitWRID(id uint64) (kind, rank int, idx uint32) {
 
 func sqDepth(slots int) int { return slots + 40 }
 
+// Inline frames: at most inlineMax bytes (an EAGER of 36, an RTS, a FIN),
+// only over shm, whose SEND of up to 48 bytes lands in the completion's
+// own line anyway; a send queue entry of an unsignaled one is accounted
+// for when the next signaled one completes, whose work request id carries
+// their count (idx = inlineMark | count).
+const (
+	inlineMax    = 48
+	inlineSignal = 16
+	inlineMark   = 1 << 31
+)
+
 type outItem struct {
 	h          header
 	payload    []byte
@@ -77,7 +88,12 @@ type peer struct {
 	nrecv   int  // receive buffers posted (see growLocked)
 	maxRecv int  // the most nrecv may grow to (recvMR holds that many)
 	starved bool // a frame waited for credits since the last frame we sent
-	grows   bool // buffers grow on demand (maxRecv > EagerSlots; symmetric)
+	// Small frames over shm go inline (the WR carries their bytes): no
+	// staging slot, and only every inlineSignal-th is signaled.
+	inline int // largest inline frame (0: none)
+	unsig  int // inline frames posted unsignaled since the last signaled one
+	iframe [inlineMax]byte
+	grows  bool // buffers grow on demand (maxRecv > EagerSlots; symmetric)
 
 	sendFree     []int32
 	credits      int
@@ -181,11 +197,14 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	pipe = min(pipe, maxPipe)
 	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: hdrLen + eager, nrecv: n, maxRecv: most,
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
+	if d.provider == "shm" && d.caps.MaxInline >= inlineMax {
+		p.inline = inlineMax
+	}
 	p.stats.Rank = rank
 	p.stats.Transport = d.provider
 	var err error
 	p.qp, err = d.pd.CreateQP(verbs.QPInitAttr{SendCQ: d.cq, RecvCQ: d.cq,
-		Cap: verbs.QPCap{MaxSendWR: p.sqCap, MaxRecvWR: most + 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: p.sqCap, MaxRecvWR: most + 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: p.inline}})
 	if err != nil {
 		return nil, err
 	}
@@ -268,8 +287,6 @@ func (p *peer) frameRoom(credited bool) bool {
 
 // postFrame sends h (and payload) from a staging slot. The caller checked canPost.
 func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool) error {
-	slot := p.sendFree[len(p.sendFree)-1]
-	p.sendFree = p.sendFree[:len(p.sendFree)-1]
 	if p.owed > 0 && h.kind != kRevoke && h.kind != kBye {
 		c := min(p.owed, 0xffff)
 		h.credits = uint16(c)
@@ -283,6 +300,11 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		h.flags |= flagStarved
 		p.starved = false
 	}
+	if n := h.frameLen() + len(payload); n <= p.inline && (h.kind == kEager || len(payload) == 0) {
+		return p.postInline(h, payload, n, credited)
+	}
+	slot := p.sendFree[len(p.sendFree)-1]
+	p.sendFree = p.sendFree[:len(p.sendFree)-1]
 	off := int(slot) * p.slot
 	b := p.sendMR.Bytes()[off : off+p.slot]
 	n := h.frameLen()
@@ -297,6 +319,36 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		p.sendFree = append(p.sendFree, slot)
 		p.owed += int(h.credits)
 		return err
+	}
+	if credited {
+		p.credits--
+	}
+	p.sqOut++
+	p.sent = true
+	return nil
+}
+
+// postInline is postFrame for a frame of n bytes that goes inline.
+func (p *peer) postInline(h *header, payload []byte, n int, credited bool) error {
+	b := p.iframe[:n]
+	m := h.frameLen()
+	h.put(b)
+	copy(b[m:], payload)
+	p.swr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendInline, Inline: b}
+	if p.unsig+1 >= inlineSignal || p.sqOut+1 >= p.sqCap {
+		p.swr[0].Flags |= verbs.SendSignaled
+		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark|uint32(p.unsig+1))
+	} else {
+		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark)
+	}
+	if err := p.qp.PostSend(p.swr[:]...); err != nil {
+		p.owed += int(h.credits)
+		return err
+	}
+	if p.swr[0].Flags&verbs.SendSignaled != 0 {
+		p.unsig = 0
+	} else {
+		p.unsig++
 	}
 	if credited {
 		p.credits--

@@ -212,8 +212,12 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 	p := ep.peers[rank]
 	switch kind {
 	case wrSend:
-		p.sendFree = append(p.sendFree, int32(idx))
-		p.sqOut--
+		if idx&inlineMark != 0 {
+			p.sqOut -= int(idx &^ inlineMark)
+		} else {
+			p.sendFree = append(p.sendFree, int32(idx))
+			p.sqOut--
+		}
 		ep.markDirty(p)
 	case wrRead, wrWrite:
 		p.sqOut--
