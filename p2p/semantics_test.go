@@ -388,9 +388,9 @@ func TestSplitRendezvousSenderGone(t *testing.T) {
 }
 
 // TestIdleRepost: a receiver posts a full batch of consumed buffers again
-// once it is idle (here, waiting for a late message), not only when a
-// second batch fills up; otherwise a sender would run on fewer credits
-// than the receiver has buffers.
+// once it is idle (here, a receive that waits for a message that never
+// comes), not only when a second batch fills up; otherwise a sender would
+// run on fewer credits than the receiver has buffers.
 func TestIdleRepost(t *testing.T) {
 	for _, prov := range []string{"loop", "shm"} {
 		t.Run(prov, func(t *testing.T) {
@@ -404,18 +404,26 @@ func TestIdleRepost(t *testing.T) {
 							return err
 						}
 					}
-					time.Sleep(20 * time.Millisecond) // rank 1 waits meanwhile
-					return ep.Send(ctx, 1, 1, buf)
+					_, err := ep.Recv(ctx, 1, 3, buf) // rank 1 is done
+					return err
 				}
-				for range early + 1 {
+				for range early {
 					if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
 						return err
 					}
 				}
+				// Polls that find nothing: the endpoint is idle.
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+				_, err := ep.Recv(wctx, 0, 2, buf)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					return fmt.Errorf("the idle receive: %v, want a deadline error", err)
+				}
+				// A full batch (4) must have gone; fewer may wait for more.
 				if n := ep.Unposted(0); n >= 4 {
 					return fmt.Errorf("%d consumed buffers still unposted after an idle wait", n)
 				}
-				return nil
+				return ep.Send(ctx, 0, 3, buf)
 			})
 		})
 	}
