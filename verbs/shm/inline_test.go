@@ -72,6 +72,39 @@ func TestInlineSend(t *testing.T) {
 			require.Equal(t, want, rbuf[:4096])
 		})
 	}
+	t.Run("smallest-posted", func(t *testing.T) {
+		// The sender skips reading the receive's descriptor when the data
+		// fits the smallest receive ever posted: a smaller receive posted
+		// later must lower that, so a SEND too large for it still fails
+		// on both sides; one that fits a later, larger receive succeeds.
+		for _, tc := range []struct {
+			name   string
+			sizes  [2]int
+			fitErr bool
+		}{{"smaller-after-larger", [2]int{64, 16}, true}, {"larger-after-smaller", [2]int{16, 64}, false}} {
+			t.Run(tc.name, func(t *testing.T) {
+				a, b := newEnd(t, Options{}), newEnd(t, Options{})
+				connectPair(t, a, b)
+				for i, n := range tc.sizes {
+					require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(7 + i), SGL: []verbs.SGE{verbs.SGEOf(b.mr, 128*i, n)}}))
+				}
+				copy(a.mr.Bytes(), pattern(30, 5))
+				for i, n := range []int{8, 30} {
+					require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(1 + i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+						SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, n)}}))
+					sw, rw := waitWC(t, a.scq), waitWC(t, b.rcq)
+					if i == 1 && tc.fitErr {
+						require.Equal(t, verbs.StatusRemInvReqErr, sw.Status)
+						require.Equal(t, verbs.StatusLocLenErr, rw.Status)
+						continue
+					}
+					require.Equal(t, verbs.StatusSuccess, sw.Status, "send %d", i)
+					require.Equal(t, verbs.StatusSuccess, rw.Status, "send %d", i)
+					require.Equal(t, pattern(30, 5)[:n], b.mr.Bytes()[128*i:128*i+n])
+				}
+			})
+		}
+	})
 	t.Run("region-closed", func(t *testing.T) {
 		// A receive whose region is deregistered before the SEND lands
 		// completes with LOC_PROT_ERR, inline or not.

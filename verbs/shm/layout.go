@@ -21,7 +21,8 @@ package shm
 //
 //	0    header line, written by the owner: qpn, state, access flags, pd,
 //	     max dest rd atomic, recv CQ doorbell index, RQ depth, RQ SGEs,
-//	     descriptor size, min RNR timer, magic
+//	     descriptor size, min RNR timer, magic, and (48) the smallest
+//	     receive ever posted, in bytes (0: unknown), which only shrinks
 //	64   rqHead u64: receive requests posted (owner stores, release)
 //	128  rqClaim u64: receive requests taken by the peer's sender (CAS);
 //	     bit 63 closes the queue (the QP went to ERR)
@@ -46,8 +47,11 @@ package shm
 // it there when it polls the completion: the sender then writes one line
 // of the owner's memory instead of two (the buffer's and the completion's),
 // and the owner reads the data from the line it had to fetch anyway. The
-// sender still reads the receive's descriptor to check that the data fits
-// (an IB SEND too large for its receive fails on both sides).
+// sender must know that the data fits (an IB SEND too large for its
+// receive fails on both sides): when it is no larger than the smallest
+// receive the owner ever posted (header, stored before the head that
+// publishes the receive), it does; otherwise it reads the receive's
+// descriptor, a line the owner wrote when it posted.
 const (
 	segMagic   = 0x4d48534f4741_4452 // "RDAGOSHM", roughly
 	segVersion = 2                   // 2: 64-byte completions with inline data
@@ -93,6 +97,7 @@ const (
 	qsEntrySize = 32
 	qsMinRNR    = 36
 	qsMagic     = 40
+	qsMinRecv   = 48
 	qsHead      = 64
 	qsClaim     = 128
 	qsRemoteErr = 192

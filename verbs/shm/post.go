@@ -256,9 +256,8 @@ func (q *QP) exec(wr *verbs.SendWR) (verbs.Status, outcome) {
 		// Resolve the receive's SGEs in the peer's region table.
 		do := qsEntries + (idx&(l.depth-1))*l.dsz
 		rd := l.seg[do : do+l.dsz : do+l.dsz]
-		nsge := int(binary.LittleEndian.Uint32(rd[rdNSGE:]))
-		if nsge > l.peerNSGE {
-			nsge = l.peerNSGE
+		sges := func() int { // the receive's SGE count (reads its descriptor)
+			return min(int(binary.LittleEndian.Uint32(rd[rdNSGE:])), l.peerNSGE)
 		}
 		var imm uint32
 		var flags verbs.WCFlags
@@ -268,10 +267,15 @@ func (q *QP) exec(wr *verbs.SendWR) (verbs.Status, outcome) {
 		if total > 0 && total <= rcInlineMax {
 			// The data goes in the completion (see layout.go); the owner
 			// checked its receive's keys when it posted it and copies
-			// the data out when it polls. Only the room is checked here.
-			var room uint64
-			for j := 0; j < nsge && room < total; j++ {
-				room += uint64(binary.LittleEndian.Uint32(rd[rdSGEs+j*sgeSize+8:]))
+			// the data out when it polls. Only the room is checked here,
+			// from the descriptor unless every receive is large enough.
+			room := uint64(atomic.LoadUint32(l.hdr(qsMinRecv)))
+			if room < total {
+				room = 0
+				nsge := sges()
+				for j := 0; j < nsge && room < total; j++ {
+					room += uint64(binary.LittleEndian.Uint32(rd[rdSGEs+j*sgeSize+8:]))
+				}
 			}
 			if room < total {
 				l.publish(e, idx, verbs.StatusLocLenErr, verbs.WCRecv, 0, 0, 0)
@@ -288,6 +292,7 @@ func (q *QP) exec(wr *verbs.SendWR) (verbs.Status, outcome) {
 		spans := q.spans[:0]
 		var room uint64
 		bad := false
+		nsge := sges()
 		for j := 0; j < nsge && room < total; j++ {
 			o := rdSGEs + j*sgeSize
 			addr := binary.LittleEndian.Uint64(rd[o:])

@@ -63,6 +63,8 @@ type QP struct {
 	// Receive side: recvMu serialises PostRecv; rqPolled is advanced by the
 	// recv CQ's Poll under the CQ's lock.
 	recvMu    sync.Mutex
+	minRecv   uint32 // the smallest receive posted so far, under recvMu
+	minPosted bool   // minRecv is set
 	rqPolled  atomic.Uint64
 	flushFrom atomic.Uint64
 }
@@ -249,6 +251,8 @@ func (q *QP) reset() {
 	clear(q.seg[qsEntries:])
 	q.rqPolled.Store(0)
 	q.flushFrom.Store(0)
+	q.minRecv, q.minPosted = 0, false
+	atomic.StoreUint32(q.hdr32(qsMinRecv), 0)
 	q.access, q.maxDestRd, q.minRNR = 0, 0, 0
 	atomic.StoreUint32(q.hdr32(qsAccess), 0)
 	atomic.StoreUint32(q.hdr32(qsMaxDestRd), 0)
@@ -443,6 +447,16 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 		h := atomic.LoadUint64(head)
 		if h-q.rqPolled.Load() >= q.depth {
 			return q.opErr("PostRecv", i, fmt.Errorf("%w: %d receives outstanding", verbs.ErrQueueFull, q.depth))
+		}
+		var n uint64
+		for _, s := range wr.SGL {
+			n += uint64(s.Length)
+		}
+		if n := uint32(min(n, 1<<32-1)); !q.minPosted || n < q.minRecv {
+			// Before the head that publishes this receive: a sender that
+			// sees the receive sees a minimum no larger than it.
+			q.minRecv, q.minPosted = n, true
+			atomic.StoreUint32(q.hdr32(qsMinRecv), n)
 		}
 		e := q.desc(h)
 		binary.LittleEndian.PutUint64(e[rdWRID:], wr.ID)
