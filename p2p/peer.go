@@ -256,11 +256,16 @@ func (p *peer) close() {
 func (p *peer) repost() error {
 	n := p.nUnposted
 	for i, slot := range p.unposted[:n] {
-		p.rsge[i] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
-		p.rwr[i] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, slot), SGL: p.rsge[i : i+1]}
+		p.recvWR(i, slot)
 	}
 	p.nUnposted = 0
 	return p.qp.PostRecv(p.rwr[:n]...)
+}
+
+// recvWR prepares p.rwr[i] to receive into buffer slot.
+func (p *peer) recvWR(i int, slot uint32) {
+	p.rsge[i] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
+	p.rwr[i] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, slot), SGL: p.rsge[i : i+1]}
 }
 
 func (p *peer) recvBuf(slot uint32, n uint32) []byte {
@@ -300,25 +305,36 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		h.flags |= flagStarved
 		p.starved = false
 	}
+	slot := int32(-1) // the staging slot, if the frame does not go inline
 	if n := h.frameLen() + len(payload); n <= p.inline && (h.kind == kEager || len(payload) == 0) {
-		return p.postInline(h, payload, n, credited)
+		p.inlineWR(h, payload, n)
+	} else {
+		slot = p.sendFree[len(p.sendFree)-1]
+		p.sendFree = p.sendFree[:len(p.sendFree)-1]
+		off := int(slot) * p.slot
+		b := p.sendMR.Bytes()[off : off+p.slot]
+		n := h.frameLen()
+		h.put(b)
+		if h.kind == kEager || h.kind == kPipe {
+			n += copy(b[n:], payload)
+		}
+		p.sge[0] = verbs.SGEOf(p.sendMR, off, n)
+		p.swr[0] = verbs.SendWR{ID: wrID(wrSend, p.rank, uint32(slot)), Opcode: verbs.OpSend,
+			Flags: verbs.SendSignaled, SGL: p.sge[:]}
 	}
-	slot := p.sendFree[len(p.sendFree)-1]
-	p.sendFree = p.sendFree[:len(p.sendFree)-1]
-	off := int(slot) * p.slot
-	b := p.sendMR.Bytes()[off : off+p.slot]
-	n := h.frameLen()
-	h.put(b)
-	if h.kind == kEager || h.kind == kPipe {
-		n += copy(b[n:], payload)
-	}
-	p.sge[0] = verbs.SGEOf(p.sendMR, off, n)
-	p.swr[0] = verbs.SendWR{ID: wrID(wrSend, p.rank, uint32(slot)), Opcode: verbs.OpSend,
-		Flags: verbs.SendSignaled, SGL: p.sge[:]}
 	if err := p.qp.PostSend(p.swr[:]...); err != nil {
-		p.sendFree = append(p.sendFree, slot)
+		if slot >= 0 {
+			p.sendFree = append(p.sendFree, slot)
+		}
 		p.owed += int(h.credits)
 		return err
+	}
+	if slot < 0 {
+		if p.swr[0].Flags&verbs.SendSignaled != 0 {
+			p.unsig = 0
+		} else {
+			p.unsig++
+		}
 	}
 	if credited {
 		p.credits--
@@ -328,12 +344,13 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	return nil
 }
 
-// postInline is postFrame for a frame of n bytes that goes inline.
-func (p *peer) postInline(h *header, payload []byte, n int, credited bool) error {
+// inlineWR prepares p.swr[0] to send the frame (h, payload; n bytes)
+// inline: its bytes in the work request, signaled only every
+// inlineSignal-th time or when the send queue is about to fill.
+func (p *peer) inlineWR(h *header, payload []byte, n int) {
 	b := p.iframe[:n]
-	m := h.frameLen()
 	h.put(b)
-	copy(b[m:], payload)
+	copy(b[h.frameLen():], payload)
 	p.swr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendInline, Inline: b}
 	if p.unsig+1 >= inlineSignal || p.sqOut+1 >= p.sqCap {
 		p.swr[0].Flags |= verbs.SendSignaled
@@ -341,21 +358,6 @@ func (p *peer) postInline(h *header, payload []byte, n int, credited bool) error
 	} else {
 		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark)
 	}
-	if err := p.qp.PostSend(p.swr[:]...); err != nil {
-		p.owed += int(h.credits)
-		return err
-	}
-	if p.swr[0].Flags&verbs.SendSignaled != 0 {
-		p.unsig = 0
-	} else {
-		p.unsig++
-	}
-	if credited {
-		p.credits--
-	}
-	p.sqOut++
-	p.sent = true
-	return nil
 }
 
 // post posts it (the caller checked canPost) and completes what completes on posting.

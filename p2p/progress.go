@@ -408,9 +408,7 @@ func (ep *Endpoint) growLocked(p *peer) {
 	for i := 0; i < k; {
 		m := min(k-i, len(p.rwr))
 		for j := range m {
-			slot := uint32(p.nrecv + i + j)
-			p.rsge[j] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
-			p.rwr[j] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, slot), SGL: p.rsge[j : j+1]}
+			p.recvWR(j, uint32(p.nrecv+i+j))
 		}
 		if err := p.qp.PostRecv(p.rwr[:m]...); err != nil {
 			ep.linkErrorLocked(p, fmt.Errorf("posting more receives: %w", err))
