@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,31 +34,38 @@ func flowControl(t *testing.T, n, slots int) {
 	opts := small
 	opts.P2P.EagerSlots = slots
 	p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
-		size := func(i int) int { return []int{0, 10, 256, 257, 5000}[i%5] }
-		if ep.Rank() == 0 {
-			reqs := make([]*p2p.Request, n)
-			for i := range n {
-				r, err := ep.Isend(1, 3, pattern(size(i), byte(i)))
-				if err != nil {
-					return err
-				}
-				reqs[i] = r
-			}
-			return p2p.WaitAll(ctx, reqs...)
-		}
-		time.Sleep(20 * time.Millisecond) // let the sender run out of credits
+		return streamInOrder(ctx, ep, n, 3, []int{0, 10, 256, 257, 5000})
+	})
+}
+
+// streamInOrder has rank 0 start n sends of sizes[i%len(sizes)] bytes to
+// rank 1 at once, and rank 1 receive them only after a pause (so the
+// sender runs out of credits), checking each payload and the order.
+func streamInOrder(ctx context.Context, ep *p2p.Endpoint, n, tag int, sizes []int) error {
+	size := func(i int) int { return sizes[i%len(sizes)] }
+	if ep.Rank() == 0 {
+		reqs := make([]*p2p.Request, n)
 		for i := range n {
-			buf := make([]byte, 5000)
-			st, err := ep.Recv(ctx, 0, 3, buf)
+			r, err := ep.Isend(1, tag, pattern(size(i), byte(i)))
 			if err != nil {
 				return err
 			}
-			if st.Count != size(i) || !bytes.Equal(buf[:st.Count], pattern(size(i), byte(i))) {
-				return fmt.Errorf("message %d: got %d bytes, want %d (overtaken?)", i, st.Count, size(i))
-			}
+			reqs[i] = r
 		}
-		return nil
-	})
+		return p2p.WaitAll(ctx, reqs...)
+	}
+	time.Sleep(20 * time.Millisecond) // let the sender run out of credits
+	buf := make([]byte, slices.Max(sizes))
+	for i := range n {
+		st, err := ep.Recv(ctx, 0, tag, buf)
+		if err != nil {
+			return err
+		}
+		if st.Count != size(i) || !bytes.Equal(buf[:st.Count], pattern(size(i), byte(i))) {
+			return fmt.Errorf("message %d: got %d bytes, want %d (overtaken?)", i, st.Count, size(i))
+		}
+	}
+	return nil
 }
 
 func TestTruncation(t *testing.T) {
@@ -437,14 +445,12 @@ func TestSlotsGrow(t *testing.T) {
 	for _, prov := range []string{"loop", "shm"} {
 		t.Run(prov, func(t *testing.T) {
 			opts := p2ptest.Options{Provider: prov, P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4, EagerSlotsMax: 16}}
-			const n = 300
-			size := func(i int) int { return []int{0, 9, 256, 3000}[i%4] } // eager and rendezvous
 			p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
-				buf := make([]byte, 3000)
+				buf := make([]byte, 8)
 				// A ping-pong first: one message in flight, no growth.
-				for i := range 20 {
+				for range 20 {
 					if ep.Rank() == 0 {
-						if err := ep.Send(ctx, 1, 1, buf[:8]); err != nil {
+						if err := ep.Send(ctx, 1, 1, buf); err != nil {
 							return err
 						}
 						if _, err := ep.Recv(ctx, 1, 1, buf); err != nil {
@@ -454,35 +460,17 @@ func TestSlotsGrow(t *testing.T) {
 						if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
 							return err
 						}
-						if err := ep.Send(ctx, 0, 1, buf[:8]); err != nil {
+						if err := ep.Send(ctx, 0, 1, buf); err != nil {
 							return err
 						}
 					}
-					_ = i
 				}
 				if got := ep.Posted(1 - ep.Rank()); got != 4 {
 					return fmt.Errorf("after a ping-pong: %d buffers posted, want 4", got)
 				}
-				if ep.Rank() == 0 {
-					reqs := make([]*p2p.Request, n)
-					for i := range n {
-						r, err := ep.Isend(1, 2, pattern(size(i), byte(i)))
-						if err != nil {
-							return err
-						}
-						reqs[i] = r
-					}
-					return p2p.WaitAll(ctx, reqs...)
-				}
-				time.Sleep(20 * time.Millisecond) // let the sender run out of credits
-				for i := range n {
-					st, err := ep.Recv(ctx, 0, 2, buf)
-					if err != nil {
-						return err
-					}
-					if st.Count != size(i) || !bytes.Equal(buf[:st.Count], pattern(size(i), byte(i))) {
-						return fmt.Errorf("message %d: got %d bytes, want %d (overtaken?)", i, st.Count, size(i))
-					}
+				// 300 messages, eager and rendezvous.
+				if err := streamInOrder(ctx, ep, 300, 2, []int{0, 9, 256, 3000}); err != nil || ep.Rank() == 0 {
+					return err
 				}
 				if got := ep.Posted(0); got != 16 {
 					return fmt.Errorf("after a stream: %d buffers posted, want 16 (EagerSlotsMax)", got)
