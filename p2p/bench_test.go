@@ -120,3 +120,33 @@ func benchRawTCP(b *testing.B, size int) {
 }
 
 var _ = p2p.AnySource
+
+// BenchmarkOverhead is the software cost of one 8-byte ping-pong round
+// (two Sends, two Recvs) with both ranks driven by one goroutine over shm:
+// no cache line crosses cores, so this is p2p's and the provider's own
+// instruction count, the floor under the cross-process ping-pong
+// (compare verbs/shm's BenchmarkOverhead for the provider alone).
+func BenchmarkOverhead(b *testing.B) {
+	ctx := context.Background()
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "shm"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p2ptest.Close(eps)
+	s, r := make([]byte, 8), make([]byte, 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := eps[0].Send(ctx, 1, 1, s); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := eps[1].Recv(ctx, 0, 1, r); err != nil {
+			b.Fatal(err)
+		}
+		if err := eps[1].Send(ctx, 0, 1, r); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := eps[0].Recv(ctx, 1, 1, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
