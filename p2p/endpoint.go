@@ -77,6 +77,12 @@ type Endpoint struct {
 	// is not empty, for lock-free looks from the poll loops.
 	duePeers []*peer // guarded by mu
 	due      atomic.Bool
+
+	// The rings (ring.go): the window holding the ones peers write to this
+	// rank, its sleepers word, and scratch for a message over several lines.
+	ringWin  *Window // set under pollMu and mu
+	sleepers *uint32
+	ringBuf  []byte
 	stop     context.CancelFunc
 	bgCtx    context.Context
 	wg       sync.WaitGroup
@@ -108,6 +114,9 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 	}
 	if opts.EagerLimit > 1<<20 {
 		return fail(fmt.Errorf("%w: EagerLimit %d exceeds 1 MiB", ErrInvalidArgument, opts.EagerLimit))
+	}
+	if r := opts.RingLines; r > 0 && (r&(r-1) != 0 || r < 2*ringLines || r > 1<<16) {
+		return fail(fmt.Errorf("%w: RingLines %d is not a power of two from %d to 65536", ErrInvalidArgument, r, 2*ringLines))
 	}
 	if opts.EagerSlots > 4096 || opts.EagerSlotsMax > 4096 {
 		return fail(fmt.Errorf("%w: EagerSlots %d or EagerSlotsMax %d exceeds 4096", ErrInvalidArgument, opts.EagerSlots, opts.EagerSlotsMax))
@@ -141,6 +150,10 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 	if opts.LivenessTimeout > 0 && size > 1 {
 		ep.wg.Add(1)
 		go ep.liveness()
+	}
+	if err := ep.setupRings(ctx); err != nil {
+		_ = ep.Close()
+		return fail(fmt.Errorf("setting up the rings: %w", err))
 	}
 	return ep, nil
 }
@@ -232,6 +245,17 @@ func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
 
 // teardown releases everything; the background goroutines must be stopped.
 func (ep *Endpoint) teardown() {
+	// No poll may look at the rings once their memory is gone.
+	ep.pollMu.Lock()
+	ep.mu.Lock()
+	ep.ringWin, ep.sleepers = nil, nil
+	for _, p := range ep.peers {
+		if p != nil {
+			p.rin, p.rout = nil, nil
+		}
+	}
+	ep.mu.Unlock()
+	ep.pollMu.Unlock()
 	for _, p := range ep.peers {
 		if p != nil {
 			p.close()

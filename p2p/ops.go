@@ -126,10 +126,14 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 			return nil, c.argErr(op, peer, tag, err)
 		}
 		return r, nil
+	case !large && len(p.queue) == 0 && ep.ringSend(p, c.id, int32(tag), buf):
+		p.stats.eagerSent(c.id, len(buf))
+		ep.completeLocked(r, nil)
+		return r, nil
 	case !large:
 		r.item = outItem{h: header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))},
 			payload: buf, req: r, complete: true}
-		p.stats.EagerSent.add(len(buf))
+		p.stats.eagerSent(c.id, len(buf))
 	default:
 		ep.nextID++
 		r.id, r.reg, r.dev = ep.nextID, reg, p.dev
@@ -164,7 +168,14 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if ep.checkLocked() != nil || p.departed || len(p.queue) > 0 || !p.frameRoom(true) {
+	if ep.checkLocked() != nil || p.departed || len(p.queue) > 0 {
+		return false, nil
+	}
+	if ep.ringSend(p, c.id, int32(tag), buf) {
+		p.stats.eagerSent(c.id, len(buf))
+		return true, nil
+	}
+	if !p.frameRoom(true) {
 		return false, nil
 	}
 	h := header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))}
@@ -176,7 +187,7 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 		}
 		return true, c.argErr("Send", peer, tag, err)
 	}
-	p.stats.EagerSent.add(len(buf))
+	p.stats.eagerSent(c.id, len(buf))
 	return true, nil
 }
 

@@ -129,6 +129,11 @@ type peer struct {
 	nUnposted  int
 	unpostOwed int
 	due        bool // in ep.duePeers
+
+	// The shared-memory rings for small messages (ring.go), when both
+	// ranks have them: ours in the peer's memory, and the peer's in ours.
+	rout *ringOut
+	rin  *ringIn
 }
 
 // readChunk is the largest READ a rendezvous under readWholeMin posts over
@@ -304,6 +309,10 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	if p.starved {
 		h.flags |= flagStarved
 		p.starved = false
+	}
+	if p.rout != nil && (h.kind == kEager || h.kind == kRTS || h.kind == kPipe || h.kind == kBye) {
+		h.flags |= flagMarked
+		h.aux = p.rout.sent
 	}
 	slot := int32(-1) // the staging slot, if the frame does not go inline
 	if n := h.frameLen() + len(payload); n <= p.inline && (h.kind == kEager || len(payload) == 0) {

@@ -65,13 +65,19 @@ func (ep *Endpoint) progressLocked() int {
 	}
 	total := 0
 	for _, d := range ep.devs {
+		// Where the rings stand before the poll: the frames sent before
+		// those ring messages are in the CQ by now (see ring.go).
+		ring := ep.ringWin != nil && ep.ringScan()
 		n := d.cq.Poll(ep.wcs)
-		if n == 0 {
+		if n == 0 && !ring {
 			continue
 		}
 		ep.mu.Lock()
 		for i := range ep.wcs[:n] {
 			ep.handleWC(&ep.wcs[i])
+		}
+		if ring && n < len(ep.wcs) {
+			total += ep.ringDrainLocked()
 		}
 		ep.flushDirtyLocked()
 		ep.mu.Unlock()
@@ -146,7 +152,7 @@ func (ep *Endpoint) background(d *device) {
 		}
 		kicked, nap = false, bgNapMin
 		ep.repostDue()
-		if err := d.waitSleep(ep.bgCtx); err != nil {
+		if err := ep.blockIn(ep.bgCtx, d, true); err != nil {
 			if ep.bgCtx.Err() != nil {
 				return
 			}
@@ -289,18 +295,25 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 	if h.flags&flagStarved != 0 {
 		ep.growLocked(p)
 	}
+	if h.flags&flagMarked != 0 {
+		// Ring messages sent before this frame come first.
+		ep.ringTo(p, h.aux)
+		if p.broken {
+			return
+		}
+	}
 	owe := true
 	switch h.kind {
 	case kEager:
 		env := envelope{ctx: h.ctx, src: p.rank, tag: h.tag}
-		p.stats.EagerRecv.add(int(h.size))
+		p.stats.eagerRecv(h.ctx, int(h.size))
 		if ep.failErr != nil {
 			break
 		}
 		if r := ep.m.arrive(env); r != nil {
-			ep.deliverEagerLocked(r, env, b[eagerHdrLen:])
+			ep.deliverEagerLocked(r, env, b[h.frameLen():])
 		} else {
-			ep.m.addUnexpected(&inbound{env: env, size: int(h.size), data: append([]byte(nil), b[eagerHdrLen:]...)})
+			ep.m.addUnexpected(&inbound{env: env, size: int(h.size), data: append([]byte(nil), b[h.frameLen():]...)})
 			ep.wakeArrivalsLocked()
 		}
 	case kRTS:

@@ -283,7 +283,7 @@ func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 		}
 		r.wake = cancel
 		ep.mu.Unlock()
-		err := d.cq.Wait(wctx)
+		err := ep.blockIn(wctx, d, false)
 		ep.mu.Lock()
 		r.wake = nil
 		ep.mu.Unlock()

@@ -57,3 +57,18 @@ func (ep *Endpoint) Stats() Stats {
 	}
 	return s
 }
+
+// eagerSent and eagerRecv count an eager message, unless it is one of the
+// window key exchanges (the endpoint makes a window of its own in New,
+// and a program counts the messages it sent, not those).
+func (s *PeerStats) eagerSent(ctx uint32, n int) {
+	if ctx != ctxWindow {
+		s.EagerSent.add(n)
+	}
+}
+
+func (s *PeerStats) eagerRecv(ctx uint32, n int) {
+	if ctx != ctxWindow {
+		s.EagerRecv.add(n)
+	}
+}

@@ -60,6 +60,12 @@ func (ep *Endpoint) AllocWindow(ctx context.Context, n int) (*Window, error) {
 }
 
 func (ep *Endpoint) newWindow(ctx context.Context, buf []byte, alloc bool) (*Window, error) {
+	return ep.newWindowWith(ctx, buf, alloc, nil)
+}
+
+// newWindowWith is newWindow that calls registered(w) once the memory is
+// registered, before any peer can learn its key.
+func (ep *Endpoint) newWindowWith(ctx context.Context, buf []byte, alloc bool, registered func(*Window)) (*Window, error) {
 	ep.mu.Lock()
 	if err := ep.checkLocked(); err != nil {
 		ep.mu.Unlock()
@@ -93,6 +99,9 @@ func (ep *Endpoint) newWindow(ctx context.Context, buf []byte, alloc bool) (*Win
 			return fail(fmt.Errorf("registering %d bytes: %w", len(buf), err))
 		}
 		w.mrs[d] = mr
+	}
+	if registered != nil {
+		registered(w)
 	}
 	// Exchange keys over the reserved window context: rank r gets from us
 	// the key of the device that carries our link to r.

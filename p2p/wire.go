@@ -16,14 +16,16 @@ import (
 //	off size
 //	0   1   kind
 //	1   1   flags (flagAckCtrl: your explicit credit frame was consumed;
-//	        flagStarved: I waited for credits; flagCanWrite: see RTS)
+//	        flagStarved: I waited for credits; flagCanWrite: see RTS;
+//	        flagMarked: aux is the ring mark, see ring.go)
 //	2   2   credits returned to the receiver of this frame
 //	4   4   context id
 //	8   4   tag (int32)
-//	12  4   aux (kind-specific: FIN status, REVOKE/BYE reporter)
+//	12  4   aux (kind-specific: FIN status, REVOKE reporter; with
+//	        flagMarked, on EAGER, RTS, PIPE and BYE: the ring mark)
 //	16  8   size (RTS, PIPE: message size; REVOKE: the lost rank)
 //
-// EAGER: payload at 12. RTS: 24 addr u64, 32 rkey u32, 36 zero u32,
+// EAGER: payload at 12, or at 16 with flagMarked (the mark at 12). RTS: 24 addr u64, 32 rkey u32, 36 zero u32,
 // 40 request id u64 (48 bytes). CTS: the same layout (addr: where in the
 // receiver's memory the sender writes size bytes, rkey zero). FIN, CANCEL
 // and WDONE: 24 request id u64 (32 bytes). PIPE (one fragment of a
@@ -32,6 +34,7 @@ import (
 const (
 	hdrLen      = 24
 	eagerHdrLen = 12
+	markedLen   = 16 // a marked EAGER's header
 	rtsLen      = 48
 	finLen      = 32
 	pipeLen     = 40
@@ -74,6 +77,7 @@ const (
 	flagAckCtrl  = 1 << 0
 	flagCanWrite = 1 << 1 // RTS: the sender can write into the receiver's memory (split rendezvous)
 	flagStarved  = 1 << 2 // the sender waited for credits: post more buffers if you may
+	flagMarked   = 1 << 3 // aux is the ring mark: handle the sender's ring up to it first
 )
 
 // FIN status values (header aux).
@@ -103,6 +107,9 @@ type header struct {
 func (h *header) frameLen() int {
 	switch h.kind {
 	case kEager:
+		if h.flags&flagMarked != 0 {
+			return markedLen
+		}
 		return eagerHdrLen
 	case kRTS, kCTS:
 		return rtsLen
@@ -123,6 +130,9 @@ func (h *header) put(b []byte) {
 	binary.LittleEndian.PutUint32(b[4:], h.ctx)
 	binary.LittleEndian.PutUint32(b[8:], uint32(h.tag))
 	if h.kind == kEager {
+		if h.flags&flagMarked != 0 {
+			binary.LittleEndian.PutUint32(b[12:markedLen], h.aux)
+		}
 		return
 	}
 	_ = b[hdrLen-1]
@@ -158,7 +168,15 @@ func parseFrame(b []byte, h *header) error {
 	h.ctx = binary.LittleEndian.Uint32(b[4:])
 	h.tag = int32(binary.LittleEndian.Uint32(b[8:]))
 	if h.kind == kEager {
-		h.size = uint64(len(b) - eagerHdrLen)
+		if h.flags&flagMarked == 0 {
+			h.size = uint64(len(b) - eagerHdrLen)
+			return nil
+		}
+		if len(b) < markedLen {
+			return fmt.Errorf("marked EAGER frame of %d bytes is shorter than its %d-byte header", len(b), markedLen)
+		}
+		h.aux = binary.LittleEndian.Uint32(b[12:])
+		h.size = uint64(len(b) - markedLen)
 		return nil
 	}
 	if len(b) < hdrLen {

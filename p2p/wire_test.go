@@ -9,6 +9,8 @@ import (
 func TestFrameRoundTrip(t *testing.T) {
 	for _, h := range []header{
 		{kind: kEager, flags: flagAckCtrl, credits: 7, ctx: 3, tag: 99, size: 0},
+		{kind: kEager, flags: flagMarked, ctx: 3, tag: 99, aux: 0xfffffff0},
+		{kind: kRTS, flags: flagMarked | flagCanWrite, ctx: 1, tag: 1, size: 9, aux: 12, rkey: 1, id: 2},
 		{kind: kRTS, credits: 1, ctx: 0xffff0000, tag: 1, size: 1 << 30, addr: 0xdeadbeef000, rkey: 42, id: 1 << 40},
 		{kind: kFIN, aux: finTruncated, id: 77},
 		{kind: kCancel, id: 78},
@@ -36,6 +38,11 @@ func TestFrameRejects(t *testing.T) {
 			b := make([]byte, eagerHdrLen)
 			(&header{kind: kEager}).put(b)
 			return b[:eagerHdrLen-1]
+		}(),
+		"marked eager short": func() []byte {
+			b := make([]byte, markedLen)
+			(&header{kind: kEager, flags: flagMarked, aux: 1}).put(b)
+			return b[:markedLen-1]
 		}(),
 		"ping short":     func() []byte { b := make([]byte, hdrLen); (&header{kind: kPing}).put(b); return b[:eagerHdrLen] }(),
 		"rts short":      func() []byte { b := make([]byte, hdrLen); (&header{kind: kPing}).put(b); b[0] = byte(kRTS); return b }(),
@@ -83,4 +90,17 @@ func FuzzParseFrame(f *testing.F) {
 		}
 		require.Equal(t, b[:n], out)
 	})
+}
+
+// A marked EAGER's payload starts after the mark, and its size excludes it.
+func TestMarkedEagerPayload(t *testing.T) {
+	h := header{kind: kEager, flags: flagMarked, ctx: 1, tag: 2, aux: 77}
+	b := make([]byte, h.frameLen()+3)
+	h.put(b)
+	copy(b[h.frameLen():], "abc")
+	var got header
+	require.NoError(t, parseFrame(b, &got))
+	require.Equal(t, uint64(3), got.size)
+	require.Equal(t, uint32(77), got.aux)
+	require.Equal(t, "abc", string(b[got.frameLen():]))
 }

@@ -1,0 +1,340 @@
+package p2p
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// Rings: small messages over shm without a work request.
+//
+// Over shm every message through the queue pair pays the verbs layer on
+// both sides: the QP's and CQ's locks, the claim of a posted receive, the
+// staging or inline work request, the copy out of the receive buffer and
+// its repost, and credits. For small messages that software is most of the
+// time (p2p's BenchmarkOverhead). So each endpoint on shm also exposes a
+// window with one ring per sender, and a sender writes a small message
+// straight into its ring in the receiver's memory: a 16-byte header and
+// 48 bytes of payload in the first cache line, 60 more bytes in each of up
+// to ringLines-1 further lines, each line stamped with its position. The
+// first line's stamp (position+1) is stored last and publishes the
+// message; the receiver polls the stamp of the next line it expects.
+// Stamps from the previous lap differ by the ring's size, so a stale line
+// never looks published.
+//
+// Order. A message that does not fit the ring (too large, or the ring is
+// full) goes through the queue pair as before, and MPI's rule that two
+// messages between a pair with the same tag never overtake each other
+// must hold across the two paths. Each path is FIFO, so a matchable frame
+// on the queue pair (EAGER, RTS, PIPE, and BYE, after which nothing
+// comes) carries a mark: the number of ring messages its sender had
+// published before it (flagMarked, in the header's aux word). The
+// receiver handles ring messages up to that mark before the frame. The
+// other way round, a ring message may be handled only after every frame
+// sent before it; those were published before it, so they are in the CQ
+// when it is seen: the poll reads where the rings stand before it polls
+// the CQ, and handles ring messages up to there only once the CQ is empty.
+//
+// Flow control: the receiver stores how far it has read (the tail) in a
+// line of the ring every ringSize/4 lines; a sender that finds the ring
+// full by its last look at the tail reads it again, and sends through the
+// queue pair if it is still full. Nothing waits for room.
+//
+// Wake-ups: a receiver that blocks in its CQ would not notice a ring
+// message. Before it blocks it counts itself in a sleepers word at the
+// start of its window and looks at the rings again; a sender that finds
+// the word non-zero after publishing also sends a PING through the queue
+// pair, which rings the CQ. Both sides write, then read, with sequentially
+// consistent atomics, so at least one of them sees the other.
+
+const (
+	ringLine     = 64
+	ringHdr      = 16 // stamp, context, tag, size
+	ringFirst    = ringLine - ringHdr
+	ringNext     = ringLine - 4 // a further line: its stamp, then payload
+	ringLines    = 5            // the most lines one message takes
+	ringMaxBytes = ringFirst + (ringLines-1)*ringNext
+	// The window: a line with the sleepers word, then per sender a line
+	// with its tail word and its ring of entries lines.
+	ringWinHdr = ringLine
+
+	defaultRingLines = 128
+)
+
+// ringBlock is the bytes of one sender's ring of n lines in the window.
+func ringBlock(n int) int { return ringLine + n*ringLine }
+
+// ringLinesFor is how many lines a message of n bytes takes.
+func ringLinesFor(n int) uint32 {
+	if n <= ringFirst {
+		return 1
+	}
+	return 1 + uint32((n-ringFirst+ringNext-1)/ringNext)
+}
+
+// ringOut is this rank's ring in a peer's window. Guarded by ep.mu.
+type ringOut struct {
+	mem      []byte  // the ring's lines
+	tailW    *uint32 // lines the peer has read, as it last published
+	sleepers *uint32 // the peer's sleepers word
+	n        uint32  // lines (a power of two)
+	max      int     // largest message
+	sent     uint32  // lines written
+	tail     uint32  // *tailW at our last look
+}
+
+// ringIn is a peer's ring in this rank's window. Guarded by ep.pollMu and
+// ep.mu (read under either, changed under both).
+type ringIn struct {
+	mem   []byte
+	tailW *uint32
+	n     uint32
+	head  uint32 // lines read
+	pub   uint32 // head as last stored in *tailW
+	end   uint32 // where the ring stood when the last poll began
+}
+
+func ringWord(b []byte) *uint32 { return (*uint32)(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func (o *ringOut) line(i uint32) []byte {
+	off := int(i&(o.n-1)) * ringLine
+	return o.mem[off : off+ringLine : off+ringLine]
+}
+
+func (in *ringIn) line(i uint32) []byte {
+	off := int(i&(in.n-1)) * ringLine
+	return in.mem[off : off+ringLine : off+ringLine]
+}
+
+// setupRings makes the ring window (a collective) when the endpoint has
+// one device and it is shm. A rank whose window a peer cannot map simply
+// gets no ring to it; its own rings are set before its window's key goes
+// out, so no peer can write before this rank reads.
+func (ep *Endpoint) setupRings(ctx context.Context) error {
+	n := ep.opts.RingLines
+	if n < 0 || ep.size < 2 || len(ep.devs) != 1 || ep.devs[0].provider != "shm" {
+		return nil
+	}
+	if n == 0 {
+		n = defaultRingLines
+	}
+	blk := ringBlock(n)
+	size := ringWinHdr + ep.size*blk
+	w, err := ep.newWindowWith(ctx, make([]byte, size), true, func(w *Window) {
+		if len(w.buf) != size {
+			return // not provider memory after all: no rings
+		}
+		ep.pollMu.Lock()
+		ep.mu.Lock()
+		ep.ringWin = w
+		ep.ringBuf = make([]byte, 0, ringMaxBytes)
+		ep.sleepers = ringWord(w.buf)
+		for r, p := range ep.peers {
+			if p != nil {
+				b := w.buf[ringWinHdr+r*blk : ringWinHdr+(r+1)*blk]
+				p.rin = &ringIn{mem: b[ringLine:], tailW: ringWord(b), n: uint32(n)}
+			}
+		}
+		ep.mu.Unlock()
+		ep.pollMu.Unlock()
+	})
+	if err != nil {
+		return err
+	}
+	if ep.ringWin == nil {
+		return nil
+	}
+	for r, p := range ep.peers {
+		if p == nil {
+			continue
+		}
+		m := w.Direct(r)
+		if len(m) != size {
+			continue // not mappable, or laid out for another RingLines
+		}
+		b := m[ringWinHdr+ep.rank*blk : ringWinHdr+(ep.rank+1)*blk]
+		ep.mu.Lock()
+		p.rout = &ringOut{mem: b[ringLine:], tailW: ringWord(b), sleepers: ringWord(m), n: uint32(n), max: min(ringMaxBytes, p.eager)}
+		ep.mu.Unlock()
+	}
+	return nil
+}
+
+// ringSend writes a message into p's ring if it fits; the caller holds
+// ep.mu and has checked that nothing is queued to p (order).
+func (ep *Endpoint) ringSend(p *peer, ctxID uint32, tag int32, buf []byte) bool {
+	o := p.rout
+	if o == nil || len(buf) > o.max {
+		return false
+	}
+	k := ringLinesFor(len(buf))
+	if o.sent+k-o.tail > o.n {
+		o.tail = atomic.LoadUint32(o.tailW)
+		if o.sent+k-o.tail > o.n {
+			return false
+		}
+	}
+	pos := o.sent
+	rest := buf[min(len(buf), ringFirst):]
+	for i := uint32(1); i < k; i++ {
+		l := o.line(pos + i)
+		binary.LittleEndian.PutUint32(l, pos+i+1)
+		rest = rest[copy(l[4:], rest):]
+	}
+	l := o.line(pos)
+	binary.LittleEndian.PutUint32(l[4:], ctxID)
+	binary.LittleEndian.PutUint32(l[8:], uint32(tag))
+	binary.LittleEndian.PutUint32(l[12:], uint32(len(buf)))
+	copy(l[ringHdr:], buf)
+	atomic.StoreUint32(ringWord(l), pos+1)
+	o.sent = pos + k
+	p.sent = true
+	if atomic.LoadUint32(o.sleepers) != 0 {
+		p.sendCtl(ep, header{kind: kPing})
+	}
+	return true
+}
+
+// ringScan notes in every ring where it stands now (end), before the
+// caller polls the CQ, and reports whether any holds a message. The caller
+// holds pollMu.
+func (ep *Endpoint) ringScan() bool {
+	any := false
+	for _, p := range ep.peers {
+		if p == nil || p.rin == nil {
+			continue
+		}
+		in := p.rin
+		e := in.head
+		for e-in.head < in.n {
+			l := in.line(e)
+			if atomic.LoadUint32(ringWord(l)) != e+1 {
+				break
+			}
+			size := binary.LittleEndian.Uint32(l[12:])
+			if size > ringMaxBytes {
+				break // ringTo reports it
+			}
+			e += ringLinesFor(int(size))
+		}
+		in.end = e
+		any = any || e != in.head
+	}
+	return any
+}
+
+// ringPending reports whether a ring holds a message (for a goroutine
+// about to block). The caller holds pollMu.
+func (ep *Endpoint) ringPending() bool {
+	for _, p := range ep.peers {
+		if p != nil && p.rin != nil && atomic.LoadUint32(ringWord(p.rin.line(p.rin.head))) == p.rin.head+1 {
+			return true
+		}
+	}
+	return false
+}
+
+// ringDrainLocked handles what ringScan saw in every ring. The caller
+// holds pollMu and ep.mu and has emptied the CQ since the scan.
+func (ep *Endpoint) ringDrainLocked() int {
+	n := 0
+	for _, p := range ep.peers {
+		if p != nil && p.rin != nil && int32(p.rin.end-p.rin.head) > 0 {
+			n += ep.ringTo(p, p.rin.end)
+		}
+	}
+	return n
+}
+
+// ringTo handles p's ring messages up to line mark (a frame's mark, or
+// where a scan saw the ring end). Every one of them must be there: they
+// were published before the frame, or seen by the scan. It returns how
+// many it handled; a ring that breaks its rules breaks the link. The
+// caller holds pollMu and ep.mu.
+func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
+	in := p.rin
+	if in == nil {
+		ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: "a marked frame, but this rank has no ring from that peer"})
+		return 0
+	}
+	if d := int32(mark - in.head); d <= 0 || uint32(d) > in.n {
+		if d < 0 || uint32(d) > in.n {
+			ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring mark %d, but the ring was read up to %d", mark, in.head)})
+		}
+		return 0
+	}
+	n := 0
+	for in.head != mark {
+		l := in.line(in.head)
+		size := int(binary.LittleEndian.Uint32(l[12:]))
+		k := ringLinesFor(size)
+		if atomic.LoadUint32(ringWord(l)) != in.head+1 || size > ringMaxBytes || int32(mark-in.head) < int32(k) {
+			ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring line %d is not the start of a message before mark %d", in.head, mark)})
+			return n
+		}
+		env := envelope{ctx: binary.LittleEndian.Uint32(l[4:]), src: p.rank, tag: int32(binary.LittleEndian.Uint32(l[8:]))}
+		data := l[ringHdr : ringHdr+min(size, ringFirst)]
+		if k > 1 {
+			data = append(ep.ringBuf[:0], data...)
+			for i := uint32(1); i < k; i++ {
+				c := in.line(in.head + i)
+				if binary.LittleEndian.Uint32(c) != in.head+i+1 {
+					ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring line %d does not continue the message at %d", in.head+i, in.head)})
+					return n
+				}
+				data = append(data, c[4:4+min(ringNext, size-len(data))]...)
+			}
+		}
+		p.heard = true
+		p.stats.eagerRecv(env.ctx, size)
+		if ep.failErr == nil {
+			if r := ep.m.arrive(env); r != nil {
+				ep.deliverEagerLocked(r, env, data)
+			} else {
+				ep.m.addUnexpected(&inbound{env: env, size: size, data: append([]byte(nil), data...)})
+				ep.wakeArrivalsLocked()
+			}
+		}
+		in.head += k
+		n++
+		if in.head-in.pub >= in.n/4 {
+			in.pub = in.head
+			atomic.StoreUint32(in.tailW, in.head)
+		}
+	}
+	return n
+}
+
+// blockIn blocks in d's CQ (sleep: without spinning first), counted in
+// the sleepers word while the endpoint has rings, so that a sender of a
+// ring message rings the CQ too. It returns at once when a ring already
+// holds a message.
+func (ep *Endpoint) blockIn(ctx context.Context, d *device, sleep bool) error {
+	ep.pollMu.Lock()
+	s := ep.sleepers
+	if s != nil {
+		atomic.AddUint32(s, 1)
+		if ep.ringPending() {
+			atomic.AddUint32(s, ^uint32(0))
+			ep.pollMu.Unlock()
+			return nil
+		}
+	}
+	ep.pollMu.Unlock()
+	var err error
+	if sleep {
+		err = d.waitSleep(ctx)
+	} else {
+		err = d.cq.Wait(ctx)
+	}
+	if s != nil {
+		ep.pollMu.Lock()
+		if ep.sleepers == s { // the memory is still there
+			atomic.AddUint32(s, ^uint32(0))
+		}
+		ep.pollMu.Unlock()
+	}
+	return err
+}

@@ -1,0 +1,115 @@
+package p2p_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+// Over shm, small messages go through a ring in the receiver's memory and
+// the rest through the queue pair; one tag's messages must still arrive in
+// the order sent. A small ring fills at once (later small messages fall
+// back to the queue pair, marked) and few credits make the queue pair's
+// frames queue too; the receiver starts only once everything is sent,
+// so the two paths are both full when it reads. Sizes cross every
+// boundary: the ring's one- and five-line messages, one byte beyond the
+// ring's limit, the eager limit, the rendezvous.
+func TestRingOrder(t *testing.T) {
+	sizes := []int{0, 8, 48, 49, 108, 109, 288, 289, 1000, 5000, 1, 200}
+	for _, lines := range []int{16, 128} {
+		t.Run(fmt.Sprint("lines=", lines), func(t *testing.T) {
+			o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
+				P2P: p2p.Options{EagerLimit: 1024, EagerSlots: 4, RingLines: lines}}
+			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+				if err := streamInOrder(ctx, ep, 600, 7, sizes); err != nil {
+					return err
+				}
+				if ep.Rank() == 0 {
+					assert.Greater(t, ep.RingSent(1), 0, "no message went through the ring")
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// Ring messages in both directions at once, with AnyTag and AnySource
+// receives mixed in: every payload arrives intact and in order per tag.
+func TestRingPingPong(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		peer := 1 - ep.Rank()
+		buf := make([]byte, 300)
+		for i := range 3000 {
+			n := i % 289
+			if (i+ep.Rank())%2 == 0 {
+				if err := ep.Send(ctx, peer, i%3, pattern(n, byte(i))); err != nil {
+					return err
+				}
+				continue
+			}
+			src, tag := peer, i%3
+			if i%5 == 0 {
+				src, tag = p2p.AnySource, p2p.AnyTag
+			}
+			st, err := ep.Recv(ctx, src, tag, buf)
+			if err != nil {
+				return err
+			}
+			if st.Count != n || st.Tag != i%3 || st.Source != peer || string(buf[:n]) != string(pattern(n, byte(i))) {
+				return fmt.Errorf("message %d: %d bytes, tag %d from %d", i, st.Count, st.Tag, st.Source)
+			}
+		}
+		if ep.Rank() == 0 {
+			assert.Greater(t, ep.RingSent(1), 1000)
+			assert.Equal(t, uint64(1500), ep.Stats().Peers[1].EagerSent.Msgs)
+		}
+		return nil
+	})
+}
+
+// A receiver asleep in its completion queue must wake for a ring message,
+// which rings no doorbell by itself: no spin and no yield send it to sleep
+// at once, and the sender waits until it surely sleeps. No heartbeats,
+// which would wake it too.
+func TestRingWakesSleeper(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
+		P2P: p2p.Options{Spin: -1, Yield: -1, Heartbeat: time.Hour, LivenessTimeout: -1}}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		for i := range 3 {
+			if ep.Rank() == 0 {
+				time.Sleep(200 * time.Millisecond)
+				if err := ep.Send(ctx, 1, i, []byte("wake up")); err != nil {
+					return err
+				}
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			buf := make([]byte, 16)
+			st, err := ep.Recv(rctx, 0, i, buf)
+			cancel()
+			require.NoError(t, err, "round %d", i)
+			assert.Equal(t, "wake up", string(buf[:st.Count]))
+		}
+		if ep.Rank() == 0 {
+			assert.Greater(t, ep.RingSent(1), 0)
+		}
+		return nil
+	})
+}
+
+// RingLines must be a power of two that holds two of the largest messages.
+func TestRingLinesInvalid(t *testing.T) {
+	for _, n := range []int{3, 8, 100, 1 << 17} {
+		_, err := p2ptest.Start(context.Background(), 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{RingLines: n}})
+		require.ErrorIs(t, err, p2p.ErrInvalidArgument, "RingLines %d", n)
+		assert.ErrorContains(t, err, fmt.Sprintf("RingLines %d", n))
+	}
+}
