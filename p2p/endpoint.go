@@ -79,10 +79,9 @@ type Endpoint struct {
 	due      atomic.Bool
 
 	// The rings (ring.go): the window holding the ones peers write to this
-	// rank, its sleepers word, and scratch for a message over several lines.
+	// rank, and its sleepers word.
 	ringWin  *Window // set under pollMu and mu
 	sleepers *uint32
-	ringBuf  []byte
 	stop     context.CancelFunc
 	bgCtx    context.Context
 	wg       sync.WaitGroup
@@ -115,8 +114,8 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 	if opts.EagerLimit > 1<<20 {
 		return fail(fmt.Errorf("%w: EagerLimit %d exceeds 1 MiB", ErrInvalidArgument, opts.EagerLimit))
 	}
-	if r := opts.RingLines; r > 0 && (r&(r-1) != 0 || r < 2*ringLines || r > 1<<16) {
-		return fail(fmt.Errorf("%w: RingLines %d is not a power of two from %d to 65536", ErrInvalidArgument, r, 2*ringLines))
+	if r := opts.RingLines; r > 0 && (r&(r-1) != 0 || r < ringMinLines || r > 1<<16) {
+		return fail(fmt.Errorf("%w: RingLines %d is not a power of two from %d to 65536", ErrInvalidArgument, r, ringMinLines))
 	}
 	if opts.EagerSlots > 4096 || opts.EagerSlotsMax > 4096 {
 		return fail(fmt.Errorf("%w: EagerSlots %d or EagerSlotsMax %d exceeds 4096", ErrInvalidArgument, opts.EagerSlots, opts.EagerSlotsMax))

@@ -73,9 +73,9 @@ type Options struct {
 	// reserved up front but only touched as buffers come into use.
 	EagerSlotsMax int
 	// RingLines is the size, in 64-byte lines, of the ring each sender
-	// writes small messages into over shm (up to 288 bytes, without a
-	// work request: see ring.go), a power of two of at least 10. Zero
-	// means 128 (8 KiB per peer); negative means no rings. Ranks must agree.
+	// writes small messages into over shm (up to 528 bytes, without a
+	// work request: see ring.go), a power of two from 64 to 65536. Zero
+	// means 256 (16 KiB per peer); negative means no rings. Ranks must agree.
 	RingLines int
 	// RegCacheEntries and RegCacheBytes bound the registration cache of
 	// rendezvous buffers (LRU). Defaults 64 entries and 1 GiB.

@@ -18,7 +18,8 @@ import (
 // window with one ring per sender, and a sender writes a small message
 // straight into its ring in the receiver's memory: a 16-byte header and
 // 48 bytes of payload in the first cache line, 60 more bytes in each of up
-// to ringLines-1 further lines, each line stamped with its position. The
+// to ringLines-1 further lines (528 bytes in all), each line stamped with
+// its position. The
 // first line's stamp (position+1) is stored last and publishes the
 // message; the receiver polls the stamp of the next line it expects.
 // Stamps from the previous lap differ by the ring's size, so a stale line
@@ -53,14 +54,15 @@ const (
 	ringLine     = 64
 	ringHdr      = 16 // stamp, context, tag, size
 	ringFirst    = ringLine - ringHdr
-	ringNext     = ringLine - 4 // a further line: its stamp, then payload
-	ringLines    = 5            // the most lines one message takes
-	ringMaxBytes = ringFirst + (ringLines-1)*ringNext
+	ringNext     = ringLine - 4                       // a further line: its stamp, then payload
+	ringLines    = 9                                 // the most lines one message takes
+	ringMaxBytes = ringFirst + (ringLines-1)*ringNext // 528
+	ringMinLines = 64                                // the smallest ring: a power of two of at least 2*ringLines
 	// The window: a line with the sleepers word, then per sender a line
 	// with its tail word and its ring of entries lines.
 	ringWinHdr = ringLine
 
-	defaultRingLines = 128
+	defaultRingLines = 256
 )
 
 // ringBlock is the bytes of one sender's ring of n lines in the window.
@@ -129,7 +131,6 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 		ep.pollMu.Lock()
 		ep.mu.Lock()
 		ep.ringWin = w
-		ep.ringBuf = make([]byte, 0, ringMaxBytes)
 		ep.sleepers = ringWord(w.buf)
 		for r, p := range ep.peers {
 			if p != nil {
@@ -181,7 +182,14 @@ func (ep *Endpoint) ringSend(p *peer, ctxID uint32, tag int32, buf []byte) bool 
 	for i := uint32(1); i < k; i++ {
 		l := o.line(pos + i)
 		binary.LittleEndian.PutUint32(l, pos+i+1)
-		rest = rest[copy(l[4:], rest):]
+		if len(rest) >= ringNext {
+			// A whole line's worth as one array copy: moves the compiler
+			// inlines, where copy calls memmove for every line.
+			*(*[ringNext]byte)(l[4:]) = *(*[ringNext]byte)(rest)
+			rest = rest[ringNext:]
+		} else {
+			rest = rest[copy(l[4:], rest):]
+		}
 	}
 	l := o.line(pos)
 	binary.LittleEndian.PutUint32(l[4:], ctxID)
@@ -268,32 +276,38 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 	n := 0
 	for in.head != mark {
 		l := in.line(in.head)
+		stamp := atomic.LoadUint32(ringWord(l)) // before the fields it publishes
 		size := int(binary.LittleEndian.Uint32(l[12:]))
 		k := ringLinesFor(size)
-		if atomic.LoadUint32(ringWord(l)) != in.head+1 || size > ringMaxBytes || int32(mark-in.head) < int32(k) {
+		if stamp != in.head+1 || size > ringMaxBytes || int32(mark-in.head) < int32(k) {
 			ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring line %d is not the start of a message before mark %d", in.head, mark)})
 			return n
 		}
-		env := envelope{ctx: binary.LittleEndian.Uint32(l[4:]), src: p.rank, tag: int32(binary.LittleEndian.Uint32(l[8:]))}
-		data := l[ringHdr : ringHdr+min(size, ringFirst)]
-		if k > 1 {
-			data = append(ep.ringBuf[:0], data...)
-			for i := uint32(1); i < k; i++ {
-				c := in.line(in.head + i)
-				if binary.LittleEndian.Uint32(c) != in.head+i+1 {
-					ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring line %d does not continue the message at %d", in.head+i, in.head)})
-					return n
-				}
-				data = append(data, c[4:4+min(ringNext, size-len(data))]...)
+		for i := uint32(1); i < k; i++ {
+			if binary.LittleEndian.Uint32(in.line(in.head+i)) != in.head+i+1 {
+				ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring line %d does not continue the message at %d", in.head+i, in.head)})
+				return n
 			}
 		}
+		env := envelope{ctx: binary.LittleEndian.Uint32(l[4:]), src: p.rank, tag: int32(binary.LittleEndian.Uint32(l[8:]))}
 		p.heard = true
 		p.stats.eagerRecv(env.ctx, size)
 		if ep.failErr == nil {
-			if r := ep.m.arrive(env); r != nil {
-				ep.deliverEagerLocked(r, env, data)
-			} else {
-				ep.m.addUnexpected(&inbound{env: env, size: size, data: append([]byte(nil), data...)})
+			r := ep.m.arrive(env)
+			switch {
+			case r != nil && size <= len(r.buf):
+				// Straight into the receive's buffer.
+				in.copyOut(r.buf[:size], in.head)
+				r.status = Status{Source: env.src, Tag: int(env.tag), Count: size}
+				ep.completeLocked(r, nil)
+			case r != nil:
+				data := make([]byte, size)
+				in.copyOut(data, in.head)
+				ep.deliverEagerLocked(r, env, data) // truncated
+			default:
+				data := make([]byte, size)
+				in.copyOut(data, in.head)
+				ep.m.addUnexpected(&inbound{env: env, size: size, data: data})
 				ep.wakeArrivalsLocked()
 			}
 		}
@@ -337,4 +351,19 @@ func (ep *Endpoint) blockIn(ctx context.Context, d *device, sleep bool) error {
 		ep.pollMu.Unlock()
 	}
 	return err
+}
+
+// copyOut copies the message at line pos (len(dst) bytes, its lines
+// checked) into dst.
+func (in *ringIn) copyOut(dst []byte, pos uint32) {
+	n := copy(dst, in.line(pos)[ringHdr:])
+	for i := uint32(1); n < len(dst); i++ {
+		l := in.line(pos + i)
+		if len(dst)-n >= ringNext {
+			*(*[ringNext]byte)(dst[n:]) = *(*[ringNext]byte)(l[4:])
+			n += ringNext
+		} else {
+			n += copy(dst[n:], l[4:])
+		}
+	}
 }

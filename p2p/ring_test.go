@@ -19,14 +19,14 @@ import (
 // back to the queue pair, marked) and few credits make the queue pair's
 // frames queue too; the receiver starts only once everything is sent,
 // so the two paths are both full when it reads. Sizes cross every
-// boundary: the ring's one- and five-line messages, one byte beyond the
-// ring's limit, the eager limit, the rendezvous.
+// boundary: the ring's one- and two-line messages and its largest, one
+// byte beyond it, the rendezvous.
 func TestRingOrder(t *testing.T) {
-	sizes := []int{0, 8, 48, 49, 108, 109, 288, 289, 1000, 5000, 1, 200}
-	for _, lines := range []int{16, 128} {
+	sizes := []int{0, 8, 48, 49, 108, 109, 528, 529, 1000, 5000, 1, 200}
+	for _, lines := range []int{64, 1024} {
 		t.Run(fmt.Sprint("lines=", lines), func(t *testing.T) {
 			o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
-				P2P: p2p.Options{EagerLimit: 1024, EagerSlots: 4, RingLines: lines}}
+				P2P: p2p.Options{EagerLimit: 4096, EagerSlots: 4, RingLines: lines}}
 			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 				if err := streamInOrder(ctx, ep, 600, 7, sizes); err != nil {
 					return err
@@ -46,9 +46,9 @@ func TestRingPingPong(t *testing.T) {
 	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		peer := 1 - ep.Rank()
-		buf := make([]byte, 300)
+		buf := make([]byte, 600)
 		for i := range 3000 {
-			n := i % 289
+			n := i % 529
 			if (i+ep.Rank())%2 == 0 {
 				if err := ep.Send(ctx, peer, i%3, pattern(n, byte(i))); err != nil {
 					return err
@@ -107,7 +107,7 @@ func TestRingWakesSleeper(t *testing.T) {
 
 // RingLines must be a power of two that holds two of the largest messages.
 func TestRingLinesInvalid(t *testing.T) {
-	for _, n := range []int{3, 8, 100, 1 << 17} {
+	for _, n := range []int{3, 32, 100, 1 << 17} {
 		_, err := p2ptest.Start(context.Background(), 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{RingLines: n}})
 		require.ErrorIs(t, err, p2p.ErrInvalidArgument, "RingLines %d", n)
 		assert.ErrorContains(t, err, fmt.Sprintf("RingLines %d", n))
