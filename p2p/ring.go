@@ -55,9 +55,9 @@ const (
 	ringHdr      = 16 // stamp, context, tag, size
 	ringFirst    = ringLine - ringHdr
 	ringNext     = ringLine - 4                       // a further line: its stamp, then payload
-	ringLines    = 9                                 // the most lines one message takes
+	ringLines    = 9                                  // the most lines one message takes
 	ringMaxBytes = ringFirst + (ringLines-1)*ringNext // 528
-	ringMinLines = 64                                // the smallest ring: a power of two of at least 2*ringLines
+	ringMinLines = 64                                 // the smallest ring: a power of two of at least 2*ringLines
 	// The window: a line with the sleepers word, then per sender a line
 	// with its tail word and its ring of entries lines.
 	ringWinHdr = ringLine
