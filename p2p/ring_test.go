@@ -113,3 +113,59 @@ func TestRingLinesInvalid(t *testing.T) {
 		assert.ErrorContains(t, err, fmt.Sprintf("RingLines %d", n))
 	}
 }
+
+// The matching rules hold for ring messages as for any other: a message
+// too large for its receive fails with both sizes, whether the receive was
+// posted first (the ring's direct copy) or came later (the unexpected
+// queue); probes see ring messages, and a matched probe claims one.
+func TestRingSemantics(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 0 {
+			if _, err := ep.Recv(ctx, 1, 99, nil); err != nil { // rank 1 has posted its receives
+				return err
+			}
+			for i, n := range []int{400, 400, 500, 60, 528} {
+				if err := ep.Send(ctx, 1, i, pattern(n, byte(i))); err != nil {
+					return err
+				}
+			}
+			assert.Greater(t, ep.RingSent(1), 0)
+			return nil
+		}
+		// Posted before the messages come: a receive too small, one that fits.
+		small, err := ep.Irecv(0, 0, make([]byte, 100))
+		require.NoError(t, err)
+		fits := make([]byte, 450)
+		ok, err := ep.Irecv(0, 1, fits)
+		require.NoError(t, err)
+		require.NoError(t, ep.Send(ctx, 0, 99, nil))
+		_, err = small.Wait(ctx)
+		var te *p2p.TruncatedError
+		require.ErrorAs(t, err, &te)
+		assert.Equal(t, 400, te.Size)
+		assert.Equal(t, 100, te.Cap)
+		st, err := ok.Wait(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 400, st.Count)
+		assert.Equal(t, pattern(400, 1), fits[:400])
+		// Arrived before any receive (unexpected): probe, claim, receive.
+		st, err = ep.Probe(ctx, 0, 2)
+		require.NoError(t, err)
+		assert.Equal(t, p2p.Status{Source: 0, Tag: 2, Count: 500}, st)
+		_, err = ep.Recv(ctx, 0, 2, make([]byte, 499))
+		require.ErrorAs(t, err, &te)
+		assert.Equal(t, 500, te.Size)
+		m, err := ep.Mprobe(ctx, p2p.AnySource, p2p.AnyTag)
+		require.NoError(t, err)
+		assert.Equal(t, p2p.Status{Source: 0, Tag: 3, Count: 60}, m.Status())
+		buf := make([]byte, 600)
+		st, err = m.Recv(ctx, buf)
+		require.NoError(t, err)
+		assert.Equal(t, pattern(60, 3), buf[:st.Count])
+		st, err = ep.Recv(ctx, 0, 4, buf)
+		require.NoError(t, err)
+		assert.Equal(t, pattern(528, 4), buf[:st.Count])
+		return nil
+	})
+}
