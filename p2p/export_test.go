@@ -27,14 +27,3 @@ func (ep *Endpoint) SendOutstanding(peer int) int {
 	defer ep.mu.Unlock()
 	return ep.peers[peer].sqOut
 }
-
-// RingSent reports how many lines this endpoint has written into its ring
-// to peer (-1: it has none), for the ring tests.
-func (ep *Endpoint) RingSent(peer int) int {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if o := ep.peers[peer].rout; o != nil {
-		return int(o.sent)
-	}
-	return -1
-}

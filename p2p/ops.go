@@ -127,13 +127,13 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		}
 		return r, nil
 	case !large && len(p.queue) == 0 && ep.ringSend(p, c.id, int32(tag), buf):
-		p.stats.eagerSent(c.id, len(buf))
+		p.stats.eagerSent(c.id, len(buf), true)
 		ep.completeLocked(r, nil)
 		return r, nil
 	case !large:
 		r.item = outItem{h: header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))},
 			payload: buf, req: r, complete: true}
-		p.stats.eagerSent(c.id, len(buf))
+		p.stats.eagerSent(c.id, len(buf), false)
 	default:
 		ep.nextID++
 		r.id, r.reg, r.dev = ep.nextID, reg, p.dev
@@ -172,7 +172,7 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 		return false, nil
 	}
 	if ep.ringSend(p, c.id, int32(tag), buf) {
-		p.stats.eagerSent(c.id, len(buf))
+		p.stats.eagerSent(c.id, len(buf), true)
 		return true, nil
 	}
 	if !p.frameRoom(true) {
@@ -187,7 +187,7 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 		}
 		return true, c.argErr("Send", peer, tag, err)
 	}
-	p.stats.eagerSent(c.id, len(buf))
+	p.stats.eagerSent(c.id, len(buf), false)
 	return true, nil
 }
 

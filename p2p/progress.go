@@ -306,7 +306,7 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 	switch h.kind {
 	case kEager:
 		env := envelope{ctx: h.ctx, src: p.rank, tag: h.tag}
-		p.stats.eagerRecv(h.ctx, int(h.size))
+		p.stats.eagerRecv(h.ctx, int(h.size), false)
 		if ep.failErr != nil {
 			break
 		}

@@ -291,7 +291,7 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 		}
 		env := envelope{ctx: binary.LittleEndian.Uint32(l[4:]), src: p.rank, tag: int32(binary.LittleEndian.Uint32(l[8:]))}
 		p.heard = true
-		p.stats.eagerRecv(env.ctx, size)
+		p.stats.eagerRecv(env.ctx, size, true)
 		if ep.failErr == nil {
 			r := ep.m.arrive(env)
 			switch {

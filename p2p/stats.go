@@ -18,10 +18,13 @@ type PeerStats struct {
 	QPNum     uint32 // number of the queue pair to this peer (0 for self)
 
 	EagerSent, EagerRecv Counter // messages up to EagerLimit
-	PipeSent, PipeRecv   Counter // messages above EagerLimit sent as eager fragments (PipelineLimit)
-	RndvSent, RndvRecv   Counter // rendezvous messages (counted when the data has moved)
-	WriteSent            Counter // one-sided window writes completed
-	NotifyRecv           Counter // window notifications received (Bytes is 0)
+	// Of those, the ones that went through the shared-memory ring (shm,
+	// up to 528 bytes, see Options.RingLines) rather than the queue pair.
+	RingSent, RingRecv Counter
+	PipeSent, PipeRecv Counter // messages above EagerLimit sent as eager fragments (PipelineLimit)
+	RndvSent, RndvRecv Counter // rendezvous messages (counted when the data has moved)
+	WriteSent          Counter // one-sided window writes completed
+	NotifyRecv         Counter // window notifications received (Bytes is 0)
 }
 
 // Stats is a snapshot of an endpoint's counters.
@@ -61,14 +64,20 @@ func (ep *Endpoint) Stats() Stats {
 // eagerSent and eagerRecv count an eager message, unless it is one of the
 // window key exchanges (the endpoint makes a window of its own in New,
 // and a program counts the messages it sent, not those).
-func (s *PeerStats) eagerSent(ctx uint32, n int) {
+func (s *PeerStats) eagerSent(ctx uint32, n int, ring bool) {
 	if ctx != ctxWindow {
 		s.EagerSent.add(n)
+		if ring {
+			s.RingSent.add(n)
+		}
 	}
 }
 
-func (s *PeerStats) eagerRecv(ctx uint32, n int) {
+func (s *PeerStats) eagerRecv(ctx uint32, n int, ring bool) {
 	if ctx != ctxWindow {
 		s.EagerRecv.add(n)
+		if ring {
+			s.RingRecv.add(n)
+		}
 	}
 }
