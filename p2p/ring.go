@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // Rings: small messages over shm without a work request.
@@ -125,8 +127,8 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 	blk := ringBlock(n)
 	size := ringWinHdr + ep.size*blk
 	w, err := ep.newWindowWith(ctx, make([]byte, size), true, func(w *Window) {
-		if len(w.buf) != size {
-			return // not provider memory after all: no rings
+		if mr := w.mrs[ep.devs[0]]; mr == nil || mr.Kind() != verbs.MemProvider {
+			return // no provider memory (the heap is full): no rings
 		}
 		ep.pollMu.Lock()
 		ep.mu.Lock()

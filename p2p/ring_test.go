@@ -11,6 +11,8 @@ import (
 
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/shm"
 )
 
 // Over shm, small messages go through a ring in the receiver's memory and
@@ -169,6 +171,26 @@ func TestRingSemantics(t *testing.T) {
 		st, err = ep.Recv(ctx, 0, 4, buf)
 		require.NoError(t, err)
 		assert.Equal(t, pattern(528, 4), buf[:st.Count])
+		return nil
+	})
+}
+
+// Rings are an optimization: a rank whose shm heap has no room for its
+// ring window still joins (the key exchange completes on every rank) and
+// talks through the queue pairs. A 6 MiB heap holds the queue pairs of two
+// ranks but not, beside them, a window of 16384-line rings.
+func TestRingWindowWithoutRoom(t *testing.T) {
+	open := func(ctx context.Context, provider string, do verbs.DeviceOptions) (verbs.Device, error) {
+		return shm.Open(ctx, shm.Options{DeviceOptions: do, HeapSize: 6 << 20})
+	}
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
+		P2P: p2p.Options{RingLines: 16384, OpenDevice: open}}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if err := streamInOrder(ctx, ep, 100, 1, []int{8, 300, 5000}); err != nil {
+			return err
+		}
+		ps := ep.Stats().Peers[1-ep.Rank()]
+		assert.Zero(t, ps.RingSent.Msgs+ps.RingRecv.Msgs, "a ring in a heap without room")
 		return nil
 	})
 }

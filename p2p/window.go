@@ -64,7 +64,8 @@ func (ep *Endpoint) newWindow(ctx context.Context, buf []byte, alloc bool) (*Win
 }
 
 // newWindowWith is newWindow that calls registered(w) once the memory is
-// registered, before any peer can learn its key.
+// registered, before any peer can learn its key. With registered set, a
+// window that cannot have provider memory gets the Go buffer instead.
 func (ep *Endpoint) newWindowWith(ctx context.Context, buf []byte, alloc bool, registered func(*Window)) (*Window, error) {
 	ep.mu.Lock()
 	if err := ep.checkLocked(); err != nil {
@@ -91,6 +92,11 @@ func (ep *Endpoint) newWindowWith(ctx context.Context, buf []byte, alloc bool, r
 			mr, err = d.pd.AllocMR(len(buf), access)
 			if err == nil {
 				w.buf = mr.Bytes()
+			} else if registered != nil {
+				// The caller can do without provider memory (the rings):
+				// register the Go buffer so that the collective exchange
+				// of keys still completes on every rank.
+				mr, err = d.pd.RegMR(buf, access)
 			}
 		default:
 			mr, err = d.pd.RegMR(buf, access)
