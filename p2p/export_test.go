@@ -1,5 +1,10 @@
 package p2p
 
+import (
+	"encoding/binary"
+	"sync/atomic"
+)
+
 // SetIgnoreCTS makes senders ignore the split rendezvous's CTS frames (a
 // sender that stopped after its RTS), for TestSplitRendezvousSenderGone.
 func SetIgnoreCTS(on bool) { testIgnoreCTS.Store(on) }
@@ -26,4 +31,23 @@ func (ep *Endpoint) SendOutstanding(peer int) int {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	return ep.peers[peer].sqOut
+}
+
+// CorruptRing writes a message header claiming size bytes into this
+// endpoint's ring to peer and publishes it, as a broken or hostile sender
+// would (and wakes the peer), for TestRingCorrupt.
+func (ep *Endpoint) CorruptRing(peer int, size uint32) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	o := ep.peers[peer].rout
+	if o == nil {
+		return false
+	}
+	l := o.line(o.sent)
+	binary.LittleEndian.PutUint32(l[12:], size)
+	atomic.StoreUint32(ringWord(l), o.sent+1)
+	o.sent++
+	p := ep.peers[peer]
+	p.sendCtl(ep, header{kind: kPing}) // in case the peer sleeps in its CQ
+	return true
 }

@@ -213,8 +213,8 @@ func (ep *Endpoint) ringSend(p *peer, ctxID uint32, tag int32, buf []byte) bool 
 func (ep *Endpoint) ringScan() bool {
 	any := false
 	for _, p := range ep.peers {
-		if p == nil || p.rin == nil {
-			continue
+		if p == nil || p.rin == nil || p.broken {
+			continue // a broken link's ring is not read again
 		}
 		in := p.rin
 		e := in.head
@@ -225,7 +225,8 @@ func (ep *Endpoint) ringScan() bool {
 			}
 			size := binary.LittleEndian.Uint32(l[12:])
 			if size > ringMaxBytes {
-				break // ringTo reports it
+				e++ // so that ringTo reaches it and breaks the link
+				break
 			}
 			e += ringLinesFor(int(size))
 		}
@@ -239,7 +240,7 @@ func (ep *Endpoint) ringScan() bool {
 // about to block). The caller holds pollMu.
 func (ep *Endpoint) ringPending() bool {
 	for _, p := range ep.peers {
-		if p != nil && p.rin != nil && atomic.LoadUint32(ringWord(p.rin.line(p.rin.head))) == p.rin.head+1 {
+		if p != nil && p.rin != nil && !p.broken && atomic.LoadUint32(ringWord(p.rin.line(p.rin.head))) == p.rin.head+1 {
 			return true
 		}
 	}
@@ -251,7 +252,7 @@ func (ep *Endpoint) ringPending() bool {
 func (ep *Endpoint) ringDrainLocked() int {
 	n := 0
 	for _, p := range ep.peers {
-		if p != nil && p.rin != nil && int32(p.rin.end-p.rin.head) > 0 {
+		if p != nil && p.rin != nil && !p.broken && int32(p.rin.end-p.rin.head) > 0 {
 			n += ep.ringTo(p, p.rin.end)
 		}
 	}
@@ -328,6 +329,9 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 // ring message rings the CQ too. It returns at once when a ring already
 // holds a message.
 func (ep *Endpoint) blockIn(ctx context.Context, d *device, sleep bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	ep.pollMu.Lock()
 	s := ep.sleepers
 	if s != nil {

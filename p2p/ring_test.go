@@ -194,3 +194,24 @@ func TestRingWindowWithoutRoom(t *testing.T) {
 		return nil
 	})
 }
+
+// A ring message whose header breaks the rules (a size beyond the ring's
+// limit) breaks the link as a protocol error: the receiver's Recv fails
+// naming the sender instead of waiting for a message that never comes.
+func TestRingCorrupt(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second, P2P: p2p.Options{LivenessTimeout: -1}}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 0 {
+			require.True(t, ep.CorruptRing(1, 100000))
+			_, _ = ep.Recv(ctx, 1, 0, nil) // fails once rank 1 reports the loss
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := ep.Recv(rctx, 0, 0, make([]byte, 8))
+		require.ErrorIs(t, err, p2p.ErrPeerLost)
+		require.ErrorIs(t, err, p2p.ErrProtocol)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded)
+		return nil
+	})
+}
