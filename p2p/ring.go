@@ -266,6 +266,9 @@ func (ep *Endpoint) ringDrainLocked() int {
 // caller holds pollMu and ep.mu.
 func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 	in := p.rin
+	if p.broken {
+		return 0
+	}
 	if in == nil {
 		ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: "a marked frame, but this rank has no ring from that peer"})
 		return 0
