@@ -78,9 +78,9 @@ type Endpoint struct {
 	duePeers []*peer // guarded by mu
 	due      atomic.Bool
 
-	// The rings (ring.go): the window holding the ones peers write to this
-	// rank, and its sleepers word.
-	ringWin  *Window // set under pollMu and mu
+	// The rings (ring.go): the sleepers word of the window holding the
+	// ones peers write to this rank; nil without rings. Set under pollMu
+	// and mu.
 	sleepers *uint32
 	stop     context.CancelFunc
 	bgCtx    context.Context
@@ -247,7 +247,7 @@ func (ep *Endpoint) teardown() {
 	// No poll may look at the rings once their memory is gone.
 	ep.pollMu.Lock()
 	ep.mu.Lock()
-	ep.ringWin, ep.sleepers = nil, nil
+	ep.sleepers = nil
 	for _, p := range ep.peers {
 		if p != nil {
 			p.rin, p.rout = nil, nil

@@ -67,7 +67,7 @@ func (ep *Endpoint) progressLocked() int {
 	for _, d := range ep.devs {
 		// Where the rings stand before the poll: the frames sent before
 		// those ring messages are in the CQ by now (see ring.go).
-		ring := ep.ringWin != nil && ep.ringScan()
+		ring := ep.sleepers != nil && ep.ringScan()
 		n := d.cq.Poll(ep.wcs)
 		if n == 0 && !ring {
 			continue

@@ -78,12 +78,23 @@ func ringLinesFor(n int) uint32 {
 	return 1 + uint32((n-ringFirst+ringNext-1)/ringNext)
 }
 
+// ringMem is a ring's lines, as either end maps them.
+type ringMem struct {
+	mem []byte
+	n   uint32 // lines (a power of two)
+}
+
+// line is line i of the ring, i counted from its start (so modulo n).
+func (m *ringMem) line(i uint32) []byte {
+	off := int(i&(m.n-1)) * ringLine
+	return m.mem[off : off+ringLine : off+ringLine]
+}
+
 // ringOut is this rank's ring in a peer's window. Guarded by ep.mu.
 type ringOut struct {
-	mem      []byte  // the ring's lines
+	ringMem
 	tailW    *uint32 // lines the peer has read, as it last published
 	sleepers *uint32 // the peer's sleepers word
-	n        uint32  // lines (a power of two)
 	max      int     // largest message
 	sent     uint32  // lines written
 	tail     uint32  // *tailW at our last look
@@ -92,25 +103,23 @@ type ringOut struct {
 // ringIn is a peer's ring in this rank's window. Guarded by ep.pollMu and
 // ep.mu (read under either, changed under both).
 type ringIn struct {
-	mem   []byte
+	ringMem
 	tailW *uint32
-	n     uint32
 	head  uint32 // lines read
 	pub   uint32 // head as last stored in *tailW
 	end   uint32 // where the ring stood when the last poll began
 }
 
+// readRing is p's ring into this rank while it may be read: not once the
+// link has broken. The caller holds pollMu.
+func (p *peer) readRing() *ringIn {
+	if p == nil || p.broken {
+		return nil
+	}
+	return p.rin
+}
+
 func ringWord(b []byte) *uint32 { return (*uint32)(unsafe.Pointer(unsafe.SliceData(b))) }
-
-func (o *ringOut) line(i uint32) []byte {
-	off := int(i&(o.n-1)) * ringLine
-	return o.mem[off : off+ringLine : off+ringLine]
-}
-
-func (in *ringIn) line(i uint32) []byte {
-	off := int(i&(in.n-1)) * ringLine
-	return in.mem[off : off+ringLine : off+ringLine]
-}
 
 // setupRings makes the ring window (a collective) when the endpoint has
 // one device and it is shm. A rank whose window a peer cannot map simply
@@ -132,12 +141,11 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 		}
 		ep.pollMu.Lock()
 		ep.mu.Lock()
-		ep.ringWin = w
 		ep.sleepers = ringWord(w.buf)
 		for r, p := range ep.peers {
 			if p != nil {
 				b := w.buf[ringWinHdr+r*blk : ringWinHdr+(r+1)*blk]
-				p.rin = &ringIn{mem: b[ringLine:], tailW: ringWord(b), n: uint32(n)}
+				p.rin = &ringIn{ringMem: ringMem{mem: b[ringLine:], n: uint32(n)}, tailW: ringWord(b)}
 			}
 		}
 		ep.mu.Unlock()
@@ -146,7 +154,7 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if ep.ringWin == nil {
+	if ep.sleepers == nil { // no rings after all
 		return nil
 	}
 	for r, p := range ep.peers {
@@ -159,7 +167,7 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 		}
 		b := m[ringWinHdr+ep.rank*blk : ringWinHdr+(ep.rank+1)*blk]
 		ep.mu.Lock()
-		p.rout = &ringOut{mem: b[ringLine:], tailW: ringWord(b), sleepers: ringWord(m), n: uint32(n), max: min(ringMaxBytes, p.eager)}
+		p.rout = &ringOut{ringMem: ringMem{mem: b[ringLine:], n: uint32(n)}, tailW: ringWord(b), sleepers: ringWord(m), max: min(ringMaxBytes, p.eager)}
 		ep.mu.Unlock()
 	}
 	return nil
@@ -213,10 +221,10 @@ func (ep *Endpoint) ringSend(p *peer, ctxID uint32, tag int32, buf []byte) bool 
 func (ep *Endpoint) ringScan() bool {
 	any := false
 	for _, p := range ep.peers {
-		if p == nil || p.rin == nil || p.broken {
-			continue // a broken link's ring is not read again
+		in := p.readRing()
+		if in == nil {
+			continue
 		}
-		in := p.rin
 		e := in.head
 		for e-in.head < in.n {
 			l := in.line(e)
@@ -240,7 +248,7 @@ func (ep *Endpoint) ringScan() bool {
 // about to block). The caller holds pollMu.
 func (ep *Endpoint) ringPending() bool {
 	for _, p := range ep.peers {
-		if p != nil && p.rin != nil && !p.broken && atomic.LoadUint32(ringWord(p.rin.line(p.rin.head))) == p.rin.head+1 {
+		if in := p.readRing(); in != nil && atomic.LoadUint32(ringWord(in.line(in.head))) == in.head+1 {
 			return true
 		}
 	}
@@ -252,8 +260,8 @@ func (ep *Endpoint) ringPending() bool {
 func (ep *Endpoint) ringDrainLocked() int {
 	n := 0
 	for _, p := range ep.peers {
-		if p != nil && p.rin != nil && !p.broken && int32(p.rin.end-p.rin.head) > 0 {
-			n += ep.ringTo(p, p.rin.end)
+		if in := p.readRing(); in != nil && int32(in.end-in.head) > 0 {
+			n += ep.ringTo(p, in.end)
 		}
 	}
 	return n
@@ -299,22 +307,20 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 		p.heard = true
 		p.stats.eagerRecv(env.ctx, size, true)
 		if ep.failErr == nil {
-			r := ep.m.arrive(env)
-			switch {
-			case r != nil && size <= len(r.buf):
+			if r := ep.m.arrive(env); r != nil && size <= len(r.buf) {
 				// Straight into the receive's buffer.
 				in.copyOut(r.buf[:size], in.head)
 				r.status = Status{Source: env.src, Tag: int(env.tag), Count: size}
 				ep.completeLocked(r, nil)
-			case r != nil:
+			} else {
 				data := make([]byte, size)
 				in.copyOut(data, in.head)
-				ep.deliverEagerLocked(r, env, data) // truncated
-			default:
-				data := make([]byte, size)
-				in.copyOut(data, in.head)
-				ep.m.addUnexpected(&inbound{env: env, size: size, data: data})
-				ep.wakeArrivalsLocked()
+				if r != nil {
+					ep.deliverEagerLocked(r, env, data) // truncated
+				} else {
+					ep.m.addUnexpected(&inbound{env: env, size: size, data: data})
+					ep.wakeArrivalsLocked()
+				}
 			}
 		}
 		in.head += k
