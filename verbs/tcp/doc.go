@@ -47,7 +47,9 @@
 //     the completion and wakes the waiter directly (one hand-off; the
 //     engine adds no goroutine or channel of its own in between).
 //   - Responses (READ responses, atomic results, NAKs) are written by
-//     whoever handled the request, non-blocking as above; the reading side
+//     whoever handled the request, non-blocking as above, once no further
+//     whole frame is buffered: the answers to requests that arrived
+//     together (a READ in pieces) leave in one write. The reading side
 //     never blocks on a write, so two ends busy writing large messages to
 //     each other cannot deadlock. A plain ACK is held back until this side
 //     sends its next frame (a ping-pong's ACKs ride on its data), is about

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -733,4 +734,68 @@ func TestHeldAcksWhileStreaming(t *testing.T) {
 	post(n)
 	require.NoError(t, <-errc)
 	require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
+}
+
+// TestReadResponsesLeaveTogether: READ requests that arrive together (one
+// segment, as a READ in pieces does) are answered in one write, not one
+// per request, whether the reader goroutine or a polling waiter handles
+// them; every response is intact and in order.
+func TestReadResponsesLeaveTogether(t *testing.T) {
+	const pieces, piece = 8, 32 << 10
+	for _, waiter := range []bool{false, true} {
+		t.Run(fmt.Sprintf("waiter=%v", waiter), func(t *testing.T) {
+			o := testOptions()
+			dev := openDev(t, o)
+			a := newSideOn(t, dev)
+			mr, err := a.pd.AllocMR(pieces*piece, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
+			require.NoError(t, err)
+			src := mr.Bytes()
+			for i := range src {
+				src[i] = byte(i*13 + i>>9)
+			}
+			c := fakePeer(t, dev, a.qp, o.Token)
+			t.Cleanup(func() { c.Close() })
+			var l *link
+			require.Eventually(t, func() bool {
+				l, _ = a.qp.(*softrc.QP).Link().(*link)
+				return l != nil
+			}, 5*time.Second, time.Millisecond)
+			if waiter {
+				// A waiter that holds the socket when the requests come.
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				t.Cleanup(func() { cancel(); <-done })
+				go func() { defer close(done); _ = a.cq.Wait(ctx) }()
+				require.Eventually(t, func() bool { return l.holder.Load() == holderPoller }, 5*time.Second, time.Millisecond)
+			}
+			before := l.urgentSends.Load()
+			var reqs []byte
+			for i := range pieces {
+				f := make([]byte, HeaderLen)
+				EncodeHeader(f, &softrc.Header{Op: softrc.FrameReadReq, QPN: a.qp.Num(), Seq: uint32(i), Len: piece,
+					RAddr: mr.Addr() + uint64(i*piece), RKey: mr.RKey()})
+				reqs = append(reqs, f...)
+			}
+			_, err = c.Write(reqs)
+			require.NoError(t, err)
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+			hb := make([]byte, HeaderLen)
+			body := make([]byte, piece)
+			for i := range pieces {
+				_, err := io.ReadFull(c, hb)
+				require.NoError(t, err, "response %d", i)
+				h, err := DecodeHeader(hb, 1<<30)
+				require.NoError(t, err)
+				require.Equal(t, softrc.FrameReadResp, h.Op, "response %d", i)
+				require.Equal(t, uint32(i), h.Seq)
+				require.Equal(t, uint32(piece), h.Len)
+				_, err = io.ReadFull(c, body)
+				require.NoError(t, err)
+				require.True(t, bytes.Equal(src[i*piece:(i+1)*piece], body), "response %d has other bytes", i)
+			}
+			// One write when the requests came in one read; allow a second
+			// should the kernel have split them.
+			assert.LessOrEqual(t, l.urgentSends.Load()-before, int32(2), "responses were written one by one")
+		})
+	}
 }

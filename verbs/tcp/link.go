@@ -54,7 +54,9 @@ type link struct {
 	unwatched   bool
 	sr          sockReader
 	fs          frameState
-	qw          queueWait // awaitQueued's scratch
+	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
+	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
+	qw          queueWait    // awaitQueued's scratch
 
 	mu         sync.Mutex
 	resps      []softrc.Response // responses queued by the reading side

@@ -433,6 +433,14 @@ func (q *QP) Attach(l Link) bool {
 	return true
 }
 
+// Link returns the connection attached to q, or nil (for a transport's
+// white-box tests).
+func (q *QP) Link() Link {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.link
+}
+
 // LinkLost tells the QP that l is gone (peer dead, connection reset): the
 // QP goes to ERR, its first outstanding send completes with RETRY_EXC_ERR
 // and everything else is flushed.
