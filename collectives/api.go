@@ -104,7 +104,7 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 				return c.bcastHier(b, root)
 			case SharedMemory:
 				if c.e.size == 2 {
-					if c.e.shm.pw != nil && len(b) > shmSplitMin && len(b) <= shmSplitMax {
+					if c.e.shm.pw != nil && bcastSplits(len(b)) {
 						return c.bcastShmSplit(b, root)
 					}
 					return c.bcastShm(b, root)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmago/rdmago/collectives"
@@ -170,4 +171,20 @@ func TestUnknownCollectiveOption(t *testing.T) {
 	require.Equal(t, collectives.Ring, alg, "a forced algorithm still applies")
 	require.NoError(t, e.Close())
 	require.Empty(t, collectives.Algorithms(bogus))
+}
+
+// TestBcastSplitsBands: a two-rank shared-memory bcast splits the copy
+// above 128 KiB up to 1 MiB and from 4 to 8 MiB, and pipelines it through
+// the slots elsewhere (the bands measured in model.go).
+func TestBcastSplitsBands(t *testing.T) {
+	for _, c := range []struct {
+		n     int
+		split bool
+	}{
+		{64 << 10, false}, {128 << 10, false}, {128<<10 + 8, true}, {1 << 20, true},
+		{1<<20 + 8, false}, {2 << 20, false}, {4<<20 - 8, false}, {4 << 20, true},
+		{8 << 20, true}, {8<<20 + 8, false}, {64 << 20, false},
+	} {
+		assert.Equal(t, c.split, collectives.BcastSplits(c.n), "%d bytes", c.n)
+	}
 }

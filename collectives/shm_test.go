@@ -83,13 +83,15 @@ func TestSharedMemoryBits(t *testing.T) {
 
 // TestSharedMemoryBcastRead: from 32 to 128 KiB the shared-memory bcast
 // has the readers copy the root's own buffer (a PeerReader region), and
-// two ranks above 128 KiB and up to 1 MiB split the copy (the root writes the
-// second half into the reader's buffer, a PeerWriter region); every rank
-// gets the root's data, twice in a row, whoever the root is.
+// two ranks above 128 KiB split the copy (the root writes the second half
+// into the reader's buffer, a PeerWriter region), except from 1 to 4 MiB
+// (the slots) and above 8 MiB; every rank gets the root's data, twice in
+// a row, whoever the root is.
 func TestSharedMemoryBcastRead(t *testing.T) {
 	t.Parallel()
 	for _, p := range []int{2, 3, 5} {
-		for _, n := range []int{4097, 16000, 70001} { // 32 KiB + 8 B, 125 KiB and 547 KiB of float64
+		// 32 KiB + 8 B, 125 KiB, 547 KiB, 2.3 MiB and 4.6 MiB of float64
+		for _, n := range []int{4097, 16000, 70001, 300001, 600001} {
 			t.Run(name("p", p, "n", n), func(t *testing.T) {
 				errs := world(t, p, coltest.Options{Shared: true}, force(collectives.CollBcast, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
 					for round := range 2 {

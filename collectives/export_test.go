@@ -1,0 +1,4 @@
+package collectives
+
+// BcastSplits exposes bcastSplits to the external tests.
+var BcastSplits = bcastSplits
