@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -797,5 +798,67 @@ func TestReadResponsesLeaveTogether(t *testing.T) {
 			// should the kernel have split them.
 			assert.LessOrEqual(t, l.urgentSends.Load()-before, int32(2), "responses were written one by one")
 		})
+	}
+}
+
+// TestDriveSpinReadsFrames: a polling waiter reads small frames with
+// non-blocking reads as they arrive (spinFill), assembling one that comes
+// in pieces, and a peer that closes the connection while it polls fails
+// the wait rather than leaving it polling.
+func TestDriveSpinReadsFrames(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("spinFill is Linux-only")
+	}
+	o := testOptions()
+	o.PollSpin = time.Hour
+	dev := openDev(t, o)
+	a := newSideOn(t, dev)
+	mr, err := a.pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	require.NoError(t, err)
+	c := fakePeer(t, dev, a.qp, o.Token)
+	t.Cleanup(func() { c.Close() })
+	var l *link
+	require.Eventually(t, func() bool {
+		l, _ = a.qp.(*softrc.QP).Link().(*link)
+		return l != nil
+	}, 5*time.Second, time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	wait := func() {
+		go func() {
+			wc, err := waitCtx(ctx, a.cq)
+			if err == nil && wc.Status != verbs.StatusSuccess {
+				err = fmt.Errorf("completion %v", wc.Status)
+			}
+			res <- err
+		}()
+		require.Eventually(t, func() bool { return l.holder.Load() == holderPoller }, 5*time.Second, time.Millisecond)
+	}
+	for round := range 3 {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(round)}))
+		wait()
+		before := l.spinReads.Load()
+		frame := writeImmFrame(a.qp, mr, uint32(round), 1000, uint32(7+round))
+		// In three pieces, the first shorter than a header.
+		for _, part := range [][]byte{frame[:5], frame[5 : HeaderLen+300], frame[HeaderLen+300:]} {
+			_, err := c.Write(part)
+			require.NoError(t, err)
+			time.Sleep(5 * time.Millisecond)
+		}
+		require.NoError(t, <-res, "round %d", round)
+		require.True(t, bytes.Equal(frame[HeaderLen:], mr.Bytes()[:1000]), "round %d: payload not placed intact", round)
+		assert.GreaterOrEqual(t, l.spinReads.Load()-before, int32(3), "round %d: the pieces were not read as they came", round)
+	}
+
+	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 9}))
+	wait()
+	require.NoError(t, c.Close())
+	select {
+	case err := <-res:
+		require.Error(t, err, "the wait returned without an error after the peer closed")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter kept polling a closed connection")
 	}
 }

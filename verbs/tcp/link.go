@@ -54,8 +54,10 @@ type link struct {
 	unwatched   bool
 	sr          sockReader
 	fs          frameState
+	largeSeen   int          // small frames with data to go before spinFill (pollFrame)
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
+	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
 	qw          queueWait    // awaitQueued's scratch
 
 	mu         sync.Mutex

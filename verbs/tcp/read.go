@@ -60,16 +60,23 @@ var errLarge = errors.New("tcp: frame larger than the read buffer")
 // sockReader is the bufio.Reader's source: the connection, after the bytes
 // the handshake's reader had buffered already (pre).
 type sockReader struct {
-	l    *link
-	pre  []byte
-	intr bool // the read is interruptible: nothing of a frame is being handled
+	l       *link
+	pre     []byte
+	intr    bool // the read is interruptible: nothing of a frame is being handled
+	noBlock bool // the read takes what is queued and never waits (errWouldBlock)
 }
+
+// errWouldBlock is a sockReader.noBlock read's answer when nothing is queued.
+var errWouldBlock = errors.New("tcp: nothing queued")
 
 func (r *sockReader) Read(p []byte) (int, error) {
 	if len(r.pre) > 0 {
 		n := copy(p, r.pre)
 		r.pre = r.pre[n:]
 		return n, nil
+	}
+	if r.noBlock {
+		return r.l.readQueued(p)
 	}
 	for {
 		n, err := r.l.c.Read(p)
@@ -162,6 +169,11 @@ func (l *link) readFrame() error {
 	// alive: long payloads restart the ACK timer every MiB.
 	pl := &fs.pl
 	pl.left = h.PayloadLen()
+	if HeaderLen+pl.left > spinFillMax {
+		l.largeSeen = largeMemory
+	} else if pl.left > 0 && l.largeSeen > 0 { // frames without data (ACKs, READ requests) do not count
+		l.largeSeen--
+	}
 	if h.Op.IsRequest() {
 		err = l.q.HandleRequest(&h, pl, &fs.resp)
 		if fs.resp.Op != 0 {
@@ -237,6 +249,10 @@ func (l *link) sendResps() {
 		l.Kick()
 	}
 }
+
+// largeMemory is how many small frames with data after a large one a
+// poller reads only once they are all queued (see pollFrame).
+const largeMemory = 8
 
 // holdMax is the largest response respond holds for the next frames'.
 const holdMax = 1 << 20
@@ -394,7 +410,20 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			if spinEnd.IsZero() {
 				spinEnd = now.Add(l.t.opts.PollSpin)
 			}
-			if now.Before(spinEnd) && l.spinUntilQueued(ctx, cq, need-l.br.Buffered(), spinEnd) {
+			var got bool
+			if now.Before(spinEnd) {
+				// Read as it comes only what is likely a small frame: none
+				// of the last few with data was large (a frame's first
+				// bytes do not say how long it is until its header is in,
+				// and a large message's frames come with small ones: credits,
+				// FINs).
+				if need > spinFillMax || (!sized && l.largeSeen > 0) {
+					got = l.spinUntilQueued(ctx, cq, need-l.br.Buffered(), spinEnd)
+				} else {
+					got = l.spinFill(ctx, cq, need, spinEnd)
+				}
+			}
+			if got {
 				if cq.Pending() || ctx.Err() != nil {
 					return errInterrupted
 				}

@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"runtime"
 	"time"
@@ -163,4 +164,63 @@ func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, dea
 			runtime.Gosched()
 		}
 	}
+}
+
+// spinFillMax is the largest frame a poller reads as it arrives (spinFill)
+// rather than once it is all queued (spinUntilQueued): a 64 KiB frame read
+// in the pieces it arrives in took 1.22x the time (7 rounds, 22:34).
+const spinFillMax = 32 << 10
+
+// spinFill is spinUntilQueued for a frame that fits the read buffer: it
+// reads what arrives into the buffer as it comes, without blocking, until
+// want bytes are buffered (true), cq has a completion or ctx ends (true:
+// the caller re-checks), or deadline passes (false). Reading at once,
+// rather than probing the socket and reading once the frame is there,
+// saves a system call per frame, a few µs on a VM.
+func (l *link) spinFill(ctx context.Context, cq *softrc.CQ, want int, deadline time.Time) bool {
+	if l.rc == nil {
+		return l.spinUntilQueued(ctx, cq, want-l.br.Buffered(), deadline)
+	}
+	for i := 0; ; i++ {
+		if l.br.Buffered() < want {
+			l.sr.noBlock = true
+			_, err := l.br.Peek(want)
+			l.sr.noBlock = false
+			if err != nil && err != errWouldBlock {
+				return true // the blocking read that follows reports it
+			}
+		}
+		if l.br.Buffered() >= want || cq.Pending() || ctx.Err() != nil {
+			return true
+		}
+		if i&7 == 7 {
+			if time.Now().After(deadline) {
+				return false
+			}
+			runtime.Gosched() // as in spinUntilQueued
+		}
+	}
+}
+
+// readQueued reads what is queued in the socket into p without waiting:
+// errWouldBlock when nothing is.
+func (l *link) readQueued(p []byte) (int, error) {
+	var n int
+	var rerr error
+	err := l.rc.Read(func(fd uintptr) bool {
+		n, rerr = unix.Read(int(fd), p)
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr == unix.EAGAIN || rerr == unix.EINTR:
+		return 0, errWouldBlock
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
+	}
+	l.spinReads.Add(1)
+	return n, nil
 }

@@ -26,3 +26,9 @@ type queueWait struct{}
 func (w *queueWait) init() {}
 
 func (l *link) spinUntilQueued(context.Context, *softrc.CQ, int, time.Time) bool { return false }
+
+const spinFillMax = 0
+
+func (l *link) spinFill(context.Context, *softrc.CQ, int, time.Time) bool { return false }
+
+func (l *link) readQueued([]byte) (int, error) { return 0, errWouldBlock }
