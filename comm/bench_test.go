@@ -94,3 +94,19 @@ func benchPair(b *testing.B, transport string, step func(ctx context.Context, c 
 		b.Fatal(peerErr)
 	}
 }
+
+// BenchmarkBcast is BenchmarkAllreduce for a bcast from rank 0 (whose
+// element 0 tells rank 1 whether to go on), at sizes that take each of the
+// two-rank shared-memory forms: slots (4 KiB, 2 MiB) and the split copy
+// (256 KiB, 4 MiB).
+//
+//	go test -run '^$' -bench Bcast -benchtime 2000x ./comm
+func BenchmarkBcast(b *testing.B) {
+	for _, n := range []int{1024, 64 << 10, 512 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("transport=shm/bytes=%d", 4*n), func(b *testing.B) {
+			benchPair(b, "shm", func(ctx context.Context, c *Comm, buf []float32) error {
+				return Bcast(ctx, c, buf, 0)
+			}, n)
+		})
+	}
+}
