@@ -516,14 +516,32 @@ func TestHeldBackAckArrives(t *testing.T) {
 // writes hand-made frames.
 func fakeTarget(t *testing.T, n int) (*side, verbs.MR, net.Conn) {
 	t.Helper()
-	o := testOptions()
+	return fakeTargetWith(t, testOptions(), n, verbs.AccessRemoteWrite)
+}
+
+// fakeTargetWith is fakeTarget on a device opened with o, its MR open to
+// the remote access given.
+func fakeTargetWith(t *testing.T, o Options, n int, remote verbs.Access) (*side, verbs.MR, net.Conn) {
+	t.Helper()
 	dev := openDev(t, o)
 	a := newSideOn(t, dev)
-	mr, err := a.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	mr, err := a.pd.AllocMR(n, verbs.AccessLocalWrite|remote)
 	require.NoError(t, err)
 	c := fakePeer(t, dev, a.qp, o.Token)
 	t.Cleanup(func() { c.Close() })
 	return a, mr, c
+}
+
+// attachedLink waits for q's connection and returns it, for the tests
+// that look at a link's state.
+func attachedLink(t *testing.T, q verbs.QP) *link {
+	t.Helper()
+	var l *link
+	require.Eventually(t, func() bool {
+		l, _ = q.(*softrc.QP).Link().(*link)
+		return l != nil
+	}, 5*time.Second, time.Millisecond)
+	return l
 }
 
 // writeImmFrame is a WRITE_WITH_IMM frame (sequence number seq) of size
@@ -745,22 +763,12 @@ func TestReadResponsesLeaveTogether(t *testing.T) {
 	const pieces, piece = 8, 32 << 10
 	for _, waiter := range []bool{false, true} {
 		t.Run(fmt.Sprintf("waiter=%v", waiter), func(t *testing.T) {
-			o := testOptions()
-			dev := openDev(t, o)
-			a := newSideOn(t, dev)
-			mr, err := a.pd.AllocMR(pieces*piece, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
-			require.NoError(t, err)
+			a, mr, c := fakeTargetWith(t, testOptions(), pieces*piece, verbs.AccessRemoteRead)
 			src := mr.Bytes()
 			for i := range src {
 				src[i] = byte(i*13 + i>>9)
 			}
-			c := fakePeer(t, dev, a.qp, o.Token)
-			t.Cleanup(func() { c.Close() })
-			var l *link
-			require.Eventually(t, func() bool {
-				l, _ = a.qp.(*softrc.QP).Link().(*link)
-				return l != nil
-			}, 5*time.Second, time.Millisecond)
+			l := attachedLink(t, a.qp)
 			if waiter {
 				// A waiter that holds the socket when the requests come.
 				ctx, cancel := context.WithCancel(context.Background())
@@ -777,7 +785,7 @@ func TestReadResponsesLeaveTogether(t *testing.T) {
 					RAddr: mr.Addr() + uint64(i*piece), RKey: mr.RKey()})
 				reqs = append(reqs, f...)
 			}
-			_, err = c.Write(reqs)
+			_, err := c.Write(reqs)
 			require.NoError(t, err)
 			require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 			hb := make([]byte, HeaderLen)
@@ -811,17 +819,8 @@ func TestDriveSpinReadsFrames(t *testing.T) {
 	}
 	o := testOptions()
 	o.PollSpin = time.Hour
-	dev := openDev(t, o)
-	a := newSideOn(t, dev)
-	mr, err := a.pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-	require.NoError(t, err)
-	c := fakePeer(t, dev, a.qp, o.Token)
-	t.Cleanup(func() { c.Close() })
-	var l *link
-	require.Eventually(t, func() bool {
-		l, _ = a.qp.(*softrc.QP).Link().(*link)
-		return l != nil
-	}, 5*time.Second, time.Millisecond)
+	a, mr, c := fakeTargetWith(t, o, 4096, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
