@@ -192,9 +192,7 @@ func (l *link) readFrame() error {
 	// Every reading loop handles the whole frames buffered before it stops
 	// (Drive drains them), so a held response leaves with the last.
 	if l.urgentHeld && (err != nil || !l.frameBuffered()) {
-		l.urgentHeld = false
-		l.urgentSends.Add(1)
-		l.sendResps()
+		l.sendUrgent()
 	}
 	return err
 }
@@ -234,10 +232,15 @@ func (l *link) respond(r *softrc.Response) {
 			l.urgentHeld = true // readFrame sends once no whole frame is left
 			return
 		}
-		l.urgentHeld = false
-		l.urgentSends.Add(1)
-		l.sendResps()
+		l.sendUrgent()
 	}
+}
+
+// sendUrgent sends the queued responses, which hold more than ACKs.
+func (l *link) sendUrgent() {
+	l.urgentHeld = false
+	l.urgentSends.Add(1)
+	l.sendResps()
 }
 
 // sendResps sends the queued responses from the reading side: itself if
