@@ -383,12 +383,18 @@ func bcastSplits(n int) bool {
 
 // shmRSBytes is the size above which the shared-memory allreduce reduces
 // blocks and gathers them (allreduceShmRS) instead of having every rank
-// read every chunk: 16 KiB for more than two ranks; for two, where each
-// rank reads only one other chunk anyway, the second synchronisation
-// costs more than the saved fold below shmRSBytes2 (osu-compare, 4 KiB to
-// 256 KiB, 11:00).
+// read every chunk: 64 KiB for more than two ranks. Up to there, reading
+// all p chunks costs less than the block-folding's second
+// synchronisation, which needs every rank to run once more: with ranks
+// outnumbering the cores that is a round of context switches. Against a
+// 16 KiB threshold, 32 and 64 KiB took 0.67-0.75 and 0.71-0.77 the time
+// on 8 ranks, 0.67 and 0.80 on 3 (2 cores; osu-compare, 7 rounds, 03:20
+// on 1 December); at 128 KiB reading every chunk took 1.08x. For two
+// ranks, where each reads only one other chunk anyway, the second
+// synchronisation costs more than the saved fold below shmRSBytes2
+// (osu-compare, 4 KiB to 256 KiB, 11:00 on 30 November).
 const (
-	shmRSBytes  = 16 << 10
+	shmRSBytes  = 64 << 10
 	shmRSBytes2 = 128 << 10
 )
 
