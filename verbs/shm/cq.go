@@ -5,6 +5,7 @@ package shm
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,12 @@ type cq struct {
 	rqs    atomic.Pointer[[]*QP] // copy on write, under mu
 	nQP    atomic.Int32
 	closed atomic.Bool
+
+	// WaitSleep's parking socket (park.go), made on first use.
+	park       atomic.Pointer[net.UnixConn]
+	parkMake   sync.Mutex // makes park; guards parkFailed
+	parkFailed bool
+	parkTurn   chan struct{} // one parked sleeper at a time
 }
 
 func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
@@ -56,8 +63,10 @@ func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
 		return nil, d.opErr("CreateCQ", 0, -1, fmt.Errorf("%w: all %d completion queues of the device are in use", verbs.ErrInvalidArgument, maxCQ-1))
 	}
 	d.cqUsed[idx] = true
-	c := &cq{d: d, idx: uint32(idx), db: doorbellAt(d.mem, uint32(idx)), depth: depth, local: make([]verbs.WC, 0, min(depth, 4096))}
+	c := &cq{d: d, idx: uint32(idx), db: d.doorbellAt(d.mem, uint32(idx), d.sockName), depth: depth,
+		local: make([]verbs.WC, 0, min(depth, 4096)), parkTurn: make(chan struct{}, 1)}
 	atomic.StoreUint32(c.db.waiters, 0)
+	atomic.StoreUint32(c.db.parked, 0)
 	c.rqs.Store(&[]*QP{})
 	d.cqs[c] = struct{}{}
 	return c, nil
@@ -120,9 +129,6 @@ func (c *cq) ready() bool {
 }
 
 func (c *cq) Wait(ctx context.Context) error { return c.wait(ctx, c.d.spin, c.d.yield) }
-
-// WaitSleep is Wait without the spin and the yield (verbs.SleepWaiter).
-func (c *cq) WaitSleep(ctx context.Context) error { return c.wait(ctx, 0, 0) }
 
 var _ verbs.SleepWaiter = (*cq)(nil)
 
@@ -225,6 +231,7 @@ func (c *cq) shut() {
 	delete(d.cqs, c)
 	d.mu.Unlock()
 	c.db.kick()
+	c.closePark()
 	d.mu.Lock()
 	d.cqUsed[c.idx] = false
 	d.mu.Unlock()

@@ -62,6 +62,7 @@ type Device struct {
 
 	sockName string // abstract socket name, without the leading '@'
 	ln       *net.UnixListener
+	wakeFD   atomic.Int32 // the socket that sends wake-up datagrams (park.go); -1 once closed
 
 	// mrTab finds local MRs by key index without a lock (the post path).
 	mrTab [maxMR]atomic.Pointer[mr]
@@ -127,6 +128,7 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 		accepted: map[*net.UnixConn]*QP{},
 		mrNext:   1,
 	}
+	d.wakeFD.Store(-1)
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -167,6 +169,13 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 		d.release()
 		return fail(fmt.Errorf("%w: listening on abstract socket: %v", verbs.ErrUnavailable, err))
 	}
+	wfd, err := openWakeFD()
+	if err != nil {
+		d.ln.Close()
+		d.release()
+		return fail(fmt.Errorf("%w: a socket for wake-ups: %v", verbs.ErrUnavailable, err))
+	}
+	d.wakeFD.Store(int32(wfd))
 	devices.Store(d.devID, d)
 	d.wg.Add(1)
 	go d.acceptLoop()
@@ -280,6 +289,9 @@ func (d *Device) Close() error {
 	d.memGuard.Lock()
 	d.memGone = true
 	d.memGuard.Unlock()
+	if fd := d.wakeFD.Swap(-1); fd >= 0 {
+		closeFD(int(fd))
+	}
 	devices.Delete(d.devID)
 	d.mu.Lock()
 	for i := range d.mrTab {
@@ -381,25 +393,33 @@ func (d *Device) freeMem(off, n uint64) {
 	d.heap.release(off, n)
 }
 
-// doorbell is a CQ's wake-up word pair in the device segment.
+// doorbell is a CQ's wake-up words in the device segment, and the way to
+// its parking socket (park.go).
 type doorbell struct {
 	seq     *uint32 // futex word: bumped by every waking producer
-	waiters *uint32 // consumers about to sleep
+	waiters *uint32 // consumers about to sleep on seq
+	parked  *uint32 // consumers about to park on the CQ's socket
+	w       *waker
 }
 
-func doorbellAt(mem []byte, idx uint32) doorbell {
+// doorbellAt is the doorbell of CQ idx in mem, the memory of the device
+// whose abstract socket is devSock; d sends the wake-up datagrams.
+func (d *Device) doorbellAt(mem []byte, idx uint32, devSock string) doorbell {
 	off := uint64(cqOff) + uint64(idx)*dbSize
-	return doorbell{seq: word32(mem, off), waiters: word32(mem, off+4)}
+	return doorbell{seq: word32(mem, off), waiters: word32(mem, off+4), parked: word32(mem, off+8), w: newWaker(d, parkName(devSock, idx))}
 }
 
-// ring wakes the consumers of db, if any sleep. The caller has just
-// published with an atomic store (a full fence on amd64 and arm64 for Go's
-// sequentially consistent atomics), so either a sleeper sees the new data
-// before it sleeps or this sees its waiters count.
+// ring wakes the consumers of db, if any sleep or park. The caller has
+// just published with an atomic store (a full fence on amd64 and arm64 for
+// Go's sequentially consistent atomics), so either a sleeper sees the new
+// data before it sleeps or this sees its count.
 func (db doorbell) ring() {
 	if atomic.LoadUint32(db.waiters) != 0 {
 		atomic.AddUint32(db.seq, 1)
 		futex.Wake(db.seq)
+	}
+	if atomic.LoadUint32(db.parked) != 0 {
+		db.w.wake()
 	}
 }
 
@@ -407,4 +427,7 @@ func (db doorbell) ring() {
 func (db doorbell) kick() {
 	atomic.AddUint32(db.seq, 1)
 	futex.Wake(db.seq)
+	if atomic.LoadUint32(db.parked) != 0 {
+		db.w.wake()
+	}
 }

@@ -39,7 +39,10 @@
 //
 // CQ.Wait spins for Options.SpinDuration, then yields the core with
 // sched_yield for Options.YieldDuration, then sleeps on a futex in the CQ's
-// doorbell, which producers ring only when someone sleeps. The control
+// doorbell, which producers ring only when someone sleeps. WaitSleep (the
+// background waiter's) parks on the CQ's datagram socket in Go's network
+// poller instead, so that a GOMAXPROCS=1 process keeps its only P while
+// it sleeps (see park.go). The control
 // socket stays open for the life of a connection: its end of file is how a
 // dead peer (even one killed by SIGKILL) is noticed within milliseconds;
 // outstanding work then fails with RETRY_EXC_ERR and the rest is flushed.

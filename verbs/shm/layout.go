@@ -6,7 +6,8 @@ package shm
 // by every device that connects a queue pair to it:
 //
 //	0        header (4 KiB): magic, version, pid, device id, table offsets
-//	cqOff    maxCQ doorbells of 64 bytes: {seq u32 (futex word), waiters u32}
+//	cqOff    maxCQ doorbells of 64 bytes: {seq u32 (futex word), waiters u32,
+//	         parked u32 (sleepers on the CQ's parking socket, park.go)}
 //	mrOff    maxMR memory-region descriptors of 64 bytes (below)
 //	heapOff  the heap: queue-pair segments and provider memory regions,
 //	         page-granular, sparse (pages exist once touched)
@@ -54,7 +55,7 @@ package shm
 // descriptor, a line the owner wrote when it posted.
 const (
 	segMagic   = 0x4d48534f4741_4452 // "RDAGOSHM", roughly
-	segVersion = 2                   // 2: 64-byte completions with inline data
+	segVersion = 3                   // 2: 64-byte completions with inline data; 3: parked count
 
 	hdrMagic     = 0
 	hdrVersion   = 8

@@ -86,6 +86,7 @@ type link struct {
 	peerQPN  uint32
 	peerPD   uint32
 	pid      int
+	sock     string   // the peer device's abstract socket name
 	db       doorbell // the peer's recv CQ doorbell
 	path     UserMemPath
 	local    *Device    // the peer device, when it lives in this process
@@ -304,7 +305,7 @@ func (q *QP) connect(remote []byte) (*link, error) {
 	if p.uid != d.uid {
 		return nil, fmt.Errorf("%w: the peer QP %#x belongs to uid %d, this process runs as uid %d", verbs.ErrAuth, a.QPNum, p.uid, d.uid)
 	}
-	l := &link{q: q, peerQPN: a.QPNum, pid: p.pid, done: make(chan struct{}), resp: make(chan []byte, 1)}
+	l := &link{q: q, peerQPN: a.QPNum, pid: p.pid, sock: p.sock, done: make(chan struct{}), resp: make(chan []byte, 1)}
 	timeout := d.opts.ConnectTimeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
@@ -446,7 +447,7 @@ func (l *link) attachSegment(off uint64, qpn uint32) error {
 	l.seg = l.mem[off:end:end]
 	l.depth, l.dsz, l.cqeOff, l.peerNSGE = depth, dsz, cqeOffset(depth, dsz), int(nsge)
 	l.peerPD = binary.LittleEndian.Uint32(h[qsPD:])
-	l.db = doorbellAt(l.mem, cqi)
+	l.db = l.q.d.doorbellAt(l.mem, cqi, l.sock)
 	return nil
 }
 

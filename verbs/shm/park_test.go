@@ -1,0 +1,113 @@
+//go:build linux
+
+package shm
+
+import (
+	"context"
+	"regexp"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// sleeperState waits until a goroutine blocked in WaitSleep shows up in the
+// stack dump parked ("IO wait": in the network poller) and returns that
+// state, or the last other state seen ("syscall" when sleeping in
+// futex(2); "select" is a sleeper waiting for its turn).
+func sleeperState(t *testing.T) string {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^goroutine \d+ \[([^\],]+)[^\]]*\]:\n(?:.*\n){0,12}?.*\(\*cq\)\.WaitSleep`)
+	buf := make([]byte, 1<<20)
+	last := ""
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		n := runtime.Stack(buf, true)
+		for _, m := range re.FindAllSubmatch(buf[:n], -1) {
+			switch st := string(m[1]); st {
+			case "IO wait":
+				return st
+			case "running", "runnable", "select":
+			default:
+				last = st
+			}
+		}
+	}
+	if last == "" {
+		t.Fatal("no goroutine blocked in WaitSleep")
+	}
+	return last
+}
+
+// TestWaitSleepParks: the background waiter's sleep (WaitSleep) parks in
+// the network poller, not in a futex system call, which would keep the
+// only P of a GOMAXPROCS=1 process from the goroutine that needs it; and
+// it still wakes for a completion from the peer, for ctx and for Close.
+func TestWaitSleepParks(t *testing.T) {
+	a, b := newEnd(t, Options{}), newEnd(t, Options{})
+	connectPair(t, a, b)
+	sw := a.rcq.(verbs.SleepWaiter)
+	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- sw.WaitSleep(ctx) }()
+	require.Equal(t, "IO wait", sleeperState(t), "WaitSleep must park, not sit in a system call")
+	wakes := parkWakes.Load()
+	require.NoError(t, b.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.OpSend}))
+	select {
+	case err := <-errc:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a completion from the peer did not wake WaitSleep")
+	}
+	require.Greater(t, parkWakes.Load(), wakes, "the peer's completion sent no wake-up datagram (the sleep ended at its backstop)")
+	okWC(t, a.rcq, 1)
+
+	// Cancellation wakes a parked sleeper.
+	cctx, ccancel := context.WithCancel(context.Background())
+	go func() { errc <- sw.WaitSleep(cctx) }()
+	require.Equal(t, "IO wait", sleeperState(t))
+	ccancel()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("WaitSleep ignored cancellation")
+	}
+
+	// Two sleepers take turns; one completion wakes the parked one and the
+	// other sees it too.
+	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 3}))
+	errc2 := make(chan error, 2)
+	for range 2 {
+		go func() { errc2 <- sw.WaitSleep(ctx) }()
+	}
+	require.Equal(t, "IO wait", sleeperState(t))
+	require.NoError(t, b.qp.PostSend(verbs.SendWR{ID: 4, Opcode: verbs.OpSend}))
+	for range 2 {
+		select {
+		case err := <-errc2:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("a sleeper was not woken")
+		}
+	}
+	okWC(t, a.rcq, 3)
+
+	// Close wakes a parked sleeper with ErrClosed.
+	cq, err := a.dev.CreateCQ(4)
+	require.NoError(t, err)
+	go func() { errc <- cq.(verbs.SleepWaiter).WaitSleep(ctx) }()
+	require.Equal(t, "IO wait", sleeperState(t))
+	require.NoError(t, cq.Close())
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, verbs.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not wake WaitSleep")
+	}
+}
