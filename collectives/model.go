@@ -360,16 +360,16 @@ const (
 // up to shmSplitMin the slots win (0.38-0.71 of the split's time from 4 to
 // 64 KiB, osu-compare at 11:26; at 128 KiB, once the slots' pieces were
 // 32 KiB, 0.91 and 0.92 in two 5-round runs at about 16:10, while at
-// 256 KiB the split was 2.2x faster). Above 1 MiB the slots' pipeline,
+// 256 KiB the split was 2.2x faster). From 1 to 4 MiB the slots' pipeline,
 // whose non-temporal stores leave the reader lines it fetches fast, runs
-// at about 27 GB/s where the split's kernel copies run at 20: at 2 MiB the
-// split took 1.59x the slots' time (11 rounds, 22:22). From 4 MiB the
-// slots are fast only in some processes (4 MiB took 150-165 µs in some
-// runs and 360-450 µs in others, alike from one iteration to the next,
-// with pieces of 128 KiB to 512 KiB; the split took 150-210 µs in every
-// run), so the split takes over again: 4 MiB 0.73x and 8 MiB 0.84x the
-// slots' time (9-11 rounds, 22:22), 16 MiB a tie (1.00x), where the slots
-// stay.
+// at about 27 GB/s where the split's kernel copies run at 20: the slots
+// took 0.97-1.00x the split's time at 2 MiB and 0.78-0.90x at 4 MiB
+// (osu-compare, 9 and 11 rounds, 03:00 on 1 December). At 8 MiB the split
+// is faster again (the slots took 1.21-1.33x), at 16 MiB they tie
+// (1.01x) and the slots stay. Earlier runs, before the background waiter
+// stopped holding the only P of a bound rank (verbs/shm park.go), had the
+// slots fast only in some processes from 4 MiB: those were its 10 ms
+// stalls.
 const (
 	shmSplitMin = 128 << 10
 	shmSplitMax = 8 << 20
@@ -378,7 +378,7 @@ const (
 // bcastSplits reports whether a two-rank shared-memory bcast of n bytes
 // splits the copy (see shmSplitMin).
 func bcastSplits(n int) bool {
-	return n > shmSplitMin && n <= shmSplitMax && (n <= 1<<20 || n >= 4<<20)
+	return n > shmSplitMin && n <= shmSplitMax && (n <= 1<<20 || n > 4<<20)
 }
 
 // shmRSBytes is the size above which the shared-memory allreduce reduces

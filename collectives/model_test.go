@@ -174,7 +174,7 @@ func TestUnknownCollectiveOption(t *testing.T) {
 }
 
 // TestBcastSplitsBands: a two-rank shared-memory bcast splits the copy
-// above 128 KiB up to 1 MiB and from 4 to 8 MiB, and pipelines it through
+// above 128 KiB up to 1 MiB and above 4 MiB up to 8 MiB, and pipelines it through
 // the slots elsewhere (the bands measured in model.go).
 func TestBcastSplitsBands(t *testing.T) {
 	for _, c := range []struct {
@@ -182,7 +182,7 @@ func TestBcastSplitsBands(t *testing.T) {
 		split bool
 	}{
 		{64 << 10, false}, {128 << 10, false}, {128<<10 + 8, true}, {1 << 20, true},
-		{1<<20 + 8, false}, {2 << 20, false}, {4<<20 - 8, false}, {4 << 20, true},
+		{1<<20 + 8, false}, {2 << 20, false}, {4 << 20, false}, {4<<20 + 8, true},
 		{8 << 20, true}, {8<<20 + 8, false}, {64 << 20, false},
 	} {
 		assert.Equal(t, c.split, collectives.BcastSplits(c.n), "%d bytes", c.n)
