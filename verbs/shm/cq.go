@@ -67,6 +67,7 @@ func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
 		local: make([]verbs.WC, 0, min(depth, 4096)), parkTurn: make(chan struct{}, 1)}
 	atomic.StoreUint32(c.db.waiters, 0)
 	atomic.StoreUint32(c.db.parked, 0)
+	atomic.StoreUint32(c.db.woken, 0)
 	c.rqs.Store(&[]*QP{})
 	d.cqs[c] = struct{}{}
 	return c, nil

@@ -399,6 +399,7 @@ type doorbell struct {
 	seq     *uint32 // futex word: bumped by every waking producer
 	waiters *uint32 // consumers about to sleep on seq
 	parked  *uint32 // consumers about to park on the CQ's socket
+	woken   *uint32 // 1: a wake-up datagram was sent since the sleeper last parked
 	w       *waker
 }
 
@@ -406,7 +407,8 @@ type doorbell struct {
 // whose abstract socket is devSock; d sends the wake-up datagrams.
 func (d *Device) doorbellAt(mem []byte, idx uint32, devSock string) doorbell {
 	off := uint64(cqOff) + uint64(idx)*dbSize
-	return doorbell{seq: word32(mem, off), waiters: word32(mem, off+4), parked: word32(mem, off+8), w: newWaker(d, parkName(devSock, idx))}
+	return doorbell{seq: word32(mem, off), waiters: word32(mem, off+4), parked: word32(mem, off+8),
+		woken: word32(mem, off+12), w: newWaker(d, parkName(devSock, idx))}
 }
 
 // ring wakes the consumers of db, if any sleep or park. The caller has
@@ -419,6 +421,15 @@ func (db doorbell) ring() {
 		futex.Wake(db.seq)
 	}
 	if atomic.LoadUint32(db.parked) != 0 {
+		db.wakeParked()
+	}
+}
+
+// wakeParked sends the parked sleeper one datagram per sleep: while it
+// stays parked (its process busy elsewhere, the poller not yet run), later
+// producers see woken and skip the system call.
+func (db doorbell) wakeParked() {
+	if atomic.LoadUint32(db.woken) == 0 && atomic.CompareAndSwapUint32(db.woken, 0, 1) {
 		db.w.wake()
 	}
 }
@@ -428,6 +439,7 @@ func (db doorbell) kick() {
 	atomic.AddUint32(db.seq, 1)
 	futex.Wake(db.seq)
 	if atomic.LoadUint32(db.parked) != 0 {
+		atomic.StoreUint32(db.woken, 1)
 		db.w.wake()
 	}
 }

@@ -7,7 +7,8 @@ package shm
 //
 //	0        header (4 KiB): magic, version, pid, device id, table offsets
 //	cqOff    maxCQ doorbells of 64 bytes: {seq u32 (futex word), waiters u32,
-//	         parked u32 (sleepers on the CQ's parking socket, park.go)}
+//	         parked u32 (sleepers on the CQ's parking socket, park.go),
+//	         woken u32 (a wake-up datagram is on its way)}
 //	mrOff    maxMR memory-region descriptors of 64 bytes (below)
 //	heapOff  the heap: queue-pair segments and provider memory regions,
 //	         page-granular, sparse (pages exist once touched)
