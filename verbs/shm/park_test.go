@@ -6,10 +6,12 @@ import (
 	"context"
 	"regexp"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -67,6 +69,18 @@ func TestWaitSleepParks(t *testing.T) {
 	require.Greater(t, parkWakes.Load(), wakes, "the peer's completion sent no wake-up datagram (the sleep ended at its backstop)")
 	okWC(t, a.rcq, 1)
 
+	// Every sleep gets its wake-up, not just the first.
+	for i := uint64(10); i < 13; i++ {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: i}))
+		go func() { errc <- sw.WaitSleep(ctx) }()
+		require.Equal(t, "IO wait", sleeperState(t))
+		wakes := parkWakes.Load()
+		require.NoError(t, b.qp.PostSend(verbs.SendWR{ID: 100 + i, Opcode: verbs.OpSend}))
+		require.NoError(t, <-errc)
+		require.Greater(t, parkWakes.Load(), wakes, "sleep %d ended at its backstop", i)
+		okWC(t, a.rcq, i)
+	}
+
 	// Cancellation wakes a parked sleeper.
 	cctx, ccancel := context.WithCancel(context.Background())
 	go func() { errc <- sw.WaitSleep(cctx) }()
@@ -110,4 +124,42 @@ func TestWaitSleepParks(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not wake WaitSleep")
 	}
+}
+
+// TestParkedWakeOnce: while a sleeper stays parked, producers send it one
+// datagram, not one per ring; a sleeper that parks again is sent another.
+func TestParkedWakeOnce(t *testing.T) {
+	e := newEnd(t, Options{})
+	c := e.rcq.(*cq)
+	p := c.parker()
+	require.NotNil(t, p)
+	queued := func() int {
+		rc, err := p.SyscallConn()
+		require.NoError(t, err)
+		n := 0
+		var buf [16]byte
+		require.NoError(t, rc.Read(func(fd uintptr) bool {
+			for {
+				if _, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_DONTWAIT); err != nil {
+					return true
+				}
+				n++
+			}
+		}))
+		return n
+	}
+	// A sleeper as WaitSleep announces one (it never reads here).
+	atomic.StoreUint32(c.db.woken, 0)
+	atomic.AddUint32(c.db.parked, 1)
+	for range 10 {
+		c.db.ring()
+	}
+	require.Equal(t, 1, queued(), "datagrams for one sleep")
+	atomic.StoreUint32(c.db.woken, 0) // it parks again
+	c.db.ring()
+	c.db.ring()
+	require.Equal(t, 1, queued(), "datagrams for the next sleep")
+	atomic.AddUint32(c.db.parked, ^uint32(0))
+	c.db.ring()
+	require.Equal(t, 0, queued(), "datagrams with nobody parked")
 }
