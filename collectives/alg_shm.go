@@ -168,6 +168,11 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 	if cond() {
 		return nil
 	}
+	if c.background() {
+		if ok, err := c.shmNap(peer, cond); ok || err != nil {
+			return err
+		}
+	}
 	e := c.e
 	var start time.Time
 	for i := 1; ; i++ {

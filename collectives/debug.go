@@ -43,7 +43,7 @@ func (c *call) fingerprint() error {
 		if r == c.me {
 			continue
 		}
-		n, err := reqs[r].r.Wait(c.ctx)
+		n, err := c.waitReq(reqs[r].r)
 		reqs[r].done = err == nil || c.ctx.Err() == nil
 		if err != nil {
 			return c.fail(r, err)

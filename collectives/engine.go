@@ -320,6 +320,10 @@ type callState struct {
 	nout, nin int
 
 	probeArmed bool // the Engine's probe timer runs for this call; under e.mu
+
+	// waited is the Background flag of the caller's ctx (nil: a blocking
+	// call): while it is false, the call's waits sleep instead of spinning.
+	waited *Waited
 }
 
 type pendingReq struct {
@@ -368,6 +372,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	*st = callState{e: e, parent: ctx, seq: e.seq, calls: e.calls, op: coll.String(), alg: alg,
 		pending: st.pending[:0], scratch: st.scratch[:0], outs: st.outs, ins: st.ins}
 	st.ctx = ctx
+	st.waited, _ = ctx.Value(backgroundKey{}).(*Waited)
 	st.hdr = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
 	var early *MismatchError // a stall probe that arrived before this call began
 	// (The maps are nearly always empty: look only when they are not.)

@@ -89,7 +89,7 @@ func (p *pendingReq) wait(c *call) (int, error) {
 	if p.done {
 		return 0, nil
 	}
-	n, err := p.r.Wait(c.ctx)
+	n, err := c.waitReq(p.r)
 	// A Wait that failed because the call's context ended may leave the
 	// request in flight: end waits for it again before its buffer is reused.
 	p.done = err == nil || c.ctx.Err() == nil
@@ -150,7 +150,7 @@ func (m *inMsg) wait() error {
 	if m.hr.done {
 		return nil
 	}
-	n, err := m.hr.r.Wait(c.ctx)
+	n, err := c.waitReq(m.hr.r)
 	m.hr.done = err == nil || c.ctx.Err() == nil
 	if err != nil {
 		return c.fail(m.peer, err)

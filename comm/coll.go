@@ -49,7 +49,10 @@ func (c *Comm) start(ctx context.Context, op string, fn func(ctx context.Context
 		return nil, c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
 	turn := c.q.take()
-	r := &Request{c: c, op: op, done: make(chan struct{})}
+	r := &Request{c: c, op: op, done: make(chan struct{}), waited: collectives.NewWaited()}
+	// Until somebody waits for it, the collective sleeps between checks
+	// instead of spinning: the caller is computing (collectives.Background).
+	ctx = collectives.Background(ctx, r.waited)
 	go func() {
 		defer close(r.done)
 		if err := c.q.wait(ctx, turn); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -172,8 +173,9 @@ type Request struct {
 	esize int
 	p     *p2p.Request // point-to-point
 
-	done chan struct{} // collectives: closed when err is set
-	err  error
+	done   chan struct{} // collectives: closed when err is set
+	err    error
+	waited *collectives.Waited // collectives: set once somebody waits (collectives.Background)
 }
 
 // Wait blocks until the request completes or ctx ends, and returns its
@@ -189,6 +191,8 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 		st, err := r.p.Wait(ctx)
 		return r.c.status(r.op, r.peer, r.tag, r.esize, st, err)
 	}
+	// From now on the collective's waits may spin: its caller waits too.
+	r.waited.Set()
 	select {
 	case <-r.done:
 		return Status{}, r.err

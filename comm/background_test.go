@@ -1,0 +1,75 @@
+package comm_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/comm"
+)
+
+// collectiveWaitStates returns the states of the goroutines whose stacks
+// show a wait inside the collectives engine (shared-memory or p2p).
+func collectiveWaitStates() []string {
+	re := regexp.MustCompile(`(?m)^goroutine \d+ \[([^\],]+)[^\]]*\]:\n((?:.+\n)+)`)
+	buf := make([]byte, 4<<20)
+	n := runtime.Stack(buf, true)
+	var out []string
+	for _, m := range re.FindAllSubmatch(buf[:n], -1) {
+		st := string(m[2])
+		if regexp.MustCompile(`collectives\.\(\*call\)\.(shmWait|shmNap|waitReq)`).MatchString(st) {
+			out = append(out, string(m[1]))
+		}
+	}
+	return out
+}
+
+// TestBackgroundCollectiveSleeps: a non-blocking collective whose peer is
+// late waits asleep (a timer nap or a parked channel receive), not
+// spinning, yielding or in futex(2), which would take the CPU, or with
+// GOMAXPROCS 1 the only P, from the caller's work; and it completes with
+// the right result once waited for.
+func TestBackgroundCollectiveSleeps(t *testing.T) {
+	for _, tr := range []string{"shm", "loop"} {
+		t.Run(tr, func(t *testing.T) {
+			runOK(t, 2, comm.Options{Transport: tr}, func(ctx context.Context, c *comm.Comm) error {
+				buf := []int64{int64(c.Rank() + 1), 10}
+				if c.Rank() == 1 {
+					time.Sleep(300 * time.Millisecond) // rank 0's collective waits for us
+					return comm.Allreduce(ctx, c, buf, comm.Sum)
+				}
+				r, err := comm.Iallreduce(ctx, c, buf, comm.Sum)
+				if err != nil {
+					return err
+				}
+				// Past the spin and yield phases (a few ms) of a blocking wait.
+				time.Sleep(50 * time.Millisecond)
+				var states []string
+				for range 20 {
+					if states = collectiveWaitStates(); len(states) > 0 {
+						break
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				if len(states) == 0 {
+					return fmt.Errorf("no goroutine waits in the collective")
+				}
+				for _, s := range states {
+					if s != "sleep" && s != "chan receive" && s != "select" && s != "runnable" {
+						return fmt.Errorf("the background collective waits in state %q (all: %v), not asleep", s, states)
+					}
+				}
+				if _, err := r.Wait(ctx); err != nil {
+					return err
+				}
+				if buf[0] != 3 || buf[1] != 20 {
+					return fmt.Errorf("result %v, want [3 20]", buf)
+				}
+				return nil
+			})
+		})
+	}
+}
