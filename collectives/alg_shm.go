@@ -184,19 +184,8 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 		if i&7 != 0 {
 			continue
 		}
-		if c.halted.Load() {
-			return c.failAbort()
-		}
-		select {
-		case <-e.shm.r.Failed():
-			return c.fail(peer, e.shm.r.Err())
-		default:
-		}
-		if err := c.parent.Err(); err != nil {
-			return c.fail(peer, err)
-		}
-		if e.closing.Load() {
-			return c.fail(peer, ErrClosed)
+		if err := c.shmStopped(peer); err != nil {
+			return err
 		}
 		if start.IsZero() {
 			start = time.Now()
@@ -220,6 +209,28 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 		e.shm.r.Wait(bell, old, time.Since(start))
 		atomic.AddUint32(sleepers, ^uint32(0))
 	}
+}
+
+// shmStopped is why a shared-memory wait for peer must end other than by
+// its condition: the call was aborted, the group failed, the caller's ctx
+// ended or the Engine is closing; nil to go on waiting.
+func (c *call) shmStopped(peer int) error {
+	e := c.e
+	if c.halted.Load() {
+		return c.failAbort()
+	}
+	select {
+	case <-e.shm.r.Failed():
+		return c.fail(peer, e.shm.r.Err())
+	default:
+	}
+	if err := c.parent.Err(); err != nil {
+		return c.fail(peer, err)
+	}
+	if e.closing.Load() {
+		return c.fail(peer, ErrClosed)
+	}
+	return nil
 }
 
 // shmPut publishes data as this rank's chunk i: it waits until the slot is

@@ -87,7 +87,6 @@ func (c *call) shmNap(peer int, cond func() bool) (bool, error) {
 			}
 		}
 	}
-	e := c.e
 	c.armProbe()
 	t := time.NewTimer(bgNapMin)
 	defer t.Stop()
@@ -100,19 +99,8 @@ func (c *call) shmNap(peer int, cond func() bool) (bool, error) {
 		if cond() {
 			return true, nil
 		}
-		if c.halted.Load() {
-			return false, c.failAbort()
-		}
-		select {
-		case <-e.shm.r.Failed():
-			return false, c.fail(peer, e.shm.r.Err())
-		default:
-		}
-		if err := c.parent.Err(); err != nil {
-			return false, c.fail(peer, err)
-		}
-		if e.closing.Load() {
-			return false, c.fail(peer, ErrClosed)
+		if err := c.shmStopped(peer); err != nil {
+			return false, err
 		}
 	}
 	return false, nil
