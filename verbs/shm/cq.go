@@ -177,15 +177,7 @@ func (c *cq) wait(ctx context.Context, spin, yield time.Duration) error {
 	for {
 		atomic.AddUint32(c.db.waiters, 1)
 		s := atomic.LoadUint32(c.db.seq)
-		if c.ready() {
-			atomic.AddUint32(c.db.waiters, ^uint32(0))
-			return nil
-		}
-		if c.closed.Load() {
-			atomic.AddUint32(c.db.waiters, ^uint32(0))
-			return c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)
-		}
-		if err := ctx.Err(); err != nil {
+		if stop, err := c.sleepOver(ctx); stop {
 			atomic.AddUint32(c.db.waiters, ^uint32(0))
 			return err
 		}
@@ -193,6 +185,22 @@ func (c *cq) wait(ctx context.Context, spin, yield time.Duration) error {
 		futex.Wait(c.db.seq, s, time.Second)
 		atomic.AddUint32(c.db.waiters, ^uint32(0))
 	}
+}
+
+// sleepOver is the re-check of a waiter that has announced itself on the
+// doorbell (waiters or parked): whether it must not sleep after all, and
+// with what result (nil: a completion is ready).
+func (c *cq) sleepOver(ctx context.Context) (bool, error) {
+	if c.ready() {
+		return true, nil
+	}
+	if c.closed.Load() {
+		return true, c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return true, err
+	}
+	return false, nil
 }
 
 // kickIfMapped wakes the CQ's waiters unless the device memory is gone; a

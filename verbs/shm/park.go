@@ -158,17 +158,11 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 		// the sleeper sends again.
 		atomic.StoreUint32(c.db.woken, 0)
 		atomic.AddUint32(c.db.parked, 1)
-		if c.ready() {
-			atomic.AddUint32(c.db.parked, ^uint32(0))
-			return nil
-		}
-		if c.closed.Load() {
-			atomic.AddUint32(c.db.parked, ^uint32(0))
-			return c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)
-		}
 		// The deadline is a backstop only: producers, Close and ctx wake us.
+		// It is set before ctx is checked, so that a cancellation after the
+		// check still moves it to the past (the AfterFunc above).
 		p.SetReadDeadline(time.Now().Add(time.Second))
-		if err := ctx.Err(); err != nil {
+		if stop, err := c.sleepOver(ctx); stop {
 			atomic.AddUint32(c.db.parked, ^uint32(0))
 			return err
 		}
