@@ -4,24 +4,24 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/rdmago/rdmago/comm"
+	"github.com/rdmago/rdmago/internal/stacks"
 )
 
+// collectiveWait matches the frames of a wait inside the collectives
+// engine (shared-memory or p2p).
+var collectiveWait = regexp.MustCompile(`collectives\.\(\*call\)\.(shmWait|shmNap|waitReq)`)
+
 // collectiveWaitStates returns the states of the goroutines whose stacks
-// show a wait inside the collectives engine (shared-memory or p2p).
+// show a wait inside the collectives engine.
 func collectiveWaitStates() []string {
-	re := regexp.MustCompile(`(?m)^goroutine \d+ \[([^\],]+)[^\]]*\]:\n((?:.+\n)+)`)
-	buf := make([]byte, 4<<20)
-	n := runtime.Stack(buf, true)
 	var out []string
-	for _, m := range re.FindAllSubmatch(buf[:n], -1) {
-		st := string(m[2])
-		if regexp.MustCompile(`collectives\.\(\*call\)\.(shmWait|shmNap|waitReq)`).MatchString(st) {
-			out = append(out, string(m[1]))
+	for _, g := range stacks.All() {
+		if collectiveWait.MatchString(g.Stack) {
+			out = append(out, g.State)
 		}
 	}
 	return out

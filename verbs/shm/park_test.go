@@ -4,8 +4,7 @@ package shm
 
 import (
 	"context"
-	"regexp"
-	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdmago/internal/stacks"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -22,18 +22,18 @@ import (
 // futex(2); "select" is a sleeper waiting for its turn).
 func sleeperState(t *testing.T) string {
 	t.Helper()
-	re := regexp.MustCompile(`(?m)^goroutine \d+ \[([^\],]+)[^\]]*\]:\n(?:.*\n){0,12}?.*\(\*cq\)\.WaitSleep`)
-	buf := make([]byte, 1<<20)
 	last := ""
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		n := runtime.Stack(buf, true)
-		for _, m := range re.FindAllSubmatch(buf[:n], -1) {
-			switch st := string(m[1]); st {
+		for _, g := range stacks.All() {
+			if !strings.Contains(g.Stack, "(*cq).WaitSleep") {
+				continue
+			}
+			switch g.State {
 			case "IO wait":
-				return st
+				return g.State
 			case "running", "runnable", "select":
 			default:
-				last = st
+				last = g.State
 			}
 		}
 	}
