@@ -53,6 +53,19 @@ func (c *child) wait(d time.Duration) error {
 	return nil
 }
 
+// within returns the error that arrives on errc, or fails the test with
+// msg when none does within 5 s.
+func within(t *testing.T, errc <-chan error, msg string) error {
+	t.Helper()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(5 * time.Second):
+		t.Fatal(msg)
+		return nil
+	}
+}
+
 func startChild(t testing.TB, mode string, env []string, attr *syscall.SysProcAttr, bin string) *child {
 	t.Helper()
 	if bin == "" {

@@ -60,12 +60,7 @@ func TestWaitSleepParks(t *testing.T) {
 	require.Equal(t, "IO wait", sleeperState(t), "WaitSleep must park, not sit in a system call")
 	wakes := parkWakes.Load()
 	require.NoError(t, b.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.OpSend}))
-	select {
-	case err := <-errc:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("a completion from the peer did not wake WaitSleep")
-	}
+	require.NoError(t, within(t, errc, "a completion from the peer did not wake WaitSleep"))
 	require.Greater(t, parkWakes.Load(), wakes, "the peer's completion sent no wake-up datagram (the sleep ended at its backstop)")
 	okWC(t, a.rcq, 1)
 
@@ -86,12 +81,7 @@ func TestWaitSleepParks(t *testing.T) {
 	go func() { errc <- sw.WaitSleep(cctx) }()
 	require.Equal(t, "IO wait", sleeperState(t))
 	ccancel()
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(5 * time.Second):
-		t.Fatal("WaitSleep ignored cancellation")
-	}
+	require.ErrorIs(t, within(t, errc, "WaitSleep ignored cancellation"), context.Canceled)
 
 	// Two sleepers take turns; one completion wakes the parked one and the
 	// other sees it too.
@@ -103,12 +93,7 @@ func TestWaitSleepParks(t *testing.T) {
 	require.Equal(t, "IO wait", sleeperState(t))
 	require.NoError(t, b.qp.PostSend(verbs.SendWR{ID: 4, Opcode: verbs.OpSend}))
 	for range 2 {
-		select {
-		case err := <-errc2:
-			require.NoError(t, err)
-		case <-time.After(5 * time.Second):
-			t.Fatal("a sleeper was not woken")
-		}
+		require.NoError(t, within(t, errc2, "a sleeper was not woken"))
 	}
 	okWC(t, a.rcq, 3)
 
@@ -118,12 +103,7 @@ func TestWaitSleepParks(t *testing.T) {
 	go func() { errc <- cq.(verbs.SleepWaiter).WaitSleep(ctx) }()
 	require.Equal(t, "IO wait", sleeperState(t))
 	require.NoError(t, cq.Close())
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, verbs.ErrClosed)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not wake WaitSleep")
-	}
+	require.ErrorIs(t, within(t, errc, "Close did not wake WaitSleep"), verbs.ErrClosed)
 }
 
 // TestParkedWakeOnce: while a sleeper stays parked, producers send it one

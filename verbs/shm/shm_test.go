@@ -358,23 +358,13 @@ func TestWaitCancelAndClose(t *testing.T) {
 	go func() { errc <- e.rcq.Wait(ctx) }()
 	time.Sleep(20 * time.Millisecond)
 	cancel()
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait ignored cancellation")
-	}
+	require.ErrorIs(t, within(t, errc, "Wait ignored cancellation"), context.Canceled)
 	cq, err := e.dev.CreateCQ(4)
 	require.NoError(t, err)
 	go func() { errc <- cq.Wait(context.Background()) }()
 	time.Sleep(20 * time.Millisecond)
 	require.NoError(t, cq.Close())
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, verbs.ErrClosed)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not wake Wait")
-	}
+	require.ErrorIs(t, within(t, errc, "Close did not wake Wait"), verbs.ErrClosed)
 }
 
 // TestUserMemPathsInProcess forces each path between two devices of one
@@ -695,10 +685,5 @@ func TestCloseWithStalledClient(t *testing.T) {
 	require.NoError(t, err, "the server greets first")
 	done := make(chan error, 1)
 	go func() { done <- d.Close() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("Device.Close waited for a stalled handshake")
-	}
+	require.NoError(t, within(t, done, "Device.Close waited for a stalled handshake"))
 }
