@@ -19,11 +19,10 @@ import (
 //
 // A call whose ctx comes from Background therefore spins only 20 µs, then
 // sleeps between checks (timer naps of 20 µs growing to 1 ms, which park
-// the goroutine), and its
-// point-to-point waits park until the endpoint's progress completes them
-// (PassiveWaiter), until its Waited is set, when somebody waits for the
-// result: from then on it waits like a blocking call (a nap in progress
-// ends at once).
+// the goroutine), and its point-to-point waits park until the endpoint's
+// progress completes them (PassiveWaiter), until its Waited is set, when
+// somebody waits for the result: from then on it waits like a blocking
+// call (a nap in progress ends at once).
 
 type backgroundKey struct{}
 

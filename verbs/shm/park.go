@@ -40,9 +40,9 @@ import (
 // and later producers skip the system call while it is set. A sleeper
 // stays parked until its process next looks at the poller, which a busy
 // foreground goroutine postpones: without the word, every message of a
-// stream then cost its sender a sendto (512 KiB-1 MiB bandwidth 0.76-0.86x). Spinning and yielding waiters (Wait)
-// keep the futex: the goroutine that sleeps there is the one that needs
-// the P next.
+// stream then cost its sender a sendto (512 KiB-1 MiB bandwidth
+// 0.76-0.86x). Spinning and yielding waiters (Wait) keep the futex: the
+// goroutine that sleeps there is the one that needs the P next.
 
 // parkWakes counts the wake-up datagrams that parked sleepers received
 // (for the tests: a wake-up that never arrives still ends the sleep at the
