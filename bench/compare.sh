@@ -1,36 +1,71 @@
 #!/bin/sh
-# compare.sh [OUTDIR]: rdmabench beside Open MPI on this machine, in the same
-# run. Every comparison alternates the two commands for $ROUNDS rounds with
-# osu-compare (median of per-round ratios, A = rdmago, B = Open MPI) and saves
-# its table in OUTDIR/NAME.txt and a chart of both medians in OUTDIR/NAME.png.
+# compare.sh [OUTDIR]: every OSU row rdmabench has, beside Open MPI on this
+# machine, in the same run. Each comparison alternates the two commands for
+# $ROUNDS rounds with osu-compare (median of per-round ratios, A = rdmago,
+# B = Open MPI) and saves its table in OUTDIR/NAME.txt and a chart of both
+# medians in OUTDIR/NAME.png; OUTDIR/summary.txt gets one line per row (best,
+# worst and per-band ratios). Rows are named ROW-npN-MODE[-TRANSPORT]:
 #
-#   sh bench/compare.sh /tmp/bench-results            # everything, 5 rounds
-#   ROUNDS=1 ONLY="lat-shm barrier-np2" sh bench/compare.sh /tmp/try
+#   latency, bw, bibw             2 ranks, over shm and tcp (Open MPI: its
+#                                 shared-memory BTL, or --mca btl tcp,self)
+#   allreduce, bcast, reduce, allgather, reduce_scatter, alltoall, barrier
+#                                 at every rank count of $NPS, over the
+#                                 default transport; allreduce also over tcp
+#   lat-tcpraw, bw-tcpraw         p2p over tcp against a raw TCP ping-pong
 #
-# Needs openmpi-bin and the built mpibench (/work/shared/tools/mpibench).
+# MODE is "defaults" (rdmarun and mpirun with no placement flag, as a user
+# runs them) or "bound" (both --bind-to core; only where ranks fit the cores).
+#
+#   sh bench/compare.sh /tmp/bench-results                 # everything
+#   ROUNDS=1 MAX=1M ONLY="latency-np2-defaults-shm barrier-np2-bound" sh bench/compare.sh /tmp/try
+#
+# Variables: ROUNDS (7), BUDGET (0.1 s of timed loop per size, both sides),
+# MAX (largest size, 64M), NPS ("2 4 8"), MODES ("defaults bound"), ONLY (row
+# names), MPIBENCH (a built mpibench; default: built here from MPIBENCH_SRC,
+# the shared OSU-style MPI benchmark, ../shared/tools/mpibench/mpibench.c
+# beside the checkout), OSUCMP (../shared/tools/osu-compare beside the
+# checkout). Needs openmpi-bin and libopenmpi-dev (mpicc).
 set -eu
 out=${1:-bench-results}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
-MPIBENCH=${MPIBENCH:-/work/tools/mpibench}
-OSUCMP=${OSUCMP:-/work/shared/tools/osu-compare}
-ROUNDS=${ROUNDS:-5}
-BUDGET=${BUDGET:-0.1} # seconds of timed loop per size, both sides
+ROUNDS=${ROUNDS:-7}
+BUDGET=${BUDGET:-0.1}
+MAX=${MAX:-64M}
+NPS=${NPS:-2 4 8}
+MODES=${MODES:-defaults bound}
 ONLY=${ONLY:-}
+OSUCMP=${OSUCMP:-$root/../shared/tools/osu-compare}
+MPIBENCH_SRC=${MPIBENCH_SRC:-$root/../shared/tools/mpibench/mpibench.c}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+bytes() { # 64M -> 67108864
+	case $1 in
+	*G) echo $((${1%G} << 30)) ;; *M) echo $((${1%M} << 20)) ;; *K) echo $((${1%K} << 10)) ;; *) echo "$1" ;;
+	esac
+}
+maxb=$(bytes "$MAX")
+cores=$(nproc)
 
 (cd "$root" && go build -o "$out/rdmabench" ./bench && go build -o "$out/rdmarun" ./cmd/rdmarun &&
 	go build -o "$out/p2pbench" ./p2p/cmd/p2pbench)
+if [ -z "${MPIBENCH:-}" ]; then
+	MPIBENCH=$out/mpibench
+	mpicc.openmpi -O2 -o "$MPIBENCH" "$MPIBENCH_SRC"
+fi
+mpicc.openmpi -O2 -o "$out/mpibibw" "$root/bench/mpiref/bibw.c"
 R="$out/rdmarun --stdin none"
 B="$out/rdmabench"
 M="mpirun.openmpi"
 ompi=$($M --version 2>/dev/null | head -1 | sed 's/.*) //')
+: >"$out/summary.txt"
+echo "# compare.sh at $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown), $ROUNDS rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/summary.txt"
 
 # retry CMD: the command string for osu-compare that runs CMD up to 3 times
 # and prints the output of the first run that succeeds, so that one failed
 # run (a crash, a busy port) does not end the whole comparison. Retries are
-# counted on stderr (none since verbs/shm's close fix, 82f9c04).
+# counted on stderr.
 retry() {
 	printf 'for i in 1 2 3; do o=$(%s) && { printf "%%s\\n" "$o"; exit 0; }; echo "compare.sh: retrying after a failed run" >&2; done; exit 1' "$1"
 }
@@ -41,7 +76,28 @@ compare() { # NAME MODE TITLE A B [B_LABEL]
 	echo "## $name: $title"
 	echo "A: $4"
 	echo "B: $b"
-	"$OSUCMP" --rounds "$ROUNDS" --mode "$mode" --a "$a" --b "$b" | tee "$out/$name.txt"
+	if ! "$OSUCMP" --rounds "$ROUNDS" --mode "$mode" --timeout 1800 --a "$a" --b "$b" >"$out/$name.txt" 2>"$out/$name.err"; then
+		cat "$out/$name.txt" "$out/$name.err"
+		echo "$name FAILED (see $name.err)" | tee -a "$out/summary.txt"
+		return 0
+	fi
+	cat "$out/$name.txt"
+	# One summary line: worst and best ratio, and the worst of each band.
+	awk -v name="$name" -v mode="$mode" '
+		!/^#/ && $1 ~ /^[0-9]+$/ {
+			r = $4; s = $1
+			band = s < 1024 ? "<1K" : s < 65536 ? "1K-64K" : s < 1048576 ? "64K-1M" : ">=1M"
+			if (!(band in worst)) worst[band] = r
+			else if (mode == "time" ? r > worst[band] : r < worst[band]) worst[band] = r
+			if (all == "" || (mode == "time" ? r > all : r < all)) { all = r; at = s }
+			if (best == "" || (mode == "time" ? r < best : r > best)) best = r
+		}
+		END {
+			line = sprintf("%-34s worst %.2f at %d, best %.2f |", name, all, at, best)
+			n = split("<1K 1K-64K 64K-1M >=1M", bands, " ")
+			for (i = 1; i <= n; i++) if (bands[i] in worst) line = line sprintf(" %s %.2f", bands[i], worst[bands[i]])
+			print line
+		}' "$out/$name.txt" >>"$out/summary.txt"
 	hdr="# Size  Latency (us)"
 	[ "$mode" = bw ] && hdr="# Size  Bandwidth (MB/s)"
 	{ echo "$hdr"; awk '!/^#/ && $1 ~ /^[0-9]+$/ {print $1, $2}' "$out/$name.txt"; } >"$out/$name.rdmago.txt"
@@ -55,15 +111,31 @@ compare() { # NAME MODE TITLE A B [B_LABEL]
 	echo
 }
 
-for t in shm tcp; do
-	btl=""
-	[ $t = tcp ] && btl="--mca btl tcp,self"
-	compare lat-$t time "latency, 2 ranks, $t" \
-		"$R -np 2 --bind-to core --transport $t $B latency -q --budget ${BUDGET}s" \
-		"$M -np 2 --bind-to core $btl $MPIBENCH -b lat -t $BUDGET"
-	compare bw-$t bw "bandwidth, 2 ranks, $t" \
-		"$R -np 2 --bind-to core --transport $t $B bw -q --budget ${BUDGET}s" \
-		"$M -np 2 --bind-to core $btl $MPIBENCH -b bw -t $BUDGET"
+# placement MODE NP: the flags both launchers get for it ("" for defaults),
+# or "skip" when bound ranks would outnumber the cores.
+placement() {
+	case $1 in
+	defaults) [ "$2" -le "$cores" ] && echo "" || echo "--oversubscribe" ;;
+	bound) [ "$2" -le "$cores" ] && echo "--bind-to core" || echo skip ;;
+	esac
+}
+
+p2pmax=$maxb
+for pm in $MODES; do
+	f=$(placement "$pm" 2)
+	for t in shm tcp; do
+		btl=""
+		[ $t = tcp ] && btl="--mca btl tcp,self"
+		compare latency-np2-$pm-$t time "latency, 2 ranks, $t, $pm" \
+			"$R -np 2 $f --transport $t $B latency -m 0:$p2pmax -q --budget ${BUDGET}s" \
+			"$M -np 2 $f $btl $MPIBENCH -b lat -m $p2pmax -t $BUDGET"
+		compare bw-np2-$pm-$t bw "bandwidth, 2 ranks, $t, $pm" \
+			"$R -np 2 $f --transport $t $B bw -m 1:$p2pmax -q --budget ${BUDGET}s" \
+			"$M -np 2 $f $btl $MPIBENCH -b bw -m $p2pmax -t $BUDGET"
+		compare bibw-np2-$pm-$t bw "bidirectional bandwidth, 2 ranks, $t, $pm" \
+			"$R -np 2 $f --transport $t $B bibw -m 1:$p2pmax -q --budget ${BUDGET}s" \
+			"$M -np 2 $f $btl $out/mpibibw -m $p2pmax -t $BUDGET"
+	done
 done
 # p2p over tcp against a plain TCP ping-pong / stream between the same two
 # processes (p2pbench -provider rawtcp), both pinned one CPU per rank. From
@@ -71,18 +143,23 @@ done
 P="$out/p2pbench -bind -t $BUDGET"
 compare lat-tcpraw time "latency, 2 ranks, p2p tcp vs raw TCP" "$P -min 1 -provider tcp latency" "$P -min 1 -provider rawtcp latency" "raw TCP"
 compare bw-tcpraw bw "bandwidth, 2 ranks, p2p tcp vs raw TCP" "$P -provider tcp bw" "$P -provider rawtcp bw" "raw TCP"
-compare allreduce-np2 time "allreduce float32, 2 ranks" \
-	"$R -np 2 --bind-to core $B allreduce -m 4:16M -q --budget ${BUDGET}s" \
-	"$M -np 2 --bind-to core $MPIBENCH -b allreduce -M 16777216 -t $BUDGET"
-compare bcast-np2 time "bcast, 2 ranks" \
-	"$R -np 2 --bind-to core $B bcast -m 4:16M -q --budget ${BUDGET}s" \
-	"$M -np 2 --bind-to core $MPIBENCH -b bcast -M 16777216 -t $BUDGET"
-compare barrier-np2 time "barrier, 2 ranks" \
-	"$R -np 2 --bind-to core $B barrier -q --budget ${BUDGET}s" \
-	"$M -np 2 --bind-to core $MPIBENCH -b barrier -t $BUDGET"
-compare allreduce-np8 time "allreduce float32, 8 ranks on 2 cores" \
-	"$R -np 8 --oversubscribe $B allreduce -m 4:16M -q --budget ${BUDGET}s" \
-	"$M -np 8 --oversubscribe $MPIBENCH -b allreduce -M 16777216 -t $BUDGET"
-compare barrier-np8 time "barrier, 8 ranks on 2 cores" \
-	"$R -np 8 --oversubscribe $B barrier -q --budget ${BUDGET}s" \
-	"$M -np 8 --oversubscribe $MPIBENCH -b barrier -t $BUDGET"
+
+for np in $NPS; do
+	for pm in $MODES; do
+		f=$(placement "$pm" "$np")
+		[ "$f" = skip ] && continue
+		for row in allreduce bcast reduce allgather reduce_scatter alltoall; do
+			compare $row-np$np-$pm time "$row, $np ranks, $pm" \
+				"$R -np $np $f $B $row -m 4:$MAX -q --budget ${BUDGET}s" \
+				"$M -np $np $f $MPIBENCH -b $row -M $maxb -t $BUDGET"
+		done
+		compare barrier-np$np-$pm time "barrier, $np ranks, $pm" \
+			"$R -np $np $f $B barrier -q --budget ${BUDGET}s" \
+			"$M -np $np $f $MPIBENCH -b barrier -t $BUDGET"
+		compare allreduce-np$np-$pm-tcp time "allreduce, $np ranks, tcp, $pm" \
+			"$R -np $np $f --transport tcp $B allreduce -m 4:$MAX -q --budget ${BUDGET}s" \
+			"$M -np $np $f --mca btl tcp,self $MPIBENCH -b allreduce -M $maxb -t $BUDGET"
+	done
+done
+echo "== summary (ratio = rdmago / Open MPI for times, rdmago / Open MPI for bandwidth)"
+cat "$out/summary.txt"
