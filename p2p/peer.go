@@ -361,7 +361,7 @@ func (p *peer) inlineWR(h *header, payload []byte, n int) {
 	h.put(b)
 	copy(b[h.frameLen():], payload)
 	p.swr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendInline, Inline: b}
-	if p.unsig+1 >= inlineSignal || p.sqOut+1 >= p.sqCap {
+	if p.unsig+1 >= inlineSignal || p.sqOut+1 >= p.sqCap || h.kind == kBye {
 		p.swr[0].Flags |= verbs.SendSignaled
 		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark|uint32(p.unsig+1))
 	} else {
