@@ -65,7 +65,8 @@ Flags:
   --transport T    auto, shm, tcp or ibv (default: rdmarun's --transport)
   --busbw          add nccl-tests algbw and busbw columns (GB/s)
   --json FILE      also write the rows as JSON to FILE
-  --plot FILE      draw the sweep into FILE (.png or .svg), log axes
+  --plot FILE      draw the sweep into FILE (.png or .svg), log axes; with --busbw
+                   the bus bandwidth too, in a second panel
   --budget D       time per size that caps the default iteration counts (default 250ms)
   -q               no progress lines on stderr
   --cpuprofile P   write each rank's CPU profile to P.RANK (go tool pprof reads it)

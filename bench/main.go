@@ -25,6 +25,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -52,6 +53,19 @@ func main() {
 	os.Exit(code)
 }
 
+// firstRank reports whether this process is rank 0 of its job, joining
+// the job to learn it (every rank of the job calls it, as every rank got
+// the same command line). A process that cannot join reports true: it has
+// nobody to leave the reporting to.
+func firstRank(ctx context.Context) bool {
+	c, err := comm.FromEnv(ctx, comm.Options{Singleton: true})
+	if err != nil {
+		return true
+	}
+	defer c.Close()
+	return c.Rank() == 0
+}
+
 // run is the whole command; it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "plot" {
@@ -64,12 +78,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cfg, err := parseArgs(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
+	var parsed bytes.Buffer // the usage and the flag package's complaints
+	cfg, err := parseArgs(args, &parsed)
 	if err != nil {
-		fmt.Fprintf(stderr, "rdmabench: %v\n(rdmabench -h for usage)\n", err)
+		// Every rank of a job parses the same command line: rank 0 alone
+		// says what is wrong (or prints the usage), once for the job.
+		if firstRank(ctx) {
+			stderr.Write(parsed.Bytes())
+			if !errors.Is(err, flag.ErrHelp) {
+				fmt.Fprintf(stderr, "rdmabench: %v\n(rdmabench -h for usage)\n", err)
+			}
+		}
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 

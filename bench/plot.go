@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 // Metrics a series can show.
@@ -29,11 +31,15 @@ type series struct {
 	Label  string
 	Metric string
 	X, Y   []float64
+	// BusBW is nccl-tests' bus bandwidth (GB/s) at each size, from a
+	// --busbw run; nil without.
+	BusBW []float64
 }
 
 // seriesOf turns a saved run into a series: latency for latency and the
-// collectives (the average over ranks), bandwidth for bw and bibw. An empty
-// label becomes "test np=N transport algo".
+// collectives (the average over ranks), bandwidth for bw and bibw, and the
+// bus bandwidth of a --busbw run. An empty label becomes "test np=N
+// transport algo".
 func seriesOf(r *Result, label string) series {
 	if label == "" {
 		label = fmt.Sprintf("%s np=%d %s", r.Test, r.Ranks, effectiveTransport(r))
@@ -45,6 +51,10 @@ func seriesOf(r *Result, label string) series {
 	if isBW(r.Test) {
 		s.Metric = metricBandwidth
 	}
+	hasBus := false
+	for _, row := range r.Rows {
+		hasBus = hasBus || row.BusBW > 0
+	}
 	for _, row := range r.Rows {
 		y := row.Latency
 		if s.Metric == metricBandwidth {
@@ -52,6 +62,9 @@ func seriesOf(r *Result, label string) series {
 		}
 		s.X = append(s.X, float64(row.Size))
 		s.Y = append(s.Y, y)
+		if hasBus {
+			s.BusBW = append(s.BusBW, row.BusBW)
+		}
 	}
 	return s
 }
@@ -121,63 +134,147 @@ func loadSeries(arg string) (series, error) {
 	return s, nil
 }
 
+// metricBusBW is the second panel of runs with nccl-tests' bus bandwidth.
+const metricBusBW = "Bus bandwidth (GB/s)"
+
 // drawPlot draws the series (one metric) against message size on log-log
-// axes into path (.png or .svg). Points with a zero size or value cannot sit
-// on a log axis and are left out.
+// axes into path (.png or .svg), with a second panel below for the bus
+// bandwidth when a series has it. Points with a zero size or value cannot
+// sit on a log axis and are left out.
 func drawPlot(path, title string, ss []series) error {
-	if len(ss) == 0 {
-		return errors.New("nothing to plot")
-	}
 	ext := strings.ToLower(filepath.Ext(path))
 	if ext != ".png" && ext != ".svg" {
 		return fmt.Errorf("%q: the file name must end in .png or .svg", path)
 	}
+	ps, err := charts(title, ss)
+	if err != nil {
+		return err
+	}
+	w, h := 7*vg.Inch, 4.5*vg.Inch
+	if len(ps) == 1 {
+		return ps[0].Save(w, h, path)
+	}
+	h = 8 * vg.Inch
+	c, err := draw.NewFormattedCanvas(w, h, ext[1:])
+	if err != nil {
+		return err
+	}
+	rows := make([][]*plot.Plot, len(ps))
+	for i, p := range ps {
+		rows[i] = []*plot.Plot{p}
+	}
+	tiles := draw.Tiles{Rows: len(ps), Cols: 1, PadY: vg.Points(12), PadTop: vg.Points(4), PadBottom: vg.Points(4)}
+	for i, dc := range plot.Align(rows, tiles, draw.New(c)) {
+		ps[i].Draw(dc[0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// charts builds the chart of the series' metric and, when some series has
+// a bus bandwidth, the bus bandwidth chart to go below it, in the same
+// colours and shapes.
+func charts(title string, ss []series) ([]*plot.Plot, error) {
+	if len(ss) == 0 {
+		return nil, errors.New("nothing to plot")
+	}
 	metric := ss[0].Metric
-	p := plot.New()
-	p.Title.Text = title
-	if title == "" {
-		p.Title.Text = ss[0].Label
-		if len(ss) > 1 {
-			p.Title.Text = metric + " against message size"
+	for _, s := range ss {
+		if s.Metric != metric {
+			return nil, fmt.Errorf("cannot draw %q (%s) on the same chart as %q (%s)", s.Label, s.Metric, ss[0].Label, metric)
 		}
 	}
+	if title == "" {
+		title = ss[0].Label
+		if len(ss) > 1 {
+			title = metric + " against message size"
+		}
+	}
+	main := newChart(title, metric)
+	main.Legend.Top = metric == metricLatency // bandwidth rises to the top right
+	bus := newChart("", metricBusBW)
+	points, busPoints := 0, 0
+	for i, s := range ss {
+		n, err := addLine(main, i, s.Label, s.X, s.Y)
+		if err != nil {
+			return nil, err
+		}
+		points += n
+		if s.BusBW != nil {
+			n, err := addLine(bus, i, s.Label, s.X, s.BusBW)
+			if err != nil {
+				return nil, err
+			}
+			busPoints += n
+		}
+	}
+	if points == 0 {
+		return nil, errors.New("nothing to plot: no point with a positive size and value")
+	}
+	ps := []*plot.Plot{main}
+	if busPoints > 0 {
+		ps = append(ps, bus)
+	}
+	for _, p := range ps {
+		widen(&p.X)
+		widen(&p.Y)
+	}
+	return ps, nil
+}
+
+// newChart is an empty log-log chart of metric against message size.
+func newChart(title, metric string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
 	p.X.Label.Text = "Message size (bytes)"
 	p.Y.Label.Text = metric
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker = sizeTicks{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Add(plotter.NewGrid())
-	p.Legend.Top, p.Legend.Left = metric == metricLatency, true
-	points := 0
-	for i, s := range ss {
-		if s.Metric != metric {
-			return fmt.Errorf("cannot draw %q (%s) on the same chart as %q (%s)", s.Label, s.Metric, ss[0].Label, metric)
+	p.Legend.Top, p.Legend.Left = true, true
+	return p
+}
+
+// addLine draws the points of xs, ys that can sit on log axes as series i's
+// line and marks, and returns how many there were.
+func addLine(p *plot.Plot, i int, label string, xs, ys []float64) (int, error) {
+	var xy plotter.XYs
+	for j := range xs {
+		if xs[j] > 0 && ys[j] > 0 {
+			xy = append(xy, plotter.XY{X: xs[j], Y: ys[j]})
 		}
-		var xy plotter.XYs
-		for j := range s.X {
-			if s.X[j] > 0 && s.Y[j] > 0 {
-				xy = append(xy, plotter.XY{X: s.X[j], Y: s.Y[j]})
-			}
-		}
-		if len(xy) == 0 {
-			continue
-		}
-		points += len(xy)
-		l, pts, err := plotter.NewLinePoints(xy)
-		if err != nil {
-			return err
-		}
-		c := plotutil.Color(i)
-		l.Color, pts.Color = c, c
-		l.Width = vg.Points(1.5)
-		pts.Shape = plotutil.Shape(i)
-		p.Add(l, pts)
-		p.Legend.Add(s.Label, l, pts)
 	}
-	if points == 0 {
-		return errors.New("nothing to plot: no point with a positive size and value")
+	if len(xy) == 0 {
+		return 0, nil
 	}
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+	l, pts, err := plotter.NewLinePoints(xy)
+	if err != nil {
+		return 0, err
+	}
+	c := plotutil.Color(i)
+	l.Color, pts.Color = c, c
+	l.Width = vg.Points(1.5)
+	pts.Shape = plotutil.Shape(i)
+	p.Add(l, pts)
+	p.Legend.Add(label, l, pts)
+	return len(xy), nil
+}
+
+// widen moves a log axis' ends beyond the data by 5 % of its span (at
+// least a factor 1.1): the data range ends exactly at the extreme points,
+// whose marks the chart's edge would cut in half.
+func widen(a *plot.Axis) {
+	lo, hi := math.Log(a.Min), math.Log(a.Max)
+	m := max(0.05*(hi-lo), math.Log(1.1))
+	a.Min, a.Max = math.Exp(lo-m), math.Exp(hi+m)
 }
 
 // sizeTicks labels powers of two with B, KiB, MiB, GiB, every other power.

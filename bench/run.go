@@ -85,9 +85,8 @@ func newRunner[T comm.Element](c *comm.Comm, cfg config, progress io.Writer) *ru
 
 // touch writes every page of buf once, as OSU's benchmarks (and
 // mpibench) memset their buffers before the first size: otherwise each
-// size's first calls fault in its new pages, which costs 10-20 µs a page
-// on this VM and went into the calibration that sets the iteration count
-// (a two-rank allreduce's first 512 KiB call took 12 ms).
+// size's first calls fault in its new pages, which would go into the
+// calibration that sets the iteration count.
 func touch[T comm.Element](buf []T) {
 	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(buf))), len(buf)*int(unsafe.Sizeof(T(0))))
 	for i := 0; i < len(b); i += 4096 {
@@ -292,11 +291,10 @@ const gcAfterBytes = 1 << 20
 // last collection, so that their garbage is not collected inside the loop
 // (what Go's testing package does before each benchmark, but only when
 // there is garbage). Collecting before every size cost far more than it
-// saved: the collection's pause idles the rank for a moment, and on this
-// VM the next milliseconds then ran 1.5-4x slower (two-rank allreduce of
-// 8 B-4 KiB: 0.6-2.8 us at random per size, 0.4-0.8 us without the
-// pause; a 2 ms sleep in its place did the same), which a 1000-iteration
-// loop never outlasts. The loops of the shm transport allocate nothing.
+// saved: the collection's pause idles the rank for a moment, and on a VM
+// the next milliseconds then run slower (as after any sleep), which a
+// 1000-iteration loop never outlasts. The loops of the shm transport
+// allocate nothing.
 func (b *runner[T]) collectIfAllocated() {
 	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(s)

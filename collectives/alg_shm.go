@@ -30,10 +30,8 @@ import (
 // A small call's chunk, header and round id share one cache line, so a
 // reader fetches them in one transfer. Larger chunks (from 4 KiB) go into
 // the slots with non-temporal stores (ntcopy): a core rewriting lines that
-// another has just read pays for fetching and invalidating each with
-// ordinary stores, and with these a two-rank bcast took 0.38-0.71 the time
-// from 4 to 64 KiB (osu-compare, 11:26), an allreduce about half from
-// 128 KiB (10:58).
+// another has just read would otherwise pay for fetching and invalidating
+// each of them.
 //
 // A call moves its vector in rounds of at most a slot. A round has
 // an id that every rank computes alike and that only grows: the Engine's
@@ -581,10 +579,7 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 // Large vectors go in pieces of an eighth (at least 64 KiB, at most a
 // slot), so that the readers copy one piece out while the root copies the
 // next one in: with two slots the root runs one piece ahead. Smaller pieces
-// cost more hand-offs than they overlap: two-rank bcast, 32 KiB pieces
-// against 16 KiB, 32 KiB 0.75 and 64 KiB 0.70 of the time (osu-compare,
-// 7 rounds, 14:58); 64 KiB pieces against 32 KiB, 128 KiB 0.86 and 0.85,
-// 64 KiB (one piece against two) 0.99 and 1.02 (7 rounds each, 16:47).
+// cost more hand-offs than they overlap.
 func (c *call) bcastShm(buf []byte, root int) error {
 	return c.shmChunksOf(len(buf), c.pieces(len(buf), shmPipeMin), func(i, off, n int) error {
 		if c.e.rank == root {

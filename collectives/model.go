@@ -341,13 +341,11 @@ func (e *Engine) shmPays(c Collective, nbytes int) bool {
 	return false
 }
 
-// Between shmReadMin and shmReadMax bytes, a shared-memory bcast has the
-// readers copy the root's own buffer (bcastShmRead, when the region can):
-// at 64 KiB 8.7 µs against 13.8 µs through the slots and 25 µs for p2p's
-// binomial tree, a tie at 128 KiB, slower above (each read pins the root's
-// pages; the slots pipeline). Measured on two ranks, 10:23, before slot
-// writes became non-temporal; two ranks now use the slots, or split the
-// copy (shmSplitMin), and this form serves more ranks.
+// Between shmReadMin and shmReadMax bytes, a shared-memory bcast of more
+// than two ranks has the readers copy the root's own buffer (bcastShmRead,
+// when the region can), which beats the slots and p2p's tree there; above,
+// pinning the root's pages for each read costs more than the slots'
+// pipeline. Two ranks use the slots or split the copy (shmSplitMin).
 const (
 	shmReadMin = 32 << 10
 	shmReadMax = 128 << 10
@@ -355,21 +353,12 @@ const (
 
 // A two-rank shared-memory bcast either splits the copy between the two
 // ranks' process_vm_readv and _writev (bcastShmSplit) or pipelines it
-// through the slots (bcastShm); bcastSplits says which. Each call of
-// those system calls costs a few µs before it copies anything on a VM, so
-// up to shmSplitMin the slots win (0.38-0.71 of the split's time from 4 to
-// 64 KiB, osu-compare at 11:26; at 128 KiB, once the slots' pieces were
-// 32 KiB, 0.91 and 0.92 in two 5-round runs at about 16:10, while at
-// 256 KiB the split was 2.2x faster). From 1 to 4 MiB the slots' pipeline,
-// whose non-temporal stores leave the reader lines it fetches fast, runs
-// at about 27 GB/s where the split's kernel copies run at 20: the slots
-// took 0.97-1.00x the split's time at 2 MiB and 0.78-0.90x at 4 MiB
-// (osu-compare, 9 and 11 rounds, 03:00 on 1 December). At 8 MiB the split
-// is faster again (the slots took 1.21-1.33x), at 16 MiB they tie
-// (1.01x) and the slots stay. Earlier runs, before the background waiter
-// stopped holding the only P of a bound rank (verbs/shm park.go), had the
-// slots fast only in some processes from 4 MiB: those were its 10 ms
-// stalls.
+// through the slots (bcastShm); bcastSplits says which. Each of those
+// system calls costs a few µs before it copies anything, so the slots win
+// up to shmSplitMin; above, the split's kernel copies win, except from 1
+// to 4 MiB, where the slots' non-temporal stores leave the reader lines it
+// fetches fast, and from shmSplitMax up, where the two tie and the slots
+// stay.
 const (
 	shmSplitMin = 128 << 10
 	shmSplitMax = 8 << 20
@@ -381,18 +370,13 @@ func bcastSplits(n int) bool {
 	return n > shmSplitMin && n <= shmSplitMax && (n <= 1<<20 || n > 4<<20)
 }
 
-// shmRSBytes is the size above which the shared-memory allreduce reduces
-// blocks and gathers them (allreduceShmRS) instead of having every rank
-// read every chunk: 64 KiB for more than two ranks. Up to there, reading
-// all p chunks costs less than the block-folding's second
-// synchronisation, which needs every rank to run once more: with ranks
-// outnumbering the cores that is a round of context switches. Against a
-// 16 KiB threshold, 32 and 64 KiB took 0.67-0.75 and 0.71-0.77 the time
-// on 8 ranks, 0.67 and 0.80 on 3 (2 cores; osu-compare, 7 rounds, 03:20
-// on 1 December); at 128 KiB reading every chunk took 1.08x. For two
-// ranks, where each reads only one other chunk anyway, the second
-// synchronisation costs more than the saved fold below shmRSBytes2
-// (osu-compare, 4 KiB to 256 KiB, 11:00 on 30 November).
+// shmRSBytes is the size above which the shared-memory allreduce of more
+// than two ranks reduces blocks and gathers them (allreduceShmRS) instead
+// of having every rank read every chunk: up to there, reading all p chunks
+// costs less than the block-folding's second synchronisation, which needs
+// every rank to run once more (a round of context switches when ranks
+// outnumber the cores). Two ranks, each reading only one other chunk
+// anyway, save less by folding and switch at shmRSBytes2.
 const (
 	shmRSBytes  = 64 << 10
 	shmRSBytes2 = 128 << 10

@@ -683,7 +683,15 @@ func (c *Comm) Err() error {
 // that they do not take this rank for lost), closes the endpoint and, if
 // FromEnv or Init joined the rendezvous, leaves it. Closing twice is a
 // no-op.
+//
+// Deferred directly (defer c.Close()) while the goroutine panics, Close
+// only marks the communicator closed and lets the panic go on: see
+// closePanicking.
 func (c *Comm) Close() error {
+	if v := recover(); v != nil {
+		c.closePanicking()
+		panic(v)
+	}
 	if c == nil || !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}

@@ -154,8 +154,8 @@ const (
 	// sharedYield is how long a waiter yields before it sleeps. With more
 	// ranks than cores a sleep costs a wake-up (tens of µs on a VM, where
 	// an idle vCPU halts), while a yield hands the core straight to a rank
-	// that has work: an 8-rank barrier on 2 cores took 181 µs with 20 µs of
-	// yielding, 86 µs with 2 ms (Open MPI, which only yields: 87 µs).
+	// that has work, so a long yield (Open MPI only yields) serves
+	// oversubscribed barriers best.
 	sharedYield = 2 * time.Millisecond
 	sharedSleep = time.Millisecond // the longest sleep between checks
 )

@@ -304,14 +304,11 @@ func (ep *Endpoint) eagerSlotsMax(provider string) int {
 	n := ep.opts.EagerSlots
 	m := ep.opts.EagerSlotsMax
 	if m <= 0 && provider == "shm" {
-		// A window of 64 sends (OSU bw) waited for credits with 32
+		// A window of sends (OSU bw: 64) waits for credits with 32
 		// buffers, above all in the rendezvous (an RTS takes one, and the
-		// receiver's FINs take the sender's): 128 posted against 32 took
-		// rdmabench bw over shm 1.35-4.2x from 32 KiB to 2 MiB
-		// (osu-compare, 7 rounds, 17:27). Posting them all from the start
-		// cost 16 KiB ping-pongs 2x their latency (the buffers they cycle
-		// through spanned 2 MiB instead of 512 KiB), hence growth only
-		// for peers that run out.
+		// receiver's FINs take the sender's); posting more from the start
+		// would slow ping-pongs, whose buffers would then span more
+		// cache, hence growth only for peers that run out.
 		m = min(4*n, 4096)
 	}
 	return max(m, n)
@@ -321,18 +318,16 @@ func (ep *Endpoint) eagerSlotsMax(provider string) int {
 func eagerDefault(provider string) int {
 	switch provider {
 	case "shm":
-		// process_vm_readv costs about 2.4 µs a call on a VM before it
-		// copies anything, so two copies through the eager buffers win up
-		// to 16 KiB: against a 4 KiB limit, 8 KiB latency 0.37x and
-		// bandwidth 4.8x, 16 KiB 0.59x and 6.4x (osu-compare, 11:20).
+		// process_vm_readv costs a few µs a call before it copies
+		// anything, so two copies through the eager buffers win up to
+		// 16 KiB.
 		return 16 << 10
 	case "ibv":
 		return 8 << 10
 	case "tcp":
 		// A waiting receiver reads frames of up to 1 MiB itself, so a
-		// 64 KiB eager message costs one frame and two copies, against
-		// rendezvous's three more one-way trips (RTS, READ, FIN):
-		// measured 0.63x the rendezvous latency at 64 KiB.
+		// 64 KiB eager message costs one frame and two copies, less than
+		// rendezvous's three more one-way trips (RTS, READ, FIN).
 		return 64 << 10
 	}
 	return 32 << 10
@@ -341,10 +336,9 @@ func eagerDefault(provider string) int {
 // pipelineDefault is Options.PipelineLimit's default for a provider.
 func pipelineDefault(provider string) int {
 	if provider == "tcp" {
-		// Bound p2pbench latency against raw TCP, 5 rounds of osu-compare:
-		// 128 KiB 1.04 and 256 KiB 1.25 pipelined, 1.35 and 1.61 by
-		// rendezvous. At 512 KiB both did about 1.6; the rendezvous, in
-		// 128 KiB READs, won from 1 MiB (0.78 against 1.04).
+		// Pipelined pieces beat the rendezvous's extra trips up to
+		// 256 KiB; above, the rendezvous, in 128 KiB READs, does as
+		// well or better.
 		return 256 << 10
 	}
 	return 0
@@ -556,9 +550,8 @@ const (
 
 // tcpPollSpin is verbs.DeviceOptions.PollSpin's default when every rank
 // on this host has a CPU: how long a waiter polls its tcp socket before it
-// sleeps in the kernel. Measured with p2pbench -bind over loopback
-// (osu-compare against raw TCP): 8 B 43 -> 17 us, 64 KiB 62 -> 28-57 us
-// with 100 us; 20 us caught too few replies (23 us at 8 B).
+// sleeps in the kernel, long enough to catch a loopback reply, which a
+// shorter poll mostly misses.
 const tcpPollSpin = 100 * time.Microsecond
 
 // hostCPUs is the number of CPUs the ranks on this host may run on together.

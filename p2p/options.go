@@ -98,8 +98,7 @@ type Options struct {
 	// sched_yield or a futex wake-up), 2 µs when it has more (the peer may
 	// need this core); over ibv 20 µs and 200 µs; over tcp and loop none, because their
 	// completions are made by the provider's own goroutines, which a
-	// spinning waiter only starves (measured: a 20 µs spin made an 8-byte
-	// tcp ping-pong 3x slower on a busy 2-core machine); over tcp the
+	// spinning waiter only starves on a busy machine; over tcp the
 	// waiter in the CQ polls its socket instead (verbs.DeviceOptions.PollSpin,
 	// which defaults to 100 µs in Device when every rank on this host has
 	// a CPU, else to none). Negative means none.

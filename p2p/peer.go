@@ -162,10 +162,8 @@ func (p *peer) chunkFor(n int) int {
 }
 
 // readChunkTCP and readWholeMin: messages under 1 MiB are read in 128 KiB
-// pieces, larger ones whole. Bound p2pbench against raw TCP (osu-compare,
-// 5 rounds): 512 KiB latency 1.41-1.47 in pieces, 1.81 whole. From 1 MiB
-// the pieces still won latency (1 MiB 0.78 of whole) but cost half the
-// bandwidth of a window of 64 (2.0 against 3.8 GB/s): a waiting receiver
+// pieces, which cut their latency, larger ones whole, since from 1 MiB
+// pieces halve the bandwidth of a window of sends: a waiting receiver
 // reads a frame smaller than its read limit only once it is all queued,
 // while the reader goroutine streams a larger one as it comes.
 const (
@@ -361,7 +359,7 @@ func (p *peer) inlineWR(h *header, payload []byte, n int) {
 	h.put(b)
 	copy(b[h.frameLen():], payload)
 	p.swr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendInline, Inline: b}
-	if p.unsig+1 >= inlineSignal || p.sqOut+1 >= p.sqCap {
+	if p.unsig+1 >= inlineSignal || p.sqOut+1 >= p.sqCap || h.kind == kBye {
 		p.swr[0].Flags |= verbs.SendSignaled
 		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark|uint32(p.unsig+1))
 	} else {

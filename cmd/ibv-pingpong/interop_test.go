@@ -42,65 +42,88 @@ func testConfig(dev string, port int) config {
 	return c
 }
 
-// TestInteropGoClient: the real ibv_rc_pingpong is the server, we connect.
+// TestInteropGoClient: the real ibv_rc_pingpong is the server, we connect;
+// with -c on both sides too (messages of three pages, so three marks), where
+// the real server checks the marks our messages carry.
 func TestInteropGoClient(t *testing.T) {
 	dev, gid, pp := needRXE(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const port = 18700
-	var srvOut bytes.Buffer
-	srv := exec.CommandContext(ctx, pp, "-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters))
-	srv.Stdout, srv.Stderr = &srvOut, &srvOut
-	require.NoError(t, srv.Start())
-	cfg := testConfig(dev, port)
-	cfg.Server = "127.0.0.1"
-	var out bytes.Buffer
-	res, err := run(ctx, cfg, &out, io.Discard)
-	srvErr := srv.Wait()
-	t.Logf("ours:\n%s\nibv_rc_pingpong server:\n%s", out.String(), srvOut.String())
-	require.NoError(t, err)
-	require.NoError(t, srvErr, "ibv_rc_pingpong server")
-	assert.Contains(t, srvOut.String(), strconv.Itoa(iters)+" iters in")
-	assert.Contains(t, out.String(), strconv.Itoa(iters)+" iters in")
-	// Each side saw the other's QP.
-	assert.Contains(t, srvOut.String(), "remote address: "+res.Local.String())
-	assert.Contains(t, out.String(), "remote address: "+res.Remote.String())
+	for i, check := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "check"}[check], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			port := 18700 + 10*i
+			args := []string{"-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters)}
+			cfg := testConfig(dev, port)
+			if check {
+				args = append(args, "-c", "-s", "12288")
+				cfg.Check, cfg.Size = true, 12288
+			}
+			var srvOut bytes.Buffer
+			srv := exec.CommandContext(ctx, pp, args...)
+			srv.Stdout, srv.Stderr = &srvOut, &srvOut
+			require.NoError(t, srv.Start())
+			cfg.Server = "127.0.0.1"
+			var out bytes.Buffer
+			res, err := run(ctx, cfg, &out, io.Discard)
+			srvErr := srv.Wait()
+			t.Logf("ours:\n%s\nibv_rc_pingpong server:\n%s", out.String(), srvOut.String())
+			require.NoError(t, err)
+			require.NoError(t, srvErr, "ibv_rc_pingpong server")
+			assert.Contains(t, srvOut.String(), strconv.Itoa(iters)+" iters in")
+			assert.NotContains(t, srvOut.String(), "invalid data", "the real server's -c check")
+			assert.Contains(t, out.String(), strconv.Itoa(iters)+" iters in")
+			// Each side saw the other's QP.
+			assert.Contains(t, srvOut.String(), "remote address: "+res.Local.String())
+			assert.Contains(t, out.String(), "remote address: "+res.Remote.String())
+		})
+	}
 }
 
-// TestInteropGoServer: we are the server, the real ibv_rc_pingpong connects.
+// TestInteropGoServer: we are the server, the real ibv_rc_pingpong connects;
+// with -c on both sides too, where we check the marks the real client's
+// messages carry.
 func TestInteropGoServer(t *testing.T) {
 	dev, gid, pp := needRXE(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const port = 18701
-	cfg := testConfig(dev, port)
-	cfg.Bind = "127.0.0.1"
-	var out bytes.Buffer
-	status := &testbin.Buffer{}
-	type ret struct {
-		res result
-		err error
+	for i, check := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "check"}[check], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			port := 18701 + 10*i
+			args := []string{"-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters)}
+			cfg := testConfig(dev, port)
+			if check {
+				args = append(args, "-c", "-s", "12288")
+				cfg.Check, cfg.Size = true, 12288
+			}
+			cfg.Bind = "127.0.0.1"
+			var out bytes.Buffer
+			status := &testbin.Buffer{}
+			type ret struct {
+				res result
+				err error
+			}
+			done := make(chan ret, 1)
+			go func() {
+				r, err := run(ctx, cfg, &out, status)
+				done <- ret{r, err}
+			}()
+			for !strings.Contains(status.String(), "waiting for a connection") {
+				select {
+				case r := <-done:
+					t.Fatalf("server ended before listening: %v", r.err)
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			cli := exec.CommandContext(ctx, pp, append(args, "127.0.0.1")...)
+			cliOut, cliErr := cli.CombinedOutput()
+			r := <-done
+			t.Logf("ours:\n%s\nibv_rc_pingpong client:\n%s", out.String(), cliOut)
+			require.NoError(t, r.err)
+			require.NoError(t, cliErr, "ibv_rc_pingpong client")
+			assert.Contains(t, string(cliOut), strconv.Itoa(iters)+" iters in")
+			assert.Equal(t, int64(cfg.Size)*iters*2, r.res.Bytes)
+		})
 	}
-	done := make(chan ret, 1)
-	go func() {
-		r, err := run(ctx, cfg, &out, status)
-		done <- ret{r, err}
-	}()
-	for !strings.Contains(status.String(), "waiting for a connection") {
-		select {
-		case r := <-done:
-			t.Fatalf("server ended before listening: %v", r.err)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	cli := exec.CommandContext(ctx, pp, "-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters), "127.0.0.1")
-	cliOut, cliErr := cli.CombinedOutput()
-	r := <-done
-	t.Logf("ours:\n%s\nibv_rc_pingpong client:\n%s", out.String(), cliOut)
-	require.NoError(t, r.err)
-	require.NoError(t, cliErr, "ibv_rc_pingpong client")
-	assert.Contains(t, string(cliOut), strconv.Itoa(iters)+" iters in")
-	assert.Equal(t, int64(cfg.Size)*iters*2, r.res.Bytes)
 }
 
 // TestGoToGo: both sides ours, busy polling (the default) on one side.

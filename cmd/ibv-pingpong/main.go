@@ -11,46 +11,31 @@
 //	ibv-pingpong -d rxe0 &                    # our server (GID auto-detected)
 //	ibv_rc_pingpong -d rxe0 -g 1 127.0.0.1    # a real client
 //
-// It also checks every received message is the 0x7b pattern. Exit status:
-// 0 on success, 1 on any failure (with the cause on stderr).
+// It also checks every received message is the 0x7b pattern; -c is
+// ibv_rc_pingpong's --chk, whose client zeroes the first byte of every page
+// (both sides must agree on it, as with the real tool). Exit status: 0 on
+// success, 1 on any failure (with the cause on stderr), 2 for a bad
+// command line.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
 func main() {
-	cfg := defaultConfig()
-	fs := flag.NewFlagSet("ibv-pingpong", flag.ExitOnError)
-	fs.StringVar(&cfg.Device, "d", "", "use IB device `dev` (default first device found)")
-	fs.IntVar(&cfg.IBPort, "i", cfg.IBPort, "use `port` of IB device")
-	fs.IntVar(&cfg.GIDIndex, "g", cfg.GIDIndex, "local port GID `index` (default -1: auto-detect the RoCE v2 GID)")
-	fs.IntVar(&cfg.TCPPort, "p", cfg.TCPPort, "listen on/connect to `port`")
-	fs.IntVar(&cfg.Size, "s", cfg.Size, "`size` of message to exchange")
-	fs.IntVar(&cfg.Iters, "n", cfg.Iters, "number of `iters` to ping-pong")
-	fs.IntVar(&cfg.RxDepth, "r", cfg.RxDepth, "number of receives to post at a time")
-	fs.IntVar(&cfg.MTU, "m", cfg.MTU, "path MTU `bytes`")
-	fs.BoolVar(&cfg.Events, "e", false, "sleep on CQ events (default poll)")
-	fs.Bool("c", true, "validate received buffer (always on; accepted for ibv_rc_pingpong compatibility)")
-	fs.StringVar(&cfg.Bind, "bind", "", "server: `address` to listen on (default all)")
-	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage:\n  ibv-pingpong [options]            start a server and wait for connection\n"+
-			"  ibv-pingpong [options] <host>     connect to server at <host>\n\noptions:\n")
-		fs.PrintDefaults()
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
 	}
-	_ = fs.Parse(os.Args[1:])
-	switch fs.NArg() {
-	case 0:
-	case 1:
-		cfg.Server = fs.Arg(0)
-	default:
-		fs.Usage()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ibv-pingpong:", err)
 		os.Exit(2)
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -61,4 +46,40 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ibv-pingpong:", err)
 		os.Exit(1)
 	}
+}
+
+// parseFlags parses ibv_rc_pingpong's command line; usage and flag errors
+// go to out.
+func parseFlags(args []string, out io.Writer) (config, error) {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("ibv-pingpong", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&cfg.Device, "d", "", "use IB device `dev` (default first device found)")
+	fs.IntVar(&cfg.IBPort, "i", cfg.IBPort, "use `port` of IB device")
+	fs.IntVar(&cfg.GIDIndex, "g", cfg.GIDIndex, "local port GID `index` (default -1: auto-detect the RoCE v2 GID)")
+	fs.IntVar(&cfg.TCPPort, "p", cfg.TCPPort, "listen on/connect to `port`")
+	fs.IntVar(&cfg.Size, "s", cfg.Size, "`size` of message to exchange")
+	fs.IntVar(&cfg.Iters, "n", cfg.Iters, "number of `iters` to ping-pong")
+	fs.IntVar(&cfg.RxDepth, "r", cfg.RxDepth, "number of receives to post at a time")
+	fs.IntVar(&cfg.MTU, "m", cfg.MTU, "path MTU `bytes`")
+	fs.BoolVar(&cfg.Events, "e", false, "sleep on CQ events (default poll)")
+	fs.BoolVar(&cfg.Check, "c", false, "ibv_rc_pingpong's --chk: messages carry a 0 in the first byte of every page, checked on receipt (give -c to both sides or neither)")
+	fs.StringVar(&cfg.Bind, "bind", "", "server: `address` to listen on (default all)")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "give up after this long")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "usage:\n  ibv-pingpong [options]            start a server and wait for connection\n"+
+			"  ibv-pingpong [options] <host>     connect to server at <host>\n\noptions:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	switch fs.NArg() {
+	case 0:
+	case 1:
+		cfg.Server = fs.Arg(0)
+	default:
+		return cfg, fmt.Errorf("one <host> at most, got %q", fs.Args())
+	}
+	return cfg, nil
 }

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"time"
 
@@ -25,6 +25,7 @@ type config struct {
 	RxDepth  int    // -r
 	MTU      int    // -m, bytes
 	Events   bool   // -e: sleep on the CQ instead of busy polling
+	Check    bool   // -c: rc_pingpong's --chk marks (see fill)
 	Server   string // servername; empty: be the server
 	Bind     string // server: address to listen on (empty: all)
 	Timeout  time.Duration
@@ -37,6 +38,45 @@ func defaultConfig() config {
 
 // pattern is the byte ibv_rc_pingpong fills its buffer with.
 const pattern = 0x7b
+
+// fill makes buf a message as ibv_rc_pingpong sends it: every byte 0x7b,
+// and with -c (its --chk) the first byte of every page 0. Its client
+// writes those marks before the first SEND, its server (which sends back
+// the buffer it receives into) checks them after the last receive, so
+// they must travel in every message of a -c run.
+func fill(buf []byte, check bool, pageSize int) {
+	for i := range buf {
+		buf[i] = pattern
+	}
+	if check {
+		for i := 0; i < len(buf); i += pageSize {
+			buf[i] = 0
+		}
+	}
+}
+
+// verify checks that buf is the message fill makes, naming the first byte
+// that is not (and its page, in rc_pingpong's words, with -c).
+func verify(buf []byte, check bool, pageSize int) error {
+	for i, b := range buf {
+		want := byte(pattern)
+		if check && i%pageSize == 0 {
+			want = 0
+		}
+		if b == want {
+			continue
+		}
+		if check {
+			hint := ""
+			if i%pageSize == 0 {
+				hint = " (does the peer run with -c too?)"
+			}
+			return fmt.Errorf("invalid data in page %d: byte %d is %#x, want %#x%s", i/pageSize, i, b, want, hint)
+		}
+		return fmt.Errorf("byte %d is %#x, want %#x", i, b, want)
+	}
+	return nil
+}
 
 const (
 	recvWRID = 1
@@ -96,7 +136,8 @@ func run(ctx context.Context, cfg config, out, status io.Writer) (result, error)
 	}
 	// Separate send and receive buffers (rc_pingpong uses one): the
 	// receive buffer is cleared before each message may arrive, so a
-	// received 0x7b pattern proves the peer's data landed.
+	// received pattern proves the peer's data landed. Both carry what
+	// rc_pingpong's one buffer holds in the run (see fill).
 	sbuf, err := pd.AllocMR(cfg.Size, verbs.AccessLocalWrite)
 	if err != nil {
 		return res, err
@@ -105,9 +146,8 @@ func run(ctx context.Context, cfg config, out, status io.Writer) (result, error)
 	if err != nil {
 		return res, err
 	}
-	for i := range sbuf.Bytes() {
-		sbuf.Bytes()[i] = pattern
-	}
+	pageSize := os.Getpagesize()
+	fill(sbuf.Bytes(), cfg.Check, pageSize)
 	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: cfg.RxDepth, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
@@ -199,8 +239,8 @@ func run(ctx context.Context, cfg config, out, status io.Writer) (result, error)
 				if wc.ByteLen != uint32(cfg.Size) {
 					return res, fmt.Errorf("receive %d: %d bytes, want %d", rcnt, wc.ByteLen, cfg.Size)
 				}
-				if i := bytes.IndexFunc(rbuf.Bytes(), func(r rune) bool { return r != pattern }); i >= 0 {
-					return res, fmt.Errorf("receive %d: byte %d is %#x, want %#x", rcnt, i, rbuf.Bytes()[i], pattern)
+				if err := verify(rbuf.Bytes(), cfg.Check, pageSize); err != nil {
+					return res, fmt.Errorf("receive %d: %w", rcnt, err)
 				}
 				clear(rbuf.Bytes())
 				if routs--; routs <= 1 {

@@ -35,6 +35,10 @@ func run() int {
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	// A write to a closed stdout or stderr then fails with EPIPE instead of
+	// killing rdmarun on the spot, so the job can end cleanly (see
+	// launch.Run); the signal itself is dropped.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	o := launch.Options{Args: *args, Stdout: os.Stdout, Stderr: os.Stderr, Signals: sigs}
 	if !args.NoStdin {
 		o.Stdin = os.Stdin

@@ -27,8 +27,7 @@ import (
 // foreground goroutine was preempted while the p2p layer's background
 // goroutine went to sleep on a futex, the foreground stood still until the
 // monitor noticed, 10 ms at a time, and its peer, spinning, stood still
-// with it. In two-rank bcasts of 2 MiB after a change of size, half of the
-// runs of 100 calls took 3-4x their time (0 of 12 with this).
+// with it.
 //
 // So WaitSleep parks in Go's network poller instead, which gives the P
 // back at once: each CQ that has a sleeper gets an abstract datagram
@@ -40,8 +39,8 @@ import (
 // and later producers skip the system call while it is set. A sleeper
 // stays parked until its process next looks at the poller, which a busy
 // foreground goroutine postpones: without the word, every message of a
-// stream then cost its sender a sendto (512 KiB-1 MiB bandwidth
-// 0.76-0.86x). Spinning and yielding waiters (Wait) keep the futex: the
+// stream then cost its sender a sendto. Spinning and yielding waiters
+// (Wait) keep the futex: the
 // goroutine that sleeps there is the one that needs the P next.
 
 // parkWakes counts the wake-up datagrams that parked sleepers received

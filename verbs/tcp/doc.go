@@ -80,12 +80,10 @@
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs when every rank on the
 // host has a CPU), so that a reply arriving within it is read without a
 // wake-up through futex, epoll and the scheduler, which on a VM costs more
-// than a small message (loopback ping-pong of 8 B between ranks pinned one
-// per CPU: 43 µs without, 16 µs with; a raw Go TCP ping-pong, which
-// blocks, 37 µs). Each poll is one system call: a non-blocking read into
-// the read buffer while small frames are expected, so the poll that finds
-// one has read it too (8 B to 16 KiB took 0.72-0.96x the time of probing
-// with ioctl(SIOCINQ) and then reading), and that ioctl for frames over
+// than a small message. Each poll is one system call: a non-blocking read
+// into the read buffer while small frames are expected, so the poll that
+// finds one has read it too (cheaper than probing with ioctl(SIOCINQ) and
+// then reading), and that ioctl for frames over
 // 32 KiB, or after a frame that large, whose bytes it waits for whole
 // instead of reading them in the pieces they arrive in. It polls the socket
 // only, never the CQ's other producers' work: it stops when its CQ has a

@@ -207,10 +207,9 @@ func (l *link) readFrame() error {
 // requester waits for: it goes once no further whole frame is buffered
 // (readFrame sends it then), so the answers to requests that arrived
 // together leave in one write: a READ in pieces, or a window of them,
-// costs one syscall instead of one per piece, which doubled the bandwidth
-// of 512 KiB messages (p2pbench bw, osu-compare, 22:09). A response larger
-// than holdMax goes at once: its copy dwarfs a syscall, and holding 4 MiB
-// ones cost 6% of their bandwidth (22:16). It goes with the
+// costs one syscall instead of one per piece. A response larger than
+// holdMax goes at once: its copy dwarfs a syscall, so holding it back
+// only delays it. It goes with the
 // held-back ACKs before it, written here if the link is idle (never
 // blocking: a full socket leaves it to the writer goroutine, so the
 // reading side keeps draining the socket and two ends writing large

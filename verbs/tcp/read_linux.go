@@ -167,8 +167,9 @@ func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, dea
 }
 
 // spinFillMax is the largest frame a poller reads as it arrives (spinFill)
-// rather than once it is all queued (spinUntilQueued): a 64 KiB frame read
-// in the pieces it arrives in took 1.22x the time (7 rounds, 22:34).
+// rather than once it is all queued (spinUntilQueued): reading a larger
+// frame in the many pieces it arrives in costs more syscalls than it
+// overlaps.
 const spinFillMax = 32 << 10
 
 // spinFill is spinUntilQueued for a frame that fits the read buffer: it

@@ -7,7 +7,8 @@
 //
 // -abort-rank R makes rank R call Abort(-abort-code) after the first
 // allreduce; the others then block in a receive the aborting rank never
-// answers, which the launcher must end.
+// answers, which the launcher must end. -panic-rank R makes rank R panic
+// inside the next allreduce (see panicInCollective).
 package main
 
 import (
@@ -38,7 +39,7 @@ func main() {
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := comm.FromEnv(ctx)
+	c, err := comm.FromEnv(ctx, options())
 	if err != nil {
 		return err
 	}
@@ -64,6 +65,9 @@ func run() error {
 	}
 	if me == *abortRank {
 		c.Abort(*abortCode)
+	}
+	if *panicRank >= 0 {
+		return panicInCollective(ctx, c)
 	}
 	if *abortRank >= 0 {
 		_, err := comm.Recv(ctx, c, make([]byte, 1), *abortRank, 0)

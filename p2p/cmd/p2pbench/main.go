@@ -291,10 +291,9 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 // measure warms up, lets rank 0 pick the iteration count from the budget,
 // tells rank 1, and times the loop. *first is set until the rank's first
 // size has been measured: that size warms up for a whole untimed pass,
-// because a fresh endpoint is slower for a while: p2p over tcp, bound, took
-// 16.6 us at 1 B as the first size against 10.3 us at 2 B right after it;
-// with this pass 10.7 us (5 rounds of osu-compare). Raw TCP showed no
-// difference, but rawBench does the same.
+// because a fresh endpoint is slower for a while, which would otherwise
+// inflate the first size's figure. Raw TCP shows no such difference, but
+// rawBench does the same so that both are measured alike.
 func measure(ctx context.Context, ep *p2p.Endpoint, first *bool, iters int, loop func(k int) error) (time.Duration, int, error) {
 	start := time.Now()
 	warm := 1

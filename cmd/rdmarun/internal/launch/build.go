@@ -32,6 +32,9 @@ func buildPackage(dir string) (bin, tmp string, err error) {
 	if err != nil {
 		return "", "", err
 	}
+	if err := checkMain(gobin, dir, abs); err != nil {
+		return "", "", err
+	}
 	tmp, err = os.MkdirTemp("", "rdmarun-build-")
 	if err != nil {
 		return "", "", fmt.Errorf("build %s: %v", dir, err)
@@ -51,4 +54,21 @@ func buildPackage(dir string) (bin, tmp string, err error) {
 		return "", "", fmt.Errorf("go build %s failed: %v\n%s", dir, err, strings.TrimRight(out.String(), "\n"))
 	}
 	return bin, tmp, nil
+}
+
+// checkMain fails with a usage error when the package in abs is not a main
+// package: go build writes no program for it (only an archive that cannot
+// be executed). When go list itself fails, go build says why.
+func checkMain(gobin, dir, abs string) error {
+	cmd := exec.Command(gobin, "list", "-f", "{{.Name}} {{.ImportPath}}", ".")
+	cmd.Dir = abs
+	out, err := cmd.Output()
+	if err != nil {
+		return nil
+	}
+	name, path, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	if name == "main" || name == "" {
+		return nil
+	}
+	return usagef("%s is package %s (package %s), not a main package: rdmarun runs a program (a main package or an executable)", dir, path, name)
 }

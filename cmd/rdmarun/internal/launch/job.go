@@ -828,7 +828,7 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 		code     = 0
 		cause    string
 		stopping bool
-		causeIs  string // "rank", "abort", "signal", "timeout", "start"
+		causeIs  string // "rank", "abort", "signal", "timeout", "start", "output"
 		killT    *time.Timer
 		timeoutC <-chan time.Time
 		aborts   = srv.Aborts()
@@ -917,8 +917,19 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 		defer t.Stop()
 		timeoutC = t.C
 	}
+	outClosed := j.out.closed()
 	for running > 0 {
 		select {
+		case <-outClosed:
+			// Nobody reads the job's output any more (rdmarun ... | head
+			// -1): end it as SIGPIPE would end rdmarun, but with the ranks
+			// stopped and the build directory removed.
+			outClosed = nil
+			if causeIs == "" {
+				causeIs, code, cause = "output", 128+int(syscall.SIGPIPE), j.out.closedName()+" closed (broken pipe)"
+				j.out.printf("%s; stopping %s", cause, plural(live(), "rank"))
+			}
+			stop(syscall.SIGTERM)
 		case r := <-j.events:
 			running--
 			oc := j.outcome(r)

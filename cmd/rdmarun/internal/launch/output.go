@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"syscall"
 )
 
 // maxLine bounds the bytes rdmarun holds for one output line; a longer line
@@ -20,6 +21,50 @@ type output struct {
 	tag    bool
 	stdout io.Writer
 	stderr io.Writer
+
+	// gone marks a stream (stdout, stderr) whose reader has gone: a write
+	// failed with EPIPE (rdmarun ... | head -1). Nothing more is written
+	// to it, and goneC is closed so that the job ends.
+	gone     [2]bool
+	goneName string
+	goneC    chan struct{}
+}
+
+const (
+	toStdout = 0
+	toStderr = 1
+)
+
+// closed is closed when a stream's reader has gone; closedName is then
+// "standard output" or "standard error".
+func (o *output) closed() <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.goneC == nil {
+		o.goneC = make(chan struct{})
+	}
+	return o.goneC
+}
+
+func (o *output) closedName() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.goneName
+}
+
+// check notes a write error on stream; the caller holds o.mu.
+func (o *output) check(stream int, err error) {
+	if err == nil || !errors.Is(err, syscall.EPIPE) || o.gone[stream] {
+		return
+	}
+	o.gone[stream] = true
+	if o.goneC == nil {
+		o.goneC = make(chan struct{})
+	}
+	if o.goneName == "" {
+		o.goneName = [2]string{"standard output", "standard error"}[stream]
+		close(o.goneC)
+	}
 }
 
 // lineSink receives what a forwarder learns besides the output itself.
@@ -61,10 +106,10 @@ func (s *lineSink) lastLine() string {
 
 // forward copies r to w line by line, with "[rank] " in front of each line
 // when tagging is on, until r ends. A last line without a newline gets one.
-func (o *output) forward(r io.Reader, toStderr bool, rank int, sink *lineSink) {
-	w := o.stdout
-	if toStderr {
-		w = o.stderr
+func (o *output) forward(r io.Reader, stderr bool, rank int, sink *lineSink) {
+	stream := toStdout
+	if stderr {
+		stream = toStderr
 	}
 	prefix := []byte(fmt.Sprintf("[%d] ", rank))
 	br := bufio.NewReaderSize(r, maxLine)
@@ -86,7 +131,7 @@ func (o *output) forward(r io.Reader, toStderr bool, rank int, sink *lineSink) {
 				if !midLine {
 					sink.remember(line)
 				}
-				o.write(w, prefix, line, midLine)
+				o.write(stream, prefix, line, midLine)
 				midLine = line[len(line)-1] != '\n'
 			}
 		}
@@ -95,25 +140,40 @@ func (o *output) forward(r io.Reader, toStderr bool, rank int, sink *lineSink) {
 				continue
 			}
 			if midLine {
-				o.write(w, nil, []byte{'\n'}, true)
+				o.write(stream, nil, []byte{'\n'}, true)
 			}
 			return
 		}
 	}
 }
 
-func (o *output) write(w io.Writer, prefix, line []byte, continuation bool) {
+func (o *output) write(stream int, prefix, line []byte, continuation bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.tag && !continuation {
-		w.Write(prefix)
+	if o.gone[stream] {
+		return
 	}
-	w.Write(line)
+	w := o.stdout
+	if stream == toStderr {
+		w = o.stderr
+	}
+	var err error
+	if o.tag && !continuation {
+		_, err = w.Write(prefix)
+	}
+	if err == nil {
+		_, err = w.Write(line)
+	}
+	o.check(stream, err)
 }
 
 // printf writes one of rdmarun's own messages to stderr.
 func (o *output) printf(format string, args ...any) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	fmt.Fprintf(o.stderr, "rdmarun: "+format+"\n", args...)
+	if o.gone[toStderr] {
+		return
+	}
+	_, err := fmt.Fprintf(o.stderr, "rdmarun: "+format+"\n", args...)
+	o.check(toStderr, err)
 }
