@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # rxe-tests.sh: the real-verbs part of CI. Builds the ibv provider's test
 # binaries and the ibv-pingpong command with -tags rdma on the host, boots the
-# Soft-RoCE VM (../shared/tools/rxe-vm) once, and runs there:
+# project's Soft-RoCE VM (internal/rxevm) once, and runs there:
 #   - verbs/ibv tests: device selection, the verbs conformance suite
 #     (two-process cases included), the provider's own tests, under -race
 #   - cmd/ibv-pingpong tests: interop with rdma-core's ibv_rc_pingpong both ways
 #   - the built ibv-pingpong binary against ibv_rc_pingpong both ways
 #   - the conformance suite and the interop again between rxe1 and rxe2, two
-#     devices on the ends of a veth pair (rxe-vm --pair), like two hosts
+#     devices on the ends of a veth pair (rxevm.sh run --pair), like two hosts
 #   - the whole stack over ibv: rdmarun --transport ibv starts internal/ibvstack
 #     (comm.FromEnv, allreduce up to past 1 MiB, bcast from non-zero roots,
 #     barriers, every result checked): 2 ranks on rxe0; 3 ranks on rxe0 with
@@ -21,9 +21,8 @@
 #   .ci/rxe-tests.sh --bench    also perftest's ib_write_bw / ib_send_lat beside
 #                               the provider's benchmarks, in the same VM run
 #
-# Environment: RXE_VM_TOOL (path of rxe-vm; default ../shared/tools/rxe-vm/rxe-vm
-# beside the checkout), RXE_VM_CACHE (the tool's image cache, default
-# ~/.cache/rxe-vm), RXE_TESTS_KEEP=1 keeps the work directory.
+# Environment: RDMAGO_RXEVM_CACHE (the VM's boot image, default
+# ~/.cache/rdmago-rxevm), RXE_TESTS_KEEP=1 keeps the work directory.
 # Exit status: 0 when everything passed; 1 on any failure, including a VM
 # that cannot boot.
 set -euo pipefail
@@ -37,14 +36,8 @@ case ${1:-} in
 esac
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
 
-tool=${RXE_VM_TOOL:-$repo/../shared/tools/rxe-vm/rxe-vm}
-if [[ ! -f $tool ]]; then
-	echo "rxe-tests: FAIL: no rxe-vm tool at $tool (set RXE_VM_TOOL)" >&2
-	exit 1
-fi
-# Run it through bash: shared/ may be a read-only copy without exec bits. The
-# tool itself writes only to $RXE_VM_CACHE and $TMPDIR.
-rxevm() { bash "$tool" "$@"; }
+# The harness writes only to its image cache and $TMPDIR.
+rxevm() { bash "$repo/internal/rxevm/rxevm.sh" "$@"; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rxe-tests.XXXXXX")
 if [[ -z ${RXE_TESTS_KEEP:-} ]]; then trap 'rm -rf "$work"' EXIT; else echo "rxe-tests: keeping $work"; fi
@@ -56,9 +49,9 @@ note() { # name status [detail]
 	[[ $2 == PASS ]] || failed=1
 }
 
-echo "== rxe-vm prepare (idempotent; installs rdma-core and libibverbs-dev when missing)"
+echo "== rxevm prepare (idempotent; installs qemu, rdma-core and libibverbs-dev when missing)"
 if ! rxevm prepare; then
-	echo "rxe-tests: FAIL: rxe-vm prepare failed" >&2
+	echo "rxe-tests: FAIL: rxevm prepare failed" >&2
 	exit 1
 fi
 
@@ -76,7 +69,7 @@ note "host: go vet + build -tags rdma" PASS
 # Everything in one VM boot. Logs go to the shared work directory; the host
 # judges them afterwards.
 cat >"$work/inside.sh" <<'EOF'
-# runs inside rxe-vm (dash), in the shared work directory
+# runs inside the rxevm VM (dash), in the shared work directory
 G=$RXE_VM_GID_INDEX D=$RXE_VM_DEV
 echo "VM: $D GID index $G, $(nproc) CPUs"
 ./ibv.test -test.v -test.timeout 480s >ibv.log 2>&1; echo "ibv.test exit $?" >>status
@@ -143,16 +136,16 @@ fi
 EOF
 
 cpus=2
-((bench)) && cpus=4 # busy-polling peers want a vCPU each (rxe-vm README)
+((bench)) && cpus=4 # busy-polling peers want a vCPU each (internal/rxevm/README.md)
 echo "== boot the VM and run ($cpus vCPUs)"
 rc=0
 (cd "$work" && rxevm run --pair --cpus "$cpus" --timeout 900 -e BENCH="$bench" -- sh ./inside.sh) || rc=$?
 if [[ ! -f $work/status ]]; then
 	# 125: the VM failed to boot or set up rxe0; 124: timeout. Never a silent skip.
-	echo "rxe-tests: FAIL: the rxe VM did not run the tests (rxe-vm exit $rc; 125 = VM failed to boot)" >&2
+	echo "rxe-tests: FAIL: the rxe VM did not run the tests (rxevm exit $rc; 125 = VM failed to boot)" >&2
 	exit 1
 fi
-if ((rc != 0)); then note "VM run" FAIL "rxe-vm exit $rc"; fi
+if ((rc != 0)); then note "VM run" FAIL "rxevm exit $rc"; fi
 
 status() { grep -q "^$1 exit 0$" "$work/status"; }
 passed() { grep -qE -- "^--- PASS: $2 " "$work/$1"; }
