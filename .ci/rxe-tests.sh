@@ -13,11 +13,13 @@
 #     barriers, every result checked): 2 ranks on rxe0; 3 ranks on rxe0 with
 #     the one-sided allreduce (RDMA WRITE with immediate); 4 ranks whose
 #     devices alternate between rxe1 and rxe2
+#   - per-job device selection (comm's RDMAGO_IB_HCA): a missing device fails
+#     the job with the devices present named; =rxe1 runs it on rxe1 only
 # and checks by name that those tests passed (a silent skip fails).
 #
-#   .ci/rxe-tests.sh            tests (about 2 minutes on an idle 2-core machine; the
-#                               VM is emulated, so a loaded host stretches that: the
-#                               VM's time limit is 15 minutes)
+#   .ci/rxe-tests.sh            tests (a few minutes on an idle 2-core machine, 8 at a
+#                               load of 12-15: the VM is emulated where KVM is not
+#                               usable; the VM's time limit is 15 minutes)
 #   .ci/rxe-tests.sh --bench    also perftest's ib_write_bw / ib_send_lat beside
 #                               the provider's benchmarks, in the same VM run
 #
@@ -117,6 +119,20 @@ stack stack2 2 $D
 stack stack3 3 $D -x RDMAGO_ALLREDUCE_ALGO=ring_onesided
 stack stack4 4 $RXE_VM_DEV1,$RXE_VM_DEV2
 
+# Per-job device selection through comm's edge (RDMAGO_IB_HCA, no -device):
+# a device that is not there fails the job with the devices present named;
+# "=rxe1" runs the job on rxe1 alone, which the packet counters of the
+# three devices show.
+sent() { cat /sys/class/infiniband/$1/ports/1/hw_counters/sent_pkts 2>/dev/null || echo none; }
+timeout 100 ./rdmarun -np 2 --transport ibv --timeout 80s --stdin none -x RDMAGO_IB_HCA=nosuch0 \
+	./ibvstack -timeout 60s >hca-missing.log 2>&1
+echo "hca-missing exit $?" >>status
+before="$(sent rxe0) $(sent rxe1) $(sent rxe2)"
+timeout 200 ./rdmarun -np 2 --transport ibv --timeout 170s --stdin none -x RDMAGO_IB_HCA==rxe1 \
+	./ibvstack -timeout 150s >hca-rxe1.log 2>&1
+echo "hca-rxe1 exit $?" >>status
+echo "hca-rxe1 sent_pkts rxe0 rxe1 rxe2: $before -> $(sent rxe0) $(sent rxe1) $(sent rxe2)" >>status
+
 if [ "${BENCH:-0}" = 1 ]; then
 	pair() { # perftest server + client on the same device, client output kept;
 		# perftest's clock calibration sometimes fails under TCG (figures
@@ -203,8 +219,23 @@ for job in "stack2 2 rxe0" "stack3 3 rxe0 ring_onesided" "stack4 4 rxe1/rxe2"; d
 	fi
 done
 
+# RDMAGO_IB_HCA: the missing device named with the list of those present;
+# the job on =rxe1 passed and moved packets on rxe1 only.
+if ! status hca-missing && grep -q 'no RDMA device matches \\\?"nosuch0\\\?" (have rxe0, rxe1, rxe2)' "$work/hca-missing.log"; then
+	note "vm: RDMAGO_IB_HCA=nosuch0 fails, naming rxe0, rxe1, rxe2" PASS
+else
+	note "vm: RDMAGO_IB_HCA=nosuch0 fails, naming rxe0, rxe1, rxe2" FAIL "$(grep '^hca-missing' "$work/status")"
+fi
+read -r r0 r1 r2 _ a0 a1 a2 <<<"$(sed -n 's/^hca-rxe1 sent_pkts rxe0 rxe1 rxe2: //p' "$work/status")"
+if status hca-rxe1 && grep -qx "ibvstack: OK ranks=2 transport=ibv" "$work/hca-rxe1.log" &&
+	[[ $r1 =~ ^[0-9]+$ && $a1 =~ ^[0-9]+$ ]] && ((a1 > r1)) && [[ $r0 == "$a0" && $r2 == "$a2" ]]; then
+	note "vm: RDMAGO_IB_HCA==rxe1 runs the job on rxe1 only" PASS
+else
+	note "vm: RDMAGO_IB_HCA==rxe1 runs the job on rxe1 only" FAIL "$(grep '^hca-rxe1' "$work/status" | tr '\n' ' ')"
+fi
+
 if ((failed)); then
-	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack3.log stack4.log; do
+	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack3.log stack4.log hca-missing.log hca-rxe1.log; do
 		[[ -f $work/$f ]] || continue
 		echo "---- $f (failures and last lines)"
 		grep -E -- "--- FAIL|Error Trace|Error:|panic" "$work/$f" | head -40 || true
