@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # rdmago's whole test suite: formatting, vet, unit and multi-process tests
 # (verbs/ under the race detector), then the serial stage (network
-# namespaces, sshd) and the Soft-RoCE VM stage for the ibv provider.
+# namespaces, sshd) and the Soft-RoCE VM stage for the ibv provider
+# (.ci/rxe-tests.sh, which boots the repository's own VM, internal/rxevm).
 #
-#   ./test.sh            everything (root on Debian 12; installs packages first)
+#   ./test.sh            everything (root on Debian 12; installs packages first:
+#                        .ci/install, and the VM stage its own)
 #   RDMAGO_SKIP_RXE=1    skip the VM stage (developers without the time; CI never sets it)
 #   RDMAGO_LONG=1        also the long soak / cross-product runs
 set -euo pipefail

@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
 # rxe-tests.sh: the real-verbs part of CI. Builds the ibv provider's test
 # binaries and the ibv-pingpong command with -tags rdma on the host, boots the
-# Soft-RoCE VM (../shared/tools/rxe-vm) once, and runs there:
+# project's Soft-RoCE VM (internal/rxevm) once, and runs there:
 #   - verbs/ibv tests: device selection, the verbs conformance suite
 #     (two-process cases included), the provider's own tests, under -race
 #   - cmd/ibv-pingpong tests: interop with rdma-core's ibv_rc_pingpong both ways
 #   - the built ibv-pingpong binary against ibv_rc_pingpong both ways
 #   - the conformance suite and the interop again between rxe1 and rxe2, two
-#     devices on the ends of a veth pair (rxe-vm --pair), like two hosts
+#     devices on the ends of a veth pair (rxevm.sh run --pair), like two hosts
 #   - the whole stack over ibv: rdmarun --transport ibv starts internal/ibvstack
 #     (comm.FromEnv, allreduce up to past 1 MiB, bcast from non-zero roots,
 #     barriers, every result checked): 2 ranks on rxe0; 3 ranks on rxe0 with
 #     the one-sided allreduce (RDMA WRITE with immediate); 4 ranks whose
 #     devices alternate between rxe1 and rxe2
+#   - per-job device selection (comm's RDMAGO_IB_HCA): a missing device fails
+#     the job with the devices present named; =rxe1 runs it on rxe1 only
 # and checks by name that those tests passed (a silent skip fails).
 #
-#   .ci/rxe-tests.sh            tests (about 2 minutes on an idle 2-core machine; the
-#                               VM is emulated, so a loaded host stretches that: the
-#                               VM's time limit is 15 minutes)
+#   .ci/rxe-tests.sh            tests (a few minutes on an idle 2-core machine, 8 at a
+#                               load of 12-15: the VM is emulated where KVM is not
+#                               usable; the VM's time limit is 15 minutes)
 #   .ci/rxe-tests.sh --bench    also perftest's ib_write_bw / ib_send_lat beside
 #                               the provider's benchmarks, in the same VM run
 #
-# Environment: RXE_VM_TOOL (path of rxe-vm; default ../shared/tools/rxe-vm/rxe-vm
-# beside the checkout), RXE_VM_CACHE (the tool's image cache, default
-# ~/.cache/rxe-vm), RXE_TESTS_KEEP=1 keeps the work directory.
+# Environment: RDMAGO_RXEVM_CACHE (the VM's boot image, default
+# ~/.cache/rdmago-rxevm), RXE_TESTS_KEEP=1 keeps the work directory.
 # Exit status: 0 when everything passed; 1 on any failure, including a VM
 # that cannot boot.
 set -euo pipefail
@@ -37,14 +38,8 @@ case ${1:-} in
 esac
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
 
-tool=${RXE_VM_TOOL:-$repo/../shared/tools/rxe-vm/rxe-vm}
-if [[ ! -f $tool ]]; then
-	echo "rxe-tests: FAIL: no rxe-vm tool at $tool (set RXE_VM_TOOL)" >&2
-	exit 1
-fi
-# Run it through bash: shared/ may be a read-only copy without exec bits. The
-# tool itself writes only to $RXE_VM_CACHE and $TMPDIR.
-rxevm() { bash "$tool" "$@"; }
+# The harness writes only to its image cache and $TMPDIR.
+rxevm() { bash "$repo/internal/rxevm/rxevm.sh" "$@"; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/rxe-tests.XXXXXX")
 if [[ -z ${RXE_TESTS_KEEP:-} ]]; then trap 'rm -rf "$work"' EXIT; else echo "rxe-tests: keeping $work"; fi
@@ -56,9 +51,9 @@ note() { # name status [detail]
 	[[ $2 == PASS ]] || failed=1
 }
 
-echo "== rxe-vm prepare (idempotent; installs rdma-core and libibverbs-dev when missing)"
+echo "== rxevm prepare (idempotent; installs qemu, rdma-core and libibverbs-dev when missing)"
 if ! rxevm prepare; then
-	echo "rxe-tests: FAIL: rxe-vm prepare failed" >&2
+	echo "rxe-tests: FAIL: rxevm prepare failed" >&2
 	exit 1
 fi
 
@@ -76,7 +71,7 @@ note "host: go vet + build -tags rdma" PASS
 # Everything in one VM boot. Logs go to the shared work directory; the host
 # judges them afterwards.
 cat >"$work/inside.sh" <<'EOF'
-# runs inside rxe-vm (dash), in the shared work directory
+# runs inside the rxevm VM (dash), in the shared work directory
 G=$RXE_VM_GID_INDEX D=$RXE_VM_DEV
 echo "VM: $D GID index $G, $(nproc) CPUs"
 ./ibv.test -test.v -test.timeout 480s >ibv.log 2>&1; echo "ibv.test exit $?" >>status
@@ -124,6 +119,20 @@ stack stack2 2 $D
 stack stack3 3 $D -x RDMAGO_ALLREDUCE_ALGO=ring_onesided
 stack stack4 4 $RXE_VM_DEV1,$RXE_VM_DEV2
 
+# Per-job device selection through comm's edge (RDMAGO_IB_HCA, no -device):
+# a device that is not there fails the job with the devices present named;
+# "=rxe1" runs the job on rxe1 alone, which the packet counters of the
+# three devices show.
+sent() { cat /sys/class/infiniband/$1/ports/1/hw_counters/sent_pkts 2>/dev/null || echo none; }
+timeout 100 ./rdmarun -np 2 --transport ibv --timeout 80s --stdin none -x RDMAGO_IB_HCA=nosuch0 \
+	./ibvstack -timeout 60s >hca-missing.log 2>&1
+echo "hca-missing exit $?" >>status
+before="$(sent rxe0) $(sent rxe1) $(sent rxe2)"
+timeout 200 ./rdmarun -np 2 --transport ibv --timeout 170s --stdin none -x RDMAGO_IB_HCA==rxe1 \
+	./ibvstack -timeout 150s >hca-rxe1.log 2>&1
+echo "hca-rxe1 exit $?" >>status
+echo "hca-rxe1 sent_pkts rxe0 rxe1 rxe2: $before -> $(sent rxe0) $(sent rxe1) $(sent rxe2)" >>status
+
 if [ "${BENCH:-0}" = 1 ]; then
 	pair() { # perftest server + client on the same device, client output kept;
 		# perftest's clock calibration sometimes fails under TCG (figures
@@ -143,16 +152,16 @@ fi
 EOF
 
 cpus=2
-((bench)) && cpus=4 # busy-polling peers want a vCPU each (rxe-vm README)
+((bench)) && cpus=4 # busy-polling peers want a vCPU each (internal/rxevm/README.md)
 echo "== boot the VM and run ($cpus vCPUs)"
 rc=0
 (cd "$work" && rxevm run --pair --cpus "$cpus" --timeout 900 -e BENCH="$bench" -- sh ./inside.sh) || rc=$?
 if [[ ! -f $work/status ]]; then
 	# 125: the VM failed to boot or set up rxe0; 124: timeout. Never a silent skip.
-	echo "rxe-tests: FAIL: the rxe VM did not run the tests (rxe-vm exit $rc; 125 = VM failed to boot)" >&2
+	echo "rxe-tests: FAIL: the rxe VM did not run the tests (rxevm exit $rc; 125 = VM failed to boot)" >&2
 	exit 1
 fi
-if ((rc != 0)); then note "VM run" FAIL "rxe-vm exit $rc"; fi
+if ((rc != 0)); then note "VM run" FAIL "rxevm exit $rc"; fi
 
 status() { grep -q "^$1 exit 0$" "$work/status"; }
 passed() { grep -qE -- "^--- PASS: $2 " "$work/$1"; }
@@ -210,8 +219,23 @@ for job in "stack2 2 rxe0" "stack3 3 rxe0 ring_onesided" "stack4 4 rxe1/rxe2"; d
 	fi
 done
 
+# RDMAGO_IB_HCA: the missing device named with the list of those present;
+# the job on =rxe1 passed and moved packets on rxe1 only.
+if ! status hca-missing && grep -q 'no RDMA device matches \\\?"nosuch0\\\?" (have rxe0, rxe1, rxe2)' "$work/hca-missing.log"; then
+	note "vm: RDMAGO_IB_HCA=nosuch0 fails, naming rxe0, rxe1, rxe2" PASS
+else
+	note "vm: RDMAGO_IB_HCA=nosuch0 fails, naming rxe0, rxe1, rxe2" FAIL "$(grep '^hca-missing' "$work/status")"
+fi
+read -r r0 r1 r2 _ a0 a1 a2 <<<"$(sed -n 's/^hca-rxe1 sent_pkts rxe0 rxe1 rxe2: //p' "$work/status")"
+if status hca-rxe1 && grep -qx "ibvstack: OK ranks=2 transport=ibv" "$work/hca-rxe1.log" &&
+	[[ $r1 =~ ^[0-9]+$ && $a1 =~ ^[0-9]+$ ]] && ((a1 > r1)) && [[ $r0 == "$a0" && $r2 == "$a2" ]]; then
+	note "vm: RDMAGO_IB_HCA==rxe1 runs the job on rxe1 only" PASS
+else
+	note "vm: RDMAGO_IB_HCA==rxe1 runs the job on rxe1 only" FAIL "$(grep '^hca-rxe1' "$work/status" | tr '\n' ' ')"
+fi
+
 if ((failed)); then
-	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack3.log stack4.log; do
+	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack3.log stack4.log hca-missing.log hca-rxe1.log; do
 		[[ -f $work/$f ]] || continue
 		echo "---- $f (failures and last lines)"
 		grep -E -- "--- FAIL|Error Trace|Error:|panic" "$work/$f" | head -40 || true

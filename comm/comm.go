@@ -56,6 +56,13 @@ type Options struct {
 	// bootstrap.Client.AdvertiseAddr). Empty picks the one that routes to
 	// the rendezvous.
 	Interfaces string
+	// IBDevices selects the RDMA device and port of the ibv transport, as
+	// NCCL_IB_HCA does: "mlx5_0:1,mlx5_1" (the first that opens), "^mlx5_2"
+	// (all but), "=rxe1" (exact names, not prefixes); see
+	// ibv.ParseDevices and docs/ibv.md. Empty means RDMAGO_IB_HCA, else
+	// any device. A selection that opens no device fails Init with the
+	// devices present in the error. It wins over P2P.Device.Name for ibv.
+	IBDevices string
 	// Hostname overrides how this rank identifies its host for the
 	// topology (ranks with the same Hostname are treated as sharing a host
 	// by the hierarchical collectives). Empty means the kernel's identity
@@ -74,8 +81,8 @@ type Options struct {
 	Collectives collectives.Options
 	// NoEnv stops Init and FromEnv from reading the RDMAGO_* tuning
 	// variables (RDMAGO_ALGORITHMS, RDMAGO_<COLL>_ALGO, RDMAGO_DEBUG,
-	// RDMAGO_DETERMINISTIC; see docs/comm.md). Explicit Collectives
-	// options always win over them.
+	// RDMAGO_DETERMINISTIC, RDMAGO_IB_HCA; see docs/comm.md). Explicit
+	// Collectives options and IBDevices always win over them.
 	NoEnv bool
 
 	// Singleton makes FromEnv run the program as a job of one rank (rank 0
@@ -300,6 +307,14 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	if transport == "" {
 		transport = "auto"
 	}
+	var env jobenv.LookupEnv = os.LookupEnv
+	if o.NoEnv {
+		env = nil
+	}
+	ibDevs, err := ibDevices(env, o.IBDevices)
+	if err != nil {
+		return fail(err)
+	}
 	if o.ConnectTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.ConnectTimeout)
@@ -386,6 +401,9 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	}
 	if po.Logger == nil {
 		po.Logger = o.Logger
+	}
+	if po.IBDevices == "" {
+		po.IBDevices = ibDevs
 	}
 	if po.Device.Token == nil {
 		po.Device.Token = o.Token

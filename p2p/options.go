@@ -31,6 +31,13 @@ type Options struct {
 	Provider string
 	// Device is passed to verbs.Open (token, listen address, logger...).
 	Device verbs.DeviceOptions
+	// IBDevices selects the ibv provider's device and port, in NCCL_IB_HCA's
+	// syntax ("mlx5_0:1,mlx5_1", "^mlx5_2", "=rxe1"; see ibv.ParseDevices):
+	// the ibv device is opened with it as its DeviceOptions.Name, the other
+	// providers' devices are not. Empty means Device.Name. Because it asks
+	// for ibv, a selection that opens no device fails New, naming the
+	// devices present, rather than leaving the automatic choice to tcp.
+	IBDevices string
 	// OpenDevice, when set, opens devices instead of verbs.Open (tests wrap
 	// devices with verbs/faulty this way). It is called once per provider.
 	OpenDevice func(ctx context.Context, provider string, o verbs.DeviceOptions) (verbs.Device, error)

@@ -54,7 +54,9 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 	}
 	me := hostInfo{id: id, mask: mine}
 	if !forced {
-		me.ibv = ep.haveIBV(ctx)
+		if me.ibv, err = ep.haveIBV(ctx); err != nil {
+			return err
+		}
 	}
 	prefix := "p2p/" + ep.opts.Name + "/" + hostKey
 	if err := rv.Put(ctx, fmt.Sprintf("%s%d", prefix, ep.rank), me.encode()); err != nil {
@@ -137,17 +139,22 @@ func pickProvider(me, peer hostInfo) string {
 
 // haveIBV reports whether an ibv device opens here (the ibv provider is
 // linked in only with the rdma build tag). The probe's device is closed;
-// the endpoint opens its own if a peer is reached over ibv.
-func (ep *Endpoint) haveIBV(ctx context.Context) bool {
+// the endpoint opens its own if a peer is reached over ibv. A device the
+// user selected (Options.IBDevices) that does not open is an error, not a
+// reason to use tcp.
+func (ep *Endpoint) haveIBV(ctx context.Context) (bool, error) {
 	if !slices.Contains(verbs.Providers(), "ibv") {
-		return false
+		return false, nil
 	}
 	d, err := ep.openDevice(ctx, "ibv")
 	if err != nil {
-		return false
+		if ep.opts.IBDevices != "" {
+			return false, fmt.Errorf("opening the ibv device selected by %q: %w", ep.opts.IBDevices, err)
+		}
+		return false, nil
 	}
 	_ = d.Close()
-	return true
+	return true, nil
 }
 
 func orMask(a, b []byte) []byte {
@@ -168,8 +175,12 @@ func onesIn(mask []byte) int {
 }
 
 func (ep *Endpoint) openDevice(ctx context.Context, provider string) (verbs.Device, error) {
-	if ep.opts.OpenDevice != nil {
-		return ep.opts.OpenDevice(ctx, provider, ep.opts.Device)
+	o := ep.opts.Device
+	if provider == "ibv" && ep.opts.IBDevices != "" {
+		o.Name = ep.opts.IBDevices
 	}
-	return verbs.Open(ctx, provider, ep.opts.Device)
+	if ep.opts.OpenDevice != nil {
+		return ep.opts.OpenDevice(ctx, provider, o)
+	}
+	return verbs.Open(ctx, provider, o)
 }

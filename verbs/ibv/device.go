@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -69,32 +68,22 @@ func errnoErr(call string, err error) error {
 	return fmt.Errorf("%w: %s: %w", verbs.ErrInvalidArgument, call, e)
 }
 
-func open(ctx context.Context, sel selection, dopts verbs.DeviceOptions) (verbs.Device, error) {
+func open(ctx context.Context, sel selector, dopts verbs.DeviceOptions) (verbs.Device, error) {
 	fail := func(err error) (verbs.Device, error) { return nil, errorf("Open", 0, err) }
 	names, err := cDeviceNames()
 	if err != nil {
 		return fail(fmt.Errorf("%w: ibv_get_device_list: %w (is the ib_uverbs module loaded?)", verbs.ErrUnavailable, err))
 	}
-	if len(names) == 0 {
-		return fail(fmt.Errorf("%w: no RDMA devices (ibv_get_device_list found none; a NIC with its rdma-core provider, or Soft-RoCE, is needed)", verbs.ErrUnavailable))
-	}
-	cands := names
-	if sel.name != "" {
-		found := false
-		for _, n := range names {
-			found = found || n == sel.name
-		}
-		if !found {
-			return fail(fmt.Errorf("%w: no RDMA device %q (have %s)", verbs.ErrUnavailable, sel.name, strings.Join(names, ", ")))
-		}
-		cands = []string{sel.name}
+	cands, err := sel.candidates(names)
+	if err != nil {
+		return fail(err)
 	}
 	var errs []error
-	for _, name := range cands {
+	for _, c := range cands {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		d, err := openOne(name, sel, dopts.Logger)
+		d, err := openOne(c, dopts.Logger)
 		if err == nil {
 			return d, nil
 		}
@@ -103,7 +92,8 @@ func open(ctx context.Context, sel selection, dopts verbs.DeviceOptions) (verbs.
 	return fail(errors.Join(errs...))
 }
 
-func openOne(name string, sel selection, log *slog.Logger) (*device, error) {
+func openOne(sel DeviceEntry, log *slog.Logger) (*device, error) {
+	name := sel.Name
 	h, err := cOpen(name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: ibv_open_device(%s): %w", verbs.ErrUnavailable, name, err)
@@ -122,23 +112,23 @@ func openOne(name string, sel selection, log *slog.Logger) (*device, error) {
 }
 
 // setup picks the port and GID and computes the capabilities.
-func (d *device) setup(sel selection) error {
+func (d *device) setup(sel DeviceEntry) error {
 	var da devAttr
 	if err := cQueryDevice(d.ctx, &da); err != nil {
 		return fmt.Errorf("%w: ibv_query_device(%s): %w", verbs.ErrUnavailable, d.name, err)
 	}
 	var pa portAttr
-	if sel.port != 0 {
-		if sel.port > int(da.physPortCnt) {
-			return fmt.Errorf("%w: %s has %d port(s), no port %d", verbs.ErrInvalidArgument, d.name, da.physPortCnt, sel.port)
+	if sel.Port != 0 {
+		if sel.Port > int(da.physPortCnt) {
+			return fmt.Errorf("%w: %s has %d port(s), no port %d", verbs.ErrInvalidArgument, d.name, da.physPortCnt, sel.Port)
 		}
-		if err := cQueryPort(d.ctx, sel.port, &pa); err != nil {
-			return fmt.Errorf("%w: ibv_query_port(%s, %d): %w", verbs.ErrUnavailable, d.name, sel.port, err)
+		if err := cQueryPort(d.ctx, sel.Port, &pa); err != nil {
+			return fmt.Errorf("%w: ibv_query_port(%s, %d): %w", verbs.ErrUnavailable, d.name, sel.Port, err)
 		}
 		if pa.state != portActive {
-			return fmt.Errorf("%w: %s port %d is not active (state %d)", verbs.ErrUnavailable, d.name, sel.port, pa.state)
+			return fmt.Errorf("%w: %s port %d is not active (state %d)", verbs.ErrUnavailable, d.name, sel.Port, pa.state)
 		}
-		d.port = sel.port
+		d.port = sel.Port
 	} else {
 		for p := 1; p <= int(da.physPortCnt); p++ {
 			if cQueryPort(d.ctx, p, &pa) == nil && pa.state == portActive {
@@ -167,7 +157,7 @@ func (d *device) setup(sel selection) error {
 	for i := range table {
 		table[i] = GIDEntry{Index: int(raw[i].index), Type: GIDType(raw[i].typ), GID: raw[i].gid}
 	}
-	if d.gid, err = chooseGID(table, d.linkLayer, sel.gid); err != nil {
+	if d.gid, err = chooseGID(table, d.linkLayer, sel.GID); err != nil {
 		return fmt.Errorf("%s port %d: %w", d.name, d.port, err)
 	}
 

@@ -13,7 +13,7 @@ import (
 // build tag on linux with cgo). Devices may still be absent.
 const Available = false
 
-func open(context.Context, selection, verbs.DeviceOptions) (verbs.Device, error) {
+func open(context.Context, selector, verbs.DeviceOptions) (verbs.Device, error) {
 	return nil, errorf("Open", 0, fmt.Errorf("%w: built without the rdma build tag (go build -tags rdma, on linux with cgo and libibverbs-dev)", verbs.ErrUnavailable))
 }
 

@@ -3,6 +3,7 @@ package ibv
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -22,34 +23,116 @@ func TestRegistered(t *testing.T) {
 	assert.ErrorContains(t, err, "-tags rdma")
 }
 
-func TestParseName(t *testing.T) {
+func TestParseDevices(t *testing.T) {
+	e := func(name string, port int, g ...int) DeviceEntry {
+		d := DeviceEntry{Name: name, Port: port}
+		if len(g) > 0 {
+			d.GID = GIDIndex(g[0])
+		}
+		return d
+	}
 	for _, tc := range []struct {
 		in   string
-		want selection
-		bad  bool
+		want DeviceSpec
+		bad  string // part of the error, when the input is refused
 	}{
-		{in: "", want: selection{}},
-		{in: "rxe0", want: selection{name: "rxe0"}},
-		{in: "mlx5_0:2", want: selection{name: "mlx5_0", port: 2}},
-		{in: "mlx5_0:1:3", want: selection{name: "mlx5_0", port: 1, gid: GIDIndex(3)}},
-		{in: "mlx5_0:0", bad: true},
-		{in: "mlx5_0:x", bad: true},
-		{in: "mlx5_0:1:-1", bad: true},
-		{in: ":1", bad: true},
-		{in: "a:1:2:3", bad: true},
+		{in: "", want: DeviceSpec{}},
+		{in: "rxe0", want: DeviceSpec{Entries: []DeviceEntry{e("rxe0", 0)}}},
+		{in: "mlx5_0:2", want: DeviceSpec{Entries: []DeviceEntry{e("mlx5_0", 2)}}},
+		{in: "mlx5_0:1:3", want: DeviceSpec{Entries: []DeviceEntry{e("mlx5_0", 1, 3)}}},
+		{in: "mlx5_0:1,mlx5_1", want: DeviceSpec{Entries: []DeviceEntry{e("mlx5_0", 1), e("mlx5_1", 0)}}},
+		{in: "=rxe1", want: DeviceSpec{Exact: true, Entries: []DeviceEntry{e("rxe1", 0)}}},
+		{in: "^mlx5_2", want: DeviceSpec{Exclude: true, Entries: []DeviceEntry{e("mlx5_2", 0)}}},
+		{in: "^=mlx5_1,mlx5_2", want: DeviceSpec{Exclude: true, Exact: true, Entries: []DeviceEntry{e("mlx5_1", 0), e("mlx5_2", 0)}}},
+		{in: "mlx5_0:0", bad: `port "0" of mlx5_0`},
+		{in: "mlx5_0:x", bad: `port "x"`},
+		{in: "mlx5_0:1:-1", bad: `GID index "-1"`},
+		{in: ":1", bad: "empty device name"},
+		{in: "a:1:2:3", bad: `"a:1:2:3"`},
+		{in: "mlx5_0,,mlx5_1", bad: "empty device name"},
+		{in: "^", bad: "no device named"},
+		{in: "=", bad: "no device named"},
+		{in: "^mlx5_0:1", bad: "without a port"},
+		{in: "=^mlx5_0", bad: "go before the list, in that order"}, // "^" goes first, as in NCCL
 	} {
-		got, err := parseName(tc.in)
-		if tc.bad {
+		got, err := ParseDevices(tc.in)
+		if tc.bad != "" {
 			assert.ErrorIs(t, err, verbs.ErrInvalidArgument, tc.in)
+			assert.ErrorContains(t, err, tc.bad, tc.in)
+			assert.ErrorContains(t, err, fmt.Sprintf("%q", tc.in), "the error quotes the input")
 			continue
 		}
 		require.NoError(t, err, tc.in)
 		assert.Equal(t, tc.want, got, tc.in)
+		assert.Equal(t, tc.in, got.String(), "String writes the input back")
 	}
 	_, err := Open(context.Background(), verbs.DeviceOptions{}, Options{Port: 300})
 	assert.ErrorIs(t, err, verbs.ErrInvalidArgument)
 	_, err = Open(context.Background(), verbs.DeviceOptions{}, Options{GID: GIDIndex(-2)})
 	assert.ErrorIs(t, err, verbs.ErrInvalidArgument)
+	_, err = Open(context.Background(), verbs.DeviceOptions{Name: "mlx5_0:1,"}, Options{})
+	assert.ErrorIs(t, err, verbs.ErrInvalidArgument, "a malformed selection is refused before any device is looked at")
+}
+
+func TestSelectDevices(t *testing.T) {
+	present := []string{"mlx5_0", "mlx5_1", "mlx5_10", "rxe0", "rxe1", "rxe2"}
+	names := func(es []DeviceEntry) []string {
+		var out []string
+		for _, e := range es {
+			s := e.Name
+			if e.Port != 0 {
+				s += fmt.Sprintf(":%d", e.Port)
+			}
+			if i, ok := e.GID.Index(); ok {
+				s += fmt.Sprintf(":%d", i)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		spec string
+		want []string
+	}{
+		{"", present},
+		{"rxe1", []string{"rxe1"}},
+		{"mlx5_1", []string{"mlx5_1", "mlx5_10"}}, // a prefix, as in NCCL
+		{"=mlx5_1", []string{"mlx5_1"}},
+		{"mlx5", []string{"mlx5_0", "mlx5_1", "mlx5_10"}},
+		{"rxe2,mlx5_0:1", []string{"rxe2", "mlx5_0:1"}}, // the order given
+		{"rxe1:1:3", []string{"rxe1:1:3"}},              // port and GID carried
+		{"rxe1,rxe", []string{"rxe1", "rxe0", "rxe2"}},  // each device once
+		{"^mlx5", []string{"rxe0", "rxe1", "rxe2"}},     // exclusion
+		{"^=mlx5_1,rxe0", []string{"mlx5_0", "mlx5_10", "rxe1", "rxe2"}},
+	} {
+		spec, err := ParseDevices(tc.spec)
+		require.NoError(t, err, tc.spec)
+		got, err := spec.Select(present)
+		require.NoError(t, err, tc.spec)
+		assert.Equal(t, tc.want, names(got), tc.spec)
+	}
+
+	for _, spec := range []string{"mlx4_0", "=mlx5", "^rxe,mlx5"} {
+		s, err := ParseDevices(spec)
+		require.NoError(t, err)
+		_, err = s.Select(present)
+		assert.ErrorIs(t, err, verbs.ErrUnavailable, spec)
+		assert.ErrorContains(t, err, fmt.Sprintf("no RDMA device matches %q", spec))
+		assert.ErrorContains(t, err, "(have mlx5_0, mlx5_1, mlx5_10, rxe0, rxe1, rxe2)", "the error lists the devices present")
+	}
+	_, err := DeviceSpec{}.Select(nil)
+	assert.ErrorIs(t, err, verbs.ErrUnavailable)
+	assert.ErrorContains(t, err, "no RDMA devices")
+
+	// Options' port and GID win over the entries'.
+	spec, err := ParseDevices("rxe1:1:3,rxe2")
+	require.NoError(t, err)
+	got, err := selector{spec: spec, opts: Options{Port: 2, GID: GIDIndex(5)}}.candidates(present)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"rxe1:2:5", "rxe2:2:5"}, names(got))
+	got, err = selector{spec: spec}.candidates(present)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"rxe1:1:3", "rxe2"}, names(got))
 }
 
 func gid(s string) [16]byte { return netip.MustParseAddr(s).As16() }

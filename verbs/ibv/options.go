@@ -3,6 +3,7 @@ package ibv
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -65,13 +66,16 @@ func (p Provider) Open(ctx context.Context, opts verbs.DeviceOptions) (verbs.Dev
 	return Open(ctx, opts, p.Options)
 }
 
-// Open opens an RDMA device through libibverbs. opts.Name is "dev",
-// "dev:port" or "dev:port:gidindex" (empty: the first device with an active
-// port); o's Port and GID, when set, take precedence over the name's. Without
-// the rdma build tag, or when no device is present, the error wraps
+// Open opens an RDMA device through libibverbs. opts.Name selects it, in
+// NCCL_IB_HCA's syntax (see ParseDevices): "dev", "dev:port",
+// "dev:port:gidindex", a comma-separated list of those, "^" to exclude, "="
+// for exact names; empty means every device. The first selected device with
+// an active port opens. o's Port and GID, when set, take precedence over the
+// name's. Without the rdma build tag, or when no device is present or none
+// matches (the error lists those present), the error wraps
 // verbs.ErrUnavailable.
 func Open(ctx context.Context, opts verbs.DeviceOptions, o Options) (verbs.Device, error) {
-	sel, err := parseName(opts.Name)
+	spec, err := ParseDevices(opts.Name)
 	if err != nil {
 		return nil, &verbs.Error{Op: "Open", Provider: ProviderName, Index: -1, Err: err}
 	}
@@ -79,53 +83,175 @@ func Open(ctx context.Context, opts verbs.DeviceOptions, o Options) (verbs.Devic
 		return nil, &verbs.Error{Op: "Open", Provider: ProviderName, Index: -1,
 			Err: fmt.Errorf("%w: port %d out of range 1..255", verbs.ErrInvalidArgument, o.Port)}
 	}
-	if o.Port != 0 {
-		sel.port = o.Port
-	}
-	if i, ok := o.GID.Index(); ok {
-		if i < 0 {
-			return nil, &verbs.Error{Op: "Open", Provider: ProviderName, Index: -1,
-				Err: fmt.Errorf("%w: negative GID index %d", verbs.ErrInvalidArgument, i)}
-		}
-		sel.gid = o.GID
+	if i, ok := o.GID.Index(); ok && i < 0 {
+		return nil, &verbs.Error{Op: "Open", Provider: ProviderName, Index: -1,
+			Err: fmt.Errorf("%w: negative GID index %d", verbs.ErrInvalidArgument, i)}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return open(ctx, sel, opts)
+	return open(ctx, selector{spec: spec, opts: o}, opts)
 }
 
-// selection is what Open resolved from the name and Options.
-type selection struct {
-	name string // device name; "" = first with an active port
-	port int    // 0 = first active
-	gid  GIDSelector
+// DeviceSpec is a parsed device selection (ParseDevices).
+type DeviceSpec struct {
+	// Exclude selects every device except those the entries match.
+	Exclude bool
+	// Exact matches entry names exactly; otherwise an entry's name is a
+	// prefix ("mlx5" matches mlx5_0 and mlx5_1), as in NCCL.
+	Exact bool
+	// Entries in the order given; empty with Exclude false means every device.
+	Entries []DeviceEntry
 }
 
-// parseName splits "dev[:port[:gid]]", NCCL_IB_HCA style.
-func parseName(s string) (selection, error) {
-	var sel selection
-	parts := strings.Split(s, ":")
-	if len(parts) > 3 {
-		return sel, fmt.Errorf("%w: device name %q: want dev, dev:port or dev:port:gidindex", verbs.ErrInvalidArgument, s)
+// DeviceEntry is one device of a selection, optionally with its port and
+// source GID index.
+type DeviceEntry struct {
+	Name string
+	Port int         // 0: the first active port
+	GID  GIDSelector // AutoGID unless given
+}
+
+// ParseDevices parses a device selection as NCCL_IB_HCA writes it: a
+// comma-separated list of "dev", "dev:port" or "dev:port:gidindex" entries,
+// optionally preceded by "^" (use every device except these) and then "="
+// (names are exact, not prefixes). Examples: "mlx5_0:1,mlx5_1", "=rxe1",
+// "^mlx5_2", "^=mlx5_1". Excluded entries name whole devices (no port). The
+// empty string selects every device. Errors wrap verbs.ErrInvalidArgument
+// and quote the input.
+func ParseDevices(s string) (DeviceSpec, error) {
+	var spec DeviceSpec
+	if s == "" {
+		return spec, nil
 	}
-	sel.name = parts[0]
-	if len(parts) > 1 {
-		p, err := strconv.Atoi(parts[1])
-		if err != nil || p < 1 || p > 255 {
-			return sel, fmt.Errorf("%w: device name %q: port %q is not 1..255", verbs.ErrInvalidArgument, s, parts[1])
+	bad := func(format string, a ...any) (DeviceSpec, error) {
+		return DeviceSpec{}, fmt.Errorf("%w: device selection %q: %s", verbs.ErrInvalidArgument, s,
+			fmt.Sprintf(format, a...))
+	}
+	rest := s
+	if r, ok := strings.CutPrefix(rest, "^"); ok {
+		spec.Exclude, rest = true, r
+	}
+	if r, ok := strings.CutPrefix(rest, "="); ok {
+		spec.Exact, rest = true, r
+	}
+	if rest == "" {
+		return bad("no device named")
+	}
+	for _, item := range strings.Split(rest, ",") {
+		parts := strings.Split(item, ":")
+		e := DeviceEntry{Name: parts[0]}
+		switch {
+		case e.Name == "":
+			return bad("empty device name in %q (want dev, dev:port or dev:port:gidindex, comma-separated)", item)
+		case len(parts) > 3:
+			return bad("%q: want dev, dev:port or dev:port:gidindex", item)
+		case strings.ContainsAny(e.Name, "^="):
+			return bad("%q: \"^\" and \"=\" go before the list, in that order", item)
+		case spec.Exclude && len(parts) > 1:
+			return bad("%q: an excluded entry names a whole device, without a port", item)
 		}
-		sel.port = p
-	}
-	if len(parts) > 2 {
-		g, err := strconv.Atoi(parts[2])
-		if err != nil || g < 0 {
-			return sel, fmt.Errorf("%w: device name %q: GID index %q is not a non-negative integer", verbs.ErrInvalidArgument, s, parts[2])
+		if len(parts) > 1 {
+			p, err := strconv.Atoi(parts[1])
+			if err != nil || p < 1 || p > 255 {
+				return bad("port %q of %s is not 1..255", parts[1], e.Name)
+			}
+			e.Port = p
 		}
-		sel.gid = GIDIndex(g)
+		if len(parts) > 2 {
+			g, err := strconv.Atoi(parts[2])
+			if err != nil || g < 0 {
+				return bad("GID index %q of %s is not a non-negative integer", parts[2], e.Name)
+			}
+			e.GID = GIDIndex(g)
+		}
+		spec.Entries = append(spec.Entries, e)
 	}
-	if sel.name == "" && len(parts) > 1 {
-		return sel, fmt.Errorf("%w: device name %q: a port or GID index needs a device name", verbs.ErrInvalidArgument, s)
+	return spec, nil
+}
+
+func (s DeviceSpec) matches(e DeviceEntry, dev string) bool {
+	if s.Exact {
+		return dev == e.Name
 	}
-	return sel, nil
+	return strings.HasPrefix(dev, e.Name)
+}
+
+// Select returns the devices of present (in the order libibverbs lists
+// them) that s selects, in the order to try them: the entries' order, then
+// present's. It fails, wrapping verbs.ErrUnavailable and naming the
+// devices present, when there are none or none is selected.
+func (s DeviceSpec) Select(present []string) ([]DeviceEntry, error) {
+	if len(present) == 0 {
+		return nil, fmt.Errorf("%w: no RDMA devices (ibv_get_device_list found none; a NIC with its rdma-core provider, or Soft-RoCE, is needed)", verbs.ErrUnavailable)
+	}
+	var out []DeviceEntry
+	if s.Exclude || len(s.Entries) == 0 {
+		for _, dev := range present {
+			if !slices.ContainsFunc(s.Entries, func(e DeviceEntry) bool { return s.matches(e, dev) }) {
+				out = append(out, DeviceEntry{Name: dev})
+			}
+		}
+	} else {
+		for _, e := range s.Entries {
+			for _, dev := range present {
+				c := DeviceEntry{Name: dev, Port: e.Port, GID: e.GID}
+				if s.matches(e, dev) && !slices.ContainsFunc(out, func(o DeviceEntry) bool { return o.Name == dev && o.Port == e.Port }) {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no RDMA device matches %q (have %s)", verbs.ErrUnavailable, s, strings.Join(present, ", "))
+	}
+	return out, nil
+}
+
+// String writes s back in ParseDevices' syntax.
+func (s DeviceSpec) String() string {
+	var b strings.Builder
+	if s.Exclude {
+		b.WriteByte('^')
+	}
+	if s.Exact {
+		b.WriteByte('=')
+	}
+	for i, e := range s.Entries {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.Name)
+		if e.Port != 0 || e.GID.set {
+			fmt.Fprintf(&b, ":%d", e.Port)
+		}
+		if e.GID.set {
+			fmt.Fprintf(&b, ":%d", e.GID.index)
+		}
+	}
+	return b.String()
+}
+
+// selector is what Open resolved: the selection and the explicit Options.
+type selector struct {
+	spec DeviceSpec
+	opts Options
+}
+
+// candidates are the devices to try, in order, with Options' port and GID
+// applied over the entries'.
+func (s selector) candidates(present []string) ([]DeviceEntry, error) {
+	c, err := s.spec.Select(present)
+	if err != nil {
+		return nil, err
+	}
+	for i := range c {
+		if s.opts.Port != 0 {
+			c[i].Port = s.opts.Port
+		}
+		if _, ok := s.opts.GID.Index(); ok {
+			c[i].GID = s.opts.GID
+		}
+	}
+	return c, nil
 }
