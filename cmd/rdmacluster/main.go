@@ -4,6 +4,7 @@
 //
 //	rdmacluster up -hosts 2 [-rate 10gbit] [-loss 1] [-prefix NAME] [-share-hostname]
 //	rdmacluster exec HOST -- COMMAND [ARG...]
+//	rdmacluster rsh HOST COMMAND...
 //	rdmacluster run -hosts 2 [-rate ...] [-loss ...] -- COMMAND [ARG...]
 //	rdmacluster down PREFIX...
 //	rdmacluster down -stale
@@ -13,7 +14,10 @@
 // cluster up, runs COMMAND in its first host with that in the environment
 // (RDMACLUSTER_AGENT, RDMACLUSTER_HOSTS, RDMACLUSTER_IFACE,
 // RDMACLUSTER_PREFIX), and takes the cluster down when COMMAND ends or
-// rdmacluster is interrupted. down -stale removes the clusters of test
+// rdmacluster is interrupted. rsh is an rsh-style launch agent for
+// launchers that append the host and a command line, such as Open MPI's
+// plm_rsh_agent: it runs the words after HOST as one shell command in
+// HOST. down -stale removes the clusters of test
 // runs whose process is gone (prefix "rdc<pid>").
 package main
 
@@ -38,6 +42,7 @@ func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   rdmacluster up -hosts N [-rate 10gbit] [-loss 1] [-prefix NAME] [-share-hostname]
   rdmacluster exec HOST -- COMMAND [ARG...]
+  rdmacluster rsh HOST COMMAND...   (an rsh-style agent: COMMAND is joined into one sh -c command line)
   rdmacluster run -hosts N [-rate ...] [-loss ...] [-prefix NAME] -- COMMAND [ARG...]
   rdmacluster down PREFIX... | -stale
 `)
@@ -60,6 +65,8 @@ func main() {
 		}
 	case "exec":
 		err = execIn(os.Args[2:])
+	case "rsh":
+		err = rsh(os.Args[2:])
 	case "down":
 		err = down(os.Args[2:])
 	case "-h", "-help", "--help", "help":
@@ -189,6 +196,15 @@ func execIn(args []string) error {
 		return err
 	}
 	return syscall.Exec(path, argv, os.Environ())
+}
+
+// rsh runs args[1:] joined by spaces as a shell command line in host
+// args[0], as rsh and ssh do with their arguments.
+func rsh(args []string) error {
+	if len(args) < 2 {
+		return errors.New("rsh: want HOST COMMAND...")
+	}
+	return execIn([]string{args[0], "--", "/bin/sh", "-c", strings.Join(args[1:], " ")})
 }
 
 var staleRE = regexp.MustCompile(`^rdc([0-9]+)$`)

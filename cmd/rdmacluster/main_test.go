@@ -76,6 +76,11 @@ func TestDownStale(t *testing.T) {
 	out, err = exec.Command(b, "exec", live+"-h0", "--", "hostname").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Equal(t, live+"-h0\n", string(out))
+	// rsh joins its words into one shell command, as Open MPI's rsh
+	// agent expects.
+	out, err = exec.Command(b, "rsh", live+"-h0", "echo", "$(hostname)", "&&", "echo", "two").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, live+"-h0\ntwo\n", string(out))
 	out, err = exec.Command(b, "down", live).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Empty(t, cluster.Leftovers(live))
