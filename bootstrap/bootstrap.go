@@ -17,7 +17,7 @@ const (
 	MaxValueLen   = 1024    // bytes in a value
 	MaxVersionLen = 128     // bytes in ClientOptions.Version
 	MaxConfigLen  = 1024    // bytes in ClientOptions.Config
-	MaxHostLen    = 255     // bytes in ClientOptions.Hostname
+	MaxHostLen    = 255     // bytes in ClientOptions.Hostname and HostID
 	MaxReasonLen  = 1024    // bytes of an Abort reason kept (longer ones are cut)
 	MaxSize       = 1 << 16 // ranks in a job
 )
@@ -214,8 +214,12 @@ func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 // Peer is what the rendezvous learned about a rank when it joined.
 type Peer struct {
 	Rank int
-	// Host is the host name the rank reported (ClientOptions.Hostname).
+	// Host is the host name the rank reported (ClientOptions.Hostname),
+	// for people to read.
 	Host string
+	// HostID is the host identity the rank reported (ClientOptions.HostID);
+	// ranks with equal HostIDs share a host.
+	HostID string
 	// Addr is the IP address the server saw the rank's connection come from
 	// (empty for in-memory stores). It is a hint: a rank on the server's own
 	// host may show as loopback. Ranks advertise their transport addresses

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/hostid"
 )
 
 // ClientOptions configure a rank's connection to the rendezvous server.
@@ -31,9 +33,15 @@ type ClientOptions struct {
 	// compared byte for byte (at most MaxConfigLen bytes: pass a hash if
 	// longer).
 	Config string
-	// Hostname names this rank's host; ranks with the same Hostname are
-	// considered to share a host. Empty means os.Hostname().
+	// Hostname names this rank's host for people (messages, Peer.Host).
+	// Empty means os.Hostname().
 	Hostname string
+	// HostID is this rank's host identity (internal/hostid): ranks with
+	// equal HostIDs share a host. Empty means hostid.Best(), the kernel's
+	// boot id and the network namespace, since ranks in containers or
+	// network namespaces often share a host name and yet cannot reach each
+	// other's loopback.
+	HostID string
 	// Logger receives diagnostics. Nil means silent.
 	Logger *slog.Logger
 }
@@ -89,6 +97,9 @@ func Dial(ctx context.Context, opts ClientOptions) (*Client, error) {
 	if opts.Hostname == "" {
 		opts.Hostname = hostname()
 	}
+	if opts.HostID == "" {
+		opts.HostID = hostid.Best()
+	}
 	opts.Token = slices.Clone(opts.Token)
 	log := opts.Logger
 	if log == nil {
@@ -114,7 +125,7 @@ func Dial(ctx context.Context, opts ClientOptions) (*Client, error) {
 	joinCh := make(chan msg, 1)
 	c.pending[0] = joinCh
 	go c.readLoop(br)
-	j := &msg{typ: tJoin, rank: uint32(opts.Rank), size: uint32(opts.Size), key: opts.Version, config: opts.Config, host: opts.Hostname}
+	j := &msg{typ: tJoin, rank: uint32(opts.Rank), size: uint32(opts.Size), key: opts.Version, config: opts.Config, host: opts.Hostname, hostID: opts.HostID}
 	if err := c.write(j); err != nil {
 		c.Close()
 		return nil, &Error{Op: "join", Err: err}
@@ -124,12 +135,13 @@ func Dial(ctx context.Context, opts ClientOptions) (*Client, error) {
 			c.Close()
 			return nil, c.replyErr("join", "", m)
 		}
-		if m.typ != tWelcome || len(m.values) != 2*opts.Size {
+		if m.typ != tWelcome || len(m.values) != 3*opts.Size {
 			c.Close()
 			return nil, &Error{Op: "join", Err: ErrServerLost, Detail: fmt.Sprintf("unexpected reply %#x to the join", m.typ)}
 		}
 		for r := range opts.Size {
-			c.peers = append(c.peers, Peer{Rank: r, Host: string(m.values[2*r]), Addr: string(m.values[2*r+1])})
+			v := m.values[3*r:]
+			c.peers = append(c.peers, Peer{Rank: r, Host: string(v[0]), HostID: string(v[1]), Addr: string(v[2])})
 		}
 		return c, nil
 	}
@@ -194,6 +206,8 @@ func (o *ClientOptions) check() error {
 		return bad("config of %d bytes exceeds %d (pass a hash)", len(o.Config), MaxConfigLen)
 	case len(o.Hostname) > MaxHostLen:
 		return bad("host name of %d bytes exceeds %d", len(o.Hostname), MaxHostLen)
+	case len(o.HostID) > MaxHostLen:
+		return bad("host identity of %d bytes exceeds %d", len(o.HostID), MaxHostLen)
 	}
 	return nil
 }
@@ -291,11 +305,13 @@ func (c *Client) Size() int { return c.opts.Size }
 // Peers is what every rank reported when it joined, indexed by rank.
 func (c *Client) Peers() []Peer { return slices.Clone(c.peers) }
 
-// SpansHosts reports whether the ranks report more than one host name, so
-// that addresses they advertise to each other must not be loopback.
+// SpansHosts reports whether the ranks report more than one host identity
+// (Peer.HostID), so that addresses they advertise to each other must not
+// be loopback. Host names are not compared: hosts that share one (network
+// namespaces, containers) are still different hosts.
 func (c *Client) SpansHosts() bool {
 	for _, p := range c.peers {
-		if p.Host != c.peers[0].Host {
+		if !hostid.Same(p.HostID, c.peers[0].HostID) {
 			return true
 		}
 	}

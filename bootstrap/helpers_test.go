@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmago/rdmago/internal/hostid"
 	"github.com/rdmago/rdmago/internal/testbin"
 )
 
@@ -116,7 +117,7 @@ func newServer(t *testing.T, size int, log *logBuf, mod ...func(*ServerOptions))
 
 func clientOpts(s *Server, rank, size int) ClientOptions {
 	return ClientOptions{Addr: s.Addr(), Token: testToken, Rank: rank, Size: size,
-		Version: "v0.1.0", Config: "tcp", Hostname: "host" + fmt.Sprint(rank%2)}
+		Version: "v0.1.0", Config: "tcp", Hostname: "host" + fmt.Sprint(rank%2), HostID: hostid.Named("host" + fmt.Sprint(rank%2))}
 }
 
 // joinAll dials every rank concurrently and returns the clients by rank.

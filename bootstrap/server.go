@@ -98,6 +98,7 @@ type sconn struct {
 	remote string // IP the connection came from
 	rank   int    // -1 until joined
 	host   string
+	hostID string
 	ver    string
 	config string
 	bye    bool
@@ -501,7 +502,7 @@ func (s *Server) join(c *sconn, j msg) bool {
 		}
 		return refuse(s.jobFail)
 	}
-	c.rank, c.ver, c.config, c.host = r, j.key, j.config, j.host
+	c.rank, c.ver, c.config, c.host, c.hostID = r, j.key, j.config, j.host, j.hostID
 	s.ranks[r] = c
 	s.gaveUp[r] = false
 	s.joined++
@@ -519,9 +520,9 @@ func (s *Server) join(c *sconn, j msg) bool {
 	}
 	s.welcomed = true
 	close(s.ready)
-	w := &msg{typ: tWelcome, values: make([][]byte, 0, 2*size)}
+	w := &msg{typ: tWelcome, values: make([][]byte, 0, 3*size)}
 	for _, o := range s.ranks {
-		w.values = append(w.values, []byte(o.host), []byte(o.remote))
+		w.values = append(w.values, []byte(o.host), []byte(o.hostID), []byte(o.remote))
 	}
 	for _, o := range s.ranks {
 		o.send(w)

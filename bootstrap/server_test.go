@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/hostid"
 	"github.com/rdmago/rdmago/internal/netsel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -787,7 +788,7 @@ func TestAdvertiseAddr(t *testing.T) {
 	cs := make([]*Client, 2)
 	errs := each(2, func(r int) (err error) {
 		o := clientOpts(s, r, 2)
-		o.Hostname = "same"
+		o.Hostname, o.HostID = "same", hostid.Named("same")
 		cs[r], err = Dial(ctx, o)
 		return err
 	})
@@ -803,7 +804,7 @@ func TestAdvertiseAddr(t *testing.T) {
 
 	// Pretend the ranks are on two hosts, on a machine with only loopback
 	// and a docker bridge: loopback is out, the bridge is all there is.
-	cs[0].peers[1].Host = "other"
+	cs[0].peers[1].HostID = hostid.Named("other")
 	host := netsel.Static{Ifaces: []netsel.Interface{
 		{Name: "lo", Index: 1, Up: true, Loopback: true, Addrs: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/8")}},
 		{Name: "docker0", Index: 2, Up: true, Addrs: []netip.Prefix{netip.MustParsePrefix("172.17.0.1/16")}},
@@ -868,4 +869,44 @@ func TestHandshakeSlotsBackpressure(t *testing.T) {
 	assert.True(t, b.closedByPeer())
 	// It had to wait for a slot (not a speed assertion: a lower bound).
 	assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+}
+
+// A job spans hosts when its ranks report different host identities; the
+// host names they report are for people and decide nothing.
+func TestSpansHostsByIdentity(t *testing.T) {
+	checkLeaks(t)
+	ctx := testCtx(t)
+	for _, tc := range []struct {
+		name       string
+		hosts, ids [2]string
+		spans      bool
+	}{
+		{"one name, two identities", [2]string{"box", "box"}, [2]string{"boot/netns:1", "boot/netns:2"}, true},
+		{"two names, one identity", [2]string{"a", "b"}, [2]string{"boot/netns:1", "boot/netns:1"}, false},
+		{"default identity", [2]string{"a", "b"}, [2]string{"", ""}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newServer(t, 2, nil)
+			cs := make([]*Client, 2)
+			errs := each(2, func(r int) (err error) {
+				o := clientOpts(s, r, 2)
+				o.Hostname, o.HostID = tc.hosts[r], tc.ids[r]
+				cs[r], err = Dial(ctx, o)
+				return err
+			})
+			for r := range cs {
+				require.NoError(t, errs[r])
+				defer cs[r].Close()
+			}
+			for r := range cs {
+				assert.Equal(t, tc.spans, cs[r].SpansHosts(), "rank %d", r)
+				assert.Equal(t, tc.hosts[1], cs[r].Peers()[1].Host)
+			}
+			if tc.ids[0] != "" {
+				assert.Equal(t, tc.ids[1], cs[0].Peers()[1].HostID)
+			} else {
+				assert.Equal(t, hostid.Best(), cs[0].Peers()[1].HostID)
+			}
+		})
+	}
 }

@@ -21,7 +21,7 @@ import (
 
 const (
 	protoMagic   = "RDBS"
-	protoVersion = 1
+	protoVersion = 2
 	nonceLen     = 32
 	macLen       = 32
 
@@ -38,8 +38,8 @@ const (
 	tHello     byte = 0x01 // magic[4] version u8 nonce[32]
 	tChallenge byte = 0x02 // magic[4] version u8 nonce[32] mac[32]
 	tProof     byte = 0x03 // mac[32]
-	tJoin      byte = 0x04 // rank u32, size u32, version str, config str, host str
-	tWelcome   byte = 0x05 // n u32, n × (host str, addr str)
+	tJoin      byte = 0x04 // rank u32, size u32, version str, config str, host str, hostid str
+	tWelcome   byte = 0x05 // n u32, n × (host str, hostid str, addr str)
 
 	tPut    byte = 0x10 // id u32, key str, value str
 	tGet    byte = 0x11 // id u32, key str
@@ -95,6 +95,7 @@ type msg struct {
 	key     string // key, or the version in tJoin, or a message/reason
 	config  string
 	host    string
+	hostID  string
 	value   []byte
 	values  [][]byte // tGathered values; tWelcome hosts and addrs interleaved
 	ranks   []uint32
@@ -132,8 +133,9 @@ func (m *msg) encode(b []byte) []byte {
 		b = appendStr(b, []byte(m.key))
 		b = appendStr(b, []byte(m.config))
 		b = appendStr(b, []byte(m.host))
+		b = appendStr(b, []byte(m.hostID))
 	case tWelcome:
-		b = u32(b, uint32(len(m.values)/2))
+		b = u32(b, uint32(len(m.values)/3))
 		for _, v := range m.values {
 			b = appendStr(b, v)
 		}
@@ -348,14 +350,15 @@ func decode(typ byte, body []byte) (msg, error) {
 		m.key = string(d.str("version", MaxVersionLen))
 		m.config = string(d.str("config", MaxConfigLen))
 		m.host = string(d.str("host", MaxHostLen))
+		m.hostID = string(d.str("hostid", MaxHostLen))
 	case tWelcome:
 		n := d.count("peer", 4)
 		if n > MaxSize {
 			return m, fmt.Errorf("%w: welcome lists %d ranks, more than %d", ErrProtocol, n, MaxSize)
 		}
-		m.values = make([][]byte, 0, 2*n)
+		m.values = make([][]byte, 0, 3*n)
 		for i := 0; i < n && d.err == nil; i++ {
-			m.values = append(m.values, d.str("host", MaxHostLen), d.str("addr", MaxHostLen))
+			m.values = append(m.values, d.str("host", MaxHostLen), d.str("hostid", MaxHostLen), d.str("addr", MaxHostLen))
 		}
 	case tPut:
 		m.id = d.u32("id")
@@ -460,5 +463,5 @@ func readFrame(r *bufio.Reader, max int) (msg, error) {
 // maxServerFrame is the largest frame a client of a job of size ranks
 // accepts: an allgather of size full values, or a welcome of size peers.
 func maxServerFrame(size int) int {
-	return 4096 + size*(2*(MaxHostLen+2)+MaxValueLen+2)
+	return 4096 + size*(3*(MaxHostLen+2)+MaxValueLen+2)
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
 	"github.com/rdmago/rdmago/comm/internal/launchers"
+	"github.com/rdmago/rdmago/internal/hostid"
 	"github.com/rdmago/rdmago/p2p"
-	"github.com/rdmago/rdmago/verbs/shm"
 )
 
 // Version is what every rank reports to the rendezvous; ranks of one job
@@ -64,9 +64,11 @@ type Options struct {
 	// devices present in the error. It wins over P2P.Device.Name for ibv.
 	IBDevices string
 	// Hostname overrides how this rank identifies its host for the
-	// topology (ranks with the same Hostname are treated as sharing a host
-	// by the hierarchical collectives). Empty means the kernel's identity
-	// (boot id and network namespace, as the shm transport sees it).
+	// rendezvous and the topology (ranks with the same Hostname are treated
+	// as sharing a host by the hierarchical collectives, and a job whose
+	// ranks name several advertises routable addresses). Empty means the
+	// kernel's identity (internal/hostid: boot id and network namespace,
+	// as the shm transport sees it); host names are then only shown.
 	Hostname string
 	// ConnectTimeout bounds Init: joining the rendezvous and connecting to
 	// the peers. Zero means no bound beyond ctx. FromEnv sets it from
@@ -269,7 +271,8 @@ func fromLauncher(ctx context.Context, o Options, l *launchers.Launch) (*Comm, e
 	cctx, cancel := context.WithTimeout(ctx, o.ConnectTimeout)
 	defer cancel()
 	rv, err := l.Connect(cctx, launchers.ConnectOptions{
-		Version: Version, Config: "transport=" + o.Transport, Hostname: o.Hostname, Logger: o.Logger,
+		Version: Version, Config: "transport=" + o.Transport, Hostname: o.Hostname, HostID: hostIDOverride(o.Hostname),
+		Logger: o.Logger,
 	})
 	if err != nil {
 		return fail(err)
@@ -346,6 +349,7 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 			ClientOptions: bootstrap.ClientOptions{
 				Addr: o.Addr, Token: o.Token, Rank: o.Rank, Size: o.Size,
 				Version: Version, Config: "transport=" + transport, Logger: o.Logger,
+				Hostname: o.Hostname, HostID: hostIDOverride(o.Hostname),
 			},
 			Serve: o.Serve,
 		})
@@ -365,17 +369,9 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 
 	// Who shares a host with whom, for the topology-aware collectives and
 	// for LocalRank on communicators the launcher did not describe.
-	hostID := o.Hostname
-	if hostID == "" {
-		if id, err := shm.HostID(); err == nil {
-			hostID = id
-		} else {
-			hostID, _ = os.Hostname()
-		}
-	}
-	hostname, _ := os.Hostname()
+	hostID, hostname := hostid.Best(), hostid.Name()
 	if o.Hostname != "" {
-		hostname = o.Hostname
+		hostID, hostname = hostIDOverride(o.Hostname), o.Hostname
 	}
 	vals, err := bootstrap.Allgather(ctx, store, "comm/"+w.name+"/host", []byte(hostID+"\x00"+hostname))
 	if err != nil {
@@ -439,6 +435,15 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	w.watchAbort()
 	w.log.Debug("comm: joined", "rank", c.rank, "size", c.size, "transport", transport)
 	return c, nil
+}
+
+// hostIDOverride is the host identity for Options.Hostname: empty (the
+// kernel's identity) when it is not set.
+func hostIDOverride(name string) string {
+	if name == "" {
+		return ""
+	}
+	return hostid.Named(name)
 }
 
 func cutByte(v []byte) (string, string, bool) {

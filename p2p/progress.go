@@ -230,7 +230,7 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 		ep.markDirty(p)
 	}
 	if wc.Status != verbs.StatusSuccess {
-		err := wc.Err()
+		err := ep.linkCause(p, wc.Err())
 		switch kind {
 		case wrRead:
 			if r := ep.reads[idx]; r != nil {
@@ -721,4 +721,20 @@ func (ep *Endpoint) completeLocked(r *Request, err error) {
 		default:
 		}
 	}
+}
+
+// linkCause is what a failed completion on p's QP means: when the provider
+// never connected the QP (verbs.ConnectErrorer), the reason it gives (the
+// address it tried and the cause), since the flushed request alone would
+// say only that the peer is gone.
+func (ep *Endpoint) linkCause(p *peer, err error) error {
+	ce, ok := p.qp.(verbs.ConnectErrorer)
+	if !ok {
+		return err
+	}
+	cerr := ce.ConnectError()
+	if cerr == nil {
+		return err
+	}
+	return fmt.Errorf("could not connect over %s: %w (then %w)", ep.Transport(p.rank), cerr, err)
 }

@@ -7,18 +7,19 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/rdmago/rdmago/internal/hostid"
 	"github.com/rdmago/rdmago/verbs"
-	"github.com/rdmago/rdmago/verbs/shm"
+	_ "github.com/rdmago/rdmago/verbs/shm"
 	_ "github.com/rdmago/rdmago/verbs/tcp"
 )
 
 // Transport choice.
 //
 // With Options.Provider set, every peer uses that provider. Otherwise
-// ("auto"), each rank publishes its same-host identity (shm.HostID: the
-// kernel's boot id plus the network namespace) under
-// "p2p/<Name>/host/<rank>", and a peer whose identity equals ours is
-// reached over shm; a peer on another host over ibv when both ranks have a
+// ("auto"), each rank publishes its same-host identity (internal/hostid:
+// the kernel's boot id plus the network namespace, the notion bootstrap and
+// comm share) under "p2p/<Name>/host/<rank>", and a peer whose identity
+// equals ours is reached over shm; a peer on another host over ibv when both ranks have a
 // usable ibv device (the provider is linked in, with the rdma build tag,
 // and opens), otherwise over tcp. Both ends of a pair compute the same
 // answer from the same two records, so they always agree. A rank that
@@ -48,7 +49,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 	}
 	// Even with a forced transport, the ranks learn which of them share
 	// this host and its CPUs: the wait policy depends on it.
-	id, err := shm.HostID()
+	id, err := hostid.ID()
 	if err != nil {
 		id = ""
 	}
@@ -90,7 +91,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 
 // hostInfo is what a rank publishes about itself for the transport choice.
 type hostInfo struct {
-	id   string // shm.HostID: boot id and network namespace; "" if unknown
+	id   string // hostid.ID: boot id and network namespace; "" if unknown
 	ibv  bool   // an ibv device opened here
 	mask []byte // CPU affinity bitmap (see cpuMask)
 }
@@ -123,7 +124,7 @@ func decodeHostInfo(v []byte) hostInfo {
 
 // sameHost reports whether two records name one host (an unknown identity
 // never does).
-func (h hostInfo) sameHost(o hostInfo) bool { return h.id != "" && h.id == o.id }
+func (h hostInfo) sameHost(o hostInfo) bool { return hostid.Same(h.id, o.id) }
 
 // pickProvider is the automatic choice for the pair (me, peer): shm on one
 // host, ibv across hosts when both have it, tcp otherwise.

@@ -165,6 +165,16 @@ type Disconnector interface {
 	Disconnect() error
 }
 
+// ConnectErrorer is implemented by queue pairs whose provider connects them
+// over a network of its own (tcp): once the connection to the peer could
+// not be made, ConnectError says why (the address tried and the cause), so
+// that the layer above can report that rather than only the flushed work
+// requests. It is nil while no connection attempt has failed. An optional
+// capability, found by type assertion.
+type ConnectErrorer interface {
+	ConnectError() error
+}
+
 // DirectAccess is implemented by queue pairs whose peer shares memory with
 // this process (the shm provider): MapRemote returns the peer's registered
 // memory [addr, addr+n), checked against rkey and access like a one-sided

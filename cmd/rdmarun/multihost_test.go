@@ -134,6 +134,25 @@ func TestNetnsHosts(t *testing.T) {
 		assert.Contains(t, r.stdout, fmt.Sprintf("stdin %d bytes: %q\n", len(in), in))
 	})
 
+	t.Run("data between hosts that share a host name", func(t *testing.T) {
+		// The namespaces share this machine's host name (no UTS namespace
+		// of their own): only the network namespace tells the hosts apart,
+		// and the transports must advertise routable addresses, not
+		// loopback. The program checks every element it receives.
+		xcheck := filepath.Join(t.TempDir(), "xcheck")
+		out, err := exec.Command("go", "build", "-o", xcheck, "../../internal/cluster/xcheck").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		r := runCmd(t, "ip", nil, inNS("-np", "4", "--host", ns[1]+":2,"+ns[2]+":2", "--launch-agent", agent,
+			"--iface", "198.18.0.0/24", xcheck, "-timeout", "40s")...)
+		require.Equal(t, 0, r.code, r.stderr)
+		name, _ := os.Hostname()
+		want := []string{"0:self@0,1:shm@0,2:tcp@1,3:tcp@1", "0:shm@0,1:self@0,2:tcp@1,3:tcp@1",
+			"0:tcp@0,1:tcp@0,2:self@1,3:shm@1", "0:tcp@0,1:tcp@0,2:shm@1,3:self@1"}
+		for rank, peers := range want {
+			assert.Contains(t, r.stdout, fmt.Sprintf("xcheck rank=%d size=4 host=%s hostidx=%d peers=%s ok\n", rank, name, rank/2, peers))
+		}
+	})
+
 	t.Run("unknown namespace", func(t *testing.T) {
 		r := runCmd(t, "ip", nil, inNS("-np", "2", "--host", ns[1]+",no-such-ns-rdmarun", "--launch-agent", agent,
 			"--iface", "198.18.0.0/24", testprogBin)...)

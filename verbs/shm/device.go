@@ -23,12 +23,12 @@ import (
 
 var errUnavailable = verbs.ErrUnavailable
 
-// HostID is this process's same-host identity: the running kernel's boot id
-// plus the inode of its network namespace. Two ranks may use shm exactly
-// when their HostIDs are equal (same kernel, same network namespace); the
-// host name plays no part, so network namespaces used as hosts are told
-// apart. The p2p layer compares HostIDs (or calls AddressHostID on a peer's
-// queue-pair address) to choose shm for a peer.
+// HostID is this process's same-host identity (internal/hostid.ID): the
+// running kernel's boot id plus the inode of its network namespace. Two
+// ranks may use shm exactly when their HostIDs are equal (same kernel, same
+// network namespace); the host name plays no part, so network namespaces
+// used as hosts are told apart. The p2p layer compares identities (or
+// calls AddressHostID on a peer's queue-pair address) to choose shm.
 func HostID() (string, error) { return hostIdentity() }
 
 // devices maps device ids to the open devices of this process, so that a

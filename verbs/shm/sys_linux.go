@@ -3,13 +3,11 @@
 package shm
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"strings"
 	"syscall"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/hostid"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,19 +55,15 @@ func punchHole(fd int, off, n int64) error {
 	return unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 }
 
-// hostIdentity is the boot id of the running kernel plus the inode of this
-// process's network namespace: two processes share memory cheaply and reach
-// each other's abstract Unix sockets exactly when both match.
+// hostIdentity is internal/hostid's identity (kernel boot id plus network
+// namespace): two processes share memory cheaply and reach each other's
+// abstract Unix sockets exactly when both match.
 func hostIdentity() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	id, err := hostid.ID()
 	if err != nil {
-		return "", fmt.Errorf("%w: reading the kernel boot id: %v", errUnavailable, err)
+		return "", fmt.Errorf("%w: %v", errUnavailable, err)
 	}
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
-		return "", fmt.Errorf("%w: stat of the network namespace: %v", errUnavailable, err)
-	}
-	return fmt.Sprintf("%s/netns:%d:%d", strings.TrimSpace(string(bytes.TrimSpace(b))), st.Dev, st.Ino), nil
+	return id, nil
 }
 
 // cmaCopy moves bytes between local buffers and one remote range of process

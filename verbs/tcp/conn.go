@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"syscall"
 	"time"
 
@@ -246,8 +247,9 @@ func (t *transport) dial(q *softrc.QP, ra addrPayload, remoteQP uint32) {
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			// A device listens from Open on, before any of its QP addresses
-			// exist: nothing listening means the peer device is gone.
-			q.FailConnect(fmt.Errorf("tcp: connecting to %s: %w", ra.host, err))
+			// exist: nothing listening means the peer device is gone, or
+			// the address does not lead to it.
+			q.FailConnect(fmt.Errorf("tcp: connecting to %s: %w%s", ra.host, err, loopbackHint(ra.host)))
 			return
 		}
 		t.log.Debug("tcp: dial failed, retrying", "device", t.dev.Name(), "peer", ra.host, "err", err)
@@ -310,4 +312,18 @@ func setNoDelay(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+}
+
+// loopbackHint explains a refused loopback address: a peer advertises one
+// only when it believes it shares this host, and a peer in another network
+// namespace (or container) that does has no listener on this loopback.
+func loopbackHint(hostPort string) string {
+	h, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return ""
+	}
+	if ip, err := netip.ParseAddr(h); err == nil && ip.IsLoopback() {
+		return " (the peer advertised a loopback address, which reaches it only from its own host and network namespace)"
+	}
+	return ""
 }

@@ -23,9 +23,12 @@ type ConnectOptions struct {
 	// ClientOptions.Version and Config); under PMI they are compared with
 	// rank 0's.
 	Version, Config string
-	// Hostname overrides the host name a rank reports (bootstrap only).
+	// Hostname overrides the host name a rank reports and, with HostID, the
+	// host it counts as on (bootstrap only).
 	Hostname string
-	Logger   *slog.Logger
+	// HostID overrides the host identity (bootstrap.ClientOptions.HostID).
+	HostID string
+	Logger *slog.Logger
 	// Stderr receives the one line a rank writes under PMI when it cannot
 	// join (nil: os.Stderr), just before it asks the launcher to end the
 	// job: Hydra and srun would otherwise wait for the other ranks, stuck
@@ -63,7 +66,7 @@ func (l *Launch) Connect(ctx context.Context, o ConnectOptions) (*Rendezvous, er
 	}
 	jo := bootstrap.JoinOptions{
 		ClientOptions: bootstrap.ClientOptions{Addr: l.Addr, Token: l.Token, Rank: l.Rank, Size: l.Size,
-			Version: o.Version, Config: o.Config, Hostname: o.Hostname, Logger: o.Logger},
+			Version: o.Version, Config: o.Config, Hostname: o.Hostname, HostID: o.HostID, Logger: o.Logger},
 		Serve: l.Serve,
 	}
 	if l.Serve {

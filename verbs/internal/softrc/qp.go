@@ -135,11 +135,14 @@ type QP struct {
 	ackTimer    *time.Timer
 	ackArmed    bool
 	connTimer   *time.Timer
+	connErr     error // why the connection could not be made (ConnectError)
 	executing   atomic.Int32
 }
 
 var _ verbs.QP = (*QP)(nil)
 var _ verbs.Disconnector = (*QP)(nil)
+
+var _ verbs.ConnectErrorer = (*QP)(nil)
 
 // CreateQP creates an RC queue pair in RESET.
 func (pd *PD) CreateQP(attr verbs.QPInitAttr) (verbs.QP, error) {
@@ -464,6 +467,7 @@ func (q *QP) onConnectTimeout() {
 	if q.link == nil && q.connTimer != nil && (q.state == verbs.QPRTR || q.state == verbs.QPRTS) {
 		q.connTimer = nil
 		q.linkFailedLocked()
+		q.connErr = fmt.Errorf("%s: qp %#x: no connection with peer qp %#x within %v", q.dev.cfg.Provider, q.num, q.remote.QPNum, q.dev.cfg.ConnectTimeout)
 		q.dev.log.Warn("softrc: connection not established in time", "provider", q.dev.cfg.Provider,
 			"qp", q.num, "peer_qp", q.remote.QPNum, "timeout", q.dev.cfg.ConnectTimeout)
 	}
@@ -547,8 +551,17 @@ func (q *QP) FailConnect(cause error) {
 		return
 	}
 	q.linkFailedLocked()
+	q.connErr = cause
 	q.mu.Unlock()
 	q.dev.log.Warn("softrc: connection failed", "provider", q.dev.cfg.Provider, "qp", q.num, "cause", cause)
+}
+
+// ConnectError implements verbs.ConnectErrorer: the cause FailConnect was
+// given, or the connect timeout, nil if neither happened.
+func (q *QP) ConnectError() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.connErr
 }
 
 // HasWork reports whether requests wait to be sent and could be now.

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package hostid
+
+import "fmt"
+
+func identity() (string, error) {
+	return "", fmt.Errorf("%w: only Linux exposes a boot id and network namespace", ErrUnavailable)
+}

@@ -1,0 +1,71 @@
+package hostid
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestIDStable(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		_, err := ID()
+		require.ErrorIs(t, err, ErrUnavailable)
+		return
+	}
+	a, err := ID()
+	require.NoError(t, err)
+	assert.Regexp(t, regexp.MustCompile(`^[0-9a-f-]{36}/netns:\d+:\d+$`), a)
+	b, err := ID()
+	require.NoError(t, err)
+	assert.Equal(t, a, b)
+	assert.Equal(t, a, Best())
+	assert.True(t, Same(a, b))
+	assert.False(t, Same("", ""), "an unknown identity is nobody's host")
+	assert.False(t, Same(a, Named(Name())))
+}
+
+// TestHelperPrintID is not a test: the child process of TestOtherNetns.
+func TestHelperPrintID(t *testing.T) {
+	if os.Getenv("HOSTID_HELPER") != "1" {
+		t.Skip("helper process")
+	}
+	id, err := ID()
+	require.NoError(t, err)
+	os.Stdout.WriteString("id=" + id + " name=" + Name() + "\n")
+}
+
+// A process in another network namespace is another host, even under the
+// same host name (the case host names get wrong).
+func TestOtherNetns(t *testing.T) {
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		t.Skip("needs Linux and root to enter a new network namespace")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare (util-linux) is not installed")
+	}
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		cmd := exec.Command(args[0], append(args[1:], "-test.run=^TestHelperPrintID$", "-test.v")...)
+		cmd.Env = append(os.Environ(), "HOSTID_HELPER=1")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		m := regexp.MustCompile(`id=(\S+) name=(\S+)`).FindStringSubmatch(string(out))
+		require.NotNil(t, m, "%s", out)
+		return m[1], m[2]
+	}
+	self, err := os.Executable()
+	require.NoError(t, err)
+	here, _ := ID()
+	sameID, sameName := run(self)
+	otherID, otherName := run("unshare", "--net", self)
+	assert.Equal(t, here, sameID, "another process in this namespace is this host")
+	assert.Equal(t, sameName, otherName, "unshare --net keeps the host name")
+	assert.False(t, Same(here, otherID), "another network namespace is another host: %s vs %s", here, otherID)
+	assert.Equal(t, strings.Split(here, "/")[0], strings.Split(otherID, "/")[0], "one kernel, one boot id")
+}
