@@ -150,3 +150,70 @@ func ExampleOpError() {
 	fmt.Println(out[0])
 	// Output: Send failed on rank 0: comm: Send on rank 0 of 2 with peer 5, tag 0: invalid rank: rank 5 is not in [0, 2)
 }
+
+func ExampleComm_CreateGroup() {
+	out := inProcess(4, func(ctx context.Context, c *comm.Comm) string {
+		// Ranks 3 and 1 form a communicator; ranks 0 and 2 are not
+		// involved and do not call CreateGroup.
+		if c.Rank()%2 == 0 {
+			return fmt.Sprintf("world %d: not in the group", c.Rank())
+		}
+		g, err := c.CreateGroup(ctx, []int{3, 1})
+		if err != nil {
+			return err.Error()
+		}
+		defer g.Close()
+		sum := []int{c.Rank()}
+		if err := comm.Allreduce(ctx, g, sum, comm.Sum); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("world %d -> rank %d of %d, sum %d", c.Rank(), g.Rank(), g.Size(), sum[0])
+	})
+	for _, line := range out {
+		fmt.Println(line)
+	}
+	// Output:
+	// world 0: not in the group
+	// world 1 -> rank 1 of 2, sum 4
+	// world 2: not in the group
+	// world 3 -> rank 0 of 2, sum 4
+}
+
+func ExampleBcastVar() {
+	out := inProcess(3, func(ctx context.Context, c *comm.Comm) string {
+		var rec []byte
+		if c.Rank() == 0 {
+			rec = []byte(`{"step":42,"lr":0.01}`) // only the root knows the length
+		}
+		rec, err := comm.BcastVar(ctx, c, rec, 0)
+		if err != nil {
+			return err.Error()
+		}
+		return string(rec)
+	})
+	fmt.Println(out[2])
+	// Output: {"step":42,"lr":0.01}
+}
+
+func ExampleIrecv() {
+	out := inProcess(2, func(ctx context.Context, c *comm.Comm) string {
+		peer := 1 - c.Rank()
+		recv := make([]int32, 2)
+		// The ctx given at the start bounds the request: if it ends before
+		// a message matched, Wait reports ErrCanceled and ctx's error.
+		rr, err := comm.Irecv(ctx, c, recv, peer, 0)
+		if err != nil {
+			return err.Error()
+		}
+		sr, err := comm.Isend(ctx, c, []int32{int32(c.Rank()), 10}, peer, 0)
+		if err != nil {
+			return err.Error()
+		}
+		if err := comm.WaitAll(ctx, rr, sr); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprint(recv)
+	})
+	fmt.Println(out[0], out[1])
+	// Output: [1 10] [0 10]
+}
