@@ -217,3 +217,47 @@ func ExampleIrecv() {
 	fmt.Println(out[0], out[1])
 	// Output: [1 10] [0 10]
 }
+
+func ExampleWaitAny() {
+	out := inProcess(3, func(ctx context.Context, c *comm.Comm) string {
+		// A gather of variable-length pieces and a prefix sum, in flight
+		// together; handle whichever finishes first.
+		counts := []int{1, 2, 3}
+		piece := make([]int32, counts[c.Rank()])
+		for i := range piece {
+			piece[i] = int32(c.Rank())
+		}
+		var all []int32
+		if c.Rank() == 0 {
+			all = make([]int32, 6)
+		}
+		g, err := comm.Igatherv(ctx, c, piece, all, counts, 0)
+		if err != nil {
+			return err.Error()
+		}
+		prefix := []int{c.Rank() + 1}
+		s, err := comm.Iscan(ctx, c, prefix, comm.Sum)
+		if err != nil {
+			return err.Error()
+		}
+		reqs := []*comm.Request{g, s}
+		for range reqs {
+			i, _, err := comm.WaitAny(ctx, reqs...)
+			if err != nil {
+				return err.Error()
+			}
+			reqs[i] = nil
+		}
+		if c.Rank() == 0 {
+			return fmt.Sprint("gathered ", all, ", prefix ", prefix[0])
+		}
+		return fmt.Sprint("prefix ", prefix[0])
+	})
+	for _, line := range out {
+		fmt.Println(line)
+	}
+	// Output:
+	// gathered [0 1 1 2 2 2], prefix 1
+	// prefix 3
+	// prefix 6
+}
