@@ -89,12 +89,9 @@ func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
 			r.startCtx(ctx)
 			byEP[r.endpoint()] = append(byEP[r.endpoint()], i)
 		default:
-			r.markWaited()
 			wg.Go(func() {
-				select {
-				case <-r.done:
+				if r.watch(wctx) {
 					hit <- i
-				case <-wctx.Done():
 				}
 			})
 		}
@@ -128,9 +125,26 @@ func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
 
 func (r *Request) endpoint() *p2p.Endpoint { return r.c.w.ep }
 
-// markWaited tells a background collective that its caller now waits.
-func (r *Request) markWaited() {
-	if r.waited != nil {
+// watch waits until r, a request of a kind other than point-to-point,
+// completes (true) or ctx ends (false), without canceling anything. It
+// tells a collective that its caller now waits, so that it stops napping.
+func (r *Request) watch(ctx context.Context) bool {
+	var done <-chan struct{}
+	switch {
+	case r.pers != nil:
+		r.pers.mu.Lock()
+		done = r.pers.waitChanLocked()
+		r.pers.mu.Unlock()
+	case r.bat != nil:
+		return r.bat.watch(ctx)
+	default:
 		r.waited.Set()
+		done = r.done
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

@@ -48,7 +48,9 @@
 // out-of-place forms (see coll.go for the naming rule), and a
 // non-blocking form of each (the name with an I in front: Iallreduce,
 // Igatherv, IscanInto, ...) that returns a *Request; WaitAll, WaitAny and
-// TestAny take requests of any kind. Ops are plain values
+// TestAny take requests of any kind. AllreduceInit makes a persistent
+// allreduce (set up once, started many times); NewBatch groups
+// point-to-point operations that complete as one. Ops are plain values
 // that work for every type they make sense for (Sum, Prod, Min, Max, Avg,
 // BAnd, BOr, BXor, LAnd, LOr); NewOp makes a user-defined one.
 //

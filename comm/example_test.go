@@ -261,3 +261,69 @@ func ExampleWaitAny() {
 	// prefix 3
 	// prefix 6
 }
+
+func ExampleAllreduceInit() {
+	out := inProcess(2, func(ctx context.Context, c *comm.Comm) string {
+		grads := make([]float64, 3)
+		// Set up once: the algorithm and the reduction kernel are chosen
+		// here, not at every step.
+		ar, err := comm.AllreduceInit(ctx, c, grads, comm.Sum)
+		if err != nil {
+			return err.Error()
+		}
+		defer ar.Free()
+		var steps []string
+		for step := range 3 {
+			for i := range grads {
+				grads[i] = float64((c.Rank() + 1) * (step + i))
+			}
+			if err := ar.Start(ctx); err != nil {
+				return err.Error()
+			}
+			// ... compute something that does not touch grads ...
+			if err := ar.Wait(ctx); err != nil {
+				return err.Error()
+			}
+			steps = append(steps, fmt.Sprint(grads))
+		}
+		return fmt.Sprint(steps)
+	})
+	fmt.Println(out[0])
+	// Output: [[0 3 6] [3 6 9] [6 9 12]]
+}
+
+func ExampleNewBatch() {
+	out := inProcess(3, func(ctx context.Context, c *comm.Comm) string {
+		// A halo exchange on a ring: send to both neighbours, receive from
+		// both, posted together and completed as one request.
+		p, me := c.Size(), c.Rank()
+		left, right := (me+p-1)%p, (me+1)%p
+		fromLeft, fromRight := make([]int32, 1), make([]int32, 1)
+		b := comm.NewBatch(c)
+		for _, err := range []error{
+			comm.BatchRecv(b, fromLeft, left, 0),
+			comm.BatchRecv(b, fromRight, right, 1),
+			comm.BatchSend(b, []int32{int32(10 * me)}, right, 0),
+			comm.BatchSend(b, []int32{int32(10 * me)}, left, 1),
+		} {
+			if err != nil {
+				return err.Error()
+			}
+		}
+		req, err := b.Start(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		if _, err := req.Wait(ctx); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("rank %d: left sent %d, right sent %d", me, fromLeft[0], fromRight[0])
+	})
+	for _, line := range out {
+		fmt.Println(line)
+	}
+	// Output:
+	// rank 0: left sent 20, right sent 10
+	// rank 1: left sent 0, right sent 20
+	// rank 2: left sent 10, right sent 0
+}

@@ -205,6 +205,9 @@ type Request struct {
 	stop  func() bool     // unregisters the start ctx's cancel hook (see startCtx)
 	ran   bool            // the hook ran, or may still be running
 
+	pers *Persistent // a persistent collective's request
+	bat  *batch      // a batch of point-to-point operations
+
 	done   chan struct{} // collectives: closed when err is set
 	err    error
 	waited *collectives.Waited // collectives: set once somebody waits (collectives.Background)
@@ -223,6 +226,12 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 		r.startCtx(ctx)
 		st, err := r.p.Wait(ctx)
 		return r.p2pStatus(st, err)
+	}
+	switch {
+	case r.pers != nil:
+		return Status{}, r.pers.Wait(ctx)
+	case r.bat != nil:
+		return Status{}, r.bat.wait(ctx)
 	}
 	// From now on the collective's waits may spin: its caller waits too.
 	r.waited.Set()
@@ -249,6 +258,14 @@ func (r *Request) Test() (Status, bool, error) {
 		s, err := r.p2pStatus(st, err)
 		return s, true, err
 	}
+	switch {
+	case r.pers != nil:
+		done, err := r.pers.Test()
+		return Status{}, done, err
+	case r.bat != nil:
+		done, err := r.bat.test()
+		return Status{}, done, err
+	}
 	select {
 	case <-r.done:
 		return Status{}, true, r.err
@@ -258,11 +275,16 @@ func (r *Request) Test() (Status, bool, error) {
 }
 
 // Cancel asks for a point-to-point request that has not matched yet to
-// complete with ErrCanceled (MPI_Cancel); it does not wait. Collectives
-// cannot be canceled (every rank takes part): Cancel does nothing for them.
+// complete with ErrCanceled (MPI_Cancel), or each of a batch's operations
+// that has not; it does not wait. Collectives cannot be canceled (every
+// rank takes part): Cancel does nothing for them.
 func (r *Request) Cancel() {
-	if r != nil && r.p != nil {
+	switch {
+	case r == nil:
+	case r.p != nil:
 		r.p.Cancel()
+	case r.bat != nil:
+		r.bat.cancel()
 	}
 }
 
