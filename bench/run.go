@@ -404,7 +404,7 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 			reqs = reqs[:0]
 			if bi || rank == 1 {
 				for range window {
-					rq, err := comm.Irecv(c, r, peer, tagBW)
+					rq, err := comm.Irecv(ctx, c, r, peer, tagBW)
 					if err != nil {
 						return err
 					}
@@ -413,7 +413,7 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 			}
 			if bi || rank == 0 {
 				for range window {
-					rq, err := comm.Isend(c, s, peer, tagBW)
+					rq, err := comm.Isend(ctx, c, s, peer, tagBW)
 					if err != nil {
 						return err
 					}

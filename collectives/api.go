@@ -26,8 +26,15 @@ func (e *Engine) run(ctx context.Context, s spec, fn func(c *call, alg Algorithm
 	if ctx == nil {
 		return &Error{Op: s.coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
-	kern := reduce.Kernel{Op: s.op, DType: s.dt}
-	var bad error
+	kern, alg, bad := e.prepare(s)
+	return e.execute(ctx, s, kern, alg, bad, fn)
+}
+
+// prepare is the part of run that depends only on the call's arguments:
+// the reduction kernel, the argument checks and the algorithm (a Plan
+// does it once for many runs). bad is what was wrong with the arguments.
+func (e *Engine) prepare(s spec) (kern reduce.Kernel, alg Algorithm, bad error) {
+	kern = reduce.Kernel{Op: s.op, DType: s.dt}
 	if s.op.Valid() || s.coll == CollReduce || s.coll == CollAllreduce || s.coll == CollReduceScatter || s.coll == CollScan || s.coll == CollExscan {
 		var err error
 		if kern, err = s.op.Resolve(s.dt); err != nil {
@@ -43,13 +50,18 @@ func (e *Engine) run(ctx context.Context, s spec, fn func(c *call, alg Algorithm
 	if bad == nil && s.check != nil {
 		bad = s.check()
 	}
-	alg := Auto
+	alg = Auto
 	if bad == nil {
 		var err error
 		if alg, err = e.choose(s.coll, s.nbytes, !s.op.Valid() || s.op.Commutative()); err != nil {
 			bad = err
 		}
 	}
+	return kern, alg, bad
+}
+
+// execute is the part of run that communicates: begin, fingerprints, fn.
+func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Algorithm, bad error, fn func(c *call, alg Algorithm) error) error {
 	c, err := e.begin(ctx, s.coll, alg, kern, max(s.dt.Size(), 1), s.root, s.count)
 	if err != nil {
 		return err
@@ -123,33 +135,36 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op) error {
 	b := reduce.Bytes(buf)
 	return e.run(ctx, spec{coll: CollAllreduce, dt: reduce.DTypeOf[T](), op: op, count: int64(len(buf)), nbytes: len(b)},
-		func(c *call, alg Algorithm) error {
-			var err error
-			switch alg {
-			case Ring:
-				err = c.allreduceRing(b)
-			case Rabenseifner:
-				err = c.allreduceRabenseifner(b)
-			case RingOneSided:
-				err = c.allreduceRingOneSided(b)
-			case Ordered:
-				err = c.allreduceOrdered(b)
-			case Hierarchical:
-				err = c.allreduceHier(b)
-			case SharedMemory:
-				if len(b) > shmRSBytes && c.e.size > 2 || len(b) > shmRSBytes2 {
-					err = c.allreduceShmRS(b)
-				} else {
-					err = c.allreduceShm(b)
-				}
-			default:
-				err = c.allreduceRD(b)
-			}
-			if err == nil && c.kern.Finish != nil {
-				c.kern.Finish(b, c.n)
-			}
-			return err
-		})
+		func(c *call, alg Algorithm) error { return c.allreduce(b, alg) })
+}
+
+// allreduce runs Allreduce's algorithm alg over b.
+func (c *call) allreduce(b []byte, alg Algorithm) error {
+	var err error
+	switch alg {
+	case Ring:
+		err = c.allreduceRing(b)
+	case Rabenseifner:
+		err = c.allreduceRabenseifner(b)
+	case RingOneSided:
+		err = c.allreduceRingOneSided(b)
+	case Ordered:
+		err = c.allreduceOrdered(b)
+	case Hierarchical:
+		err = c.allreduceHier(b)
+	case SharedMemory:
+		if len(b) > shmRSBytes && c.e.size > 2 || len(b) > shmRSBytes2 {
+			err = c.allreduceShmRS(b)
+		} else {
+			err = c.allreduceShm(b)
+		}
+	default:
+		err = c.allreduceRD(b)
+	}
+	if err == nil && c.kern.Finish != nil {
+		c.kern.Finish(b, c.n)
+	}
+	return err
 }
 
 // Reduce leaves the reduction of all ranks' buf under op in root's buf.

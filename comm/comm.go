@@ -94,8 +94,11 @@ type Options struct {
 
 	// Logger receives diagnostics from every layer. Nil means silent.
 	Logger *slog.Logger
-	// Exit ends the process for Abort; nil means os.Exit. Tests replace it.
-	Exit func(code int)
+
+	// exit ends the process for Abort; nil means os.Exit. Only this
+	// package's tests set it (export_test.go), so that an in-process job
+	// can abort without ending the test binary.
+	exit func(code int)
 }
 
 // world is what all communicators of one FromEnv / Init share: the
@@ -324,7 +327,7 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 		defer cancel()
 	}
 	w := &world{
-		name: o.P2P.Name, log: o.Logger, exit: o.Exit, collOpts: collOpts, job: job,
+		name: o.P2P.Name, log: o.Logger, exit: o.exit, collOpts: collOpts, job: job,
 		stop: make(chan struct{}), comms: map[*Comm]struct{}{},
 		localRank: -1,
 	}
@@ -458,7 +461,7 @@ func cutByte(v []byte) (string, string, bool) {
 // newComm builds the communicator with context id over the world ranks
 // members (ascending communicator order), for this rank.
 func (w *world) newComm(id uint32, members []int, isWorld bool) (*Comm, error) {
-	if uint64(id)*2+1 >= uint64(p2p.FirstReservedContext) {
+	if uint64(id)*2+1 >= uint64(ctlContext) { // the pair of ctlContext is comm's own
 		return nil, fmt.Errorf("%w: out of communicator context ids", ErrUnsupported)
 	}
 	me := w.ep.Rank()
@@ -680,7 +683,11 @@ func (c *Comm) Stats() Stats {
 }
 
 // LastAlgorithm names the algorithm the communicator's latest collective
-// ran (for benchmarks and tests).
+// ran, as collectives.Algorithm spells it ("ring", "rabenseifner",
+// "shared_memory", ...; "auto" when it failed before choosing), so that a
+// program or a benchmark can see what the cost model or an override
+// picked. With non-blocking collectives in flight, "latest" is the last
+// one to choose its algorithm. It is local and cheap.
 func (c *Comm) LastAlgorithm() string {
 	if c == nil {
 		return ""
@@ -755,7 +762,7 @@ func (c *Comm) Close() error {
 // Without a launcher, the rendezvous (when it can abort) and the
 // connections tell the peers, whose operations fail with ErrAborted or
 // ErrPeerLost naming this rank. Abort then ends this process with code
-// (Options.Exit) and does not return.
+// (os.Exit) and does not return.
 func (c *Comm) Abort(code int) {
 	if c == nil {
 		os.Exit(code)

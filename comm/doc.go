@@ -45,9 +45,12 @@
 //
 // Barrier, Bcast, Reduce, Allreduce, Allgather(v), ReduceScatter,
 // Gather(v), Scatter(v), Alltoall(v), Scan and Exscan, with in-place and
-// out-of-place forms (see coll.go for the naming rule) and non-blocking
-// forms (Ibarrier, Ibcast, Iallreduce, Ireduce, Iallgather,
-// IreduceScatter, Ialltoall) that return a *Request. Ops are plain values
+// out-of-place forms (see coll.go for the naming rule), and a
+// non-blocking form of each (the name with an I in front: Iallreduce,
+// Igatherv, IscanInto, ...) that returns a *Request; WaitAll, WaitAny and
+// TestAny take requests of any kind. AllreduceInit makes a persistent
+// allreduce (set up once, started many times); NewBatch groups
+// point-to-point operations that complete as one. Ops are plain values
 // that work for every type they make sense for (Sum, Prod, Min, Max, Avg,
 // BAnd, BOr, BXor, LAnd, LOr); NewOp makes a user-defined one.
 //

@@ -288,12 +288,12 @@ func checkLost(err error, lost int, op string) error {
 }
 
 // Abort in a job without a launcher: the aborting rank exits with the
-// code (Options.Exit here), the others' operations fail naming it.
+// code (comm.WithExit's hook here), the others' operations fail naming it.
 func TestAbortInProcess(t *testing.T) {
 	const p, aborter = 3, 2
 	exited := make(chan int, 1)
 	per := func(r int, o *comm.Options) {
-		o.Exit = func(code int) { exited <- code }
+		*o = comm.WithExit(*o, func(code int) { exited <- code })
 	}
 	errs := runWith(t, p, comm.Options{NoEnv: true}, per, func(ctx context.Context, c *comm.Comm) error {
 		// The aborter may leave the barrier (and abort) before the others

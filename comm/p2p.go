@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -51,29 +52,52 @@ func Recv[T Element](ctx context.Context, c *Comm, buf []T, src, tag int) (Statu
 }
 
 // Isend starts sending buf to dest with tag. buf must not be changed until
-// the request completes.
-func Isend[T Element](c *Comm, buf []T, dest, tag int) (*Request, error) {
+// the request completes. ctx bounds the send as it bounds Send: when it
+// ends before dest matched the message, the request is canceled and
+// completes with an error matching both ErrCanceled and ctx's error. A
+// ctx that has already ended posts nothing.
+func Isend[T Element](ctx context.Context, c *Comm, buf []T, dest, tag int) (*Request, error) {
 	if err := c.checkPeer("Isend", dest, tag, false); err != nil {
+		return nil, err
+	}
+	if err := c.checkCtx("Isend", dest, tag, ctx); err != nil {
 		return nil, err
 	}
 	r, err := c.user.Isend(c.members[dest], tag, bytesOf(buf))
 	if err != nil {
 		return nil, c.wrap("Isend", dest, tag, err)
 	}
-	return newP2PRequest(c, "Isend", dest, tag, sizeOf[T](), r), nil
+	return newP2PRequest(ctx, c, "Isend", dest, tag, sizeOf[T](), r), nil
 }
 
 // Irecv starts receiving a message from src (or AnySource) with tag (or
-// AnyTag) into buf, which belongs to the request until it completes.
-func Irecv[T Element](c *Comm, buf []T, src, tag int) (*Request, error) {
+// AnyTag) into buf, which belongs to the request until it completes. ctx
+// bounds the receive as for Isend: when it ends before a message matched,
+// the request completes with ErrCanceled and ctx's error.
+func Irecv[T Element](ctx context.Context, c *Comm, buf []T, src, tag int) (*Request, error) {
 	if err := c.checkPeer("Irecv", src, tag, true); err != nil {
+		return nil, err
+	}
+	if err := c.checkCtx("Irecv", src, tag, ctx); err != nil {
 		return nil, err
 	}
 	r, err := c.user.Irecv(c.worldOf(src), tag, bytesOf(buf))
 	if err != nil {
 		return nil, c.wrap("Irecv", src, tag, err)
 	}
-	return newP2PRequest(c, "Irecv", src, tag, sizeOf[T](), r), nil
+	return newP2PRequest(ctx, c, "Irecv", src, tag, sizeOf[T](), r), nil
+}
+
+// checkCtx refuses a nil ctx and one that has already ended, naming the
+// operation's peer and tag.
+func (c *Comm) checkCtx(op string, peer, tag int, ctx context.Context) error {
+	if ctx == nil {
+		return c.opErr(op, peer, tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	if err := ctx.Err(); err != nil {
+		return c.opErr(op, peer, tag, err)
+	}
+	return nil
 }
 
 // Probe waits until a message from src (or AnySource) with tag (or AnyTag)
@@ -91,9 +115,13 @@ func Probe[T Element](ctx context.Context, c *Comm, src, tag int) (Status, error
 	return c.status("Probe", src, tag, sizeOf[T](), st, err)
 }
 
-// Iprobe is Probe that does not wait: ok reports whether a message was there.
-func Iprobe[T Element](c *Comm, src, tag int) (st Status, ok bool, err error) {
+// Iprobe is Probe that does not wait: ok reports whether a message was
+// there. A nil or ended ctx is an error, as for every other call.
+func Iprobe[T Element](ctx context.Context, c *Comm, src, tag int) (st Status, ok bool, err error) {
 	if err := c.checkPeer("Iprobe", src, tag, true); err != nil {
+		return Status{}, false, err
+	}
+	if err := c.checkCtx("Iprobe", src, tag, ctx); err != nil {
 		return Status{}, false, err
 	}
 	pst, ok, err := c.user.Iprobe(c.worldOf(src), tag)
@@ -110,7 +138,7 @@ func Iprobe[T Element](c *Comm, src, tag int) (st Status, ok bool, err error) {
 // Sendrecv sends send to dest and receives into recv from src at the same
 // time, so that pairs of ranks can exchange without deadlock.
 func Sendrecv[T Element](ctx context.Context, c *Comm, send []T, dest, sendTag int, recv []T, src, recvTag int) (Status, error) {
-	rr, err := Irecv(c, recv, src, recvTag)
+	rr, err := Irecv(ctx, c, recv, src, recvTag)
 	if err != nil {
 		return Status{}, err
 	}
@@ -171,7 +199,14 @@ type Request struct {
 	peer  int
 	tag   int
 	esize int
-	p     *p2p.Request // point-to-point
+	p     *p2p.Request    // point-to-point
+	ctx   context.Context // the ctx it started with (point-to-point)
+	hmu   sync.Mutex      // guards stop and hookRan
+	stop  func() bool     // unregisters the start ctx's cancel hook (see startCtx)
+	ran   bool            // the hook ran, or may still be running
+
+	pers *Persistent // a persistent collective's request
+	bat  *batch      // a batch of point-to-point operations
 
 	done   chan struct{} // collectives: closed when err is set
 	err    error
@@ -188,8 +223,15 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 		return Status{}, nil
 	}
 	if r.p != nil {
+		r.startCtx(ctx)
 		st, err := r.p.Wait(ctx)
-		return r.c.status(r.op, r.peer, r.tag, r.esize, st, err)
+		return r.p2pStatus(st, err)
+	}
+	switch {
+	case r.pers != nil:
+		return Status{}, r.pers.Wait(ctx)
+	case r.bat != nil:
+		return Status{}, r.bat.wait(ctx)
 	}
 	// From now on the collective's waits may spin: its caller waits too.
 	r.waited.Set()
@@ -208,12 +250,21 @@ func (r *Request) Test() (Status, bool, error) {
 		return Status{}, true, nil
 	}
 	if r.p != nil {
+		r.startCtx(nil)
 		st, done, err := r.p.Test()
 		if !done {
 			return Status{}, false, nil
 		}
-		s, err := r.c.status(r.op, r.peer, r.tag, r.esize, st, err)
+		s, err := r.p2pStatus(st, err)
 		return s, true, err
+	}
+	switch {
+	case r.pers != nil:
+		done, err := r.pers.Test()
+		return Status{}, done, err
+	case r.bat != nil:
+		done, err := r.bat.test()
+		return Status{}, done, err
 	}
 	select {
 	case <-r.done:
@@ -224,11 +275,16 @@ func (r *Request) Test() (Status, bool, error) {
 }
 
 // Cancel asks for a point-to-point request that has not matched yet to
-// complete with ErrCanceled (MPI_Cancel); it does not wait. Collectives
-// cannot be canceled (every rank takes part): Cancel does nothing for them.
+// complete with ErrCanceled (MPI_Cancel), or each of a batch's operations
+// that has not; it does not wait. Collectives cannot be canceled (every
+// rank takes part): Cancel does nothing for them.
 func (r *Request) Cancel() {
-	if r != nil && r.p != nil {
+	switch {
+	case r == nil:
+	case r.p != nil:
 		r.p.Cancel()
+	case r.bat != nil:
+		r.bat.cancel()
 	}
 }
 
@@ -241,7 +297,12 @@ func (r *Request) Release() {
 	if r == nil || r.p == nil || !r.p.Done() {
 		return
 	}
-	r.p.Release()
+	// A cancel hook that has already started may still be about to call
+	// Cancel on the p2p request: leave that one to the garbage collector
+	// rather than recycle it under the hook.
+	if !r.disarm() {
+		r.p.Release()
+	}
 	*r = Request{}
 	reqPool.Put(r)
 }
@@ -249,10 +310,57 @@ func (r *Request) Release() {
 var reqPool = sync.Pool{New: func() any { return new(Request) }}
 
 // newP2PRequest is a point-to-point request, recycled if one was released.
-func newP2PRequest(c *Comm, op string, peer, tag, esize int, p *p2p.Request) *Request {
+// Its start ctx is enforced by Wait and Test (see startCtx), not by a
+// callback registered here: that would allocate for every message of a
+// loop of Isend/Irecv/Release.
+func newP2PRequest(ctx context.Context, c *Comm, op string, peer, tag, esize int, p *p2p.Request) *Request {
 	r := reqPool.Get().(*Request)
-	*r = Request{c: c, op: op, peer: peer, tag: tag, esize: esize, p: p}
+	*r = Request{c: c, op: op, peer: peer, tag: tag, esize: esize, p: p, ctx: ctx}
 	return r
+}
+
+// startCtx applies a point-to-point request's start ctx before a wait on
+// ctx: an ended one cancels the request (a no-op once it matched); one
+// that may still end while ctx does not is hooked to cancel it meanwhile
+// (the hook is removed by disarm).
+func (r *Request) startCtx(ctx context.Context) {
+	sd := r.ctx.Done()
+	if sd == nil {
+		return
+	}
+	if r.ctx.Err() != nil {
+		r.p.Cancel()
+		return
+	}
+	if ctx != nil && sd != ctx.Done() && !r.p.Done() {
+		r.hmu.Lock()
+		if r.stop == nil && !r.ran {
+			r.stop = context.AfterFunc(r.ctx, r.p.Cancel)
+		}
+		r.hmu.Unlock()
+	}
+}
+
+// disarm removes the start ctx's cancel hook, if there is one, and
+// reports whether it ran (or may still be running).
+func (r *Request) disarm() (ran bool) {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	if r.stop != nil {
+		r.ran = !r.stop()
+		r.stop = nil
+	}
+	return r.ran
+}
+
+// p2pStatus is a completed point-to-point request's status. A request
+// that its start ctx canceled reports that ctx's error too.
+func (r *Request) p2pStatus(st p2p.Status, err error) (Status, error) {
+	r.disarm()
+	if errors.Is(err, p2p.ErrCanceled) && r.ctx != nil && r.ctx.Err() != nil {
+		err = fmt.Errorf("%w: %w", r.ctx.Err(), err)
+	}
+	return r.c.status(r.op, r.peer, r.tag, r.esize, st, err)
 }
 
 // WaitAll waits for every request (nil entries are skipped) and returns

@@ -24,7 +24,7 @@ func typedRing[T comm.Element](ctx context.Context, c *comm.Comm, n int) error {
 		send[i] = T(me*1000 + i%100)
 	}
 	recv := make([]T, n+3)
-	rr, err := comm.Irecv(c, recv, prev, 5)
+	rr, err := comm.Irecv(ctx, c, recv, prev, 5)
 	if err != nil {
 		return err
 	}
@@ -44,7 +44,7 @@ func typedRing[T comm.Element](ctx context.Context, c *comm.Comm, n int) error {
 		}
 	}
 	// And back with Isend / Recv, wildcard source and tag.
-	sr, err := comm.Isend(c, send, prev, 6)
+	sr, err := comm.Isend(ctx, c, send, prev, 6)
 	if err != nil {
 		return err
 	}
@@ -107,7 +107,7 @@ func TestP2PProbeSendrecv(t *testing.T) {
 			if st != (comm.Status{Source: 0, Tag: 9, Count: 3}) {
 				return fmt.Errorf("probe %+v", st)
 			}
-			st, ok, err := comm.Iprobe[int16](c, 0, 9)
+			st, ok, err := comm.Iprobe[int16](ctx, c, 0, 9)
 			if err != nil || !ok || st.Count != 6 {
 				return fmt.Errorf("iprobe %+v %v %v", st, ok, err)
 			}
@@ -157,11 +157,11 @@ func TestP2PErrors(t *testing.T) {
 		if err := check(err, comm.ErrInvalidRank, "Recv", 7, 0); err != nil {
 			return err
 		}
-		_, err = comm.Irecv(c, buf, 0, -7)
+		_, err = comm.Irecv(ctx, c, buf, 0, -7)
 		if err := check(err, comm.ErrInvalidTag, "Irecv", 0, -7); err != nil {
 			return err
 		}
-		_, err = comm.Isend(c, buf, 5, 1)
+		_, err = comm.Isend(ctx, c, buf, 5, 1)
 		if err := check(err, comm.ErrInvalidRank, "Isend", 5, 1); err != nil {
 			return err
 		}
@@ -220,7 +220,7 @@ func TestRequestRelease(t *testing.T) {
 		buf := make([]int32, 8)
 		// Not completed yet: rank 1 receives before rank 0 sends.
 		if c.Rank() == 1 {
-			r, err := comm.Irecv(c, buf, 0, 9)
+			r, err := comm.Irecv(ctx, c, buf, 0, 9)
 			if err != nil {
 				return err
 			}
@@ -243,11 +243,11 @@ func TestRequestRelease(t *testing.T) {
 		}
 		loop := func(release bool) error {
 			for range 200 {
-				s, err := comm.Isend(c, buf[:4], peer, 3)
+				s, err := comm.Isend(ctx, c, buf[:4], peer, 3)
 				if err != nil {
 					return err
 				}
-				r, err := comm.Irecv(c, buf[4:], peer, 3)
+				r, err := comm.Irecv(ctx, c, buf[4:], peer, 3)
 				if err != nil {
 					return err
 				}

@@ -51,7 +51,7 @@ func TestSplit(t *testing.T) {
 				}
 				// Point-to-point in the sub numbering: ring with AnySource.
 				q, sr := sub.Size(), sub.Rank()
-				req, err := comm.Isend(sub, []int32{int32(me)}, (sr+1)%q, 3)
+				req, err := comm.Isend(ctx, sub, []int32{int32(me)}, (sr+1)%q, 3)
 				if err != nil {
 					return err
 				}

@@ -25,9 +25,9 @@ const (
 	EnvDeterministic = "RDMAGO_DETERMINISTIC"
 )
 
-// EnvAlgo returns the per-collective override variable for c, e.g.
+// envAlgo returns the per-collective override variable for c, e.g.
 // RDMAGO_ALLREDUCE_ALGO=ring. It wins over RDMAGO_ALGORITHMS.
-func EnvAlgo(c collectives.Collective) string {
+func envAlgo(c collectives.Collective) string {
 	return "RDMAGO_" + strings.ToUpper(c.String()) + "_ALGO"
 }
 
@@ -44,7 +44,7 @@ func tuningFromEnv(env jobenv.LookupEnv, o collectives.Options) (collectives.Opt
 		maps.Copy(algos, m)
 	}
 	for _, c := range collectives.Collectives() {
-		k := EnvAlgo(c)
+		k := envAlgo(c)
 		v, ok := env(k)
 		if !ok || v == "" {
 			continue

@@ -154,8 +154,8 @@ func TestAbortWithServer(t *testing.T) {
 				defer others.Done()
 			}
 			errs[r] = func() error {
-				c, err := comm.Init(ctx, comm.Options{Addr: srv.Addr(), Token: token, Rank: r, Size: p,
-					Transport: "tcp", NoEnv: true, Exit: func(code int) { exited <- code }})
+				c, err := comm.Init(ctx, comm.WithExit(comm.Options{Addr: srv.Addr(), Token: token, Rank: r, Size: p,
+					Transport: "tcp", NoEnv: true}, func(code int) { exited <- code }))
 				if err != nil {
 					return err
 				}

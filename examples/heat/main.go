@@ -146,18 +146,18 @@ func exchange(ctx context.Context, c *comm.Comm, g []float64, rows, w, up, down 
 		return err
 	}
 	if up >= 0 {
-		if err := post(comm.Irecv(c, g[0:w], up, tagDown)); err != nil {
+		if err := post(comm.Irecv(ctx, c, g[0:w], up, tagDown)); err != nil {
 			return err
 		}
-		if err := post(comm.Isend(c, g[w:2*w], up, tagUp)); err != nil {
+		if err := post(comm.Isend(ctx, c, g[w:2*w], up, tagUp)); err != nil {
 			return err
 		}
 	}
 	if down < c.Size() {
-		if err := post(comm.Irecv(c, g[(rows+1)*w:(rows+2)*w], down, tagUp)); err != nil {
+		if err := post(comm.Irecv(ctx, c, g[(rows+1)*w:(rows+2)*w], down, tagUp)); err != nil {
 			return err
 		}
-		if err := post(comm.Isend(c, g[rows*w:(rows+1)*w], down, tagDown)); err != nil {
+		if err := post(comm.Isend(ctx, c, g[rows*w:(rows+1)*w], down, tagDown)); err != nil {
 			return err
 		}
 	}

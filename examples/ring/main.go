@@ -54,7 +54,7 @@ func ring(ctx context.Context, c *comm.Comm, laps int) (int64, error) {
 		if c.Rank() == 0 {
 			// Isend, not Send: with one rank, rank 0 is its own neighbour
 			// and must be able to post the receive before the send is done.
-			req, err := comm.Isend(c, tok, next, tag)
+			req, err := comm.Isend(ctx, c, tok, next, tag)
 			if err != nil {
 				return 0, err
 			}

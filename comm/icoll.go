@@ -1,0 +1,147 @@
+package comm
+
+import (
+	"context"
+
+	"github.com/rdmago/rdmago/collectives"
+)
+
+// Non-blocking forms of the rest of the collective set (Ibarrier, Ibcast,
+// Iallreduce, Ireduce, Iallgather, IreduceScatter and Ialltoall are in
+// coll.go). Each starts the collective of the same name without the I as
+// the communicator's next collective, in the background, and returns its
+// request: arguments, results, errors and mismatch detection are those of
+// the blocking form, reported by the request's Wait or Test. Buffers and
+// counts belong to the request until it completes.
+
+// IallreduceInto starts an AllreduceInto.
+func IallreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
+	return c.start(ctx, "IallreduceInto", func(ctx context.Context) error {
+		if err := sameLen(send, recv); err != nil {
+			// Take part all the same, so that the others fail at once.
+			collectives.Allreduce(ctx, c.eng, recv[:0:0], Op{})
+			return err
+		}
+		copy(recv, send)
+		return collectives.Allreduce(ctx, c.eng, recv, op)
+	})
+}
+
+// IreduceInto starts a ReduceInto.
+func IreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op, root int) (*Request, error) {
+	return c.start(ctx, "IreduceInto", func(ctx context.Context) error {
+		if c.rank != root {
+			return collectives.Reduce(ctx, c.eng, send, op, root)
+		}
+		if len(recv) != len(send) {
+			return collectives.Reduce(ctx, c.eng, recv, op, root) // the engine reports the count mismatch
+		}
+		copy(recv, send)
+		return collectives.Reduce(ctx, c.eng, recv, op, root)
+	})
+}
+
+// IallgatherInPlace starts an AllgatherInPlace.
+func IallgatherInPlace[T Element](ctx context.Context, c *Comm, buf []T) (*Request, error) {
+	return c.start(ctx, "IallgatherInPlace", func(ctx context.Context) error {
+		m := len(buf) / c.size
+		if len(buf)%c.size != 0 {
+			return collectives.Allgather(ctx, c.eng, buf[:m], buf) // reports the bad length
+		}
+		mine := make([]T, m)
+		copy(mine, buf[c.rank*m:])
+		return collectives.Allgather(ctx, c.eng, mine, buf)
+	})
+}
+
+// Iallgatherv starts an Allgatherv.
+func Iallgatherv[T Element](ctx context.Context, c *Comm, send, recv []T, counts []int) (*Request, error) {
+	return c.start(ctx, "Iallgatherv", func(ctx context.Context) error {
+		return collectives.Allgatherv(ctx, c.eng, send, recv, counts)
+	})
+}
+
+// IreduceScatterInPlace starts a ReduceScatterInPlace.
+func IreduceScatterInPlace[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Request, error) {
+	return c.start(ctx, "IreduceScatterInPlace", func(ctx context.Context) error {
+		return collectives.ReduceScatter(ctx, c.eng, buf, buf[:len(buf)/c.size], op)
+	})
+}
+
+// Igather starts a Gather.
+func Igather[T Element](ctx context.Context, c *Comm, send, recv []T, root int) (*Request, error) {
+	return c.start(ctx, "Igather", func(ctx context.Context) error {
+		return collectives.Gather(ctx, c.eng, send, recv, root)
+	})
+}
+
+// Igatherv starts a Gatherv.
+func Igatherv[T Element](ctx context.Context, c *Comm, send, recv []T, counts []int, root int) (*Request, error) {
+	return c.start(ctx, "Igatherv", func(ctx context.Context) error {
+		return collectives.Gatherv(ctx, c.eng, send, recv, counts, root)
+	})
+}
+
+// Iscatter starts a Scatter.
+func Iscatter[T Element](ctx context.Context, c *Comm, send, recv []T, root int) (*Request, error) {
+	return c.start(ctx, "Iscatter", func(ctx context.Context) error {
+		return collectives.Scatter(ctx, c.eng, send, recv, root)
+	})
+}
+
+// Iscatterv starts a Scatterv.
+func Iscatterv[T Element](ctx context.Context, c *Comm, send []T, counts []int, recv []T, root int) (*Request, error) {
+	return c.start(ctx, "Iscatterv", func(ctx context.Context) error {
+		return collectives.Scatterv(ctx, c.eng, send, counts, recv, root)
+	})
+}
+
+// IalltoallInPlace starts an AlltoallInPlace.
+func IalltoallInPlace[T Element](ctx context.Context, c *Comm, buf []T) (*Request, error) {
+	return c.start(ctx, "IalltoallInPlace", func(ctx context.Context) error {
+		send := make([]T, len(buf))
+		copy(send, buf)
+		return collectives.Alltoall(ctx, c.eng, send, buf)
+	})
+}
+
+// Ialltoallv starts an Alltoallv.
+func Ialltoallv[T Element](ctx context.Context, c *Comm, send []T, scounts []int, recv []T, rcounts []int) (*Request, error) {
+	return c.start(ctx, "Ialltoallv", func(ctx context.Context) error {
+		return collectives.Alltoallv(ctx, c.eng, send, scounts, recv, rcounts)
+	})
+}
+
+// Iscan starts a Scan.
+func Iscan[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Request, error) {
+	return c.start(ctx, "Iscan", func(ctx context.Context) error { return collectives.Scan(ctx, c.eng, buf, op) })
+}
+
+// IscanInto starts a ScanInto.
+func IscanInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
+	return c.start(ctx, "IscanInto", func(ctx context.Context) error {
+		if err := sameLen(send, recv); err != nil {
+			collectives.Scan(ctx, c.eng, recv[:0:0], Op{})
+			return err
+		}
+		copy(recv, send)
+		return collectives.Scan(ctx, c.eng, recv, op)
+	})
+}
+
+// Iexscan starts an Exscan.
+func Iexscan[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Request, error) {
+	return c.start(ctx, "Iexscan", func(ctx context.Context) error { return collectives.Exscan(ctx, c.eng, buf, op) })
+}
+
+// IexscanInto starts an ExscanInto.
+func IexscanInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
+	return c.start(ctx, "IexscanInto", func(ctx context.Context) error {
+		if err := sameLen(send, recv); err != nil {
+			collectives.Exscan(ctx, c.eng, recv[:0:0], Op{})
+			return err
+		}
+		copy(recv, send)
+		return collectives.Exscan(ctx, c.eng, recv, op)
+	})
+}

@@ -1,0 +1,269 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/rdmago/rdmago/collectives"
+)
+
+// Persistent is a collective set up once and started many times
+// (MPI-4's persistent collectives, MPI_Allreduce_init): a training loop's
+// allreduce of the same gradient buffer. Its arguments, reduction kernel
+// and algorithm are settled when it is made, and the goroutine that runs
+// it in the background lives as long as it does, so a Start/Wait pair
+// costs less than a plain call: no argument checks, no cost model, no
+// closure, no goroutine and no Request to allocate.
+//
+// Start begins a run, which takes its turn in the communicator's
+// collective order at that moment, as a non-blocking collective does; Wait
+// (or Test, or WaitAny over Request()) completes it; then it may be
+// started again. Its buffer belongs to it from Start until the run
+// completes. Methods may be called from any goroutine, but one run is
+// active at a time. Free it when done.
+type Persistent struct {
+	c    *Comm
+	op   string
+	plan *collectives.Plan
+	req  Request // what Request returns; req.pers is p
+
+	kick chan struct{} // Start → the worker
+	quit chan struct{}
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	state  int           // pIdle, pStarted, pRunning, pEnded, pDone
+	turn   chan struct{} // the active run's turn (queue.take)
+	ctx    context.Context
+	err    error
+	doneCh chan struct{}       // made by a waiter that must block; closed when the run ends
+	waited *collectives.Waited // the worker's run, once it has one
+	wanted bool                // somebody waits for the active run
+	freed  bool
+}
+
+// A run is active (MPI's term) from Start until Wait, Test or WaitAny
+// reported its completion: only then may it start again or be freed.
+const (
+	pIdle    = iota // never started
+	pStarted        // started, nobody runs it yet
+	pRunning        // the worker or a waiter runs it
+	pEnded          // the run ended (err is its result), not reported yet
+	pDone           // the last run's completion was reported
+)
+
+// activeLocked reports whether a run is active.
+func (p *Persistent) activeLocked() bool {
+	return p.state == pStarted || p.state == pRunning || p.state == pEnded
+}
+
+// AllreduceInit makes a persistent Allreduce of buf under op on c. It
+// does not communicate: every rank makes its own, and starts it in the
+// same collective order. Arguments that are wrong (an op the element type
+// does not support) fail here; a count that differs between ranks fails
+// each run with ErrMismatch, as Allreduce does.
+func AllreduceInit[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Persistent, error) {
+	const name = "AllreduceInit"
+	if err := c.check(name); err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, c.opErr(name, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	plan := collectives.PlanAllreduce(c.eng, buf, op)
+	if err := plan.Err(); err != nil {
+		return nil, c.wrap(name, NoPeer, NoTag, err)
+	}
+	return newPersistent(c, "Allreduce", plan), nil
+}
+
+func newPersistent(c *Comm, op string, plan *collectives.Plan) *Persistent {
+	p := &Persistent{c: c, op: op, plan: plan, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	p.req = Request{c: c, op: op, pers: p}
+	p.wg.Add(1)
+	go p.worker()
+	return p
+}
+
+// Algorithm names the algorithm every run uses (see Comm.LastAlgorithm).
+func (p *Persistent) Algorithm() string { return p.plan.Algorithm().String() }
+
+// Request is the persistent collective as a *Request, for WaitAll,
+// WaitAny and TestAny; it is the same one for every run.
+func (p *Persistent) Request() *Request { return &p.req }
+
+// Start begins a run. ctx bounds the run (as a non-blocking collective's
+// start ctx does); it fails if a run is active or p was freed.
+func (p *Persistent) Start(ctx context.Context) error {
+	c := p.c
+	if err := c.check(p.op); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return c.opErr(p.op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	p.mu.Lock()
+	switch {
+	case p.freed:
+		p.mu.Unlock()
+		return c.opErr(p.op, NoPeer, NoTag, fmt.Errorf("%w: the persistent collective was freed", ErrInvalidArgument))
+	case p.activeLocked():
+		p.mu.Unlock()
+		return c.opErr(p.op, NoPeer, NoTag, fmt.Errorf("%w: started while its previous run is active (not waited for)", ErrInvalidArgument))
+	}
+	p.state, p.ctx, p.err, p.doneCh, p.waited, p.wanted = pStarted, ctx, nil, nil, nil, false
+	p.turn = c.q.take()
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default: // the worker has a kick pending already
+	}
+	return nil
+}
+
+// worker runs started runs in the background, unless a waiter took them
+// first. Until somebody waits, a run naps between its checks rather than
+// spin (collectives.Background), as a non-blocking collective does.
+func (p *Persistent) worker() {
+	defer p.wg.Done()
+	stop := p.c.w.stop
+	for {
+		select {
+		case <-p.kick:
+		case <-p.quit:
+			return
+		case <-stop:
+			return
+		}
+		p.mu.Lock()
+		if p.state != pStarted {
+			p.mu.Unlock()
+			continue
+		}
+		p.state = pRunning
+		w := collectives.NewWaited()
+		p.waited = w
+		if p.wanted {
+			w.Set()
+		}
+		ctx := p.ctx
+		p.mu.Unlock()
+		p.execute(collectives.Background(ctx, w))
+	}
+}
+
+// execute runs the active run (claimed by the caller) and records its
+// result.
+func (p *Persistent) execute(ctx context.Context) {
+	c := p.c
+	var err error
+	if err = c.q.wait(ctx, p.turn); err != nil {
+		err = c.opErr(p.op, NoPeer, NoTag, err)
+	} else {
+		err = p.plan.Run(ctx)
+		c.q.done()
+		if err != nil {
+			err = c.wrap(p.op, NoPeer, NoTag, err)
+		}
+	}
+	p.mu.Lock()
+	p.state, p.err, p.turn = pEnded, err, nil
+	ch := p.doneCh
+	p.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// Wait waits for the active run to complete and returns its error (nil
+// at once when p was never started; the last run's result when it has
+// completed). When the run has not begun in the background yet, Wait runs
+// it itself, bounded by Start's ctx; otherwise ctx bounds the wait only.
+func (p *Persistent) Wait(ctx context.Context) error {
+	p.mu.Lock()
+	switch p.state {
+	case pIdle:
+		p.mu.Unlock()
+		return nil
+	case pDone, pEnded:
+		p.state = pDone
+		err := p.err
+		p.mu.Unlock()
+		return err
+	case pStarted:
+		p.state = pRunning
+		rctx := p.ctx
+		p.mu.Unlock()
+		p.execute(rctx)
+		p.mu.Lock()
+		p.state = pDone
+		err := p.err
+		p.mu.Unlock()
+		return err
+	}
+	ch := p.waitChanLocked()
+	p.mu.Unlock()
+	if ctx == nil {
+		return p.c.opErr(p.op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return p.c.opErr(p.op, NoPeer, NoTag, fmt.Errorf("waiting: %w", ctx.Err()))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.state = pDone
+	return p.err
+}
+
+// waitChanLocked is a channel closed when the active run ends (closed
+// already when none is active), and marks the run waited for.
+func (p *Persistent) waitChanLocked() <-chan struct{} {
+	if p.state != pStarted && p.state != pRunning {
+		return closedChan
+	}
+	p.wanted = true
+	if p.waited != nil {
+		p.waited.Set()
+	}
+	if p.doneCh == nil {
+		p.doneCh = make(chan struct{})
+	}
+	return p.doneCh
+}
+
+var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// Test reports whether the active run has completed, without blocking,
+// and its error when it has (done and nil when p was never started).
+func (p *Persistent) Test() (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch p.state {
+	case pStarted, pRunning:
+		return false, nil
+	case pEnded:
+		p.state = pDone
+	}
+	return true, p.err
+}
+
+// Free stops p's goroutine. It fails while a run is active; after it p
+// cannot be started again. Freeing twice is a no-op.
+func (p *Persistent) Free() error {
+	p.mu.Lock()
+	if p.activeLocked() {
+		p.mu.Unlock()
+		return p.c.opErr(p.op, NoPeer, NoTag, fmt.Errorf("%w: freed while a run is active; Wait first", ErrInvalidArgument))
+	}
+	already := p.freed
+	p.freed = true
+	p.mu.Unlock()
+	if !already {
+		close(p.quit)
+	}
+	p.wg.Wait()
+	return nil
+}

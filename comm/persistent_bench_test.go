@@ -1,0 +1,107 @@
+package comm
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/rdmago/rdmago/bootstrap"
+)
+
+// BenchmarkPersistentAllreduce compares, in one run, a persistent
+// allreduce's Start+Wait (api=persistent) with a plain Allreduce
+// (api=allreduce, the reference) and Iallreduce+Wait (api=iallreduce), on
+// two ranks in this process over shm. Rank 0 drives b.Loop as in
+// BenchmarkAllreduce.
+//
+//	go test -run '^$' -bench PersistentAllreduce -benchtime 20000x -count 5 ./comm
+func BenchmarkPersistentAllreduce(b *testing.B) {
+	for _, n := range []int{2, 16 << 10} {
+		for _, api := range []string{"allreduce", "persistent", "iallreduce"} {
+			b.Run(fmt.Sprintf("transport=shm/api=%s/bytes=%d", api, 4*n), func(b *testing.B) {
+				var mu sync.Mutex
+				plans := map[*Comm]*Persistent{}
+				defer func() {
+					for _, p := range plans {
+						p.Free()
+					}
+				}()
+				benchPair(b, "shm", func(ctx context.Context, c *Comm, buf []float32) error {
+					switch api {
+					case "persistent":
+						mu.Lock()
+						p := plans[c]
+						if p == nil {
+							var err error
+							if p, err = AllreduceInit(ctx, c, buf, Sum); err != nil {
+								mu.Unlock()
+								return err
+							}
+							plans[c] = p
+						}
+						mu.Unlock()
+						if err := p.Start(ctx); err != nil {
+							return err
+						}
+						return p.Wait(ctx)
+					case "iallreduce":
+						r, err := Iallreduce(ctx, c, buf, Sum)
+						if err != nil {
+							return err
+						}
+						_, err = r.Wait(ctx)
+						return err
+					}
+					return Allreduce(ctx, c, buf, Sum)
+				}, n)
+			})
+		}
+	}
+}
+
+// BenchmarkPersistentOverhead is BenchmarkPersistentAllreduce on one rank:
+// no communication, so what is measured is the per-call work of each API
+// alone (checks, cost model, turn, closure) without the waits for a peer
+// that dominate and blur the two-rank figures on a busy machine.
+//
+//	go test -run '^$' -bench PersistentOverhead -count 5 ./comm
+func BenchmarkPersistentOverhead(b *testing.B) {
+	for _, n := range []int{2, 16 << 10} {
+		for _, api := range []string{"allreduce", "persistent"} {
+			b.Run(fmt.Sprintf("ranks=1/api=%s/bytes=%d", api, 4*n), func(b *testing.B) {
+				ctx := context.Background()
+				stores, err := bootstrap.NewMemory(1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer stores[0].Close()
+				c, err := Init(ctx, Options{Store: stores[0], Transport: "loop", NoEnv: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				buf := make([]float32, n)
+				p, err := AllreduceInit(ctx, c, buf, Sum)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Free()
+				b.ReportAllocs()
+				for b.Loop() {
+					if api == "persistent" {
+						if err := p.Start(ctx); err != nil {
+							b.Fatal(err)
+						}
+						err = p.Wait(ctx)
+					} else {
+						err = Allreduce(ctx, c, buf, Sum)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
