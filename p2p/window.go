@@ -244,7 +244,7 @@ func (ep *Endpoint) peerIO(op string, peer int, addr uint64, b []byte, write boo
 		ep.mu.Lock()
 		ep.linkErrorLocked(p, fmt.Errorf("link to rank %d: %w", peer, err))
 		if p.departed {
-			err = fmt.Errorf("rank %d closed its endpoint: %w", peer, ErrClosed)
+			err = &PeerClosedError{Rank: peer}
 		} else if fe := ep.failErr; fe != nil && !errors.Is(fe, ErrClosed) {
 			err = fe // names the rank lost first, maybe another one
 		} else {
