@@ -71,8 +71,9 @@ type Server struct {
 	colls    map[uint32]*coll
 	doneSeq  uint32 // collectives with seq < doneSeq have completed
 	abort    *AbortInfo
-	idle     chan struct{} // closed when no joined connection remains
-	ready    chan struct{} // closed when every rank has joined and agreed
+	failures []FailureReport // ranks' first failures, in arrival order
+	idle     chan struct{}   // closed when no joined connection remains
+	ready    chan struct{}   // closed when every rank has joined and agreed
 }
 
 type waiter struct {
@@ -691,6 +692,7 @@ func (s *Server) handle(c *sconn, m msg) error {
 			return nil
 		}
 		s.kv[m.key] = m.value
+		s.noteFailureLocked(c.rank, m.key, m.value)
 		c.send(&msg{typ: tOK, id: m.id})
 		for _, w := range s.getters[m.key] {
 			w.c.send(&msg{typ: tValue, id: w.id, value: m.value})

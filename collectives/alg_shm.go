@@ -22,6 +22,8 @@ import (
 //	0    done     uint64  the last round this rank has finished reading
 //	8    bell     uint32  bumped after this rank publishes, when sleepers > 0
 //	12   sleepers uint32  ranks asleep (or about to be) on bell
+//	16   left     uint64  0 while the Engine is open; at Close, 1 + the
+//	                      counter of the last call this rank completed
 //	64   slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
 //	          bytes of data; line 1: second round word (allreduceShmRS);
 //	          then the data of larger chunks (the slot size)
@@ -66,7 +68,11 @@ import (
 // is aborted (a peer's mismatch report, a stall probe),
 // when the caller's ctx ends, when the group fails (a lost peer leaves its
 // memory mapped but frozen: the p2p layer notices the loss), or when the
-// Engine closes.
+// Engine closes, or when a rank has closed its Engine without completing
+// this call (its left word): a rank whose loop ended early must not leave
+// the others waiting on memory that will never change. Its p2p Close says
+// goodbye to the peers, but a shared-memory wait sends and receives
+// nothing, so the departure is written where the waits look.
 
 const (
 	shmSlotHdr   = 128 // lines 0 and 1 of a slot (see above); larger data after
@@ -133,7 +139,31 @@ func word32(m []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&m[off]
 const (
 	shmBell     = 8
 	shmSleepers = 12
+	shmLeft     = 16
 )
+
+// leave records in rank me's region that its Engine is closing, after ok,
+// the counter of the last call it completed, and wakes its sleepers.
+func (s *shmState) leave(me int, ok uint64) {
+	atomic.StoreUint64(word(s.mem[me], shmLeft), ok+1)
+	m := s.mem[me]
+	atomic.AddUint32(word32(m, shmBell), 1)
+	s.r.Ring(word32(m, shmBell))
+}
+
+// gone returns a rank that closed its Engine without completing the call
+// with counter calls, or -1.
+func (s *shmState) gone(me int, calls uint64) int {
+	for r, m := range s.mem {
+		if r == me {
+			continue
+		}
+		if l := atomic.LoadUint64(word(m, shmLeft)); l != 0 && l-1 < calls {
+			return r
+		}
+	}
+	return -1
+}
 
 // ring wakes the sleepers on this rank's bell, after a publish.
 func (s *shmState) ring(me int) {
@@ -227,6 +257,12 @@ func (c *call) shmStopped(peer int) error {
 	}
 	if e.closing.Load() {
 		return c.fail(peer, ErrClosed)
+	}
+	if r := e.shm.gone(e.rank, c.calls); r >= 0 {
+		if ab := c.abortErr(); ab != nil {
+			return c.failAbort()
+		}
+		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: e.rank, Peer: r, Err: &PeerClosedError{Rank: r}}
 	}
 	return nil
 }

@@ -67,6 +67,7 @@ type Engine struct {
 	shmGone bool
 	closing atomic.Bool
 	calls   uint64 // calls begun, under mu (a 64-bit seq, for round ids)
+	okCalls uint64 // the counter of the latest call that succeeded, under mu
 }
 
 // LastAlgorithm reports the algorithm the latest call ran (Auto if it
@@ -146,6 +147,12 @@ func (e *Engine) Close() error {
 	// A call polling shared memory gives up; then nothing touches it.
 	e.closing.Store(true)
 	e.shmMu.Lock()
+	if e.shm != nil && !e.shmGone {
+		e.mu.Lock()
+		ok := e.okCalls
+		e.mu.Unlock()
+		e.shm.leave(e.rank, ok)
+	}
 	e.shmGone = true
 	e.shmMu.Unlock()
 	e.wcancel()
@@ -463,6 +470,9 @@ func (c *call) end(err error) error {
 	if e.cur == st {
 		e.cur = nil
 		e.recent[st.seq%uint32(len(e.recent))] = st.hdr
+	}
+	if err == nil {
+		e.okCalls = st.calls
 	}
 	e.mu.Unlock()
 	// Tell the writers of later calls that this rank reads nothing of this

@@ -16,7 +16,8 @@ var (
 	// ErrUnsupported: the op is not defined for the element type, or an
 	// algorithm needs a capability the group lacks.
 	ErrUnsupported = errors.New("not supported")
-	// ErrClosed: the Engine was closed.
+	// ErrClosed: the Engine was closed, or a peer closed its own before
+	// completing the call (a *PeerClosedError names it).
 	ErrClosed = errors.New("engine closed")
 	// ErrProtocol: a message that is not a collectives message of this call
 	// (corrupt header).
@@ -90,3 +91,16 @@ func (e *PeerError) Error() string {
 }
 
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// PeerClosedError says that a rank closed its Engine (communicator)
+// without completing the call this rank waits in: it left early, and the
+// call cannot complete. It matches ErrClosed.
+type PeerClosedError struct {
+	Rank int
+}
+
+func (e *PeerClosedError) Error() string {
+	return fmt.Sprintf("rank %d closed its communicator before completing this call", e.Rank)
+}
+
+func (e *PeerClosedError) Is(target error) bool { return target == ErrClosed }

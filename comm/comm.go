@@ -121,6 +121,7 @@ type world struct {
 	nextCtx  atomic.Uint32 // context id counter without an Adder store
 	abortErr atomic.Pointer[error]
 	settle   sync.Once // the first peer loss waits briefly for an abort notice
+	reported sync.Once // the first failure caused by another rank is reported to the store
 	stopOnce sync.Once
 	stop     chan struct{}
 	watchWG  sync.WaitGroup
@@ -823,7 +824,81 @@ func (c *Comm) wrap(op string, peer, tag int, err error) error {
 	if ap := c.w.abortErr.Load(); ap != nil && !errors.Is(err, ErrAborted) {
 		err = fmt.Errorf("%w; %w", *ap, err)
 	}
-	return c.opErr(op, peer, tag, err)
+	oe := c.opErr(op, peer, tag, err)
+	c.reportFailure(oe)
+	return oe
+}
+
+// failureReportTimeout bounds the report of a rank's first failure: it
+// goes out before the error is returned (the program may exit right
+// after), and a rendezvous that is gone must not hold the error up.
+const failureReportTimeout = 250 * time.Millisecond
+
+// reportFailure puts this rank's first failure that began at another
+// rank (or at this one: a refused call) into the store, for the launcher
+// to name the rank where the failure began (see bootstrap.FailureKey).
+// Aborts are reported by the rendezvous itself.
+func (c *Comm) reportFailure(err error) {
+	if errors.Is(err, ErrAborted) {
+		return
+	}
+	f, ok := c.failureOf(err)
+	if !ok {
+		return
+	}
+	w := c.w
+	w.reported.Do(func() {
+		f.Detail = err.Error()
+		ctx, cancel := context.WithTimeout(context.Background(), failureReportTimeout)
+		defer cancel()
+		if perr := w.store.Put(ctx, bootstrap.FailureKey(w.ep.Rank()), f.Encode()); perr != nil {
+			w.log.Debug("comm: failure report not stored", "err", perr)
+		}
+	})
+}
+
+// failureOf says where err began, in world ranks, if another rank's
+// failure (or a disagreement with one) caused it.
+func (c *Comm) failureOf(err error) (bootstrap.FailureReport, bool) {
+	world := func(r int) int {
+		if r >= 0 && r < len(c.members) {
+			return c.members[r]
+		}
+		return -1
+	}
+	var (
+		pl *p2p.PeerLostError
+		pc *collectives.PeerClosedError
+		qc *p2p.PeerClosedError
+		pe *collectives.PeerError
+		me *collectives.MismatchError
+		f  bootstrap.FailureReport
+	)
+	switch {
+	case errors.As(err, &pl):
+		f.Kind = "lost"
+		if pl.Revoked {
+			f.Kind = "revoked"
+		}
+		f.Origins = []int{pl.Rank} // endpoint ranks are world ranks
+	case errors.As(err, &pc):
+		f.Kind, f.Origins = "closed", []int{world(pc.Rank)}
+	case errors.As(err, &qc):
+		f.Kind, f.Origins = "closed", []int{qc.Rank}
+	case errors.As(err, &pe):
+		f.Kind, f.Origins = "invalid", []int{world(pe.Rank)}
+	case errors.As(err, &me):
+		f.Kind = "mismatch"
+		for _, r := range []int{me.Rank, me.Peer} {
+			if wr := world(r); wr >= 0 && r != c.rank {
+				f.Origins = append(f.Origins, wr)
+			}
+		}
+	default:
+		return f, false
+	}
+	f.Origins = slices.DeleteFunc(f.Origins, func(r int) bool { return r < 0 })
+	return f, len(f.Origins) > 0
 }
 
 // check fails operations on a nil or closed communicator.

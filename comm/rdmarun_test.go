@@ -72,3 +72,20 @@ func TestRdmarunAbort(t *testing.T) {
 	assert.Contains(t, errOut, "Abort(3)")
 	assert.NotContains(t, out, "ok rank=")
 }
+
+// A rank that closes and exits 0 early: the others' next collective fails
+// at once naming it (over shm too, where the collectives run through
+// shared memory), and rdmarun names that rank as where the failure began
+// and the others as failing because of it, instead of the first survivor
+// to exit.
+func TestRdmarunRankLeavesEarly(t *testing.T) {
+	buildJobBinaries(t)
+	for _, transport := range []string{"tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			out, errOut, code := job(t, "-np", "4", "--transport", transport, "--connect-timeout", "30s", progBin, "-leave-rank", "1", "-n", "8")
+			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			assert.Contains(t, out, "left rank=1")
+			assert.Regexp(t, `failed: the failure began at rank 1 \(host \S+\), which closed its communicator early \([^\n]*rank 1 closed[^\n]*\); ranks 0, 2 and 3 failed because of it`, errOut)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -102,11 +103,10 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 				group = append(group, entry{int(all[2*r+1]), r})
 			}
 		}
+		// cmp.Compare, not a subtraction: keys near the int limits
+		// would overflow it and sort out of order.
 		slices.SortFunc(group, func(a, b entry) int {
-			if a.key != b.key {
-				return a.key - b.key
-			}
-			return a.rank - b.rank
+			return cmp.Or(cmp.Compare(a.key, b.key), cmp.Compare(a.rank, b.rank))
 		})
 		members := make([]int, len(group))
 		for i, e := range group {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"testing"
 
@@ -288,4 +290,48 @@ func TestSplitWithoutAdder(t *testing.T) {
 	}
 	wg.Wait()
 	requireOK(t, errs)
+}
+
+// Keys and colours near the int64 limits order ranks as their values do:
+// a comparison by subtraction overflows there and puts them out of order.
+func TestSplitExtremeKeys(t *testing.T) {
+	const lo, hi = math.MinInt64, math.MaxInt64
+	cases := []struct {
+		name   string
+		colors []int
+		keys   []int
+		want   [][]int // per colour (ascending), world ranks in order
+	}{
+		{"keys min and max", []int{0, 0, 0, 0}, []int{hi, lo, 0, hi - 1}, [][]int{{1, 2, 3, 0}}},
+		{"keys max and negative", []int{0, 0, 0}, []int{-2, hi, lo + 1}, [][]int{{2, 0, 1}}},
+		{"equal extreme keys by rank", []int{0, 0, 0}, []int{lo, hi, lo}, [][]int{{0, 2, 1}}},
+		{"extreme colours", []int{hi, 0, hi, hi - 1}, []int{3, 0, lo, hi}, [][]int{{1}, {3}, {2, 0}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := len(tc.colors)
+			runOK(t, p, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+				me := c.Rank()
+				sub, err := c.Split(ctx, tc.colors[me], tc.keys[me])
+				if err != nil {
+					return err
+				}
+				defer sub.Close()
+				var want []int
+				for _, g := range tc.want {
+					if slices.Contains(g, me) {
+						want = g
+					}
+				}
+				got := make([]int, sub.Size())
+				for i := range got {
+					got[i] = sub.WorldRank(i)
+				}
+				if !slices.Equal(got, want) {
+					return fmt.Errorf("rank %d (colour %d, key %d): split order %v, want %v", me, tc.colors[me], tc.keys[me], got, want)
+				}
+				return nil
+			})
+		})
+	}
 }

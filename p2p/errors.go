@@ -188,3 +188,14 @@ func formatRanks(ranks []int) string {
 func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
+
+// PeerClosedError is the cause when an operation can only complete with a
+// rank that has closed its endpoint on purpose (it said goodbye: it is not
+// lost). It matches ErrClosed.
+type PeerClosedError struct {
+	Rank int
+}
+
+func (e *PeerClosedError) Error() string { return fmt.Sprintf("rank %d closed its endpoint", e.Rank) }
+
+func (e *PeerClosedError) Is(target error) bool { return target == ErrClosed }

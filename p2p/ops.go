@@ -109,7 +109,7 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if err := ep.checkLocked(); err == nil && p.departed {
-		err = fmt.Errorf("rank %d closed its endpoint: %w", peer, ErrClosed)
+		err = &PeerClosedError{Rank: peer}
 		if reg != nil {
 			p.dev.cache.put(reg)
 		}
@@ -260,7 +260,7 @@ func (c *Channel) irecv(op string, src, tag int, buf []byte) (*Request, error) {
 		return r, nil
 	}
 	if src >= 0 && src != ep.rank && ep.peers[src].departed {
-		return nil, c.argErr(op, src, tag, fmt.Errorf("rank %d closed its endpoint: %w", src, ErrClosed))
+		return nil, c.argErr(op, src, tag, &PeerClosedError{Rank: src})
 	}
 	ep.m.post(r)
 	return r, nil
@@ -368,7 +368,7 @@ func (c *Channel) probe(ctx context.Context, op string, src, tag int, claim, blo
 			return in, nil
 		}
 		if src >= 0 && src != ep.rank && ep.peers[src].departed {
-			return nil, c.argErr(op, src, tag, fmt.Errorf("rank %d closed its endpoint: %w", src, ErrClosed))
+			return nil, c.argErr(op, src, tag, &PeerClosedError{Rank: src})
 		}
 		return nil, nil
 	}

@@ -3,6 +3,7 @@ package p2p_test
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // Peer loss across processes: a job of three processes over tcp (or shm);
@@ -119,4 +121,48 @@ func processChild(t *testing.T, role string) {
 	// heard of rank 2's loss, and rank 0 would blame rank 1 (the parent
 	// kills this process when it is done).
 	<-ctx.Done()
+}
+
+// A process_vm_readv of a peer that has died fails with ESRCH: that is
+// the peer lost (ErrPeerLost naming it, and the endpoint revoked so the
+// other ranks learn it too), not an unsupported operation. Before the fix
+// a dead root made the collectives' single-copy bcast report "not
+// supported".
+func TestProcessReadPeerLost(t *testing.T) {
+	if role := os.Getenv("P2P_TEST_RANK"); role != "" {
+		processChild(t, role)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	token, err := bootstrap.NewToken()
+	require.NoError(t, err)
+	srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Token: token, Size: 3})
+	require.NoError(t, err)
+	defer srv.Close()
+	ranks := testbin.StartRanks(t, "^TestProcessReadPeerLost$", 3, func(r int) []string {
+		return []string{"P2P_TEST_RANK=" + strconv.Itoa(r), "P2P_TEST_ADDR=" + srv.Addr(),
+			"P2P_TEST_TOKEN=" + hex.EncodeToString(token), "P2P_TEST_PROVIDER=shm"}
+	})
+	ep := joinProcess(ctx, t, 0, srv.Addr(), token, "shm")
+	defer ep.Close()
+	// Address 0 is never mapped: a live peer reached by CMA answers with
+	// a bad address, one reached otherwise with ErrUnsupported.
+	if err := ep.ReadPeer(2, 0, make([]byte, 8)); errors.Is(err, verbs.ErrUnsupported) {
+		t.Skipf("no cross-memory attach between these processes: %v", err)
+	}
+	// One exchange with rank 1 (which then waits in a receive from rank
+	// 0) so that it is up before rank 2 goes.
+	buf := make([]byte, 8)
+	require.NoError(t, ep.Send(ctx, 1, 0, buf))
+	_, err = ep.Recv(ctx, 1, 0, buf)
+	require.NoError(t, err)
+	require.NoError(t, ranks[2].Cmd.Process.Kill())
+	_, _ = ranks[2].Cmd.Process.Wait() // gone for good: process_vm_readv now fails with ESRCH
+	err = ep.ReadPeer(2, 0, make([]byte, 8))
+	require.NoError(t, checkLost(err, 2), "ReadPeer of a dead rank: %v", err)
+	require.False(t, errors.Is(err, verbs.ErrUnsupported), "%v", err)
+	require.NoError(t, checkLost(ep.Err(), 2), "the endpoint's error")
+	// Rank 1 learns it through the revoke (its receive from rank 0 fails).
+	require.Contains(t, ranks[1].Result(), "rank 2 lost", "rank 1's result")
 }

@@ -474,7 +474,7 @@ func (ep *Endpoint) repostNowLocked(p *peer) {
 // queued to it.
 func (ep *Endpoint) departLocked(p *peer) {
 	p.departed = true
-	gone := &Error{Op: "", Rank: ep.rank, Peer: p.rank, Err: fmt.Errorf("rank %d closed its endpoint: %w", p.rank, ErrClosed)}
+	gone := &Error{Op: "", Rank: ep.rank, Peer: p.rank, Err: &PeerClosedError{Rank: p.rank}}
 	ep.dropSplitsLocked(p, gone.Err)
 	ep.dropPipesLocked(p, gone.Err)
 	for i := 0; i < len(ep.m.posted); {

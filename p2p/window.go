@@ -3,6 +3,7 @@ package p2p
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -233,10 +234,25 @@ func (ep *Endpoint) peerIO(op string, peer int, addr uint64, b []byte, write boo
 	if !can {
 		err = fmt.Errorf("%w: the %s link to rank %d cannot %s its memory", verbs.ErrUnsupported, p.dev.provider, peer, what)
 	}
-	if err != nil {
-		return &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
+	if err == nil {
+		return nil
 	}
-	return nil
+	if errors.Is(err, verbs.StatusRetryExcErr) {
+		// The peer's process is gone (process_vm_readv's ESRCH) or its
+		// link is down: a lost peer, which the whole endpoint learns,
+		// unless it had closed its endpoint on purpose.
+		ep.mu.Lock()
+		ep.linkErrorLocked(p, fmt.Errorf("link to rank %d: %w", peer, err))
+		if p.departed {
+			err = &PeerClosedError{Rank: peer}
+		} else if fe := ep.failErr; fe != nil && !errors.Is(fe, ErrClosed) {
+			err = fe // names the rank lost first, maybe another one
+		} else {
+			err = &PeerLostError{Rank: peer, Reporter: ep.rank, Cause: err}
+		}
+		ep.mu.Unlock()
+	}
+	return &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 }
 
 // Len is the size of rank's window.

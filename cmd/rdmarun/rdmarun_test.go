@@ -200,6 +200,19 @@ func TestRankKilledBySignal(t *testing.T) {
 	pidsGone(t, dir, 3)
 }
 
+// A stopped rank cannot say anything, and the ranks that notice it exit
+// first: rdmarun must name the stopped rank, from the survivors' failure
+// reports, not the first survivor to exit (rank 3 here), and say which
+// ranks failed because of it.
+func TestStoppedRankBlamed(t *testing.T) {
+	dir := t.TempDir()
+	r := run(t, nil, "-np", "4", "--grace", "1s", testprogBin, "-stop-rank", "1", "-piddir", dir)
+	assert.Equal(t, 1, r.code, "the first failed rank's code")
+	assert.Regexp(t, `rank 3 \(host localhost, pid \d+\) exited with code 1 after rank 1 was lost; stopping the other 3 ranks`, r.stderr)
+	assert.Regexp(t, `job \w+ failed: the failure began at rank 1 \(host localhost\), which was lost \(rank 1 lost: no frame for 1.5s\); ranks 0, 2 and 3 failed because of it`, r.stderr)
+	pidsGone(t, dir, 4)
+}
+
 func TestAbort(t *testing.T) {
 	dir := t.TempDir()
 	r := run(t, nil, "-np", "3", testprogBin, "-abort-rank", "1", "-abort-code", "7", "-piddir", dir)

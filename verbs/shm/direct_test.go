@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"os/exec"
 	"sync/atomic"
 	"testing"
 	"unsafe"
@@ -66,4 +67,28 @@ func TestReadPeerInProcess(t *testing.T) {
 	}
 	require.ErrorIs(t, a.qp.ReadPeer(0, make([]byte, 8)), verbs.ErrUnsupported)
 	require.ErrorIs(t, a.qp.WritePeer(0, make([]byte, 8)), verbs.ErrUnsupported)
+}
+
+// A CMA copy from a peer process that no longer exists (ESRCH) is the
+// peer gone: the same RETRY_EXC_ERR a work request to it completes with,
+// never ErrUnsupported, and the link is dead from then on. The link's pid
+// is pointed at a process that has exited.
+func TestReadPeerGone(t *testing.T) {
+	a, b := newEnd(t, Options{}), newEnd(t, Options{})
+	connectPair(t, a, b)
+	gone := exec.Command("true")
+	require.NoError(t, gone.Run())
+	l := a.qp.lnk.Load()
+	l.path, l.pid = UserMemCMA, gone.Process.Pid
+	for _, write := range []bool{false, true} {
+		var err error
+		if write {
+			err = a.qp.WritePeer(0x1000, make([]byte, 8))
+		} else {
+			err = a.qp.ReadPeer(0x1000, make([]byte, 8))
+		}
+		require.ErrorIs(t, err, verbs.StatusRetryExcErr, "write %v", write)
+		require.NotErrorIs(t, err, verbs.ErrUnsupported, "write %v", write)
+		require.True(t, l.dead.Load(), "the link is dead after ESRCH")
+	}
 }

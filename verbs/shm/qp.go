@@ -606,8 +606,12 @@ func (q *QP) WritePeer(addr uint64, src []byte) error { return q.peerIO("WritePe
 
 func (q *QP) peerIO(op string, addr uint64, b []byte, write bool) error {
 	l := q.lnk.Load()
-	if l == nil || l.dead.Load() {
+	if l == nil {
 		return q.opErr(op, 0, fmt.Errorf("%w: not connected", verbs.ErrInvalidState))
+	}
+	if l.dead.Load() {
+		// As a work request to a dead link completes: the peer is gone.
+		return q.opErr(op, 0, fmt.Errorf("%w: the link to the peer is down", verbs.StatusRetryExcErr))
 	}
 	if l.path != UserMemCMA {
 		return q.opErr(op, 0, fmt.Errorf("%w: the link reaches the peer's memory by %v, not CMA", verbs.ErrUnsupported, l.path))
@@ -624,6 +628,11 @@ func (q *QP) peerIO(op string, addr uint64, b []byte, write bool) error {
 		return nil
 	case syscall.EFAULT:
 		return q.opErr(op, 0, fmt.Errorf("%w: [%#x, +%d) is not mapped in the peer", verbs.ErrInvalidArgument, addr, len(b)))
+	case syscall.ESRCH:
+		// The peer process has exited: the peer is lost, as for a work
+		// request (remoteIO), not an operation the link cannot do.
+		l.dead.Store(true)
+		return q.opErr(op, 0, fmt.Errorf("%w: %s: peer process %d is gone", verbs.StatusRetryExcErr, sys, l.pid))
 	default:
 		return q.opErr(op, 0, fmt.Errorf("%w: %s: %v", verbs.ErrUnsupported, sys, err))
 	}

@@ -8,7 +8,9 @@
 // -abort-rank R makes rank R call Abort(-abort-code) after the first
 // allreduce; the others then block in a receive the aborting rank never
 // answers, which the launcher must end. -panic-rank R makes rank R panic
-// inside the next allreduce (see panicInCollective).
+// inside the next allreduce (see panicInCollective). -leave-rank R makes
+// rank R close its communicator and exit 0 there; the others run barriers,
+// which must fail naming it.
 package main
 
 import (
@@ -26,6 +28,7 @@ var (
 	abortRank = flag.Int("abort-rank", -1, "this rank calls Abort(-abort-code) after the first allreduce")
 	abortCode = flag.Int("abort-code", 3, "exit code for -abort-rank")
 	n         = flag.Int("n", 100003, "elements in the allreduce")
+	leaveRank = flag.Int("leave-rank", -1, "this rank closes its communicator and exits 0 after the first allreduce")
 )
 
 func main() {
@@ -68,6 +71,19 @@ func run() error {
 	}
 	if *panicRank >= 0 {
 		return panicInCollective(ctx, c)
+	}
+	if me == *leaveRank {
+		fmt.Printf("left rank=%d\n", me)
+		return c.Close()
+	}
+	if *leaveRank >= 0 {
+		// The others go on; their next collective that needs the leaver
+		// must fail (naming it), not wait for it.
+		for i := 0; ; i++ {
+			if err := comm.Barrier(ctx, c); err != nil {
+				return fmt.Errorf("rank %d: barrier %d after rank %d left: %w", me, i, *leaveRank, err)
+			}
+		}
 	}
 	if *abortRank >= 0 {
 		_, err := comm.Recv(ctx, c, make([]byte, 1), *abortRank, 0)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -832,6 +833,7 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 		killT    *time.Timer
 		timeoutC <-chan time.Time
 		aborts   = srv.Aborts()
+		failRank = -1 // the rank whose exit was the first failure
 	)
 	defer func() {
 		if killT != nil {
@@ -936,7 +938,13 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 			if oc.failed {
 				takeAbort()
 				if !stopping {
-					fail("rank", oc.code, oc.text)
+					failRank = r.Rank
+					text := oc.text
+					// A survivor's exit: say where its failure began.
+					if o, ok := findOrigin(srv.Failures()); ok && o.rank != r.Rank && slices.Contains(o.followers, r.Rank) {
+						text += fmt.Sprintf(" after rank %d %s", o.rank, o.what())
+					}
+					fail("rank", oc.code, text)
 				} else if j.o.Verbose {
 					j.out.printf("%s", oc.text)
 				}
@@ -980,10 +988,36 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 		}
 	}
 	takeAbort()
+	if causeIs == "rank" {
+		cause = j.blame(srv.Failures(), failRank, cause)
+	}
 	if causeIs != "" {
 		j.out.printf("job %s failed: %s", j.id, cause)
 	}
 	return code
+}
+
+// blame rewrites the cause of a job that failed by a rank's exit (first,
+// the rank failRank's, in words) to name the rank where the failure began
+// by the ranks' reports, and the ranks that failed because of it.
+func (j *job) blame(reports []bootstrap.FailureReport, failRank int, cause string) string {
+	o, ok := findOrigin(reports)
+	if !ok {
+		return cause
+	}
+	followers := rankList(o.followers)
+	if o.rank == failRank {
+		return fmt.Sprintf("%s; %s failed because of it", cause, followers)
+	}
+	where := fmt.Sprintf("rank %d", o.rank)
+	if o.rank >= 0 && o.rank < len(j.ranks) {
+		where += fmt.Sprintf(" (host %s)", j.ranks[o.rank].Host)
+	}
+	msg := fmt.Sprintf("the failure began at %s, which %s", where, o.what())
+	if d := o.firstDetail(); d != "" {
+		msg += " (" + d + ")"
+	}
+	return fmt.Sprintf("%s; %s failed because of it (first: %s)", msg, followers, cause)
 }
 
 func plural(n int, word string) string {

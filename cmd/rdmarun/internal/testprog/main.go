@@ -44,6 +44,7 @@ var (
 	affinity  = flag.Bool("affinity", false, "print the CPUs this rank may run on")
 	printCwd  = flag.Bool("cwd", false, "print the working directory")
 	cmdlines  = flag.Bool("check-cmdline", false, "count the processes whose command line contains the job token")
+	stopRank  = flag.Int("stop-rank", -1, "this rank stops itself (SIGSTOP) after the allgather; the others report it lost, as comm does, and exit 1, the last rank first")
 )
 
 func main() {
@@ -199,6 +200,23 @@ func run() error {
 			return err
 		}
 		fmt.Printf("stdin %d bytes: %q\n", len(b), b)
+	}
+	switch {
+	case rank == *stopRank:
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		time.Sleep(time.Minute) // rdmarun ends the job
+	case *stopRank >= 0 && c != nil:
+		// What a comm rank does when it notices a silent peer: report
+		// it, then fail. The survivors exit in reverse rank order, so the
+		// first rank to exit is a survivor, never the stopped one.
+		f := bootstrap.FailureReport{Kind: "lost", Origins: []int{*stopRank}, Detail: fmt.Sprintf("rank %d lost: no frame for 1.5s", *stopRank)}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.Put(ctx, bootstrap.FailureKey(rank), f.Encode()); err != nil {
+			return err
+		}
+		time.Sleep(time.Duration(size-1-rank) * 200 * time.Millisecond)
+		return fmt.Errorf("rank %d: rank %d lost", rank, *stopRank)
 	}
 	switch rank {
 	case *exitRank:

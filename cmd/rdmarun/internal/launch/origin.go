@@ -1,0 +1,131 @@
+package launch
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rdmago/rdmago/bootstrap"
+)
+
+// Where a failure began. The first rank to exit non-zero is usually a
+// survivor: the rank that was killed, stopped or cut off cannot say
+// anything, and the others exit as soon as they notice. So each rank whose
+// first failure began elsewhere reports it to the rendezvous (see
+// bootstrap.FailureKey): the rank it lost, the rank whose revoke or
+// refusal reached it, the other side of a disagreement. The origin is the
+// rank those reports name most; a tie goes to the rank named first.
+
+// origin is the rank where the failure began by the reports, with the
+// reports that name it; ok is false without reports.
+type origin struct {
+	rank      int
+	reports   []bootstrap.FailureReport // those that name rank
+	followers []int                     // every other reporting rank, sorted
+}
+
+func findOrigin(reports []bootstrap.FailureReport) (origin, bool) {
+	votes := map[int]float64{}
+	first := map[int]int{} // rank → index of the first report naming it
+	for i, f := range reports {
+		var os []int
+		for _, o := range f.Origins {
+			if o != f.Rank && !slices.Contains(os, o) {
+				os = append(os, o)
+			}
+		}
+		for _, o := range os {
+			votes[o] += 1 / float64(len(os))
+			if _, seen := first[o]; !seen {
+				first[o] = i
+			}
+		}
+	}
+	best := -1
+	for r, v := range votes {
+		if best < 0 || v > votes[best] || v == votes[best] && first[r] < first[best] {
+			best = r
+		}
+	}
+	if best < 0 {
+		return origin{}, false
+	}
+	o := origin{rank: best}
+	for _, f := range reports {
+		if f.Rank == best {
+			continue
+		}
+		if slices.Contains(f.Origins, best) {
+			o.reports = append(o.reports, f)
+		}
+		// A rank that failed on another survivor (which had exited
+		// because of the origin) failed because of the origin too.
+		o.followers = append(o.followers, f.Rank)
+	}
+	slices.Sort(o.followers)
+	return o, true
+}
+
+// what says in words how the reports saw the origin.
+func (o origin) what() string {
+	kinds := map[string]bool{}
+	for _, f := range o.reports {
+		kinds[f.Kind] = true
+	}
+	switch {
+	case kinds["lost"] || kinds["revoked"]:
+		return "was lost"
+	case kinds["closed"]:
+		return "closed its communicator early"
+	case kinds["invalid"]:
+		return "refused a collective's arguments"
+	case kinds["mismatch"]:
+		return "called a collective with arguments that differ from the others'"
+	}
+	return "failed"
+}
+
+// firstDetail is the first report's error, of a direct observation when
+// there is one (a revoke only repeats it).
+func (o origin) firstDetail() string {
+	for _, f := range o.reports {
+		if f.Kind != "revoked" {
+			return f.Detail
+		}
+	}
+	if len(o.reports) > 0 {
+		return o.reports[0].Detail
+	}
+	return ""
+}
+
+// rankList writes "rank 3", "ranks 3 and 7", "ranks 1, 4 and 7-9".
+func rankList(ranks []int) string {
+	if len(ranks) == 0 {
+		return "no ranks"
+	}
+	var parts []string
+	for i := 0; i < len(ranks); {
+		j := i
+		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
+			j++
+		}
+		if j-i >= 2 {
+			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
+		} else {
+			for k := i; k <= j; k++ {
+				parts = append(parts, strconv.Itoa(ranks[k]))
+			}
+		}
+		i = j + 1
+	}
+	word := "ranks "
+	if len(ranks) == 1 {
+		word = "rank "
+	}
+	if len(parts) == 1 {
+		return word + parts[0]
+	}
+	return word + strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
