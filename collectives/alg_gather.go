@@ -80,6 +80,44 @@ func (c *call) allgatherBruck(buf []byte) error {
 	return nil
 }
 
+// allgatherLinear: every rank sends its block straight to every other rank,
+// all receives and sends posted at once (in the pairwise order, so that
+// no rank is everyone's first destination): one round of overlapping
+// messages instead of p−1 dependent steps. Small blocks, few ranks.
+func (c *call) allgatherLinear(buf []byte) error {
+	p := c.n
+	ins := c.nin
+	for s := 1; s < p; s++ {
+		src := mod(c.me-s, p)
+		if _, err := c.recv(src, c.rblock(buf, src), c.h.count); err != nil {
+			return err
+		}
+	}
+	outs := c.nout
+	for s := 1; s < p; s++ {
+		if _, err := c.send(mod(c.me+s, p), c.rblock(buf, c.me), c.h.count); err != nil {
+			return err
+		}
+	}
+	return c.waitBatch(ins, outs)
+}
+
+// waitBatch waits for the receives and then the sends this call started
+// since it had ins receive and outs send records.
+func (c *call) waitBatch(ins, outs int) error {
+	for _, m := range c.callState.ins[ins:c.nin] {
+		if err := m.wait(); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.callState.outs[outs:c.nout] {
+		if err := m.wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // allgathervRing: the ring with blocks of per-rank counts (displacements
 // are the prefix sums); each message announces its block's count.
 func (c *call) allgathervRing(buf []byte, counts []int) error {
@@ -301,6 +339,30 @@ func (c *call) alltoallPairwise(send, recv []byte) error {
 		}
 	}
 	return nil
+}
+
+// alltoallLinear: every block goes straight to its rank, all receives
+// and sends posted at once (in the pairwise order): one round of
+// overlapping messages instead of p−1 dependent steps. Small blocks, few
+// ranks.
+func (c *call) alltoallLinear(send, recv []byte) error {
+	p := c.n
+	copy(c.rblock(recv, c.me), c.rblock(send, c.me))
+	ins := c.nin
+	for s := 1; s < p; s++ {
+		src := mod(c.me-s, p)
+		if _, err := c.recv(src, c.rblock(recv, src), c.h.count); err != nil {
+			return err
+		}
+	}
+	outs := c.nout
+	for s := 1; s < p; s++ {
+		dst := mod(c.me+s, p)
+		if _, err := c.send(dst, c.rblock(send, dst), c.h.count); err != nil {
+			return err
+		}
+	}
+	return c.waitBatch(ins, outs)
 }
 
 // alltoallBruck: rotate so slot i holds the block for rank me+i; in round

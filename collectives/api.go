@@ -284,6 +284,8 @@ func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T)
 				return c.allgatherRD(rb)
 			case Bruck:
 				return c.allgatherBruck(rb)
+			case Linear:
+				return c.allgatherLinear(rb)
 			}
 			return c.allgatherRing(rb)
 		})
@@ -436,8 +438,11 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 			return nil
 		}},
 		func(c *call, alg Algorithm) error {
-			if alg == Bruck {
+			switch alg {
+			case Bruck:
 				return c.alltoallBruck(sb, rb)
+			case Linear:
+				return c.alltoallLinear(sb, rb)
 			}
 			return c.alltoallPairwise(sb, rb)
 		})

@@ -118,6 +118,14 @@ func (m *Model) Cost(c Collective, a Algorithm, p int, n int) float64 {
 	return m.cost(c, a, p, float64(n), m.Alpha.Seconds(), m.Beta)
 }
 
+// postOverlap is the cost of each further message of a batch posted at
+// once (Linear, Pairwise reduce-scatter), as a fraction of α: the
+// messages travel together, and what each adds is its sender's and
+// receiver's software. A form with p−1 dependent steps pays p−1
+// latencies instead, and where ranks outnumber cores each step may wait
+// for the peer's turn on a core.
+const postOverlap = 0.25
+
 func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta float64) float64 {
 	if p <= 1 {
 		return 0
@@ -130,6 +138,10 @@ func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta fl
 	if !isPow2(p) {
 		fold = 2 * (alpha + n*beta)
 	}
+	// k messages posted at once and waited for together overlap: the
+	// first costs a latency, each further one its injection (see
+	// postOverlap).
+	atOnce := func(k float64) float64 { return alpha + (k-1)*postOverlap*alpha }
 	switch c {
 	case CollBarrier:
 		return lg * alpha
@@ -179,13 +191,15 @@ func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta fl
 			return lg*alpha + frac*n*beta + fold/2
 		case Bruck:
 			return lg*alpha + frac*n*beta + n*beta/2 // plus the final rotation copy
+		case Linear:
+			return atOnce(pf-1) + frac*n*beta
 		}
 	case CollReduceScatter:
 		switch a {
 		case RecursiveHalving:
 			return lg*alpha + frac*n*(beta+g) + fold
-		case Pairwise:
-			return (pf-1)*alpha + frac*n*(beta+g) + frac*n*beta*0.25
+		case Pairwise: // every block posted at once (orderedReduceScatter)
+			return atOnce(pf-1) + frac*n*(beta+g) + frac*n*beta*0.25
 		case Ring:
 			return (pf-1)*alpha + frac*n*(beta+g)
 		}
@@ -202,6 +216,8 @@ func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta fl
 			return (pf-1)*alpha + frac*n*beta
 		case Bruck:
 			return lg*(alpha+n/2*beta) + n*beta
+		case Linear:
+			return atOnce(pf-1) + frac*n*beta
 		}
 	case CollScan, CollExscan:
 		return lg * (alpha + n*beta + n*g)
@@ -286,6 +302,12 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 	best, bestCost := Auto, math.Inf(1)
 	for _, a := range algsOf(c) {
 		if a == SharedMemory || admissible(a) != nil {
+			continue
+		}
+		if a == Linear && (c == CollAlltoall || c == CollAllgather) && nbytes/e.size > e.opts.inline() {
+			// Blocks past the inline size travel as header and payload,
+			// and the payload's receive waits for its header: the waits of
+			// a batch would run one after another.
 			continue
 		}
 		var cost float64

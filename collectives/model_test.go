@@ -188,3 +188,34 @@ func TestBcastSplitsBands(t *testing.T) {
 		assert.Equal(t, c.split, collectives.BcastSplits(c.n), "%d bytes", c.n)
 	}
 }
+
+// TestCostModelPostsAllAtOnce: with few ranks and small blocks, Auto picks
+// the forms that post every message of a call at once (alltoall and
+// allgather Linear, reduce_scatter Pairwise): their messages overlap, so
+// the call pays one latency and a small injection cost per further
+// message, not one latency per dependent step (which, with ranks
+// outnumbering cores, is a context switch each). Large blocks and many
+// ranks keep the stepwise and log-depth forms.
+func TestCostModelPostsAllAtOnce(t *testing.T) {
+	t.Parallel()
+	choose := func(e *collectives.Engine, c collectives.Collective, n int) collectives.Algorithm {
+		a, err := e.Choose(c, n, true)
+		require.NoError(t, err)
+		return a
+	}
+	e4 := engineFor(t, 4, coltest.Options{}, collectives.Options{})
+	for _, n := range []int{4 * 4, 4 * 4096} { // whole vectors of 4 blocks
+		assert.Equal(t, collectives.Linear, choose(e4, collectives.CollAlltoall, n), "alltoall %d B", n)
+		assert.Equal(t, collectives.Linear, choose(e4, collectives.CollAllgather, n), "allgather %d B", n)
+		assert.Equal(t, collectives.Pairwise, choose(e4, collectives.CollReduceScatter, n), "reduce_scatter %d B", n)
+	}
+	// Blocks above the inline size go as two messages each, whose waits
+	// would serialize: stepwise forms.
+	assert.NotEqual(t, collectives.Linear, choose(e4, collectives.CollAlltoall, 4<<20))
+	assert.NotEqual(t, collectives.Linear, choose(e4, collectives.CollAllgather, 4<<20))
+	assert.NotEqual(t, collectives.Pairwise, choose(e4, collectives.CollReduceScatter, 64<<20))
+	// Many ranks: log-depth forms for tiny blocks.
+	e64 := engineFor(t, 64, coltest.Options{}, collectives.Options{})
+	assert.Equal(t, collectives.Bruck, choose(e64, collectives.CollAlltoall, 64*4))
+	assert.NotEqual(t, collectives.Linear, choose(e64, collectives.CollAllgather, 64*4))
+}

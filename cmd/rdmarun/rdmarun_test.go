@@ -315,6 +315,49 @@ func TestBindToCore(t *testing.T) {
 	}
 }
 
+// TestBindDefault: without --bind-to, two ranks on a host with two CPUs
+// or more are bound to a CPU each; ranks that outnumber the CPUs stay
+// unbound and -v says why; --bind-to none leaves two ranks unbound.
+func TestBindDefault(t *testing.T) {
+	ncpu := runtime.NumCPU()
+	cpusOf := func(r result, n int) []string {
+		t.Helper()
+		hs := hellos(t, r.stdout)
+		require.Len(t, hs, n)
+		var cpus []string
+		for rank := range n {
+			m := regexp.MustCompile(`cpus=(\S+)`).FindStringSubmatch(hs[rank].extra)
+			require.NotNil(t, m)
+			cpus = append(cpus, m[1])
+		}
+		return cpus
+	}
+	if ncpu >= 2 {
+		r := run(t, nil, "-np", "2", testprogBin, "-affinity", "-nodial")
+		require.Equal(t, 0, r.code, r.stderr)
+		cpus := cpusOf(r, 2)
+		for rank, c := range cpus {
+			assert.NotContains(t, c, ",", "rank %d is bound to one CPU by default", rank)
+		}
+		assert.NotEqual(t, cpus[0], cpus[1], "two ranks, two CPUs")
+
+		r = run(t, nil, "-np", "2", "--bind-to", "none", testprogBin, "-affinity", "-nodial")
+		require.Equal(t, 0, r.code, r.stderr)
+		for rank, c := range cpusOf(r, 2) {
+			assert.Contains(t, c, ",", "rank %d is not bound with --bind-to none", rank)
+		}
+	}
+	np := ncpu + 1
+	r := run(t, nil, "-v", "-np", strconv.Itoa(np), testprogBin, "-affinity", "-nodial")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, fmt.Sprintf("%d ranks on localhost outnumber its %d CPUs: ranks are not bound", np, ncpu))
+	if ncpu >= 2 {
+		for rank, c := range cpusOf(r, np) {
+			assert.Contains(t, c, ",", "rank %d (outnumbering the CPUs) is not bound", rank)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	hostfile := filepath.Join(t.TempDir(), "hosts")
 	require.NoError(t, os.WriteFile(hostfile, []byte("# two hosts\nlocalhost slots=2\nnode2 slots=many\n"), 0o644))

@@ -2,8 +2,11 @@ package affinity
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,8 +56,12 @@ func RestoreThread(old unix.CPUSet) error {
 
 // StartPinned starts cmd pinned to cpu from its first instruction; the
 // caller's own affinity is left as it was.
-func StartPinned(cmd *exec.Cmd, cpu int) error {
-	old, err := PinThread(cpu)
+func StartPinned(cmd *exec.Cmd, cpu int) error { return StartPinnedSet(cmd, []int{cpu}) }
+
+// StartPinnedSet starts cmd pinned to the CPUs in set (a socket's, say)
+// from its first instruction; the caller's own affinity is left as it was.
+func StartPinnedSet(cmd *exec.Cmd, set []int) error {
+	old, err := pinThreadSet(set)
 	if err != nil {
 		return err
 	}
@@ -63,4 +70,36 @@ func StartPinned(cmd *exec.Cmd, cpu int) error {
 		err = rerr
 	}
 	return err
+}
+
+// pinThreadSet is PinThread for a set of CPUs.
+func pinThreadSet(set []int) (unix.CPUSet, error) {
+	runtime.LockOSThread()
+	var old, mask unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		runtime.UnlockOSThread()
+		return old, fmt.Errorf("read affinity: %w", err)
+	}
+	for _, c := range set {
+		mask.Set(c)
+	}
+	if err := unix.SchedSetaffinity(0, &mask); err != nil {
+		runtime.UnlockOSThread()
+		return old, fmt.Errorf("pin to CPUs %v: %w", set, err)
+	}
+	return old, nil
+}
+
+// Sockets groups cpus by the physical package (socket) each belongs to,
+// as sysfs reports it, in the order of each package's first CPU. A CPU
+// whose package cannot be read counts as package 0.
+func Sockets(cpus []int) [][]int {
+	return groupByPackage(cpus, func(cpu int) (int, bool) {
+		b, err := os.ReadFile(fmt.Sprintf("/sys/devices/system/cpu/cpu%d/topology/physical_package_id", cpu))
+		if err != nil {
+			return 0, false
+		}
+		id, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		return id, err == nil
+	})
 }

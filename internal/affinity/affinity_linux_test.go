@@ -49,3 +49,30 @@ func TestPinThreadBadCPU(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after)
 }
+
+func TestGroupByPackage(t *testing.T) {
+	pkg := map[int]int{0: 1, 1: 0, 2: 1, 3: 0}
+	got := groupByPackage([]int{0, 1, 2, 3, 4}, func(c int) (int, bool) {
+		id, ok := pkg[c]
+		return id, ok
+	})
+	// Groups in the order of their first CPU; CPU 4's package is unknown: 0.
+	want := [][]int{{0, 2}, {1, 3, 4}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("groupByPackage = %v, want %v", got, want)
+	}
+}
+
+func TestSocketsCoverEveryCPU(t *testing.T) {
+	cpus, err := CPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range Sockets(cpus) {
+		n += len(g)
+	}
+	if n != len(cpus) {
+		t.Fatalf("Sockets(%v) holds %d CPUs", cpus, n)
+	}
+}

@@ -174,7 +174,7 @@ type remoteSpec struct {
 	Argv       []string    // program and arguments
 	Stdin      bool        // relay "d"/"p"/"e" lines to the program's stdin (rank 0)
 	AutoProcs  bool        // set GOMAXPROCS when local ranks outnumber CPUs, unless set
-	BindCore   bool        // pin to CPU (local rank mod CPUs) with taskset
+	Bind       BindPolicy  // core: pin to CPU (local rank mod CPUs) with taskset; auto: so when the host has at most 2 ranks and a CPU each
 	Grace      int         // seconds between TERM and KILL when rdmarun is gone
 }
 
@@ -230,8 +230,14 @@ func remoteScript(s remoteSpec) string {
 	}
 	w("; ")
 	w(`command -v -- "$1" >/dev/null 2>&1 || { printf '%%s notfound\n' "$M" >&2; exit 127; }; `)
-	if s.BindCore {
+	switch s.Bind {
+	case BindCore:
 		w(`if command -v taskset >/dev/null 2>&1; then c=$(nproc); set -- taskset -c $((RDMARUN_LOCAL_RANK %% c)) "$@"; else echo "rdmarun: warning: taskset not found on $(hostname), rank %d is not bound" >&2; fi; `, s.Rank)
+	case BindAuto:
+		// autoBind's core case; a remote host's ranks are not bound to
+		// sockets. Without taskset they stay unbound, silently: nobody
+		// asked for a binding.
+		w(`c=$(nproc 2>/dev/null || echo 0); if [ "$RDMARUN_LOCAL_SIZE" -le 2 ] && [ "$RDMARUN_LOCAL_SIZE" -le "$c" ] && command -v taskset >/dev/null 2>&1; then set -- taskset -c $((RDMARUN_LOCAL_RANK %% c)) "$@"; fi; `)
 	}
 	w("exec 3<&0; ")
 	if s.Stdin {

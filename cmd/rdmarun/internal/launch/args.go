@@ -38,6 +38,10 @@ type BindPolicy string
 const (
 	BindNone BindPolicy = "none"
 	BindCore BindPolicy = "core"
+	// BindAuto (the default) binds as Open MPI does by default: a core
+	// per rank for up to two ranks on a host, a socket per rank above,
+	// none when the ranks outnumber the host's CPUs (see autoBind).
+	BindAuto BindPolicy = "auto"
 )
 
 // Transports accepted by --transport and RDMARUN_TRANSPORT.
@@ -94,7 +98,9 @@ options:
   --oversubscribe         allow more ranks than slots on the given hosts
   -x VAR[=VALUE]          set VAR in every rank (VALUE defaults to rdmarun's own)
   --wdir DIR              working directory of every rank
-  --bind-to core|none     pin each rank to one core (default none)
+  --bind-to auto|core|none  pin ranks to CPUs: auto (default) pins up to 2 ranks per host to
+                          a core each, more to a socket each, and leaves ranks that
+                          outnumber the CPUs unbound; core pins each rank to one core
   --tag-output            prefix every output line with [rank]
   --timeout DURATION      stop the job after DURATION (e.g. 90s, 10m; a number is seconds)
   --connect-timeout DUR   how long ranks may take to join and connect (RDMARUN_TIMEOUT, default 2m)
@@ -118,7 +124,7 @@ func ParseArgs(argv []string, getenv func(string) (string, bool)) (*Args, error)
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}
-	a := &Args{BindTo: BindNone, Transport: "auto", Grace: DefaultGrace, ConnectTimeout: DefaultConnectTimeout}
+	a := &Args{BindTo: BindAuto, Transport: "auto", Grace: DefaultGrace, ConnectTimeout: DefaultConnectTimeout}
 	seen := map[string]bool{}
 	i := 0
 	for i < len(argv) {
@@ -264,10 +270,10 @@ func (a *Args) set(canon, word, value string, getenv func(string) (string, bool)
 		a.WorkDir = value
 	case "bind-to":
 		switch BindPolicy(value) {
-		case BindNone, BindCore:
+		case BindNone, BindCore, BindAuto:
 			a.BindTo = BindPolicy(value)
 		default:
-			return usagef("%s %q: want core or none", word, value)
+			return usagef("%s %q: want auto, core or none", word, value)
 		}
 	case "timeout", "connect-timeout", "grace":
 		d, err := ParseDuration(value)

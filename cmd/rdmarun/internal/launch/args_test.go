@@ -57,7 +57,7 @@ func TestParseArgs(t *testing.T) {
 		{name: "-x unset", argv: []string{"-np", "2", "-x", "NOPE", "p"}, err: "-x NOPE: NOPE is not set in rdmarun's environment"},
 		{name: "-x bad name", argv: []string{"-np", "2", "-x", "1X=2", "p"}, err: `-x "1X=2": "1X" is not a valid environment variable name`},
 		{name: "-x reserved", argv: []string{"-np", "2", "-x", "RDMARUN_RANK=3", "p"}, err: "RDMARUN_* variables are set by rdmarun"},
-		{name: "bind-to", argv: []string{"-np", "2", "--bind-to", "socket", "p"}, err: `--bind-to "socket": want core or none`},
+		{name: "bind-to", argv: []string{"-np", "2", "--bind-to", "socket", "p"}, err: `--bind-to "socket": want auto, core or none`},
 		{name: "transport", argv: []string{"-np", "2", "--transport", "udp", "p"}, err: `--transport "udp": want one of auto, shm, tcp, ibv`},
 		{name: "timeout", argv: []string{"-np", "2", "--timeout", "soon", "p"}, err: `--timeout "soon": not a duration`},
 		{name: "timeout zero", argv: []string{"-np", "2", "--timeout", "0", "p"}, err: "want a positive duration"},
@@ -76,7 +76,7 @@ func TestParseArgs(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			want := &Args{BindTo: BindNone, Transport: "auto", Grace: DefaultGrace, ConnectTimeout: DefaultConnectTimeout, ProgramArgs: []string{}}
+			want := &Args{BindTo: BindAuto, Transport: "auto", Grace: DefaultGrace, ConnectTimeout: DefaultConnectTimeout, ProgramArgs: []string{}}
 			tt.want(want)
 			assert.Equal(t, want, got)
 		})

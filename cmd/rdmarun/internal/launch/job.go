@@ -506,14 +506,19 @@ func (j *job) start(r *rank, cpus []int) error {
 	}
 	var cmd *exec.Cmd
 	var ctlR *os.File
-	cpu := -1
+	var pin []int
 	if r.local {
 		cmd = exec.Command(j.program, j.o.ProgramArgs...)
 		cmd.Dir = j.workDir
 		cmd.Env = j.localEnv(r, len(cpus))
-		if j.o.BindTo == BindCore && len(cpus) > 0 {
-			cpu = cpus[r.LocalRank%len(cpus)]
+		policy := j.o.BindTo
+		if policy == BindAuto {
+			policy = autoBind(r.LocalSize, len(cpus))
 		}
+		if r.LocalRank == 0 {
+			j.logf("%s", bindNote(j.o.BindTo, policy, r.Host, r.LocalSize, len(cpus)))
+		}
+		pin = pinSet(policy, r.LocalRank, cpus, sockets(policy, cpus))
 		if r.Rank == 0 && j.o.Stdin != nil {
 			if ctlR, r.ctl, err = pipe(); err != nil {
 				return fail(err)
@@ -535,7 +540,7 @@ func (j *job) start(r *rank, cpus []int) error {
 			Argv:      append([]string{prog}, j.o.ProgramArgs...),
 			Stdin:     r.Rank == 0 && j.o.Stdin != nil,
 			AutoProcs: !j.userSetsGOMAXPROCS(),
-			BindCore:  j.o.BindTo == BindCore,
+			Bind:      j.o.BindTo,
 			Grace:     max(1, int((j.o.Grace+time.Second-1)/time.Second)),
 		})
 		argv := j.agent.command(r.Host, script)
@@ -558,7 +563,7 @@ func (j *job) start(r *rank, cpus []int) error {
 	if r.stderrSink == nil {
 		r.stderrSink = &lineSink{keep: 4}
 	}
-	if err := startProcess(cmd, cpu); err != nil {
+	if err := startProcess(cmd, pin); err != nil {
 		return fail(err)
 	}
 	// The child's ends are the child's now.

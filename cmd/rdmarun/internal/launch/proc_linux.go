@@ -16,21 +16,22 @@ import (
 // startProcess starts cmd as the leader of a new process group, so that a
 // signal for the rank reaches every process it starts, and with
 // PDEATHSIG=KILL, so that it dies with rdmarun even if rdmarun is killed
-// without a chance to stop it. cpu >= 0 pins it to that CPU from its first
-// instruction: the child of a fork inherits the affinity of the forking
-// thread, so this thread is locked, narrowed, used to fork, and restored.
-func startProcess(cmd *exec.Cmd, cpu int) error {
+// without a chance to stop it. A non-empty pin pins it to those CPUs from
+// its first instruction: the child of a fork inherits the affinity of the
+// forking thread, so this thread is locked, narrowed, used to fork, and
+// restored.
+func startProcess(cmd *exec.Cmd, pin []int) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// PDEATHSIG fires when the forking *thread* ends. Go keeps its threads
 	// for the life of the process unless a goroutine exits while locked to
 	// one; locking here (and unlocking before return) keeps it that way.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if cpu < 0 {
+	if len(pin) == 0 {
 		return cmd.Start()
 	}
-	if err := affinity.StartPinned(cmd, cpu); err != nil {
-		return fmt.Errorf("--bind-to core: %w", err)
+	if err := affinity.StartPinnedSet(cmd, pin); err != nil {
+		return fmt.Errorf("binding the rank to CPUs %v: %w", pin, err)
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 
 var errUnsupported = errors.New("rdmarun runs ranks on Linux only")
 
-func startProcess(cmd *exec.Cmd, cpu int) error { return errUnsupported }
-func waitExited(pid int) error                  { return errUnsupported }
-func killGroup(pgid int, sig syscall.Signal)    {}
-func signalName(sig syscall.Signal) string      { return fmt.Sprintf("signal %d", int(sig)) }
+func startProcess(cmd *exec.Cmd, pin []int) error { return errUnsupported }
+func waitExited(pid int) error                    { return errUnsupported }
+func killGroup(pgid int, sig syscall.Signal)      {}
+func signalName(sig syscall.Signal) string        { return fmt.Sprintf("signal %d", int(sig)) }
