@@ -169,7 +169,7 @@ func pointToPoint(ctx context.Context, c *comm.Comm, n int) error {
 			continue
 		}
 		recvs[r] = make([]float64, n)
-		rq, err := comm.Irecv(c, recvs[r], r, tag)
+		rq, err := comm.Irecv(ctx, c, recvs[r], r, tag)
 		if err != nil {
 			return err
 		}
@@ -181,7 +181,7 @@ func pointToPoint(ctx context.Context, c *comm.Comm, n int) error {
 		}
 		out := make([]float64, n)
 		fill(out, func(i int) float64 { return float64(me*100+r) + float64(i%991) })
-		rq, err := comm.Isend(c, out, r, tag)
+		rq, err := comm.Isend(ctx, c, out, r, tag)
 		if err != nil {
 			return err
 		}
