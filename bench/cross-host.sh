@@ -46,6 +46,11 @@ SHAPES=${SHAPES:-none 10gbit}
 LAYOUTS=${LAYOUTS:-2x1 2x2 4x2}
 ONLY=${ONLY:-}     # benchmark names to run (default all)
 MPICH=${MPICH:-1}  # 0: no MPICH column
+# Open MPI's ranks poll while they wait; with more ranks than cores (auto)
+# they yield instead, as Open MPI does by itself when it sees the
+# oversubscription (the host list's slots hide it here). 1: always, 0: never.
+# On a loaded machine polling costs Open MPI milliseconds per message.
+OMPI_YIELD=${OMPI_YIELD:-auto}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 (cd "$root" && go build -o "$out/rdmabench" ./bench && go build -o "$out/rdmarun" ./cmd/rdmarun &&
@@ -89,8 +94,15 @@ row() { # NAME MODE RDMABENCH_ARGS MPIBENCH_ARGS HOSTS SLOTS SHAPE
 	np=$((h * s))
 	list=$(hostlist "$h" "$s")
 	file="$out/$1-${h}x$s-$shape"
+	# More ranks than cores: Open MPI yields when idle, as it does by itself
+	# when it sees the oversubscription (the host list hides it here).
+	yield=""
+	case $OMPI_YIELD in
+	1) yield="--mca mpi_yield_when_idle 1" ;;
+	auto) [ "$np" -gt "$(nproc)" ] && yield="--mca mpi_yield_when_idle 1" ;;
+	esac
 	a="$C exec $prefix-h0 -- $out/rdmarun --stdin none --oversubscribe -np $np --host $list --launch-agent '$agent' --iface $subnet $out/rdmabench $rargs -q --budget ${BUDGET}s"
-	b="$C exec $prefix-h0 -- mpirun.openmpi --oversubscribe -np $np --host $list --mca plm_rsh_agent $out/agent --mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet --mca btl self,vader,tcp $out/mpibench $margs -t $BUDGET"
+	b="$C exec $prefix-h0 -- mpirun.openmpi --oversubscribe -np $np --host $list --mca plm_rsh_agent $out/agent --mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet --mca btl self,vader,tcp $yield $out/mpibench $margs -t $BUDGET"
 	echo "## $name ${h}x$s $shape ($(uptime | sed 's/.*load/load/'))"
 	echo "A: $a"
 	echo "B: $b"
