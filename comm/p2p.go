@@ -190,7 +190,9 @@ func (c *Comm) status(op string, peer, tag, esize int, st p2p.Status, err error)
 }
 
 // Request is a non-blocking operation in progress: a point-to-point
-// Isend / Irecv or a non-blocking collective. Wait, Test and Cancel may be
+// Isend / Irecv, a non-blocking collective, a Batch's operations, or a
+// persistent collective's current run (Persistent.Request). Wait, Test
+// and Cancel may be
 // called from any goroutine. The buffers given to the operation belong to
 // it until it completes.
 type Request struct {
