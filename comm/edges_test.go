@@ -36,6 +36,13 @@ func TestP2PStartContext(t *testing.T) {
 				if _, _, err := comm.Iprobe[int32](nil, c, peer, 1); !errors.Is(err, comm.ErrInvalidArgument) {
 					return fmt.Errorf("Iprobe with a nil ctx: %v", err)
 				}
+				if br, err := comm.Ibarrier(ctx, c); err != nil {
+					return err
+				} else if _, err := br.Wait(nil); !errors.Is(err, comm.ErrInvalidArgument) {
+					return fmt.Errorf("Wait with a nil ctx: %v", err)
+				} else if _, err := br.Wait(ctx); err != nil {
+					return err
+				}
 				ended, cancel := context.WithCancel(ctx)
 				cancel()
 				if _, err := comm.Isend(ended, c, []int32{99}, peer, 1); !errors.Is(err, context.Canceled) {

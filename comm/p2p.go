@@ -217,12 +217,16 @@ type Request struct {
 
 // Wait blocks until the request completes or ctx ends, and returns its
 // status (for a receive: source, tag and element count). For a
-// point-to-point request, ctx ending cancels it if it has not matched yet;
-// a non-blocking collective keeps running (it is bounded by the ctx it was
-// started with) and Wait may be called again.
+// point-to-point request, ctx ending cancels it if it has not matched yet,
+// and so does the end of the ctx it started with; a non-blocking
+// collective keeps running (it is bounded by the ctx it was started with)
+// and Wait may be called again.
 func (r *Request) Wait(ctx context.Context) (Status, error) {
 	if r == nil {
 		return Status{}, nil
+	}
+	if ctx == nil {
+		return Status{}, r.c.opErr(r.op, r.peer, r.tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
 	if r.p != nil {
 		r.startCtx(ctx)
