@@ -286,3 +286,31 @@ func TestBcastVar(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateGroupOtherLowest: lists whose lowest ranks differ cannot be
+// compared by one rank; each caller waits until its ctx ends and says
+// what it waited for and why it may be.
+func TestCreateGroupOtherLowest(t *testing.T) {
+	runOK(t, 3, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+		var list []int
+		switch c.Rank() {
+		case 0:
+			return nil // not asked
+		case 1:
+			list = []int{1, 2}
+		case 2:
+			list = []int{0, 1, 2}
+		}
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		g, err := c.CreateGroup(tctx, list)
+		if err == nil {
+			g.Close()
+			return fmt.Errorf("lists [1 2] and [0 1 2] made a communicator on rank %d", c.Rank())
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did every listed rank pass the same list?") {
+			return fmt.Errorf("rank %d: %v", c.Rank(), err)
+		}
+		return nil
+	})
+}
