@@ -36,6 +36,13 @@ func TestP2PStartContext(t *testing.T) {
 				if _, _, err := comm.Iprobe[int32](nil, c, peer, 1); !errors.Is(err, comm.ErrInvalidArgument) {
 					return fmt.Errorf("Iprobe with a nil ctx: %v", err)
 				}
+				if br, err := comm.Ibarrier(ctx, c); err != nil {
+					return err
+				} else if _, err := br.Wait(nil); !errors.Is(err, comm.ErrInvalidArgument) {
+					return fmt.Errorf("Wait with a nil ctx: %v", err)
+				} else if _, err := br.Wait(ctx); err != nil {
+					return err
+				}
 				ended, cancel := context.WithCancel(ctx)
 				cancel()
 				if _, err := comm.Isend(ended, c, []int32{99}, peer, 1); !errors.Is(err, context.Canceled) {
@@ -278,4 +285,32 @@ func TestBcastVar(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestCreateGroupOtherLowest: lists whose lowest ranks differ cannot be
+// compared by one rank; each caller waits until its ctx ends and says
+// what it waited for and why it may be.
+func TestCreateGroupOtherLowest(t *testing.T) {
+	runOK(t, 3, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+		var list []int
+		switch c.Rank() {
+		case 0:
+			return nil // not asked
+		case 1:
+			list = []int{1, 2}
+		case 2:
+			list = []int{0, 1, 2}
+		}
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		g, err := c.CreateGroup(tctx, list)
+		if err == nil {
+			g.Close()
+			return fmt.Errorf("lists [1 2] and [0 1 2] made a communicator on rank %d", c.Rank())
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did every listed rank pass the same list?") {
+			return fmt.Errorf("rank %d: %v", c.Rank(), err)
+		}
+		return nil
+	})
 }

@@ -327,3 +327,35 @@ func ExampleNewBatch() {
 	// rank 1: left sent 0, right sent 20
 	// rank 2: left sent 10, right sent 0
 }
+
+func ExampleNewWin() {
+	out := inProcess(3, func(ctx context.Context, c *comm.Comm) string {
+		// Every rank exposes a slot per rank and Puts its rank number
+		// into its slot of every window; after the fence every window
+		// holds all of them. Then it Gets the next rank's window.
+		local := make([]int64, c.Size())
+		w, err := comm.NewWin(ctx, c, local)
+		if err != nil {
+			return err.Error()
+		}
+		defer w.Close(ctx)
+		for r := range c.Size() {
+			if err := w.Put(r, c.Rank(), []int64{int64(100 + c.Rank())}); err != nil {
+				return err.Error()
+			}
+		}
+		if err := w.Fence(ctx); err != nil {
+			return err.Error()
+		}
+		next := make([]int64, c.Size())
+		if err := w.Get((c.Rank()+1)%c.Size(), 0, next); err != nil {
+			return err.Error()
+		}
+		if err := w.Flush(ctx); err != nil {
+			return err.Error()
+		}
+		return fmt.Sprint(local, next)
+	})
+	fmt.Println(out[0])
+	// Output: [100 101 102] [100 101 102]
+}

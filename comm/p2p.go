@@ -190,7 +190,9 @@ func (c *Comm) status(op string, peer, tag, esize int, st p2p.Status, err error)
 }
 
 // Request is a non-blocking operation in progress: a point-to-point
-// Isend / Irecv or a non-blocking collective. Wait, Test and Cancel may be
+// Isend / Irecv, a non-blocking collective, a Batch's operations, or a
+// persistent collective's current run (Persistent.Request). Wait, Test
+// and Cancel may be
 // called from any goroutine. The buffers given to the operation belong to
 // it until it completes.
 type Request struct {
@@ -215,12 +217,16 @@ type Request struct {
 
 // Wait blocks until the request completes or ctx ends, and returns its
 // status (for a receive: source, tag and element count). For a
-// point-to-point request, ctx ending cancels it if it has not matched yet;
-// a non-blocking collective keeps running (it is bounded by the ctx it was
-// started with) and Wait may be called again.
+// point-to-point request, ctx ending cancels it if it has not matched yet,
+// and so does the end of the ctx it started with; a non-blocking
+// collective keeps running (it is bounded by the ctx it was started with)
+// and Wait may be called again.
 func (r *Request) Wait(ctx context.Context) (Status, error) {
 	if r == nil {
 		return Status{}, nil
+	}
+	if ctx == nil {
+		return Status{}, r.c.opErr(r.op, r.peer, r.tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
 	if r.p != nil {
 		r.startCtx(ctx)

@@ -256,7 +256,13 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 	case wrWrite:
 		if r := ep.writes[idx]; r != nil {
 			delete(ep.writes, idx)
-			p.stats.WriteSent.add(len(r.buf))
+			if r.op == opWrite {
+				p.stats.WriteSent.add(len(r.buf))
+			}
+			if r.op == opWinRead && r.reg != nil {
+				r.dev.cache.put(r.reg)
+				r.reg = nil
+			}
 			ep.completeLocked(r, ep.failErrFor(r))
 		}
 	}

@@ -25,6 +25,7 @@ const (
 	opSend reqOp = iota + 1
 	opRecv
 	opWrite
+	opWinRead // a one-sided read from a peer's window
 )
 
 func (o reqOp) String() string {
@@ -35,6 +36,8 @@ func (o reqOp) String() string {
 		return "Recv"
 	case opWrite:
 		return "Write"
+	case opWinRead:
+		return "Read"
 	}
 	return "?"
 }

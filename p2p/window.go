@@ -338,7 +338,10 @@ func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 
 func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
 	op := verbs.OpRDMAWrite
-	if r.notify32 {
+	switch {
+	case r.op == opWinRead:
+		op = verbs.OpRDMARead
+	case r.notify32:
 		op = verbs.OpRDMAWriteWithImm
 	}
 	p.swr[0] = verbs.SendWR{ID: wrID(wrWrite, p.rank, r.readID), Opcode: op, Flags: verbs.SendSignaled,
@@ -360,6 +363,72 @@ func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
 	}
 	p.sqOut++ // not p.sent: a write is no frame the peer's liveness sees
 	return nil
+}
+
+// Iread starts reading len(dst) bytes at offset off of peer's window into
+// dst (RDMA READ: the peer's CPU takes no part). The request completes
+// when dst holds the data; dst must not be touched until then. A read
+// outside the window the peer published fails here, naming the peer, the
+// offset and the window's size, and the provider checks the key and the
+// bounds again on the wire. Reading this rank's own window is a copy.
+// Reads use a window write's path (send queue, completion, link failure).
+func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
+	ep := w.ep
+	bad := func(err error) (*Request, error) {
+		return nil, &Error{Op: "Read", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
+	}
+	if peer < 0 || peer >= ep.size {
+		return bad(fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, ep.size))
+	}
+	if w.closed {
+		return bad(fmt.Errorf("window %w", ErrClosed))
+	}
+	rk := w.remote[peer]
+	if off < 0 || off > rk.len || len(dst) > rk.len-off {
+		return bad(fmt.Errorf("%w: reading %d bytes at offset %d overruns rank %d's %d-byte window",
+			ErrInvalidArgument, len(dst), off, peer, rk.len))
+	}
+	r := &Request{ep: ep, op: opWinRead, peer: peer, pattern: envelope{tag: NoTag}, buf: dst}
+	r.status = Status{Source: peer, Count: len(dst)}
+	if peer == ep.rank || len(dst) == 0 {
+		if peer == ep.rank {
+			copy(dst, w.buf[off:])
+		}
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		if err := ep.checkLocked(); err != nil {
+			return bad(err)
+		}
+		ep.completeLocked(r, nil)
+		return r, nil
+	}
+	p := ep.peers[peer]
+	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: len(dst)}
+	if mr := w.mrs[p.dev]; mr != nil && addrOf(dst) >= addrOf(w.buf) && addrOf(dst)+uintptr(len(dst)) <= addrOf(w.buf)+uintptr(len(w.buf)) {
+		r.winMR = mr
+	} else {
+		reg, err := p.dev.cache.get(dst)
+		if err != nil {
+			return bad(fmt.Errorf("registering the destination buffer: %w", err))
+		}
+		r.reg, r.dev = reg, p.dev
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if err := ep.checkLocked(); err != nil {
+		if r.reg != nil {
+			p.dev.cache.put(r.reg)
+		}
+		return bad(err)
+	}
+	ep.opSeq++
+	r.readID = ep.opSeq
+	ep.writes[r.readID] = r
+	r.item = outItem{write: true, req: r}
+	if err := p.send(ep, &r.item); err != nil {
+		return bad(err)
+	}
+	return r, nil
 }
 
 // Write writes src into peer's window at off and waits until it is placed.
