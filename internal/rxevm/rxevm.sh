@@ -261,7 +261,10 @@ release_reader() {
 }
 
 stop() {
-	[[ -n ${qpid:-} ]] && kill "$qpid" 2>/dev/null && wait "$qpid" 2>/dev/null
+	if [[ -n ${qpid:-} ]]; then
+		kill "$qpid" 2>/dev/null || true
+		wait "$qpid" 2>/dev/null || true
+	fi
 	qpid=
 	release_reader
 	log "interrupted"
