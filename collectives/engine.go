@@ -60,6 +60,13 @@ type Engine struct {
 
 	hosts []int // host index per rank, nil without Topology
 
+	// autoMemo holds, per collective, Auto's latest choice (see autoKey):
+	// it depends only on the size and the op's commutativity once the
+	// Engine is made, and a program calls one collective with one size
+	// over and over; the cost model's search was a tenth of a 16-byte
+	// call's software. Atomic: choose runs before a call takes the lock.
+	autoMemo [numCollectives]atomic.Uint64
+
 	last Algorithm // algorithm of the latest call, for tests and tools
 
 	spare  *call      // the last call's records, for the next call to reuse (under mu)
