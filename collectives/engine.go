@@ -38,11 +38,18 @@ type Engine struct {
 	loose  []Request // unwaited abort and probe sends, see fire
 
 	// probe sends the stall probe of the running call (see sendStatus).
-	// One timer per Engine, re-armed per call: a time.AfterFunc per call
-	// would allocate on every collective.
-	probe  *time.Timer
-	status map[uint32]statusNote // stall probes for calls not started yet
-	closed bool
+	// One timer per Engine: a time.AfterFunc per call would allocate on
+	// every collective. It is not reset and stopped per call either (those
+	// took a sixth of a 16-byte call's software): a pending timer armed
+	// for an earlier call re-arms itself for the call it finds running,
+	// so a stream of short calls costs a timer operation per StallProbe
+	// period. probeOn says it is pending, probeCall which call (by the
+	// calls counter) it was armed for; both under mu.
+	probe     *time.Timer
+	probeOn   bool
+	probeCall uint64
+	status    map[uint32]statusNote // stall probes for calls not started yet
+	closed    bool
 
 	wctx    context.Context
 	wcancel context.CancelFunc
@@ -52,6 +59,13 @@ type Engine struct {
 	winBuf []byte
 
 	hosts []int // host index per rank, nil without Topology
+
+	// autoMemo holds, per collective, Auto's latest choice (see autoKey):
+	// it depends only on the size and the op's commutativity once the
+	// Engine is made, and a program calls one collective with one size
+	// over and over; the cost model's search was a tenth of a 16-byte
+	// call's software. Atomic: choose runs before a call takes the lock.
+	autoMemo [numCollectives]atomic.Uint64
 
 	last Algorithm // algorithm of the latest call, for tests and tools
 
@@ -227,10 +241,21 @@ type statusNote struct {
 func (e *Engine) sendStatus() {
 	e.mu.Lock()
 	st := e.cur
-	if st == nil || !st.probeArmed || e.closed {
+	switch {
+	case st == nil || !st.probeArmed || e.closed:
+		// Idle, or a call that wants no probe yet (armProbe arms the
+		// timer again when it does).
+		e.probeOn = false
+		e.mu.Unlock()
+		return
+	case st.calls != e.probeCall:
+		// Armed for a call that has ended: give this one a whole period.
+		e.probeCall = st.calls
+		e.probe.Reset(e.opts.stallProbe())
 		e.mu.Unlock()
 		return
 	}
+	e.probeOn = false // the call has run for a period at least: probe once
 	h := st.hdr
 	e.mu.Unlock()
 	h.kind = kindStatus
@@ -403,6 +428,12 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	}
 	e.cur = st
 	aborted := st.abort != nil
+	if alg != SharedMemory && early == nil { // those arm it when a wait outlasts its spin
+		if d := e.opts.stallProbe(); d > 0 && e.size > 1 {
+			st.probeArmed = true
+			e.armLocked(d)
+		}
+	}
 	e.mu.Unlock()
 	*c = call{callState: st, me: e.rank, n: e.size, kern: kern, esize: esize, vec: int(count)}
 	c.h = st.hdr
@@ -410,10 +441,6 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	if early != nil {
 		return c, c.end(c.mismatch(early))
 	}
-	if alg != SharedMemory { // those arm it when a wait outlasts its spin
-		c.armProbe()
-	}
-	c.tag = int(st.seq&(1<<29-1)) << 1
 	if aborted {
 		return c, c.end(c.failAbort())
 	}
@@ -444,12 +471,22 @@ func (c *call) armProbe() {
 	}
 	e.mu.Lock()
 	c.probeArmed = true
+	e.armLocked(d)
+	e.mu.Unlock()
+}
+
+// armLocked starts the probe timer, for the running call, unless it is
+// pending already (see Engine.probe). The caller holds e.mu.
+func (e *Engine) armLocked(d time.Duration) {
+	if e.probeOn || e.closed {
+		return
+	}
+	e.probeOn, e.probeCall = true, e.calls
 	if e.probe == nil {
 		e.probe = time.AfterFunc(d, e.sendStatus)
 	} else {
 		e.probe.Reset(d)
 	}
-	e.mu.Unlock()
 }
 
 // end finishes the call: on error it cancels and waits for every request
@@ -458,10 +495,7 @@ func (c *call) end(err error) error {
 	st := c.callState
 	e := st.e
 	e.mu.Lock()
-	if st.probeArmed {
-		st.probeArmed = false // a probe timer that fires late finds no armed call
-		e.probe.Stop()
-	}
+	st.probeArmed = false // the timer, if pending, finds no armed call (or another)
 	if err != nil {
 		st.stopLocked() // pending requests return promptly per the Group contract
 	}

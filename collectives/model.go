@@ -296,6 +296,32 @@ func (e *Engine) choose(c Collective, nbytes int, commutative bool) (Algorithm, 
 		}
 		return forced, nil
 	}
+	key := autoKey(nbytes, commutative)
+	if m := e.autoMemo[c].Load(); key != 0 && m&^0xff == key {
+		return Algorithm(m & 0xff), nil
+	}
+	a, err := e.chooseAuto(c, nbytes, admissible)
+	if err == nil && key != 0 {
+		e.autoMemo[c].Store(key | uint64(a))
+	}
+	return a, err
+}
+
+// autoKey is what Engine.autoMemo remembers a choice under (its low 8
+// bits are the algorithm), or 0 for a size it does not remember.
+func autoKey(nbytes int, commutative bool) uint64 {
+	if nbytes < 0 || nbytes >= 1<<53 {
+		return 0
+	}
+	k := 1<<63 | uint64(nbytes)<<9
+	if commutative {
+		k |= 1 << 8
+	}
+	return k
+}
+
+// chooseAuto is choose's cost-model search.
+func (e *Engine) chooseAuto(c Collective, nbytes int, admissible func(Algorithm) error) (Algorithm, error) {
 	if e.shm != nil && e.shmPays(c, nbytes) && admissible(SharedMemory) == nil && implements(c, SharedMemory) {
 		return SharedMemory, nil
 	}

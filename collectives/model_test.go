@@ -219,3 +219,24 @@ func TestCostModelPostsAllAtOnce(t *testing.T) {
 	assert.Equal(t, collectives.Bruck, choose(e64, collectives.CollAlltoall, 64*4))
 	assert.NotEqual(t, collectives.Linear, choose(e64, collectives.CollAllgather, 64*4))
 }
+
+// TestChooseRemembersBySizeAndOp: Auto's remembered choice is per
+// collective, size and commutativity: interleaved queries on one Engine
+// get what a fresh Engine answers to each.
+func TestChooseRemembersBySizeAndOp(t *testing.T) {
+	t.Parallel()
+	e := engineFor(t, 8, coltest.Options{}, collectives.Options{})
+	for round := 0; round < 2; round++ {
+		for _, comm := range []bool{true, false, true} {
+			for _, n := range []int{64 << 20, 8, 4096, 8, 64 << 20} {
+				for _, c := range []collectives.Collective{collectives.CollAllreduce, collectives.CollReduce, collectives.CollAllgather} {
+					got, err := e.Choose(c, n, comm)
+					require.NoError(t, err)
+					want, err := engineFor(t, 8, coltest.Options{}, collectives.Options{}).Choose(c, n, comm)
+					require.NoError(t, err)
+					require.Equal(t, want, got, "%v %d bytes commutative=%v", c, n, comm)
+				}
+			}
+		}
+	}
+}

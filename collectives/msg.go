@@ -19,14 +19,14 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	h.count = count
 	h.payload = int64(len(payload))
 	h.split = len(payload) > c.e.opts.inline()
-	n := hdrLen
+	n := dataHdrLen
 	if !h.split {
 		n += len(payload)
 	}
 	stage := scratch.get(n)
 	h.encode(stage)
 	if !h.split {
-		copy(stage[hdrLen:], payload)
+		copy(stage[dataHdrLen:], payload)
 	}
 	m := c.newOut()
 	m.c, m.peer = c, peer
@@ -129,6 +129,8 @@ type inMsg struct {
 // recv starts receiving from view rank peer into dst; the sender must
 // announce count elements and len(dst) bytes.
 func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
+	// Room for a peer's 64-byte fingerprint too (Debug on that rank only),
+	// so that it is reported as what it is rather than truncated.
 	stage := scratch.get(hdrLen + c.e.opts.inline())
 	r, err := c.e.g.Irecv(c.world(peer), c.tag, stage)
 	if err != nil {
@@ -164,10 +166,10 @@ func (m *inMsg) wait() error {
 		return c.mismatch(mm)
 	}
 	if !h.split {
-		if int64(n-hdrLen) != h.payload {
-			return c.fail(m.peer, fmt.Errorf("%w: header announces %d payload bytes, message has %d", ErrProtocol, h.payload, n-hdrLen))
+		if int64(n-dataHdrLen) != h.payload {
+			return c.fail(m.peer, fmt.Errorf("%w: header announces %d payload bytes, message has %d", ErrProtocol, h.payload, n-dataHdrLen))
 		}
-		copy(m.dst, m.stage[hdrLen:n])
+		copy(m.dst, m.stage[dataHdrLen:n])
 		return nil
 	}
 	r, err := c.e.g.Irecv(c.world(m.peer), c.tag|1, m.dst)

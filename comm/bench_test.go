@@ -110,3 +110,56 @@ func BenchmarkBcast(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGeneralPath measures collectives that run over p2p messages
+// (the collectives engine's general path, which every collective of a
+// multi-host job takes): a 16-byte call between two ranks is nearly all
+// fixed per-call and per-message cost, which is what the allocation count
+// and a CPU profile of this benchmark show.
+//
+//	go test -run '^$' -bench GeneralPath -benchtime 20000x ./comm
+func BenchmarkGeneralPath(b *testing.B) {
+	const n = 4 // float32s: 16 bytes per block
+	var send, recv [2][]float32
+	for r := range 2 {
+		send[r], recv[r] = make([]float32, 2*n), make([]float32, 2*n)
+	}
+	colls := []struct {
+		name string
+		step func(ctx context.Context, c *Comm, buf []float32) error
+	}{
+		{"allgather", func(ctx context.Context, c *Comm, buf []float32) error {
+			r := c.Rank()
+			if err := Allgather(ctx, c, buf, recv[r][:2*n]); err != nil {
+				return err
+			}
+			buf[0] = recv[r][0] // rank 0's element 0: go on or stop
+			return nil
+		}},
+		{"alltoall", func(ctx context.Context, c *Comm, buf []float32) error {
+			r := c.Rank()
+			send[r][0], send[r][n] = buf[0], buf[0]
+			if err := Alltoall(ctx, c, send[r], recv[r]); err != nil {
+				return err
+			}
+			buf[0] = recv[r][0]
+			return nil
+		}},
+		{"reduce_scatter", func(ctx context.Context, c *Comm, buf []float32) error {
+			r := c.Rank()
+			send[r][0], send[r][n] = buf[0], buf[0]
+			if err := ReduceScatter(ctx, c, send[r], recv[r][:n], Max); err != nil {
+				return err
+			}
+			buf[0] = recv[r][0]
+			return nil
+		}},
+	}
+	for _, tr := range []string{"loop", "shm"} {
+		for _, cl := range colls {
+			b.Run(fmt.Sprintf("transport=%s/coll=%s/bytes=%d", tr, cl.name, 4*n), func(b *testing.B) {
+				benchPair(b, tr, cl.step, n)
+			})
+		}
+	}
+}
