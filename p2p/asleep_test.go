@@ -1,0 +1,24 @@
+package p2p_test
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/rdmago/rdmago/internal/stacks"
+)
+
+// awaitFutexSleep waits (up to 10 s) until a goroutine whose stack names
+// test (a test function, so its ranks' goroutines) sleeps in futex(2): a
+// waiter asleep in its completion queue, the state the tests that must wake
+// one need, which a sleep only made likely.
+func awaitFutexSleep(test string) error {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		for _, g := range stacks.All() {
+			if g.State == "syscall" && strings.Contains(g.Stack, "futex.Wait(") && strings.Contains(g.Stack, test) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("no goroutine of %s went to sleep in futex(2)", test)
+}
