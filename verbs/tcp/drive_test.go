@@ -765,7 +765,7 @@ func TestHeldAcksWhileStreaming(t *testing.T) {
 		}
 		errc <- nil
 	}()
-	time.Sleep(20 * time.Millisecond) // b's waiter polls by now
+	awaitPoller(t, b.qp) // b's waiter polls
 	post := func(i int) {
 		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWriteWithImm, Imm: uint32(i), Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 1000)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
