@@ -507,7 +507,7 @@ func TestGetTimeoutAndCancel(t *testing.T) {
 	ctx, cancel = context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { _, err := cs[0].Get(ctx, "later"); done <- err }()
-	time.Sleep(20 * time.Millisecond)
+	awaitBlocked(t, 1, "(*Client).Get")
 	cancel()
 	select {
 	case err := <-done:
@@ -543,7 +543,8 @@ func TestServerCloseWhileClientsWait(t *testing.T) {
 	for range 3 {
 		<-started
 	}
-	time.Sleep(50 * time.Millisecond)
+	awaitBlocked(t, 1, "(*Client).Get")
+	awaitBlocked(t, 2, "(*Client).Fence")
 	require.NoError(t, s.Close())
 	for range 3 {
 		select {
@@ -571,7 +572,7 @@ func TestAbort(t *testing.T) {
 	ctx := testCtx(t)
 	waiting := make(chan error, 1)
 	go func() { _, err := cs[0].Get(ctx, "never"); waiting <- err }()
-	time.Sleep(20 * time.Millisecond)
+	awaitBlocked(t, 1, "(*Client).Get")
 	require.NoError(t, cs[1].Abort(ctx, 3, "out of memory on GPU 0"))
 	select {
 	case a := <-s.Aborts():
@@ -605,7 +606,7 @@ func TestRankLeftFailsCollectives(t *testing.T) {
 			ctx := testCtx(t)
 			res := make(chan error, 1)
 			go func() { res <- cs[0].Fence(ctx) }()
-			time.Sleep(20 * time.Millisecond)
+			awaitBlocked(t, 1, "(*Client).Fence")
 			if crash {
 				cs[2].conn.Close() // no goodbye, as if the process died
 			} else {
@@ -740,7 +741,7 @@ func TestJoinServe(t *testing.T) {
 	// Rank 0 closing first waits for the others before closing the server.
 	closed := make(chan struct{})
 	go func() { cs[0].Close(); close(closed) }()
-	time.Sleep(20 * time.Millisecond)
+	awaitBlocked(t, 1, "(*Client).Close")
 	errs = each(n-1, func(i int) error { return cs[i+1].Put(ctx, fmt.Sprint("after", i), nil) })
 	require.NoError(t, errors.Join(errs...))
 	for r := 1; r < n; r++ {

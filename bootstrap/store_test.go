@@ -112,7 +112,7 @@ func TestContractPutGet(t *testing.T) {
 			assert.NoError(t, err)
 			got <- v
 		}()
-		time.Sleep(10 * time.Millisecond)
+		awaitBlocked(t, 1, ").Get")
 		buf := []byte("value")
 		require.NoError(t, ss[0].Put(ctx, "late", buf))
 		buf[0] = 'X' // the store kept its own copy
@@ -181,7 +181,7 @@ func TestContractRankLeft(t *testing.T) {
 		ctx := testCtx(t)
 		res := make(chan error, 1)
 		go func() { res <- ss[0].Fence(ctx) }()
-		time.Sleep(10 * time.Millisecond)
+		awaitBlocked(t, 1, ").Fence")
 		require.NoError(t, ss[2].Close())
 		err := <-res
 		require.ErrorIs(t, err, ErrRankLeft)
@@ -201,7 +201,7 @@ func TestContractAbort(t *testing.T) {
 		ctx := testCtx(t)
 		res := make(chan error, 1)
 		go func() { _, err := ss[0].Get(ctx, "never"); res <- err }()
-		time.Sleep(10 * time.Millisecond)
+		awaitBlocked(t, 1, ").Get")
 		require.NoError(t, ss[1].Abort(ctx, 7, "bad input"))
 		err := <-res
 		var ae *AbortError

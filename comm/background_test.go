@@ -35,10 +35,15 @@ func collectiveWaitStates() []string {
 func TestBackgroundCollectiveSleeps(t *testing.T) {
 	for _, tr := range []string{"shm", "loop"} {
 		t.Run(tr, func(t *testing.T) {
+			sampled := make(chan struct{}) // rank 1 stays late until rank 0 has looked
 			runOK(t, 2, comm.Options{Transport: tr}, func(ctx context.Context, c *comm.Comm) error {
 				buf := []int64{int64(c.Rank() + 1), 10}
 				if c.Rank() == 1 {
-					time.Sleep(300 * time.Millisecond) // rank 0's collective waits for us
+					select {
+					case <-sampled:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
 					return comm.Allreduce(ctx, c, buf, comm.Sum)
 				}
 				r, err := comm.Iallreduce(ctx, c, buf, comm.Sum)
@@ -65,6 +70,7 @@ func TestBackgroundCollectiveSleeps(t *testing.T) {
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
+				close(sampled)
 				if asleep == 0 {
 					return fmt.Errorf("no goroutine seen asleep in the collective")
 				}

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -224,7 +223,10 @@ func TestPeerLostDuringCollective(t *testing.T) {
 				started.Done()
 				if c.Rank() == lost {
 					started.Wait()
-					time.Sleep(20 * time.Millisecond) // the others are in their loops
+					// The others wait in their first Allreduce.
+					if err := awaitBlocked("TestPeerLostDuringCollective", "comm.Allreduce[", p-1); err != nil {
+						return err
+					}
 					// A dead process sends nothing: not even the revoke a
 					// live rank would send on seeing its links break (which
 					// would name a survivor as lost).

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -11,8 +12,13 @@ import (
 // The collective queue: an idle queue grants the turn at once; waiting
 // turns come in the order they were taken; a turn whose ctx ends leaves
 // the line (or passes the turn on if it had come), and the rest still run
-// in order.
+// in order. In a synctest bubble, so "nobody runs before first is done" is
+// checked once both waiters are blocked, not after a guessed delay.
 func TestQueue(t *testing.T) {
+	synctest.Test(t, testQueue)
+}
+
+func testQueue(t *testing.T) {
 	var q queue
 	ctx := context.Background()
 	first := q.take()
@@ -38,7 +44,7 @@ func TestQueue(t *testing.T) {
 			q.done()
 		}
 	}()
-	time.Sleep(10 * time.Millisecond)
+	synctest.Wait() // both wait for their turns
 	require.Empty(t, order, "nobody runs before first is done")
 	q.done()
 	for _, want := range []string{"second", "fourth"} {

@@ -54,7 +54,19 @@ func TestPipelined(t *testing.T) {
 						return nil
 					}
 					if mode == "unexpected" {
-						time.Sleep(50 * time.Millisecond) // everything but the rendezvous arrives first
+						// Everything before the rendezvous arrives first: its
+						// RTS, sent after them, is here.
+						for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+							if _, ok, err := ep.Iprobe(0, len(sizes)); err != nil || ok {
+								if err != nil {
+									return err
+								}
+								break
+							}
+							if time.Now().After(deadline) {
+								return fmt.Errorf("the rendezvous never arrived")
+							}
+						}
 					}
 					for i, n := range all {
 						buf := make([]byte, n+5)

@@ -58,7 +58,8 @@ func processPeerLoss(t *testing.T, prov string, sig syscall.Signal) {
 
 	result := make(chan error, 1)
 	go func() { result <- pingPong(ctx, ep, 1) }()
-	time.Sleep(200 * time.Millisecond)
+	// The loss comes while the ping-pong runs.
+	require.Eventually(t, func() bool { return ep.Stats().Peers[1].EagerRecv.Msgs >= 3 }, 20*time.Second, time.Millisecond, "the ping-pong never ran")
 	start := time.Now()
 	require.NoError(t, ranks[2].Cmd.Process.Signal(sig))
 

@@ -3,6 +3,7 @@ package p2p_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,15 +83,25 @@ func TestRingPingPong(t *testing.T) {
 
 // A receiver asleep in its completion queue must wake for a ring message,
 // which rings no doorbell by itself: no spin and no yield send it to sleep
-// at once, and the sender waits until it surely sleeps. No heartbeats,
+// at once, and the sender waits until it sleeps in futex(2). No heartbeats,
 // which would wake it too.
 func TestRingWakesSleeper(t *testing.T) {
 	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
 		P2P: p2p.Options{Spin: -1, Yield: -1, Heartbeat: time.Hour, LivenessTimeout: -1}}
+	var round atomic.Int32 // the round rank 1 waits in
+	round.Store(-1)
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		for i := range 3 {
 			if ep.Rank() == 0 {
-				time.Sleep(200 * time.Millisecond)
+				for round.Load() != int32(i) {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if err := awaitFutexSleep("TestRingWakesSleeper"); err != nil {
+					return err
+				}
 				if err := ep.Send(ctx, 1, i, []byte("wake up")); err != nil {
 					return err
 				}
@@ -98,6 +109,7 @@ func TestRingWakesSleeper(t *testing.T) {
 			}
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			buf := make([]byte, 16)
+			round.Store(int32(i))
 			st, err := ep.Recv(rctx, 0, i, buf)
 			cancel()
 			require.NoError(t, err, "round %d", i)

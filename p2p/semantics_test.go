@@ -262,8 +262,14 @@ func TestContextCancelBlockedRecv(t *testing.T) {
 			return nil
 		}
 		c, cancel := context.WithCancel(ctx)
-		go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+		blocked := make(chan error, 1)
+		go func() {
+			// Cancel the Recv once it waits (or, should it never, after 10 s).
+			blocked <- awaitBlocked("TestContextCancelBlockedRecv", "(*Endpoint).Recv(")
+			cancel()
+		}()
 		_, err := ep.Recv(c, 1, 0, nil)
+		require.NoError(t, <-blocked)
 		require.ErrorIs(t, err, context.Canceled)
 		require.False(t, errors.Is(err, context.DeadlineExceeded))
 		return nil

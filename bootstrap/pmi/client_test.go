@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/internal/stacks"
 )
 
 const testTimeout = 10 * time.Second
@@ -283,7 +284,14 @@ func TestAbort(t *testing.T) {
 			fctx, fcancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			defer fcancel()
 			go func() { fenceDone <- cs[0].Fence(fctx) }()
-			time.Sleep(20 * time.Millisecond)
+			require.Eventually(t, func() bool { // the Fence waits
+				for _, g := range stacks.All() {
+					if g.State != "running" && g.State != "runnable" && strings.Contains(g.Stack, "(*Client).Fence(") && strings.Contains(g.Stack, "pmi.TestAbort.") {
+						return true
+					}
+				}
+				return false
+			}, 5*time.Second, time.Millisecond, "the Fence never waited")
 			require.NoError(t, cs[0].Abort(ctx, 7, "bad\nthing"))
 			require.Eventually(t, func() bool {
 				s.mu.Lock()

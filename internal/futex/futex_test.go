@@ -1,11 +1,15 @@
 package futex
 
 import (
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/internal/stacks"
 )
 
 // Wait returns at once when the word already differs, after Wake when a
@@ -23,7 +27,17 @@ func TestWaitWake(t *testing.T) {
 		}
 		close(woke)
 	}()
-	time.Sleep(10 * time.Millisecond)
+	if runtime.GOOS == "linux" {
+		// Wake only a waiter asleep in the kernel (elsewhere Wait polls).
+		require.Eventually(t, func() bool {
+			for _, g := range stacks.All() {
+				if g.State == "syscall" && strings.Contains(g.Stack, "futex.Wait(") && strings.Contains(g.Stack, "TestWaitWake") {
+					return true
+				}
+			}
+			return false
+		}, 5*time.Second, time.Millisecond, "the waiter never slept in futex(2)")
+	}
 	atomic.AddUint32(&w, 1)
 	Wake(&w)
 	select {

@@ -343,7 +343,7 @@ func TestIdleWaitUsesNoCPU(t *testing.T) {
 	require.Less(t, used, 250*time.Millisecond, "CPU time of an idle second")
 	// And it still wakes when something arrives.
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		awaitAsleep(a.rcq) // okWC's Wait sleeps (or it finds the completion regardless)
 		b.qp.PostSend(verbs.SendWR{ID: 2, Opcode: verbs.OpSend})
 	}()
 	okWC(t, a.rcq, 1)
@@ -356,13 +356,13 @@ func TestWaitCancelAndClose(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- e.rcq.Wait(ctx) }()
-	time.Sleep(20 * time.Millisecond)
+	require.True(t, awaitAsleep(e.rcq), "Wait never went to sleep")
 	cancel()
 	require.ErrorIs(t, within(t, errc, "Wait ignored cancellation"), context.Canceled)
 	cq, err := e.dev.CreateCQ(4)
 	require.NoError(t, err)
 	go func() { errc <- cq.Wait(context.Background()) }()
-	time.Sleep(20 * time.Millisecond)
+	require.True(t, awaitAsleep(cq), "Wait never went to sleep")
 	require.NoError(t, cq.Close())
 	require.ErrorIs(t, within(t, errc, "Close did not wake Wait"), verbs.ErrClosed)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmago/rdmago/internal/stacks"
 	"github.com/rdmago/rdmago/verbs"
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
@@ -402,7 +404,7 @@ func TestDriveCancelThenNobodyPolls(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
 	go func() { res <- b.rcq.Wait(ctx) }()
-	time.Sleep(20 * time.Millisecond)
+	awaitPoller(t, b.qp)
 	cancel()
 	select {
 	case err := <-res:
@@ -445,7 +447,18 @@ func TestDriveCQClosed(t *testing.T) {
 	for range waiters {
 		go func() { res <- b.rcq.Wait(context.Background()) }()
 	}
-	time.Sleep(20 * time.Millisecond)
+	// One drives the link, the others park beside it.
+	awaitPoller(t, b.qp)
+	require.Eventually(t, func() bool {
+		parked := 0
+		for _, g := range stacks.All() {
+			if strings.Contains(g.Stack, "TestDriveCQClosed") && strings.Contains(g.Stack, "(*CQ).Wait") &&
+				!strings.Contains(g.Stack, "Drive(") && g.State == "select" {
+				parked++
+			}
+		}
+		return parked == waiters-1
+	}, 5*time.Second, time.Millisecond, "waiters parked")
 	require.NoError(t, b.rcq.Close())
 	for range waiters {
 		select {
@@ -472,7 +485,7 @@ func TestDriveLinkLost(t *testing.T) {
 		got, err = waitCtx(ctx, b.rcq)
 		res <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	awaitPoller(t, b.qp)
 	require.NoError(t, a.dev.Close())
 	select {
 	case err := <-res:
@@ -501,7 +514,7 @@ func TestHeldBackAckArrives(t *testing.T) {
 			_, err := waitCtx(ctx, b.rcq) // drives b's link, then goes quiet
 			got <- err
 		}()
-		time.Sleep(5 * time.Millisecond) // let b's waiter take the socket
+		awaitPoller(t, b.qp) // b's waiter takes the socket
 		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(round), Opcode: verbs.OpRDMAWriteWithImm, Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
 		require.NoError(t, <-got)
@@ -544,6 +557,15 @@ func attachedLink(t *testing.T, q verbs.QP) *link {
 	return l
 }
 
+// awaitPoller waits until a CQ waiter drives q's link itself (the state the
+// sleeps of these tests used to hope for) and returns the link.
+func awaitPoller(t *testing.T, q verbs.QP) *link {
+	t.Helper()
+	l := attachedLink(t, q)
+	require.Eventually(t, func() bool { return l.holder.Load() == holderPoller }, 5*time.Second, time.Millisecond, "no waiter drives the link")
+	return l
+}
+
 // writeImmFrame is a WRITE_WITH_IMM frame (sequence number seq) of size
 // bytes into the start of mr, its payload a pattern seeded by imm.
 func writeImmFrame(q verbs.QP, mr verbs.MR, seq uint32, size int, imm uint32) []byte {
@@ -571,7 +593,7 @@ func TestDriveHonoursCtxMidFrame(t *testing.T) {
 			defer cancel()
 			res := make(chan error, 1)
 			go func() { res <- a.cq.Wait(ctx) }()
-			time.Sleep(50 * time.Millisecond)
+			awaitPoller(t, a.qp)
 			half := HeaderLen + n/2
 			_, err := c.Write(frame[:half])
 			require.NoError(t, err)
@@ -675,7 +697,10 @@ func TestDrivePollSpin(t *testing.T) {
 		}
 		got <- wc
 	}()
-	time.Sleep(20 * time.Millisecond) // the waiter polls by now
+	// The waiter drives the link itself and, not having slept in the
+	// kernel, keeps polling (for an hour) when the frame comes.
+	l := awaitPoller(t, b.qp)
+	before := l.spinReads.Load()
 	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.OpRDMAWriteWithImm, Imm: 42, Flags: verbs.SendSignaled,
 		SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
 	select {
@@ -687,13 +712,18 @@ func TestDrivePollSpin(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a message that arrived while the waiter polled was not delivered")
 	}
+	if runtime.GOOS == "linux" { // elsewhere there is no poll (read_other.go)
+		// Delivered by the poll's non-blocking reads, not by a blocking
+		// read after the poll gave up (or never ran).
+		require.Greater(t, l.spinReads.Load()-before, int32(0), "the frame was not read by polling the socket")
+	}
 	require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
 
 	// A ctx that ends during the poll ends the wait at once.
 	ctx, cancel := context.WithCancel(context.Background())
 	res := make(chan error, 1)
 	go func() { res <- b.rcq.Wait(ctx) }()
-	time.Sleep(20 * time.Millisecond)
+	awaitPoller(t, b.qp)
 	start := time.Now()
 	cancel()
 	select {
@@ -735,7 +765,7 @@ func TestHeldAcksWhileStreaming(t *testing.T) {
 		}
 		errc <- nil
 	}()
-	time.Sleep(20 * time.Millisecond) // b's waiter polls by now
+	awaitPoller(t, b.qp) // b's waiter polls
 	post := func(i int) {
 		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWriteWithImm, Imm: uint32(i), Flags: verbs.SendSignaled,
 			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 1000)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
