@@ -23,12 +23,20 @@ func TestConnectFailureNamesAddress(t *testing.T) {
 	o.P2P.Device.Advertise = "127.0.0.1:1"
 	o.P2P.CloseTimeout = 500 * time.Millisecond
 	err := p2ptest.RunErr(2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		// Rank 0 waits for a reply too: a small send may complete before
+		// its link is up, and only a wait on the link then sees the failure.
 		buf := make([]byte, 8)
 		if ep.Rank() == 0 {
-			return ep.Send(ctx, 1, 3, buf)
+			if err := ep.Send(ctx, 1, 3, buf); err != nil {
+				return err
+			}
+			_, err := ep.Recv(ctx, 1, 4, buf)
+			return err
 		}
-		_, err := ep.Recv(ctx, 0, 3, buf)
-		return err
+		if _, err := ep.Recv(ctx, 0, 3, buf); err != nil {
+			return err
+		}
+		return ep.Send(ctx, 0, 4, buf)
 	})
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, p2p.ErrPeerLost), "%v", err)
