@@ -55,6 +55,9 @@ func (e *Engine) run(ctx context.Context, s spec, fn func(c *call, alg Algorithm
 		return err
 	}
 	if bad != nil {
+		if f := e.forced[s.coll]; f != Auto {
+			c.alg = f // the error names the algorithm the caller forced, not "auto"
+		}
 		return c.end(c.invalid(bad))
 	}
 	if e.opts.Debug && e.size > 1 {
@@ -71,6 +74,9 @@ func (e *Engine) run(ctx context.Context, s spec, fn func(c *call, alg Algorithm
 		}
 	}()
 	err = fn(c, alg)
+	if err == nil && alg == SharedMemory && e.size > 1 {
+		err = c.shmAgree()
+	}
 	ended = true
 	return c.end(err)
 }

@@ -64,7 +64,7 @@ func (c *call) fingerprint() error {
 		x := &table[r]
 		m := compareCall(c.world(0), ref, c.world(r), x)
 		if m != nil {
-			return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.Peer, Err: m}
+			return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.otherThan(c.e.rank), Err: m}
 		}
 	}
 	return nil

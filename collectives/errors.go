@@ -79,6 +79,15 @@ func (e *MismatchError) Error() string {
 
 func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 
+// otherThan is the rank of the disagreement that is not me: the peer a
+// rank's error names (me's counterpart when me is one of the two).
+func (e *MismatchError) otherThan(me int) int {
+	if e.Peer == me {
+		return e.Rank
+	}
+	return e.Peer
+}
+
 // PeerError says that another rank failed the call on its own (it passed
 // invalid arguments), so this rank stopped too instead of waiting for it.
 type PeerError struct {

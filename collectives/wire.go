@@ -133,10 +133,28 @@ func whatCode(s string) uint8 {
 	return whatCount
 }
 
-// mismatchFromAbort rebuilds the error an abort message describes.
-func mismatchFromAbort(h *header) error {
+// An abort for invalid arguments carries the refusing rank's error: a
+// code for its sentinel in valA, its text (at most maxReason bytes) after
+// the header.
+const (
+	maxReason         = 192
+	reasonInvalid     = 1
+	reasonUnsupported = 2
+)
+
+// mismatchFromAbort rebuilds the error an abort message describes; extra
+// is what followed the header.
+func mismatchFromAbort(h *header, extra []byte) error {
 	if h.what == whatInvalid {
-		return &PeerError{Rank: int(h.rankA), Err: ErrInvalidArgument}
+		sentinel := ErrInvalidArgument
+		if h.valA == reasonUnsupported {
+			sentinel = ErrUnsupported
+		}
+		n := min(int(h.payload), len(extra))
+		if n == 0 {
+			return &PeerError{Rank: int(h.rankA), Err: sentinel}
+		}
+		return &PeerError{Rank: int(h.rankA), Err: &remoteError{text: string(extra[:n]), sentinel: sentinel}}
 	}
 	what := "unknown"
 	if int(h.what) < len(whatNames) && h.what > 0 {
@@ -182,3 +200,12 @@ func compareCall(a int, x *header, b int, y *header) *MismatchError {
 	}
 	return nil
 }
+
+// remoteError is another rank's error as its text, matching its sentinel.
+type remoteError struct {
+	text     string
+	sentinel error
+}
+
+func (e *remoteError) Error() string        { return e.text }
+func (e *remoteError) Is(target error) bool { return target == e.sentinel }
