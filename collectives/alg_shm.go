@@ -223,18 +223,8 @@ func (c *call) shmAgree() error {
 		}
 		known[r] = st == 1
 	}
-	ref := -1
-	for r := range e.size {
-		if !known[r] {
-			continue
-		}
-		if ref < 0 {
-			ref = r
-			continue
-		}
-		if m := compareCall(ref, &table[ref], r, &table[r]); m != nil {
-			return c.mismatch(m)
-		}
+	if m := tableMismatch(table, known, c.world); m != nil {
+		return c.mismatch(m)
 	}
 	return nil
 }

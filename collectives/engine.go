@@ -258,7 +258,7 @@ func (e *Engine) onStatus(peer int, h *header) {
 		st.stopLocked()
 		seq := st.seq // st is recycled once its call ends: read it under the lock
 		e.mu.Unlock()
-		e.broadcastAbort(header{kind: kindAbort, seq: seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue}, nil)
+		e.broadcastAbort(header{kind: kindAbort, seq: seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue, root: int32(m.Suspect + 1)}, nil)
 		return
 	case int32(h.seq-e.seq) > 0 && len(e.status) < 1024:
 		e.status[h.seq] = statusNote{peer: peer, h: *h}
@@ -274,7 +274,7 @@ func (e *Engine) onStatus(peer int, h *header) {
 		m := compareCall(e.rank, &past, peer, h)
 		e.mu.Unlock()
 		if m != nil {
-			e.broadcastAbort(header{kind: kindAbort, seq: h.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue}, nil)
+			e.broadcastAbort(header{kind: kindAbort, seq: h.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue, root: int32(m.Suspect + 1)}, nil)
 		}
 		return
 	}
@@ -286,6 +286,7 @@ func (e *Engine) onAbort(seq uint32, m error) {
 	defer e.mu.Unlock()
 	switch {
 	case e.cur != nil && e.cur.seq == seq:
+		suspectByOwn(m, &e.cur.hdr)
 		if e.cur.abort == nil {
 			e.cur.abort = m
 		}
@@ -619,7 +620,7 @@ func (c *call) mismatch(m *MismatchError) error {
 	}
 	c.e.mu.Unlock()
 	c.stop()
-	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue}, nil)
+	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue, root: int32(m.Suspect + 1)}, nil)
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.otherThan(c.e.rank), Err: m}
 }
 

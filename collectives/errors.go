@@ -60,6 +60,10 @@ type MismatchError struct {
 	PeerValue int64
 	// Names, when set, render Value and PeerValue (op and type names).
 	Name, PeerName string
+	// Suspect is the rank whose call differs from most ranks' (the likely
+	// culprit, which launchers name), when the ranks that found the
+	// difference saw every rank's call; -1 when unknown.
+	Suspect int
 }
 
 func (e *MismatchError) Error() string {

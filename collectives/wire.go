@@ -160,12 +160,104 @@ func mismatchFromAbort(h *header, extra []byte) error {
 	if int(h.what) < len(whatNames) && h.what > 0 {
 		what = whatNames[h.what]
 	}
-	return newMismatch(what, int(h.rankA), h.valA, int(h.rankB), h.valB)
+	m := newMismatch(what, int(h.rankA), h.valA, int(h.rankB), h.valB)
+	m.Suspect = int(h.root) - 1 // an abort's root field carries the suspect + 1
+	return m
+}
+
+// suspectByOwn fills in the suspect of a mismatch between two other ranks
+// that this rank heard of, from its own call h: the rank whose value is
+// not this rank's. (A third rank that agrees with one side is evidence.)
+func suspectByOwn(err error, h *header) {
+	m, ok := err.(*MismatchError)
+	if !ok || m.Suspect >= 0 {
+		return
+	}
+	var mine int64
+	switch m.What {
+	case "count":
+		mine = h.count
+	case "op":
+		mine = int64(h.op)
+	case "type":
+		mine = int64(h.dtype)
+	case "root":
+		mine = int64(h.root)
+	default:
+		return
+	}
+	switch {
+	case mine == m.Value && mine != m.PeerValue:
+		m.Suspect = m.Peer
+	case mine == m.PeerValue && mine != m.Value:
+		m.Suspect = m.Rank
+	}
+}
+
+// tableMismatch compares the calls of every rank (table, with known[r]
+// false for a rank whose call is unknown) and returns the first
+// difference from the call most ranks made, naming its rank as the
+// suspect, or nil when all known calls agree. Every rank that has the
+// same table reports the same difference.
+func tableMismatch(table []header, known []bool, world func(int) int) *MismatchError {
+	ref := -1
+	same := true
+	for r := range table {
+		if !known[r] {
+			continue
+		}
+		if ref < 0 {
+			ref = r
+		} else if compareCall(0, &table[ref], 0, &table[r]) != nil {
+			same = false
+			break
+		}
+	}
+	if same {
+		return nil
+	}
+	// The reference is the call of the most ranks (the first such rank).
+	best, bestN := -1, 0
+	for r := range table {
+		if !known[r] {
+			continue
+		}
+		n := 0
+		for q := range table {
+			if known[q] && compareCall(0, &table[r], 0, &table[q]) == nil {
+				n++
+			}
+		}
+		if n > bestN {
+			best, bestN = r, n
+		}
+	}
+	for r := range table {
+		if known[r] {
+			if m := compareCall(world(best), &table[best], world(r), &table[r]); m != nil {
+				if 2*bestN > countTrue(known) {
+					m.Suspect = world(r)
+				}
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+func countTrue(b []bool) int {
+	n := 0
+	for _, x := range b {
+		if x {
+			n++
+		}
+	}
+	return n
 }
 
 // newMismatch fills in names for values that are codes.
 func newMismatch(what string, rank int, v int64, peer int, pv int64) *MismatchError {
-	m := &MismatchError{What: what, Rank: rank, Value: v, Peer: peer, PeerValue: pv}
+	m := &MismatchError{What: what, Rank: rank, Value: v, Peer: peer, PeerValue: pv, Suspect: -1}
 	switch what {
 	case "op":
 		m.Name, m.PeerName = reduce.OpCode(v).String(), reduce.OpCode(pv).String()

@@ -96,6 +96,11 @@ func TestDisagreementFailsEveryRank(t *testing.T) {
 				if !errors.As(err, &m) || m.What != tc.what || (m.Rank != odd && m.Peer != odd) {
 					return fmt.Errorf("want a %s MismatchError naming rank %d, got %v", tc.what, odd, err)
 				}
+				// Six ranks agree: the odd one is the suspect (what a
+				// launcher names), when the finder saw every call.
+				if m.Suspect != odd && m.Suspect != -1 {
+					return fmt.Errorf("suspect %d, want %d: %v", m.Suspect, odd, err)
+				}
 				return nil
 			})
 			requireOK(t, errs)

@@ -89,3 +89,16 @@ func TestRdmarunRankLeavesEarly(t *testing.T) {
 		})
 	}
 }
+
+// A count mismatch: every rank fails, and rdmarun names the rank whose
+// count differs, not the first rank to exit.
+func TestRdmarunCountMismatchBlamed(t *testing.T) {
+	buildJobBinaries(t)
+	for _, transport := range []string{"tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			out, errOut, code := job(t, "-np", "5", "--transport", transport, "--connect-timeout", "30s", progBin, "-count-rank", "3", "-n", "1")
+			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			assert.Regexp(t, `failed: the failure began at rank 3 \(host \S+\), which called a collective with arguments that differ from the others'`, errOut)
+		})
+	}
+}

@@ -28,6 +28,7 @@ var (
 	abortCode = flag.Int("abort-code", 3, "exit code for -abort-rank")
 	n         = flag.Int("n", 100003, "elements in the allreduce")
 	leaveRank = flag.Int("leave-rank", -1, "this rank closes its communicator and exits 0 after the first allreduce")
+	countRank = flag.Int("count-rank", -1, "this rank passes one element more to the first allreduce")
 )
 
 func main() {
@@ -53,6 +54,9 @@ func run() error {
 
 	// Allreduce of integer-valued floats: exact in any order.
 	buf := make([]float64, *n)
+	if me == *countRank {
+		buf = make([]float64, *n+1)
+	}
 	for i := range buf {
 		buf[i] = float64(me*7 + i%13)
 	}
