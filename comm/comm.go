@@ -794,8 +794,7 @@ func (c *Comm) wrap(op string, peer, tag int, err error) error {
 // failureReportTimeout bounds the report of a rank's first failure: it
 // goes out before the error is returned (the program may exit right
 // after), and a rendezvous that is gone must not hold the error up. A
-// closed rendezvous fails at once; a busy one gets a second (250 ms lost
-// reports on a loaded machine).
+// closed rendezvous fails at once; a busy one gets a second.
 const failureReportTimeout = time.Second
 
 // reportFailure puts this rank's first failure that began at another
