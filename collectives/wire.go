@@ -18,10 +18,11 @@ import (
 //	9  op       uint8  reduce.OpCode
 //	10 dtype    uint8  reduce.DType
 //	11 split    uint8  1: the payload follows as its own message (tag|1)
-//	12 root     int32
+//	12 root     int32  (kindAbort of a mismatch: the suspect rank + 1, 0 if unknown)
 //	16 count    int64  the element count the sender believes this message
 //	                   (or call) has; the receiver compares it with its own
-//	24 payload  int64  payload bytes
+//	24 payload  int64  payload bytes (kindAbort for invalid arguments: the
+//	                   refusing rank's error text, valA its sentinel code)
 //	32 what     uint8  kindAbort: mismatch kind (whatCount, ...)
 //	36 rankA    int32  kindAbort: the two ranks and their values;
 //	                   kindStatus: the sender
