@@ -72,7 +72,8 @@ import (
 // rank 0's against each other's in rank order, as Debug's fingerprint
 // does: every rank reports the same first difference. The cost is a load
 // of one line per peer, and for a writer, waiting until every reader has
-// entered the call (not finished it). A peer can be at most one call
+// entered the call (not finished it). An allreduce with data skips it:
+// every rank has read every peer's header with its chunks. A peer can be at most one call
 // ahead while this rank compares (it cannot complete a call before this
 // rank has announced it), so the other entry is never overwritten under
 // the reader; a peer that has moved on is skipped.

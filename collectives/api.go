@@ -74,7 +74,10 @@ func (e *Engine) run(ctx context.Context, s spec, fn func(c *call, alg Algorithm
 		}
 	}()
 	err = fn(c, alg)
-	if err == nil && alg == SharedMemory && e.size > 1 {
+	// A shared-memory allreduce of some data has read every peer's header
+	// already (each rank reads every peer's chunks): only the others, and
+	// an empty one, need the closing agreement.
+	if err == nil && alg == SharedMemory && e.size > 1 && (s.coll != CollAllreduce || s.nbytes == 0) {
 		err = c.shmAgree()
 	}
 	ended = true

@@ -145,3 +145,24 @@ func TestRefusalAndDebugErrorsName(t *testing.T) {
 	})
 	requireOK(t, errs)
 }
+
+// An allreduce over shared memory checks every peer's header with its
+// chunks instead of the closing agreement; an empty one still agrees.
+func TestAllreduceDisagreementSharedMemory(t *testing.T) {
+	for _, counts := range [][2]int{{1, 2}, {0, 1}, {1, 0}} {
+		t.Run(fmt.Sprint(counts), func(t *testing.T) {
+			errs := run(t, 4, comm.Options{Transport: "shm"}, func(ctx context.Context, c *comm.Comm) error {
+				n := counts[0]
+				if c.Rank() == 1 {
+					n = counts[1]
+				}
+				err := comm.Allreduce(ctx, c, make([]int64, n), comm.Sum)
+				if !errors.Is(err, comm.ErrMismatch) {
+					return fmt.Errorf("want ErrMismatch, got %v", err)
+				}
+				return nil
+			})
+			requireOK(t, errs)
+		})
+	}
+}
