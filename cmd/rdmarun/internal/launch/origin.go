@@ -67,30 +67,49 @@ func findOrigin(reports []bootstrap.FailureReport) (origin, bool) {
 	return o, true
 }
 
+// kind is how most reports naming the origin saw it ("lost" for a revoke
+// too); a tie goes to the likelier cause: a loss, a refusal, a
+// disagreement, then an early close (often a consequence: a rank that
+// failed closes its communicator on the way out).
+func (o origin) kind() string {
+	n := map[string]int{}
+	for _, f := range o.reports {
+		k := f.Kind
+		if k == "revoked" {
+			k = "lost"
+		}
+		n[k]++
+	}
+	best := ""
+	for _, k := range []string{"lost", "invalid", "mismatch", "closed"} {
+		if n[k] > n[best] {
+			best = k
+		}
+	}
+	return best
+}
+
 // what says in words how the reports saw the origin.
 func (o origin) what() string {
-	kinds := map[string]bool{}
-	for _, f := range o.reports {
-		kinds[f.Kind] = true
-	}
-	switch {
-	case kinds["lost"] || kinds["revoked"]:
+	switch o.kind() {
+	case "lost":
 		return "was lost"
-	case kinds["closed"]:
+	case "closed":
 		return "closed its communicator early"
-	case kinds["invalid"]:
+	case "invalid":
 		return "refused a collective's arguments"
-	case kinds["mismatch"]:
+	case "mismatch":
 		return "called a collective with arguments that differ from the others'"
 	}
 	return "failed"
 }
 
-// firstDetail is the first report's error, of a direct observation when
-// there is one (a revoke only repeats it).
+// firstDetail is the first report's error of that kind, of a direct
+// observation when there is one (a revoke only repeats it).
 func (o origin) firstDetail() string {
+	k := o.kind()
 	for _, f := range o.reports {
-		if f.Kind != "revoked" {
+		if f.Kind == k {
 			return f.Detail
 		}
 	}
