@@ -387,6 +387,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	if len(e.aborts) > 0 {
 		if m := e.aborts[e.seq]; m != nil {
 			delete(e.aborts, e.seq)
+			suspectByOwn(m, &st.hdr)
 			st.abort = m
 			st.stopLocked()
 		}

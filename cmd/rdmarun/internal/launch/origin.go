@@ -15,7 +15,9 @@ import (
 // first failure began elsewhere reports it to the rendezvous (see
 // bootstrap.FailureKey): the rank it lost, the rank whose revoke or
 // refusal reached it, the other side of a disagreement. The origin is the
-// rank those reports name most; a tie goes to the rank named first.
+// rank those reports name most; a tie goes to the rank named first. A
+// report naming a rank that had already reported a failure of its own
+// counts for that failure's origin: the named rank closed on its way out.
 
 // origin is the rank where the failure began by the reports, with the
 // reports that name it; ok is false without reports.
@@ -27,14 +29,29 @@ type origin struct {
 
 func findOrigin(reports []bootstrap.FailureReport) (origin, bool) {
 	votes := map[int]float64{}
-	first := map[int]int{} // rank → index of the first report naming it
+	first := map[int]int{}      // rank → index of the first report naming it
+	resolved := map[int][]int{} // reporter → the origins its report resolves to
 	for i, f := range reports {
+		// A rank this one saw close or vanish, which had reported a
+		// failure of its own before, left because of that failure (it
+		// closed or exited on its way out): follow it to its origins. A
+		// chain that leads back to this reporter is no evidence. (A
+		// disagreement or a refusal is about the call itself: its two
+		// sides report each other, and neither is a consequence.)
+		follow := f.Kind == "closed" || f.Kind == "lost" || f.Kind == "revoked"
 		var os []int
 		for _, o := range f.Origins {
-			if o != f.Rank && !slices.Contains(os, o) {
-				os = append(os, o)
+			via, ok := resolved[o]
+			if !ok || !follow {
+				via = []int{o}
+			}
+			for _, x := range via {
+				if x != f.Rank && !slices.Contains(os, x) {
+					os = append(os, x)
+				}
 			}
 		}
+		resolved[f.Rank] = os
 		for _, o := range os {
 			votes[o] += 1 / float64(len(os))
 			if _, seen := first[o]; !seen {
@@ -56,7 +73,7 @@ func findOrigin(reports []bootstrap.FailureReport) (origin, bool) {
 		if f.Rank == best {
 			continue
 		}
-		if slices.Contains(f.Origins, best) {
+		if slices.Contains(resolved[f.Rank], best) {
 			o.reports = append(o.reports, f)
 		}
 		// A rank that failed on another survivor (which had exited

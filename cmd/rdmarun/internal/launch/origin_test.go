@@ -34,6 +34,12 @@ func TestFindOrigin(t *testing.T) {
 		{"a mismatch whose suspect also closed on the way out",
 			[]bootstrap.FailureReport{rep(4, "mismatch", 3), rep(2, "closed", 3), rep(0, "mismatch", 3), rep(1, "mismatch", 3)},
 			3, []int{0, 1, 2, 4}, "called a collective with arguments that differ from the others'"},
+		{"survivors that fail on a survivor's exit count for its origin",
+			[]bootstrap.FailureReport{rep(2, "closed", 1), rep(0, "closed", 2), rep(3, "closed", 2)},
+			1, []int{0, 2, 3}, "closed its communicator early"},
+		{"the two sides of a mismatch report each other first",
+			[]bootstrap.FailureReport{rep(3, "mismatch", 4), rep(4, "mismatch", 3), rep(0, "mismatch", 3), rep(2, "mismatch", 3), rep(1, "mismatch", 3)},
+			3, []int{0, 1, 2, 4}, "called a collective with arguments that differ from the others'"},
 		{"a report naming its own rank is no evidence", []bootstrap.FailureReport{rep(1, "lost", 1)}, -1, nil, ""},
 		{"no reports", nil, -1, nil, ""},
 	}
