@@ -103,3 +103,17 @@ func TestRdmarunCountMismatchBlamed(t *testing.T) {
 		})
 	}
 }
+
+// A rank stopped by SIGSTOP says nothing; the others notice by liveness
+// and exit, and rdmarun must name the stopped rank from their reports,
+// not the first of them to exit.
+func TestRdmarunStoppedRankBlamed(t *testing.T) {
+	buildJobBinaries(t)
+	for _, transport := range []string{"tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			out, errOut, code := job(t, "-np", "4", "--grace", "1s", "--transport", transport, "--connect-timeout", "30s", progBin, "-stop-rank", "2", "-n", "8", "-liveness", "1500ms")
+			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			assert.Regexp(t, `failed: the failure began at rank 2 \(host \S+\), which was lost \([^\n]*\); ranks 0, 1 and 3 failed because of it`, errOut)
+		})
+	}
+}
