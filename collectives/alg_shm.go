@@ -24,7 +24,10 @@ import (
 //	12   sleepers uint32  ranks asleep (or about to be) on bell
 //	16   left     uint64  0 while the Engine is open; at Close, 1 + the
 //	                      counter of the last call this rank completed
-//	64   slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
+//	64   entry 0: the call this rank is in (uint64 at 64) and its header
+//	          (the fingerprint, at 128), for calls with an even counter
+//	192  entry 1: the same, for odd counters
+//	320  slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
 //	          bytes of data; line 1: second round word (allreduceShmRS);
 //	          then the data of larger chunks (the slot size)
 //	…    slot 1: the same
@@ -56,6 +59,23 @@ import (
 // of this call", so a rank that left a call early (an error) never holds
 // up the writers of later calls.
 //
+// Agreement. A rank that only writes in a call (a bcast root, a reduce
+// or gather sender) never reads a peer's header, so it cannot see that a
+// peer called with another root, count, op or type, and used to return
+// success while the others failed. So every rank announces its call's
+// header in an entry of its region when the call begins (two entries,
+// by the parity of the call counter, written seqlock-style: counter 0,
+// header, counter), and a call that has moved its data ends by waiting
+// until every peer has announced this call and comparing the headers,
+// rank 0's against each other's in rank order, as Debug's fingerprint
+// does: every rank reports the same first difference. The cost is a load
+// of one line per peer, and for a writer, waiting until every reader has
+// entered the call (not finished it). An allreduce with data skips it:
+// every rank has read every peer's header with its chunks. A peer can be at most one call
+// ahead while this rank compares (it cannot complete a call before this
+// rank has announced it), so the other entry is never overwritten under
+// the reader; a peer that has moved on is skipped.
+//
 // Waits spin, then follow the region's Wait policy: yield the CPU, then
 // sleep on the peer's bell (a futex over shm), which the peer rings after
 // it publishes a round or finishes reading one if anyone sleeps there (a
@@ -77,7 +97,9 @@ import (
 const (
 	shmSlotHdr   = 128 // lines 0 and 1 of a slot (see above); larger data after
 	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
-	shmSlot0     = 64
+	shmEntry0    = 64
+	shmEntrySize = 128
+	shmSlot0     = shmEntry0 + 2*shmEntrySize
 	shmMinSlot   = 4 << 10
 	shmPipeMin   = 64 << 10 // the smallest piece a pipelined bcast cuts (see bcastShm)
 	shmChunkBits = 24       // chunks per call in a round id
@@ -102,6 +124,8 @@ type shmState struct {
 	slotSize int       // bytes per slot, header included
 	next     int       // the slot this rank writes next
 	used     [2]uint64 // per slot, the round this rank last wrote into it
+	table    []header  // shmAgree's per-rank headers, reused by every call
+	known    []bool
 }
 
 // newShmState checks the region: every rank's part 8-byte aligned, and
@@ -141,6 +165,68 @@ const (
 	shmSleepers = 12
 	shmLeft     = 16
 )
+
+// announce writes the header of the call with counter calls into rank
+// me's entry and rings its bell for peers waiting to compare.
+func (s *shmState) announce(me int, calls uint64, h *header) {
+	e := s.mem[me][shmEntry0+int(calls&1)*shmEntrySize:]
+	w := word(e, 0)
+	atomic.StoreUint64(w, 0)
+	fp := *h
+	fp.kind = kindFingerprint
+	fp.encode(e[64 : 64+hdrLen])
+	atomic.StoreUint64(w, calls)
+	s.ring(me)
+}
+
+// entry reads rank r's header for the call with counter calls: state is
+// 0 while r has not announced it, 1 when h holds it, 2 when r has moved
+// past it.
+func (s *shmState) entry(r int, calls uint64, h *header) int {
+	e := s.mem[r][shmEntry0+int(calls&1)*shmEntrySize:]
+	w := word(e, 0)
+	got := atomic.LoadUint64(w)
+	switch {
+	case got == calls:
+		var b [hdrLen]byte
+		copy(b[:], e[64:64+hdrLen])
+		if atomic.LoadUint64(w) != calls || !h.decode(b[:]) {
+			return 2 // rewritten under us: r is past this call
+		}
+		return 1
+	case got > calls:
+		return 2
+	}
+	return 0
+}
+
+// shmAgree is the end of a shared-memory call that has moved its data
+// (see Agreement above): it fails with a *MismatchError when some rank
+// called with other arguments.
+func (c *call) shmAgree() error {
+	e := c.e
+	s := e.shm
+	if s.table == nil {
+		s.table, s.known = make([]header, e.size), make([]bool, e.size)
+	}
+	table, known := s.table, s.known // calls on one Engine never overlap
+	table[e.rank], known[e.rank] = c.h, true
+	table[e.rank].kind = kindFingerprint
+	for r := range e.size {
+		if r == e.rank {
+			continue
+		}
+		var st int
+		if err := c.shmWait(r, func() bool { st = s.entry(r, c.calls, &table[r]); return st != 0 }); err != nil {
+			return err
+		}
+		known[r] = st == 1
+	}
+	if m := tableMismatch(table, known, c.world); m != nil {
+		return c.mismatch(m)
+	}
+	return nil
+}
 
 // leave records in rank me's region that its Engine is closing, after ok,
 // the counter of the last call it completed, and wakes its sleepers.

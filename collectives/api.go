@@ -67,6 +67,9 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 		return err
 	}
 	if bad != nil {
+		if f := e.forced[s.coll]; f != Auto {
+			c.alg = f // the error names the algorithm the caller forced, not "auto"
+		}
 		return c.end(c.invalid(bad))
 	}
 	if e.opts.Debug && e.size > 1 {
@@ -83,6 +86,12 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 		}
 	}()
 	err = fn(c, alg)
+	// A shared-memory allreduce of some data has read every peer's header
+	// already (each rank reads every peer's chunks): only the others, and
+	// an empty one, need the closing agreement.
+	if err == nil && alg == SharedMemory && e.size > 1 && (s.coll != CollAllreduce || s.nbytes == 0) {
+		err = c.shmAgree()
+	}
 	ended = true
 	return c.end(err)
 }

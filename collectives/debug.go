@@ -59,13 +59,12 @@ func (c *call) fingerprint() error {
 			}
 		}
 	}
-	ref := &table[0]
-	for r := 1; r < p; r++ {
-		x := &table[r]
-		m := compareCall(c.world(0), ref, c.world(r), x)
-		if m != nil {
-			return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.Peer, Err: m}
-		}
+	known := make([]bool, p)
+	for r := range known {
+		known[r] = true
+	}
+	if m := tableMismatch(table, known, c.world); m != nil {
+		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.otherThan(c.e.rank), Err: m}
 	}
 	return nil
 }

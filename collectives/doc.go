@@ -59,9 +59,20 @@
 // ranks chose different algorithms, a call still running after
 // Options.StallProbe sends its fingerprint to every peer, which finds the
 // difference the same way. Bad arguments on one rank fail there with
-// ErrInvalidArgument and make the others fail with a *PeerError.
-// Options.Debug adds an all-to-all fingerprint check before each call, so
-// every rank reports any difference by name before data moves. Errors are
+// ErrInvalidArgument (or ErrUnsupported) and make the others fail with a
+// *PeerError naming it and carrying its reason.
+//
+// The promise, by default: any disagreement about count, root, op or
+// element type, and any refusal, fails every rank of the call, for every
+// collective on the shared-memory path (each such call ends by comparing
+// every rank's header, which every rank announces in the region) and for
+// the collectives whose result on every rank depends on every rank
+// (allreduce, allgather(v), reduce-scatter, alltoall(v), barrier). Over
+// the network, a rank of a one-way collective (bcast, reduce, gather(v),
+// scatter(v), scan, exscan) whose part was done before the disagreement
+// showed (the bcast root, a pure sender) may return success; Options.Debug
+// closes that gap with an all-to-all fingerprint check before each call,
+// so every rank reports any difference by name before data moves. Errors are
 // *Error{Op, Algorithm, Seq, Rank, Peer, Err} wrapping the cause (the
 // group's peer-lost error, the caller's context error naming the rank
 // waited for, ...). After an error no request of the call is still in

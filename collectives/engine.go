@@ -191,7 +191,7 @@ func (e *Engine) Close() error {
 // from any) until Close or until the group fails.
 func (e *Engine) watchLoop(post func(buf []byte) (Request, error)) {
 	defer e.wg.Done()
-	buf := make([]byte, hdrLen)
+	buf := make([]byte, hdrLen+maxReason)
 	for {
 		req, err := post(buf)
 		if err != nil {
@@ -216,7 +216,7 @@ func (e *Engine) watchLoop(post func(buf []byte) (Request, error)) {
 		}
 		switch h.kind {
 		case kindAbort:
-			e.onAbort(h.seq, mismatchFromAbort(&h))
+			e.onAbort(h.seq, mismatchFromAbort(&h, buf[hdrLen:n]))
 		case kindStatus:
 			if peer := int(h.rankA); peer >= 0 && peer < e.size && peer != e.rank {
 				e.onStatus(peer, &h)
@@ -283,7 +283,7 @@ func (e *Engine) onStatus(peer int, h *header) {
 		st.stopLocked()
 		seq := st.seq // st is recycled once its call ends: read it under the lock
 		e.mu.Unlock()
-		e.broadcastAbort(header{kind: kindAbort, seq: seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
+		e.broadcastAbort(header{kind: kindAbort, seq: seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue, root: int32(m.Suspect + 1)}, nil)
 		return
 	case int32(h.seq-e.seq) > 0 && len(e.status) < 1024:
 		e.status[h.seq] = statusNote{peer: peer, h: *h}
@@ -299,7 +299,7 @@ func (e *Engine) onStatus(peer int, h *header) {
 		m := compareCall(e.rank, &past, peer, h)
 		e.mu.Unlock()
 		if m != nil {
-			e.broadcastAbort(header{kind: kindAbort, seq: h.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
+			e.broadcastAbort(header{kind: kindAbort, seq: h.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue, root: int32(m.Suspect + 1)}, nil)
 		}
 		return
 	}
@@ -311,6 +311,7 @@ func (e *Engine) onAbort(seq uint32, m error) {
 	defer e.mu.Unlock()
 	switch {
 	case e.cur != nil && e.cur.seq == seq:
+		suspectByOwn(m, &e.cur.hdr)
 		if e.cur.abort == nil {
 			e.cur.abort = m
 		}
@@ -411,6 +412,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	if len(e.aborts) > 0 {
 		if m := e.aborts[e.seq]; m != nil {
 			delete(e.aborts, e.seq)
+			suspectByOwn(m, &st.hdr)
 			st.abort = m
 			st.stopLocked()
 		}
@@ -457,6 +459,9 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		case <-e.shm.r.Failed():
 			return c, c.end(c.fail(-1, e.shm.r.Err()))
 		default:
+		}
+		if e.size > 1 {
+			e.shm.announce(e.rank, st.calls, &st.hdr)
 		}
 	}
 	return c, nil
@@ -650,8 +655,8 @@ func (c *call) mismatch(m *MismatchError) error {
 	}
 	c.e.mu.Unlock()
 	c.stop()
-	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue})
-	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.Peer, Err: m}
+	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue, root: int32(m.Suspect + 1)}, nil)
+	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.otherThan(c.e.rank), Err: m}
 }
 
 // invalid reports a bad argument on this rank: the other ranks are told
@@ -663,18 +668,28 @@ func (c *call) invalid(err error) error {
 	}
 	c.e.mu.Unlock()
 	c.stop()
-	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatInvalid, rankA: int32(c.e.rank)})
+	// The others get the reason too (a sentinel code and the text).
+	reason := []byte(err.Error())
+	if len(reason) > maxReason {
+		reason = append(reason[:maxReason-3:maxReason-3], "..."...)
+	}
+	code := int64(reasonInvalid)
+	if errors.Is(err, ErrUnsupported) {
+		code = reasonUnsupported
+	}
+	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatInvalid, rankA: int32(c.e.rank), valA: code, payload: int64(len(reason))}, reason)
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: err}
 }
 
-func (e *Engine) broadcastAbort(h header) {
-	var b [hdrLen]byte
-	h.encode(b[:])
+func (e *Engine) broadcastAbort(h header, extra []byte) {
+	b := make([]byte, hdrLen+len(extra))
+	h.encode(b)
+	copy(b[hdrLen:], extra)
 	// Not waited for: a peer that is gone or slow must not hold this rank
 	// here. b is never reused, and Close cancels what is still pending.
 	for p := 0; p < e.size; p++ {
 		if p != e.rank {
-			e.fire(p, b[:])
+			e.fire(p, b)
 		}
 	}
 }

@@ -60,6 +60,10 @@ type MismatchError struct {
 	PeerValue int64
 	// Names, when set, render Value and PeerValue (op and type names).
 	Name, PeerName string
+	// Suspect is the rank whose call differs from most ranks' (the likely
+	// culprit, which launchers name), when the ranks that found the
+	// difference saw every rank's call; -1 when unknown.
+	Suspect int
 }
 
 func (e *MismatchError) Error() string {
@@ -78,6 +82,15 @@ func (e *MismatchError) Error() string {
 }
 
 func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// otherThan is the rank of the disagreement that is not me: the peer a
+// rank's error names (me's counterpart when me is one of the two).
+func (e *MismatchError) otherThan(me int) int {
+	if e.Peer == me {
+		return e.Rank
+	}
+	return e.Peer
+}
 
 // PeerError says that another rank failed the call on its own (it passed
 // invalid arguments), so this rank stopped too instead of waiting for it.

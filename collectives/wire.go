@@ -18,10 +18,11 @@ import (
 //	9  op       uint8  reduce.OpCode
 //	10 dtype    uint8  reduce.DType
 //	11 split    uint8  1: the payload follows as its own message (tag|1)
-//	12 root     int32
+//	12 root     int32  (kindAbort of a mismatch: the suspect rank + 1, 0 if unknown)
 //	16 count    int64  the element count the sender believes this message
 //	                   (or call) has; the receiver compares it with its own
-//	24 payload  int64  payload bytes
+//	24 payload  int64  payload bytes (kindAbort for invalid arguments: the
+//	                   refusing rank's error text, valA its sentinel code)
 //	32 what     uint8  kindAbort: mismatch kind (whatCount, ...)
 //	36 rankA    int32  kindAbort: the two ranks and their values;
 //	                   kindStatus: the sender
@@ -154,21 +155,131 @@ func whatCode(s string) uint8 {
 	return whatCount
 }
 
-// mismatchFromAbort rebuilds the error an abort message describes.
-func mismatchFromAbort(h *header) error {
+// An abort for invalid arguments carries the refusing rank's error: a
+// code for its sentinel in valA, its text (at most maxReason bytes) after
+// the header.
+const (
+	maxReason         = 192
+	reasonInvalid     = 1
+	reasonUnsupported = 2
+)
+
+// mismatchFromAbort rebuilds the error an abort message describes; extra
+// is what followed the header.
+func mismatchFromAbort(h *header, extra []byte) error {
 	if h.what == whatInvalid {
-		return &PeerError{Rank: int(h.rankA), Err: ErrInvalidArgument}
+		sentinel := ErrInvalidArgument
+		if h.valA == reasonUnsupported {
+			sentinel = ErrUnsupported
+		}
+		n := min(int(h.payload), len(extra))
+		if n == 0 {
+			return &PeerError{Rank: int(h.rankA), Err: sentinel}
+		}
+		return &PeerError{Rank: int(h.rankA), Err: &remoteError{text: string(extra[:n]), sentinel: sentinel}}
 	}
 	what := "unknown"
 	if int(h.what) < len(whatNames) && h.what > 0 {
 		what = whatNames[h.what]
 	}
-	return newMismatch(what, int(h.rankA), h.valA, int(h.rankB), h.valB)
+	m := newMismatch(what, int(h.rankA), h.valA, int(h.rankB), h.valB)
+	m.Suspect = int(h.root) - 1 // an abort's root field carries the suspect + 1
+	return m
+}
+
+// suspectByOwn fills in the suspect of a mismatch between two other ranks
+// that this rank heard of, from its own call h: the rank whose value is
+// not this rank's. (A third rank that agrees with one side is evidence.)
+func suspectByOwn(err error, h *header) {
+	m, ok := err.(*MismatchError)
+	if !ok || m.Suspect >= 0 {
+		return
+	}
+	var mine int64
+	switch m.What {
+	case "count":
+		mine = h.count
+	case "op":
+		mine = int64(h.op)
+	case "type":
+		mine = int64(h.dtype)
+	case "root":
+		mine = int64(h.root)
+	default:
+		return
+	}
+	switch {
+	case mine == m.Value && mine != m.PeerValue:
+		m.Suspect = m.Peer
+	case mine == m.PeerValue && mine != m.Value:
+		m.Suspect = m.Rank
+	}
+}
+
+// tableMismatch compares the calls of every rank (table, with known[r]
+// false for a rank whose call is unknown) and returns the first
+// difference from the call most ranks made, naming its rank as the
+// suspect, or nil when all known calls agree. Every rank that has the
+// same table reports the same difference.
+func tableMismatch(table []header, known []bool, world func(int) int) *MismatchError {
+	ref := -1
+	same := true
+	for r := range table {
+		if !known[r] {
+			continue
+		}
+		if ref < 0 {
+			ref = r
+		} else if compareCall(0, &table[ref], 0, &table[r]) != nil {
+			same = false
+			break
+		}
+	}
+	if same {
+		return nil
+	}
+	// The reference is the call of the most ranks (the first such rank).
+	best, bestN := -1, 0
+	for r := range table {
+		if !known[r] {
+			continue
+		}
+		n := 0
+		for q := range table {
+			if known[q] && compareCall(0, &table[r], 0, &table[q]) == nil {
+				n++
+			}
+		}
+		if n > bestN {
+			best, bestN = r, n
+		}
+	}
+	for r := range table {
+		if known[r] {
+			if m := compareCall(world(best), &table[best], world(r), &table[r]); m != nil {
+				if 2*bestN > countTrue(known) {
+					m.Suspect = world(r)
+				}
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+func countTrue(b []bool) int {
+	n := 0
+	for _, x := range b {
+		if x {
+			n++
+		}
+	}
+	return n
 }
 
 // newMismatch fills in names for values that are codes.
 func newMismatch(what string, rank int, v int64, peer int, pv int64) *MismatchError {
-	m := &MismatchError{What: what, Rank: rank, Value: v, Peer: peer, PeerValue: pv}
+	m := &MismatchError{What: what, Rank: rank, Value: v, Peer: peer, PeerValue: pv, Suspect: -1}
 	switch what {
 	case "op":
 		m.Name, m.PeerName = reduce.OpCode(v).String(), reduce.OpCode(pv).String()
@@ -203,3 +314,12 @@ func compareCall(a int, x *header, b int, y *header) *MismatchError {
 	}
 	return nil
 }
+
+// remoteError is another rank's error as its text, matching its sentinel.
+type remoteError struct {
+	text     string
+	sentinel error
+}
+
+func (e *remoteError) Error() string        { return e.text }
+func (e *remoteError) Is(target error) bool { return target == e.sentinel }

@@ -9,8 +9,15 @@ import (
 
 // Collectives. Every rank of the communicator calls the same collectives
 // in the same order, with matching arguments: the same root, op and
-// element type, and lengths that fit (a rank whose count differs gets
-// ErrMismatch naming both ranks and both counts, and so does its peer).
+// element type, and lengths that fit. A disagreement (count, root, op,
+// type) fails every rank with ErrMismatch naming two ranks and both
+// values; a rank's own bad argument fails it with ErrInvalidArgument and
+// the others with a *collectives.PeerError naming it, with its reason.
+// Exception: over the network, a rank of a one-way collective (Bcast,
+// Reduce, Gather(v), Scatter(v), Scan, Exscan) whose part was done before
+// the disagreement showed (the root of a Bcast) may return success, unless
+// Options.Collectives.Debug (RDMAGO_DEBUG=1). On one host over shm there is
+// no exception (docs/collectives.md).
 //
 // Naming: the short name is MPI's usual form of each collective: in place
 // for Bcast, Allreduce, Reduce, Scan and Exscan (buf is both input and

@@ -831,8 +831,9 @@ func (c *Comm) wrap(op string, peer, tag int, err error) error {
 
 // failureReportTimeout bounds the report of a rank's first failure: it
 // goes out before the error is returned (the program may exit right
-// after), and a rendezvous that is gone must not hold the error up.
-const failureReportTimeout = 250 * time.Millisecond
+// after), and a rendezvous that is gone must not hold the error up. A
+// closed rendezvous fails at once; a busy one gets a second.
+const failureReportTimeout = time.Second
 
 // reportFailure puts this rank's first failure that began at another
 // rank (or at this one: a refused call) into the store, for the launcher
@@ -887,6 +888,8 @@ func (c *Comm) failureOf(err error) (bootstrap.FailureReport, bool) {
 		f.Kind, f.Origins = "closed", []int{qc.Rank}
 	case errors.As(err, &pe):
 		f.Kind, f.Origins = "invalid", []int{world(pe.Rank)}
+	case errors.As(err, &me) && me.Suspect >= 0:
+		f.Kind, f.Origins = "mismatch", []int{world(me.Suspect)}
 	case errors.As(err, &me):
 		f.Kind = "mismatch"
 		for _, r := range []int{me.Rank, me.Peer} {

@@ -59,7 +59,10 @@
 // order; to run collectives concurrently, give each goroutine a Dup'ed
 // communicator. A rank whose arguments differ from the others' (counts,
 // root, op, type) gets ErrMismatch naming both ranks and both values, and
-// so do the others: never a hang or silent garbage.
+// so do the others: never a hang or silent garbage. (Over the network, the
+// root of a one-way collective such as Bcast may return success before
+// the others find the difference, unless Options.Collectives.Debug; see
+// the Collectives note in coll.go.)
 //
 // Algorithms are chosen by the collectives package's cost model; they can
 // be forced with Options.Collectives.Algorithms or the environment

@@ -184,10 +184,21 @@ func (c *Comm) status(op string, peer, tag, esize int, st p2p.Status, err error)
 	}
 	out := Status{Source: src, Tag: st.Tag, Count: st.Count / esize}
 	if st.Count%esize != 0 {
-		return out, c.opErr(op, src, st.Tag, fmt.Errorf("%w: the message has %d bytes, not a whole number of %d-byte elements", ErrMismatch, st.Count, esize))
+		return out, c.opErr(op, src, st.Tag, &elementError{bytes: st.Count, esize: esize})
 	}
 	return out, nil
 }
+
+// elementError is a received message that is not whole elements of the
+// receive's type: sender and receiver disagree about the element type. It
+// matches ErrMismatch, but is no collective's disagreement and says so.
+type elementError struct{ bytes, esize int }
+
+func (e *elementError) Error() string {
+	return fmt.Sprintf("element type mismatch: the message has %d bytes, not a whole number of %d-byte elements", e.bytes, e.esize)
+}
+
+func (e *elementError) Is(target error) bool { return target == ErrMismatch }
 
 // Request is a non-blocking operation in progress: a point-to-point
 // Isend / Irecv, a non-blocking collective, a Batch's operations, or a

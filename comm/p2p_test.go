@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -188,6 +189,10 @@ func TestP2PErrors(t *testing.T) {
 			_, err = comm.Recv(ctx, c, buf, 0, 2)
 			if !errors.Is(err, comm.ErrMismatch) || !assert.Contains(t, err.Error(), "6 bytes, not a whole number of 4-byte elements") {
 				return fmt.Errorf("want element mismatch, got %v", err)
+			}
+			// A message is not a collective: its error must not say so.
+			if strings.Contains(err.Error(), "collective") {
+				return fmt.Errorf("a receive's element mismatch speaks of collectives: %v", err)
 			}
 		}
 		return nil

@@ -89,3 +89,31 @@ func TestRdmarunRankLeavesEarly(t *testing.T) {
 		})
 	}
 }
+
+// A count mismatch: every rank fails, and rdmarun names the rank whose
+// count differs, not the first rank to exit.
+func TestRdmarunCountMismatchBlamed(t *testing.T) {
+	buildJobBinaries(t)
+	for _, transport := range []string{"tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			out, errOut, code := job(t, "-np", "5", "--transport", transport, "--connect-timeout", "30s", progBin, "-count-rank", "3", "-n", "1")
+			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			// Either rank 3 exits first, or rdmarun finds it from the reports.
+			assert.Regexp(t, `failed: (the failure began at rank 3 \(host \S+\), which called a collective with arguments that differ from the others'|rank 3 \(host \S+, pid \d+\) exited with code 1; ranks 0-2 and 4 failed because of it)`, errOut)
+		})
+	}
+}
+
+// A rank stopped by SIGSTOP says nothing; the others notice by liveness
+// and exit, and rdmarun must name the stopped rank from their reports,
+// not the first of them to exit.
+func TestRdmarunStoppedRankBlamed(t *testing.T) {
+	buildJobBinaries(t)
+	for _, transport := range []string{"tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) {
+			out, errOut, code := job(t, "-np", "4", "--grace", "1s", "--transport", transport, "--connect-timeout", "30s", progBin, "-stop-rank", "2", "-n", "8", "-liveness", "1500ms")
+			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			assert.Regexp(t, `failed: the failure began at rank 2 \(host \S+\), which was lost \([^\n]*\); ranks 0, 1 and 3 failed because of it`, errOut)
+		})
+	}
+}

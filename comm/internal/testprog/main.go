@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rdmago/rdmago/comm"
@@ -29,6 +30,9 @@ var (
 	abortCode = flag.Int("abort-code", 3, "exit code for -abort-rank")
 	n         = flag.Int("n", 100003, "elements in the allreduce")
 	leaveRank = flag.Int("leave-rank", -1, "this rank closes its communicator and exits 0 after the first allreduce")
+	countRank = flag.Int("count-rank", -1, "this rank passes one element more to the first allreduce")
+	stopRank  = flag.Int("stop-rank", -1, "this rank stops itself (SIGSTOP) after the first allreduce; the others run allreduces until they fail")
+	liveness  = flag.Duration("liveness", 0, "p2p liveness timeout (0: the default)")
 )
 
 func main() {
@@ -42,7 +46,11 @@ func main() {
 func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := comm.FromEnv(ctx, options())
+	o := options()
+	if *liveness > 0 {
+		o.P2P.Heartbeat, o.P2P.LivenessTimeout = *liveness/10, *liveness
+	}
+	c, err := comm.FromEnv(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -54,6 +62,9 @@ func run() error {
 
 	// Allreduce of integer-valued floats: exact in any order.
 	buf := make([]float64, *n)
+	if me == *countRank {
+		buf = make([]float64, *n+1)
+	}
 	for i := range buf {
 		buf[i] = float64(me*7 + i%13)
 	}
@@ -71,6 +82,17 @@ func run() error {
 	}
 	if *panicRank >= 0 {
 		return panicInCollective(ctx, c)
+	}
+	if me == *stopRank {
+		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		time.Sleep(time.Minute) // rdmarun ends the job
+	}
+	if *stopRank >= 0 {
+		for i := 0; ; i++ {
+			if err := comm.Allreduce(ctx, c, []float64{1}, comm.Sum); err != nil {
+				return fmt.Errorf("rank %d: allreduce %d after rank %d stopped: %w", me, i, *stopRank, err)
+			}
+		}
 	}
 	if me == *leaveRank {
 		fmt.Printf("left rank=%d\n", me)

@@ -15,7 +15,9 @@ import (
 // first failure began elsewhere reports it to the rendezvous (see
 // bootstrap.FailureKey): the rank it lost, the rank whose revoke or
 // refusal reached it, the other side of a disagreement. The origin is the
-// rank those reports name most; a tie goes to the rank named first.
+// rank those reports name most; a tie goes to the rank named first. A
+// report naming a rank that had already reported a failure of its own
+// counts for that failure's origin: the named rank closed on its way out.
 
 // origin is the rank where the failure began by the reports, with the
 // reports that name it; ok is false without reports.
@@ -27,14 +29,29 @@ type origin struct {
 
 func findOrigin(reports []bootstrap.FailureReport) (origin, bool) {
 	votes := map[int]float64{}
-	first := map[int]int{} // rank → index of the first report naming it
+	first := map[int]int{}      // rank → index of the first report naming it
+	resolved := map[int][]int{} // reporter → the origins its report resolves to
 	for i, f := range reports {
+		// A rank this one saw close or vanish, which had reported a
+		// failure of its own before, left because of that failure (it
+		// closed or exited on its way out): follow it to its origins. A
+		// chain that leads back to this reporter is no evidence. (A
+		// disagreement or a refusal is about the call itself: its two
+		// sides report each other, and neither is a consequence.)
+		follow := f.Kind == "closed" || f.Kind == "lost" || f.Kind == "revoked"
 		var os []int
 		for _, o := range f.Origins {
-			if o != f.Rank && !slices.Contains(os, o) {
-				os = append(os, o)
+			via, ok := resolved[o]
+			if !ok || !follow {
+				via = []int{o}
+			}
+			for _, x := range via {
+				if x != f.Rank && !slices.Contains(os, x) {
+					os = append(os, x)
+				}
 			}
 		}
+		resolved[f.Rank] = os
 		for _, o := range os {
 			votes[o] += 1 / float64(len(os))
 			if _, seen := first[o]; !seen {
@@ -56,7 +73,7 @@ func findOrigin(reports []bootstrap.FailureReport) (origin, bool) {
 		if f.Rank == best {
 			continue
 		}
-		if slices.Contains(f.Origins, best) {
+		if slices.Contains(resolved[f.Rank], best) {
 			o.reports = append(o.reports, f)
 		}
 		// A rank that failed on another survivor (which had exited
@@ -67,30 +84,49 @@ func findOrigin(reports []bootstrap.FailureReport) (origin, bool) {
 	return o, true
 }
 
+// kind is how most reports naming the origin saw it ("lost" for a revoke
+// too); a tie goes to the likelier cause: a loss, a refusal, a
+// disagreement, then an early close (often a consequence: a rank that
+// failed closes its communicator on the way out).
+func (o origin) kind() string {
+	n := map[string]int{}
+	for _, f := range o.reports {
+		k := f.Kind
+		if k == "revoked" {
+			k = "lost"
+		}
+		n[k]++
+	}
+	best := ""
+	for _, k := range []string{"lost", "invalid", "mismatch", "closed"} {
+		if n[k] > n[best] {
+			best = k
+		}
+	}
+	return best
+}
+
 // what says in words how the reports saw the origin.
 func (o origin) what() string {
-	kinds := map[string]bool{}
-	for _, f := range o.reports {
-		kinds[f.Kind] = true
-	}
-	switch {
-	case kinds["lost"] || kinds["revoked"]:
+	switch o.kind() {
+	case "lost":
 		return "was lost"
-	case kinds["closed"]:
+	case "closed":
 		return "closed its communicator early"
-	case kinds["invalid"]:
+	case "invalid":
 		return "refused a collective's arguments"
-	case kinds["mismatch"]:
+	case "mismatch":
 		return "called a collective with arguments that differ from the others'"
 	}
 	return "failed"
 }
 
-// firstDetail is the first report's error, of a direct observation when
-// there is one (a revoke only repeats it).
+// firstDetail is the first report's error of that kind, of a direct
+// observation when there is one (a revoke only repeats it).
 func (o origin) firstDetail() string {
+	k := o.kind()
 	for _, f := range o.reports {
-		if f.Kind != "revoked" {
+		if f.Kind == k {
 			return f.Detail
 		}
 	}
