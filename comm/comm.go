@@ -158,6 +158,7 @@ type Comm struct {
 	q       queue
 	closed  atomic.Bool
 	shrinks atomic.Uint32 // Shrink calls so far, which name their keys
+	agrees  atomic.Uint32 // Agree calls so far, likewise
 }
 
 // Init joins a job whose rendezvous the program arranges itself (an

@@ -70,6 +70,59 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 	}
 }
 
+// Agree returns, on every rank of c that is still in the job, the same
+// answer: whether every one of them passed flag true, and which ranks of c
+// (in c's numbering, ascending) left the job without voting. It works on a
+// failed communicator (it does not use c's connections), as ULFM's
+// MPI_Comm_agree does, so survivors can agree whether to go on, or which
+// ranks failed, before or instead of a Shrink. A rank that votes and then
+// dies still counts. Like Shrink, it is a collective over the survivors
+// that waits for a live rank until ctx ends (the error names the rank),
+// and needs a rendezvous that counts.
+func (c *Comm) Agree(ctx context.Context, flag bool) (all bool, failed []int, err error) {
+	const op = "Agree"
+	if err := c.check(op); err != nil {
+		return false, nil, err
+	}
+	if ctx == nil {
+		return false, nil, c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
+	}
+	w := c.w
+	ad, ok := w.store.(bootstrap.Adder)
+	if !ok {
+		return false, nil, c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: Agree needs a rendezvous that counts (bootstrap.Adder), which %T is not", ErrUnsupported, w.store))
+	}
+	a := &agreement{c: c, ad: ad}
+	n := c.agrees.Add(1)
+	key := func(sr int) string { return fmt.Sprintf("comm/agree/%s.a%d.%d/%d", w.name, c.id, n, sr) }
+	mine := int64(voteNo)
+	if flag {
+		mine = voteYes
+	}
+	me := w.storeRank(w.ep.Rank())
+	if err := a.announce(ctx, key(me), mine); err != nil {
+		return false, nil, c.opErr(op, NoPeer, NoTag, err)
+	}
+	all = flag
+	for r, wr := range c.members {
+		sr := w.storeRank(wr)
+		if sr == me {
+			continue
+		}
+		v, err := a.await(ctx, key(sr), sr)
+		if err != nil {
+			return false, nil, c.opErr(op, r, NoTag, fmt.Errorf("waiting for rank %d (job rank %d) to vote: %w", r, sr, err))
+		}
+		switch v {
+		case voteAbsent:
+			failed = append(failed, r)
+		case voteNo:
+			all = false
+		}
+	}
+	return all, failed, nil
+}
+
 // agreement runs Shrink's rounds through the rendezvous. Each rank
 // announces a small value under a key, first in a counter (which cannot be
 // lost once added) and then as a key others can wait for; a rank that waits

@@ -182,3 +182,32 @@ func TestShrinkWaitsForLiveRankAndNamesIt(t *testing.T) {
 		assert.Contains(t, errs[r].Error(), "rank 1 (job rank 1)", "rank %d", r)
 	}
 }
+
+// Agree gives every survivor the same AND of the survivors' flags and the
+// same list of ranks that left, on a communicator that lost a rank.
+func TestAgree(t *testing.T) {
+	type answer struct {
+		all    bool
+		failed []int
+	}
+	got := make([][]answer, 4)
+	errs := shrinkJob(t, 4, "loop", func(ctx context.Context, c *comm.Comm, s *bootstrap.Memory) error {
+		me := c.Rank()
+		if me == 1 {
+			return leave(c, s)
+		}
+		for _, flag := range []bool{true, me != 2} {
+			all, failed, err := c.Agree(ctx, flag)
+			if err != nil {
+				return err
+			}
+			got[me] = append(got[me], answer{all, failed})
+		}
+		return nil
+	})
+	want := []answer{{true, []int{1}}, {false, []int{1}}}
+	for _, r := range []int{0, 2, 3} {
+		assert.NoError(t, errs[r], "rank %d", r)
+		assert.Equal(t, want, got[r], "rank %d", r)
+	}
+}
