@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"slices"
 	"strconv"
@@ -57,7 +58,7 @@ func (c *Comm) Shrink(ctx context.Context) (*Comm, error) {
 	seq := c.shrinks.Add(1)
 	var prev []int
 	for attempt := 0; ; attempt++ {
-		name := fmt.Sprintf("%s.s%d.%d.%d", w.name, c.id, seq, attempt)
+		name := shrinkName(w.name, c.id, seq, attempt)
 		nc, members, err := a.attempt(ctx, name, prev)
 		if err != nil {
 			return nil, c.opErr(op, NoPeer, NoTag, err)
@@ -291,6 +292,15 @@ func (a *agreement) attempt(ctx context.Context, name string, prev []int) (nc *C
 	w2.watchAbort()
 	w.log.Debug("comm: shrunk", "rank", nc.rank, "size", nc.size, "from", c.size)
 	return nc, members, nil
+}
+
+// shrinkName names an attempt's keys and endpoint, unique in the job: a
+// hash of where it comes from, so that the names of worlds shrunk from
+// shrunk worlds do not grow past the store's key length.
+func shrinkName(parent string, id, seq uint32, attempt int) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%d\x00%d\x00%d", parent, id, seq, attempt)
+	return fmt.Sprintf("s%016x", h.Sum64())
 }
 
 func pick(s, idx []int) []int {

@@ -211,3 +211,30 @@ func TestAgree(t *testing.T) {
 		assert.Equal(t, want, got[r], "rank %d", r)
 	}
 }
+
+// Shrinking a shrunk communicator again and again works (its names must
+// not grow with each generation) and, without a failure, keeps every rank.
+func TestShrinkRepeatedly(t *testing.T) {
+	errs := shrinkJob(t, 3, "loop", func(ctx context.Context, c *comm.Comm, s *bootstrap.Memory) error {
+		me := c.Rank()
+		cur := c
+		for gen := range 20 {
+			nc, err := cur.Shrink(ctx)
+			if err != nil {
+				return fmt.Errorf("generation %d: %w", gen, err)
+			}
+			if cur != c {
+				cur.Close()
+			}
+			cur = nc
+			if cur.Size() != 3 || cur.Rank() != me {
+				return fmt.Errorf("generation %d: rank %d of %d", gen, cur.Rank(), cur.Size())
+			}
+			if sum, err := sumOfWorldRanks(ctx, cur, me); err != nil || sum != 3 {
+				return fmt.Errorf("generation %d: allreduce %d, %v", gen, sum, err)
+			}
+		}
+		return cur.Close()
+	})
+	requireOK(t, errs)
+}
