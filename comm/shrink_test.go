@@ -119,6 +119,12 @@ func testShrinkSurvivorsCarryOn(t *testing.T, transport string) {
 // A rank that dies during the shrink, after it announced itself, makes
 // the others start over without it: they still agree.
 func TestShrinkRankDiesDuringShrink(t *testing.T) {
+	for _, tr := range []string{"loop", "tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) { testShrinkRankDiesDuringShrink(t, tr) })
+	}
+}
+
+func testShrinkRankDiesDuringShrink(t *testing.T, transport string) {
 	var stores sync.Map
 	defer comm.SetShrinkHook(func(c *comm.Comm, point string) error {
 		if point == "in" && c.Rank() == 1 {
@@ -129,7 +135,7 @@ func TestShrinkRankDiesDuringShrink(t *testing.T) {
 		}
 		return nil
 	})()
-	errs := shrinkJob(t, 4, "loop", func(ctx context.Context, c *comm.Comm, s *bootstrap.Memory) error {
+	errs := shrinkJob(t, 4, transport, func(ctx context.Context, c *comm.Comm, s *bootstrap.Memory) error {
 		me := c.Rank()
 		stores.Store(me, s)
 		if me == 3 {

@@ -53,6 +53,7 @@ func main() {
 	killRank := flag.Int("kill-rank", -1, "this (original) rank kills itself with SIGKILL")
 	killIter := flag.Int("kill-iter", 0, "... when it starts this iteration")
 	killDelay := flag.Duration("kill-delay", 0, "... this long after starting it (picked at random up to the value when -seed is set)")
+	dieOnFailure := flag.Int("die-on-failure", -1, "this (original) rank kills itself when it sees the failure, while the others shrink")
 	seed := flag.Uint64("seed", 0, "randomises -kill-delay")
 	timeout := flag.Duration("timeout", time.Minute, "give up after this long")
 	flag.Parse()
@@ -100,6 +101,10 @@ func main() {
 		}
 		if !errors.Is(err, comm.ErrPeerLost) && !errors.Is(err, comm.ErrClosed) {
 			log.Fatalf("shrink: rank %d: iteration %d: %v", me, done, err)
+		}
+		if me == *dieOnFailure {
+			fmt.Printf("shrink: rank %d dies on the failure at %d\n", me, time.Now().UnixNano())
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 		nc, err2 := c.Shrink(ctx)
 		if err2 != nil {
