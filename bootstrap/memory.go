@@ -279,6 +279,7 @@ func (m *Memory) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.left[m.rank] = true
+	g.kv[LeftKey(m.rank)] = []byte(fmt.Sprintf("rank %d closed its store", m.rank))
 	for seq, cl := range g.colls {
 		if cl.fail == nil && !cl.arrived[m.rank] {
 			cl.fail = &Error{Err: ErrRankLeft, Ranks: []int{m.rank}, Size: g.size,

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -620,6 +621,7 @@ func (s *Server) leave(c *sconn, err error) {
 	}
 	if s.left[r] == "" {
 		s.left[r] = why
+		s.noteLeftLocked(r, "rank "+strconv.Itoa(r)+" "+why)
 		if c.bye {
 			s.log.Debug("bootstrap: rank left", "rank", r)
 		} else {

@@ -117,6 +117,10 @@ type world struct {
 	localRank int           // from the launcher, -1 when unknown
 	localSize int
 	job       *jobenv.Job
+	p2pOpts   p2p.Options // the endpoint's, for the endpoints of Shrink
+	// storeRanks maps the world's ranks to the rendezvous's (the job's
+	// original ranks) in a world made by Shrink; nil means the same.
+	storeRanks []int
 
 	nextCtx  atomic.Uint32 // context id counter without an Adder store
 	abortErr atomic.Pointer[error]
@@ -153,6 +157,8 @@ type Comm struct {
 	eng     *collectives.Engine
 	q       queue
 	closed  atomic.Bool
+	shrinks atomic.Uint32 // Shrink calls so far, which name their keys
+	agrees  atomic.Uint32 // Agree calls so far, likewise
 }
 
 // Init joins a job whose rendezvous the program arranges itself (an
@@ -423,6 +429,7 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 		return fail(err)
 	}
 	w.ep = ep
+	w.p2pOpts = po
 	if w.shared, err = newSharedRegion(ctx, ep, store, w.name); err != nil {
 		ep.Close()
 		return fail(err)
@@ -519,7 +526,7 @@ func (w *world) watchAbort() {
 		case <-d.Done():
 			if ae := w.noteAbort(d); ae != nil {
 				w.log.Warn("comm: job aborted", "rank", ae.Info.Rank, "code", ae.Info.Code, "reason", ae.Info.Reason)
-				w.ep.Revoke(ae.Info.Rank, w.abortCause())
+				w.ep.Revoke(w.epRank(ae.Info.Rank), w.abortCause())
 			}
 		}
 	}()
@@ -749,8 +756,11 @@ func (c *Comm) Close() error {
 	errs = append(errs, w.ep.Close())
 	w.stopOnce.Do(func() { close(w.stop) })
 	w.watchWG.Wait()
-	if w.ownStore != nil {
-		if err := w.ownStore.Close(); err != nil && !errors.Is(err, bootstrap.ErrClosed) {
+	w.mu.Lock()
+	own := w.ownStore
+	w.mu.Unlock()
+	if own != nil {
+		if err := own.Close(); err != nil && !errors.Is(err, bootstrap.ErrClosed) {
 			errs = append(errs, err)
 		}
 	}
@@ -852,7 +862,10 @@ func (c *Comm) reportFailure(err error) {
 		f.Detail = err.Error()
 		ctx, cancel := context.WithTimeout(context.Background(), failureReportTimeout)
 		defer cancel()
-		if perr := w.store.Put(ctx, bootstrap.FailureKey(w.ep.Rank()), f.Encode()); perr != nil {
+		for i, o := range f.Origins {
+			f.Origins[i] = w.storeRank(o)
+		}
+		if perr := w.store.Put(ctx, bootstrap.FailureKey(w.storeRank(w.ep.Rank())), f.Encode()); perr != nil {
 			w.log.Debug("comm: failure report not stored", "err", perr)
 		}
 	})

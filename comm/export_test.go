@@ -7,3 +7,11 @@ func WithExit(o Options, exit func(code int)) Options {
 	o.exit = exit
 	return o
 }
+
+// SetShrinkHook makes f run at points of every Shrink ("in": after this
+// rank announced itself) until the returned func is called; an error from
+// f ends that rank's Shrink there.
+func SetShrinkHook(f func(c *Comm, point string) error) (restore func()) {
+	shrinkHook = f
+	return func() { shrinkHook = nil }
+}

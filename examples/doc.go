@@ -7,6 +7,8 @@
 //	go run ./cmd/rdmarun -np 4 ./examples/heat      # 2-D Jacobi with halo exchange vs serial
 //	go run ./cmd/rdmarun -np 4 ./examples/cg        # conjugate gradient on a row-split matrix vs gonum
 //	go run ./cmd/rdmarun -np 4 ./examples/sgd       # data-parallel SGD vs the serial run
+//	go run ./cmd/rdmarun -np 4 --keep-going ./examples/shrink -kill-rank 2 -kill-iter 20
+//	                                                 # loses a rank, shrinks, finishes exactly
 //
 // Every example prints one result line that ends in "OK" when its answer was
 // checked and found right, and exits with status 1 (printing "FAIL") when

@@ -62,6 +62,10 @@ func TestExamples(t *testing.T) {
 		{"sgd", []string{"-steps", "60", "-n", "1024", "-batch", "100"}, func(np int) string {
 			return fmt.Sprintf(`(?m)^sgd: 8 features, 1024 samples, batch 100, 60 steps, %d ranks, loss 0\.\d+, accuracy 0\.\d+, max \|w-w_serial\| \S+ \(tol 1e-09\) OK$`, np)
 		}},
+		{"shrink", []string{"-n", "1000", "-iters", "10"}, func(np int) string {
+			// Without a death: every rank runs to the end, nobody recovers.
+			return fmt.Sprintf(`(?m)^shrink: n=1000, 10 iterations, %d ranks at the start, %d at the end, acc \d+ OK$`, np, np)
+		}},
 	}
 	var names []string
 	for _, tc := range cases {

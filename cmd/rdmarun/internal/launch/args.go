@@ -78,6 +78,7 @@ type Args struct {
 	Verbose        bool
 	NoStdin        bool // --stdin none: rank 0 gets an empty stdin
 	NoSrun         bool // --no-srun: local ranks even inside a Slurm allocation
+	KeepGoing      bool // --keep-going: a rank's failure does not stop the others
 	Program        string
 	ProgramArgs    []string
 }
@@ -105,6 +106,9 @@ options:
   --timeout DURATION      stop the job after DURATION (e.g. 90s, 10m; a number is seconds)
   --connect-timeout DUR   how long ranks may take to join and connect (RDMARUN_TIMEOUT, default 2m)
   --grace DURATION        wait between SIGTERM and SIGKILL when stopping ranks (default 3s)
+  --keep-going            when a rank exits non-zero or dies, let the others run on (for
+                          programs that recover with comm's Shrink); rdmarun still exits
+                          with the first failed rank's status
   --transport T           auto|shm|tcp|ibv (RDMARUN_TRANSPORT, default auto)
   --launch-agent CMD      how to start ranks on other hosts (default "ssh -T -x -o BatchMode=yes {host}")
   --iface SPEC            interfaces/addresses for the rendezvous when hosts are remote:
@@ -164,6 +168,8 @@ func ParseArgs(argv []string, getenv func(string) (string, bool)) (*Args, error)
 				a.Verbose = true
 			case "no-srun":
 				a.NoSrun = true
+			case "keep-going":
+				a.KeepGoing = true
 			case "help":
 				return nil, ErrHelp
 			}
@@ -217,9 +223,10 @@ var optionSpecs = map[string]optionSpec{
 	"transport":       {"transport", true},
 	"launch-agent":    {"launch-agent", true},
 	"iface":           {"iface", true}, "if": {"iface", true},
-	"stdin":   {"stdin", true},
-	"no-srun": {"no-srun", false},
-	"v":       {"verbose", false}, "verbose": {"verbose", false},
+	"stdin":      {"stdin", true},
+	"no-srun":    {"no-srun", false},
+	"keep-going": {"keep-going", false},
+	"v":          {"verbose", false}, "verbose": {"verbose", false},
 	"h": {"help", false}, "help": {"help", false},
 }
 

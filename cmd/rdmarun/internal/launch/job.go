@@ -871,7 +871,7 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 		})
 	}
 	fail := func(kind string, c int, msg string) {
-		if causeIs != "" {
+		if causeIs != "" && causeIs != "kept" {
 			return
 		}
 		causeIs, code, cause = kind, c, msg
@@ -942,6 +942,14 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 			oc := j.outcome(r)
 			if oc.failed {
 				takeAbort()
+				if !stopping && j.o.KeepGoing && (causeIs == "" || causeIs == "kept") {
+					// --keep-going: the survivors may shrink and carry on.
+					if causeIs == "" {
+						causeIs, code, cause, failRank = "kept", oc.code, oc.text, r.Rank
+					}
+					j.out.printf("%s; --keep-going: leaving %s running", oc.text, plural(live(), "other rank"))
+					continue
+				}
 				if !stopping {
 					failRank = r.Rank
 					text := oc.text
@@ -980,7 +988,7 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 			j.out.printf("%s; forwarding it to %s", cause, plural(live(), "rank"))
 			stop(s)
 		case <-timeoutC:
-			if causeIs == "" {
+			if causeIs == "" || causeIs == "kept" {
 				causeIs, code, cause = "timeout", ExitTimeout, fmt.Sprintf("job exceeded --timeout %s", j.o.Timeout)
 				j.out.printf("%s; stopping %s", cause, plural(live(), "rank"))
 			}
@@ -995,6 +1003,9 @@ func (j *job) supervise(ctx context.Context, srv *bootstrap.Server, running int,
 	takeAbort()
 	if causeIs == "rank" {
 		cause = j.blame(srv.Failures(), failRank, cause)
+	}
+	if causeIs == "kept" {
+		cause += " (--keep-going: the other ranks ran on)"
 	}
 	if causeIs != "" {
 		j.out.printf("job %s failed: %s", j.id, cause)

@@ -44,6 +44,7 @@ var (
 	affinity  = flag.Bool("affinity", false, "print the CPUs this rank may run on")
 	printCwd  = flag.Bool("cwd", false, "print the working directory")
 	cmdlines  = flag.Bool("check-cmdline", false, "count the processes whose command line contains the job token")
+	awaitLeft = flag.Int("await-left", -1, "the other ranks wait for the rendezvous to report that this rank left, and print it")
 	stopRank  = flag.Int("stop-rank", -1, "this rank stops itself (SIGSTOP) after the allgather; the others report it lost, as comm does, and exit 1, the last rank first")
 )
 
@@ -238,6 +239,15 @@ func run() error {
 		if err := bootstrap.Barrier(context.Background(), c); err != nil {
 			return fmt.Errorf("rank %d: barrier: %w", rank, err)
 		}
+	}
+	if *awaitLeft >= 0 && c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		v, err := c.Get(ctx, bootstrap.LeftKey(*awaitLeft))
+		if err != nil {
+			return fmt.Errorf("rank %d: waiting for rank %d to leave: %w", rank, *awaitLeft, err)
+		}
+		fmt.Printf("rank %d saw: %s\n", rank, v)
 	}
 	time.Sleep(*sleep)
 	return nil
