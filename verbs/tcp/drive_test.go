@@ -593,7 +593,7 @@ func TestDriveHonoursCtxMidFrame(t *testing.T) {
 			defer cancel()
 			res := make(chan error, 1)
 			go func() { res <- a.cq.Wait(ctx) }()
-			awaitPoller(t, a.qp)
+			time.Sleep(50 * time.Millisecond)
 			half := HeaderLen + n/2
 			_, err := c.Write(frame[:half])
 			require.NoError(t, err)
