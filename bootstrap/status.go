@@ -392,7 +392,7 @@ func StuckReport(ranks []RankStatus, after time.Duration) (report, key string, o
 		case cur.Running:
 			add(fmt.Sprintf("is in %s #%d on %s", cur.Op, cur.Seq, cur.Comm), r.Rank, r.Now.Sub(cur.Since), cur.Peer)
 		default:
-			add(describeOp(cur, r.Now, false), r.Rank, 0, -1)
+			add("is "+describeOp(cur, r.Now, false), r.Rank, 0, -1)
 		}
 	}
 	// The stuck operation first, then the others in order of their first rank.
