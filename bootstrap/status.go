@@ -321,11 +321,14 @@ func oldestRunning(r RankStatus) (OpStatus, bool) {
 
 // StuckReport describes a job where some rank has been in one operation
 // for at least after: the ranks in that operation and, group by group,
-// where the others are. ok is false when no rank waits that long. key
-// names the stuck operation, so that a caller can report each one once.
+// where the others are. ok is false when no rank waits that long. keys
+// name every running operation the report mentions (the stuck one first),
+// so that a caller can report a stall once: a rank that was stopped and
+// goes on is still in an older operation for a moment, which is the same
+// stall, not a new one.
 //
 //	ranks 0-2 and 4-7 wait in allreduce #1234 on world since 30 s (for rank 3); rank 3 is in bcast #1233 on world since 31 s
-func StuckReport(ranks []RankStatus, after time.Duration) (report, key string, ok bool) {
+func StuckReport(ranks []RankStatus, after time.Duration) (report string, keys []string, ok bool) {
 	var stuck OpStatus
 	for _, r := range ranks {
 		if o, found := oldestRunning(r); found && r.Now.Sub(o.Since) >= after && (!ok || o.Since.Before(stuck.Since)) {
@@ -333,9 +336,11 @@ func StuckReport(ranks []RankStatus, after time.Duration) (report, key string, o
 		}
 	}
 	if !ok {
-		return "", "", false
+		return "", nil, false
 	}
-	key = fmt.Sprintf("%s/%s#%d", stuck.Comm, stuck.Op, stuck.Seq)
+	opKey := func(o OpStatus) string { return fmt.Sprintf("%s/%s#%d", o.Comm, o.Op, o.Seq) }
+	keys = []string{opKey(stuck)}
+	seen := map[string]bool{keys[0]: true}
 	type group struct {
 		desc  string
 		ranks []int
@@ -390,6 +395,10 @@ func StuckReport(ranks []RankStatus, after time.Duration) (report, key string, o
 			lead = fmt.Sprintf("wait in %s #%d on %s", cur.Op, cur.Seq, cur.Comm)
 			add(lead, r.Rank, r.Now.Sub(cur.Since), cur.Peer)
 		case cur.Running:
+			if k := opKey(cur); !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
 			add(fmt.Sprintf("is in %s #%d on %s", cur.Op, cur.Seq, cur.Comm), r.Rank, r.Now.Sub(cur.Since), cur.Peer)
 		default:
 			add("is "+describeOp(cur, r.Now, false), r.Rank, 0, -1)
@@ -423,5 +432,5 @@ func StuckReport(ranks []RankStatus, after time.Duration) (report, key string, o
 		}
 		parts = append(parts, s)
 	}
-	return strings.Join(parts, "; "), key, true
+	return strings.Join(parts, "; "), keys, true
 }

@@ -69,18 +69,18 @@ func TestStuckReport(t *testing.T) {
 		}
 		ranks = append(ranks, st)
 	}
-	rep, key, ok := bootstrap.StuckReport(ranks, 40*time.Second)
+	rep, keys, ok := bootstrap.StuckReport(ranks, 40*time.Second)
 	require.False(t, ok, "nobody waits 40 s yet: %s", rep)
 
-	rep, key, ok = bootstrap.StuckReport(ranks, 30*time.Second)
+	rep, keys, ok = bootstrap.StuckReport(ranks, 30*time.Second)
 	require.True(t, ok)
-	require.Equal(t, "world/bcast#1233", key)
+	require.Equal(t, []string{"world/bcast#1233", "world/allreduce#1234"}, keys)
 	require.Equal(t, "rank 3 waits in bcast #1233 on world since 31 s (for rank 0); ranks 0-2 and 4-7 are in allreduce #1234 on world since 30 s (for rank 3)", rep)
 
 	ranks[3] = bootstrap.RankStatus{Rank: 3, Err: "i/o timeout"}
-	rep, key, ok = bootstrap.StuckReport(ranks, 30*time.Second)
+	rep, keys, ok = bootstrap.StuckReport(ranks, 30*time.Second)
 	require.True(t, ok)
-	require.Equal(t, "world/allreduce#1234", key)
+	require.Equal(t, []string{"world/allreduce#1234"}, keys)
 	require.Equal(t, "ranks 0-2 and 4-7 wait in allreduce #1234 on world since 30 s (for rank 3); rank 3 does not answer (stopped, or stuck outside rdmago)", rep)
 
 	lines := bootstrap.FormatStatus(ranks[2:4])

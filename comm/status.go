@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -180,12 +181,17 @@ func (s *statusState) watch() {
 		}()
 		st := s.job(ctx)
 		cancel()
-		rep, key, ok := bootstrap.StuckReport(st, s.after)
-		if ok && !reported[key] {
+		// One line per stall: not again while any operation it named
+		// still runs (a stopped rank that goes on is still in an older
+		// call for a moment).
+		rep, keys, ok := bootstrap.StuckReport(st, s.after)
+		if ok && !slices.ContainsFunc(keys, func(k string) bool { return reported[k] }) {
 			if len(reported) > 1000 {
 				clear(reported)
 			}
-			reported[key] = true
+			for _, k := range keys {
+				reported[k] = true
+			}
 			fmt.Fprintf(s.out, "rdmago: stuck job: %s (`rdmarun status` shows every rank)\n", rep)
 			s.w.log.Warn("comm: stuck job: " + rep)
 		}

@@ -69,6 +69,9 @@ func run() error {
 	if me == *abortRank {
 		c.Abort(*abortCode)
 	}
+	if *loopUntil != "" {
+		return loop(ctx, c)
+	}
 	if *panicRank >= 0 {
 		return panicInCollective(ctx, c)
 	}

@@ -22,6 +22,7 @@ func options() comm.Options {
 	if *panicRank >= 0 {
 		o.P2P = p2p.Options{CloseTimeout: time.Minute}
 	}
+	o.P2P.LivenessTimeout = *liveness
 	return o
 }
 
