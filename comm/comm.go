@@ -168,6 +168,7 @@ type Comm struct {
 	eng     *collectives.Engine
 	q       queue
 	closed  atomic.Bool
+	p2p     p2pRecord // the latest blocking point-to-point call, for status (status.go)
 }
 
 // Init joins a job whose rendezvous the program arranges itself (an

@@ -215,6 +215,9 @@ func (s *statusState) self() bootstrap.RankStatus {
 		return st
 	}
 	st.Ops = append(st.Ops, world.opStatus())
+	if o := world.p2p.opStatus("world"); o.Op != "" {
+		st.Ops = append(st.Ops, o)
+	}
 	s.w.mu.Lock()
 	comms := make([]*Comm, 0, len(s.w.comms))
 	for c := range s.w.comms {
@@ -223,6 +226,9 @@ func (s *statusState) self() bootstrap.RankStatus {
 	s.w.mu.Unlock()
 	for _, c := range comms {
 		if o := c.opStatus(); o.Op != "" {
+			st.Ops = append(st.Ops, o)
+		}
+		if o := c.p2p.opStatus(c.statusName()); o.Op != "" {
 			st.Ops = append(st.Ops, o)
 		}
 	}
@@ -323,4 +329,60 @@ func statusHost(transportListen string, hosts int) string {
 		return "127.0.0.1"
 	}
 	return ""
+}
+
+// p2pRecord is a communicator's latest blocking point-to-point call (Send,
+// Recv, a request's Wait), in a few atomics per call. With several
+// goroutines it shows the call started last; it is for a person reading a
+// stuck job, not for synchronisation.
+type p2pRecord struct {
+	seq   atomic.Uint64 // calls begun
+	done  atomic.Uint64 // the latest call that ended
+	what  atomic.Uint32 // p2pOp
+	peer  atomic.Int32  // world rank, -1 any
+	since atomic.Int64  // Unix nanoseconds
+}
+
+type p2pOp uint32
+
+const (
+	p2pSend p2pOp = iota + 1
+	p2pRecv
+	p2pWait
+)
+
+var p2pNames = [...]string{p2pSend: "send", p2pRecv: "recv", p2pWait: "wait"}
+
+func (r *p2pRecord) begin(op p2pOp, worldPeer int) uint64 {
+	r.what.Store(uint32(op))
+	r.peer.Store(int32(worldPeer))
+	r.since.Store(time.Now().UnixNano())
+	return r.seq.Add(1)
+}
+
+func (r *p2pRecord) end(seq uint64) {
+	for {
+		d := r.done.Load()
+		if d >= seq || r.done.CompareAndSwap(d, seq) {
+			return
+		}
+	}
+}
+
+// opStatus reports the record as an operation on communicator name; Op is
+// empty before the first call.
+func (r *p2pRecord) opStatus(name string) bootstrap.OpStatus {
+	seq := r.seq.Load()
+	o := bootstrap.OpStatus{Comm: name, Peer: -1}
+	if seq == 0 {
+		return o
+	}
+	w := p2pOp(r.what.Load())
+	if w == 0 || int(w) >= len(p2pNames) {
+		return o
+	}
+	o.Op, o.Seq, o.Running = p2pNames[w], seq, r.done.Load() < seq
+	o.Peer = int(r.peer.Load())
+	o.Since = time.Unix(0, r.since.Load())
+	return o
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -126,4 +127,47 @@ func TestStatusShowsTheLateRank(t *testing.T) {
 	files, err := bootstrap.ReadStatusFiles("")
 	require.NoError(t, err)
 	require.Empty(t, files)
+}
+
+// TestStatusShowsAReceive: a rank blocked in Recv shows the receive, its
+// sequence number and the rank it waits for.
+func TestStatusShowsAReceive(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	token, err := bootstrap.NewToken()
+	require.NoError(t, err)
+	o := comm.Options{Status: true, StuckAfter: -1, Token: token}
+	var job []bootstrap.RankStatus
+	errs := run(t, 3, o, func(ctx context.Context, c *comm.Comm) error {
+		switch c.Rank() {
+		case 0:
+			_, err := comm.Recv(ctx, c, make([]byte, 4), 2, 5)
+			return err
+		case 2:
+			// Ask the job until rank 0 is seen in its receive, then send.
+			files, err := bootstrap.ReadStatusFiles("")
+			if err != nil || len(files) != 1 {
+				return fmt.Errorf("status files: %v %v", files, err)
+			}
+			tok, _ := hex.DecodeString(files[0].Token)
+			if err := waitFor(ctx, func() bool {
+				job, err = bootstrap.QueryStatus(ctx, files[0].Addr, tok, bootstrap.StatusJob)
+				if err != nil || len(job) != 3 {
+					return false
+				}
+				for _, op := range job[0].Ops {
+					if op.Op == "recv" && op.Running {
+						return true
+					}
+				}
+				return false
+			}); err != nil {
+				return err
+			}
+			return comm.Send(ctx, c, []byte("ping"), 0, 5)
+		}
+		return nil
+	})
+	requireOK(t, errs)
+	lines := bootstrap.FormatStatus(job)
+	require.Regexp(t, `^rank 0 \(host \S+, pid \d+\): no operation yet on world; recv #1 on world since [0-9.]+ s, waiting for rank 2$`, lines[0])
 }
