@@ -338,10 +338,13 @@ func statusHost(transportListen string, hosts int) string {
 type p2pRecord struct {
 	seq   atomic.Uint64 // calls begun
 	done  atomic.Uint64 // the latest call that ended
-	what  atomic.Uint32 // p2pOp
-	peer  atomic.Int32  // world rank, -1 any
-	since atomic.Int64  // Unix nanoseconds
+	what  atomic.Uint64 // p2pOp | world rank (-1 any) <<32
+	since atomic.Int64  // time since statusEpoch
 }
+
+// statusEpoch anchors p2pRecord's times: time.Since reads the monotonic
+// clock alone, half the cost of time.Now.
+var statusEpoch = time.Now()
 
 type p2pOp uint32
 
@@ -354,9 +357,8 @@ const (
 var p2pNames = [...]string{p2pSend: "send", p2pRecv: "recv", p2pWait: "wait"}
 
 func (r *p2pRecord) begin(op p2pOp, worldPeer int) uint64 {
-	r.what.Store(uint32(op))
-	r.peer.Store(int32(worldPeer))
-	r.since.Store(time.Now().UnixNano())
+	r.what.Store(uint64(op) | uint64(uint32(int32(worldPeer)))<<32)
+	r.since.Store(int64(time.Since(statusEpoch)))
 	return r.seq.Add(1)
 }
 
@@ -377,12 +379,13 @@ func (r *p2pRecord) opStatus(name string) bootstrap.OpStatus {
 	if seq == 0 {
 		return o
 	}
-	w := p2pOp(r.what.Load())
+	what := r.what.Load()
+	w := p2pOp(what & 0xffffffff)
 	if w == 0 || int(w) >= len(p2pNames) {
 		return o
 	}
 	o.Op, o.Seq, o.Running = p2pNames[w], seq, r.done.Load() < seq
-	o.Peer = int(r.peer.Load())
-	o.Since = time.Unix(0, r.since.Load())
+	o.Peer = int(int32(uint32(what >> 32)))
+	o.Since = statusEpoch.Add(time.Duration(r.since.Load()))
 	return o
 }

@@ -144,12 +144,17 @@ func TestStatusShowsAReceive(t *testing.T) {
 			return err
 		case 2:
 			// Ask the job until rank 0 is seen in its receive, then send.
-			files, err := bootstrap.ReadStatusFiles("")
-			if err != nil || len(files) != 1 {
-				return fmt.Errorf("status files: %v %v", files, err)
+			// (Rank 0 writes its status file once its Init is done.)
+			var files []bootstrap.StatusFile
+			if err := waitFor(ctx, func() bool {
+				files, _ = bootstrap.ReadStatusFiles("")
+				return len(files) == 1
+			}); err != nil {
+				return fmt.Errorf("no status file: %w", err)
 			}
 			tok, _ := hex.DecodeString(files[0].Token)
 			if err := waitFor(ctx, func() bool {
+				var err error
 				job, err = bootstrap.QueryStatus(ctx, files[0].Addr, tok, bootstrap.StatusJob)
 				if err != nil || len(job) != 3 {
 					return false
@@ -168,6 +173,7 @@ func TestStatusShowsAReceive(t *testing.T) {
 		return nil
 	})
 	requireOK(t, errs)
+	require.Len(t, job, 3)
 	lines := bootstrap.FormatStatus(job)
 	require.Regexp(t, `^rank 0 \(host \S+, pid \d+\): no operation yet on world; recv #1 on world since [0-9.]+ s, waiting for rank 2$`, lines[0])
 }
