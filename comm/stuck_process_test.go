@@ -26,6 +26,27 @@ import (
 // has not arrived. Then rank 2 goes on (SIGCONT) and the job ends well.
 func TestRdmarunStuckRank(t *testing.T) {
 	buildJobBinaries(t)
+	stuckJob(t, func(prog []string) []string {
+		return append([]string{rdmarunBin, "-np", "4", "--transport", "shm", "--connect-timeout", "30s"}, prog...)
+	})
+}
+
+// TestMPICHStuckRank is TestRdmarunStuckRank under MPICH's mpiexec: the
+// status file and the report come from rank 0, whatever the launcher.
+func TestMPICHStuckRank(t *testing.T) {
+	mpiexec, err := exec.LookPath("mpiexec.mpich")
+	if err != nil {
+		t.Skip("mpiexec.mpich is not installed (Debian package mpich)")
+	}
+	buildJobBinaries(t)
+	stuckJob(t, func(prog []string) []string {
+		return append([]string{mpiexec, "-n", "4"}, prog...)
+	})
+}
+
+// stuckJob runs the test program under the launcher command that launch
+// builds around it, stops rank 2 and checks the report and the query.
+func stuckJob(t *testing.T, launch func(prog []string) []string) {
 	dir := t.TempDir()
 	run := filepath.Join(dir, "run") // XDG_RUNTIME_DIR: the status files of this test alone
 	require.NoError(t, os.Mkdir(run, 0o700))
@@ -36,8 +57,8 @@ func TestRdmarunStuckRank(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stdout, stderr testbin.Buffer
-	cmd := exec.Command(rdmarunBin, "-np", "4", "--transport", "shm", "--connect-timeout", "30s",
-		progBin, "-n", "8", "-loop-until", stopFile, "-piddir", dir, "-liveness", "60s")
+	argv := launch([]string{progBin, "-n", "8", "-loop-until", stopFile, "-piddir", dir, "-liveness", "60s"})
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	require.NoError(t, cmd.Start())
@@ -53,7 +74,7 @@ func TestRdmarunStuckRank(t *testing.T) {
 			select {
 			case <-exited:
 			case <-time.After(30 * time.Second):
-				t.Errorf("rdmarun did not end after SIGKILL")
+				t.Errorf("the launcher did not end after SIGKILL")
 			}
 		}
 	}()
@@ -65,7 +86,7 @@ func TestRdmarunStuckRank(t *testing.T) {
 				t.Fatalf("waiting for %s: %v\nstdout:\n%s\nstderr:\n%s", what, ctx.Err(), stdout.String(), stderr.String())
 			case err := <-exited:
 				ended = true
-				t.Fatalf("rdmarun exited (%v) while waiting for %s\nstdout:\n%s\nstderr:\n%s", err, what, stdout.String(), stderr.String())
+				t.Fatalf("the launcher exited (%v) while waiting for %s\nstdout:\n%s\nstderr:\n%s", err, what, stdout.String(), stderr.String())
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
