@@ -66,6 +66,7 @@ func WriteStatusFile(dir string, f StatusFile) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	ReadStatusFiles(dir) // sweeps the files of jobs whose rank 0 was killed
 	path := filepath.Join(dir, f.Job+".json")
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {

@@ -826,6 +826,9 @@ func (c *Comm) Abort(code int) {
 		// with the code.
 		w.ep.Revoke(me, cause)
 	}
+	if w.status != nil {
+		w.status.removeFile()
+	}
 	w.exit(code)
 }
 

@@ -146,6 +146,13 @@ func (s *statusState) run(c *Comm) {
 	go s.watch()
 }
 
+// removeFile removes rank 0's status file (Abort: the process ends now).
+func (s *statusState) removeFile() {
+	if s.file != "" {
+		os.Remove(s.file)
+	}
+}
+
 func (s *statusState) close() {
 	if s.stop != nil {
 		close(s.stop)
