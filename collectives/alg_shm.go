@@ -304,6 +304,7 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 		if start.IsZero() {
 			start = time.Now()
 			c.armProbe()
+			e.act.waiting(peer)
 		}
 		// Wait may sleep now: announce it on peer's bell, then re-check:
 		// peer either sees the announcement and rings, or published before

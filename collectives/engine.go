@@ -82,6 +82,8 @@ type Engine struct {
 	closing atomic.Bool
 	calls   uint64 // calls begun, under mu (a 64-bit seq, for round ids)
 	okCalls uint64 // the counter of the latest call that succeeded, under mu
+
+	act activity // what runs now, lock-free for status tools (activity.go)
 }
 
 // LastAlgorithm reports the algorithm the latest call ran (Auto if it
@@ -437,6 +439,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		}
 	}
 	e.mu.Unlock()
+	e.act.begin(st.seq, coll, alg)
 	*c = call{callState: st, me: e.rank, n: e.size, kern: kern, esize: esize, vec: int(count)}
 	c.h = st.hdr
 	c.tag = int(st.seq&(1<<29-1)) << 1
@@ -509,6 +512,7 @@ func (c *call) end(err error) error {
 	if e.cur == st {
 		e.cur = nil
 		e.recent[st.seq%uint32(len(e.recent))] = st.hdr
+		e.act.end(st.seq)
 	}
 	if err == nil {
 		e.okCalls = st.calls

@@ -104,6 +104,7 @@ func (m *outMsg) wait() error {
 	if m == nil {
 		return nil
 	}
+	m.c.e.act.waiting(m.c.world(m.peer))
 	if _, err := m.hr.wait(m.c); err != nil {
 		return m.c.fail(m.peer, err)
 	}
@@ -152,6 +153,7 @@ func (m *inMsg) wait() error {
 	if m.hr.done {
 		return nil
 	}
+	c.e.act.waiting(c.world(m.peer))
 	n, err := c.waitReq(m.hr.r)
 	m.hr.done = err == nil || c.ctx.Err() == nil
 	if err != nil {

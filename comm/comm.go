@@ -87,6 +87,19 @@ type Options struct {
 	// Collectives options and IBDevices always win over them.
 	NoEnv bool
 
+	// Status makes every rank serve the operation it is in to `rdmarun
+	// status`, and rank 0 print who has not arrived when ranks wait in one
+	// operation for StuckAfter (see docs/debugging.md). FromEnv turns it
+	// on unless RDMAGO_STATUS=0.
+	Status bool
+	// StuckAfter is how long a rank may wait in one operation before rank
+	// 0 reports the job as stuck (once per operation). Zero means
+	// DefaultStuckAfter, negative never. FromEnv reads RDMAGO_STUCK_AFTER
+	// when it is zero.
+	StuckAfter time.Duration
+	// statusOut receives the stuck-job report; nil means os.Stderr.
+	statusOut io.Writer
+
 	// Singleton makes FromEnv run the program as a job of one rank (rank 0
 	// of 1, in-process rendezvous) when no launcher environment is found,
 	// instead of failing. A malformed launcher environment still fails.
@@ -132,6 +145,8 @@ type world struct {
 
 	mu    sync.Mutex
 	comms map[*Comm]struct{} // live communicators other than the world
+
+	status *statusState // the status endpoint (status.go), nil without Options.Status
 }
 
 // Comm is a communicator: a group of ranks, numbered 0..Size-1, that
@@ -159,6 +174,7 @@ type Comm struct {
 	closed  atomic.Bool
 	shrinks atomic.Uint32 // Shrink calls so far, which name their keys
 	agrees  atomic.Uint32 // Agree calls so far, likewise
+	p2p     p2pRecord     // the latest blocking point-to-point call, for status (status.go)
 }
 
 // Init joins a job whose rendezvous the program arranges itself (an
@@ -197,6 +213,12 @@ func FromEnv(ctx context.Context, opts ...Options) (*Comm, error) {
 	}
 	if o.Store != nil || o.Addr != "" || o.Token != nil || o.Rank != 0 || o.Size != 0 || o.Serve {
 		return fail(fmt.Errorf("%w: FromEnv takes the rendezvous from the environment; use Init for an explicit one", ErrInvalidArgument))
+	}
+	o.Status = true
+	if !o.NoEnv {
+		if err := statusFromEnv(os.LookupEnv, &o); err != nil {
+			return fail(err)
+		}
 	}
 	job, err := jobenv.Detect(os.LookupEnv)
 	if errors.Is(err, jobenv.ErrNoLauncher) {
@@ -424,6 +446,17 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 		}
 		po.Device.Listen = net.JoinHostPort(addr.String(), "0")
 	}
+	if o.Status {
+		// Before the endpoint's fence, which publishes the address (PMI).
+		if err := w.startStatus(ctx, o, statusHost(po.Device.Listen, len(seen))); err != nil {
+			return fail(err)
+		}
+		defer func() {
+			if err != nil {
+				w.status.close()
+			}
+		}()
+	}
 	ep, err := p2p.New(ctx, store, po)
 	if err != nil {
 		return fail(err)
@@ -442,6 +475,9 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	if err != nil {
 		ep.Close()
 		return fail(err)
+	}
+	if w.status != nil {
+		w.status.run(c)
 	}
 	w.watchAbort()
 	w.log.Debug("comm: joined", "rank", c.rank, "size", c.size, "transport", transport)
@@ -740,6 +776,9 @@ func (c *Comm) Close() error {
 		w.mu.Unlock()
 		return c.wrapNil("Close", c.eng.Close())
 	}
+	if w.status != nil {
+		w.status.close()
+	}
 	w.mu.Lock()
 	subs := make([]*Comm, 0, len(w.comms))
 	for s := range w.comms {
@@ -796,6 +835,9 @@ func (c *Comm) Abort(code int) {
 		// waiting. A rendezvous that reports its end tells them itself,
 		// with the code.
 		w.ep.Revoke(me, cause)
+	}
+	if w.status != nil {
+		w.status.removeFile()
 	}
 	w.exit(code)
 }

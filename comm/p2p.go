@@ -30,7 +30,10 @@ func Send[T Element](ctx context.Context, c *Comm, buf []T, dest, tag int) error
 	if ctx == nil {
 		return c.opErr("Send", dest, tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
-	if err := c.user.Send(ctx, c.members[dest], tag, bytesOf(buf)); err != nil {
+	seq := c.p2p.begin(p2pSend, c.members[dest])
+	err := c.user.Send(ctx, c.members[dest], tag, bytesOf(buf))
+	c.p2p.end(seq)
+	if err != nil {
 		return c.wrap("Send", dest, tag, err)
 	}
 	return nil
@@ -47,7 +50,9 @@ func Recv[T Element](ctx context.Context, c *Comm, buf []T, src, tag int) (Statu
 	if ctx == nil {
 		return Status{}, c.opErr("Recv", src, tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
+	seq := c.p2p.begin(p2pRecv, c.worldOf(src))
 	st, err := c.user.Recv(ctx, c.worldOf(src), tag, bytesOf(buf))
+	c.p2p.end(seq)
 	return c.status("Recv", src, tag, sizeOf[T](), st, err)
 }
 
@@ -241,7 +246,9 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	}
 	if r.p != nil {
 		r.startCtx(ctx)
+		seq := r.c.p2p.begin(p2pWait, r.c.worldOf(r.peer))
 		st, err := r.p.Wait(ctx)
+		r.c.p2p.end(seq)
 		return r.p2pStatus(st, err)
 	}
 	switch {

@@ -3,6 +3,7 @@
 //
 //	rdmarun -np 4 ./examples/hello
 //	rdmarun -np 8 --host a:4,b:4 --tag-output -x LOGLEVEL=debug ./prog -size 1M
+//	rdmarun status    # which operation each rank of a running job is in
 //
 // See docs/rdmarun.md for the options and docs/env.md for the environment
 // every rank receives.
@@ -24,6 +25,9 @@ func main() {
 }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "status" { // a program named status runs as ./status
+		return statusMain(os.Args[2:], os.Stdout, os.Stderr)
+	}
 	args, err := launch.ParseArgs(os.Args[1:], nil)
 	if errors.Is(err, launch.ErrHelp) {
 		fmt.Print(launch.Usage)

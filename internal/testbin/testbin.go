@@ -133,9 +133,20 @@ func hasBase(pkgs []string, base string) bool {
 // removes what Build made and exits with the tests' status.
 //
 //	func TestMain(m *testing.M) { testbin.Main(m) }
+//
+// It also gives the jobs the tests start a private XDG_RUNTIME_DIR, removed
+// at the end: rank 0 of a job writes its status file there (see
+// docs/debugging.md), and a job a test kills cannot remove it.
 func Main(m *testing.M) {
+	run, err := os.MkdirTemp("", "rdmago-test-run-")
+	if err == nil {
+		os.Setenv("XDG_RUNTIME_DIR", run)
+	}
 	code := m.Run()
 	Cleanup()
+	if err == nil {
+		os.RemoveAll(run)
+	}
 	os.Exit(code)
 }
 

@@ -32,7 +32,7 @@ var (
 	leaveRank = flag.Int("leave-rank", -1, "this rank closes its communicator and exits 0 after the first allreduce")
 	countRank = flag.Int("count-rank", -1, "this rank passes one element more to the first allreduce")
 	stopRank  = flag.Int("stop-rank", -1, "this rank stops itself (SIGSTOP) after the first allreduce; the others run allreduces until they fail")
-	liveness  = flag.Duration("liveness", 0, "p2p liveness timeout (0: the default)")
+	liveness  = flag.Duration("liveness", 0, "p2p liveness timeout (0: the default), so that a test may stop a rank longer or detect a loss sooner")
 )
 
 func main() {
@@ -79,6 +79,9 @@ func run() error {
 	}
 	if me == *abortRank {
 		c.Abort(*abortCode)
+	}
+	if *loopUntil != "" {
+		return loop(ctx, c)
 	}
 	if *panicRank >= 0 {
 		return panicInCollective(ctx, c)

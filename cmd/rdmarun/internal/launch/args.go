@@ -85,6 +85,7 @@ type Args struct {
 
 // Usage is the help text.
 const Usage = `usage: rdmarun -np N [options] PROGRAM [ARGS...]
+       rdmarun status [--job ID]    (which operation each rank of a running job is in)
 
 Starts N ranks of PROGRAM and hands each the RDMARUN_* environment
 (docs/env.md). PROGRAM is an executable, or a Go package directory
