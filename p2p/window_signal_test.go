@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
@@ -240,6 +241,41 @@ func TestWindowProviderBounds(t *testing.T) {
 					t.Fatalf("byte %d after the window was written: %#x", i, mem[i])
 				}
 			}
+		})
+	}
+}
+
+// TestWindowSignalBurst: more signal-carrying writes than the receiver has
+// receive buffers posted, waited for in one WaitSignal, all arrive: the
+// receiver returns the buffers' credits while it only waits for signals.
+func TestWindowSignalBurst(t *testing.T) {
+	for _, prov := range []string{"loop", "tcp", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			const burst = 1000
+			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov, Timeout: 20 * time.Second}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				w, err := ep.NewWindow(ctx, make([]byte, 8))
+				if err != nil {
+					return err
+				}
+				if ep.Rank() == 1 {
+					if err := w.WaitSignal(ctx, 0, 1, burst); err != nil {
+						return err
+					}
+				} else {
+					reqs := make([]*p2p.Request, 0, burst)
+					for range burst {
+						r, err := w.IwriteSignal(1, 0, []byte{1}, 1)
+						if err != nil {
+							return err
+						}
+						reqs = append(reqs, r)
+					}
+					if err := p2p.WaitAll(ctx, reqs...); err != nil {
+						return err
+					}
+				}
+				return w.Close(ctx)
+			})
 		})
 	}
 }
