@@ -444,6 +444,9 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	if peer < 0 || peer >= ep.size {
 		return bad(fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, ep.size))
 	}
+	if err := w.checkPeer(peer); err != nil {
+		return bad(err)
+	}
 	if w.closed {
 		return bad(fmt.Errorf("window %w", ErrClosed))
 	}
@@ -454,9 +457,6 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	}
 	r := &Request{ep: ep, op: opWinRead, peer: peer, pattern: envelope{tag: NoTag}, buf: dst}
 	r.status = Status{Source: peer, Count: len(dst)}
-	if err := w.checkPeer(peer); err != nil {
-		return bad(err)
-	}
 	if peer == ep.rank || len(dst) == 0 {
 		if peer == ep.rank {
 			copy(dst, w.buf[off:])

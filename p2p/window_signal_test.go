@@ -85,6 +85,9 @@ func TestWindowSignals(t *testing.T) {
 					if err := g.Write(ctx, 1, 0, []byte{1}); !errors.Is(err, p2p.ErrInvalidRank) {
 						return fmt.Errorf("a write to rank 1, not in the group: %v", err)
 					}
+					if _, err := g.Iread(1, 0, make([]byte, 1)); !errors.Is(err, p2p.ErrInvalidRank) {
+						return fmt.Errorf("a read from rank 1, not in the group: %v", err)
+					}
 					r, err := g.IwriteSignal(other, 8, []byte("group"), 0)
 					if err != nil {
 						return err
