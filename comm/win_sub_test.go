@@ -15,7 +15,7 @@ import (
 // communicator's ranks (a Put to rank r lands in the window of that
 // communicator's rank r, its world rank recorded), fence within the
 // communicator while the other half fences its own, and name the
-// communicator's rank in bounds errors. A Dup'ed communicator's window and
+// communicator's rank in bounds errors; atomics address its ranks too. A Dup'ed communicator's window and
 // the world's, alive at once over the same ranks, keep their fences apart.
 func TestWinSubComm(t *testing.T) {
 	for _, tr := range transports {
@@ -75,6 +75,31 @@ func TestWinSubComm(t *testing.T) {
 					}
 					if local[p] != 0 {
 						return fmt.Errorf("the element past the Puts was written: %d", local[p])
+					}
+					// Atomics address the communicator's ranks too.
+					aw, err := comm.AllocWin[int64](ctx, sub, 1)
+					if err != nil {
+						return err
+					}
+					if r != 0 {
+						if _, err := aw.FetchAdd(ctx, 0, 0, int64(1+me)); err != nil {
+							return err
+						}
+					}
+					if err := aw.Fence(ctx); err != nil {
+						return err
+					}
+					if r == 0 {
+						var want int64
+						for o := 1; o < p; o++ {
+							want += int64(1 + sub.WorldRank(o))
+						}
+						if got := aw.Local()[0]; got != want {
+							return fmt.Errorf("communicator of %d: rank 0's word after the fetch-and-adds: %d, want %d", p, got, want)
+						}
+					}
+					if err := aw.Close(ctx); err != nil {
+						return err
 					}
 				}
 				// Two communicators over the same ranks, windows alive on both.
