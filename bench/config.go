@@ -13,7 +13,7 @@ import (
 )
 
 // Tests are the benchmarks rdmabench runs, in the order the usage lists them.
-var tests = []string{"latency", "bw", "bibw", "allreduce", "bcast", "barrier", "reduce", "allgather", "reduce_scatter", "alltoall"}
+var tests = []string{"latency", "bw", "bibw", "put_latency", "put_bw", "allreduce", "bcast", "barrier", "reduce", "allgather", "reduce_scatter", "alltoall"}
 
 // types are the element types of -t.
 var types = []string{"float32", "float64", "int32", "int64"}
@@ -37,10 +37,15 @@ type config struct {
 }
 
 // isP2P reports whether the test is a point-to-point one (bytes, 2 ranks).
-func isP2P(test string) bool { return test == "latency" || test == "bw" || test == "bibw" }
+func isP2P(test string) bool {
+	return test == "latency" || test == "bw" || test == "bibw" || test == "put_latency" || test == "put_bw"
+}
+
+// isLatency reports whether the test is a point-to-point latency one.
+func isLatency(test string) bool { return test == "latency" || test == "put_latency" }
 
 // isBW reports whether the test reports bandwidth rather than latency.
-func isBW(test string) bool { return test == "bw" || test == "bibw" }
+func isBW(test string) bool { return test == "bw" || test == "bibw" || test == "put_bw" }
 
 // collective maps a collective test to the collectives package's name, for
 // --algo.
@@ -52,11 +57,11 @@ func collective(test string) (collectives.Collective, bool) {
 const usageText = `usage: rdmarun -np N rdmabench TEST [flags]
        rdmabench plot [-o FILE.png|svg] [-title T] FILE[=LABEL]...
 
-TEST is one of: latency bw bibw allreduce bcast barrier reduce allgather reduce_scatter alltoall
+TEST is one of: latency bw bibw put_latency put_bw allreduce bcast barrier reduce allgather reduce_scatter alltoall
 
 Flags:
   -m [MIN:]MAX     message sizes in bytes, powers of two from MIN to MAX (K, M, G suffixes:
-                   4K = 4096); default 0:4M for latency, 1:4M for bw/bibw, 4:1M for collectives
+                   4K = 4096); default 0:4M for latency, 1:4M for bw/bibw/put_*, 4:1M for collectives
   -i N             timed iterations per size (default: OSU's counts, capped by -budget)
   -x N             warm-up iterations per size (default: OSU's counts, capped by -budget)
   -c               validate every result (checks run outside the timed interval)
@@ -178,7 +183,7 @@ func defaultSizes(test string) (lo, hi int) {
 	switch test {
 	case "latency":
 		return 0, 4 << 20
-	case "bw", "bibw":
+	case "bw", "bibw", "put_latency", "put_bw":
 		return 1, 4 << 20
 	case "barrier":
 		return 0, 0

@@ -137,6 +137,9 @@ func TestJobs(t *testing.T) {
 		{3, []string{"reduce_scatter", "-m", "4:64K", "-t", "int32"}, 13, nil}, // 4 and 8 B hold no block of 3
 		{3, []string{"alltoall", "-m", "4:16K"}, 13, nil},
 		{2, []string{"latency", "--transport", "tcp", "-m", "0:1K", "-i", "10", "-x", "1"}, 12, []string{`(?m)^# rank 0 peers 1=tcp$`, `transport tcp`}},
+		{2, []string{"put_latency", "-m", "1:64K", "-i", "20", "-x", "2"}, 17, []string{`(?m)^# Size\s+Latency \(us\)\s+Iters$`, `test put_latency`}},
+		{2, []string{"put_bw", "-m", "1:256K"}, 19, []string{`(?m)^# Size\s+Bandwidth \(MB/s\)\s+Iters$`}},
+		{3, []string{"put_bw", "--transport", "tcp", "-m", "8:4K"}, 10, []string{`transport tcp`}},
 	} {
 		t.Run(fmt.Sprintf("np=%d/%s", tc.np, strings.Join(tc.args, " ")), func(t *testing.T) {
 			args := append([]string{}, tc.args...)

@@ -14,7 +14,7 @@
 // ("#") say what ran: library and Go version, test, ranks, element type,
 // algorithm, the transport between every pair of ranks, the host's CPU and
 // its vector features. Then one row per size: "Size  Latency (us)" for
-// latency, "Size  Bandwidth (MB/s)" for bw and bibw, "Size  Avg Latency(us)
+// latency and put_latency, "Size  Bandwidth (MB/s)" for bw, bibw and put_bw, "Size  Avg Latency(us)
 // Min Max Iters" for collectives (plus nccl-tests' algbw and busbw with
 // --busbw, and the algorithm that ran). The methodology is in run.go.
 //

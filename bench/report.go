@@ -120,7 +120,7 @@ func writeHeader(w io.Writer, r *Result) {
 // writeColumns prints the OSU column header line for the test.
 func writeColumns(w io.Writer, test string, busbw bool) {
 	switch {
-	case test == "latency":
+	case isLatency(test):
 		fmt.Fprintf(w, "# %-10s %18s %11s\n", "Size", "Latency (us)", "Iters")
 	case isBW(test):
 		fmt.Fprintf(w, "# %-10s %18s %11s\n", "Size", "Bandwidth (MB/s)", "Iters")
@@ -137,7 +137,7 @@ func writeColumns(w io.Writer, test string, busbw bool) {
 // parsers (osu-compare) expect.
 func writeRow(w io.Writer, test string, busbw bool, r Row) {
 	switch {
-	case test == "latency":
+	case isLatency(test):
 		fmt.Fprintf(w, "%-12d %18.2f %11d\n", r.Size, r.Latency, r.Iters)
 	case isBW(test):
 		fmt.Fprintf(w, "%-12d %18.2f %11d\n", r.Size, r.Bandwidth, r.Iters)

@@ -21,6 +21,15 @@ import (
 //     then for a 4-byte acknowledgement from rank 1 (which posted 64
 //     Irecvs); MB/s = size·64·iterations / time / 10^6. bibw: both ranks
 //     post 64 Irecvs and 64 Isends each window; twice the bytes.
+//   - put_latency (osu_put_latency, flush synchronisation): rank 0 Puts one
+//     buffer into rank 1's window (AllocWin memory, as MPI_Win_allocate)
+//     and Flushes, each iteration; the figure is the time per Put+Flush,
+//     not halved. Rank 1 takes no part (with -c it waits for a PutSignal,
+//     checks the data and acknowledges, outside rank 0's timed interval).
+//   - put_bw (osu_put_bw): rank 0 starts a window of 64 Puts, then
+//     Flushes; MB/s = size·64·iterations / time / 10^6. All Puts of a
+//     window go to offset 0 of the target (OSU spreads them over a window
+//     64 times larger), so the target window is the largest size.
 //   - collectives: every call is timed on its own and followed by an untimed
 //     barrier, so that one call's stragglers do not run into the next; each
 //     rank's figure is its mean, and the table shows the mean, minimum and
@@ -55,6 +64,8 @@ type kernel func(ctx context.Context, n int) (float64, error)
 
 type runner[T comm.Element] struct {
 	c         *comm.Comm
+	win       *comm.Win[T]    // put_latency and put_bw
+	ctx       context.Context // the sweep's, for put_*'s -c acknowledgements (outside the timed op)
 	cfg       config
 	send      []T
 	recv      []T
@@ -135,6 +146,15 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 	if b.cfg.Test == "barrier" {
 		sizes = []int{0}
 	}
+	if b.cfg.Test == "put_latency" || b.cfg.Test == "put_bw" {
+		w, err := comm.AllocWin[T](ctx, b.c, b.cfg.Max/es)
+		if err != nil {
+			return err
+		}
+		b.win = w
+		defer w.Close(ctx)
+	}
+	b.ctx = ctx
 	b.startedAt = time.Now()
 	for idx, size := range sizes {
 		count := size / es
@@ -163,7 +183,9 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 		switch {
 		case b.cfg.Test == "latency":
 			row.Latency = t * 1e6 / float64(2*iters)
-		case b.cfg.Test == "bw":
+		case b.cfg.Test == "put_latency":
+			row.Latency = t * 1e6 / float64(iters)
+		case b.cfg.Test == "bw", b.cfg.Test == "put_bw":
 			row.Bandwidth = float64(size) / 1e6 * float64(iters*window) / t
 		case b.cfg.Test == "bibw":
 			row.Bandwidth = 2 * float64(size) / 1e6 * float64(iters*window) / t
@@ -448,6 +470,9 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 				b.expect(r, func(i int) T { return pattern[T](i, peer, it) }, fmt.Sprintf("%s %d bytes from rank %d", b.cfg.Test, size, peer), it)
 			}
 		}), iters, skip
+
+	case "put_latency", "put_bw":
+		return b.putKernel(size, count)
 
 	case "barrier":
 		return func(ctx context.Context, n int) (float64, error) {

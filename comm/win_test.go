@@ -13,8 +13,7 @@ import (
 // TestWin: Puts from every rank into every window (sizes differ per rank)
 // are visible everywhere after Fence; Gets read a peer's window after
 // Flush; accesses outside a window fail naming the target, offset and
-// size without touching it; windows on a Split communicator are refused
-// on every rank.
+// size without touching it.
 func TestWin(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
@@ -82,15 +81,6 @@ func TestWin(t *testing.T) {
 				}
 				if err := w.Close(ctx); err != nil {
 					return err
-				}
-				// Not on other communicators yet.
-				half, err := c.Split(ctx, me%2, me)
-				if err != nil {
-					return err
-				}
-				defer half.Close()
-				if _, err := comm.NewWin(ctx, half, local); !errors.Is(err, comm.ErrUnsupported) {
-					return fmt.Errorf("a window on a split communicator: %v", err)
 				}
 				return comm.Barrier(ctx, c)
 			})

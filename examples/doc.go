@@ -5,6 +5,7 @@
 //	go run ./cmd/rdmarun -np 4 ./examples/ring      # a token passed around the ranks
 //	go run ./cmd/rdmarun -np 4 ./examples/allreduce # vector sum, checked
 //	go run ./cmd/rdmarun -np 4 ./examples/heat      # 2-D Jacobi with halo exchange vs serial
+//	go run ./cmd/rdmarun -np 4 ./examples/halo-put  # 1-D heat, halos by one-sided PutSignal vs serial
 //	go run ./cmd/rdmarun -np 4 ./examples/cg        # conjugate gradient on a row-split matrix vs gonum
 //	go run ./cmd/rdmarun -np 4 ./examples/sgd       # data-parallel SGD vs the serial run
 //	go run ./cmd/rdmarun -np 4 --keep-going ./examples/shrink -kill-rank 2 -kill-iter 20

@@ -59,6 +59,9 @@ func TestExamples(t *testing.T) {
 		{"cg", []string{"-n", "90"}, func(np int) string {
 			return fmt.Sprintf(`(?m)^cg: n=90, %d ranks, \d+ iterations, residual \S+, max rel diff vs gonum Cholesky \S+ \(tol 1e-08\) OK$`, np)
 		}},
+		{"halo-put", []string{"-n", "200", "-steps", "120"}, func(np int) string {
+			return fmt.Sprintf(`(?m)^halo-put: 200 points, %d ranks, 120 steps, max \|parallel-serial\| 0 OK$`, np)
+		}},
 		{"sgd", []string{"-steps", "60", "-n", "1024", "-batch", "100"}, func(np int) string {
 			return fmt.Sprintf(`(?m)^sgd: 8 features, 1024 samples, batch 100, 60 steps, %d ranks, loss 0\.\d+, accuracy 0\.\d+, max \|w-w_serial\| \S+ \(tol 1e-09\) OK$`, np)
 		}},

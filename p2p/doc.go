@@ -1,6 +1,7 @@
 // Package p2p carries messages between the ranks of a job on top of the
 // verbs model: point-to-point sends and receives with MPI matching, and
-// one-sided writes with notifications for the collectives.
+// one-sided windows (writes with notifications for the collectives, reads,
+// per-window signals and 64-bit atomics, on all ranks or a group).
 //
 //	ep, err := p2p.New(ctx, store, p2p.Options{Provider: "tcp"}) // store: a bootstrap.Store
 //	if err != nil { ... }

@@ -64,6 +64,7 @@ type Endpoint struct {
 	localCPUs   int           // CPUs the ranks on this host may run on together (0: unknown)
 	localRanks  int           // ranks of this endpoint on this host, this one included
 	windowSeq   uint32
+	winSlots    map[uint32]*Window // live windows by signal slot (window_signal.go)
 	opSeq       uint32
 	selfStats   PeerStats
 

@@ -442,6 +442,19 @@ func (p *peer) sendUncredited(ep *Endpoint, h *header) {
 // flush posts queued items in order while they can go, then returns
 // credits explicitly if a lot are owed.
 func (p *peer) flush(ep *Endpoint) {
+	if p.ackPending && len(p.queue) > 0 && p.queue[0].write && p.frameRoom(true) && !p.broken {
+		// Our peer's CREDIT frame gave us credits that queued window
+		// writes with notifications are about to take. Writes carry no
+		// header, so the acknowledgement that frees its reserved slot for
+		// the next CREDIT would wait for a frame that may never come (a
+		// burst of signals the peer only waits for): send it in a PING,
+		// which costs one of those credits.
+		h := header{kind: kPing}
+		if err := p.postFrame(ep, &h, nil, true); err != nil {
+			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", h.kind, err))
+			return
+		}
+	}
 	for len(p.queue) > 0 && !p.broken {
 		it := p.queue[0]
 		if !p.canPost(it) {

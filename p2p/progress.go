@@ -259,7 +259,7 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 			if r.op == opWrite {
 				p.stats.WriteSent.add(len(r.buf))
 			}
-			if r.op == opWinRead && r.reg != nil {
+			if (r.op == opWinRead || r.op == opWinAtomic) && r.reg != nil {
 				r.dev.cache.put(r.reg)
 				r.reg = nil
 			}
@@ -278,9 +278,8 @@ func (ep *Endpoint) failErrFor(r *Request) error {
 func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 	p.heard = true
 	if wc.Opcode == verbs.WCRecvRDMAWithImm {
-		ep.notes = append(ep.notes, Notification{Source: p.rank, Value: wc.Imm})
+		ep.noteLocked(p.rank, wc.Imm)
 		p.stats.NotifyRecv.add(0)
-		ep.wakeArrivalsLocked()
 		ep.repostLocked(p, slot, true)
 		return
 	}

@@ -25,7 +25,8 @@ const (
 	opSend reqOp = iota + 1
 	opRecv
 	opWrite
-	opWinRead // a one-sided read from a peer's window
+	opWinRead   // a one-sided read from a peer's window
+	opWinAtomic // a 64-bit atomic on a word of a peer's window
 )
 
 func (o reqOp) String() string {
@@ -38,6 +39,8 @@ func (o reqOp) String() string {
 		return "Write"
 	case opWinRead:
 		return "Read"
+	case opWinAtomic:
+		return "Atomic"
 	}
 	return "?"
 }
@@ -87,6 +90,10 @@ type Request struct {
 	// Window writes.
 	notify32 bool
 	winMR    verbs.MR
+
+	// Window atomics: the opcode and its operands.
+	atomic       verbs.Opcode
+	cmpAdd, swap uint64
 }
 
 // Requests of the blocking calls (Send, Recv) are recycled: nothing else

@@ -16,7 +16,9 @@ import (
 // all the wire carries, so a receiver cannot tell which of several windows
 // a write went to. They queue in arrival order per endpoint, and
 // WaitNotify takes the oldest one from the given source. A write's data is
-// in the window when its notification is taken.
+// in the window when its notification is taken. Values with bit 30 set
+// are reserved: they are window signals (IwriteSignal), which are counted
+// per window instead.
 type Notification struct {
 	Source int
 	Value  uint32
@@ -34,15 +36,28 @@ type Window struct {
 	remote []winKey // per rank: where its window is, as this rank's link to it sees it
 	direct [][]byte // per rank: the Direct mapping, made on first use (under ep.mu)
 	closed bool
+
+	// A group window (NewGroupWindow) exists on the ranks of group only
+	// and exchanges its keys on ch with tag; nil group means every rank.
+	group  []int
+	member []bool
+	ch     *Channel
+	tag    int
+	// Signals (WriteSignal): this rank's signal slot, and the counts of
+	// signals that arrived, per source and index (under ep.mu).
+	slot uint32
+	sigs map[sigKey]int
 }
 
 type winKey struct {
-	addr uint64
-	rkey uint32
-	len  int
+	addr    uint64
+	rkey    uint32
+	len     int
+	slot    uint32 // the target's signal slot
+	atomics bool   // the target's memory takes remote atomics on this link
 }
 
-const winKeyLen = 16
+const winKeyLen = 24
 
 // NewWindow exposes buf (which stays registered, and must not be let go,
 // until Close) to every peer. It is a collective over all ranks.
@@ -68,24 +83,54 @@ func (ep *Endpoint) newWindow(ctx context.Context, buf []byte, alloc bool) (*Win
 // registered, before any peer can learn its key. With registered set, a
 // window that cannot have provider memory gets the Go buffer instead.
 func (ep *Endpoint) newWindowWith(ctx context.Context, buf []byte, alloc bool, registered func(*Window)) (*Window, error) {
+	return ep.newWindowOn(ctx, buf, alloc, registered, nil, nil, 0)
+}
+
+// newWindowOn makes a window on the ranks of group (nil: every rank, keys
+// exchanged on the window context with the window's sequence number as
+// tag; else on ch with tag).
+func (ep *Endpoint) newWindowOn(ctx context.Context, buf []byte, alloc bool, registered func(*Window), group []int, ch *Channel, tag int) (*Window, error) {
 	ep.mu.Lock()
 	if err := ep.checkLocked(); err != nil {
 		ep.mu.Unlock()
 		return nil, &Error{Op: "NewWindow", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: err}
 	}
-	ep.windowSeq++
-	w := &Window{ep: ep, seq: ep.windowSeq, buf: buf, mrs: map[*device]verbs.MR{}, remote: make([]winKey, ep.size)}
+	w := &Window{ep: ep, buf: buf, mrs: map[*device]verbs.MR{}, remote: make([]winKey, ep.size), group: group, ch: ch, tag: tag}
+	if group == nil {
+		// Group windows leave the sequence alone: only their members make
+		// them, and every rank must agree on the world windows' numbers.
+		ep.windowSeq++
+		w.seq = ep.windowSeq
+		w.ch, w.tag = &Channel{ep: ep, id: ctxWindow}, int(w.seq&MaxTag)
+	}
+	w.member = make([]bool, ep.size)
+	for r := range w.member {
+		w.member[r] = group == nil
+	}
+	for _, r := range group {
+		w.member[r] = true
+	}
+	if err := ep.takeSlotLocked(w); err != nil {
+		ep.mu.Unlock()
+		return nil, &Error{Op: "NewWindow", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: err}
+	}
 	ep.mu.Unlock()
 	fail := func(err error) (*Window, error) {
 		for _, mr := range w.mrs {
 			_ = mr.Close()
 		}
+		ep.mu.Lock()
+		ep.dropSlotLocked(w)
+		ep.mu.Unlock()
 		return nil, &Error{Op: "NewWindow", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: err}
 	}
-	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 	for _, d := range ep.devs {
 		var mr verbs.MR
 		var err error
+		access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+		if d.caps.Atomics != verbs.AtomicNone && (alloc || d.caps.UserMemAtomics) {
+			access |= verbs.AccessRemoteAtomic
+		}
 		switch {
 		case len(buf) == 0:
 			continue
@@ -97,6 +142,10 @@ func (ep *Endpoint) newWindowWith(ctx context.Context, buf []byte, alloc bool, r
 				// The caller can do without provider memory (the rings):
 				// register the Go buffer so that the collective exchange
 				// of keys still completes on every rank.
+				access &^= verbs.AccessRemoteAtomic
+				if d.caps.UserMemAtomics {
+					access |= verbs.AccessRemoteAtomic
+				}
 				mr, err = d.pd.RegMR(buf, access)
 			}
 		default:
@@ -110,22 +159,28 @@ func (ep *Endpoint) newWindowWith(ctx context.Context, buf []byte, alloc bool, r
 	if registered != nil {
 		registered(w)
 	}
-	// Exchange keys over the reserved window context: rank r gets from us
-	// the key of the device that carries our link to r.
-	c := &Channel{ep: ep, id: ctxWindow}
-	tag := int(w.seq & MaxTag)
+	if uint64(len(w.buf)) > 1<<32-1 {
+		return fail(fmt.Errorf("%w: a window of %d bytes is larger than 4 GiB", ErrInvalidArgument, len(w.buf)))
+	}
+	// Exchange keys: rank r gets from us the key of the device that
+	// carries our link to r.
+	c, tag := w.ch, w.tag
 	keys := make([][]byte, ep.size)
 	reqs := make([]*Request, 0, 2*ep.size)
 	for r, p := range ep.peers {
-		if p == nil {
+		if p == nil || !w.member[r] {
 			continue
 		}
 		k := make([]byte, winKeyLen)
 		if mr := w.mrs[p.dev]; mr != nil {
 			binary.LittleEndian.PutUint64(k, mr.Addr())
 			binary.LittleEndian.PutUint32(k[8:], mr.RKey())
+			if mr.SupportsAtomics() && mr.Access()&verbs.AccessRemoteAtomic != 0 {
+				k[20] = 1
+			}
 		}
 		binary.LittleEndian.PutUint32(k[12:], uint32(len(w.buf)))
+		binary.LittleEndian.PutUint32(k[16:], w.slot)
 		keys[r] = make([]byte, winKeyLen)
 		rr, err := c.Irecv(r, tag, keys[r])
 		if err != nil {
@@ -145,9 +200,9 @@ func (ep *Endpoint) newWindowWith(ctx context.Context, buf []byte, alloc bool, r
 			continue
 		}
 		w.remote[r] = winKey{addr: binary.LittleEndian.Uint64(k), rkey: binary.LittleEndian.Uint32(k[8:]),
-			len: int(binary.LittleEndian.Uint32(k[12:]))}
+			len: int(binary.LittleEndian.Uint32(k[12:])), slot: binary.LittleEndian.Uint32(k[16:]), atomics: k[20] == 1}
 	}
-	w.remote[ep.rank] = winKey{len: len(w.buf)}
+	w.remote[ep.rank] = winKey{len: len(w.buf), slot: w.slot}
 	return w, nil
 }
 
@@ -269,12 +324,20 @@ func (w *Window) Len(rank int) int {
 // data has been placed in the peer's memory (RC semantics); src must not
 // change until then. Writing to this rank's own window is a copy.
 func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*Request, error) {
+	if notify && value&signalBit != 0 {
+		return nil, &Error{Op: "Write", Rank: w.ep.rank, Peer: peer, Tag: NoTag,
+			Err: fmt.Errorf("%w: notification value %#x has bit 30 set, which window signals reserve", ErrInvalidArgument, value)}
+	}
+	return w.iwrite(peer, off, src, notify, value)
+}
+
+func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*Request, error) {
 	ep := w.ep
 	bad := func(err error) (*Request, error) {
 		return nil, &Error{Op: "Write", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 	}
-	if peer < 0 || peer >= ep.size {
-		return bad(fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, ep.size))
+	if err := w.checkPeer(peer); err != nil {
+		return bad(err)
 	}
 	if w.closed {
 		return bad(fmt.Errorf("window %w", ErrClosed))
@@ -294,8 +357,7 @@ func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 			return bad(err)
 		}
 		if notify {
-			ep.notes = append(ep.notes, Notification{Source: ep.rank, Value: value})
-			ep.wakeArrivalsLocked()
+			ep.noteLocked(ep.rank, value)
 		}
 		ep.completeLocked(r, nil)
 		return r, nil
@@ -341,11 +403,13 @@ func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
 	switch {
 	case r.op == opWinRead:
 		op = verbs.OpRDMARead
+	case r.op == opWinAtomic:
+		op = r.atomic
 	case r.notify32:
 		op = verbs.OpRDMAWriteWithImm
 	}
 	p.swr[0] = verbs.SendWR{ID: wrID(wrWrite, p.rank, r.readID), Opcode: op, Flags: verbs.SendSignaled,
-		RemoteAddr: r.rts.addr, RKey: r.rts.rkey, Imm: uint32(r.rts.id)}
+		RemoteAddr: r.rts.addr, RKey: r.rts.rkey, Imm: uint32(r.rts.id), CompareAdd: r.cmpAdd, Swap: r.swap}
 	if len(r.buf) > 0 {
 		switch {
 		case r.winMR != nil:
@@ -379,6 +443,9 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	}
 	if peer < 0 || peer >= ep.size {
 		return bad(fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, ep.size))
+	}
+	if err := w.checkPeer(peer); err != nil {
+		return bad(err)
 	}
 	if w.closed {
 		return bad(fmt.Errorf("window %w", ErrClosed))
@@ -466,12 +533,11 @@ func (w *Window) Close(ctx context.Context) error {
 		return nil
 	}
 	w.closed = true
-	c := &Channel{ep: ep, id: ctxWindow}
-	tag := int(w.seq & MaxTag)
+	c, tag := w.ch, w.tag
 	var reqs []*Request
 	var err error
 	for r, p := range ep.peers {
-		if p == nil {
+		if p == nil || !w.member[r] {
 			continue
 		}
 		var rr, sr *Request
@@ -489,6 +555,9 @@ func (w *Window) Close(ctx context.Context) error {
 	for _, mr := range w.mrs {
 		_ = mr.Close()
 	}
+	ep.mu.Lock()
+	ep.dropSlotLocked(w)
+	ep.mu.Unlock()
 	return err
 }
 

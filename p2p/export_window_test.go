@@ -1,0 +1,6 @@
+package p2p
+
+// ForgeLen makes this rank believe that peer's window is n bytes long, so
+// that a test can post an access past its end and see the provider refuse
+// it (as a NIC refuses an rkey's out-of-bounds access).
+func (w *Window) ForgeLen(peer, n int) { w.remote[peer].len = n }

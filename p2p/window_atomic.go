@@ -1,0 +1,126 @@
+package p2p
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// AtomicsTo says whether 64-bit atomics on peer's window are possible: nil
+// when they are, else an error wrapping verbs.ErrUnsupported that says
+// why. It is a capability check: the link's device must have atomics
+// (Caps.Atomics) and the peer's window memory must take them (the peer
+// published that with its key: MR.SupportsAtomics, e.g. provider memory
+// only on shm). Atomics on this rank's own window are CPU atomics, which
+// are atomic against the device's only when it says so (AtomicGlob), or
+// when the endpoint has no peers.
+func (w *Window) AtomicsTo(peer int) error {
+	ep := w.ep
+	if err := w.checkPeer(peer); err != nil {
+		return err
+	}
+	if peer == ep.rank {
+		for _, d := range ep.devs {
+			if d.caps.Atomics != verbs.AtomicGlob && len(ep.peers) > 1 {
+				return fmt.Errorf("%w: the %s device's atomics are not atomic against this CPU's (Caps.Atomics %v), so rank %d cannot run them on its own window",
+					verbs.ErrUnsupported, d.provider, d.caps.Atomics, peer)
+			}
+		}
+		return nil
+	}
+	p := ep.peers[peer]
+	if p.dev.caps.Atomics == verbs.AtomicNone {
+		return fmt.Errorf("%w: the %s device has no atomics", verbs.ErrUnsupported, p.dev.provider)
+	}
+	if !w.remote[peer].atomics {
+		return fmt.Errorf("%w: rank %d's window memory takes no remote atomics on the %s link (registered memory where the provider needs its own: allocate the window)",
+			verbs.ErrUnsupported, peer, p.dev.provider)
+	}
+	return nil
+}
+
+// FetchAdd adds add to the 64-bit word at byte offset off of peer's window
+// (8-byte aligned) and returns its value before, atomically against every
+// other atomic on the word (RDMA ATOMIC_FETCH_AND_ADD). Words are in the
+// host's byte order, as the verbs define them.
+func (w *Window) FetchAdd(ctx context.Context, peer, off int, add uint64) (uint64, error) {
+	return w.atomic(ctx, "FetchAdd", verbs.OpAtomicFetchAdd, peer, off, add, 0)
+}
+
+// CompareSwap replaces the 64-bit word at byte offset off of peer's window
+// with swap if it equals compare, and returns the value it had
+// (ATOMIC_CMP_AND_SWP): the swap happened when that equals compare.
+func (w *Window) CompareSwap(ctx context.Context, peer, off int, compare, swap uint64) (uint64, error) {
+	return w.atomic(ctx, "CompareSwap", verbs.OpAtomicCmpAndSwp, peer, off, compare, swap)
+}
+
+func (w *Window) atomic(ctx context.Context, op string, opcode verbs.Opcode, peer, off int, cmpAdd, swap uint64) (uint64, error) {
+	ep := w.ep
+	bad := func(err error) (uint64, error) {
+		return 0, &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
+	}
+	if err := w.checkPeer(peer); err != nil {
+		return bad(err)
+	}
+	if w.closed {
+		return bad(fmt.Errorf("window %w", ErrClosed))
+	}
+	rk := w.remote[peer]
+	if off < 0 || off > rk.len || 8 > rk.len-off {
+		return bad(fmt.Errorf("%w: an 8-byte atomic at offset %d overruns rank %d's %d-byte window", ErrInvalidArgument, off, peer, rk.len))
+	}
+	if (rk.addr+uint64(off))%8 != 0 || (peer == ep.rank && uintptr(unsafe.Pointer(&w.buf[off]))%8 != 0) {
+		return bad(fmt.Errorf("%w: the word at offset %d of rank %d's window is not 8-byte aligned", ErrInvalidArgument, off, peer))
+	}
+	if err := w.AtomicsTo(peer); err != nil {
+		return bad(err)
+	}
+	if peer == ep.rank {
+		if err := ep.Err(); err != nil {
+			return bad(err)
+		}
+		word := (*uint64)(unsafe.Pointer(&w.buf[off]))
+		if opcode == verbs.OpAtomicFetchAdd {
+			return atomic.AddUint64(word, cmpAdd) - cmpAdd, nil
+		}
+		for {
+			old := atomic.LoadUint64(word)
+			if old != cmpAdd || atomic.CompareAndSwapUint64(word, old, swap) {
+				return old, nil
+			}
+		}
+	}
+	p := ep.peers[peer]
+	res := make([]byte, 8)
+	reg, err := p.dev.cache.get(res)
+	if err != nil {
+		return bad(fmt.Errorf("registering the result word: %w", err))
+	}
+	r := &Request{ep: ep, op: opWinAtomic, peer: peer, pattern: envelope{tag: NoTag}, buf: res,
+		atomic: opcode, cmpAdd: cmpAdd, swap: swap, reg: reg, dev: p.dev}
+	r.status = Status{Source: peer, Count: 8}
+	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: 8}
+	ep.mu.Lock()
+	if err := ep.checkLocked(); err != nil {
+		ep.mu.Unlock()
+		p.dev.cache.put(reg)
+		return bad(err)
+	}
+	ep.opSeq++
+	r.readID = ep.opSeq
+	ep.writes[r.readID] = r
+	r.item = outItem{write: true, req: r}
+	err = p.send(ep, &r.item)
+	ep.mu.Unlock()
+	if err != nil {
+		return bad(err)
+	}
+	if _, err := r.Wait(ctx); err != nil {
+		return 0, err
+	}
+	return binary.NativeEndian.Uint64(res), nil
+}
