@@ -1021,7 +1021,7 @@ func (j *job) blame(reports []bootstrap.FailureReport, failRank int, cause strin
 	if !ok {
 		return cause
 	}
-	followers := rankList(o.followers)
+	followers := bootstrap.FormatRanks(o.followers)
 	if o.rank == failRank {
 		return fmt.Sprintf("%s; %s failed because of it", cause, followers)
 	}

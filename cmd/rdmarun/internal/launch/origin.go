@@ -1,10 +1,7 @@
 package launch
 
 import (
-	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/rdmago/rdmago/bootstrap"
 )
@@ -134,34 +131,4 @@ func (o origin) firstDetail() string {
 		return o.reports[0].Detail
 	}
 	return ""
-}
-
-// rankList writes "rank 3", "ranks 3 and 7", "ranks 1, 4 and 7-9".
-func rankList(ranks []int) string {
-	if len(ranks) == 0 {
-		return "no ranks"
-	}
-	var parts []string
-	for i := 0; i < len(ranks); {
-		j := i
-		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
-			j++
-		}
-		if j-i >= 2 {
-			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
-		} else {
-			for k := i; k <= j; k++ {
-				parts = append(parts, strconv.Itoa(ranks[k]))
-			}
-		}
-		i = j + 1
-	}
-	word := "ranks "
-	if len(ranks) == 1 {
-		word = "rank "
-	}
-	if len(parts) == 1 {
-		return word + parts[0]
-	}
-	return word + strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }

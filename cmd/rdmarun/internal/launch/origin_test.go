@@ -55,5 +55,5 @@ func TestFindOrigin(t *testing.T) {
 			assert.Equal(t, c.what, o.what(), c.name)
 		}
 	}
-	assert.Equal(t, "ranks 0, 2 and 5-7", rankList([]int{0, 2, 5, 6, 7}))
+	assert.Equal(t, "ranks 0, 2 and 5-7", bootstrap.FormatRanks([]int{0, 2, 5, 6, 7}))
 }
