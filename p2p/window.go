@@ -295,7 +295,9 @@ func (ep *Endpoint) peerIO(op string, peer int, addr uint64, b []byte, write boo
 	if errors.Is(err, verbs.StatusRetryExcErr) {
 		// The peer's process is gone (process_vm_readv's ESRCH) or its
 		// link is down: a lost peer, which the whole endpoint learns,
-		// unless it had closed its endpoint on purpose.
+		// unless it had closed its endpoint on purpose. pollMu too, as on
+		// every path that breaks a link: the poller reads p.broken under it.
+		ep.pollMu.Lock()
 		ep.mu.Lock()
 		ep.linkErrorLocked(p, fmt.Errorf("link to rank %d: %w", peer, err))
 		if p.departed {
@@ -306,6 +308,7 @@ func (ep *Endpoint) peerIO(op string, peer int, addr uint64, b []byte, write boo
 			err = &PeerLostError{Rank: peer, Reporter: ep.rank, Cause: err}
 		}
 		ep.mu.Unlock()
+		ep.pollMu.Unlock()
 	}
 	return &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 }
