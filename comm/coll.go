@@ -105,16 +105,7 @@ func Allreduce[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
 // AllreduceInto is Allreduce from send into recv (same length); send is
 // not modified.
 func AllreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) error {
-	return c.collective(ctx, "Allreduce", func(ctx context.Context) error {
-		if err := sameLen(send, recv); err != nil {
-			// Still take part (with an op the engine refuses), so that the
-			// other ranks fail at once instead of waiting for this one.
-			collectives.Allreduce(ctx, c.eng, recv[:0:0], Op{})
-			return err
-		}
-		copy(recv, send)
-		return collectives.Allreduce(ctx, c.eng, recv, op)
-	})
+	return c.collective(ctx, "Allreduce", into(c, send, recv, op, collectives.Allreduce[T]))
 }
 
 // Iallreduce starts an Allreduce; buf belongs to the request until it
@@ -132,7 +123,12 @@ func Reduce[T Element](ctx context.Context, c *Comm, buf []T, op Op, root int) e
 // ReduceInto reduces every rank's send into root's recv (recv is ignored
 // elsewhere and may be nil there); send is not modified.
 func ReduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op, root int) error {
-	return c.collective(ctx, "Reduce", func(ctx context.Context) error {
+	return c.collective(ctx, "Reduce", reduceInto(c, send, recv, op, root))
+}
+
+// reduceInto is the body of ReduceInto and IreduceInto.
+func reduceInto[T Element](c *Comm, send, recv []T, op Op, root int) func(context.Context) error {
+	return func(ctx context.Context) error {
 		if c.rank != root {
 			// Reduce leaves a non-root's buffer unchanged.
 			return collectives.Reduce(ctx, c.eng, send, op, root)
@@ -142,7 +138,7 @@ func ReduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op, 
 		}
 		copy(recv, send)
 		return collectives.Reduce(ctx, c.eng, recv, op, root)
-	})
+	}
 }
 
 // Ireduce starts a Reduce.
@@ -159,7 +155,12 @@ func Allgather[T Element](ctx context.Context, c *Comm, send, recv []T) error {
 // AllgatherInPlace is Allgather where each rank's contribution is already
 // in its block of buf (block r is buf[r·m:(r+1)·m], m = len(buf)/Size()).
 func AllgatherInPlace[T Element](ctx context.Context, c *Comm, buf []T) error {
-	return c.collective(ctx, "Allgather", func(ctx context.Context) error {
+	return c.collective(ctx, "Allgather", allgatherInPlace(c, buf))
+}
+
+// allgatherInPlace is the body of AllgatherInPlace and IallgatherInPlace.
+func allgatherInPlace[T Element](c *Comm, buf []T) func(context.Context) error {
+	return func(ctx context.Context) error {
 		m := len(buf) / c.size
 		if len(buf)%c.size != 0 {
 			return collectives.Allgather(ctx, c.eng, buf[:m], buf) // reports the bad length
@@ -167,7 +168,7 @@ func AllgatherInPlace[T Element](ctx context.Context, c *Comm, buf []T) error {
 		mine := make([]T, m)
 		copy(mine, buf[c.rank*m:])
 		return collectives.Allgather(ctx, c.eng, mine, buf)
-	})
+	}
 }
 
 // Iallgather starts an Allgather.
@@ -196,11 +197,17 @@ func ReduceScatter[T Element](ctx context.Context, c *Comm, send, recv []T, op O
 // ReduceScatterInPlace is ReduceScatter whose result lands in the first
 // block of buf: afterwards buf[:len(buf)/Size()] is this rank's block.
 func ReduceScatterInPlace[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
-	return c.collective(ctx, "ReduceScatter", func(ctx context.Context) error {
+	return c.collective(ctx, "ReduceScatter", reduceScatterInPlace(c, buf, op))
+}
+
+// reduceScatterInPlace is the body of ReduceScatterInPlace and
+// IreduceScatterInPlace.
+func reduceScatterInPlace[T Element](c *Comm, buf []T, op Op) func(context.Context) error {
+	return func(ctx context.Context) error {
 		// The engine copies send into scratch before it writes recv, so
 		// the two may overlap.
 		return collectives.ReduceScatter(ctx, c.eng, buf, buf[:len(buf)/c.size], op)
-	})
+	}
 }
 
 // IreduceScatter starts a ReduceScatter.
@@ -247,11 +254,16 @@ func Alltoall[T Element](ctx context.Context, c *Comm, send, recv []T) error {
 
 // AlltoallInPlace is Alltoall with one buffer for both.
 func AlltoallInPlace[T Element](ctx context.Context, c *Comm, buf []T) error {
-	return c.collective(ctx, "Alltoall", func(ctx context.Context) error {
+	return c.collective(ctx, "Alltoall", alltoallInPlace(c, buf))
+}
+
+// alltoallInPlace is the body of AlltoallInPlace and IalltoallInPlace.
+func alltoallInPlace[T Element](c *Comm, buf []T) func(context.Context) error {
+	return func(ctx context.Context) error {
 		send := make([]T, len(buf))
 		copy(send, buf)
 		return collectives.Alltoall(ctx, c.eng, send, buf)
-	})
+	}
 }
 
 // Ialltoall starts an Alltoall.
@@ -276,14 +288,7 @@ func Scan[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
 
 // ScanInto is Scan from send into recv (same length).
 func ScanInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) error {
-	return c.collective(ctx, "Scan", func(ctx context.Context) error {
-		if err := sameLen(send, recv); err != nil {
-			collectives.Scan(ctx, c.eng, recv[:0:0], Op{})
-			return err
-		}
-		copy(recv, send)
-		return collectives.Scan(ctx, c.eng, recv, op)
-	})
+	return c.collective(ctx, "Scan", into(c, send, recv, op, collectives.Scan[T]))
 }
 
 // Exscan replaces buf on rank r > 0 with the reduction of ranks 0..r−1's
@@ -295,14 +300,23 @@ func Exscan[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
 // ExscanInto is Exscan from send into recv (same length); rank 0's recv
 // gets a copy of its send (MPI leaves it undefined).
 func ExscanInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) error {
-	return c.collective(ctx, "Exscan", func(ctx context.Context) error {
+	return c.collective(ctx, "Exscan", into(c, send, recv, op, collectives.Exscan[T]))
+}
+
+// into is the body of AllreduceInto, ScanInto, ExscanInto and their
+// non-blocking forms: run, one of the in-place engine collectives, from
+// send into recv.
+func into[T Element](c *Comm, send, recv []T, op Op, run func(context.Context, *collectives.Engine, []T, Op) error) func(context.Context) error {
+	return func(ctx context.Context) error {
 		if err := sameLen(send, recv); err != nil {
-			collectives.Exscan(ctx, c.eng, recv[:0:0], Op{})
+			// Still take part (with an op the engine refuses), so that the
+			// other ranks fail at once instead of waiting for this one.
+			run(ctx, c.eng, recv[:0:0], Op{})
 			return err
 		}
 		copy(recv, send)
-		return collectives.Exscan(ctx, c.eng, recv, op)
-	})
+		return run(ctx, c.eng, recv, op)
+	}
 }
 
 func sameLen[T any](send, recv []T) error {

@@ -16,42 +16,17 @@ import (
 
 // IallreduceInto starts an AllreduceInto.
 func IallreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
-	return c.start(ctx, "IallreduceInto", func(ctx context.Context) error {
-		if err := sameLen(send, recv); err != nil {
-			// Take part all the same, so that the others fail at once.
-			collectives.Allreduce(ctx, c.eng, recv[:0:0], Op{})
-			return err
-		}
-		copy(recv, send)
-		return collectives.Allreduce(ctx, c.eng, recv, op)
-	})
+	return c.start(ctx, "IallreduceInto", into(c, send, recv, op, collectives.Allreduce[T]))
 }
 
 // IreduceInto starts a ReduceInto.
 func IreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op, root int) (*Request, error) {
-	return c.start(ctx, "IreduceInto", func(ctx context.Context) error {
-		if c.rank != root {
-			return collectives.Reduce(ctx, c.eng, send, op, root)
-		}
-		if len(recv) != len(send) {
-			return collectives.Reduce(ctx, c.eng, recv, op, root) // the engine reports the count mismatch
-		}
-		copy(recv, send)
-		return collectives.Reduce(ctx, c.eng, recv, op, root)
-	})
+	return c.start(ctx, "IreduceInto", reduceInto(c, send, recv, op, root))
 }
 
 // IallgatherInPlace starts an AllgatherInPlace.
 func IallgatherInPlace[T Element](ctx context.Context, c *Comm, buf []T) (*Request, error) {
-	return c.start(ctx, "IallgatherInPlace", func(ctx context.Context) error {
-		m := len(buf) / c.size
-		if len(buf)%c.size != 0 {
-			return collectives.Allgather(ctx, c.eng, buf[:m], buf) // reports the bad length
-		}
-		mine := make([]T, m)
-		copy(mine, buf[c.rank*m:])
-		return collectives.Allgather(ctx, c.eng, mine, buf)
-	})
+	return c.start(ctx, "IallgatherInPlace", allgatherInPlace(c, buf))
 }
 
 // Iallgatherv starts an Allgatherv.
@@ -63,9 +38,7 @@ func Iallgatherv[T Element](ctx context.Context, c *Comm, send, recv []T, counts
 
 // IreduceScatterInPlace starts a ReduceScatterInPlace.
 func IreduceScatterInPlace[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Request, error) {
-	return c.start(ctx, "IreduceScatterInPlace", func(ctx context.Context) error {
-		return collectives.ReduceScatter(ctx, c.eng, buf, buf[:len(buf)/c.size], op)
-	})
+	return c.start(ctx, "IreduceScatterInPlace", reduceScatterInPlace(c, buf, op))
 }
 
 // Igather starts a Gather.
@@ -98,11 +71,7 @@ func Iscatterv[T Element](ctx context.Context, c *Comm, send []T, counts []int, 
 
 // IalltoallInPlace starts an AlltoallInPlace.
 func IalltoallInPlace[T Element](ctx context.Context, c *Comm, buf []T) (*Request, error) {
-	return c.start(ctx, "IalltoallInPlace", func(ctx context.Context) error {
-		send := make([]T, len(buf))
-		copy(send, buf)
-		return collectives.Alltoall(ctx, c.eng, send, buf)
-	})
+	return c.start(ctx, "IalltoallInPlace", alltoallInPlace(c, buf))
 }
 
 // Ialltoallv starts an Alltoallv.
@@ -119,14 +88,7 @@ func Iscan[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Request, e
 
 // IscanInto starts a ScanInto.
 func IscanInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
-	return c.start(ctx, "IscanInto", func(ctx context.Context) error {
-		if err := sameLen(send, recv); err != nil {
-			collectives.Scan(ctx, c.eng, recv[:0:0], Op{})
-			return err
-		}
-		copy(recv, send)
-		return collectives.Scan(ctx, c.eng, recv, op)
-	})
+	return c.start(ctx, "IscanInto", into(c, send, recv, op, collectives.Scan[T]))
 }
 
 // Iexscan starts an Exscan.
@@ -136,12 +98,5 @@ func Iexscan[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Request,
 
 // IexscanInto starts an ExscanInto.
 func IexscanInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
-	return c.start(ctx, "IexscanInto", func(ctx context.Context) error {
-		if err := sameLen(send, recv); err != nil {
-			collectives.Exscan(ctx, c.eng, recv[:0:0], Op{})
-			return err
-		}
-		copy(recv, send)
-		return collectives.Exscan(ctx, c.eng, recv, op)
-	})
+	return c.start(ctx, "IexscanInto", into(c, send, recv, op, collectives.Exscan[T]))
 }

@@ -368,37 +368,55 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 	p := ep.peers[peer]
 	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: len(src), id: uint64(value)}
 	if len(src) > 0 {
-		if mr := w.mrs[p.dev]; mr != nil && addrOf(src) >= addrOf(w.buf) && addrOf(src)+uintptr(len(src)) <= addrOf(w.buf)+uintptr(len(w.buf)) {
-			r.rts.rkey, r.rts.addr = rk.rkey, rk.addr+uint64(off)
-			r.winMR = mr
-		} else {
-			reg, err := p.dev.cache.get(src)
-			if err != nil {
-				return bad(fmt.Errorf("registering the source buffer: %w", err))
-			}
-			r.reg, r.dev = reg, p.dev
+		if err := w.localBuf(p, r, src, "source"); err != nil {
+			return bad(err)
 		}
 	}
+	if err := ep.startWindowOp(p, r); err != nil {
+		return bad(err)
+	}
+	return r, nil
+}
+
+// localBuf makes b, the local side of window operation r to p, reachable
+// by the device: through the window's own registration when b lies inside
+// the window, else through the registration cache. what names b in the
+// error.
+func (w *Window) localBuf(p *peer, r *Request, b []byte, what string) error {
+	if mr := w.mrs[p.dev]; mr != nil && addrOf(b) >= addrOf(w.buf) && addrOf(b)+uintptr(len(b)) <= addrOf(w.buf)+uintptr(len(w.buf)) {
+		r.winMR = mr
+		return nil
+	}
+	reg, err := p.dev.cache.get(b)
+	if err != nil {
+		return fmt.Errorf("registering the %s buffer: %w", what, err)
+	}
+	r.reg, r.dev = reg, p.dev
+	return nil
+}
+
+// startWindowOp hands window operation r (its target and local buffer
+// set) to p's send queue, or completes it at once when it moves no bytes
+// and notifies nobody. On a failed endpoint it releases r's registration
+// and returns the failure.
+func (ep *Endpoint) startWindowOp(p *peer, r *Request) error {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if err := ep.checkLocked(); err != nil {
 		if r.reg != nil {
 			p.dev.cache.put(r.reg)
 		}
-		return bad(err)
+		return err
 	}
-	if len(src) == 0 && !notify {
+	if len(r.buf) == 0 && !r.notify32 {
 		ep.completeLocked(r, nil)
-		return r, nil
+		return nil
 	}
 	ep.opSeq++
 	r.readID = ep.opSeq
 	ep.writes[r.readID] = r
 	r.item = outItem{write: true, req: r}
-	if err := p.send(ep, &r.item); err != nil {
-		return bad(err)
-	}
-	return r, nil
+	return p.send(ep, &r.item)
 }
 
 func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
@@ -474,28 +492,10 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	}
 	p := ep.peers[peer]
 	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: len(dst)}
-	if mr := w.mrs[p.dev]; mr != nil && addrOf(dst) >= addrOf(w.buf) && addrOf(dst)+uintptr(len(dst)) <= addrOf(w.buf)+uintptr(len(w.buf)) {
-		r.winMR = mr
-	} else {
-		reg, err := p.dev.cache.get(dst)
-		if err != nil {
-			return bad(fmt.Errorf("registering the destination buffer: %w", err))
-		}
-		r.reg, r.dev = reg, p.dev
-	}
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if err := ep.checkLocked(); err != nil {
-		if r.reg != nil {
-			p.dev.cache.put(r.reg)
-		}
+	if err := w.localBuf(p, r, dst, "destination"); err != nil {
 		return bad(err)
 	}
-	ep.opSeq++
-	r.readID = ep.opSeq
-	ep.writes[r.readID] = r
-	r.item = outItem{write: true, req: r}
-	if err := p.send(ep, &r.item); err != nil {
+	if err := ep.startWindowOp(p, r); err != nil {
 		return bad(err)
 	}
 	return r, nil

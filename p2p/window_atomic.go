@@ -104,19 +104,7 @@ func (w *Window) atomic(ctx context.Context, op string, opcode verbs.Opcode, pee
 		atomic: opcode, cmpAdd: cmpAdd, swap: swap, reg: reg, dev: p.dev}
 	r.status = Status{Source: peer, Count: 8}
 	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: 8}
-	ep.mu.Lock()
-	if err := ep.checkLocked(); err != nil {
-		ep.mu.Unlock()
-		p.dev.cache.put(reg)
-		return bad(err)
-	}
-	ep.opSeq++
-	r.readID = ep.opSeq
-	ep.writes[r.readID] = r
-	r.item = outItem{write: true, req: r}
-	err = p.send(ep, &r.item)
-	ep.mu.Unlock()
-	if err != nil {
+	if err := ep.startWindowOp(p, r); err != nil {
 		return bad(err)
 	}
 	if _, err := r.Wait(ctx); err != nil {
