@@ -282,7 +282,9 @@ func (p *peer) canPost(it *outItem) bool {
 	case it.read:
 		return p.sqOut+it.req.readChunks <= p.sqCap
 	case it.write:
-		return p.sqOut < p.sqCap && (!it.req.notify32 || p.credits > 0)
+		// A notifying write leaves the last credit to the acknowledgement
+		// of our peer's CREDIT frame while that is pending (see ackFirst).
+		return p.sqOut < p.sqCap && (!it.req.notify32 || p.credits > 1 || p.credits > 0 && !p.ackPending)
 	}
 	return p.frameRoom(!it.uncredited)
 }
@@ -374,6 +376,11 @@ func (p *peer) post(ep *Endpoint, it *outItem) error {
 	case it.read:
 		err = ep.postReadLocked(p, it.req)
 	case it.write:
+		if it.req.notify32 {
+			if err = p.ackFirst(ep); err != nil {
+				return err
+			}
+		}
 		err = ep.postWriteLocked(p, it.req)
 	default:
 		err = p.postFrame(ep, &it.h, it.payload, !it.uncredited)
@@ -385,6 +392,21 @@ func (p *peer) post(ep *Endpoint, it *outItem) error {
 		ep.completeLocked(it.req, nil)
 	}
 	return nil
+}
+
+// ackFirst acknowledges our peer's CREDIT frame in a PING before a
+// notifying write. Such writes consume the peer's buffers and credits but
+// carry no header, so no flagAckCtrl; if they alone took the credits the
+// CREDIT gave, the peer could never send the next one (its reserved slot
+// is still taken) and both sides would starve. canPost keeps one credit
+// back for this PING; when no staging slot is free now, flush sends it
+// once the write behind it has to wait for that credit.
+func (p *peer) ackFirst(ep *Endpoint) error {
+	if !p.ackPending || p.credits < 2 || !p.frameRoom(true) || p.sqOut+2 > p.sqCap {
+		return nil
+	}
+	h := header{kind: kPing}
+	return p.postFrame(ep, &h, nil, true)
 }
 
 // send posts it now when nothing is queued before it, else queues it.
@@ -442,13 +464,10 @@ func (p *peer) sendUncredited(ep *Endpoint, h *header) {
 // flush posts queued items in order while they can go, then returns
 // credits explicitly if a lot are owed.
 func (p *peer) flush(ep *Endpoint) {
-	if p.ackPending && len(p.queue) > 0 && p.queue[0].write && p.frameRoom(true) && !p.broken {
-		// Our peer's CREDIT frame gave us credits that queued window
-		// writes with notifications are about to take. Writes carry no
-		// header, so the acknowledgement that frees its reserved slot for
-		// the next CREDIT would wait for a frame that may never come (a
-		// burst of signals the peer only waits for): send it in a PING,
-		// which costs one of those credits.
+	if p.ackPending && len(p.queue) > 0 && p.queue[0].write && p.queue[0].req.notify32 && p.frameRoom(true) && !p.broken {
+		// A queued notifying write waits for the credit canPost keeps
+		// back for the acknowledgement of our peer's CREDIT (see
+		// ackFirst): send it in a PING now, with that last credit.
 		h := header{kind: kPing}
 		if err := p.postFrame(ep, &h, nil, true); err != nil {
 			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", h.kind, err))

@@ -282,3 +282,75 @@ func TestWindowSignalBurst(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowSignalCreditAck: a CREDIT frame that arrives while nothing is
+// queued must still be acknowledged when only notifying writes follow.
+// The sender first writes fewer signals than it has credits, enough for
+// the receiver to return them in a CREDIT frame, which finds the sender's
+// queue empty; the receiver's answering signal (a write, no frame) tells
+// the sender the CREDIT has arrived. Then the sender writes more signals
+// than it has credits. Writes carry no header, so unless the
+// acknowledgement goes before they take the last credit the receiver may
+// not send its next CREDIT and both wait for ever. Heartbeats, which would
+// carry the acknowledgement on an idle link, are kept out of the way.
+// Each rank takes the sender's part in turn.
+func TestWindowSignalCreditAck(t *testing.T) {
+	for _, prov := range []string{"loop", "tcp", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			const slots, first, burst = 16, 10, 200
+			opts := p2p.Options{EagerSlots: slots, Heartbeat: time.Minute, LivenessTimeout: 4 * time.Minute}
+			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov, P2P: opts, Timeout: 10 * time.Second}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				me, peer := ep.Rank(), 1-ep.Rank()
+				w, err := ep.NewWindow(ctx, make([]byte, 8))
+				if err != nil {
+					return err
+				}
+				signal := func(sig, n int) error {
+					reqs := make([]*p2p.Request, 0, n)
+					for range n {
+						r, err := w.IwriteSignal(peer, me, []byte{byte(sig)}, sig)
+						if err != nil {
+							return err
+						}
+						reqs = append(reqs, r)
+					}
+					wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					defer cancel()
+					if err := p2p.WaitAll(wctx, reqs...); err != nil {
+						return fmt.Errorf("rank %d sending %d signals %d to rank %d: %w", me, n, sig, peer, err)
+					}
+					return nil
+				}
+				wait := func(sig, n int) error {
+					wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					defer cancel()
+					if err := w.WaitSignal(wctx, peer, sig, n); err != nil {
+						return fmt.Errorf("rank %d waiting for %d signals %d from rank %d: %w", me, n, sig, peer, err)
+					}
+					return nil
+				}
+				for sender := range 2 {
+					base := 3 * sender
+					steps := []func() error{
+						func() error { return signal(base+1, first) },
+						func() error { return wait(base+2, 1) },
+						func() error { return signal(base+3, burst) },
+					}
+					if me != sender {
+						steps = []func() error{
+							func() error { return wait(base+1, first) },
+							func() error { return signal(base+2, 1) },
+							func() error { return wait(base+3, burst) },
+						}
+					}
+					for _, step := range steps {
+						if err := step(); err != nil {
+							return err
+						}
+					}
+				}
+				return w.Close(ctx)
+			})
+		})
+	}
+}
