@@ -26,7 +26,8 @@ import (
 // credit: it lands in the one slot the sender never uses for anything else.
 // Only one CREDIT frame is in flight per direction; the peer says the
 // reserved slot is free again with flagAckCtrl on its next frame (it will
-// send one: the CREDIT gave it credits exactly because it was sending). So
+// send one: the CREDIT gave it credits exactly because it was sending),
+// having posted that buffer again first. So
 // a sender can never overrun a receiver, memory stays bounded by the slots,
 // and credits cannot deadlock: a frame's credit is always returned, either
 // piggybacked or in a CREDIT frame. BYE and REVOKE frames go without

@@ -359,6 +359,17 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 	case kCredit:
 		owe = false
 		p.ackPending = true
+		// The acknowledgement (flagAckCtrl on our next frame) frees the
+		// reserved buffer for the peer's next CREDIT, so that buffer must
+		// be posted again before it goes: left in a batch, the next CREDIT
+		// would take a buffer the peer's credits count on, and a credited
+		// frame would meet no posted receive and wait in the provider
+		// (RNR) while later ring messages overtook it.
+		ep.repostLocked(p, slot, false)
+		if p.nUnposted > 0 {
+			ep.repostNowLocked(p)
+		}
+		return
 	case kPing:
 	case kRevoke:
 		owe = false
