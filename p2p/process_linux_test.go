@@ -43,18 +43,7 @@ func processOptions(prov string) p2p.Options {
 func processPeerLoss(t *testing.T, prov string, sig syscall.Signal) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	token, err := bootstrap.NewToken()
-	require.NoError(t, err)
-	srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Token: token, Size: 3})
-	require.NoError(t, err)
-	defer srv.Close()
-
-	ranks := testbin.StartRanks(t, "^TestProcessPeerLoss$", 3, func(r int) []string {
-		return []string{"P2P_TEST_RANK=" + strconv.Itoa(r), "P2P_TEST_ADDR=" + srv.Addr(),
-			"P2P_TEST_TOKEN=" + hex.EncodeToString(token), "P2P_TEST_PROVIDER=" + prov}
-	})
-	ep := joinProcess(ctx, t, 0, srv.Addr(), token, prov)
-	defer ep.Close()
+	ep, ranks := startProcessJob(ctx, t, "^TestProcessPeerLoss$", prov)
 
 	result := make(chan error, 1)
 	go func() { result <- pingPong(ctx, ep, 1) }()
@@ -73,6 +62,25 @@ func processPeerLoss(t *testing.T, prov string, sig syscall.Signal) {
 	// Rank 1 reports its own error on stdout.
 	line := ranks[1].Result()
 	require.Contains(t, line, "rank 2 lost", "rank 1's result")
+}
+
+// startProcessJob starts a rendezvous and ranks 1 and 2 of a three-rank
+// job as child processes running the test named by run, and joins this
+// process as rank 0 over prov. Everything ends with the test.
+func startProcessJob(ctx context.Context, t *testing.T, run, prov string) (*p2p.Endpoint, []*testbin.Rank) {
+	t.Helper()
+	token, err := bootstrap.NewToken()
+	require.NoError(t, err)
+	srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Token: token, Size: 3})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Close() })
+	ranks := testbin.StartRanks(t, run, 3, func(r int) []string {
+		return []string{"P2P_TEST_RANK=" + strconv.Itoa(r), "P2P_TEST_ADDR=" + srv.Addr(),
+			"P2P_TEST_TOKEN=" + hex.EncodeToString(token), "P2P_TEST_PROVIDER=" + prov}
+	})
+	ep := joinProcess(ctx, t, 0, srv.Addr(), token, prov)
+	t.Cleanup(func() { ep.Close() })
+	return ep, ranks
 }
 
 func joinProcess(ctx context.Context, t testing.TB, rank int, addr string, token []byte, prov string) *p2p.Endpoint {
@@ -136,17 +144,7 @@ func TestProcessReadPeerLost(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	token, err := bootstrap.NewToken()
-	require.NoError(t, err)
-	srv, err := bootstrap.NewServer(bootstrap.ServerOptions{Token: token, Size: 3})
-	require.NoError(t, err)
-	defer srv.Close()
-	ranks := testbin.StartRanks(t, "^TestProcessReadPeerLost$", 3, func(r int) []string {
-		return []string{"P2P_TEST_RANK=" + strconv.Itoa(r), "P2P_TEST_ADDR=" + srv.Addr(),
-			"P2P_TEST_TOKEN=" + hex.EncodeToString(token), "P2P_TEST_PROVIDER=shm"}
-	})
-	ep := joinProcess(ctx, t, 0, srv.Addr(), token, "shm")
-	defer ep.Close()
+	ep, ranks := startProcessJob(ctx, t, "^TestProcessReadPeerLost$", "shm")
 	// Address 0 is never mapped: a live peer reached by CMA answers with
 	// a bad address, one reached otherwise with ErrUnsupported.
 	if err := ep.ReadPeer(2, 0, make([]byte, 8)); errors.Is(err, verbs.ErrUnsupported) {
@@ -156,7 +154,7 @@ func TestProcessReadPeerLost(t *testing.T) {
 	// 0) so that it is up before rank 2 goes.
 	buf := make([]byte, 8)
 	require.NoError(t, ep.Send(ctx, 1, 0, buf))
-	_, err = ep.Recv(ctx, 1, 0, buf)
+	_, err := ep.Recv(ctx, 1, 0, buf)
 	require.NoError(t, err)
 	require.NoError(t, ranks[2].Cmd.Process.Kill())
 	_, _ = ranks[2].Cmd.Process.Wait() // gone for good: process_vm_readv now fails with ESRCH
