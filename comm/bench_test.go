@@ -36,7 +36,10 @@ func BenchmarkAllreduce(b *testing.B) {
 	}
 }
 
-func benchPair(b *testing.B, transport string, step func(ctx context.Context, c *Comm, buf []float32) error, n int) {
+// initPair joins two ranks of a communicator in this process over
+// transport; they are closed when the benchmark ends.
+func initPair(b *testing.B, transport string) []*Comm {
+	b.Helper()
 	ctx := context.Background()
 	stores, err := bootstrap.NewMemory(2)
 	if err != nil {
@@ -46,11 +49,7 @@ func benchPair(b *testing.B, transport string, step func(ctx context.Context, c 
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[r], errs[r] = Init(ctx, Options{Store: stores[r], Transport: transport, NoEnv: true})
-		}()
+		wg.Go(func() { comms[r], errs[r] = Init(ctx, Options{Store: stores[r], Transport: transport, NoEnv: true}) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -58,12 +57,18 @@ func benchPair(b *testing.B, transport string, step func(ctx context.Context, c 
 			b.Fatal(err)
 		}
 	}
-	defer func() {
+	b.Cleanup(func() {
 		for r := range 2 {
 			comms[r].Close()
 			stores[r].Close()
 		}
-	}()
+	})
+	return comms
+}
+
+func benchPair(b *testing.B, transport string, step func(ctx context.Context, c *Comm, buf []float32) error, n int) {
+	ctx := context.Background()
+	comms := initPair(b, transport)
 	var peerErr error
 	done := make(chan struct{})
 	go func() {

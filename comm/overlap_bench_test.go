@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rdmago/rdmago/bootstrap"
 )
 
 // BenchmarkIallreduceOverlap measures how much of an Iallreduce is hidden
@@ -43,28 +41,7 @@ func BenchmarkIallreduceOverlap(b *testing.B) {
 
 func overlapPair(b *testing.B, transport string, n int, nonblocking, idlePeer bool) {
 	ctx := context.Background()
-	stores, err := bootstrap.NewMemory(2)
-	if err != nil {
-		b.Fatal(err)
-	}
-	comms := make([]*Comm, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() { comms[r], errs[r] = Init(ctx, Options{Store: stores[r], Transport: transport, NoEnv: true}) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	defer func() {
-		for r := range 2 {
-			comms[r].Close()
-			stores[r].Close()
-		}
-	}()
+	comms := initPair(b, transport)
 	iters := b.N
 	pureIters := max(iters, 10)
 	// Both ranks run the same schedule; rank 0's figures are reported.
@@ -73,6 +50,7 @@ func overlapPair(b *testing.B, transport string, n int, nonblocking, idlePeer bo
 	rank := func(c *Comm) (result, error) {
 		buf := make([]float32, n)
 		var res result
+		var err error // each rank's own: the two run at once
 		step := func() error {
 			r, err := Iallreduce(ctx, c, buf, Sum)
 			if err != nil {
@@ -129,6 +107,8 @@ func overlapPair(b *testing.B, transport string, n int, nonblocking, idlePeer bo
 		res.cpu /= time.Duration(iters)
 		return res, nil
 	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
 	wg.Go(func() { res[1], errs[1] = rank(comms[1]) })
 	res[0], errs[0] = rank(comms[0])
 	wg.Wait()
