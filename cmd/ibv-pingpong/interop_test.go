@@ -42,6 +42,19 @@ func testConfig(dev string, port int) config {
 	return c
 }
 
+// interopPair is the real ibv_rc_pingpong's arguments and our config for
+// one run on port; with check, both use -c with messages of three pages
+// (so three marks).
+func interopPair(dev string, gid, port int, check bool) ([]string, config) {
+	args := []string{"-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters)}
+	cfg := testConfig(dev, port)
+	if check {
+		args = append(args, "-c", "-s", "12288")
+		cfg.Check, cfg.Size = true, 12288
+	}
+	return args, cfg
+}
+
 // TestInteropGoClient: the real ibv_rc_pingpong is the server, we connect;
 // with -c on both sides too (messages of three pages, so three marks), where
 // the real server checks the marks our messages carry.
@@ -52,12 +65,7 @@ func TestInteropGoClient(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			port := 18700 + 10*i
-			args := []string{"-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters)}
-			cfg := testConfig(dev, port)
-			if check {
-				args = append(args, "-c", "-s", "12288")
-				cfg.Check, cfg.Size = true, 12288
-			}
+			args, cfg := interopPair(dev, gid, port, check)
 			var srvOut bytes.Buffer
 			srv := exec.CommandContext(ctx, pp, args...)
 			srv.Stdout, srv.Stderr = &srvOut, &srvOut
@@ -89,12 +97,7 @@ func TestInteropGoServer(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			port := 18701 + 10*i
-			args := []string{"-d", dev, "-g", strconv.Itoa(gid), "-p", strconv.Itoa(port), "-n", strconv.Itoa(iters)}
-			cfg := testConfig(dev, port)
-			if check {
-				args = append(args, "-c", "-s", "12288")
-				cfg.Check, cfg.Size = true, 12288
-			}
+			args, cfg := interopPair(dev, gid, port, check)
 			cfg.Bind = "127.0.0.1"
 			var out bytes.Buffer
 			status := &testbin.Buffer{}
