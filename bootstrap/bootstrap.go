@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/ranklist"
 )
 
 // Limits. They keep every frame small and bounded so that a server can
@@ -248,38 +250,7 @@ func checkValue(op, key string, v []byte) error {
 
 // FormatRanks writes a rank list the way people read it: "rank 3",
 // "ranks 3 and 7", "ranks 3, 7 and 10-250". ranks must be sorted ascending.
-func FormatRanks(ranks []int) string {
-	if len(ranks) == 0 {
-		return "no ranks"
-	}
-	var parts []string
-	n := 0
-	for i := 0; i < len(ranks); {
-		j := i
-		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
-			j++
-		}
-		switch {
-		case j == i:
-			parts = append(parts, strconv.Itoa(ranks[i]))
-		case j == i+1:
-			// Two neighbours read better apart: "ranks 3 and 4".
-			parts = append(parts, strconv.Itoa(ranks[i]), strconv.Itoa(ranks[j]))
-		default:
-			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
-		}
-		n += j - i + 1
-		i = j + 1
-	}
-	word := "ranks "
-	if n == 1 {
-		word = "rank "
-	}
-	if len(parts) == 1 {
-		return word + parts[0]
-	}
-	return word + strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
-}
+func FormatRanks(ranks []int) string { return ranklist.Format(ranks) }
 
 // missingDetail builds "after 30s, ranks 3 and 7 of 8 have not joined".
 func missingDetail(elapsed time.Duration, ranks []int, size int, verb string) string {

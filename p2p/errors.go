@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/rdmago/rdmago/internal/ranklist"
 )
 
 // Sentinel causes. Every error this package returns is a *Error whose cause
@@ -131,7 +133,7 @@ func (e *DeadlineError) Error() string {
 	case e.Any:
 		who = "no rank had sent a matching message"
 	case len(e.Ranks) > 0:
-		who = formatRanks(e.Ranks) + " had not arrived"
+		who = ranklist.Format(e.Ranks) + " had not arrived"
 	default:
 		who = "nothing pending"
 	}
@@ -154,36 +156,6 @@ func (e *ProtocolError) Error() string {
 }
 
 func (e *ProtocolError) Is(target error) bool { return target == ErrProtocol }
-
-// formatRanks writes "rank 3", "ranks 3 and 7", "ranks 1, 4 and 7-9".
-func formatRanks(ranks []int) string {
-	if len(ranks) == 0 {
-		return "no ranks"
-	}
-	var parts []string
-	for i := 0; i < len(ranks); {
-		j := i
-		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
-			j++
-		}
-		if j-i >= 2 {
-			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
-		} else {
-			for k := i; k <= j; k++ {
-				parts = append(parts, fmt.Sprint(ranks[k]))
-			}
-		}
-		i = j + 1
-	}
-	word := "ranks "
-	if len(ranks) == 1 {
-		word = "rank "
-	}
-	if len(parts) == 1 {
-		return word + parts[0]
-	}
-	return word + strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
-}
 
 func isCtxErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
