@@ -43,7 +43,13 @@ func runEnv(t testing.TB, n int, o comm.Options, fn func(ctx context.Context, c 
 // rank r's copy of o.
 func runWith(t testing.TB, n int, o comm.Options, per func(r int, o *comm.Options), fn func(ctx context.Context, c *comm.Comm) error) []error {
 	t.Helper()
-	timeout := 30 * time.Second
+	return runFor(t, 30*time.Second, n, o, per, fn)
+}
+
+// runFor is runWith with its own bound on the whole run, for the soak,
+// whose length is set by the environment.
+func runFor(t testing.TB, timeout time.Duration, n int, o comm.Options, per func(r int, o *comm.Options), fn func(ctx context.Context, c *comm.Comm) error) []error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	stores, err := bootstrap.NewMemory(n)
