@@ -6,12 +6,20 @@ import (
 	"time"
 )
 
-// Provider opens devices of one kind ("tcp", "shm", "ibv", ...).
+// Provider opens devices of one kind ("tcp", "shm", "ibv", ...) and says
+// what they are like, so that the layers above choose and tune from that
+// rather than from the name.
 type Provider interface {
 	Name() string
 	// Open opens a device. It returns an error wrapping ErrUnavailable when
 	// the provider cannot run here (not built in, no hardware).
 	Open(ctx context.Context, opts DeviceOptions) (Device, error)
+	// Traits describes the provider (see Traits). It is constant.
+	Traits() Traits
+	// CanConnect reports whether the provider can connect a rank described
+	// by local with one described by remote. It must be symmetric, so that
+	// both ends of a pair reach the same answer.
+	CanConnect(local, remote PeerInfo) bool
 }
 
 // DeviceOptions are the provider-neutral settings for opening a device.

@@ -28,6 +28,12 @@ type provider struct {
 
 func (p *provider) Name() string { return p.inner.Name() }
 
+func (p *provider) Traits() verbs.Traits { return p.inner.Traits() }
+
+func (p *provider) CanConnect(local, remote verbs.PeerInfo) bool {
+	return p.inner.CanConnect(local, remote)
+}
+
 func (p *provider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Device, error) {
 	d, err := p.inner.Open(ctx, o)
 	if err != nil {

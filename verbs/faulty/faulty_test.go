@@ -263,6 +263,10 @@ type openFunc func(ctx context.Context, o verbs.DeviceOptions) (verbs.Device, er
 type testProvider struct{ open openFunc }
 
 func (p testProvider) Name() string { return "loop" }
+func (p testProvider) Traits() verbs.Traits {
+	return verbs.Traits{EagerSize: 1234, Wait: verbs.WaitHint{Spin: 5}}
+}
+func (p testProvider) CanConnect(a, b verbs.PeerInfo) bool { return a.SameProcess(b) }
 func (p testProvider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Device, error) {
 	return p.open(ctx, o)
 }
@@ -273,6 +277,10 @@ func TestProviderAndForeignCQ(t *testing.T) {
 		return loop.Open(ctx, loop.Options{})
 	}}, inj)
 	assert.Equal(t, "loop", p.Name())
+	assert.Equal(t, testProvider{}.Traits(), p.Traits(), "the wrapper describes itself as the inner provider")
+	one := verbs.PeerInfo{Process: "a"}
+	assert.True(t, p.CanConnect(one, one))
+	assert.False(t, p.CanConnect(one, verbs.PeerInfo{Process: "b"}))
 	dev, err := p.Open(context.Background(), verbs.DeviceOptions{})
 	require.NoError(t, err)
 	defer dev.Close()

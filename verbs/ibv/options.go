@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -60,6 +61,21 @@ func init() { verbs.Register(Provider{}) }
 
 // Name returns "ibv".
 func (Provider) Name() string { return ProviderName }
+
+// Traits: ibv is preferred to tcp between hosts that both have a device.
+func (Provider) Traits() verbs.Traits {
+	return verbs.Traits{
+		Preference: 20,
+		Hardware:   true,
+		EagerSize:  8 << 10,
+		Wait:       verbs.WaitHint{Spin: 20 * time.Microsecond, SpinShared: 20 * time.Microsecond, Yield: 200 * time.Microsecond},
+	}
+}
+
+// CanConnect: ibv connects two ranks that each opened a device.
+func (Provider) CanConnect(local, remote verbs.PeerInfo) bool {
+	return local.HasDevice(ProviderName) && remote.HasDevice(ProviderName)
+}
 
 // Open opens the device opts.Name names (see Open).
 func (p Provider) Open(ctx context.Context, opts verbs.DeviceOptions) (verbs.Device, error) {

@@ -81,4 +81,31 @@ type provider struct{}
 
 func (provider) Name() string { return providerName }
 
+// Traits: shm is the first choice between ranks of one host.
+func (provider) Traits() verbs.Traits {
+	return verbs.Traits{
+		Preference:   10,
+		SharesMemory: true,
+		// A SEND of up to 48 bytes lands in the completion's own line anyway.
+		InlineSends: true,
+		// process_vm_readv costs a few µs a call before it copies anything,
+		// so two copies through eager buffers win up to 16 KiB.
+		EagerSize: 16 << 10,
+		// A window of sends (OSU bw: 64) waits for credits with 32 buffers;
+		// posting more from the start would slow ping-pongs, whose buffers
+		// would then span more cache, hence growth for peers that run out.
+		SlotGrowth: 4,
+		// With a core per rank, spin long: a reply delayed by a peer that was
+		// descheduled for a moment is still caught without a sched_yield or a
+		// futex wake-up. With more ranks than cores the peer may need this
+		// very core: poll briefly, then CQ.Wait spins on its ring, yields the
+		// core with sched_yield and sleeps, so no yield phase above it.
+		Wait: verbs.WaitHint{Spin: 100 * time.Microsecond, SpinShared: 2 * time.Microsecond},
+	}
+}
+
+// CanConnect: shm connects ranks of one host only (one kernel, one network
+// namespace).
+func (provider) CanConnect(local, remote verbs.PeerInfo) bool { return local.SameHost(remote) }
+
 func init() { verbs.Register(provider{}) }

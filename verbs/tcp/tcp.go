@@ -25,6 +25,32 @@ type provider struct{}
 
 func (provider) Name() string { return Name }
 
+// Traits: tcp reaches any rank, after shm and ibv. Its waiters read their
+// sockets themselves, so they poll them (PollSpin) rather than spin on
+// the completion queue, which the reader goroutines fill.
+func (provider) Traits() verbs.Traits {
+	return verbs.Traits{
+		Preference: 30,
+		// A waiting receiver reads frames of up to 1 MiB itself, so a 64 KiB
+		// eager message costs one frame and two copies, less than a
+		// rendezvous's three more one-way trips (RTS, READ, FIN).
+		EagerSize: 64 << 10,
+		// Pipelined pieces beat the rendezvous's extra trips through both
+		// kernels up to 256 KiB; above, the rendezvous does as well or better.
+		PipelineSize: 256 << 10,
+		// A READ's response is one frame, which a waiting receiver reads only
+		// once it is all queued in its socket: in 128 KiB READs it copies one
+		// response out while the sender's kernel still takes in the next.
+		ReadChunk: 128 << 10,
+		// Long enough to catch a loopback reply, which a shorter poll mostly
+		// misses.
+		PollSpin: 100 * time.Microsecond,
+	}
+}
+
+// CanConnect: tcp connects any two ranks.
+func (provider) CanConnect(_, _ verbs.PeerInfo) bool { return true }
+
 func (provider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Device, error) {
 	return Open(ctx, Options{Name: o.Name, Listen: o.Listen, Advertise: o.Advertise, Token: o.Token,
 		ConnectTimeout: o.ConnectTimeout, PollSpin: o.PollSpin, Logger: o.Logger})
