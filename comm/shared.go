@@ -26,7 +26,8 @@ const maxSharedRanks = 64
 
 // sharedRegion is the world communicator's collectives.SharedRegion: a p2p
 // window of provider memory that every rank maps (p2p.Window.Direct), when
-// every rank of the job is on one host and talks shm. Only the world's
+// every rank of the job is on one host and reaches every other through a
+// provider that shares memory (verbs.Traits.SharesMemory). Only the world's
 // Engine uses it (one Engine per region: its round ids start at 1).
 type sharedRegion struct {
 	ep   *p2p.Endpoint
@@ -45,7 +46,7 @@ func newSharedRegion(ctx context.Context, ep *p2p.Endpoint, store bootstrap.Stor
 		return nil, nil
 	}
 	for r := range n {
-		if r != me && ep.Transport(r) != "shm" {
+		if r != me && !ep.Traits(r).SharesMemory {
 			return nil, nil
 		}
 	}

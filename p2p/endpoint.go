@@ -43,8 +43,8 @@ type Endpoint struct {
 	log        *slog.Logger
 
 	devs     []*device
-	provider []string // per rank
-	peers    []*peer  // peers[rank]; nil for this rank
+	provider []verbs.Provider // per rank
+	peers    []*peer          // peers[rank]; nil for this rank
 
 	mu          sync.Mutex
 	m           matcher
@@ -89,7 +89,8 @@ type Endpoint struct {
 }
 
 type device struct {
-	provider string
+	provider string       // the provider's name, to show
+	traits   verbs.Traits // what policy is made from
 	dev      verbs.Device
 	pd       verbs.PD
 	cq       verbs.CQ
@@ -158,22 +159,29 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 	return ep, nil
 }
 
-func (ep *Endpoint) device(ctx context.Context, provider string) (*device, error) {
+func (ep *Endpoint) device(ctx context.Context, p verbs.Provider) (*device, error) {
 	for _, d := range ep.devs {
-		if d.provider == provider {
+		if d.provider == p.Name() {
 			return d, nil
 		}
 	}
-	dev, err := ep.openDevice(ctx, provider)
+	t := p.Traits()
+	o := ep.deviceOptions(p)
+	if o.PollSpin == 0 && ep.localRanks <= ep.hostCPUs() {
+		// Every rank here has a CPU: waiters that read their connections
+		// themselves poll them before they sleep.
+		o.PollSpin = t.PollSpin
+	}
+	dev, err := ep.openDevice(ctx, p, o)
 	if err != nil {
 		return nil, err
 	}
-	d := &device{provider: provider, dev: dev, caps: dev.Caps(), wakeCh: make(chan struct{}, 1)}
+	d := &device{provider: p.Name(), traits: t, dev: dev, caps: dev.Caps(), wakeCh: make(chan struct{}, 1)}
 	ep.devs = append(ep.devs, d)
 	if d.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	slots := ep.eagerSlotsMax(provider)
+	slots := ep.eagerSlotsMax(t)
 	depth := (ep.size - 1) * (2*slots + sqDepth(slots) + 8)
 	if depth < 64 {
 		depth = 64
@@ -189,11 +197,6 @@ func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
 	if err := ep.chooseProviders(ctx, rv); err != nil {
 		return err
 	}
-	if ep.opts.Device.PollSpin == 0 && ep.localRanks <= ep.hostCPUs() {
-		// Every rank here has a CPU: tcp waiters poll their sockets before
-		// they sleep (verbs.DeviceOptions.PollSpin).
-		ep.opts.Device.PollSpin = tcpPollSpin
-	}
 	prefix := "p2p/" + ep.opts.Name + "/qp/"
 	for r := 0; r < ep.size; r++ {
 		if r == ep.rank {
@@ -202,7 +205,7 @@ func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
 		prov := ep.provider[r]
 		d, err := ep.device(ctx, prov)
 		if err != nil {
-			return fmt.Errorf("opening %s device for rank %d: %w", prov, r, err)
+			return fmt.Errorf("opening %s device for rank %d: %w", prov.Name(), r, err)
 		}
 		p, err := ep.newPeer(d, r)
 		if err != nil {
@@ -217,7 +220,7 @@ func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {
 		// A job of one rank still needs a device for windows.
 		prov := ep.provider[ep.rank]
 		if _, err := ep.device(ctx, prov); err != nil {
-			return fmt.Errorf("opening %s device: %w", prov, err)
+			return fmt.Errorf("opening %s device: %w", prov.Name(), err)
 		}
 	}
 	// Publish every address before anyone reads: a PMI key-value space makes
@@ -299,51 +302,43 @@ func (ep *Endpoint) EagerLimit(peer int) int {
 	return ep.peers[peer].eager
 }
 
-// eagerSlotsMax is how many receive buffers a peer over provider may grow
-// to: Options.EagerSlotsMax or its default, and at least EagerSlots.
-func (ep *Endpoint) eagerSlotsMax(provider string) int {
+// Traits returns what the provider carrying traffic to peer says of itself
+// (verbs.Traits: whether it shares memory, its size and wait hints), for
+// layers that choose their own algorithms by it; the zero Traits for this
+// rank or a rank out of range.
+func (ep *Endpoint) Traits(peer int) verbs.Traits {
+	if peer < 0 || peer >= ep.size || ep.peers[peer] == nil {
+		return verbs.Traits{}
+	}
+	return ep.peers[peer].dev.traits
+}
+
+// eagerSlotsMax is how many receive buffers a peer over a provider with
+// traits t may grow to: Options.EagerSlotsMax or its default (growth by
+// t.SlotGrowth, up to 4096), and at least EagerSlots.
+func (ep *Endpoint) eagerSlotsMax(t verbs.Traits) int {
 	n := ep.opts.EagerSlots
 	m := ep.opts.EagerSlotsMax
-	if m <= 0 && provider == "shm" {
-		// A window of sends (OSU bw: 64) waits for credits with 32
-		// buffers, above all in the rendezvous (an RTS takes one, and the
-		// receiver's FINs take the sender's); posting more from the start
-		// would slow ping-pongs, whose buffers would then span more
-		// cache, hence growth only for peers that run out.
-		m = min(4*n, 4096)
+	if m <= 0 && t.SlotGrowth > 1 {
+		// Growth only for peers that run out (an RTS takes a buffer, and
+		// the receiver's FINs take the sender's).
+		m = min(t.SlotGrowth*n, 4096)
 	}
 	return max(m, n)
 }
 
-// eagerDefault is Options.EagerLimit's default for a provider.
-func eagerDefault(provider string) int {
-	switch provider {
-	case "shm":
-		// process_vm_readv costs a few µs a call before it copies
-		// anything, so two copies through the eager buffers win up to
-		// 16 KiB.
-		return 16 << 10
-	case "ibv":
-		return 8 << 10
-	case "tcp":
-		// A waiting receiver reads frames of up to 1 MiB itself, so a
-		// 64 KiB eager message costs one frame and two copies, less than
-		// rendezvous's three more one-way trips (RTS, READ, FIN).
-		return 64 << 10
+// eagerDefault is Options.EagerLimit's default over a provider with traits
+// t: its hint, else 32 KiB.
+func eagerDefault(t verbs.Traits) int {
+	if t.EagerSize > 0 {
+		return t.EagerSize
 	}
 	return 32 << 10
 }
 
-// pipelineDefault is Options.PipelineLimit's default for a provider.
-func pipelineDefault(provider string) int {
-	if provider == "tcp" {
-		// Pipelined pieces beat the rendezvous's extra trips up to
-		// 256 KiB; above, the rendezvous, in 128 KiB READs, does as
-		// well or better.
-		return 256 << 10
-	}
-	return 0
-}
+// pipelineDefault is Options.PipelineLimit's default over a provider with
+// traits t: its hint, else no pipelining.
+func pipelineDefault(t verbs.Traits) int { return max(t.PipelineSize, 0) }
 
 // Err returns the error the endpoint failed with (a *PeerLostError, or
 // ErrClosed after Close), or nil while it is healthy.
@@ -543,17 +538,11 @@ func (ep *Endpoint) connectOptions(d *device) verbs.ConnectOptions {
 	return co
 }
 
-// Default spins over shm (see Options.Spin and docs/p2p.md).
+// Default spin and yield for a waiter over several devices (see waitPolicy).
 const (
-	shmSpinOwnCore = 100 * time.Microsecond
-	shmSpinShared  = 2 * time.Microsecond
+	mixedSpin  = 20 * time.Microsecond
+	mixedYield = 200 * time.Microsecond
 )
-
-// tcpPollSpin is verbs.DeviceOptions.PollSpin's default when every rank
-// on this host has a CPU: how long a waiter polls its tcp socket before it
-// sleeps in the kernel, long enough to catch a loopback reply, which a
-// shorter poll mostly misses.
-const tcpPollSpin = 100 * time.Microsecond
 
 // hostCPUs is the number of CPUs the ranks on this host may run on together.
 func (ep *Endpoint) hostCPUs() int {
@@ -570,37 +559,27 @@ func (ep *Endpoint) hostCPUs() int {
 func (ep *Endpoint) WaitPolicy() (spin, yield time.Duration) { return ep.spin, ep.yield }
 
 // waitPolicy resolves Options.Spin and Yield (see there). local is the
-// number of ranks on this host that the shm provider connects (this one
-// included), cpus the number of CPUs those ranks may run on together.
+// number of ranks on this host (this one included), cpus the number of
+// CPUs those ranks may run on together. With one device the defaults are
+// its provider's wait hint; a waiter over several devices cannot sleep in
+// one CQ's Wait, so it polls them all for mixedSpin and then yields for
+// mixedYield, unless one of them makes its completions in its own
+// goroutines (a hint of no spin), which a spinning waiter only starves.
 func waitPolicy(o Options, devs []*device, local, cpus int) (spin, yield time.Duration) {
 	defSpin, defYield := time.Duration(0), time.Duration(0)
-	if len(devs) == 1 {
-		switch devs[0].provider {
-		case "shm":
-			// With a core per rank, spin long: a reply delayed by a peer
-			// that was descheduled for a moment is still caught without a
-			// sched_yield (which on a loaded host hands the core to another
-			// program for a whole time slice) or a futex wake-up. With more
-			// ranks than cores the peer may need this very core: poll
-			// briefly, then let the provider's CQ.Wait spin on its ring,
-			// yield the core with sched_yield (runtime.Gosched cannot) and
-			// sleep.
-			defSpin = shmSpinShared
-			if local <= cpus {
-				defSpin = shmSpinOwnCore
-			}
-		case "ibv":
-			defSpin, defYield = 20*time.Microsecond, 200*time.Microsecond
+	switch {
+	case len(devs) == 1:
+		w := devs[0].traits.Wait
+		defSpin, defYield = w.SpinShared, w.Yield
+		if local <= cpus {
+			defSpin = w.Spin
 		}
-	} else if len(devs) > 1 {
-		fast := true
+	case len(devs) > 1:
+		defSpin, defYield = mixedSpin, mixedYield
 		for _, d := range devs {
-			if d.provider != "shm" && d.provider != "ibv" {
-				fast = false
+			if d.traits.Wait.Spin <= 0 {
+				defSpin, defYield = 0, 0
 			}
-		}
-		if fast {
-			defSpin, defYield = 20*time.Microsecond, 200*time.Microsecond
 		}
 	}
 	pick := func(v, def time.Duration) time.Duration {

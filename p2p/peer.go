@@ -138,15 +138,12 @@ type peer struct {
 }
 
 // readChunk is the largest READ a rendezvous under readWholeMin posts over
-// d; a larger message is read in several, all posted at once. Over tcp a READ's response is one frame, which a
-// waiting receiver reads only once it is all queued in its socket (see
-// verbs/tcp): in READs of readChunkTCP the receiver copies one response
-// out while the sender's kernel still takes in the next, as a raw TCP
-// stream overlaps its two copies.
+// d: the provider's hint (verbs.Traits.ReadChunk), else the device's
+// largest; a larger message is read in several, all posted at once.
 func readChunk(d *device) int {
 	c := maxRead(d)
-	if d.provider == "tcp" {
-		c = min(c, readChunkTCP)
+	if d.traits.ReadChunk > 0 {
+		c = min(c, d.traits.ReadChunk)
 	}
 	return c
 }
@@ -162,15 +159,13 @@ func (p *peer) chunkFor(n int) int {
 	return readChunk(p.dev)
 }
 
-// readChunkTCP and readWholeMin: messages under 1 MiB are read in 128 KiB
-// pieces, which cut their latency, larger ones whole, since from 1 MiB
-// pieces halve the bandwidth of a window of sends: a waiting receiver
-// reads a frame smaller than its read limit only once it is all queued,
-// while the reader goroutine streams a larger one as it comes.
-const (
-	readChunkTCP = 128 << 10
-	readWholeMin = 1 << 20
-)
+// readWholeMin: messages under 1 MiB are read in the provider's chunks
+// (over tcp 128 KiB pieces cut their latency), larger ones whole, since
+// from 1 MiB pieces halve the bandwidth of a window of sends over tcp: a
+// waiting receiver reads a frame smaller than its read limit only once it
+// is all queued, while the reader goroutine streams a larger one as it
+// comes.
+const readWholeMin = 1 << 20
 
 // repostBatch is how many receive buffers a peer collects before it posts
 // them again: each post writes to memory the sender reads (the shm ring),
@@ -186,14 +181,14 @@ func (p *peer) batch() int { return max(1, min(repostBatch, p.nrecv/8)) }
 
 func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	n := ep.opts.EagerSlots
-	most := ep.eagerSlotsMax(d.provider)
+	most := ep.eagerSlotsMax(d.traits)
 	eager := ep.opts.EagerLimit
 	if eager <= 0 {
-		eager = eagerDefault(d.provider)
+		eager = eagerDefault(d.traits)
 	}
 	pipe := ep.opts.PipelineLimit
 	if pipe == 0 {
-		pipe = pipelineDefault(d.provider)
+		pipe = pipelineDefault(d.traits)
 	}
 	if pipe <= eager || n < 2 {
 		pipe = 0
@@ -201,7 +196,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	pipe = min(pipe, maxPipe)
 	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: hdrLen + eager, nrecv: n, maxRecv: most,
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
-	if d.provider == "shm" && d.caps.MaxInline >= inlineMax {
+	if d.traits.InlineSends && d.caps.MaxInline >= inlineMax {
 		p.inline = inlineMax
 	}
 	p.stats.Rank = rank

@@ -5,12 +5,26 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/verbs"
+	_ "github.com/rdmago/rdmago/verbs/ibv" // the automatic choice asks every registered provider
+	_ "github.com/rdmago/rdmago/verbs/loop"
 )
 
+// devOf is a device of the named registered provider, as the policy sees it.
+func devOf(t *testing.T, name string) *device {
+	p, err := verbs.Lookup(name)
+	require.NoError(t, err)
+	return &device{provider: name, traits: p.Traits()}
+}
+
+// The defaults the providers' traits give are the ones measured for them
+// (see Options.Spin).
 func TestWaitPolicy(t *testing.T) {
-	shm := []*device{{provider: "shm"}}
-	tcp := []*device{{provider: "tcp"}}
-	both := []*device{{provider: "shm"}, {provider: "tcp"}}
+	shm := []*device{devOf(t, "shm")}
+	tcp := []*device{devOf(t, "tcp")}
+	ibv := []*device{devOf(t, "ibv")}
 	for _, c := range []struct {
 		name        string
 		o           Options
@@ -18,13 +32,18 @@ func TestWaitPolicy(t *testing.T) {
 		local, cpus int
 		spin, yield time.Duration
 	}{
-		{"shm, a core per rank", Options{}, shm, 2, 2, shmSpinOwnCore, 0},
-		{"shm, oversubscribed", Options{}, shm, 8, 2, shmSpinShared, 0},
+		{"shm, a core per rank", Options{}, shm, 2, 2, 100 * time.Microsecond, 0},
+		{"shm, oversubscribed", Options{}, shm, 8, 2, 2 * time.Microsecond, 0},
 		{"shm, explicit", Options{Spin: 7 * time.Microsecond, Yield: time.Microsecond}, shm, 8, 2, 7 * time.Microsecond, time.Microsecond},
 		{"shm, none", Options{Spin: -1, Yield: -1}, shm, 2, 2, 0, 0},
 		{"tcp", Options{}, tcp, 1, 2, 0, 0},
-		{"shm and tcp", Options{}, both, 2, 2, 0, 0},
-		{"ibv", Options{}, []*device{{provider: "ibv"}}, 1, 2, 20 * time.Microsecond, 200 * time.Microsecond},
+		{"loop", Options{}, []*device{devOf(t, "loop")}, 1, 2, 0, 0},
+		{"shm and tcp", Options{}, append(shm, tcp...), 2, 2, 0, 0},
+		{"ibv", Options{}, ibv, 1, 2, 20 * time.Microsecond, 200 * time.Microsecond},
+		{"ibv, oversubscribed", Options{}, ibv, 8, 2, 20 * time.Microsecond, 200 * time.Microsecond},
+		{"shm and ibv", Options{}, append(shm, ibv...), 2, 2, 20 * time.Microsecond, 200 * time.Microsecond},
+		{"ibv and tcp", Options{}, append(ibv, tcp...), 2, 2, 0, 0},
+		{"none", Options{}, nil, 1, 2, 0, 0},
 	} {
 		spin, yield := waitPolicy(c.o, c.devs, c.local, c.cpus)
 		assert.Equal(t, c.spin, spin, c.name)
@@ -32,21 +51,54 @@ func TestWaitPolicy(t *testing.T) {
 	}
 }
 
+// The per-provider protocol defaults (Options.EagerLimit, PipelineLimit,
+// EagerSlotsMax, inline frames, READ chunks) as measured for each.
+func TestProviderDefaults(t *testing.T) {
+	ep := &Endpoint{opts: Options{EagerSlots: 32}}
+	for _, c := range []struct {
+		name                   string
+		eager, pipe, slots     int
+		inline                 bool
+		chunkOf1GiB, readChunk int
+	}{
+		{"shm", 16 << 10, 0, 128, true, 1 << 30, 1 << 30},
+		{"tcp", 64 << 10, 256 << 10, 32, false, 1 << 30, 128 << 10},
+		{"ibv", 8 << 10, 0, 32, false, 1 << 30, 1 << 30},
+		{"loop", 32 << 10, 0, 32, false, 1 << 30, 1 << 30},
+	} {
+		d := devOf(t, c.name)
+		d.caps.MaxMsgSize = 1 << 40
+		assert.Equal(t, c.eager, eagerDefault(d.traits), "%s eager", c.name)
+		assert.Equal(t, c.pipe, pipelineDefault(d.traits), "%s pipeline", c.name)
+		assert.Equal(t, c.slots, ep.eagerSlotsMax(d.traits), "%s slots", c.name)
+		assert.Equal(t, c.inline, d.traits.InlineSends, "%s inline", c.name)
+		assert.Equal(t, c.readChunk, readChunk(d), "%s READ chunk", c.name)
+	}
+	// A provider with no hints gets the caller's defaults.
+	assert.Equal(t, 32<<10, eagerDefault(verbs.Traits{}))
+	assert.Equal(t, 0, pipelineDefault(verbs.Traits{}))
+	assert.Equal(t, 32, ep.eagerSlotsMax(verbs.Traits{}))
+	// Growth stops at 4096 buffers; an explicit maximum wins.
+	big := &Endpoint{opts: Options{EagerSlots: 2048}}
+	assert.Equal(t, 4096, big.eagerSlotsMax(verbs.Traits{SlotGrowth: 4}))
+	set := &Endpoint{opts: Options{EagerSlots: 32, EagerSlotsMax: 40}}
+	assert.Equal(t, 40, set.eagerSlotsMax(verbs.Traits{SlotGrowth: 4}))
+}
+
 func TestHostInfo(t *testing.T) {
 	for _, c := range []hostInfo{
-		{id: "boot-1/netns-2", mask: []byte{0x03}},
-		{id: "", mask: nil},
-		{id: "h", ibv: true, mask: []byte{0, 0, 0x80}},
+		{PeerInfo: verbs.PeerInfo{Host: "boot-1/netns-2", Process: "p"}, mask: []byte{0x03}},
+		{},
+		{PeerInfo: verbs.PeerInfo{Host: "h", Devices: []string{"ibv", "other"}}, mask: []byte{0, 0, 0x80}},
 	} {
 		got := decodeHostInfo(c.encode())
-		assert.Equal(t, c.id, got.id)
-		assert.Equal(t, c.ibv, got.ibv)
+		assert.Equal(t, c.PeerInfo, got.PeerInfo)
 		assert.Equal(t, len(c.mask), len(got.mask))
 		assert.Equal(t, onesIn(c.mask), onesIn(got.mask))
 	}
 	// A record with an identity only decodes.
 	got := decodeHostInfo([]byte("old"))
-	assert.Equal(t, "old", got.id)
+	assert.Equal(t, "old", got.Host)
 	assert.Nil(t, got.mask)
 	// Two ranks bound to one core each share two CPUs; bound to the same
 	// core, one.
@@ -61,22 +113,32 @@ func TestHostInfo(t *testing.T) {
 
 // The automatic transport: shm on one host whatever else, ibv across hosts
 // only when both ends have it, tcp otherwise; an unknown identity never
-// means one host.
+// means one host, and loop (used only when named) is never picked, even
+// in one process.
 func TestPickProvider(t *testing.T) {
 	a, b := "boot-a/ns-1", "boot-b/ns-1"
+	ib := []string{"ibv"}
+	host := func(id string, devs []string) hostInfo {
+		return hostInfo{PeerInfo: verbs.PeerInfo{Host: id, Process: "proc-" + id, Devices: devs}}
+	}
 	for _, c := range []struct {
 		me, peer hostInfo
 		want     string
 	}{
-		{hostInfo{id: a}, hostInfo{id: a}, "shm"},
-		{hostInfo{id: a, ibv: true}, hostInfo{id: a, ibv: true}, "shm"},
-		{hostInfo{id: a, ibv: true}, hostInfo{id: b, ibv: true}, "ibv"},
-		{hostInfo{id: a, ibv: true}, hostInfo{id: b}, "tcp"},
-		{hostInfo{id: a}, hostInfo{id: b, ibv: true}, "tcp"},
-		{hostInfo{id: ""}, hostInfo{id: ""}, "tcp"},
-		{hostInfo{id: "", ibv: true}, hostInfo{id: "", ibv: true}, "ibv"},
+		{host(a, nil), host(a, nil), "shm"},
+		{host(a, ib), host(a, ib), "shm"},
+		{host(a, ib), host(b, ib), "ibv"},
+		{host(a, ib), host(b, nil), "tcp"},
+		{host(a, nil), host(b, ib), "tcp"},
+		{host("", nil), host("", nil), "tcp"},
+		{host("", ib), host("", ib), "ibv"},
+		{hostInfo{}, hostInfo{}, "tcp"}, // a lone rank's device
 	} {
-		assert.Equal(t, c.want, pickProvider(c.me, c.peer), "%+v / %+v", c.me, c.peer)
-		assert.Equal(t, c.want, pickProvider(c.peer, c.me), "symmetric: %+v / %+v", c.peer, c.me)
+		got := pickProvider(c.me, c.peer)
+		require.NotNil(t, got)
+		assert.Equal(t, c.want, got.Name(), "%+v / %+v", c.me, c.peer)
+		got = pickProvider(c.peer, c.me)
+		require.NotNil(t, got)
+		assert.Equal(t, c.want, got.Name(), "symmetric: %+v / %+v", c.peer, c.me)
 	}
 }

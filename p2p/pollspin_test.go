@@ -10,10 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmago/rdmago/internal/affinity"
+	"github.com/rdmago/rdmago/internal/hostid"
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
 	"github.com/rdmago/rdmago/verbs"
-	"github.com/rdmago/rdmago/verbs/shm"
 )
 
 // TestTCPPollSpinDefault: the tcp device's waiters poll their sockets
@@ -24,7 +24,7 @@ func TestTCPPollSpinDefault(t *testing.T) {
 	if l, err := affinity.CPUs(); err == nil {
 		cpus = len(l)
 	}
-	_, hostErr := shm.HostID()
+	_, hostErr := hostid.ID()
 	for _, tc := range []struct {
 		name  string
 		ranks int

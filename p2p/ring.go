@@ -127,7 +127,7 @@ func ringWord(b []byte) *uint32 { return (*uint32)(unsafe.Pointer(unsafe.SliceDa
 // out, so no peer can write before this rank reads.
 func (ep *Endpoint) setupRings(ctx context.Context) error {
 	n := ep.opts.RingLines
-	if n < 0 || ep.size < 2 || len(ep.devs) != 1 || ep.devs[0].provider != "shm" {
+	if n < 0 || ep.size < 2 || len(ep.devs) != 1 || !ep.devs[0].traits.SharesMemory {
 		return nil
 	}
 	if n == 0 {

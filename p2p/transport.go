@@ -3,9 +3,10 @@ package p2p
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"math/bits"
-	"slices"
+	"strings"
 
 	"github.com/rdmago/rdmago/internal/hostid"
 	"github.com/rdmago/rdmago/verbs"
@@ -15,36 +16,53 @@ import (
 
 // Transport choice.
 //
-// With Options.Provider set, every peer uses that provider. Otherwise
-// ("auto"), each rank publishes its same-host identity (internal/hostid:
-// the kernel's boot id plus the network namespace, the notion bootstrap and
-// comm share) under "p2p/<Name>/host/<rank>", and a peer whose identity
-// equals ours is reached over shm; a peer on another host over ibv when both ranks have a
-// usable ibv device (the provider is linked in, with the rdma build tag,
-// and opens), otherwise over tcp. Both ends of a pair compute the same
-// answer from the same two records, so they always agree. A rank that
-// cannot compute its identity publishes an empty one and uses no shm. The
-// record also carries the rank's CPU affinity, for the wait policy (see
-// hostInfo.encode); with shm forced it is exchanged too. The choice per
-// peer is visible with Endpoint.Transport.
+// Policy comes from what providers say of themselves (verbs.Traits,
+// Provider.CanConnect), never from their names: a new provider is its own
+// package plus a registration. Each rank publishes a record about itself
+// under "p2p/<Name>/host/<rank>": its host identity (internal/hostid: the
+// kernel's boot id plus the network namespace, the notion bootstrap and
+// comm share), its process, the hardware providers whose device opens here
+// (probed once at start-up), and its CPU affinity for the wait policy (see
+// hostInfo.encode). For each peer the registered providers are asked in
+// preference order (verbs.Preferred) and the first that can connect the
+// two records carries the pair: today shm on one host, ibv across hosts
+// when both ranks have a device, tcp otherwise. CanConnect is symmetric,
+// so both ends of a pair agree. With Options.Provider naming a provider,
+// every peer uses it, and a pair it cannot connect fails New naming both
+// ranks. The choice per peer is visible with Endpoint.Transport.
 
 const hostKey = "host/"
 
+// processID tells ranks of one process from those of another (the loop
+// provider connects only the former).
+var processID = rand.Text()
+
 func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
-	ep.provider = make([]string, ep.size)
-	forced := ep.opts.Provider != "" && ep.opts.Provider != "auto"
-	if forced {
+	ep.provider = make([]verbs.Provider, ep.size)
+	var forced verbs.Provider
+	if name := ep.opts.Provider; name != "" && name != "auto" {
+		p, err := verbs.Lookup(name)
+		if err != nil {
+			return err
+		}
+		forced = p
 		for r := range ep.provider {
-			ep.provider[r] = ep.opts.Provider
+			ep.provider[r] = p
 		}
 	}
 	mine := cpuMask()
 	ep.localCPUs = onesIn(mine)
 	ep.localRanks = 1
-	if !forced {
-		ep.provider[ep.rank] = "tcp" // a device for windows, even alone
-	}
 	if ep.size == 1 {
+		if forced == nil {
+			// A lone rank still needs a device for windows: the first
+			// provider that connects ranks it knows nothing about.
+			p := pickProvider(hostInfo{}, hostInfo{})
+			if p == nil {
+				return fmt.Errorf("%w: no registered provider works without knowing the ranks (registered: %v)", verbs.ErrUnavailable, verbs.Providers())
+			}
+			ep.provider[ep.rank] = p
+		}
 		return nil
 	}
 	// Even with a forced transport, the ranks learn which of them share
@@ -53,11 +71,16 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 	if err != nil {
 		id = ""
 	}
-	me := hostInfo{id: id, mask: mine}
-	if !forced {
-		if me.ibv, err = ep.haveIBV(ctx); err != nil {
+	me := hostInfo{PeerInfo: verbs.PeerInfo{Host: id, Process: processID}, mask: mine}
+	switch {
+	case forced == nil:
+		if me.Devices, err = ep.probeDevices(ctx); err != nil {
 			return err
 		}
+	case forced.Traits().Hardware:
+		// The forced provider's device is opened in setup, or New fails
+		// there with the reason.
+		me.Devices = []string{forced.Name()}
 	}
 	prefix := "p2p/" + ep.opts.Name + "/" + hostKey
 	if err := rv.Put(ctx, fmt.Sprintf("%s%d", prefix, ep.rank), me.encode()); err != nil {
@@ -77,10 +100,18 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 			return err
 		}
 		peer := decodeHostInfo(v)
-		if !forced {
-			ep.provider[r] = pickProvider(me, peer)
+		switch {
+		case forced == nil:
+			if ep.provider[r] = pickProvider(me, peer); ep.provider[r] == nil {
+				return fmt.Errorf("%w: no registered provider connects rank %d (%v) with rank %d (%v) (registered: %v)",
+					verbs.ErrUnavailable, ep.rank, me.PeerInfo, r, peer.PeerInfo, verbs.Providers())
+			}
+		case !forced.CanConnect(me.PeerInfo, peer.PeerInfo):
+			return fmt.Errorf("%w: transport %q was chosen for every rank but cannot connect rank %d (%v) with rank %d (%v)",
+				verbs.ErrUnavailable, forced.Name(), ep.rank, me.PeerInfo, r, peer.PeerInfo)
 		}
-		if me.sameHost(peer) || forced && ep.opts.Provider == "shm" {
+		// A provider that shares memory connects only ranks of this host.
+		if me.SameHost(peer.PeerInfo) || ep.provider[r].Traits().SharesMemory {
 			union = orMask(union, peer.mask)
 			ep.localRanks++
 		}
@@ -91,71 +122,78 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 
 // hostInfo is what a rank publishes about itself for the transport choice.
 type hostInfo struct {
-	id   string // hostid.ID: boot id and network namespace; "" if unknown
-	ibv  bool   // an ibv device opened here
+	verbs.PeerInfo
 	mask []byte // CPU affinity bitmap (see cpuMask)
 }
 
-// The host record is the host identity, a NUL, a flags byte (bit 0: ibv),
+// The host record is the host identity, the process identity and the
+// comma-separated hardware providers with a device, each ended by a NUL,
 // then the rank's CPU affinity bitmap. The union of the bitmaps of the
 // ranks on a host tells the wait policy how many CPUs those ranks share:
 // each rank alone may see only its own core (rdmarun --bind-to core),
 // which says nothing about whether the ranks outnumber the cores.
 func (h hostInfo) encode() []byte {
-	flags := byte(0)
-	if h.ibv {
-		flags |= 1
-	}
-	return append(append([]byte(h.id), 0, flags), h.mask...)
+	b := append([]byte(h.Host), 0)
+	b = append(append(b, h.Process...), 0)
+	b = append(append(b, strings.Join(h.Devices, ",")...), 0)
+	return append(b, h.mask...)
 }
 
+// decodeHostInfo reads a record; missing fields are unknown.
 func decodeHostInfo(v []byte) hostInfo {
-	i := bytes.IndexByte(v, 0)
-	if i < 0 {
-		return hostInfo{id: string(v)}
+	var fields [3]string
+	for i := range fields {
+		j := bytes.IndexByte(v, 0)
+		if j < 0 {
+			fields[i], v = string(v), nil
+			break
+		}
+		fields[i], v = string(v[:j]), v[j+1:]
 	}
-	h := hostInfo{id: string(v[:i])}
-	if rest := v[i+1:]; len(rest) > 0 {
-		h.ibv = rest[0]&1 != 0
-		h.mask = rest[1:]
+	h := hostInfo{PeerInfo: verbs.PeerInfo{Host: fields[0], Process: fields[1]}}
+	if fields[2] != "" {
+		h.Devices = strings.Split(fields[2], ",")
+	}
+	if len(v) > 0 {
+		h.mask = v
 	}
 	return h
 }
 
-// sameHost reports whether two records name one host (an unknown identity
-// never does).
-func (h hostInfo) sameHost(o hostInfo) bool { return hostid.Same(h.id, o.id) }
-
-// pickProvider is the automatic choice for the pair (me, peer): shm on one
-// host, ibv across hosts when both have it, tcp otherwise.
-func pickProvider(me, peer hostInfo) string {
-	switch {
-	case me.sameHost(peer):
-		return "shm"
-	case me.ibv && peer.ibv:
-		return "ibv"
+// pickProvider is the automatic choice for the pair (me, peer): the first
+// registered provider, in preference order, that can connect them; nil
+// when none can.
+func pickProvider(me, peer hostInfo) verbs.Provider {
+	for _, p := range verbs.Preferred() {
+		if p.CanConnect(me.PeerInfo, peer.PeerInfo) {
+			return p
+		}
 	}
-	return "tcp"
+	return nil
 }
 
-// haveIBV reports whether an ibv device opens here (the ibv provider is
-// linked in only with the rdma build tag). The probe's device is closed;
-// the endpoint opens its own if a peer is reached over ibv. A device the
-// user selected (Options.IBDevices) that does not open is an error, not a
-// reason to use tcp.
-func (ep *Endpoint) haveIBV(ctx context.Context) (bool, error) {
-	if !slices.Contains(verbs.Providers(), "ibv") {
-		return false, nil
-	}
-	d, err := ep.openDevice(ctx, "ibv")
-	if err != nil {
-		if ep.opts.IBDevices != "" {
-			return false, fmt.Errorf("opening the ibv device selected by %q: %w", ep.opts.IBDevices, err)
+// probeDevices lists the hardware providers whose device opens here. The
+// probe's device is closed; the endpoint opens its own if a peer is
+// reached through the provider. A device the user selected
+// (Options.IBDevices) that does not open is an error, not a reason to use
+// another provider.
+func (ep *Endpoint) probeDevices(ctx context.Context) ([]string, error) {
+	var have []string
+	for _, p := range verbs.Preferred() {
+		if !p.Traits().Hardware {
+			continue
 		}
-		return false, nil
+		d, err := ep.openDevice(ctx, p, ep.deviceOptions(p))
+		if err != nil {
+			if ep.opts.IBDevices != "" {
+				return nil, fmt.Errorf("opening the %s device selected by %q: %w", p.Name(), ep.opts.IBDevices, err)
+			}
+			continue
+		}
+		_ = d.Close()
+		have = append(have, p.Name())
 	}
-	_ = d.Close()
-	return true, nil
+	return have, nil
 }
 
 func orMask(a, b []byte) []byte {
@@ -175,13 +213,19 @@ func onesIn(mask []byte) int {
 	return n
 }
 
-func (ep *Endpoint) openDevice(ctx context.Context, provider string) (verbs.Device, error) {
+// deviceOptions are the options p's devices open with: the endpoint's,
+// with the hardware device selection for hardware providers.
+func (ep *Endpoint) deviceOptions(p verbs.Provider) verbs.DeviceOptions {
 	o := ep.opts.Device
-	if provider == "ibv" && ep.opts.IBDevices != "" {
+	if p.Traits().Hardware && ep.opts.IBDevices != "" {
 		o.Name = ep.opts.IBDevices
 	}
+	return o
+}
+
+func (ep *Endpoint) openDevice(ctx context.Context, p verbs.Provider, o verbs.DeviceOptions) (verbs.Device, error) {
 	if ep.opts.OpenDevice != nil {
-		return ep.opts.OpenDevice(ctx, provider, o)
+		return ep.opts.OpenDevice(ctx, p.Name(), o)
 	}
-	return verbs.Open(ctx, provider, o)
+	return p.Open(ctx, o)
 }

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rdmago/rdmago/internal/hostid"
@@ -89,6 +90,19 @@ func (p PeerInfo) SameHost(o PeerInfo) bool { return hostid.Same(p.Host, o.Host)
 // SameProcess reports whether two ranks run in one process; an unknown
 // identity never matches.
 func (p PeerInfo) SameProcess(o PeerInfo) bool { return p.Process != "" && p.Process == o.Process }
+
+// String shows what is known: "host <id>, devices ibv" ("host unknown",
+// "no devices" where so).
+func (p PeerInfo) String() string {
+	h, d := p.Host, strings.Join(p.Devices, ",")
+	if h == "" {
+		h = "unknown"
+	}
+	if d == "" {
+		return "host " + h + ", no devices"
+	}
+	return "host " + h + ", devices " + d
+}
 
 // HasDevice reports whether the rank opened a device of the named provider.
 func (p PeerInfo) HasDevice(provider string) bool { return slices.Contains(p.Devices, provider) }

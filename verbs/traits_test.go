@@ -72,4 +72,6 @@ func TestPeerInfo(t *testing.T) {
 	assert.False(t, none.SameHost(none))
 	assert.False(t, none.SameProcess(none))
 	assert.False(t, a.SameHost(PeerInfo{Host: "boot/ns:2"}))
+	assert.Equal(t, "host boot/ns:1, devices ibv", a.String())
+	assert.Equal(t, "host unknown, no devices", none.String())
 }
