@@ -25,17 +25,21 @@ type Options struct {
 	// Name separates the keys of several endpoints in one job ("p2p/<Name>/...").
 	// Empty means "world".
 	Name string
-	// Provider is the verbs provider for every peer: "tcp", "shm", "ibv" or
-	// "loop". Empty or "auto" means: shm for peers on the same host when the
-	// shm provider is linked in, otherwise tcp. Ranks must agree.
+	// Provider is the verbs provider for every peer: "tcp", "shm", "ibv",
+	// "loop" or any other registered one; New fails, naming both ranks,
+	// where it cannot connect a pair. Empty or "auto" means: for each peer
+	// the first registered provider, in order of preference, that can
+	// connect the pair (shm on one host, ibv between hosts that both have a
+	// device, else tcp; see verbs.Preferred). Ranks must agree.
 	Provider string
 	// Device is passed to verbs.Open (token, listen address, logger...).
 	Device verbs.DeviceOptions
-	// IBDevices selects the ibv provider's device and port, in NCCL_IB_HCA's
-	// syntax ("mlx5_0:1,mlx5_1", "^mlx5_2", "=rxe1"; see ibv.ParseDevices):
-	// the ibv device is opened with it as its DeviceOptions.Name, the other
+	// IBDevices selects the device and port of the hardware providers
+	// (verbs.Traits.Hardware: ibv), in NCCL_IB_HCA's syntax
+	// ("mlx5_0:1,mlx5_1", "^mlx5_2", "=rxe1"; see ibv.ParseDevices): their
+	// devices are opened with it as DeviceOptions.Name, the other
 	// providers' devices are not. Empty means Device.Name. Because it asks
-	// for ibv, a selection that opens no device fails New, naming the
+	// for hardware, a selection that opens no device fails New, naming the
 	// devices present, rather than leaving the automatic choice to tcp.
 	IBDevices string
 	// OpenDevice, when set, opens devices instead of verbs.Open (tests wrap
@@ -48,7 +52,8 @@ type Options struct {
 
 	// EagerLimit is the largest message sent eagerly (copied through
 	// pre-posted buffers); larger ones use the zero-copy rendezvous
-	// protocol. Zero means the provider's measured default: 16 KiB over shm
+	// protocol. Zero means the provider's measured default
+	// (verbs.Traits.EagerSize, else 32 KiB): 16 KiB over shm
 	// (its single-copy READ, process_vm_readv, has a fixed cost of a few
 	// µs that two copies beat up to there), 8 KiB over ibv,
 	// 64 KiB over tcp and 32 KiB over loop (where each protocol round trip
@@ -97,18 +102,20 @@ type Options struct {
 	// Spin and Yield shape a blocking wait: poll the completion queues in a
 	// tight loop for Spin, then yielding between polls (runtime.Gosched)
 	// until Spin+Yield, then block (in the CQ's own Wait when the endpoint
-	// has one device). Zero means the provider's default: over shm no yield,
-	// because the shm CQ.Wait itself spins on its ring, yields the core to
-	// other processes with sched_yield and then sleeps on a futex, and a
-	// spin of 100 µs when this host has no more shm ranks than CPUs (a
-	// reply delayed by a briefly descheduled peer is still caught without a
-	// sched_yield or a futex wake-up), 2 µs when it has more (the peer may
-	// need this core); over ibv 20 µs and 200 µs; over tcp and loop none, because their
-	// completions are made by the provider's own goroutines, which a
-	// spinning waiter only starves on a busy machine; over tcp the
-	// waiter in the CQ polls its socket instead (verbs.DeviceOptions.PollSpin,
-	// which defaults to 100 µs in Device when every rank on this host has
-	// a CPU, else to none). Negative means none.
+	// has one device). Zero means the provider's default (verbs.Traits.Wait;
+	// with several devices 20 µs and 200 µs, or none when one of them asks
+	// for no spin): over shm no yield, because the shm CQ.Wait itself spins
+	// on its ring, yields the core to other processes with sched_yield and
+	// then sleeps on a futex, and a spin of 100 µs when this host has no
+	// more ranks than CPUs (a reply delayed by a briefly descheduled peer is
+	// still caught without a sched_yield or a futex wake-up), 2 µs when it
+	// has more (the peer may need this core); over ibv 20 µs and 200 µs;
+	// over tcp and loop none, because their completions are made by the
+	// provider's own goroutines, which a spinning waiter only starves on a
+	// busy machine; over tcp the waiter in the CQ polls its socket instead
+	// (verbs.DeviceOptions.PollSpin, which defaults to the provider's
+	// Traits.PollSpin, 100 µs for tcp, when every rank on this host has a
+	// CPU, else to none). Negative means none.
 	Spin, Yield time.Duration
 	// CloseTimeout bounds how long Close waits for messages still in flight
 	// (a receiver still reading a rendezvous buffer). Default 5 s.
