@@ -134,10 +134,10 @@ func TestPickProvider(t *testing.T) {
 		{host("", ib), host("", ib), "ibv"},
 		{hostInfo{}, hostInfo{}, "tcp"}, // a lone rank's device
 	} {
-		got := pickProvider(c.me, c.peer)
+		got := pickProvider(verbs.Preferred(), c.me, c.peer)
 		require.NotNil(t, got)
 		assert.Equal(t, c.want, got.Name(), "%+v / %+v", c.me, c.peer)
-		got = pickProvider(c.peer, c.me)
+		got = pickProvider(verbs.Preferred(), c.peer, c.me)
 		require.NotNil(t, got)
 		assert.Equal(t, c.want, got.Name(), "symmetric: %+v / %+v", c.peer, c.me)
 	}

@@ -57,7 +57,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 		if forced == nil {
 			// A lone rank still needs a device for windows: the first
 			// provider that connects ranks it knows nothing about.
-			p := pickProvider(hostInfo{}, hostInfo{})
+			p := pickProvider(verbs.Preferred(), hostInfo{}, hostInfo{})
 			if p == nil {
 				return fmt.Errorf("%w: no registered provider works without knowing the ranks (registered: %v)", verbs.ErrUnavailable, verbs.Providers())
 			}
@@ -91,6 +91,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 		return err
 	}
 	union := mine
+	prefs := verbs.Preferred()
 	for r := range ep.provider {
 		if r == ep.rank {
 			continue
@@ -102,7 +103,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 		peer := decodeHostInfo(v)
 		switch {
 		case forced == nil:
-			if ep.provider[r] = pickProvider(me, peer); ep.provider[r] == nil {
+			if ep.provider[r] = pickProvider(prefs, me, peer); ep.provider[r] == nil {
 				return fmt.Errorf("%w: no registered provider connects rank %d (%v) with rank %d (%v) (registered: %v)",
 					verbs.ErrUnavailable, ep.rank, me.PeerInfo, r, peer.PeerInfo, verbs.Providers())
 			}
@@ -161,10 +162,9 @@ func decodeHostInfo(v []byte) hostInfo {
 }
 
 // pickProvider is the automatic choice for the pair (me, peer): the first
-// registered provider, in preference order, that can connect them; nil
-// when none can.
-func pickProvider(me, peer hostInfo) verbs.Provider {
-	for _, p := range verbs.Preferred() {
+// of prefs (verbs.Preferred) that can connect them; nil when none can.
+func pickProvider(prefs []verbs.Provider, me, peer hostInfo) verbs.Provider {
+	for _, p := range prefs {
 		if p.CanConnect(me.PeerInfo, peer.PeerInfo) {
 			return p
 		}
