@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -417,7 +418,7 @@ func TestTuningMovesBcastSplit(t *testing.T) {
 		for i := range b {
 			b[i] = 8 * (128 + r.IntN(8*1024-128))
 		}
-		lo, hi, gapLo, gapHi := b[0], b[1], b[2], b[3]
+		lo, hi, gapLo, gapHi := min(b[0], b[1]), max(b[0], b[1]), min(b[2], b[3]), max(b[2], b[3])
 		tune := fmt.Sprintf("shm_small_bytes=8,shm_split_min=%d,shm_split_max=%d,shm_split_gap_min=%d,shm_split_gap_max=%d", lo, hi, gapLo, gapHi)
 		var o collectives.Options
 		require.NoError(t, collectives.ParseTuning(tune, &o))
@@ -433,6 +434,71 @@ func TestTuningMovesBcastSplit(t *testing.T) {
 				require.ErrorContains(t, errs[0], "no process_vm_writev here")
 			} else {
 				requireAllOK(t, errs)
+			}
+		}
+	}
+}
+
+// TestTuningMovesBcastRead: a shared-memory bcast of more than two ranks
+// has the readers copy the root's buffer (process_vm_readv, which this
+// region fails on purpose) exactly above shm_read_min and up to
+// shm_read_max, and uses the slots elsewhere.
+func TestTuningMovesBcastRead(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(4, 23))
+	for range 3 {
+		a, b := 8*(1+r.IntN(4096)), 8*(1+r.IntN(4096))
+		lo, hi := min(a, b), max(a, b)
+		tune := fmt.Sprintf("shm_read_min=%d,shm_read_max=%d", lo, hi)
+		var o collectives.Options
+		require.NoError(t, collectives.ParseTuning(tune, &o))
+		o.Algorithms = map[collectives.Collective]collectives.Algorithm{collectives.CollBcast: collectives.SharedMemory}
+		for _, n := range []int{lo, lo + 8, hi, hi + 8} {
+			reads := n > lo && n <= hi
+			wo := coltest.Options{Shared: true, PeerReadErr: fmt.Errorf("no process_vm_readv here")}
+			errs := world(t, 3, wo, o, func(ctx context.Context, e *collectives.Engine, rank int) error {
+				return collectives.Bcast(ctx, e, make([]float64, n/8), 0)
+			})
+			if reads {
+				require.ErrorContains(t, errs[1], "no process_vm_readv here", "%s: %d bytes should be read from the root", tune, n)
+			} else {
+				requireAllOK(t, errs)
+			}
+		}
+	}
+}
+
+// TestTunedSharedMemoryResults: whatever the shared-memory thresholds and
+// piece sizes (random, down to a few bytes), the shared-memory algorithms
+// give the serial references' results on each side of them.
+func TestTunedSharedMemoryResults(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(5, 23))
+	for i := range 6 {
+		var names []string
+		var vals []int
+		for _, name := range []string{"shm_read_min", "shm_read_max", "shm_split_min", "shm_split_max", "shm_split_gap_min", "shm_split_gap_max",
+			"shm_fold_bytes", "shm_fold_bytes2", "shm_pipe_bytes", "shm_piece_min"} {
+			v := int(logUniform(r, 1, 64<<10))
+			names = append(names, fmt.Sprintf("%s=%d", name, v))
+			vals = append(vals, v)
+		}
+		tune := strings.Join(names, ",")
+		p := 2 + i%2
+		for _, coll := range []collectives.Collective{collectives.CollBcast, collectives.CollAllreduce, collectives.CollReduce} {
+			var o collectives.Options
+			require.NoError(t, collectives.ParseTuning(tune, &o))
+			o.Algorithms = map[collectives.Collective]collectives.Algorithm{coll: collectives.SharedMemory}
+			for _, v := range []int{vals[r.IntN(len(vals))], vals[r.IntN(len(vals))]} {
+				for _, n := range []int{v / 8, v/8 + 1} {
+					errs := world(t, p, coltest.Options{Shared: true}, o, func(ctx context.Context, e *collectives.Engine, rank int) error {
+						if err := gridCases[coll](ctx, e, rank, p, n); err != nil {
+							return err
+						}
+						return checkAlg(e, collectives.SharedMemory)
+					})
+					requireAllOK(t, errs)
+				}
 			}
 		}
 	}
