@@ -28,7 +28,7 @@ func (c *call) allreduceHier(buf []byte) error {
 		leaders = append(leaders, r)
 	}
 	sort.Ints(leaders)
-	big := len(buf) > 64<<10
+	big := c.e.model.hierBig(len(buf))
 	lc := c.sub(local, 0)
 	if lc.n > 1 {
 		if big {
@@ -96,7 +96,7 @@ func (c *call) bcastHier(buf []byte, root int) error {
 		}
 	}
 	index := func(rs []int, x int) int { return sort.SearchInts(rs, x) }
-	big := len(buf) > 64<<10
+	big := c.e.model.hierBig(len(buf))
 	bcast := func(v *call, root int) error {
 		if big && v.n > 2 {
 			return v.bcastScatterAllgather(buf, root)

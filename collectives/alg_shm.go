@@ -101,8 +101,7 @@ const (
 	shmEntrySize = 128
 	shmSlot0     = shmEntry0 + 2*shmEntrySize
 	shmMinSlot   = 4 << 10
-	shmPipeMin   = 64 << 10 // the smallest piece a pipelined bcast cuts (see bcastShm)
-	shmChunkBits = 24       // chunks per call in a round id
+	shmChunkBits = 24 // chunks per call in a round id
 	shmAllDone   = 1<<shmChunkBits - 1
 )
 
@@ -492,9 +491,9 @@ func (c *call) waitDone(p int, id uint64) error {
 }
 
 // pieces is the chunk size that pipelines a vector of n bytes: an eighth,
-// at least least bytes, at most a slot, in whole elements.
+// at least least bytes, at most a slot, in whole elements (at least one).
 func (c *call) pieces(n, least int) int {
-	return min(max(n/8, least), c.e.shm.slot) / c.esize * c.esize
+	return max(min(max(n/8, least), c.e.shm.slot)/c.esize*c.esize, c.esize)
 }
 
 // shmChunks calls f for every chunk of a vector of nbytes (whole elements
@@ -522,11 +521,11 @@ func (c *call) shmChunksOf(nbytes, per int, f func(i, off, n int) error) error {
 // allreduceShm: every rank publishes its chunk, folds all chunks in rank
 // order into buf, and marks the chunk done.
 func (c *call) allreduceShm(buf []byte) error {
-	// Past 512 KiB, pieces of an eighth (64 KiB to a slot) let one rank
-	// copy the next piece in while the other folds this one.
+	// Large vectors go in pieces (Model.ShmPipeBytes) so that one rank
+	// copies the next piece in while another folds this one.
 	per := c.e.shm.slot / c.esize * c.esize
-	if len(buf) > 512<<10 {
-		per = c.pieces(len(buf), 64<<10)
+	if len(buf) > c.e.model.ShmPipeBytes {
+		per = c.pieces(len(buf), c.e.model.ShmPieceMin)
 	}
 	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
 		if err := c.shmPut(i, buf[off:off+n]); err != nil {
@@ -699,12 +698,12 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 
 // bcastShm: root publishes each chunk; the others copy it out.
 //
-// Large vectors go in pieces of an eighth (at least 64 KiB, at most a
-// slot), so that the readers copy one piece out while the root copies the
-// next one in: with two slots the root runs one piece ahead. Smaller pieces
-// cost more hand-offs than they overlap.
+// Large vectors go in pieces of an eighth (at least Model.ShmPieceMin, at
+// most a slot), so that the readers copy one piece out while the root
+// copies the next one in: with two slots the root runs one piece ahead.
+// Smaller pieces cost more hand-offs than they overlap.
 func (c *call) bcastShm(buf []byte, root int) error {
-	return c.shmChunksOf(len(buf), c.pieces(len(buf), shmPipeMin), func(i, off, n int) error {
+	return c.shmChunksOf(len(buf), c.pieces(len(buf), c.e.model.ShmPieceMin), func(i, off, n int) error {
 		if c.e.rank == root {
 			if err := c.shmPut(i, buf[off:off+n]); err != nil {
 				return err

@@ -125,12 +125,12 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 				return c.bcastHier(b, root)
 			case SharedMemory:
 				if c.e.size == 2 {
-					if c.e.shm.pw != nil && bcastSplits(len(b)) {
+					if c.e.shm.pw != nil && c.e.model.bcastSplits(len(b)) {
 						return c.bcastShmSplit(b, root)
 					}
 					return c.bcastShm(b, root)
 				}
-				if c.e.shm.pr != nil && len(b) > shmReadMin && len(b) <= shmReadMax {
+				if c.e.shm.pr != nil && c.e.model.bcastReads(len(b)) {
 					return c.bcastShmRead(b, root)
 				}
 				return c.bcastShm(b, root)
@@ -162,7 +162,7 @@ func (c *call) allreduce(b []byte, alg Algorithm) error {
 	case Hierarchical:
 		err = c.allreduceHier(b)
 	case SharedMemory:
-		if len(b) > shmRSBytes && c.e.size > 2 || len(b) > shmRSBytes2 {
+		if c.e.model.shmFolds(c.e.size, len(b)) {
 			err = c.allreduceShmRS(b)
 		} else {
 			err = c.allreduceShm(b)

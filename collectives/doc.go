@@ -33,11 +33,15 @@
 // allreduce also have shared_memory: flags and slots in mapped memory, no
 // messages (alg_shm.go tells how).
 //
-// Auto picks the cheapest algorithm under the cost model
+// Auto picks the cheapest admissible algorithm under the cost model
 // α·messages + β·bytes + γ·reduced bytes (Model), fed by the group's
-// LinkInfo when it has one; Options.Algorithms forces one per collective
+// LinkInfo when it has one; the shared-memory algorithms cost nothing
+// inside the size bands the Model's thresholds set. Engine.Cost says what
+// Auto compares. Options.Algorithms forces one per collective
 // (ParseAlgorithms reads "allreduce=ring,bcast=chain", the format comm
-// takes from its environment; this package reads no environment).
+// takes from its environment; this package reads no environment), and
+// Options.Model or ParseTuning ("shm_small_bytes=32K,alpha=2us") sets the
+// model's parameters (Tunables lists them).
 //
 // # Results
 //

@@ -111,7 +111,7 @@ func New(g Group, opts Options) (*Engine, error) {
 			e.forced[c] = a
 		}
 	}
-	e.model = newModel(g, opts.Model)
+	e.model = newModel(g, opts.Model, opts.segment())
 	if t, ok := g.(Topology); ok {
 		e.hosts = make([]int, e.size)
 		for r := range e.hosts {

@@ -7,9 +7,14 @@ package collectives
 // thresholds and pieces. TestLargeThresholds runs every algorithm just
 // across each, so the sizes follow when tuning moves them.
 func SizeThresholds(o Options) []int {
+	var m Model
+	if o.Model != nil {
+		m = *o.Model
+	}
+	m = m.withDefaults()
 	return []int{
 		o.inline(), o.segment(), 2 * o.segment(),
-		shmAutoBytes, shmReadMin, shmReadMax, shmSplitMin, shmSplitMax,
-		shmRSBytes, shmRSBytes2, shmPipeMin, shmMinSlot,
+		m.ShmSmallBytes, m.ShmReadMin, m.ShmReadMax, m.ShmSplitMin, m.ShmSplitMax,
+		m.ShmFoldBytes, m.ShmFoldBytes2, m.ShmPipeBytes, m.ShmPieceMin, shmMinSlot,
 	}
 }

@@ -11,11 +11,16 @@ import (
 //
 //	time ≈ α·messages + β·bytes + γ·reduced bytes
 //
-// evaluated along each algorithm's critical path. Alpha and Beta describe
-// the slowest link of the group (a flat algorithm runs at its speed); the
-// Intra* pair describes links between ranks of one host, used by the
-// hierarchical algorithms. Zero fields take defaults (3 µs, 8 GB/s, 4 GB/s
-// of reduction), refined by the group's LinkInfo when it has one.
+// evaluated along each algorithm's critical path, and the size thresholds
+// that decide where the shared-memory and hierarchical algorithms pay and
+// which of their forms runs. Alpha and Beta describe the slowest link of
+// the group (a flat algorithm runs at its speed); the Intra* pair describes
+// links between ranks of one host, used by the hierarchical algorithms.
+// Zero fields take defaults (see Tunables), the link constants refined by
+// the group's LinkInfo when it has one. A negative size threshold means no
+// size: a band ending there is empty, one starting there covers every size.
+// Every rank of a group must use the same thresholds: they decide what is
+// sent.
 type Model struct {
 	Alpha      time.Duration // per-message latency
 	Beta       float64       // seconds per byte on the wire
@@ -26,16 +31,133 @@ type Model struct {
 	// notification; the one-sided ring is chosen only where it makes the
 	// ring cheaper. Zero means Alpha (so Auto prefers the two-sided ring).
 	OneSidedAlpha time.Duration
+	// PostOverlap is the cost of each further message of a batch posted at
+	// once (linear allgather and alltoall, pairwise reduce-scatter), as a
+	// fraction of α: the messages travel together, and each adds only its
+	// sender's and receiver's software.
+	PostOverlap float64
+
+	// The shared-memory algorithms send no messages, so α and β do not
+	// describe them: the model counts them as free inside the bands below
+	// and unavailable outside.
+
+	// ShmSmallBytes: every shared-memory collective up to this size, where
+	// a flag replaces every message.
+	ShmSmallBytes int
+	// ShmAllreduceMax: the shared-memory allreduce up to this size (folding
+	// blocks in place needs two synchronisations a round, far fewer than a
+	// ring's 2(p−1) steps when ranks share cores).
+	ShmAllreduceMax int
+	// ShmBcast2Max: the two-rank shared-memory bcast up to this size (the
+	// root copies one piece in while the reader copies the previous out).
+	ShmBcast2Max int
+	// ShmReadMin, ShmReadMax: a bcast of more than two ranks has the
+	// readers copy the root's own buffer above ShmReadMin and up to
+	// ShmReadMax, where the region can (PeerReader); ShmReadMax also ends
+	// the band where Auto takes that bcast over p2p's trees.
+	ShmReadMin, ShmReadMax int
+	// ShmSplitMin, ShmSplitMax: a two-rank bcast splits the copy between
+	// the ranks' process_vm_readv and _writev above ShmSplitMin and up to
+	// ShmSplitMax, where the region can (PeerWriter), except above
+	// ShmSplitGapMin and up to ShmSplitGapMax, where the slots' pipeline
+	// wins. Each system call costs a few µs before it copies anything.
+	ShmSplitMin, ShmSplitMax       int
+	ShmSplitGapMin, ShmSplitGapMax int
+	// ShmFoldBytes: above this size the shared-memory allreduce of more
+	// than two ranks reduces blocks and gathers them instead of having
+	// every rank read every chunk; ShmFoldBytes2 is the same for two
+	// ranks, which save less by folding (each reads one other chunk).
+	ShmFoldBytes, ShmFoldBytes2 int
+	// ShmPipeBytes: above this size the shared-memory allreduce of all
+	// chunks moves in pieces (of at least ShmPieceMin, an eighth of the
+	// vector, at most a slot) so that one rank copies the next piece in
+	// while another folds this one; a shared-memory bcast always does.
+	ShmPipeBytes, ShmPieceMin int
+	// HierBigBytes: above this size the hierarchical algorithms use the
+	// bandwidth forms inside a host (ring reduce-scatter and gather,
+	// scatter-allgather bcast) instead of binomial trees.
+	HierBigBytes int
+
+	segment int // Options.SegmentBytes, for the chain's pipeline
 }
 
-const (
-	defAlpha = 3 * time.Microsecond
-	defBeta  = 1 / 8e9
-	defGamma = 1 / 4e9
-)
+// defModel holds every default of Model (the link constants before a
+// group's LinkInfo refines them).
+var defModel = Model{
+	Alpha:           3 * time.Microsecond,
+	Beta:            1 / 8e9,
+	Gamma:           1 / 4e9,
+	PostOverlap:     0.25,
+	ShmSmallBytes:   64 << 10,
+	ShmAllreduceMax: math.MaxInt,
+	ShmBcast2Max:    math.MaxInt,
+	ShmReadMin:      32 << 10,
+	ShmReadMax:      128 << 10,
+	ShmSplitMin:     128 << 10,
+	ShmSplitMax:     8 << 20,
+	ShmSplitGapMin:  1 << 20,
+	ShmSplitGapMax:  4 << 20,
+	ShmFoldBytes:    64 << 10,
+	ShmFoldBytes2:   128 << 10,
+	ShmPipeBytes:    512 << 10,
+	ShmPieceMin:     64 << 10,
+	HierBigBytes:    64 << 10,
+	segment:         256 << 10,
+}
 
-func newModel(g Group, o *Model) Model {
-	m := Model{Alpha: defAlpha, Beta: defBeta, Gamma: defGamma}
+// DefaultModel returns the model's defaults (the link constants before a
+// group's LinkInfo refines them; IntraAlpha, IntraBeta and OneSidedAlpha
+// zero, meaning Alpha and Beta).
+func DefaultModel() Model { return defModel }
+
+// withDefaults fills m's zero fields from defModel.
+func (m Model) withDefaults() Model {
+	setD := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	setF := func(v *float64, d float64) {
+		if !(*v > 0) || math.IsInf(*v, 1) {
+			*v = d
+		}
+	}
+	setI := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	d := &defModel
+	setD(&m.Alpha, d.Alpha)
+	setF(&m.Beta, d.Beta)
+	setF(&m.Gamma, d.Gamma)
+	setF(&m.PostOverlap, d.PostOverlap)
+	for _, f := range [...]struct{ v, d *int }{
+		{&m.ShmSmallBytes, &d.ShmSmallBytes}, {&m.ShmAllreduceMax, &d.ShmAllreduceMax},
+		{&m.ShmBcast2Max, &d.ShmBcast2Max}, {&m.ShmReadMin, &d.ShmReadMin},
+		{&m.ShmReadMax, &d.ShmReadMax}, {&m.ShmSplitMin, &d.ShmSplitMin},
+		{&m.ShmSplitMax, &d.ShmSplitMax}, {&m.ShmSplitGapMin, &d.ShmSplitGapMin},
+		{&m.ShmSplitGapMax, &d.ShmSplitGapMax}, {&m.ShmFoldBytes, &d.ShmFoldBytes},
+		{&m.ShmFoldBytes2, &d.ShmFoldBytes2}, {&m.ShmPipeBytes, &d.ShmPipeBytes},
+		{&m.ShmPieceMin, &d.ShmPieceMin}, {&m.HierBigBytes, &d.HierBigBytes},
+		{&m.segment, &d.segment},
+	} {
+		setI(f.v, *f.d)
+	}
+	setD(&m.IntraAlpha, m.Alpha)
+	setF(&m.IntraBeta, m.Beta)
+	setD(&m.OneSidedAlpha, m.Alpha)
+	return m
+}
+
+// newModel resolves an Engine's model: the defaults, refined by the
+// group's LinkInfo, overridden by the nonzero fields of o.
+func newModel(g Group, o *Model, segment int) Model {
+	var m Model
+	if o != nil {
+		m = *o
+	}
+	m.segment = segment
 	if li, ok := g.(LinkInfo); ok && g.Size() > 1 {
 		var worstLat, bestLat time.Duration = 0, math.MaxInt64
 		worstBW, bestBW := math.Inf(1), 0.0
@@ -56,49 +178,20 @@ func newModel(g Group, o *Model) Model {
 				bestBW = max(bestBW, bw)
 			}
 		}
-		if worstLat > 0 {
+		if m.Alpha <= 0 && worstLat > 0 {
 			m.Alpha = worstLat
 		}
-		if !math.IsInf(worstBW, 1) {
+		if m.Beta <= 0 && !math.IsInf(worstBW, 1) {
 			m.Beta = 1 / worstBW
 		}
-		if bestLat != math.MaxInt64 && bestLat > 0 {
+		if m.IntraAlpha <= 0 && bestLat != math.MaxInt64 && bestLat > 0 {
 			m.IntraAlpha = bestLat
 		}
-		if bestBW > 0 {
+		if m.IntraBeta <= 0 && bestBW > 0 {
 			m.IntraBeta = 1 / bestBW
 		}
 	}
-	if o != nil {
-		if o.Alpha > 0 {
-			m.Alpha = o.Alpha
-		}
-		if o.Beta > 0 {
-			m.Beta = o.Beta
-		}
-		if o.Gamma > 0 {
-			m.Gamma = o.Gamma
-		}
-		if o.IntraAlpha > 0 {
-			m.IntraAlpha = o.IntraAlpha
-		}
-		if o.IntraBeta > 0 {
-			m.IntraBeta = o.IntraBeta
-		}
-		if o.OneSidedAlpha > 0 {
-			m.OneSidedAlpha = o.OneSidedAlpha
-		}
-	}
-	if m.IntraAlpha == 0 {
-		m.IntraAlpha = m.Alpha
-	}
-	if m.IntraBeta == 0 {
-		m.IntraBeta = m.Beta
-	}
-	if m.OneSidedAlpha == 0 {
-		m.OneSidedAlpha = m.Alpha
-	}
-	return m
+	return m.withDefaults()
 }
 
 func ceilLog2(p int) int {
@@ -112,19 +205,14 @@ func isPow2(p int) bool { return p > 0 && p&(p-1) == 0 }
 
 // Cost estimates, in seconds, algorithm a for collective c over p ranks
 // moving n bytes (the whole vector for reductions, bcast and allgather's
-// result; one rank's send buffer for alltoall). It returns +Inf for
-// combinations that do not exist.
-func (m *Model) Cost(c Collective, a Algorithm, p int, n int) float64 {
+// result; one rank's send buffer for alltoall), with m's zero fields at
+// their defaults. It returns +Inf for combinations that do not exist, and
+// for the algorithms whose cost depends on more than p (hierarchical,
+// shared memory: Engine.Cost has them).
+func (m Model) Cost(c Collective, a Algorithm, p int, n int) float64 {
+	m = m.withDefaults()
 	return m.cost(c, a, p, float64(n), m.Alpha.Seconds(), m.Beta)
 }
-
-// postOverlap is the cost of each further message of a batch posted at
-// once (Linear, Pairwise reduce-scatter), as a fraction of α: the
-// messages travel together, and what each adds is its sender's and
-// receiver's software. A form with p−1 dependent steps pays p−1
-// latencies instead, and where ranks outnumber cores each step may wait
-// for the peer's turn on a core.
-const postOverlap = 0.25
 
 func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta float64) float64 {
 	if p <= 1 {
@@ -139,9 +227,9 @@ func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta fl
 		fold = 2 * (alpha + n*beta)
 	}
 	// k messages posted at once and waited for together overlap: the
-	// first costs a latency, each further one its injection (see
-	// postOverlap).
-	atOnce := func(k float64) float64 { return alpha + (k-1)*postOverlap*alpha }
+	// first costs a latency, each further one its injection (PostOverlap);
+	// a form with p−1 dependent steps pays p−1 latencies instead.
+	atOnce := func(k float64) float64 { return alpha + (k-1)*m.PostOverlap*alpha }
 	switch c {
 	case CollBarrier:
 		return lg * alpha
@@ -152,7 +240,7 @@ func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta fl
 		case ScatterAllgather:
 			return (lg+pf-1)*alpha + 2*frac*n*beta
 		case Chain:
-			seg := math.Min(n, 256<<10)
+			seg := math.Min(n, float64(m.segment))
 			if seg == 0 {
 				return (pf - 1) * alpha
 			}
@@ -230,7 +318,7 @@ func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta fl
 func (m *Model) hierCost(local, hosts int, n float64) float64 {
 	ia, ib := m.IntraAlpha.Seconds(), m.IntraBeta
 	intra := m.cost(CollReduce, Binomial, local, n, ia, ib) + m.cost(CollBcast, Binomial, local, n, ia, ib)
-	if local > 1 && n > 64<<10 {
+	if local > 1 && m.hierBig(int(n)) {
 		intra = m.cost(CollReduce, Rabenseifner, local, n, ia, ib) + m.cost(CollBcast, ScatterAllgather, local, n, ia, ib)
 	}
 	best := math.Inf(1)
@@ -320,37 +408,15 @@ func autoKey(nbytes int, commutative bool) uint64 {
 	return k
 }
 
-// chooseAuto is choose's cost-model search.
+// chooseAuto is choose's cost-model search: the cheapest admissible
+// algorithm by Engine.Cost, the first in autoOrder among equals.
 func (e *Engine) chooseAuto(c Collective, nbytes int, admissible func(Algorithm) error) (Algorithm, error) {
-	if e.shm != nil && e.shmPays(c, nbytes) && admissible(SharedMemory) == nil && implements(c, SharedMemory) {
-		return SharedMemory, nil
-	}
 	best, bestCost := Auto, math.Inf(1)
-	for _, a := range algsOf(c) {
-		if a == SharedMemory || admissible(a) != nil {
+	for _, a := range autoOrder(c) {
+		if admissible(a) != nil {
 			continue
 		}
-		if a == Linear && (c == CollAlltoall || c == CollAllgather) && nbytes/e.size > e.opts.inline() {
-			// Blocks past the inline size travel as header and payload,
-			// and the payload's receive waits for its header: the waits of
-			// a batch would run one after another.
-			continue
-		}
-		var cost float64
-		if a == Hierarchical {
-			local, hosts := e.hostShape()
-			if hosts < 2 || local < 2 {
-				continue
-			}
-			if c == CollBcast {
-				cost = e.model.hierBcastCost(local, hosts, float64(nbytes))
-			} else {
-				cost = e.model.hierCost(local, hosts, float64(nbytes))
-			}
-		} else {
-			cost = e.model.Cost(c, a, e.size, nbytes)
-		}
-		if cost < bestCost {
+		if cost := e.cost(c, a, nbytes); cost < bestCost {
 			best, bestCost = a, cost
 		}
 	}
@@ -360,75 +426,115 @@ func (e *Engine) chooseAuto(c Collective, nbytes int, admissible func(Algorithm)
 	return best, nil
 }
 
-// shmAutoBytes is the largest vector for which Auto picks the
-// shared-memory algorithms when the group has a SharedRegion.
-const shmAutoBytes = 64 << 10
+// autoOrder is the order in which Auto considers c's algorithms: the
+// shared-memory one first (inside its bands it costs nothing, and it
+// keeps a tie), then algorithmsOf's.
+func autoOrder(c Collective) []Algorithm {
+	if c >= numCollectives {
+		return nil
+	}
+	return autoOrders[c]
+}
 
-// shmPays says whether Auto should run c on nbytes with the shared-memory
-// algorithms (measured on a 2-vCPU VM; docs/collectives.md): always up to
-// shmAutoBytes, where they replace every message by a flag; allreduce at
-// every size (for large vectors blocks are folded in place and gathered,
-// two synchronisations per round, far fewer than a ring's 2(p−1) steps
-// when ranks share cores; the slots are written with non-temporal stores,
-// which halved the time from 128 KiB up); bcast within shmReadMax when
-// readers can copy the root's buffer themselves, and for two ranks at
-// every size (the root copies one piece in while the reader copies the
-// previous one out). A bcast of more ranks above that keeps p2p's trees,
-// whose senders work in parallel.
-func (e *Engine) shmPays(c Collective, nbytes int) bool {
+var autoOrders = func() (o [numCollectives][]Algorithm) {
+	for c := range o {
+		for _, a := range algorithmsOf[c] {
+			if a == SharedMemory {
+				o[c] = append([]Algorithm{a}, o[c]...)
+			} else {
+				o[c] = append(o[c], a)
+			}
+		}
+	}
+	return o
+}()
+
+// Cost is the model's estimate, in seconds, of running c with algorithm a
+// on nbytes in this Engine's group (see Model.Cost for what nbytes
+// counts). It is +Inf where the model has no such form: an algorithm c
+// does not have, the hierarchical ones without several hosts of several
+// ranks, the shared-memory ones without a region or outside the sizes
+// where they pay, linear allgather and alltoall for blocks past
+// InlineBytes. It does not check capabilities or the op (Choose does).
+func (e *Engine) Cost(c Collective, a Algorithm, nbytes int) float64 {
+	if !implements(c, a) {
+		return math.Inf(1)
+	}
+	return e.cost(c, a, nbytes)
+}
+
+func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
+	m := &e.model
 	switch {
-	case nbytes <= shmAutoBytes:
+	case a == SharedMemory:
+		if e.shm != nil && m.shmPays(c, e.size, e.shm.pr != nil, nbytes) {
+			return 0
+		}
+		return math.Inf(1)
+	case a == Linear && (c == CollAlltoall || c == CollAllgather) && nbytes/e.size > e.opts.inline():
+		// Blocks past the inline size travel as header and payload, and
+		// the payload's receive waits for its header: the waits of a
+		// batch would run one after another.
+		return math.Inf(1)
+	case a == Hierarchical:
+		local, hosts := e.hostShape()
+		if hosts < 2 || local < 2 {
+			return math.Inf(1)
+		}
+		if c == CollBcast {
+			return m.hierBcastCost(local, hosts, float64(nbytes))
+		}
+		return m.hierCost(local, hosts, float64(nbytes))
+	}
+	return m.cost(c, a, e.size, float64(nbytes), m.Alpha.Seconds(), m.Beta)
+}
+
+// Model returns the cost model this Engine chooses with: Options.Model
+// over the defaults refined by the group's LinkInfo.
+func (e *Engine) Model() Model { return e.model }
+
+// shmPays says whether the shared-memory algorithms run c of nbytes on p
+// ranks at no cost (pr: the region is a PeerReader): up to ShmSmallBytes
+// every one; allreduce up to ShmAllreduceMax; a bcast of two ranks up to
+// ShmBcast2Max, of more up to ShmReadMax where readers copy the root's
+// buffer themselves. Past those, a bcast of more ranks keeps p2p's trees,
+// whose senders work in parallel.
+func (m *Model) shmPays(c Collective, p int, pr bool, nbytes int) bool {
+	switch {
+	case nbytes <= m.ShmSmallBytes:
 		return true
-	case c == CollBcast && e.shm.pr != nil && nbytes <= shmReadMax:
-		return true // the single-copy form (bcastShmRead)
 	case c == CollAllreduce:
-		return true
-	case c == CollBcast:
-		return e.size == 2
+		return nbytes <= m.ShmAllreduceMax
+	case c == CollBcast && p == 2:
+		return nbytes <= m.ShmBcast2Max
+	case c == CollBcast && pr:
+		return nbytes <= m.ShmReadMax
 	}
 	return false
 }
 
-// Between shmReadMin and shmReadMax bytes, a shared-memory bcast of more
-// than two ranks has the readers copy the root's own buffer (bcastShmRead,
-// when the region can), which beats the slots and p2p's tree there; above,
-// pinning the root's pages for each read costs more than the slots'
-// pipeline. Two ranks use the slots or split the copy (shmSplitMin).
-const (
-	shmReadMin = 32 << 10
-	shmReadMax = 128 << 10
-)
+// bcastReads says whether a shared-memory bcast of more than two ranks
+// has the readers copy the root's buffer (bcastShmRead, where the region
+// is a PeerReader) rather than pipeline it through the slots.
+func (m *Model) bcastReads(n int) bool { return n > m.ShmReadMin && n <= m.ShmReadMax }
 
-// A two-rank shared-memory bcast either splits the copy between the two
-// ranks' process_vm_readv and _writev (bcastShmSplit) or pipelines it
-// through the slots (bcastShm); bcastSplits says which. Each of those
-// system calls costs a few µs before it copies anything, so the slots win
-// up to shmSplitMin; above, the split's kernel copies win, except from 1
-// to 4 MiB, where the slots' non-temporal stores leave the reader lines it
-// fetches fast, and from shmSplitMax up, where the two tie and the slots
-// stay.
-const (
-	shmSplitMin = 128 << 10
-	shmSplitMax = 8 << 20
-)
-
-// bcastSplits reports whether a two-rank shared-memory bcast of n bytes
-// splits the copy (see shmSplitMin).
-func bcastSplits(n int) bool {
-	return n > shmSplitMin && n <= shmSplitMax && (n <= 1<<20 || n > 4<<20)
+// bcastSplits says whether a two-rank shared-memory bcast of n bytes
+// splits the copy (bcastShmSplit, where the region is a PeerWriter)
+// rather than pipeline it through the slots.
+func (m *Model) bcastSplits(n int) bool {
+	return n > m.ShmSplitMin && n <= m.ShmSplitMax && !(n > m.ShmSplitGapMin && n <= m.ShmSplitGapMax)
 }
 
-// shmRSBytes is the size above which the shared-memory allreduce of more
-// than two ranks reduces blocks and gathers them (allreduceShmRS) instead
-// of having every rank read every chunk: up to there, reading all p chunks
-// costs less than the block-folding's second synchronisation, which needs
-// every rank to run once more (a round of context switches when ranks
-// outnumber the cores). Two ranks, each reading only one other chunk
-// anyway, save less by folding and switch at shmRSBytes2.
-const (
-	shmRSBytes  = 64 << 10
-	shmRSBytes2 = 128 << 10
-)
+// shmFolds says whether a shared-memory allreduce of n bytes on p ranks
+// folds blocks and gathers them (allreduceShmRS) rather than have every
+// rank fold every chunk.
+func (m *Model) shmFolds(p, n int) bool {
+	return n > m.ShmFoldBytes && p > 2 || n > m.ShmFoldBytes2
+}
+
+// hierBig says whether the hierarchical algorithms use the bandwidth
+// forms inside a host for n bytes.
+func (m *Model) hierBig(n int) bool { return n > m.HierBigBytes }
 
 // hostShape returns the largest number of ranks on one host and the number
 // of hosts.

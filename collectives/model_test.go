@@ -114,47 +114,6 @@ func TestParseAlgorithms(t *testing.T) {
 	}
 }
 
-// With shared memory, Auto takes the shared-memory algorithms for small
-// calls, and for large allreduces where they measured faster (every size
-// past two ranks; from 8 MiB with two); never without a region.
-func TestChooseShared(t *testing.T) {
-	for _, c := range []struct {
-		p, bytes int
-		coll     collectives.Collective
-		shared   bool
-		want     bool
-	}{
-		{2, 8, collectives.CollAllreduce, true, true},
-		{2, 64 << 10, collectives.CollBcast, true, true},
-		{2, 1 << 20, collectives.CollAllreduce, true, true},
-		{2, 16 << 20, collectives.CollAllreduce, true, true},
-		{3, 1 << 20, collectives.CollAllreduce, true, true},
-		{3, 1 << 20, collectives.CollBcast, true, false},
-		{2, 1 << 20, collectives.CollBcast, true, true},
-		{2, 1 << 20, collectives.CollReduce, true, false},
-		{2, 16 << 20, collectives.CollBcast, true, true},
-		{8, 0, collectives.CollBarrier, true, true},
-		{2, 8, collectives.CollAllreduce, false, false},
-	} {
-		w := coltest.NewWorld(c.p, coltest.Options{Shared: c.shared})
-		e, err := collectives.New(w.Group(0), collectives.Options{})
-		require.NoError(t, err)
-		alg, err := e.Choose(c.coll, c.bytes, true)
-		require.NoError(t, err)
-		require.Equal(t, c.want, alg == collectives.SharedMemory, "%+v: chose %v", c, alg)
-		// Deterministic mode admits them for reductions (a rank-order fold).
-		if c.shared && c.coll == collectives.CollAllreduce {
-			d, err := collectives.New(w.Group(0), collectives.Options{Deterministic: true})
-			require.NoError(t, err)
-			alg, err := d.Choose(c.coll, c.bytes, true)
-			require.NoError(t, err)
-			require.Contains(t, []collectives.Algorithm{collectives.Ordered, collectives.SharedMemory}, alg)
-			d.Close()
-		}
-		e.Close()
-	}
-}
-
 // TestUnknownCollectiveOption: Options.Algorithms naming a collective that
 // does not exist is refused with an algorithm, ignored with Auto, and
 // never panics; Algorithms of it is empty.
@@ -171,22 +130,6 @@ func TestUnknownCollectiveOption(t *testing.T) {
 	require.Equal(t, collectives.Ring, alg, "a forced algorithm still applies")
 	require.NoError(t, e.Close())
 	require.Empty(t, collectives.Algorithms(bogus))
-}
-
-// TestBcastSplitsBands: a two-rank shared-memory bcast splits the copy
-// above 128 KiB up to 1 MiB and above 4 MiB up to 8 MiB, and pipelines it through
-// the slots elsewhere (the bands measured in model.go).
-func TestBcastSplitsBands(t *testing.T) {
-	for _, c := range []struct {
-		n     int
-		split bool
-	}{
-		{64 << 10, false}, {128 << 10, false}, {128<<10 + 8, true}, {1 << 20, true},
-		{1<<20 + 8, false}, {2 << 20, false}, {4 << 20, false}, {4<<20 + 8, true},
-		{8 << 20, true}, {8<<20 + 8, false}, {64 << 20, false},
-	} {
-		assert.Equal(t, c.split, collectives.BcastSplits(c.n), "%d bytes", c.n)
-	}
 }
 
 // TestCostModelPostsAllAtOnce: with few ranks and small blocks, Auto picks

@@ -145,8 +145,9 @@ type Options struct {
 	// SegmentBytes is the pipelining unit of the chain broadcast and the
 	// one-sided ring. Zero means 256 KiB.
 	SegmentBytes int
-	// Model overrides the cost model's constants (see Model); nil means
-	// defaults refined by the group's LinkInfo.
+	// Model overrides the cost model's constants and size thresholds
+	// (see Model; ParseTuning sets them by name); nil or zero fields mean
+	// the defaults, the link constants refined by the group's LinkInfo.
 	Model *Model
 	// StallProbe is how long a call may run before it sends its
 	// fingerprint to every peer, so that ranks whose counts differ so much

@@ -147,7 +147,7 @@ func TestSharedMemoryBcastSplitWriteFails(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("process_vm_writev: EPERM")
 	errs := world(t, 2, coltest.Options{Shared: true, PeerWriteErr: boom}, force(collectives.CollBcast, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
-		buf := make([]float64, 20000) // 156 KiB: split (above shmSplitMin)
+		buf := make([]float64, 20000) // 156 KiB: split (above Model.ShmSplitMin)
 		if r == 0 {
 			buf = input(7, len(buf))
 		}

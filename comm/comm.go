@@ -82,7 +82,7 @@ type Options struct {
 	// deterministic and debug modes). Every rank must pass the same.
 	Collectives collectives.Options
 	// NoEnv stops Init and FromEnv from reading the RDMAGO_* tuning
-	// variables (RDMAGO_ALGORITHMS, RDMAGO_<COLL>_ALGO, RDMAGO_DEBUG,
+	// variables (RDMAGO_ALGORITHMS, RDMAGO_<COLL>_ALGO, RDMAGO_TUNE, RDMAGO_DEBUG,
 	// RDMAGO_DETERMINISTIC, RDMAGO_IB_HCA; see docs/comm.md). Explicit
 	// Collectives options and IBDevices always win over them.
 	NoEnv bool

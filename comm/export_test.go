@@ -1,6 +1,10 @@
 package comm
 
-import "io"
+import (
+	"io"
+
+	"github.com/rdmago/rdmago/collectives"
+)
 
 // WithExit returns o with Abort's way to end the process replaced by exit,
 // so that a test can abort a rank of an in-process job without ending the
@@ -31,4 +35,9 @@ func StatusRounds(c *Comm) int64 {
 		return 0
 	}
 	return c.w.status.rounds.Load()
+}
+
+// TuningFromEnv is tuningFromEnv reading the variables from env.
+func TuningFromEnv(env map[string]string, o collectives.Options) (collectives.Options, error) {
+	return tuningFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, o)
 }

@@ -23,6 +23,10 @@ const (
 	// EnvDeterministic=1 makes reductions independent of message size and
 	// algorithm (collectives.Options.Deterministic).
 	EnvDeterministic = "RDMAGO_DETERMINISTIC"
+	// EnvTune sets the cost model's parameters and thresholds by name:
+	// "shm_small_bytes=32K,alpha=2us" (collectives.ParseTuning; the names
+	// are collectives.Tunables).
+	EnvTune = "RDMAGO_TUNE"
 )
 
 // envAlgo returns the per-collective override variable for c, e.g.
@@ -33,8 +37,15 @@ func envAlgo(c collectives.Collective) string {
 
 // tuningFromEnv merges the RDMAGO_* variables into o. Explicit settings in
 // o win: an algorithm already in o.Algorithms, Debug or Deterministic
-// already true.
+// already true, a tunable already nonzero.
 func tuningFromEnv(env jobenv.LookupEnv, o collectives.Options) (collectives.Options, error) {
+	if v, ok := env(EnvTune); ok && strings.TrimSpace(v) != "" {
+		var t collectives.Options
+		if err := collectives.ParseTuning(v, &t); err != nil {
+			return o, fmt.Errorf("%w: %s=%q: %w", ErrInvalidArgument, EnvTune, v, err)
+		}
+		o = collectives.MergeTuning(o, t)
+	}
 	algos := map[collectives.Collective]collectives.Algorithm{}
 	if v, ok := env(EnvAlgorithms); ok && strings.TrimSpace(v) != "" {
 		m, err := collectives.ParseAlgorithms(v)

@@ -57,8 +57,10 @@ type Options struct {
 	Shared     bool
 	SharedSlot int
 	// PeerWriteErr, when not nil, is what the shared region's WritePeer
-	// returns (a failing process_vm_writev).
+	// returns (a failing process_vm_writev); PeerReadErr likewise for
+	// ReadPeer (process_vm_readv).
 	PeerWriteErr error
+	PeerReadErr  error
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
@@ -462,6 +464,9 @@ func (s *shared) SleepsAfter() time.Duration { return math.MaxInt64 }
 func (s *shared) CanReadPeer() bool { return true }
 
 func (s *shared) ReadPeer(rank int, addr uint64, dst []byte) error {
+	if err := s.g.w.opts.PeerReadErr; err != nil {
+		return err
+	}
 	src, err := s.peerMem(rank, addr, dst)
 	copy(dst, src)
 	return err
