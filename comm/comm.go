@@ -395,6 +395,9 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	}
 	w.store = store
 	defer func() {
+		if err != nil {
+			reportJoinFailure(store, err)
+		}
 		if err != nil && w.ownStore != nil {
 			w.ownStore.Close()
 		}

@@ -118,3 +118,31 @@ func (w *world) blameOrigin(left int, d *departure, err error) error {
 	}
 	return fmt.Errorf("%w (rank %d left because of it: %v)", &p2p.PeerLostError{Rank: x, Reporter: left, Revoked: true}, left, err)
 }
+
+// reportJoinFailure puts a failure report for a join that failed because
+// of other ranks: ranks that left the job before it completed
+// (bootstrap.ErrRankLeft) or had not arrived by its deadline. A rank that
+// dies while the others join is otherwise not named by the launcher,
+// which sees the survivors exit first.
+func reportJoinFailure(store bootstrap.Store, err error) {
+	var be *bootstrap.Error
+	if store == nil || !errors.As(err, &be) || len(be.Ranks) == 0 {
+		return
+	}
+	if !errors.Is(be, bootstrap.ErrRankLeft) && !errors.Is(be, context.DeadlineExceeded) {
+		return
+	}
+	me := store.Rank()
+	f := bootstrap.FailureReport{Kind: "lost", Detail: err.Error()}
+	for _, r := range be.Ranks {
+		if r != me {
+			f.Origins = append(f.Origins, r)
+		}
+	}
+	if len(f.Origins) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), failureReportTimeout)
+	defer cancel()
+	_ = store.Put(ctx, bootstrap.FailureKey(me), f.Encode()) // the launcher's naming is best effort
+}

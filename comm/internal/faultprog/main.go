@@ -46,7 +46,7 @@ var (
 	until    = flag.String("until", "", "loop until rank 0 sees this file (all ranks stop at the same call), at most -iters calls")
 	victim   = flag.Int("victim", -1, "the rank that injects the fault")
 	fault    = flag.String("fault", "", "kill (SIGKILL), stop (SIGSTOP) or leave (Close and exit 0)")
-	at       = flag.String("at", "coll", "join (-after ms after the start, in FromEnv), startup (right after FromEnv), coll (during the loop's -after'th call) or close (during Close)")
+	at       = flag.String("at", "coll", "startup (right after FromEnv), coll (during the loop's -after'th call) or close (during Close)")
 	after    = flag.Int("after", 20, "with -at coll, inject during call number after")
 	liveness = flag.Duration("liveness", 1500*time.Millisecond, "p2p liveness timeout; the heartbeat is a tenth")
 	deadline = flag.Duration("deadline", 30*time.Second, "the context of every call: a survivor that waits longer reports sentinel=deadline")
@@ -76,13 +76,6 @@ func run() error {
 	var o comm.Options
 	o.P2P = p2p.Options{Heartbeat: *liveness / 10, LivenessTimeout: *liveness, CloseTimeout: time.Second}
 	addr := os.Getenv("RDMARUN_ADDR") // the rendezvous, which the test checks is gone after the job
-	if *at == "join" && os.Getenv("RDMARUN_RANK") == fmt.Sprint(*victim) {
-		// Before joining: the others wait in FromEnv for this rank.
-		go func() {
-			time.Sleep(time.Duration(*after) * time.Millisecond)
-			inject(nil)
-		}()
-	}
 	c, err := comm.FromEnv(ctx, o)
 	if err != nil {
 		return err
@@ -156,9 +149,6 @@ func inject(c *comm.Comm) {
 		syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 		time.Sleep(time.Minute) // rdmarun ends the job
 	case "leave":
-		if c == nil {
-			os.Exit(0) // before joining: it never had a communicator
-		}
 		if err := c.Close(); err != nil {
 			fmt.Fprintf(os.Stderr, "faultprog: rank %d: Close: %v\n", c.Rank(), err)
 		}
