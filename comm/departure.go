@@ -20,8 +20,12 @@ import (
 // does to name where a failure began, a rank that sees another leave
 // looks up the failure report the leaver put in the rendezvous before it
 // returned its error (bootstrap.FailureKey): if the leaver had failed
-// because rank X closed or was lost, the error names X, as the leaver's
-// did.
+// because rank X closed early, the error names X, as the leaver's did.
+//
+// Only an early close is followed. A report that a rank was lost may be
+// the view of a rank that was itself cut off (in a one-way partition it
+// notices first, and its report still reaches the rendezvous): the lost
+// peers' revokes already carry those.
 
 // departureLookup bounds the look-up. The report, when there is one, is
 // in the rendezvous before the leaver's links break, so one round trip
@@ -82,7 +86,7 @@ func (w *world) lookupDeparture(r int) *departure {
 			return
 		}
 		f, ok := bootstrap.DecodeFailure(v)
-		if !ok || (f.Kind != "closed" && f.Kind != "lost" && f.Kind != "revoked") {
+		if !ok || f.Kind != "closed" {
 			return
 		}
 		// Origins are the rendezvous's ranks; keep those of this world
@@ -102,21 +106,15 @@ func (w *world) lookupDeparture(r int) *departure {
 }
 
 // blameOrigin rewrites err, which says world rank left (lost or closed),
-// to name the rank where the leaver's own failure began, if the leaver
-// reported one: ErrClosed with a *p2p.PeerClosedError when that rank
-// closed early, ErrPeerLost and ErrRevoked with a *p2p.PeerLostError
-// (reported by the leaver) when it was lost. Otherwise err is returned
-// as it is.
+// to name the rank that closed early and made the leaver fail, if the
+// leaver reported one: ErrClosed with a *p2p.PeerClosedError naming it.
+// Otherwise err is returned as it is.
 func (w *world) blameOrigin(left int, d *departure, err error) error {
 	<-d.done
 	if !d.ok {
 		return err
 	}
-	x := d.f.Origins[0]
-	if d.f.Kind == "closed" {
-		return fmt.Errorf("%w (rank %d left because of it: %v)", &p2p.PeerClosedError{Rank: x}, left, err)
-	}
-	return fmt.Errorf("%w (rank %d left because of it: %v)", &p2p.PeerLostError{Rank: x, Reporter: left, Revoked: true}, left, err)
+	return fmt.Errorf("%w (rank %d left because of it: %v)", &p2p.PeerClosedError{Rank: d.f.Origins[0]}, left, err)
 }
 
 // reportJoinFailure puts a failure report for a join that failed because
