@@ -143,8 +143,9 @@ type world struct {
 	stop     chan struct{}
 	watchWG  sync.WaitGroup
 
-	mu    sync.Mutex
-	comms map[*Comm]struct{} // live communicators other than the world
+	mu         sync.Mutex
+	comms      map[*Comm]struct{} // live communicators other than the world
+	departures map[int]*departure // world rank → what it reported before it left (departure.go)
 
 	status *statusState // the status endpoint (status.go), nil without Options.Status
 }
@@ -394,6 +395,9 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	}
 	w.store = store
 	defer func() {
+		if err != nil {
+			reportJoinFailure(store, err)
+		}
 		if err != nil && w.ownStore != nil {
 			w.ownStore.Close()
 		}
@@ -861,6 +865,19 @@ func (c *Comm) wrap(op string, peer, tag int, err error) error {
 	var ce *collectives.Error
 	if peer == NoPeer && errors.As(err, &ce) && ce.Peer >= 0 {
 		peer = ce.Peer
+	}
+	if left, ok := c.departedRank(err); ok {
+		d := c.w.lookupDeparture(left)
+		if _, ok := PeerLost(err); ok {
+			c.w.settleLoss()
+		}
+		if e := c.w.blameOrigin(left, d, err); e != err {
+			err = e
+			var qc *p2p.PeerClosedError
+			if errors.As(err, &qc) && qc.Rank < len(c.inv) && c.inv[qc.Rank] >= 0 {
+				peer = c.inv[qc.Rank]
+			}
+		}
 	}
 	if lost, ok := PeerLost(err); ok {
 		c.w.settleLoss()

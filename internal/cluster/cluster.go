@@ -252,24 +252,61 @@ func (c *Cluster) addHost(ctx context.Context, i int, h Host) error {
 		}
 	}
 	if o.Loss > 0 {
-		// One wire frame per packet, not one 64 KiB GSO super-packet, so
-		// that a loss costs what it costs on a network.
-		for _, ns := range [][2]string{{h.Name, "eth0"}, {sw, port}} {
-			if err := run("ip", "-n", ns[0], "link", "set", "dev", ns[1], "gso_max_segs", "1"); err != nil {
-				return err
-			}
-		}
-		// On the host's ingress, so that the sender's stack sees a loss in
-		// the network rather than a local drop (which TCP is told about).
-		n := int(o.Loss*100 + 0.5)
-		rules := fmt.Sprintf("table netdev rdmacluster {\n chain loss {\n  type filter hook ingress device \"eth0\" priority 0; policy accept;\n  numgen random mod 10000 < %d counter drop\n }\n}\n", n)
-		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", h.Name, "nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(rules)
-		if err := c.runCmd(cmd); err != nil {
+		return c.setLoss(ctx, i, o.Loss)
+	}
+	return nil
+}
+
+// setLoss makes host i's link drop pct percent of the packets it receives
+// (replacing the rule in place, if any).
+func (c *Cluster) setLoss(ctx context.Context, i int, pct float64) error {
+	h, sw, port := c.Hosts[i], c.switchNS(), fmt.Sprintf("p%d", i)
+	// One wire frame per packet, not one 64 KiB GSO super-packet, so
+	// that a loss costs what it costs on a network.
+	for _, ns := range [][2]string{{h.Name, "eth0"}, {sw, port}} {
+		if err := c.run(ctx, "ip", "-n", ns[0], "link", "set", "dev", ns[1], "gso_max_segs", "1"); err != nil {
 			return err
 		}
 	}
-	return nil
+	// On the host's ingress, so that the sender's stack sees a loss in
+	// the network rather than a local drop (which TCP is told about). The
+	// table is declared, then flushed and filled in one transaction, so a
+	// rule set anew replaces the old one.
+	drop := fmt.Sprintf("numgen random mod 10000 < %d counter drop", int(pct*100+0.5))
+	if pct >= 100 {
+		drop = "counter drop" // nft refuses a comparison the numgen cannot reach
+	}
+	rules := fmt.Sprintf("table netdev rdmacluster\nflush table netdev rdmacluster\ntable netdev rdmacluster {\n chain loss {\n  type filter hook ingress device \"eth0\" priority 0; policy accept;\n  %s\n }\n}\n", drop)
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", h.Name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	return c.runCmd(cmd)
+}
+
+// SetLoss makes host i's link drop pct percent (0 to 100, to 0.01) of the
+// packets arriving at the host, chosen at random, from now on; 100 is a
+// silent partition: the link stays up, nothing gets through to the host.
+// It needs nft.
+func (c *Cluster) SetLoss(ctx context.Context, i int, pct float64) error {
+	if i < 0 || i >= len(c.Hosts) {
+		return fmt.Errorf("cluster: host %d: have %d hosts", i, len(c.Hosts))
+	}
+	if pct < 0 || pct > 100 {
+		return fmt.Errorf("cluster: loss %v%%: want 0..100", pct)
+	}
+	return c.setLoss(ctx, i, pct)
+}
+
+// SetLink cuts host i's link (its switch port goes down: the host's eth0
+// loses its carrier, and nothing passes either way) or restores it.
+func (c *Cluster) SetLink(ctx context.Context, i int, up bool) error {
+	if i < 0 || i >= len(c.Hosts) {
+		return fmt.Errorf("cluster: host %d: have %d hosts", i, len(c.Hosts))
+	}
+	state := "down"
+	if up {
+		state = "up"
+	}
+	return c.run(ctx, "ip", "-n", c.switchNS(), "link", "set", fmt.Sprintf("p%d", i), state)
 }
 
 func (c *Cluster) run(ctx context.Context, args ...string) error {

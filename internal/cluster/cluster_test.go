@@ -250,3 +250,45 @@ func TestUpInterrupted(t *testing.T) {
 	require.Error(t, err)
 	assert.Empty(t, cluster.Leftovers(o.Prefix))
 }
+
+// reachable reports whether host from reaches host to: a TCP connection
+// to a port nothing listens on is refused at once when packets pass, and
+// times out when they do not.
+func reachable(t *testing.T, c *cluster.Cluster, from, to int) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	probe := fmt.Sprintf("timeout 1 bash -c '</dev/tcp/%s/9' 2>&1; echo status=$?", c.Hosts[to].Addr)
+	out, _ := c.Command(ctx, from, "bash", "-c", probe).CombinedOutput()
+	switch {
+	case strings.Contains(string(out), "Connection refused"):
+		return true
+	case strings.Contains(string(out), "status=124"), strings.Contains(string(out), "No route to host"):
+		return false
+	}
+	t.Fatalf("probe from host %d to host %d: %s", from, to, out)
+	return false
+}
+
+// SetLink cuts a host off and restores it; SetLoss 100 drops everything
+// the host receives while its link stays up, and 0 lets it all through.
+func TestSetLinkAndLoss(t *testing.T) {
+	o := cluster.Options{Hosts: 2}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("nft is not installed")
+	}
+	c := up(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.True(t, reachable(t, c, 0, 1))
+	require.NoError(t, c.SetLink(ctx, 1, false))
+	assert.False(t, reachable(t, c, 0, 1), "after the cut")
+	require.NoError(t, c.SetLink(ctx, 1, true))
+	require.Eventually(t, func() bool { return reachable(t, c, 0, 1) }, 20*time.Second, 100*time.Millisecond, "after the restore")
+	require.NoError(t, c.SetLoss(ctx, 1, 100))
+	assert.False(t, reachable(t, c, 0, 1), "with 100% loss")
+	require.NoError(t, c.SetLoss(ctx, 1, 0))
+	assert.True(t, reachable(t, c, 0, 1), "with the loss rule replaced by 0%")
+	assert.Error(t, c.SetLink(ctx, 2, false), "no host 2")
+	assert.Error(t, c.SetLoss(ctx, 0, 101))
+}

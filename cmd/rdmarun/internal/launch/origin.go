@@ -28,18 +28,35 @@ func findOrigin(reports []bootstrap.FailureReport) (origin, bool) {
 	votes := map[int]float64{}
 	first := map[int]int{}      // rank → index of the first report naming it
 	resolved := map[int][]int{} // reporter → the origins its report resolves to
+	names := map[int][]int{}    // reporter → the ranks its report names
+	for _, f := range reports {
+		names[f.Rank] = f.Origins
+	}
+	// contested says that rank r's report names a rank that names r back:
+	// the two lost each other (the link between them broke, or one was
+	// cut off and reported first), so r did not leave because of the
+	// rank it named, and its report is no chain to follow.
+	contested := func(r int) bool {
+		for _, x := range names[r] {
+			if slices.Contains(names[x], r) {
+				return true
+			}
+		}
+		return false
+	}
 	for i, f := range reports {
 		// A rank this one saw close or vanish, which had reported a
 		// failure of its own before, left because of that failure (it
-		// closed or exited on its way out): follow it to its origins. A
-		// chain that leads back to this reporter is no evidence. (A
-		// disagreement or a refusal is about the call itself: its two
-		// sides report each other, and neither is a consequence.)
+		// closed or exited on its way out): follow it to its origins,
+		// unless that report is contested. A chain that leads back to
+		// this reporter is no evidence. (A disagreement or a refusal is
+		// about the call itself: its two sides report each other, and
+		// neither is a consequence.)
 		follow := f.Kind == "closed" || f.Kind == "lost" || f.Kind == "revoked"
 		var os []int
 		for _, o := range f.Origins {
 			via, ok := resolved[o]
-			if !ok || !follow {
+			if !ok || !follow || contested(o) {
 				via = []int{o}
 			}
 			for _, x := range via {

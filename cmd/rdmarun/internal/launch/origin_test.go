@@ -40,6 +40,12 @@ func TestFindOrigin(t *testing.T) {
 		{"the two sides of a mismatch report each other first",
 			[]bootstrap.FailureReport{rep(3, "mismatch", 4), rep(4, "mismatch", 3), rep(0, "mismatch", 3), rep(2, "mismatch", 3), rep(1, "mismatch", 3)},
 			3, []int{0, 1, 2, 4}, "called a collective with arguments that differ from the others'"},
+		{"a rank cut off from the others reports one of them first (its reports still reach the rendezvous)",
+			[]bootstrap.FailureReport{rep(2, "lost", 0), rep(1, "lost", 2), rep(0, "revoked", 2)},
+			2, []int{0, 1}, "was lost"},
+		{"a rank cut off reports both others first",
+			[]bootstrap.FailureReport{rep(2, "lost", 0, 1), rep(1, "lost", 2), rep(0, "lost", 2), rep(3, "revoked", 2)},
+			2, []int{0, 1, 3}, "was lost"},
 		{"a report naming its own rank is no evidence", []bootstrap.FailureReport{rep(1, "lost", 1)}, -1, nil, ""},
 		{"no reports", nil, -1, nil, ""},
 	}
