@@ -387,7 +387,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: ErrClosed}
+		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: errEngineClosed}
 	}
 	if e.cur != nil {
 		e.mu.Unlock()
@@ -453,7 +453,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		e.shmMu.RLock()
 		st.shmHeld = true
 		if e.shmGone {
-			return c, c.end(&Error{Op: st.op, Algorithm: alg.String(), Seq: st.seq, Rank: e.rank, Peer: -1, Err: ErrClosed})
+			return c, c.end(&Error{Op: st.op, Algorithm: alg.String(), Seq: st.seq, Rank: e.rank, Peer: -1, Err: errEngineClosed})
 		}
 		// A failed group fails every later call. The shared-memory waits
 		// look at the group only when a peer is slow, so a call whose

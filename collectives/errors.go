@@ -1,28 +1,37 @@
 package collectives
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/verbs"
 )
 
-// Sentinel causes, tested with errors.Is.
+// Sentinel causes, tested with errors.Is. Each is the value of the lowest
+// layer that has the cause (ErrClosed is verbs.ErrClosed, which is also
+// p2p.ErrClosed), so any layer's name for it matches.
 var (
 	// ErrMismatch: ranks called a collective with different counts, ops,
 	// element types, roots or algorithms. The error is a *MismatchError.
-	ErrMismatch = errors.New("collective arguments differ across ranks")
+	// It is verbs.ErrMismatch (also bootstrap.ErrMismatch).
+	ErrMismatch = verbs.ErrMismatch
 	// ErrInvalidArgument: a bad argument on this rank (root out of range,
 	// buffer lengths that do not fit the collective, unknown algorithm).
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = verbs.ErrInvalidArgument
 	// ErrUnsupported: the op is not defined for the element type, or an
-	// algorithm needs a capability the group lacks.
-	ErrUnsupported = errors.New("not supported")
+	// algorithm needs a capability the group lacks. It is
+	// reduce.ErrUnsupported and verbs.ErrUnsupported.
+	ErrUnsupported = reduce.ErrUnsupported
 	// ErrClosed: the Engine was closed, or a peer closed its own before
 	// completing the call (a *PeerClosedError names it).
-	ErrClosed = errors.New("engine closed")
+	ErrClosed = verbs.ErrClosed
 	// ErrProtocol: a message that is not a collectives message of this call
 	// (corrupt header).
-	ErrProtocol = errors.New("protocol error")
+	ErrProtocol = verbs.ErrProtocol
 )
+
+// errEngineClosed says what was closed when this rank's own Engine was.
+var errEngineClosed = fmt.Errorf("engine %w", ErrClosed)
 
 // Error carries the context of a failed collective: which collective (and
 // its sequence number on this Engine), on which rank, talking to which peer

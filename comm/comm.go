@@ -965,7 +965,7 @@ func (c *Comm) check(op string) error {
 		return &OpError{Op: op, Rank: -1, Peer: NoPeer, Tag: NoTag, Err: fmt.Errorf("%w: nil communicator", ErrInvalidArgument)}
 	}
 	if c.closed.Load() {
-		return c.opErr(op, NoPeer, NoTag, ErrClosed)
+		return c.opErr(op, NoPeer, NoTag, errCommClosed)
 	}
 	return nil
 }

@@ -7,17 +7,14 @@ import (
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
-	"github.com/rdmago/rdmago/collectives/reduce"
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
-	"github.com/rdmago/rdmago/comm/internal/launchers"
 	"github.com/rdmago/rdmago/p2p"
 )
 
-// Sentinel causes, tested with errors.Is. Where one lower layer owns the
-// cause the sentinel is that layer's own value (ErrPeerLost is
-// p2p.ErrPeerLost), so errors.Is works with either name; where several
-// layers have their own (closed, invalid argument), the comm sentinel
-// matches every one of them through OpError.Is.
+// Sentinel causes, tested with errors.Is. Each is the value of the lowest
+// layer that has the cause (ErrPeerLost is p2p.ErrPeerLost, ErrClosed is
+// verbs.ErrClosed, which p2p, collectives and bootstrap alias too), so
+// errors.Is works with any layer's name for it. docs/errors.md lists them.
 var (
 	// ErrPeerLost: a rank died or its link broke. Every pending and later
 	// operation on every communicator of every surviving rank fails with
@@ -32,8 +29,8 @@ var (
 	// ErrMismatch: ranks called a collective with different counts, ops,
 	// element types or roots (a *collectives.MismatchError names both ranks
 	// and both values), or a received message is not a whole number of
-	// elements. Also matches the rendezvous's bootstrap.ErrMismatch (ranks
-	// of one job built with different versions or transports).
+	// elements, or ranks of one job were built with different versions or
+	// transports (the rendezvous's bootstrap.ErrMismatch, the same value).
 	ErrMismatch = collectives.ErrMismatch
 	// ErrInvalidRank: a rank (destination, source, root) outside
 	// [0, Size).
@@ -42,13 +39,13 @@ var (
 	ErrInvalidTag = p2p.ErrInvalidTag
 	// ErrInvalidArgument: any other bad input (buffer lengths that do not
 	// fit the collective, counts, a nil communicator, bad Options).
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = p2p.ErrInvalidArgument
 	// ErrUnsupported: the op is not defined for the element type (bitwise
 	// ops on floats), or an algorithm needs what the communicator lacks.
 	ErrUnsupported = collectives.ErrUnsupported
 	// ErrClosed: the communicator (or the endpoint under it) was closed, or
 	// the peer a receive waits for closed its own.
-	ErrClosed = errors.New("communicator closed")
+	ErrClosed = p2p.ErrClosed
 	// ErrAborted: a rank called Abort. errors.As finds a
 	// *bootstrap.AbortError with its rank, code and reason.
 	ErrAborted = bootstrap.ErrAborted
@@ -56,18 +53,11 @@ var (
 	ErrCanceled = p2p.ErrCanceled
 	// ErrLauncher: FromEnv found no launcher environment, or a malformed
 	// one (the error names the variable and its value).
-	ErrLauncher = errors.New("launcher environment")
+	ErrLauncher = jobenv.ErrLauncher
 )
 
-// equiv lists, per comm sentinel that is not itself a lower-layer value,
-// the lower-layer causes it stands for.
-var equiv = map[error][]error{
-	ErrClosed:          {p2p.ErrClosed, collectives.ErrClosed, bootstrap.ErrClosed},
-	ErrInvalidArgument: {p2p.ErrInvalidArgument, collectives.ErrInvalidArgument, bootstrap.ErrInvalid},
-	ErrMismatch:        {bootstrap.ErrMismatch},
-	ErrLauncher:        {jobenv.ErrNoLauncher, jobenv.ErrInvalid, launchers.ErrNoLauncher},
-	ErrUnsupported:     {reduce.ErrUnsupported},
-}
+// errCommClosed says what was closed when it was this communicator.
+var errCommClosed = fmt.Errorf("communicator %w", ErrClosed)
 
 // Wildcards and limits.
 const (
@@ -127,17 +117,6 @@ func (e *OpError) Error() string {
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
-
-// Is makes the comm sentinels that stand for several lower-layer causes
-// match each of them.
-func (e *OpError) Is(target error) bool {
-	for _, lower := range equiv[target] {
-		if errors.Is(e.Err, lower) {
-			return true
-		}
-	}
-	return false
-}
 
 // PeerLost returns the lost rank named by err (in world numbering, the
 // rank FromEnv / Init gave it), if err is a peer loss.

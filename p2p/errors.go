@@ -7,10 +7,13 @@ import (
 	"strings"
 
 	"github.com/rdmago/rdmago/internal/ranklist"
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // Sentinel causes. Every error this package returns is a *Error whose cause
-// matches one of these (or a context error) with errors.Is.
+// matches one of these (or a context error) with errors.Is. The causes the
+// verbs layer defines (closed, invalid argument, protocol error) are its
+// values under this package's names, so either name matches.
 var (
 	// ErrPeerLost: a rank of the endpoint died or its link broke. The cause
 	// is a *PeerLostError naming the rank.
@@ -22,19 +25,22 @@ var (
 	// ErrTruncated: a message was larger than the receive buffer; the cause
 	// is a *TruncatedError stating both sizes.
 	ErrTruncated = errors.New("message truncated")
-	// ErrClosed: the endpoint (or window) was closed, or the peer closed its own.
-	ErrClosed = errors.New("closed")
+	// ErrClosed: the endpoint (or window) was closed, or the peer closed its
+	// own (a *PeerClosedError names it). It is verbs.ErrClosed.
+	ErrClosed = verbs.ErrClosed
 	// ErrInvalidRank: a rank outside [0, Size) (or AnySource where a real
 	// rank is needed).
 	ErrInvalidRank = errors.New("invalid rank")
 	// ErrInvalidTag: a tag outside [0, MaxTag] (or AnyTag on a send).
 	ErrInvalidTag = errors.New("invalid tag")
-	// ErrInvalidArgument: any other bad input (offsets, sizes, options).
-	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInvalidArgument: any other bad input (offsets, sizes, options). It
+	// is verbs.ErrInvalidArgument.
+	ErrInvalidArgument = verbs.ErrInvalidArgument
 	// ErrCanceled: the request was canceled (Request.Cancel) before it matched.
 	ErrCanceled = errors.New("request canceled")
-	// ErrProtocol: a peer sent a frame this endpoint cannot parse.
-	ErrProtocol = errors.New("protocol error")
+	// ErrProtocol: a peer sent a frame this endpoint cannot parse. It is
+	// verbs.ErrProtocol.
+	ErrProtocol = verbs.ErrProtocol
 )
 
 // Error is the error of a failed point-to-point or window operation.
