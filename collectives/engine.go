@@ -635,7 +635,10 @@ func (c *call) fail(peer int, err error) error {
 		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: ab}
 	}
 	if c.parent.Err() != nil {
-		err = fmt.Errorf("waiting for rank %d: %w", wp, context.Cause(c.parent))
+		err = context.Cause(c.parent)
+		if wp >= 0 { // the error names wp as its peer; this says what of it
+			err = fmt.Errorf("%w: had not arrived", err)
+		}
 	}
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: wp, Err: err}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
+	"github.com/rdmago/rdmago/internal/errfmt"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -78,40 +79,69 @@ const (
 // The cause (Err) wraps the lower layers' errors, so errors.Is matches the
 // sentinels above and errors.As finds *p2p.PeerLostError,
 // *collectives.MismatchError, *p2p.TruncatedError, *bootstrap.AbortError.
+//
+// It prints the failure as one line that names each thing once: the
+// collective (name, sequence number and algorithm) or the operation, this
+// rank of the size, the peer and tag, then the cause, from which the lower
+// layers leave out what this line has said:
+//
+//	comm: allreduce #1 (shared_memory) on rank 3 of 5: peer 0: count mismatch: rank 3 has 5 elements, rank 0 has 4 elements
+//	comm: Recv on rank 0 of 2: peer 1, tag 3: closed its endpoint
 type OpError struct {
-	Op   string // "send", "recv", "allreduce", "split", "init", ...
+	Op   string // "Send", "Recv", "Allreduce", "Split", "FromEnv", "Init", ...
 	Rank int    // this rank in the communicator (-1 before it exists)
 	Size int    // the communicator's size (0 before it exists)
 	Peer int    // the other rank (communicator numbering), AnySource, or NoPeer
 	Tag  int    // the tag, AnyTag, or NoTag
 	Err  error
+
+	// origin: Peer is the rank where the failure began (it was lost,
+	// closed, or failed the call), which the cause then need not name.
+	origin bool
+	// note follows the peer: its world rank when it was lost from a
+	// communicator other than the world.
+	note string
 }
 
 func (e *OpError) Error() string {
 	var b strings.Builder
 	b.WriteString("comm: ")
-	b.WriteString(e.Op)
+	in := errfmt.Said{Nested: true, Op: e.Op}
+	// A collective's own error names the call better: its sequence number
+	// and algorithm.
+	if h, ok := e.Err.(errfmt.Headed); ok && errfmt.SameOp(e.Op, h.HeadOp()) {
+		b.WriteString(h.Head())
+		in.Op = h.HeadOp()
+	} else {
+		b.WriteString(e.Op)
+	}
 	if e.Rank >= 0 {
 		fmt.Fprintf(&b, " on rank %d", e.Rank)
 		if e.Size > 0 {
 			fmt.Fprintf(&b, " of %d", e.Size)
 		}
+		in.Rank = true
 	}
+	var f []string
 	switch {
 	case e.Peer == AnySource:
-		b.WriteString(" from any source")
+		f = append(f, "any source")
+		in.Peer = true
 	case e.Peer >= 0:
-		fmt.Fprintf(&b, " with peer %d", e.Peer)
+		f = append(f, fmt.Sprintf("peer %d%s", e.Peer, e.note))
+		in.Peer, in.Origin = true, e.origin
 	}
 	switch {
 	case e.Tag == AnyTag:
-		b.WriteString(", any tag")
+		f = append(f, "any tag")
+		in.Tag = true
 	case e.Tag >= 0:
-		fmt.Fprintf(&b, ", tag %d", e.Tag)
+		f = append(f, fmt.Sprintf("tag %d", e.Tag))
+		in.Tag = true
 	}
-	if e.Err != nil {
+	if rest := errfmt.Join(strings.Join(f, ", "), errfmt.Tell(e.Err, in)); rest != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+		b.WriteString(rest)
 	}
 	return b.String()
 }

@@ -211,7 +211,7 @@ func TestSentinelsOneValue(t *testing.T) {
 		assert.ErrorIs(t, err, tc.cause)
 	}
 	err := error(&comm.OpError{Op: "Send", Rank: 1, Size: 4, Peer: 2, Tag: 7, Err: p2p.ErrClosed})
-	assert.Equal(t, "comm: Send on rank 1 of 4 with peer 2, tag 7: closed", err.Error())
+	assert.Equal(t, "comm: Send on rank 1 of 4: peer 2, tag 7: closed", err.Error())
 	assert.NotErrorIs(t, err, comm.ErrPeerLost)
 	r, ok := comm.PeerLost(fmt.Errorf("x: %w", &p2p.PeerLostError{Rank: 5}))
 	assert.True(t, ok)
@@ -280,7 +280,7 @@ func TestPeerLostDuringCollective(t *testing.T) {
 				err = comm.Barrier(ctx, sub)
 				var oe *comm.OpError
 				if r, ok := comm.PeerLost(err); !ok || r != lost || !errors.As(err, &oe) || oe.Peer != p-1-lost ||
-					!strings.Contains(err.Error(), fmt.Sprintf("lost rank %d (world rank %d)", p-1-lost, lost)) {
+					!strings.Contains(err.Error(), fmt.Sprintf("peer %d (world rank %d): lost", p-1-lost, lost)) {
 					return fmt.Errorf("split: want peer %d (world rank %d) lost, got %v", p-1-lost, lost, err)
 				}
 				if err := checkLost(comm.Send(ctx, c, buf, (c.Rank()+1)%p, 0), lost, "Send"); err != nil {
