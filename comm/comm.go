@@ -878,7 +878,7 @@ func (c *Comm) wrap(op string, peer, tag int, err error) error {
 		peer, origin = o, true
 	}
 	if ap := c.w.abortErr.Load(); ap != nil && !errors.Is(err, ErrAborted) {
-		err = fmt.Errorf("%w; %w", *ap, err)
+		err = &abortedError{abort: *ap, err: err}
 	}
 	oe := &OpError{Op: op, Rank: c.rank, Size: c.size, Peer: peer, Tag: tag, Err: err, origin: origin, note: note}
 	c.reportFailure(oe)

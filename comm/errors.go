@@ -148,6 +148,19 @@ func (e *OpError) Error() string {
 
 func (e *OpError) Unwrap() error { return e.Err }
 
+// abortedError is a failure an abort caused: the abort (which names the
+// aborting rank and its code), then what this call saw, told in the
+// OpError's line like any cause. It matches both.
+type abortedError struct{ abort, err error }
+
+func (e *abortedError) Error() string { return e.Tell(errfmt.Said{}) }
+
+func (e *abortedError) Tell(s errfmt.Said) string {
+	return e.abort.Error() + "; " + errfmt.Tell(e.err, s)
+}
+
+func (e *abortedError) Unwrap() []error { return []error{e.abort, e.err} }
+
 // PeerLost returns the lost rank named by err (in world numbering, the
 // rank FromEnv / Init gave it), if err is a peer loss.
 func PeerLost(err error) (rank int, ok bool) {

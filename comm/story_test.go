@@ -300,3 +300,29 @@ func lostText(pl *p2p.PeerLostError) string {
 	}
 	return s + ": " + pl.Cause.Error()
 }
+
+// TestOpErrorLine: the line of a failure an abort caused (the abort, then
+// the cause as the line tells it), and a lost peer's chain through every
+// layer, built by hand; and p2p's error alone names all it knows once.
+func TestOpErrorLine(t *testing.T) {
+	lost := &p2p.PeerLostError{Rank: 2, Reporter: 0, Cause: errors.New("link failed: x")}
+	chain := &collectives.Error{Op: "allreduce", Algorithm: "ring", Seq: 4, Rank: 0, Peer: 2,
+		Err: &p2p.Error{Op: "Irecv", Rank: 0, Peer: 2, Tag: 9, Err: lost}}
+	abort := &bootstrap.AbortError{Info: bootstrap.AbortInfo{Rank: 2, Code: 3, Reason: "r"}}
+
+	err := comm.NewOpError("Allreduce", 0, 3, 2, nil, chain)
+	assert.Equal(t, "comm: allreduce #4 (ring) on rank 0 of 3: peer 2: lost: link failed: x", err.Error())
+
+	err = comm.NewOpError("Allreduce", 0, 3, 2, abort, chain)
+	assert.Equal(t, "comm: Allreduce on rank 0 of 3: peer 2: job aborted by rank 2 with code 3: r; lost: link failed: x", err.Error())
+	assert.ErrorIs(t, err, comm.ErrAborted)
+	assert.ErrorIs(t, err, comm.ErrPeerLost)
+	var pl *p2p.PeerLostError
+	assert.ErrorAs(t, err, &pl)
+	var ae *bootstrap.AbortError
+	assert.ErrorAs(t, err, &ae)
+
+	assert.Equal(t, "p2p: rank 0: Irecv peer 2 tag 9: lost: link failed: x", chain.Err.Error())
+	assert.Equal(t, "p2p: rank 0: Recv peer 1 tag 3: rank 2 lost: link failed: x",
+		(&p2p.Error{Op: "Recv", Rank: 0, Peer: 1, Tag: 3, Err: lost}).Error(), "another rank's loss names it")
+}
