@@ -313,7 +313,7 @@ func (e *Engine) onAbort(seq uint32, m error) {
 	defer e.mu.Unlock()
 	switch {
 	case e.cur != nil && e.cur.seq == seq:
-		suspectByOwn(m, &e.cur.hdr)
+		suspectByOwn(m, &e.cur.hdr, e.rank)
 		if e.cur.abort == nil {
 			e.cur.abort = m
 		}
@@ -414,7 +414,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	if len(e.aborts) > 0 {
 		if m := e.aborts[e.seq]; m != nil {
 			delete(e.aborts, e.seq)
-			suspectByOwn(m, &st.hdr)
+			suspectByOwn(m, &st.hdr, e.rank)
 			st.abort = m
 			st.stopLocked()
 		}
