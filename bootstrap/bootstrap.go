@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/ranklist"
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // Limits. They keep every frame small and bounded so that a server can
@@ -139,30 +140,36 @@ func Allgather(ctx context.Context, s Store, key string, value []byte) ([][]byte
 // Barrier returns once every rank has entered it. It is the store's Fence.
 func Barrier(ctx context.Context, s Store) error { return s.Fence(ctx) }
 
-// Sentinel causes, matched with errors.Is.
+// Sentinel causes, matched with errors.Is. The causes the verbs layer
+// defines (invalid argument, authentication, mismatch, closed, protocol
+// error) are its values under this package's names, so the name of any
+// layer matches (comm.ErrClosed is bootstrap.ErrClosed).
 var (
-	// ErrInvalid: a bad argument (empty or long key, long value, bad options).
-	ErrInvalid = errors.New("invalid argument")
-	// ErrAuth: the peer did not prove knowledge of the job token.
-	ErrAuth = errors.New("authentication failed")
+	// ErrInvalid: a bad argument (empty or long key, long value, bad
+	// options). It is verbs.ErrInvalidArgument.
+	ErrInvalid = verbs.ErrInvalidArgument
+	// ErrAuth: the peer did not prove knowledge of the job token. It is
+	// verbs.ErrAuth.
+	ErrAuth = verbs.ErrAuth
 	// ErrRefused: the server refused this rank's join (duplicate rank, rank
 	// out of range).
 	ErrRefused = errors.New("join refused")
 	// ErrMismatch: ranks disagree (job size, library version, transport
-	// configuration, or which collective they are in).
-	ErrMismatch = errors.New("ranks disagree")
+	// configuration, or which collective they are in). It is
+	// verbs.ErrMismatch (also collectives.ErrMismatch).
+	ErrMismatch = verbs.ErrMismatch
 	// ErrRankLeft: a rank closed or lost its connection before a collective
 	// it had to join completed.
 	ErrRankLeft = errors.New("rank left the job")
 	// ErrAborted: a rank aborted the job (see AbortError).
 	ErrAborted = errors.New("job aborted")
-	// ErrClosed: the client or the server was closed.
-	ErrClosed = errors.New("closed")
+	// ErrClosed: the client or the server was closed. It is verbs.ErrClosed.
+	ErrClosed = verbs.ErrClosed
 	// ErrServerLost: the connection to the rendezvous server broke, or the
 	// server sent something this client cannot parse.
 	ErrServerLost = errors.New("rendezvous server lost")
-	// ErrProtocol: a malformed frame.
-	ErrProtocol = errors.New("protocol error")
+	// ErrProtocol: a malformed frame. It is verbs.ErrProtocol.
+	ErrProtocol = verbs.ErrProtocol
 )
 
 // Error is the error of a failed bootstrap operation.

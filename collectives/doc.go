@@ -78,8 +78,9 @@
 // closes that gap with an all-to-all fingerprint check before each call,
 // so every rank reports any difference by name before data moves. Errors are
 // *Error{Op, Algorithm, Seq, Rank, Peer, Err} wrapping the cause (the
-// group's peer-lost error, the caller's context error naming the rank
-// waited for, ...). After an error no request of the call is still in
+// group's peer-lost error, the caller's context error with Peer the rank
+// waited for, ...); its message names each of these once, and inside
+// comm's error it leaves out what comm's names (docs/errors.md). After an error no request of the call is still in
 // flight: the call cancels them and waits before it returns.
 //
 // # Concurrency

@@ -313,7 +313,7 @@ func (e *Engine) onAbort(seq uint32, m error) {
 	defer e.mu.Unlock()
 	switch {
 	case e.cur != nil && e.cur.seq == seq:
-		suspectByOwn(m, &e.cur.hdr)
+		suspectByOwn(m, &e.cur.hdr, e.rank)
 		if e.cur.abort == nil {
 			e.cur.abort = m
 		}
@@ -387,7 +387,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: ErrClosed}
+		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: errEngineClosed}
 	}
 	if e.cur != nil {
 		e.mu.Unlock()
@@ -414,7 +414,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	if len(e.aborts) > 0 {
 		if m := e.aborts[e.seq]; m != nil {
 			delete(e.aborts, e.seq)
-			suspectByOwn(m, &st.hdr)
+			suspectByOwn(m, &st.hdr, e.rank)
 			st.abort = m
 			st.stopLocked()
 		}
@@ -453,7 +453,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		e.shmMu.RLock()
 		st.shmHeld = true
 		if e.shmGone {
-			return c, c.end(&Error{Op: st.op, Algorithm: alg.String(), Seq: st.seq, Rank: e.rank, Peer: -1, Err: ErrClosed})
+			return c, c.end(&Error{Op: st.op, Algorithm: alg.String(), Seq: st.seq, Rank: e.rank, Peer: -1, Err: errEngineClosed})
 		}
 		// A failed group fails every later call. The shared-memory waits
 		// look at the group only when a peer is slow, so a call whose
@@ -635,7 +635,10 @@ func (c *call) fail(peer int, err error) error {
 		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: ab}
 	}
 	if c.parent.Err() != nil {
-		err = fmt.Errorf("waiting for rank %d: %w", wp, context.Cause(c.parent))
+		err = context.Cause(c.parent)
+		if wp >= 0 { // the error names wp as its peer; this says what of it
+			err = fmt.Errorf("%w: had not arrived", err)
+		}
 	}
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: wp, Err: err}
 }

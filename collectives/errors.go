@@ -3,26 +3,38 @@ package collectives
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/internal/errfmt"
+	"github.com/rdmago/rdmago/verbs"
 )
 
-// Sentinel causes, tested with errors.Is.
+// Sentinel causes, tested with errors.Is. Each is the value of the lowest
+// layer that has the cause (ErrClosed is verbs.ErrClosed, which is also
+// p2p.ErrClosed), so any layer's name for it matches.
 var (
 	// ErrMismatch: ranks called a collective with different counts, ops,
 	// element types, roots or algorithms. The error is a *MismatchError.
-	ErrMismatch = errors.New("collective arguments differ across ranks")
+	// It is verbs.ErrMismatch (also bootstrap.ErrMismatch).
+	ErrMismatch = verbs.ErrMismatch
 	// ErrInvalidArgument: a bad argument on this rank (root out of range,
 	// buffer lengths that do not fit the collective, unknown algorithm).
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = verbs.ErrInvalidArgument
 	// ErrUnsupported: the op is not defined for the element type, or an
-	// algorithm needs a capability the group lacks.
-	ErrUnsupported = errors.New("not supported")
+	// algorithm needs a capability the group lacks. It is
+	// reduce.ErrUnsupported and verbs.ErrUnsupported.
+	ErrUnsupported = reduce.ErrUnsupported
 	// ErrClosed: the Engine was closed, or a peer closed its own before
 	// completing the call (a *PeerClosedError names it).
-	ErrClosed = errors.New("engine closed")
+	ErrClosed = verbs.ErrClosed
 	// ErrProtocol: a message that is not a collectives message of this call
 	// (corrupt header).
-	ErrProtocol = errors.New("protocol error")
+	ErrProtocol = verbs.ErrProtocol
 )
+
+// errEngineClosed says what was closed when this rank's own Engine was.
+var errEngineClosed = fmt.Errorf("engine %w", ErrClosed)
 
 // Error carries the context of a failed collective: which collective (and
 // its sequence number on this Engine), on which rank, talking to which peer
@@ -36,16 +48,62 @@ type Error struct {
 	Err       error
 }
 
-func (e *Error) Error() string {
-	s := fmt.Sprintf("collectives: %s #%d", e.Op, e.Seq)
+func (e *Error) Error() string { return e.Tell(errfmt.Said{}) }
+
+// Tell prints e inside enclosing errors that said s: "collectives:
+// allreduce #1 (ring) on rank 3: peer 0: count mismatch: ..." alone, and
+// only "peer 0: count mismatch: ..." inside comm's error, which names the
+// collective (Head) and the rank. The messages e wraps (p2p's) travel on
+// the collectives' own tags, which are left out.
+func (e *Error) Tell(s errfmt.Said) string {
+	var b strings.Builder
+	if !s.Nested {
+		b.WriteString("collectives: ")
+	}
+	if !errfmt.SameOp(e.Op, s.Op) {
+		b.WriteString(e.Head())
+		if !s.Rank {
+			fmt.Fprintf(&b, " on rank %d", e.Rank)
+		}
+		b.WriteString(": ")
+	} else if !s.Rank {
+		fmt.Fprintf(&b, "rank %d: ", e.Rank)
+	}
+	frame := ""
+	in := s
+	in.Nested, in.Rank, in.Tag, in.Op = true, true, true, e.Op
+	if !s.Peer && e.Peer >= 0 {
+		frame = fmt.Sprintf("peer %d", e.Peer)
+		in.Peer, in.Origin = true, originOf(e.Err) == e.Peer
+	}
+	b.WriteString(errfmt.Join(frame, errfmt.Tell(e.Err, in)))
+	return b.String()
+}
+
+// Head names the call: "allreduce #1 (ring)".
+func (e *Error) Head() string {
+	h := fmt.Sprintf("%s #%d", e.Op, e.Seq)
 	if e.Algorithm != "" {
-		s += " (" + e.Algorithm + ")"
+		h += " (" + e.Algorithm + ")"
 	}
-	s += fmt.Sprintf(" on rank %d", e.Rank)
-	if e.Peer >= 0 {
-		s += fmt.Sprintf(" with peer %d", e.Peer)
+	return h
+}
+
+// HeadOp is the collective's name, "allreduce".
+func (e *Error) HeadOp() string { return e.Op }
+
+// origin is implemented by the causes that name the rank where a failure
+// began (in the group's numbering); an error whose peer is that rank tells
+// them to leave it out.
+type origin interface{ originRank() int }
+
+// originOf is the rank where err began, -1 when err does not name one.
+func originOf(err error) int {
+	var o origin
+	if errors.As(err, &o) {
+		return o.originRank()
 	}
-	return s + ": " + e.Err.Error()
+	return -1
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -99,9 +157,17 @@ type PeerError struct {
 	Err  error
 }
 
-func (e *PeerError) Error() string {
+func (e *PeerError) Error() string { return e.Tell(errfmt.Said{}) }
+
+// Tell leaves the rank out when the enclosing error named it as the peer.
+func (e *PeerError) Tell(s errfmt.Said) string {
+	if s.Origin {
+		return "failed the call: " + e.Err.Error()
+	}
 	return fmt.Sprintf("rank %d failed the call: %v", e.Rank, e.Err)
 }
+
+func (e *PeerError) originRank() int { return e.Rank }
 
 func (e *PeerError) Unwrap() error { return e.Err }
 
@@ -112,8 +178,16 @@ type PeerClosedError struct {
 	Rank int
 }
 
-func (e *PeerClosedError) Error() string {
+func (e *PeerClosedError) Error() string { return e.Tell(errfmt.Said{}) }
+
+// Tell leaves the rank out when the enclosing error named it as the peer.
+func (e *PeerClosedError) Tell(s errfmt.Said) string {
+	if s.Origin {
+		return "closed its communicator before completing this call"
+	}
 	return fmt.Sprintf("rank %d closed its communicator before completing this call", e.Rank)
 }
+
+func (e *PeerClosedError) originRank() int { return e.Rank }
 
 func (e *PeerClosedError) Is(target error) bool { return target == ErrClosed }

@@ -308,7 +308,10 @@ func TestDeadlineNamesPeer(t *testing.T) {
 	defer cancel()
 	err = collectives.Allreduce(ctx, e, []int32{1}, reduce.Sum)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorContains(t, err, "waiting for rank 1")
+	var ce *collectives.Error
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, 1, ce.Peer, "%v", err)
+	require.ErrorContains(t, err, "peer 1: context deadline exceeded: had not arrived")
 }
 
 // TestConcurrentCallsRejected: the Engine refuses a second collective while

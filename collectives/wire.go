@@ -188,11 +188,12 @@ func mismatchFromAbort(h *header, extra []byte) error {
 }
 
 // suspectByOwn fills in the suspect of a mismatch between two other ranks
-// that this rank heard of, from its own call h: the rank whose value is
-// not this rank's. (A third rank that agrees with one side is evidence.)
-func suspectByOwn(err error, h *header) {
+// that rank me heard of, from its own call h: the rank whose value is not
+// me's. (A third rank that agrees with one side is evidence; me, when it
+// is one of the two, is not: it would name the other whatever it is.)
+func suspectByOwn(err error, h *header, me int) {
 	m, ok := err.(*MismatchError)
-	if !ok || m.Suspect >= 0 {
+	if !ok || m.Suspect >= 0 || m.Rank == me || m.Peer == me {
 		return
 	}
 	var mine int64

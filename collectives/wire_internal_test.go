@@ -27,3 +27,21 @@ func TestDataHeaderFitsOneRingLine(t *testing.T) {
 	assert.Equal(t, a, got)
 	assert.False(t, got.decode(ab[:dataHdrLen]), "an abort cut to a data header's length is malformed")
 }
+
+// TestSuspectByOwn: a rank that hears of a disagreement between two other
+// ranks names as the suspect the one whose call differs from its own; a
+// rank that is itself one of the two is no third witness and names none
+// (it named the lone rank that agrees with it, the culprit being itself).
+func TestSuspectByOwn(t *testing.T) {
+	own := &header{count: 4}
+	m := newMismatch("count", 0, 4, 2, 5)
+	suspectByOwn(m, own, 1)
+	assert.Equal(t, 2, m.Suspect, "a third rank with 4 elements")
+
+	m = newMismatch("count", 0, 4, 2, 5)
+	suspectByOwn(m, &header{count: 5}, 2)
+	assert.Equal(t, -1, m.Suspect, "rank 2 is one of the two")
+	m = newMismatch("count", 2, 5, 0, 4)
+	suspectByOwn(m, &header{count: 5}, 2)
+	assert.Equal(t, -1, m.Suspect, "rank 2 is one of the two")
+}

@@ -138,7 +138,7 @@ func TestRefusalAndDebugErrorsName(t *testing.T) {
 		if !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &ce) {
 			return fmt.Errorf("want a mismatch, got %v", err)
 		}
-		if ce.Peer == c.Rank() || strings.Contains(err.Error(), fmt.Sprintf("on rank %d with peer %d", c.Rank(), c.Rank())) {
+		if ce.Peer == c.Rank() || strings.Contains(err.Error(), fmt.Sprintf("on rank %d of 4: peer %d:", c.Rank(), c.Rank())) {
 			return fmt.Errorf("rank %d names itself as its peer: %v", c.Rank(), err)
 		}
 		return nil

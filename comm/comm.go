@@ -860,7 +860,8 @@ func (c *Comm) wrapNil(op string, err error) error {
 
 // wrap turns a lower layer's error into an OpError: the peer a collective
 // names, the lost rank of a peer loss (in this communicator's numbering
-// when it is a member), and the abort that caused it all.
+// when it is a member) or the rank where the failure began, and the abort
+// that caused it all.
 func (c *Comm) wrap(op string, peer, tag int, err error) error {
 	var ce *collectives.Error
 	if peer == NoPeer && errors.As(err, &ce) && ce.Peer >= 0 {
@@ -879,23 +880,56 @@ func (c *Comm) wrap(op string, peer, tag int, err error) error {
 			}
 		}
 	}
+	origin, note := false, ""
 	if lost, ok := PeerLost(err); ok {
 		c.w.settleLoss()
 		if r := c.inv[lost]; r >= 0 {
-			peer = r
+			peer, origin = r, true
 			if !c.isWorld {
-				err = fmt.Errorf("lost rank %d (world rank %d): %w", r, lost, err)
+				note = fmt.Sprintf(" (world rank %d)", lost)
 			}
 		} else {
-			err = fmt.Errorf("lost world rank %d, not a member of this communicator: %w", lost, err)
+			err = fmt.Errorf("a rank outside this communicator (world numbering): %w", err)
 		}
+	} else if o := c.originOf(err); o >= 0 && (peer == NoPeer || peer == o) {
+		peer, origin = o, true
 	}
 	if ap := c.w.abortErr.Load(); ap != nil && !errors.Is(err, ErrAborted) {
-		err = fmt.Errorf("%w; %w", *ap, err)
+		err = &abortedError{abort: *ap, err: err}
 	}
-	oe := c.opErr(op, peer, tag, err)
+	oe := &OpError{Op: op, Rank: c.rank, Size: c.size, Peer: peer, Tag: tag, Err: err, origin: origin, note: note}
 	c.reportFailure(oe)
 	return oe
+}
+
+// originOf is the rank (of this communicator) where err began when
+// another rank's closing, failed call or absence caused it, else -1.
+func (c *Comm) originOf(err error) int {
+	var (
+		pc *collectives.PeerClosedError
+		pe *collectives.PeerError
+		qc *p2p.PeerClosedError
+		de *p2p.DeadlineError
+	)
+	switch {
+	case errors.As(err, &pc):
+		return pc.Rank
+	case errors.As(err, &pe):
+		return pe.Rank
+	case errors.As(err, &qc): // endpoint ranks are world ranks
+		return c.memberOf(qc.Rank)
+	case errors.As(err, &de) && len(de.Ranks) == 1 && !de.Any:
+		return c.memberOf(de.Ranks[0])
+	}
+	return -1
+}
+
+// memberOf is world rank w's rank in this communicator, -1 if none.
+func (c *Comm) memberOf(w int) int {
+	if w < 0 || w >= len(c.inv) {
+		return -1
+	}
+	return c.inv[w]
 }
 
 // failureReportTimeout bounds the report of a rank's first failure: it
@@ -982,7 +1016,7 @@ func (c *Comm) check(op string) error {
 		return &OpError{Op: op, Rank: -1, Peer: NoPeer, Tag: NoTag, Err: fmt.Errorf("%w: nil communicator", ErrInvalidArgument)}
 	}
 	if c.closed.Load() {
-		return c.opErr(op, NoPeer, NoTag, ErrClosed)
+		return c.opErr(op, NoPeer, NoTag, errCommClosed)
 	}
 	return nil
 }

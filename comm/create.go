@@ -119,7 +119,7 @@ func (c *Comm) agreeGroup(ctx context.Context, ch *p2p.Channel, ranks []int) (ui
 		}
 		msg, err := recvAll(ctx, ch, c.members[r], tag)
 		if err != nil {
-			return 0, c.wrap(op, r, NoTag, fmt.Errorf("waiting for rank %d's list (did every listed rank pass the same list?): %w", r, err))
+			return 0, c.wrap(op, r, NoTag, fmt.Errorf("waiting for its list (did every listed rank pass the same list?): %w", err))
 		}
 		theirs, n, ok := decodeList(msg)
 		if !ok {

@@ -69,6 +69,7 @@ func earlyClose(t *testing.T, p, rounds, leaver int, fn func(ctx context.Context
 		defer cancel()
 		start := time.Now()
 		var err error
+		var oe *comm.OpError
 		for i := 0; i < 3 && err == nil; i++ {
 			err = fn(cctx, c)
 		}
@@ -77,8 +78,9 @@ func earlyClose(t *testing.T, p, rounds, leaver int, fn func(ctx context.Context
 			return fmt.Errorf("3 calls succeeded without rank %d", leaver)
 		case errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("waited %v for rank %d, which had closed: %v", time.Since(start).Round(time.Millisecond), leaver, err)
-		case !errors.Is(err, comm.ErrClosed) || !strings.Contains(err.Error(), fmt.Sprintf("rank %d closed", leaver)):
-			return fmt.Errorf("want ErrClosed naming rank %d, got %v", leaver, err)
+		case !errors.Is(err, comm.ErrClosed) || !errors.As(err, &oe) || oe.Peer != leaver ||
+			!strings.Contains(err.Error(), fmt.Sprintf("peer %d: closed its", leaver)):
+			return fmt.Errorf("want ErrClosed naming rank %d as the peer, got %v", leaver, err)
 		}
 		return nil
 	})

@@ -75,7 +75,9 @@
 // Every error is a *OpError{Op, Rank, Size, Peer, Tag, Err}; causes match
 // the sentinels (ErrPeerLost, ErrTruncated, ErrMismatch, ErrClosed,
 // ErrInvalidRank, ErrInvalidTag, ErrInvalidArgument, ErrAborted, ...) with
-// errors.Is, across layers (docs/errors.md). A rank that dies or loses its
+// errors.Is under any layer's name (each cause is one value), and its
+// message is one line that names the call, this rank, the peer and the
+// cause once each (docs/errors.md). A rank that dies or loses its
 // link fails every pending and later operation on every communicator of
 // every other rank with ErrPeerLost naming it. Abort ends the whole job
 // with an exit code. Every blocking call takes a context, which is its only

@@ -7,17 +7,15 @@ import (
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
-	"github.com/rdmago/rdmago/collectives/reduce"
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
-	"github.com/rdmago/rdmago/comm/internal/launchers"
+	"github.com/rdmago/rdmago/internal/errfmt"
 	"github.com/rdmago/rdmago/p2p"
 )
 
-// Sentinel causes, tested with errors.Is. Where one lower layer owns the
-// cause the sentinel is that layer's own value (ErrPeerLost is
-// p2p.ErrPeerLost), so errors.Is works with either name; where several
-// layers have their own (closed, invalid argument), the comm sentinel
-// matches every one of them through OpError.Is.
+// Sentinel causes, tested with errors.Is. Each is the value of the lowest
+// layer that has the cause (ErrPeerLost is p2p.ErrPeerLost, ErrClosed is
+// verbs.ErrClosed, which p2p, collectives and bootstrap alias too), so
+// errors.Is works with any layer's name for it. docs/errors.md lists them.
 var (
 	// ErrPeerLost: a rank died or its link broke. Every pending and later
 	// operation on every communicator of every surviving rank fails with
@@ -32,8 +30,8 @@ var (
 	// ErrMismatch: ranks called a collective with different counts, ops,
 	// element types or roots (a *collectives.MismatchError names both ranks
 	// and both values), or a received message is not a whole number of
-	// elements. Also matches the rendezvous's bootstrap.ErrMismatch (ranks
-	// of one job built with different versions or transports).
+	// elements, or ranks of one job were built with different versions or
+	// transports (the rendezvous's bootstrap.ErrMismatch, the same value).
 	ErrMismatch = collectives.ErrMismatch
 	// ErrInvalidRank: a rank (destination, source, root) outside
 	// [0, Size).
@@ -42,13 +40,13 @@ var (
 	ErrInvalidTag = p2p.ErrInvalidTag
 	// ErrInvalidArgument: any other bad input (buffer lengths that do not
 	// fit the collective, counts, a nil communicator, bad Options).
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = p2p.ErrInvalidArgument
 	// ErrUnsupported: the op is not defined for the element type (bitwise
 	// ops on floats), or an algorithm needs what the communicator lacks.
 	ErrUnsupported = collectives.ErrUnsupported
 	// ErrClosed: the communicator (or the endpoint under it) was closed, or
 	// the peer a receive waits for closed its own.
-	ErrClosed = errors.New("communicator closed")
+	ErrClosed = p2p.ErrClosed
 	// ErrAborted: a rank called Abort. errors.As finds a
 	// *bootstrap.AbortError with its rank, code and reason.
 	ErrAborted = bootstrap.ErrAborted
@@ -56,18 +54,11 @@ var (
 	ErrCanceled = p2p.ErrCanceled
 	// ErrLauncher: FromEnv found no launcher environment, or a malformed
 	// one (the error names the variable and its value).
-	ErrLauncher = errors.New("launcher environment")
+	ErrLauncher = jobenv.ErrLauncher
 )
 
-// equiv lists, per comm sentinel that is not itself a lower-layer value,
-// the lower-layer causes it stands for.
-var equiv = map[error][]error{
-	ErrClosed:          {p2p.ErrClosed, collectives.ErrClosed, bootstrap.ErrClosed},
-	ErrInvalidArgument: {p2p.ErrInvalidArgument, collectives.ErrInvalidArgument, bootstrap.ErrInvalid},
-	ErrMismatch:        {bootstrap.ErrMismatch},
-	ErrLauncher:        {jobenv.ErrNoLauncher, jobenv.ErrInvalid, launchers.ErrNoLauncher},
-	ErrUnsupported:     {reduce.ErrUnsupported},
-}
+// errCommClosed says what was closed when it was this communicator.
+var errCommClosed = fmt.Errorf("communicator %w", ErrClosed)
 
 // Wildcards and limits.
 const (
@@ -88,56 +79,87 @@ const (
 // The cause (Err) wraps the lower layers' errors, so errors.Is matches the
 // sentinels above and errors.As finds *p2p.PeerLostError,
 // *collectives.MismatchError, *p2p.TruncatedError, *bootstrap.AbortError.
+//
+// It prints the failure as one line that names each thing once: the
+// collective (name, sequence number and algorithm) or the operation, this
+// rank of the size, the peer and tag, then the cause, from which the lower
+// layers leave out what this line has said:
+//
+//	comm: allreduce #1 (shared_memory) on rank 3 of 5: peer 0: count mismatch: rank 3 has 5 elements, rank 0 has 4 elements
+//	comm: Recv on rank 0 of 2: peer 1, tag 3: closed its endpoint
 type OpError struct {
-	Op   string // "send", "recv", "allreduce", "split", "init", ...
+	Op   string // "Send", "Recv", "Allreduce", "Split", "FromEnv", "Init", ...
 	Rank int    // this rank in the communicator (-1 before it exists)
 	Size int    // the communicator's size (0 before it exists)
 	Peer int    // the other rank (communicator numbering), AnySource, or NoPeer
 	Tag  int    // the tag, AnyTag, or NoTag
 	Err  error
+
+	// origin: Peer is the rank where the failure began (it was lost,
+	// closed, or failed the call), which the cause then need not name.
+	origin bool
+	// note follows the peer: its world rank when it was lost from a
+	// communicator other than the world.
+	note string
 }
 
 func (e *OpError) Error() string {
 	var b strings.Builder
 	b.WriteString("comm: ")
-	b.WriteString(e.Op)
+	in := errfmt.Said{Nested: true, Op: e.Op}
+	// A collective's own error names the call better: its sequence number
+	// and algorithm.
+	if h, ok := e.Err.(errfmt.Headed); ok && errfmt.SameOp(e.Op, h.HeadOp()) {
+		b.WriteString(h.Head())
+		in.Op = h.HeadOp()
+	} else {
+		b.WriteString(e.Op)
+	}
 	if e.Rank >= 0 {
 		fmt.Fprintf(&b, " on rank %d", e.Rank)
 		if e.Size > 0 {
 			fmt.Fprintf(&b, " of %d", e.Size)
 		}
+		in.Rank = true
 	}
+	var f []string
 	switch {
 	case e.Peer == AnySource:
-		b.WriteString(" from any source")
+		f = append(f, "any source")
+		in.Peer = true
 	case e.Peer >= 0:
-		fmt.Fprintf(&b, " with peer %d", e.Peer)
+		f = append(f, fmt.Sprintf("peer %d%s", e.Peer, e.note))
+		in.Peer, in.Origin = true, e.origin
 	}
 	switch {
 	case e.Tag == AnyTag:
-		b.WriteString(", any tag")
+		f = append(f, "any tag")
+		in.Tag = true
 	case e.Tag >= 0:
-		fmt.Fprintf(&b, ", tag %d", e.Tag)
+		f = append(f, fmt.Sprintf("tag %d", e.Tag))
+		in.Tag = true
 	}
-	if e.Err != nil {
+	if rest := errfmt.Join(strings.Join(f, ", "), errfmt.Tell(e.Err, in)); rest != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+		b.WriteString(rest)
 	}
 	return b.String()
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
 
-// Is makes the comm sentinels that stand for several lower-layer causes
-// match each of them.
-func (e *OpError) Is(target error) bool {
-	for _, lower := range equiv[target] {
-		if errors.Is(e.Err, lower) {
-			return true
-		}
-	}
-	return false
+// abortedError is a failure an abort caused: the abort (which names the
+// aborting rank and its code), then what this call saw, told in the
+// OpError's line like any cause. It matches both.
+type abortedError struct{ abort, err error }
+
+func (e *abortedError) Error() string { return e.Tell(errfmt.Said{}) }
+
+func (e *abortedError) Tell(s errfmt.Said) string {
+	return e.abort.Error() + "; " + errfmt.Tell(e.err, s)
 }
+
+func (e *abortedError) Unwrap() []error { return []error{e.abort, e.err} }
 
 // PeerLost returns the lost rank named by err (in world numbering, the
 // rank FromEnv / Init gave it), if err is a peer loss.

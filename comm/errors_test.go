@@ -13,10 +13,16 @@ import (
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/coltest"
+	"github.com/rdmago/rdmago/collectives/reduce"
 	"github.com/rdmago/rdmago/comm"
+	"github.com/rdmago/rdmago/comm/internal/jobenv"
+	"github.com/rdmago/rdmago/comm/internal/launchers"
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/verbs"
 	"github.com/rdmago/rdmago/verbs/faulty"
+	"github.com/rdmago/rdmago/verbs/loop"
+	"github.com/rdmago/rdmago/verbs/tcp"
 )
 
 // A rank whose count differs gets ErrMismatch naming both ranks and both
@@ -160,19 +166,41 @@ func TestClosed(t *testing.T) {
 	})
 }
 
-func TestErrorEquivalence(t *testing.T) {
+// Each cause is one value, defined at the lowest layer that has it and
+// aliased above: every layer's name for it is that value, so errors.Is
+// matches any of them through any wrapping (not only through an OpError).
+func TestSentinelsOneValue(t *testing.T) {
+	for _, names := range [][]error{
+		{verbs.ErrClosed, p2p.ErrClosed, collectives.ErrClosed, bootstrap.ErrClosed, comm.ErrClosed},
+		{verbs.ErrInvalidArgument, p2p.ErrInvalidArgument, collectives.ErrInvalidArgument, bootstrap.ErrInvalid, comm.ErrInvalidArgument},
+		{verbs.ErrUnsupported, reduce.ErrUnsupported, collectives.ErrUnsupported, comm.ErrUnsupported},
+		{verbs.ErrMismatch, collectives.ErrMismatch, bootstrap.ErrMismatch, comm.ErrMismatch},
+		{verbs.ErrProtocol, p2p.ErrProtocol, collectives.ErrProtocol, bootstrap.ErrProtocol},
+		{verbs.ErrAuth, bootstrap.ErrAuth},
+		{verbs.ErrDisconnected, tcp.ErrDisconnected, loop.ErrDisconnected},
+		{p2p.ErrPeerLost, comm.ErrPeerLost, coltest.ErrPeerLost},
+		{p2p.ErrTruncated, comm.ErrTruncated, coltest.ErrTruncated},
+		{p2p.ErrCanceled, comm.ErrCanceled, coltest.ErrCanceled},
+		{bootstrap.ErrAborted, comm.ErrAborted},
+	} {
+		for _, n := range names[1:] {
+			assert.Same(t, names[0], n, "%v", names[0])
+			assert.ErrorIs(t, fmt.Errorf("a plain wrapper: %w", n), names[0])
+		}
+	}
+	// The launcher's causes are cases of ErrLauncher.
+	for _, cause := range []error{jobenv.ErrNoLauncher, jobenv.ErrInvalid, launchers.ErrNoLauncher, launchers.ErrInvalid} {
+		assert.ErrorIs(t, fmt.Errorf("x: %w", cause), comm.ErrLauncher, "%v", cause)
+	}
+	assert.NotErrorIs(t, jobenv.ErrNoLauncher, jobenv.ErrInvalid)
+	// The detail types match their sentinel under every name.
 	for _, tc := range []struct {
 		cause  error
 		target error
 	}{
-		{p2p.ErrClosed, comm.ErrClosed},
-		{collectives.ErrClosed, comm.ErrClosed},
-		{bootstrap.ErrClosed, comm.ErrClosed},
-		{p2p.ErrInvalidArgument, comm.ErrInvalidArgument},
-		{collectives.ErrInvalidArgument, comm.ErrInvalidArgument},
-		{bootstrap.ErrInvalid, comm.ErrInvalidArgument},
-		{bootstrap.ErrMismatch, comm.ErrMismatch},
 		{&collectives.MismatchError{What: "count"}, comm.ErrMismatch},
+		{&collectives.PeerClosedError{Rank: 1}, p2p.ErrClosed},
+		{&p2p.PeerClosedError{Rank: 1}, collectives.ErrClosed},
 		{&p2p.PeerLostError{Rank: 3}, comm.ErrPeerLost},
 		{&p2p.PeerLostError{Rank: 3, Revoked: true}, comm.ErrRevoked},
 		{&p2p.TruncatedError{Size: 8, Cap: 4}, comm.ErrTruncated},
@@ -183,7 +211,7 @@ func TestErrorEquivalence(t *testing.T) {
 		assert.ErrorIs(t, err, tc.cause)
 	}
 	err := error(&comm.OpError{Op: "Send", Rank: 1, Size: 4, Peer: 2, Tag: 7, Err: p2p.ErrClosed})
-	assert.Equal(t, "comm: Send on rank 1 of 4 with peer 2, tag 7: closed", err.Error())
+	assert.Equal(t, "comm: Send on rank 1 of 4: peer 2, tag 7: closed", err.Error())
 	assert.NotErrorIs(t, err, comm.ErrPeerLost)
 	r, ok := comm.PeerLost(fmt.Errorf("x: %w", &p2p.PeerLostError{Rank: 5}))
 	assert.True(t, ok)
@@ -252,7 +280,7 @@ func TestPeerLostDuringCollective(t *testing.T) {
 				err = comm.Barrier(ctx, sub)
 				var oe *comm.OpError
 				if r, ok := comm.PeerLost(err); !ok || r != lost || !errors.As(err, &oe) || oe.Peer != p-1-lost ||
-					!strings.Contains(err.Error(), fmt.Sprintf("lost rank %d (world rank %d)", p-1-lost, lost)) {
+					!strings.Contains(err.Error(), fmt.Sprintf("peer %d (world rank %d): lost", p-1-lost, lost)) {
 					return fmt.Errorf("split: want peer %d (world rank %d) lost, got %v", p-1-lost, lost, err)
 				}
 				if err := checkLost(comm.Send(ctx, c, buf, (c.Rank()+1)%p, 0), lost, "Send"); err != nil {

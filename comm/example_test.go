@@ -148,7 +148,7 @@ func ExampleOpError() {
 		return "?"
 	})
 	fmt.Println(out[0])
-	// Output: Send failed on rank 0: comm: Send on rank 0 of 2 with peer 5, tag 0: invalid rank: rank 5 is not in [0, 2)
+	// Output: Send failed on rank 0: comm: Send on rank 0 of 2: peer 5, tag 0: invalid rank: rank 5 is not in [0, 2)
 }
 
 func ExampleComm_CreateGroup() {

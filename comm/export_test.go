@@ -41,3 +41,13 @@ func StatusRounds(c *Comm) int64 {
 func TuningFromEnv(env map[string]string, o collectives.Options) (collectives.Options, error) {
 	return tuningFromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, o)
 }
+
+// NewOpError builds the OpError that wrap makes of err on rank rank of
+// size when the job was aborted by abort (nil: not aborted), with peer as
+// the rank where the failure began, for tests of the message.
+func NewOpError(op string, rank, size, peer int, abort, err error) error {
+	if abort != nil {
+		err = &abortedError{abort: abort, err: err}
+	}
+	return &OpError{Op: op, Rank: rank, Size: size, Peer: peer, Tag: NoTag, Err: err, origin: peer >= 0}
+}

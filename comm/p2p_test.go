@@ -208,7 +208,7 @@ func TestP2PContextDeadline(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("want deadline, got %v", err)
 			}
-			require.Contains(t, err.Error(), "rank 1")
+			require.Contains(t, err.Error(), "peer 1, tag 0: context deadline exceeded: had not arrived")
 		}
 		return comm.Barrier(ctx, c)
 	})

@@ -85,7 +85,7 @@ func TestRdmarunRankLeavesEarly(t *testing.T) {
 			out, errOut, code := job(t, "-np", "4", "--transport", transport, "--connect-timeout", "30s", progBin, "-leave-rank", "1", "-n", "8")
 			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 			assert.Contains(t, out, "left rank=1")
-			assert.Regexp(t, `failed: the failure began at rank 1 \(host \S+\), which closed its communicator early \([^\n]*rank 1 closed[^\n]*\); ranks 0, 2 and 3 failed because of it`, errOut)
+			assert.Regexp(t, `failed: the failure began at rank 1 \(host \S+\), which closed its communicator early \([^\n]*peer 1: closed[^\n]*\); ranks 0, 2 and 3 failed because of it`, errOut)
 		})
 	}
 }

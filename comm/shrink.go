@@ -112,7 +112,7 @@ func (c *Comm) Agree(ctx context.Context, flag bool) (all bool, failed []int, er
 		}
 		v, err := a.await(ctx, key(sr), sr)
 		if err != nil {
-			return false, nil, c.opErr(op, r, NoTag, fmt.Errorf("waiting for rank %d (job rank %d) to vote: %w", r, sr, err))
+			return false, nil, c.opErr(op, r, NoTag, fmt.Errorf("waiting for its vote (job rank %d): %w", sr, err))
 		}
 		switch v {
 		case voteAbsent:

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rdmago/rdmago/internal/errfmt"
 	"github.com/rdmago/rdmago/internal/ranklist"
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // Sentinel causes. Every error this package returns is a *Error whose cause
-// matches one of these (or a context error) with errors.Is.
+// matches one of these (or a context error) with errors.Is. The causes the
+// verbs layer defines (closed, invalid argument, protocol error) are its
+// values under this package's names, so either name matches.
 var (
 	// ErrPeerLost: a rank of the endpoint died or its link broke. The cause
 	// is a *PeerLostError naming the rank.
@@ -22,19 +26,22 @@ var (
 	// ErrTruncated: a message was larger than the receive buffer; the cause
 	// is a *TruncatedError stating both sizes.
 	ErrTruncated = errors.New("message truncated")
-	// ErrClosed: the endpoint (or window) was closed, or the peer closed its own.
-	ErrClosed = errors.New("closed")
+	// ErrClosed: the endpoint (or window) was closed, or the peer closed its
+	// own (a *PeerClosedError names it). It is verbs.ErrClosed.
+	ErrClosed = verbs.ErrClosed
 	// ErrInvalidRank: a rank outside [0, Size) (or AnySource where a real
 	// rank is needed).
 	ErrInvalidRank = errors.New("invalid rank")
 	// ErrInvalidTag: a tag outside [0, MaxTag] (or AnyTag on a send).
 	ErrInvalidTag = errors.New("invalid tag")
-	// ErrInvalidArgument: any other bad input (offsets, sizes, options).
-	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrInvalidArgument: any other bad input (offsets, sizes, options). It
+	// is verbs.ErrInvalidArgument.
+	ErrInvalidArgument = verbs.ErrInvalidArgument
 	// ErrCanceled: the request was canceled (Request.Cancel) before it matched.
 	ErrCanceled = errors.New("request canceled")
-	// ErrProtocol: a peer sent a frame this endpoint cannot parse.
-	ErrProtocol = errors.New("protocol error")
+	// ErrProtocol: a peer sent a frame this endpoint cannot parse. It is
+	// verbs.ErrProtocol.
+	ErrProtocol = verbs.ErrProtocol
 )
 
 // Error is the error of a failed point-to-point or window operation.
@@ -52,26 +59,64 @@ const (
 	NoTag  = -2
 )
 
-func (e *Error) Error() string {
+func (e *Error) Error() string { return e.Tell(errfmt.Said{}) }
+
+// Tell prints e inside enclosing errors that said s: an enclosing error
+// about the same exchange (it named the peer) has named the operation,
+// and with the rank, the peer and the tag said, e adds nothing of its own.
+func (e *Error) Tell(s errfmt.Said) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "p2p: rank %d: %s", e.Rank, e.Op)
-	switch {
-	case e.Peer == AnySource:
-		b.WriteString(" from any rank")
-	case e.Peer >= 0:
-		fmt.Fprintf(&b, " peer %d", e.Peer)
+	if !s.Nested {
+		b.WriteString("p2p: ")
 	}
-	switch {
-	case e.Tag == AnyTag:
-		b.WriteString(" any tag")
-	case e.Tag >= 0:
-		fmt.Fprintf(&b, " tag %d", e.Tag)
+	if !s.Rank {
+		fmt.Fprintf(&b, "rank %d: ", e.Rank)
 	}
-	b.WriteString(": ")
-	if e.Err != nil {
-		b.WriteString(e.Err.Error())
+	var f []string
+	if !s.Peer && e.Op != "" && !errfmt.SameOp(e.Op, s.Op) {
+		f = append(f, e.Op)
 	}
+	if !s.Peer {
+		switch {
+		case e.Peer == AnySource:
+			f = append(f, "from any rank")
+		case e.Peer >= 0:
+			f = append(f, fmt.Sprintf("peer %d", e.Peer))
+		}
+	}
+	if !s.Tag {
+		switch {
+		case e.Tag == AnyTag:
+			f = append(f, "any tag")
+		case e.Tag >= 0:
+			f = append(f, fmt.Sprintf("tag %d", e.Tag))
+		}
+	}
+	in := s
+	in.Nested, in.Rank = true, true
+	if !s.Peer && e.Peer >= 0 {
+		in.Peer, in.Origin = true, originOf(e.Err) == e.Peer
+	}
+	in.Peer = in.Peer || e.Peer == AnySource
+	in.Tag = in.Tag || e.Tag >= 0 || e.Tag == AnyTag
+	if in.Op == "" || !s.Peer {
+		in.Op = e.Op
+	}
+	b.WriteString(errfmt.Join(strings.Join(f, " "), errfmt.Tell(e.Err, in)))
 	return b.String()
+}
+
+// origin is implemented by the causes that name the rank where a failure
+// began; an error whose peer is that rank tells them to leave it out.
+type origin interface{ originRank() int }
+
+// originOf is the rank where err began, -1 when err does not name one.
+func originOf(err error) int {
+	var o origin
+	if errors.As(err, &o) {
+		return o.originRank()
+	}
+	return -1
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -86,16 +131,25 @@ type PeerLostError struct {
 	Cause    error // what the noticing rank saw (a completion status, a liveness timeout)
 }
 
-func (e *PeerLostError) Error() string {
-	s := fmt.Sprintf("rank %d lost", e.Rank)
+func (e *PeerLostError) Error() string { return e.Tell(errfmt.Said{}) }
+
+// Tell leaves the lost rank out when the enclosing error named it as the
+// peer where the failure began.
+func (e *PeerLostError) Tell(s errfmt.Said) string {
+	str := "lost"
+	if !s.Origin {
+		str = fmt.Sprintf("rank %d lost", e.Rank)
+	}
 	if e.Revoked {
-		s += fmt.Sprintf(" (revoked by rank %d)", e.Reporter)
+		str += fmt.Sprintf(" (revoked by rank %d)", e.Reporter)
 	}
 	if e.Cause != nil {
-		s += ": " + e.Cause.Error()
+		str += ": " + errfmt.Tell(e.Cause, s)
 	}
-	return s
+	return str
 }
+
+func (e *PeerLostError) originRank() int { return e.Rank }
 
 func (e *PeerLostError) Is(target error) bool {
 	return target == ErrPeerLost || (e.Revoked && target == ErrRevoked)
@@ -127,11 +181,17 @@ type DeadlineError struct {
 	Cause error // ctx.Err()
 }
 
-func (e *DeadlineError) Error() string {
+func (e *DeadlineError) Error() string { return e.Tell(errfmt.Said{}) }
+
+// Tell leaves the rank out when it is the only one and the enclosing error
+// named it as the peer.
+func (e *DeadlineError) Tell(s errfmt.Said) string {
 	var who string
 	switch {
 	case e.Any:
 		who = "no rank had sent a matching message"
+	case len(e.Ranks) == 1 && s.Origin:
+		who = "had not arrived"
 	case len(e.Ranks) > 0:
 		who = ranklist.Format(e.Ranks) + " had not arrived"
 	default:
@@ -143,6 +203,13 @@ func (e *DeadlineError) Error() string {
 	return e.Cause.Error() + ": " + who
 }
 
+func (e *DeadlineError) originRank() int {
+	if len(e.Ranks) == 1 && !e.Any {
+		return e.Ranks[0]
+	}
+	return -1
+}
+
 func (e *DeadlineError) Unwrap() error { return e.Cause }
 
 // ProtocolError describes a malformed frame from a peer.
@@ -151,9 +218,17 @@ type ProtocolError struct {
 	Detail string
 }
 
-func (e *ProtocolError) Error() string {
+func (e *ProtocolError) Error() string { return e.Tell(errfmt.Said{}) }
+
+// Tell leaves the rank out when the enclosing error named it as the peer.
+func (e *ProtocolError) Tell(s errfmt.Said) string {
+	if s.Origin {
+		return "malformed frame: " + e.Detail
+	}
 	return fmt.Sprintf("malformed frame from rank %d: %s", e.Peer, e.Detail)
 }
+
+func (e *ProtocolError) originRank() int { return e.Peer }
 
 func (e *ProtocolError) Is(target error) bool { return target == ErrProtocol }
 
@@ -168,6 +243,16 @@ type PeerClosedError struct {
 	Rank int
 }
 
-func (e *PeerClosedError) Error() string { return fmt.Sprintf("rank %d closed its endpoint", e.Rank) }
+func (e *PeerClosedError) Error() string { return e.Tell(errfmt.Said{}) }
+
+// Tell leaves the rank out when the enclosing error named it as the peer.
+func (e *PeerClosedError) Tell(s errfmt.Said) string {
+	if s.Origin {
+		return "closed its endpoint"
+	}
+	return fmt.Sprintf("rank %d closed its endpoint", e.Rank)
+}
+
+func (e *PeerClosedError) originRank() int { return e.Rank }
 
 func (e *PeerClosedError) Is(target error) bool { return target == ErrClosed }

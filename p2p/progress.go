@@ -243,7 +243,7 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 				ep.completeLocked(r, ep.opErr(r, &PeerLostError{Rank: p.rank, Reporter: ep.rank, Cause: err}))
 			}
 		}
-		ep.linkErrorLocked(p, fmt.Errorf("link to rank %d: %w", p.rank, err))
+		ep.linkErrorLocked(p, fmt.Errorf("link failed: %w", err))
 		return
 	}
 	switch kind {

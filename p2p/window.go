@@ -299,7 +299,7 @@ func (ep *Endpoint) peerIO(op string, peer int, addr uint64, b []byte, write boo
 		// every path that breaks a link: the poller reads p.broken under it.
 		ep.pollMu.Lock()
 		ep.mu.Lock()
-		ep.linkErrorLocked(p, fmt.Errorf("link to rank %d: %w", peer, err))
+		ep.linkErrorLocked(p, fmt.Errorf("link failed: %w", err))
 		if p.departed {
 			err = &PeerClosedError{Rank: peer}
 		} else if fe := ep.failErr; fe != nil && !errors.Is(fe, ErrClosed) {

@@ -7,6 +7,12 @@ import (
 
 // Sentinel causes. Errors returned by this package and its providers wrap one
 // of these, so callers test them with errors.Is.
+//
+// verbs is the lowest layer, so the causes that several layers share are
+// defined here once and the layers above alias them (p2p.ErrClosed,
+// collectives.ErrClosed, bootstrap.ErrClosed and comm.ErrClosed are all
+// ErrClosed): errors.Is matches any layer's name for a cause, with no map
+// between them. docs/errors.md lists every sentinel and its aliases.
 var (
 	// ErrInvalidArgument is EINVAL: a malformed request, attribute or address.
 	ErrInvalidArgument = errors.New("invalid argument")
@@ -27,6 +33,16 @@ var (
 	ErrAuth = errors.New("authentication failed")
 	// ErrInUse: the object still has dependents (an MR or QP on a PD being closed).
 	ErrInUse = errors.New("resource in use")
+	// ErrProtocol: a peer sent a frame that cannot be parsed (a provider's
+	// wire, p2p's headers, a collective's header, the rendezvous's frames).
+	ErrProtocol = errors.New("protocol error")
+	// ErrDisconnected: a provider's link was dropped on purpose.
+	ErrDisconnected = errors.New("link disconnected")
+	// ErrMismatch: two sides that must agree do not (ranks calling a
+	// collective with different arguments, ranks of one job with different
+	// versions or transports). Used by the layers above; no verbs call
+	// returns it.
+	ErrMismatch = errors.New("ranks disagree")
 )
 
 // Error carries the context of a failed verbs call.

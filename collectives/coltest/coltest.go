@@ -3,7 +3,6 @@ package coltest
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -12,20 +11,22 @@ import (
 	"unsafe"
 
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/p2p"
 )
 
-// Sentinel causes of the fake's errors.
+// Sentinel causes of the fake's errors: the p2p layer's own values, so
+// that the collectives see from the fake what they see from p2p.
 var (
 	// ErrPeerLost: a rank of the world was killed (Kill or FailAfter).
 	// Every pending and later operation on every rank fails with a
 	// *PeerLostError wrapping it, as the p2p layer promises.
-	ErrPeerLost = errors.New("peer lost")
+	ErrPeerLost = p2p.ErrPeerLost
 	// ErrTruncated: a message was larger than the receive buffer.
-	ErrTruncated = errors.New("message truncated")
+	ErrTruncated = p2p.ErrTruncated
 	// ErrInvalid: bad arguments (peer out of range, negative tag, ...).
-	ErrInvalid = errors.New("invalid argument")
+	ErrInvalid = p2p.ErrInvalidArgument
 	// ErrCanceled: a receive was canceled before it matched.
-	ErrCanceled = errors.New("request canceled")
+	ErrCanceled = p2p.ErrCanceled
 )
 
 // PeerLostError names the lost rank.

@@ -1,13 +1,15 @@
 package reduce
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // ErrUnsupported is returned when an op is not defined for an element type
 // (bitwise ops on floats, a user function written for another type).
-var ErrUnsupported = errors.New("reduce: op not defined for element type")
+// It is verbs.ErrUnsupported: the layers above share it.
+var ErrUnsupported = verbs.ErrUnsupported
 
 // OpCode identifies a built-in op (and OpUser) on the wire and in fingerprints.
 type OpCode uint8

@@ -3,7 +3,6 @@ package loop
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -46,7 +45,7 @@ type Options struct {
 }
 
 // ErrDisconnected is the cause logged when a loop link is dropped.
-var ErrDisconnected = errors.New("loop: link disconnected")
+var ErrDisconnected = verbs.ErrDisconnected
 
 // The process-wide table devices reach each other through. A QP address's
 // provider payload is the 8-byte device id, big-endian.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -111,7 +110,7 @@ type Options struct {
 const maxPollGrace = 10 * time.Millisecond
 
 // ErrDisconnected is the cause recorded when a link is dropped on purpose.
-var ErrDisconnected = errors.New("tcp: link disconnected")
+var ErrDisconnected = verbs.ErrDisconnected
 
 type transport struct {
 	opts      Options

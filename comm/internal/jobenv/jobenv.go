@@ -70,12 +70,26 @@ type Job struct {
 // LookupEnv reads one variable, as os.LookupEnv does. Tests pass a map.
 type LookupEnv func(key string) (string, bool)
 
+// ErrLauncher is the cause of every launcher-environment failure:
+// ErrNoLauncher and ErrInvalid match it too (comm.ErrLauncher is it).
+var ErrLauncher = errors.New("launcher environment")
+
 // ErrNoLauncher: no launcher's variables are present at all.
-var ErrNoLauncher = errors.New("not started by a launcher")
+var ErrNoLauncher error = &kindError{"not started by a launcher", ErrLauncher}
 
 // ErrInvalid: a launcher's variables are present but missing, malformed
 // or contradictory.
-var ErrInvalid = errors.New("invalid launcher environment")
+var ErrInvalid error = &kindError{"invalid launcher environment", ErrLauncher}
+
+// kindError is a sentinel that is a case of a broader one: it prints its
+// own text and matches the broader one with errors.Is.
+type kindError struct {
+	text string
+	kind error
+}
+
+func (e *kindError) Error() string { return e.text }
+func (e *kindError) Unwrap() error { return e.kind }
 
 // Error names the variable at fault and its value.
 type Error struct {
@@ -93,7 +107,7 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s=%q: %s", e.Launcher, e.Var, e.Value, e.Detail)
 }
 
-func (e *Error) Is(target error) bool { return target == ErrInvalid }
+func (e *Error) Is(target error) bool { return target == ErrInvalid || target == ErrLauncher }
 
 // detector is one launcher: whether its variables are present, and how to
 // read them.

@@ -108,8 +108,9 @@ const (
 // RDMARUN_RANK / RDMARUN_SIZE instead.
 var SharedVars = []string{EnvAddr, EnvToken, EnvInsecure, EnvTransport, EnvTimeout}
 
-// ErrNoLauncher: none of the launchers' variables are present.
-var ErrNoLauncher = errors.New("not started by a launcher")
+// ErrNoLauncher: none of the launchers' variables are present. It is
+// jobenv's sentinel: neither rdmarun's nor another launcher's.
+var ErrNoLauncher = jobenv.ErrNoLauncher
 
 // ErrInvalid: a launcher's variables are present but missing, malformed or
 // contradictory, or the launcher cannot run rdmago as configured (srun

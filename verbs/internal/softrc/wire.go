@@ -1,9 +1,10 @@
 package softrc
 
 import (
-	"errors"
 	"fmt"
 	"io"
+
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // FrameOp is the operation a frame carries between a requester and a
@@ -131,7 +132,7 @@ func (h *Header) Check(maxMsg uint64) error {
 
 // ErrProtocol is the cause of a transport error due to a malformed or
 // unexpected frame; the transport drops the connection.
-var ErrProtocol = errors.New("protocol error")
+var ErrProtocol = verbs.ErrProtocol
 
 // Payload is the body of an incoming frame, positioned at its first byte.
 // The core reads exactly PayloadLen bytes from it: straight into registered
