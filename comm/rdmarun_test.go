@@ -77,7 +77,9 @@ func TestRdmarunAbort(t *testing.T) {
 // at once naming it (over shm too, where the collectives run through
 // shared memory), and rdmarun names that rank as where the failure began
 // and the others as failing because of it, instead of the first survivor
-// to exit.
+// to exit. Which others are listed depends on who failed before rdmarun
+// stopped the job (a survivor may still be asking the rendezvous why rank
+// 1 left), so any of them may be.
 func TestRdmarunRankLeavesEarly(t *testing.T) {
 	buildJobBinaries(t)
 	for _, transport := range []string{"tcp", "shm"} {
@@ -85,7 +87,7 @@ func TestRdmarunRankLeavesEarly(t *testing.T) {
 			out, errOut, code := job(t, "-np", "4", "--transport", transport, "--connect-timeout", "30s", progBin, "-leave-rank", "1", "-n", "8")
 			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
 			assert.Contains(t, out, "left rank=1")
-			assert.Regexp(t, `failed: the failure began at rank 1 \(host \S+\), which closed its communicator early \([^\n]*peer 1: closed[^\n]*\); ranks 0, 2 and 3 failed because of it`, errOut)
+			assert.Regexp(t, `failed: the failure began at rank 1 \(host \S+\), which closed its communicator early \([^\n]*peer 1: closed[^\n]*\); ranks? [023](, [023])*( and [023])? failed because of it`, errOut)
 		})
 	}
 }
@@ -106,14 +108,15 @@ func TestRdmarunCountMismatchBlamed(t *testing.T) {
 
 // A rank stopped by SIGSTOP says nothing; the others notice by liveness
 // and exit, and rdmarun must name the stopped rank from their reports,
-// not the first of them to exit.
+// not the first of them to exit (which of them it lists as failing
+// because of it depends on who failed before it stopped the job).
 func TestRdmarunStoppedRankBlamed(t *testing.T) {
 	buildJobBinaries(t)
 	for _, transport := range []string{"tcp", "shm"} {
 		t.Run(transport, func(t *testing.T) {
 			out, errOut, code := job(t, "-np", "4", "--grace", "1s", "--transport", transport, "--connect-timeout", "30s", progBin, "-stop-rank", "2", "-n", "8", "-liveness", "1500ms")
 			assert.Equal(t, 1, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-			assert.Regexp(t, `failed: the failure began at rank 2 \(host \S+\), which was lost \([^\n]*\); ranks 0, 1 and 3 failed because of it`, errOut)
+			assert.Regexp(t, `failed: the failure began at rank 2 \(host \S+\), which was lost \([^\n]*\); ranks? [013](, [013])*( and [013])? failed because of it`, errOut)
 		})
 	}
 }
