@@ -13,7 +13,7 @@ import (
 )
 
 // Tests are the benchmarks rdmabench runs, in the order the usage lists them.
-var tests = []string{"latency", "bw", "bibw", "put_latency", "put_bw", "allreduce", "bcast", "barrier", "reduce", "allgather", "reduce_scatter", "alltoall"}
+var tests = []string{"latency", "bw", "bibw", "put_latency", "put_bw", "allreduce", "iallreduce", "bcast", "barrier", "reduce", "allgather", "reduce_scatter", "alltoall"}
 
 // types are the element types of -t.
 var types = []string{"float32", "float64", "int32", "int64"}
@@ -50,6 +50,9 @@ func isBW(test string) bool { return test == "bw" || test == "bibw" || test == "
 // collective maps a collective test to the collectives package's name, for
 // --algo.
 func collective(test string) (collectives.Collective, bool) {
+	if test == "iallreduce" {
+		test = "allreduce" // the same algorithms, started non-blocking
+	}
 	c, err := collectives.ParseCollective(test)
 	return c, err == nil
 }
@@ -57,7 +60,7 @@ func collective(test string) (collectives.Collective, bool) {
 const usageText = `usage: rdmarun -np N rdmabench TEST [flags]
        rdmabench plot [-o FILE.png|svg] [-title T] FILE[=LABEL]...
 
-TEST is one of: latency bw bibw put_latency put_bw allreduce bcast barrier reduce allgather reduce_scatter alltoall
+TEST is one of: latency bw bibw put_latency put_bw allreduce iallreduce bcast barrier reduce allgather reduce_scatter alltoall
 
 Flags:
   -m [MIN:]MAX     message sizes in bytes, powers of two from MIN to MAX (K, M, G suffixes:

@@ -41,6 +41,12 @@ type Row struct {
 	AlgBW     float64 `json:"algbw_gbps,omitempty"`
 	BusBW     float64 `json:"busbw_gbps,omitempty"`
 	Algorithm string  `json:"algorithm,omitempty"`
+	// iallreduce: Latency is the overlapped call's time (OSU's Overall),
+	// Compute the computation's in it, Pure the collective's alone, and
+	// Overlap the share of Pure hidden behind the computation, in %.
+	Compute float64 `json:"compute_us,omitempty"`
+	Pure    float64 `json:"pure_us,omitempty"`
+	Overlap float64 `json:"overlap_pct,omitempty"`
 }
 
 // busFactor is nccl-tests' factor from algorithm bandwidth to bus bandwidth
@@ -120,6 +126,8 @@ func writeHeader(w io.Writer, r *Result) {
 // writeColumns prints the OSU column header line for the test.
 func writeColumns(w io.Writer, test string, busbw bool) {
 	switch {
+	case test == "iallreduce":
+		fmt.Fprintf(w, "# %-10s %18s %17s %17s %11s %11s  %s\n", "Size", "Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)", "Iters", "Algorithm")
 	case isLatency(test):
 		fmt.Fprintf(w, "# %-10s %18s %11s\n", "Size", "Latency (us)", "Iters")
 	case isBW(test):
@@ -137,6 +145,8 @@ func writeColumns(w io.Writer, test string, busbw bool) {
 // parsers (osu-compare) expect.
 func writeRow(w io.Writer, test string, busbw bool, r Row) {
 	switch {
+	case test == "iallreduce":
+		fmt.Fprintf(w, "%-12d %18.2f %17.2f %17.2f %11.2f %11d  %s\n", r.Size, r.Latency, r.Compute, r.Pure, r.Overlap, r.Iters, r.Algorithm)
 	case isLatency(test):
 		fmt.Fprintf(w, "%-12d %18.2f %11d\n", r.Size, r.Latency, r.Iters)
 	case isBW(test):

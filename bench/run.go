@@ -30,6 +30,8 @@ import (
 //     Flushes; MB/s = size·64·iterations / time / 10^6. All Puts of a
 //     window go to offset 0 of the target (OSU spreads them over a window
 //     64 times larger), so the target window is the largest size.
+//   - iallreduce (osu_iallreduce): t_pure, then the overlap of the
+//     collective with a computation as long (see overlap.go).
 //   - collectives: every call is timed on its own and followed by an untimed
 //     barrier, so that one call's stragglers do not run into the next; each
 //     rank's figure is its mean, and the table shows the mean, minimum and
@@ -180,6 +182,13 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 			}
 		}
 		row := Row{Size: size, Iters: iters}
+		var ov overlapFigures
+		if b.cfg.Test == "iallreduce" {
+			pure := time.Duration(t * 1e9 / float64(iters))
+			if ov, err = b.overlapRun(ctx, count, min(osuSkip, 10), iters, pure); err != nil {
+				return err
+			}
+		}
 		switch {
 		case b.cfg.Test == "latency":
 			row.Latency = t * 1e6 / float64(2*iters)
@@ -189,6 +198,21 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 			row.Bandwidth = float64(size) / 1e6 * float64(iters*window) / t
 		case b.cfg.Test == "bibw":
 			row.Bandwidth = 2 * float64(size) / 1e6 * float64(iters*window) / t
+		case b.cfg.Test == "iallreduce":
+			// Means over ranks of each figure, then OSU's overlap from them.
+			all := make([]float64, 3*b.c.Size())
+			mine := []float64{ov.total * 1e6, ov.compute * 1e6, t * 1e6 / float64(iters)}
+			if err := comm.Gather(ctx, b.c, mine, all, 0); err != nil {
+				return err
+			}
+			var sum [3]float64
+			for i, v := range all {
+				sum[i%3] += v
+			}
+			n := float64(b.c.Size())
+			row.Latency, row.Compute, row.Pure = sum[0]/n, sum[1]/n, sum[2]/n
+			row.Overlap = overlapPercent(row.Latency, row.Compute, row.Pure)
+			row.Algorithm = b.algo
 		default:
 			lats := make([]float64, b.c.Size())
 			if err := comm.Gather(ctx, b.c, []float64{t * 1e6 / float64(iters)}, lats, 0); err != nil {
@@ -473,6 +497,9 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 
 	case "put_latency", "put_bw":
 		return b.putKernel(size, count)
+
+	case "iallreduce":
+		return b.iallreduceKernel(size, count)
 
 	case "barrier":
 		return func(ctx context.Context, n int) (float64, error) {
