@@ -17,8 +17,9 @@ type Result struct {
 	Date        string     `json:"date"` // RFC 3339, UTC
 	Test        string     `json:"test"`
 	Ranks       int        `json:"ranks"`
-	Type        string     `json:"type"` // element type ("byte" for p2p tests)
-	Algo        string     `json:"algo"` // as forced with --algo, or "auto"
+	Type        string     `json:"type"`          // element type ("byte" for p2p tests)
+	Algo        string     `json:"algo"`          // as forced with --algo, or "auto"
+	API         string     `json:"api,omitempty"` // allreduce's --api, when given
 	Transport   string     `json:"transport"`
 	Transports  [][]string `json:"transports"` // [rank][peer] as each rank sees it
 	Host        string     `json:"host"`
@@ -98,8 +99,12 @@ func writeHeader(w io.Writer, r *Result) {
 	if t == "" {
 		t = "byte"
 	}
-	fmt.Fprintf(w, "# test %s, %d ranks, type %s, algorithm %s, transport %s%s\n",
-		r.Test, r.Ranks, t, r.Algo, r.Transport, map[bool]string{true: ", every result validated"}[r.Validated])
+	api := ""
+	if r.API != "" {
+		api = ", api " + r.API
+	}
+	fmt.Fprintf(w, "# test %s%s, %d ranks, type %s, algorithm %s, transport %s%s\n",
+		r.Test, api, r.Ranks, t, r.Algo, r.Transport, map[bool]string{true: ", every result validated"}[r.Validated])
 	fmt.Fprintf(w, "# host %s, cpu %s\n", r.Host, r.CPU)
 	if len(r.CPUFeatures) > 0 {
 		fmt.Fprintf(w, "# cpu features %s\n", strings.Join(r.CPUFeatures, " "))

@@ -66,8 +66,9 @@ type kernel func(ctx context.Context, n int) (float64, error)
 
 type runner[T comm.Element] struct {
 	c         *comm.Comm
-	win       *comm.Win[T]    // put_latency and put_bw
-	ctx       context.Context // the sweep's, for put_*'s -c acknowledgements (outside the timed op)
+	win       *comm.Win[T]     // put_latency and put_bw
+	pers      *comm.Persistent // allreduce --api persistent: the current size's
+	ctx       context.Context  // the sweep's, for put_*'s -c acknowledgements (outside the timed op)
 	cfg       config
 	send      []T
 	recv      []T
@@ -156,6 +157,11 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 		b.win = w
 		defer w.Close(ctx)
 	}
+	defer func() {
+		if b.pers != nil {
+			b.pers.Free()
+		}
+	}()
 	b.ctx = ctx
 	b.startedAt = time.Now()
 	for idx, size := range sizes {
@@ -523,13 +529,34 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 			fill(s, 0, rank, 0)
 		}
 		op := func(ctx context.Context) error { return comm.AllreduceInto(ctx, c, s, r, comm.Sum) }
-		if b.cfg.Test == "reduce" {
-			op = func(ctx context.Context) error { return comm.ReduceInto(ctx, c, s, r, comm.Sum, 0) }
-		}
-		return b.collLoop(op, func(it int) {
+		prep := func(it int) {
 			fill(s, 0, rank, it)
 			clear(r)
-		}, func(it int) {
+		}
+		switch {
+		case b.cfg.Test == "reduce":
+			op = func(ctx context.Context) error { return comm.ReduceInto(ctx, c, s, r, comm.Sum, 0) }
+		case b.cfg.API == "inplace":
+			op = func(ctx context.Context) error { return comm.Allreduce(ctx, c, r, comm.Sum) }
+			prep = func(it int) { fill(r, 0, rank, it) }
+		case b.cfg.API == "persistent":
+			if b.pers != nil {
+				b.pers.Free()
+			}
+			pa, err := comm.AllreduceInit(b.ctx, c, r, comm.Sum)
+			if err != nil {
+				return b.failing(err), collIters, collSkip
+			}
+			b.pers = pa
+			op = func(ctx context.Context) error {
+				if err := pa.Start(ctx); err != nil {
+					return err
+				}
+				return pa.Wait(ctx)
+			}
+			prep = func(it int) { fill(r, 0, rank, it) }
+		}
+		return b.collLoop(op, prep, func(it int) {
 			if b.cfg.Test == "allreduce" || rank == 0 {
 				b.expect(r, func(i int) T { return sumPattern[T](i, p, it) }, fmt.Sprintf("%s %d bytes", b.cfg.Test, size), it)
 			}
@@ -610,6 +637,12 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 // testHookAfterOp, when set (by tests only), sees the receive buffer after
 // every timed collective call: a test corrupts it to prove -c notices.
 var testHookAfterOp func(recv any)
+
+// failing is a kernel that returns err: a set-up that failed while making
+// the kernel reports through the sweep.
+func (b *runner[T]) failing(err error) kernel {
+	return func(context.Context, int) (float64, error) { return 0, err }
+}
 
 // idle is the kernel of a rank that sits out a two-rank test.
 func idle(context.Context, int) (float64, error) { return 0, nil }
