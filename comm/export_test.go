@@ -32,3 +32,11 @@ func StatusRounds(c *Comm) int64 {
 	}
 	return c.w.status.rounds.Load()
 }
+
+// WorkerAsleep reports whether p's background worker waits for a kick
+// (rather than napping), for TestPersistentWorkerModes.
+func (p *Persistent) WorkerAsleep() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.asleep
+}
