@@ -14,6 +14,10 @@
 #   put_latency, put_bw           2 ranks, over shm and tcp, against
 #                                 bench/mpiref/put.c (MPI_Put + MPI_Win_flush)
 #   lat-tcpraw, bw-tcpraw         p2p over tcp against a raw TCP ping-pong
+#   iallreduce                    at every rank count of $NPS, against
+#                                 bench/mpiref/iallreduce.c (osu_iallreduce's
+#                                 method); osu-compare compares the Overall
+#                                 column only: run both by hand for Overlap %
 #   allreduce_init                at every rank count of $NPS: the persistent
 #                                 allreduce (AllreduceInit, Start+Wait)
 #                                 against rdmago's own in-place Allreduce
@@ -61,6 +65,7 @@ if [ -z "${MPIBENCH:-}" ]; then
 fi
 mpicc.openmpi -O2 -o "$out/mpibibw" "$root/bench/mpiref/bibw.c"
 mpicc.openmpi -O2 -o "$out/mpiput" "$root/bench/mpiref/put.c"
+mpicc.openmpi -O2 -o "$out/mpiiallreduce" "$root/bench/mpiref/iallreduce.c"
 R="$out/rdmarun --stdin none"
 B="$out/rdmabench"
 M="mpirun.openmpi"
@@ -168,6 +173,9 @@ for np in $NPS; do
 		compare barrier-np$np-$pm time "barrier, $np ranks, $pm" \
 			"$R -np $np $f $B barrier -q --budget ${BUDGET}s" \
 			"$M -np $np $f $MPIBENCH -b barrier -t $BUDGET"
+		compare iallreduce-np$np-$pm time "iallreduce (overall time of start+compute+wait), $np ranks, $pm" \
+			"$R -np $np $f $B iallreduce -m 4:$MAX -q --budget ${BUDGET}s" \
+			"$M -np $np $f $out/mpiiallreduce -m $maxb -t $BUDGET"
 		compare allreduce_init-np$np-$pm time "persistent allreduce vs Allreduce in place, $np ranks, $pm" \
 			"$R -np $np $f $B allreduce --api persistent -m 4:$MAX -q --budget ${BUDGET}s" \
 			"$R -np $np $f $B allreduce --api inplace -m 4:$MAX -q --budget ${BUDGET}s" "rdmago Allreduce (in place)"
