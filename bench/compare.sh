@@ -11,7 +11,16 @@
 #   allreduce, bcast, reduce, allgather, reduce_scatter, alltoall, barrier
 #                                 at every rank count of $NPS, over the
 #                                 default transport; allreduce also over tcp
+#   put_latency, put_bw           2 ranks, over shm and tcp, against
+#                                 bench/mpiref/put.c (MPI_Put + MPI_Win_flush)
 #   lat-tcpraw, bw-tcpraw         p2p over tcp against a raw TCP ping-pong
+#   iallreduce                    at every rank count of $NPS, against
+#                                 bench/mpiref/iallreduce.c (osu_iallreduce's
+#                                 method); osu-compare compares the Overall
+#                                 column only: run both by hand for Overlap %
+#   allreduce_init                at every rank count of $NPS: the persistent
+#                                 allreduce (AllreduceInit, Start+Wait)
+#                                 against rdmago's own in-place Allreduce
 #
 # MODE is "defaults" (rdmarun and mpirun with no placement flag, as a user
 # runs them) or "bound" (both --bind-to core; only where ranks fit the cores).
@@ -55,6 +64,8 @@ if [ -z "${MPIBENCH:-}" ]; then
 	mpicc.openmpi -O2 -o "$MPIBENCH" "$MPIBENCH_SRC"
 fi
 mpicc.openmpi -O2 -o "$out/mpibibw" "$root/bench/mpiref/bibw.c"
+mpicc.openmpi -O2 -o "$out/mpiput" "$root/bench/mpiref/put.c"
+mpicc.openmpi -O2 -o "$out/mpiiallreduce" "$root/bench/mpiref/iallreduce.c"
 R="$out/rdmarun --stdin none"
 B="$out/rdmabench"
 M="mpirun.openmpi"
@@ -135,6 +146,12 @@ for pm in $MODES; do
 		compare bibw-np2-$pm-$t bw "bidirectional bandwidth, 2 ranks, $t, $pm" \
 			"$R -np 2 $f --transport $t $B bibw -m 1:$p2pmax -q --budget ${BUDGET}s" \
 			"$M -np 2 $f $btl $out/mpibibw -m $p2pmax -t $BUDGET"
+		compare put_latency-np2-$pm-$t time "put latency (Put+Flush), 2 ranks, $t, $pm" \
+			"$R -np 2 $f --transport $t $B put_latency -m 1:$p2pmax -q --budget ${BUDGET}s" \
+			"$M -np 2 $f $btl $out/mpiput latency -m $p2pmax -t $BUDGET"
+		compare put_bw-np2-$pm-$t bw "put bandwidth, 2 ranks, $t, $pm" \
+			"$R -np 2 $f --transport $t $B put_bw -m 1:$p2pmax -q --budget ${BUDGET}s" \
+			"$M -np 2 $f $btl $out/mpiput bw -m $p2pmax -t $BUDGET"
 	done
 done
 # p2p over tcp against a plain TCP ping-pong / stream between the same two
@@ -156,6 +173,12 @@ for np in $NPS; do
 		compare barrier-np$np-$pm time "barrier, $np ranks, $pm" \
 			"$R -np $np $f $B barrier -q --budget ${BUDGET}s" \
 			"$M -np $np $f $MPIBENCH -b barrier -t $BUDGET"
+		compare iallreduce-np$np-$pm time "iallreduce (overall time of start+compute+wait), $np ranks, $pm" \
+			"$R -np $np $f $B iallreduce -m 4:$MAX -q --budget ${BUDGET}s" \
+			"$M -np $np $f $out/mpiiallreduce -m $maxb -t $BUDGET"
+		compare allreduce_init-np$np-$pm time "persistent allreduce vs Allreduce in place, $np ranks, $pm" \
+			"$R -np $np $f $B allreduce --api persistent -m 4:$MAX -q --budget ${BUDGET}s" \
+			"$R -np $np $f $B allreduce --api inplace -m 4:$MAX -q --budget ${BUDGET}s" "rdmago Allreduce (in place)"
 		compare allreduce-np$np-$pm-tcp time "allreduce, $np ranks, tcp, $pm" \
 			"$R -np $np $f --transport tcp $B allreduce -m 4:$MAX -q --budget ${BUDGET}s" \
 			"$M -np $np $f --mca btl tcp,self $MPIBENCH -b allreduce -M $maxb -t $BUDGET"

@@ -13,7 +13,7 @@ import (
 )
 
 // Tests are the benchmarks rdmabench runs, in the order the usage lists them.
-var tests = []string{"latency", "bw", "bibw", "put_latency", "put_bw", "allreduce", "bcast", "barrier", "reduce", "allgather", "reduce_scatter", "alltoall"}
+var tests = []string{"latency", "bw", "bibw", "put_latency", "put_bw", "allreduce", "iallreduce", "bcast", "barrier", "reduce", "allgather", "reduce_scatter", "alltoall"}
 
 // types are the element types of -t.
 var types = []string{"float32", "float64", "int32", "int64"}
@@ -27,6 +27,7 @@ type config struct {
 	Validate  bool          // -c: check every result
 	Type      string        // element type of the collectives
 	Algo      string        // --algo: forced algorithm, "" = the cost model's choice
+	API       string        // --api (allreduce): "" or "into", "inplace", "persistent"
 	Transport string        // --transport, "" = the launcher's (RDMARUN_TRANSPORT)
 	BusBW     bool          // --busbw: nccl-tests algbw/busbw columns
 	JSON      string        // --json FILE
@@ -50,6 +51,9 @@ func isBW(test string) bool { return test == "bw" || test == "bibw" || test == "
 // collective maps a collective test to the collectives package's name, for
 // --algo.
 func collective(test string) (collectives.Collective, bool) {
+	if test == "iallreduce" {
+		test = "allreduce" // the same algorithms, started non-blocking
+	}
 	c, err := collectives.ParseCollective(test)
 	return c, err == nil
 }
@@ -57,7 +61,7 @@ func collective(test string) (collectives.Collective, bool) {
 const usageText = `usage: rdmarun -np N rdmabench TEST [flags]
        rdmabench plot [-o FILE.png|svg] [-title T] FILE[=LABEL]...
 
-TEST is one of: latency bw bibw put_latency put_bw allreduce bcast barrier reduce allgather reduce_scatter alltoall
+TEST is one of: latency bw bibw put_latency put_bw allreduce iallreduce bcast barrier reduce allgather reduce_scatter alltoall
 
 Flags:
   -m [MIN:]MAX     message sizes in bytes, powers of two from MIN to MAX (K, M, G suffixes:
@@ -67,6 +71,9 @@ Flags:
   -c               validate every result (checks run outside the timed interval)
   -t TYPE          element type of collectives: float32 (default), float64, int32, int64
   --algo NAME      force the collective's algorithm (e.g. ring; see "Algorithms" below)
+  --api A          allreduce only: into (default: AllreduceInto, send to recv), inplace
+                   (Allreduce on one buffer) or persistent (AllreduceInit once per size,
+                   then Start+Wait on that buffer, in place)
   --transport T    auto, shm, tcp or ibv (default: rdmarun's --transport)
   --busbw          add nccl-tests algbw and busbw columns (GB/s)
   --json FILE      also write the rows as JSON to FILE
@@ -96,6 +103,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.Validate, "c", false, "")
 	fs.StringVar(&cfg.Type, "t", "float32", "")
 	fs.StringVar(&cfg.Algo, "algo", "", "")
+	fs.StringVar(&cfg.API, "api", "", "")
 	fs.StringVar(&cfg.Transport, "transport", "", "")
 	fs.BoolVar(&cfg.BusBW, "busbw", false, "")
 	fs.StringVar(&cfg.JSON, "json", "", "")
@@ -145,6 +153,15 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.Plot != "" && !strings.HasSuffix(cfg.Plot, ".png") && !strings.HasSuffix(cfg.Plot, ".svg") {
 		return cfg, fmt.Errorf("--plot %q: the file name must end in .png or .svg", cfg.Plot)
+	}
+	switch cfg.API {
+	case "":
+	case "into", "inplace", "persistent":
+		if cfg.Test != "allreduce" {
+			return cfg, fmt.Errorf("--api %q: only allreduce has other forms, not %s", cfg.API, cfg.Test)
+		}
+	default:
+		return cfg, fmt.Errorf("--api %q: want into, inplace or persistent", cfg.API)
 	}
 	if cfg.Algo != "" {
 		if err := checkAlgo(cfg.Test, cfg.Algo); err != nil {

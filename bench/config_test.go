@@ -71,6 +71,8 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"bcast", "--plot", "x.jpg"}, `--plot "x.jpg": the file name must end in .png or .svg`},
 		{[]string{"bcast", "--budget", "0s"}, "--budget 0s"},
 		{[]string{"bcast", "--nope"}, "flag provided but not defined: -nope"},
+		{[]string{"bcast", "--api", "persistent"}, `--api "persistent": only allreduce has other forms, not bcast`},
+		{[]string{"allreduce", "--api", "lazy"}, `--api "lazy": want into, inplace or persistent`},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)
 		require.Error(t, err, "%q", tc.args)

@@ -140,6 +140,11 @@ func TestJobs(t *testing.T) {
 		{2, []string{"put_latency", "-m", "1:64K", "-i", "20", "-x", "2"}, 17, []string{`(?m)^# Size\s+Latency \(us\)\s+Iters$`, `test put_latency`}},
 		{2, []string{"put_bw", "-m", "1:256K"}, 19, []string{`(?m)^# Size\s+Bandwidth \(MB/s\)\s+Iters$`}},
 		{3, []string{"put_bw", "--transport", "tcp", "-m", "8:4K"}, 10, []string{`transport tcp`}},
+		{2, []string{"allreduce", "--api", "persistent", "-m", "4:1M"}, 19, []string{`(?m)^# test allreduce, api persistent,`, `(?m)^1048576 .* shared_memory$`}},
+		{3, []string{"allreduce", "--api", "persistent", "--transport", "tcp", "-t", "int64", "-m", "8:64K"}, 14, nil},
+		{3, []string{"allreduce", "--api", "inplace", "-t", "int32", "-m", "4:64K"}, 15, []string{`api inplace`}},
+		{2, []string{"iallreduce", "-m", "4:64K"}, 15, []string{`(?m)^# Size\s+Overall\(us\)\s+Compute\(us\)\s+Pure Comm\.\(us\)\s+Overlap\(%\)\s+Iters\s+Algorithm$`}},
+		{3, []string{"iallreduce", "--algo", "ring", "-t", "int64", "-m", "8:64K"}, 14, []string{`(?m)^65536 .* ring$`}},
 	} {
 		t.Run(fmt.Sprintf("np=%d/%s", tc.np, strings.Join(tc.args, " ")), func(t *testing.T) {
 			args := append([]string{}, tc.args...)

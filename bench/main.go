@@ -198,7 +198,7 @@ func describe(ctx context.Context, c *comm.Comm, cfg config) (*Result, error) {
 	res := &Result{
 		Tool: "rdmabench", Version: comm.Version, Go: runtime.Version(),
 		Date: time.Now().UTC().Format(time.RFC3339), Test: cfg.Test, Ranks: c.Size(),
-		Type: cfg.Type, Algo: cfg.Algo, Transport: cfg.Transport, Validated: cfg.Validate,
+		Type: cfg.Type, Algo: cfg.Algo, API: cfg.API, Transport: cfg.Transport, Validated: cfg.Validate,
 		CPU: fmt.Sprintf("%s (%d logical cores)", cpuid.CPU.BrandName, runtime.NumCPU()), CPUFeatures: cpuFeatures(),
 	}
 	if isP2P(cfg.Test) {

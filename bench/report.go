@@ -17,8 +17,9 @@ type Result struct {
 	Date        string     `json:"date"` // RFC 3339, UTC
 	Test        string     `json:"test"`
 	Ranks       int        `json:"ranks"`
-	Type        string     `json:"type"` // element type ("byte" for p2p tests)
-	Algo        string     `json:"algo"` // as forced with --algo, or "auto"
+	Type        string     `json:"type"`          // element type ("byte" for p2p tests)
+	Algo        string     `json:"algo"`          // as forced with --algo, or "auto"
+	API         string     `json:"api,omitempty"` // allreduce's --api, when given
 	Transport   string     `json:"transport"`
 	Transports  [][]string `json:"transports"` // [rank][peer] as each rank sees it
 	Host        string     `json:"host"`
@@ -41,6 +42,12 @@ type Row struct {
 	AlgBW     float64 `json:"algbw_gbps,omitempty"`
 	BusBW     float64 `json:"busbw_gbps,omitempty"`
 	Algorithm string  `json:"algorithm,omitempty"`
+	// iallreduce: Latency is the overlapped call's time (OSU's Overall),
+	// Compute the computation's in it, Pure the collective's alone, and
+	// Overlap the share of Pure hidden behind the computation, in %.
+	Compute float64 `json:"compute_us,omitempty"`
+	Pure    float64 `json:"pure_us,omitempty"`
+	Overlap float64 `json:"overlap_pct,omitempty"`
 }
 
 // busFactor is nccl-tests' factor from algorithm bandwidth to bus bandwidth
@@ -92,8 +99,12 @@ func writeHeader(w io.Writer, r *Result) {
 	if t == "" {
 		t = "byte"
 	}
-	fmt.Fprintf(w, "# test %s, %d ranks, type %s, algorithm %s, transport %s%s\n",
-		r.Test, r.Ranks, t, r.Algo, r.Transport, map[bool]string{true: ", every result validated"}[r.Validated])
+	api := ""
+	if r.API != "" {
+		api = ", api " + r.API
+	}
+	fmt.Fprintf(w, "# test %s%s, %d ranks, type %s, algorithm %s, transport %s%s\n",
+		r.Test, api, r.Ranks, t, r.Algo, r.Transport, map[bool]string{true: ", every result validated"}[r.Validated])
 	fmt.Fprintf(w, "# host %s, cpu %s\n", r.Host, r.CPU)
 	if len(r.CPUFeatures) > 0 {
 		fmt.Fprintf(w, "# cpu features %s\n", strings.Join(r.CPUFeatures, " "))
@@ -120,6 +131,8 @@ func writeHeader(w io.Writer, r *Result) {
 // writeColumns prints the OSU column header line for the test.
 func writeColumns(w io.Writer, test string, busbw bool) {
 	switch {
+	case test == "iallreduce":
+		fmt.Fprintf(w, "# %-10s %18s %17s %17s %11s %11s  %s\n", "Size", "Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)", "Iters", "Algorithm")
 	case isLatency(test):
 		fmt.Fprintf(w, "# %-10s %18s %11s\n", "Size", "Latency (us)", "Iters")
 	case isBW(test):
@@ -137,6 +150,8 @@ func writeColumns(w io.Writer, test string, busbw bool) {
 // parsers (osu-compare) expect.
 func writeRow(w io.Writer, test string, busbw bool, r Row) {
 	switch {
+	case test == "iallreduce":
+		fmt.Fprintf(w, "%-12d %18.2f %17.2f %17.2f %11.2f %11d  %s\n", r.Size, r.Latency, r.Compute, r.Pure, r.Overlap, r.Iters, r.Algorithm)
 	case isLatency(test):
 		fmt.Fprintf(w, "%-12d %18.2f %11d\n", r.Size, r.Latency, r.Iters)
 	case isBW(test):

@@ -123,3 +123,17 @@ func TestParseOSUMpibench(t *testing.T) {
 	_, err = parseOSU(strings.NewReader("# nothing\n"), "x")
 	assert.ErrorContains(t, err, "no OSU-style rows")
 }
+
+// TestOverlapPercent: OSU's overlap is the share of the pure collective
+// time hidden behind the computation, clamped at 0.
+func TestOverlapPercent(t *testing.T) {
+	assert.InDelta(t, 100, overlapPercent(100, 100, 40), 1e-9) // nothing beyond the computation
+	assert.InDelta(t, 50, overlapPercent(120, 100, 40), 1e-9)
+	assert.InDelta(t, 0, overlapPercent(140, 100, 40), 1e-9) // not overlapped at all
+	assert.InDelta(t, 0, overlapPercent(300, 100, 40), 1e-9) // worse than serial: clamped
+	assert.InDelta(t, 0, overlapPercent(100, 100, 0), 1e-9)  // no pure time measured
+	var b bytes.Buffer
+	writeColumns(&b, "iallreduce", false)
+	writeRow(&b, "iallreduce", false, Row{Size: 8, Latency: 12.5, Compute: 10, Pure: 5, Overlap: 50, Iters: 7, Algorithm: "ring"})
+	assert.Regexp(t, `(?m)^8\s+12\.50\s+10\.00\s+5\.00\s+50\.00\s+7  ring$`, b.String())
+}

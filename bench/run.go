@@ -30,6 +30,8 @@ import (
 //     Flushes; MB/s = size·64·iterations / time / 10^6. All Puts of a
 //     window go to offset 0 of the target (OSU spreads them over a window
 //     64 times larger), so the target window is the largest size.
+//   - iallreduce (osu_iallreduce): t_pure, then the overlap of the
+//     collective with a computation as long (see overlap.go).
 //   - collectives: every call is timed on its own and followed by an untimed
 //     barrier, so that one call's stragglers do not run into the next; each
 //     rank's figure is its mean, and the table shows the mean, minimum and
@@ -64,8 +66,9 @@ type kernel func(ctx context.Context, n int) (float64, error)
 
 type runner[T comm.Element] struct {
 	c         *comm.Comm
-	win       *comm.Win[T]    // put_latency and put_bw
-	ctx       context.Context // the sweep's, for put_*'s -c acknowledgements (outside the timed op)
+	win       *comm.Win[T]     // put_latency and put_bw
+	pers      *comm.Persistent // allreduce --api persistent: the current size's
+	ctx       context.Context  // the sweep's, for put_*'s -c acknowledgements (outside the timed op)
 	cfg       config
 	send      []T
 	recv      []T
@@ -154,6 +157,11 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 		b.win = w
 		defer w.Close(ctx)
 	}
+	defer func() {
+		if b.pers != nil {
+			b.pers.Free()
+		}
+	}()
 	b.ctx = ctx
 	b.startedAt = time.Now()
 	for idx, size := range sizes {
@@ -180,6 +188,13 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 			}
 		}
 		row := Row{Size: size, Iters: iters}
+		var ov overlapFigures
+		if b.cfg.Test == "iallreduce" {
+			pure := time.Duration(t * 1e9 / float64(iters))
+			if ov, err = b.overlapRun(ctx, count, min(osuSkip, 10), iters, pure); err != nil {
+				return err
+			}
+		}
 		switch {
 		case b.cfg.Test == "latency":
 			row.Latency = t * 1e6 / float64(2*iters)
@@ -189,6 +204,21 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 			row.Bandwidth = float64(size) / 1e6 * float64(iters*window) / t
 		case b.cfg.Test == "bibw":
 			row.Bandwidth = 2 * float64(size) / 1e6 * float64(iters*window) / t
+		case b.cfg.Test == "iallreduce":
+			// Means over ranks of each figure, then OSU's overlap from them.
+			all := make([]float64, 3*b.c.Size())
+			mine := []float64{ov.total * 1e6, ov.compute * 1e6, t * 1e6 / float64(iters)}
+			if err := comm.Gather(ctx, b.c, mine, all, 0); err != nil {
+				return err
+			}
+			var sum [3]float64
+			for i, v := range all {
+				sum[i%3] += v
+			}
+			n := float64(b.c.Size())
+			row.Latency, row.Compute, row.Pure = sum[0]/n, sum[1]/n, sum[2]/n
+			row.Overlap = overlapPercent(row.Latency, row.Compute, row.Pure)
+			row.Algorithm = b.algo
 		default:
 			lats := make([]float64, b.c.Size())
 			if err := comm.Gather(ctx, b.c, []float64{t * 1e6 / float64(iters)}, lats, 0); err != nil {
@@ -474,6 +504,9 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 	case "put_latency", "put_bw":
 		return b.putKernel(size, count)
 
+	case "iallreduce":
+		return b.iallreduceKernel(size, count)
+
 	case "barrier":
 		return func(ctx context.Context, n int) (float64, error) {
 			t0 := time.Now()
@@ -496,13 +529,34 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 			fill(s, 0, rank, 0)
 		}
 		op := func(ctx context.Context) error { return comm.AllreduceInto(ctx, c, s, r, comm.Sum) }
-		if b.cfg.Test == "reduce" {
-			op = func(ctx context.Context) error { return comm.ReduceInto(ctx, c, s, r, comm.Sum, 0) }
-		}
-		return b.collLoop(op, func(it int) {
+		prep := func(it int) {
 			fill(s, 0, rank, it)
 			clear(r)
-		}, func(it int) {
+		}
+		switch {
+		case b.cfg.Test == "reduce":
+			op = func(ctx context.Context) error { return comm.ReduceInto(ctx, c, s, r, comm.Sum, 0) }
+		case b.cfg.API == "inplace":
+			op = func(ctx context.Context) error { return comm.Allreduce(ctx, c, r, comm.Sum) }
+			prep = func(it int) { fill(r, 0, rank, it) }
+		case b.cfg.API == "persistent":
+			if b.pers != nil {
+				b.pers.Free()
+			}
+			pa, err := comm.AllreduceInit(b.ctx, c, r, comm.Sum)
+			if err != nil {
+				return b.failing(err), collIters, collSkip
+			}
+			b.pers = pa
+			op = func(ctx context.Context) error {
+				if err := pa.Start(ctx); err != nil {
+					return err
+				}
+				return pa.Wait(ctx)
+			}
+			prep = func(it int) { fill(r, 0, rank, it) }
+		}
+		return b.collLoop(op, prep, func(it int) {
 			if b.cfg.Test == "allreduce" || rank == 0 {
 				b.expect(r, func(i int) T { return sumPattern[T](i, p, it) }, fmt.Sprintf("%s %d bytes", b.cfg.Test, size), it)
 			}
@@ -583,6 +637,12 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 // testHookAfterOp, when set (by tests only), sees the receive buffer after
 // every timed collective call: a test corrupts it to prove -c notices.
 var testHookAfterOp func(recv any)
+
+// failing is a kernel that returns err: a set-up that failed while making
+// the kernel reports through the sweep.
+func (b *runner[T]) failing(err error) kernel {
+	return func(context.Context, int) (float64, error) { return 0, err }
+}
 
 // idle is the kernel of a rank that sits out a two-rank test.
 func idle(context.Context, int) (float64, error) { return 0, nil }

@@ -51,3 +51,11 @@ func NewOpError(op string, rank, size, peer int, abort, err error) error {
 	}
 	return &OpError{Op: op, Rank: rank, Size: size, Peer: peer, Tag: NoTag, Err: err, origin: peer >= 0}
 }
+
+// WorkerAsleep reports whether p's background worker waits for a kick
+// (rather than napping), for TestPersistentWorkerModes.
+func (p *Persistent) WorkerAsleep() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.asleep
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rdmago/rdmago/collectives"
 )
@@ -28,7 +29,7 @@ type Persistent struct {
 	plan *collectives.Plan
 	req  Request // what Request returns; req.pers is p
 
-	kick chan struct{} // Start → the worker
+	kick chan struct{} // Start → the worker, when it sleeps
 	quit chan struct{}
 	wg   sync.WaitGroup
 
@@ -41,6 +42,7 @@ type Persistent struct {
 	waited *collectives.Waited // the worker's run, once it has one
 	wanted bool                // somebody waits for the active run
 	freed  bool
+	asleep bool // the worker waits for a kick, not napping (see worker)
 }
 
 // A run is active (MPI's term) from Start until Wait, Test or WaitAny
@@ -79,7 +81,7 @@ func AllreduceInit[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Pe
 }
 
 func newPersistent(c *Comm, op string, plan *collectives.Plan) *Persistent {
-	p := &Persistent{c: c, op: op, plan: plan, kick: make(chan struct{}, 1), quit: make(chan struct{})}
+	p := &Persistent{c: c, op: op, plan: plan, kick: make(chan struct{}, 1), quit: make(chan struct{}), asleep: true}
 	p.req = Request{c: c, op: op, pers: p}
 	p.wg.Add(1)
 	go p.worker()
@@ -114,13 +116,36 @@ func (p *Persistent) Start(ctx context.Context) error {
 	}
 	p.state, p.ctx, p.err, p.doneCh, p.waited, p.wanted = pStarted, ctx, nil, nil, nil, false
 	p.turn = c.q.take()
+	kick := p.asleep
+	p.asleep = false
 	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default: // the worker has a kick pending already
+	if kick {
+		select {
+		case p.kick <- struct{}{}:
+		default: // the worker has a kick pending already
+		}
 	}
 	return nil
 }
+
+// The worker watches for started runs in one of two ways. Asleep, it
+// waits for Start's kick. But a kick per Start readies a parked goroutine,
+// and with a P to spare the runtime wakes a thread that spins looking for
+// it, even when Wait comes at once and runs the call itself (the training
+// loop's Start+Wait): that cost more CPU than the plan saves
+// (BenchmarkPersistentOverhead with -cpu 2). So once kicked the worker naps
+// instead and looks for a run nobody has claimed after each nap, which
+// grows from workerNapMin to workerNapMax while it finds none (each nap
+// wakes a thread too, so they must be rare in the Start+Wait loop) and is
+// back at workerNapMin after the worker ran one; after workerIdle of naps
+// that found none it goes back to sleep. A run left to the background
+// begins within workerNapMax, within workerNapMin when the worker ran the
+// previous one.
+const (
+	workerNapMin = 50 * time.Microsecond
+	workerNapMax = 500 * time.Microsecond
+	workerIdle   = 10 * time.Millisecond
+)
 
 // worker runs started runs in the background, unless a waiter took them
 // first. Until somebody waits, a run naps between its checks rather than
@@ -128,19 +153,45 @@ func (p *Persistent) Start(ctx context.Context) error {
 func (p *Persistent) worker() {
 	defer p.wg.Done()
 	stop := p.c.w.stop
+	t := time.NewTimer(workerNapMin)
+	defer t.Stop()
+	asleep, nap, idle := true, workerNapMin, time.Duration(0)
 	for {
-		select {
-		case <-p.kick:
-		case <-p.quit:
-			return
-		case <-stop:
-			return
+		if asleep {
+			select {
+			case <-p.kick:
+			case <-p.quit:
+				return
+			case <-stop:
+				return
+			}
+		} else {
+			t.Reset(nap)
+			select {
+			case <-t.C:
+			case <-p.kick:
+			case <-p.quit:
+				return
+			case <-stop:
+				return
+			}
 		}
 		p.mu.Lock()
 		if p.state != pStarted {
+			if !asleep {
+				idle += nap
+				nap = min(2*nap, workerNapMax)
+			}
+			if idle >= workerIdle {
+				p.asleep = true // a Start from now on kicks
+			}
+			if asleep = p.asleep; asleep {
+				nap, idle = workerNapMin, 0
+			}
 			p.mu.Unlock()
 			continue
 		}
+		asleep, nap, idle = false, workerNapMin, 0
 		p.state = pRunning
 		w := collectives.NewWaited()
 		p.waited = w
@@ -149,13 +200,14 @@ func (p *Persistent) worker() {
 		}
 		ctx := p.ctx
 		p.mu.Unlock()
-		p.execute(collectives.Background(ctx, w))
+		p.execute(collectives.Background(ctx, w), pEnded)
 	}
 }
 
-// execute runs the active run (claimed by the caller) and records its
-// result.
-func (p *Persistent) execute(ctx context.Context) {
+// execute runs the active run (claimed by the caller), records its result
+// and leaves p in state end: pEnded for the worker (a Wait, Test or
+// WaitAny is still to report it), pDone for a Wait that runs it itself.
+func (p *Persistent) execute(ctx context.Context, end int) error {
 	c := p.c
 	var err error
 	if err = c.q.wait(ctx, p.turn); err != nil {
@@ -168,12 +220,13 @@ func (p *Persistent) execute(ctx context.Context) {
 		}
 	}
 	p.mu.Lock()
-	p.state, p.err, p.turn = pEnded, err, nil
+	p.state, p.err, p.turn = end, err, nil
 	ch := p.doneCh
 	p.mu.Unlock()
 	if ch != nil {
 		close(ch)
 	}
+	return err
 }
 
 // Wait waits for the active run to complete and returns its error (nil
@@ -195,12 +248,7 @@ func (p *Persistent) Wait(ctx context.Context) error {
 		p.state = pRunning
 		rctx := p.ctx
 		p.mu.Unlock()
-		p.execute(rctx)
-		p.mu.Lock()
-		p.state = pDone
-		err := p.err
-		p.mu.Unlock()
-		return err
+		return p.execute(rctx, pDone)
 	}
 	ch := p.waitChanLocked()
 	p.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rdmago/rdmago/bootstrap"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkPersistentAllreduce compares, in one run, a persistent
@@ -15,9 +16,11 @@ import (
 // two ranks in this process over shm. Rank 0 drives b.Loop as in
 // BenchmarkAllreduce.
 //
+// cpu-ns/op is the process's CPU time per call, both ranks together.
+//
 //	go test -run '^$' -bench PersistentAllreduce -benchtime 20000x -count 5 ./comm
 func BenchmarkPersistentAllreduce(b *testing.B) {
-	for _, n := range []int{2, 16 << 10} {
+	for _, n := range []int{2, 16 << 10, 256 << 10} {
 		for _, api := range []string{"allreduce", "persistent", "iallreduce"} {
 			b.Run(fmt.Sprintf("transport=shm/api=%s/bytes=%d", api, 4*n), func(b *testing.B) {
 				var mu sync.Mutex
@@ -27,6 +30,8 @@ func BenchmarkPersistentAllreduce(b *testing.B) {
 						p.Free()
 					}
 				}()
+				cpu0 := processCPU(b)
+				defer func() { b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op") }()
 				benchPair(b, "shm", func(ctx context.Context, c *Comm, buf []float32) error {
 					switch api {
 					case "persistent":
@@ -64,10 +69,13 @@ func BenchmarkPersistentAllreduce(b *testing.B) {
 // no communication, so what is measured is the per-call work of each API
 // alone (checks, cost model, turn, closure) without the waits for a peer
 // that dominate and blur the two-rank figures on a busy machine.
+// cpu-ns/op is the process's CPU time per call (every thread: a
+// persistent run may go on its worker's), which a loaded machine disturbs
+// far less than ns/op.
 //
 //	go test -run '^$' -bench PersistentOverhead -count 5 ./comm
 func BenchmarkPersistentOverhead(b *testing.B) {
-	for _, n := range []int{2, 16 << 10} {
+	for _, n := range []int{2, 16 << 10, 256 << 10} {
 		for _, api := range []string{"allreduce", "persistent"} {
 			b.Run(fmt.Sprintf("ranks=1/api=%s/bytes=%d", api, 4*n), func(b *testing.B) {
 				ctx := context.Background()
@@ -88,6 +96,7 @@ func BenchmarkPersistentOverhead(b *testing.B) {
 				}
 				defer p.Free()
 				b.ReportAllocs()
+				cpu0 := processCPU(b)
 				for b.Loop() {
 					if api == "persistent" {
 						if err := p.Start(ctx); err != nil {
@@ -101,7 +110,17 @@ func BenchmarkPersistentOverhead(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
 	}
+}
+
+// processCPU is the CPU time this process has used, in ns.
+func processCPU(b *testing.B) int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Skipf("getrusage: %v", err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

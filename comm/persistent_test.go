@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/comm"
 )
@@ -238,6 +239,63 @@ func TestBatch(t *testing.T) {
 					return fmt.Errorf("batch in WaitAny: got %d from %d", got[0], prev)
 				}
 				return comm.Barrier(ctx, c)
+			})
+		})
+	}
+}
+
+// TestPersistentWorkerModes: a run nobody waits for completes in the
+// background whichever way the worker watches for runs: asleep (after a
+// Start+Wait, once it has found nothing to run for a while; Start must
+// kick it) and napping (right after it ran one; Start does not kick).
+func TestPersistentWorkerModes(t *testing.T) {
+	for _, tr := range []string{"loop", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			runOK(t, 2, comm.Options{Transport: tr}, func(ctx context.Context, c *comm.Comm) error {
+				const n = 100
+				me := c.Rank()
+				buf := make([]int64, n)
+				pa, err := comm.AllreduceInit(ctx, c, buf, comm.Sum)
+				if err != nil {
+					return err
+				}
+				defer pa.Free()
+				background := func(run int) error {
+					copy(buf, input(me, n, run))
+					if err := pa.Start(ctx); err != nil {
+						return err
+					}
+					for {
+						done, err := pa.Test()
+						if done {
+							if err != nil {
+								return err
+							}
+							return eq(fmt.Sprintf("run %d", run), buf, fold(2, n, run, 2, add))
+						}
+						if ctx.Err() != nil {
+							return fmt.Errorf("run %d never completed without Wait: %w", run, ctx.Err())
+						}
+						runtime.Gosched()
+					}
+				}
+				copy(buf, input(me, n, 0))
+				if err := pa.Start(ctx); err != nil {
+					return err
+				}
+				if err := pa.Wait(ctx); err != nil {
+					return err
+				}
+				for !pa.WorkerAsleep() { // it napped after the kick; it sleeps once idle
+					if ctx.Err() != nil {
+						return fmt.Errorf("the worker never went back to sleep: %w", ctx.Err())
+					}
+					time.Sleep(time.Millisecond)
+				}
+				if err := background(1); err != nil { // Start kicks the sleeping worker
+					return err
+				}
+				return background(2) // the napping worker finds it (Start does not kick)
 			})
 		})
 	}

@@ -57,9 +57,13 @@
 // WaitAny wait for several. Every blocking call takes a context: when it
 // ends, whatever has not matched yet is canceled and the error wraps a
 // *DeadlineError naming the ranks that had not arrived (and matches
-// context.DeadlineExceeded or context.Canceled). A request that already
-// matched is let finish first, so no buffer is ever written after the call
-// returns.
+// context.DeadlineExceeded or context.Canceled). A request that cannot be
+// canceled any more (a receive whose data is moving, a rendezvous send
+// whose receiver has not answered the cancel, a window operation already
+// posted) is not waited for, since that may take the peer's progress: the
+// call returns at once, its error says the request is still in progress,
+// and its buffer stays in use until the request completes (Done, or a
+// later Wait on a non-blocking request).
 //
 // The goroutine that waits drives progress itself: it polls the completion
 // queues (spinning, then yielding, then blocking), so on the blocking hot

@@ -51,3 +51,12 @@ func (ep *Endpoint) CorruptRing(peer int, size uint32) bool {
 	p.sendCtl(ep, header{kind: kPing}) // in case the peer sleeps in its CQ
 	return true
 }
+
+// HoldProgress stops this endpoint's progress (as a peer whose process is
+// stopped or stuck in a long computation would): nobody handles its
+// completions, reposts its receive buffers or returns its credits until
+// release is called. For TestExpireUnboundedByPeer.
+func (ep *Endpoint) HoldProgress() (release func()) {
+	ep.pollMu.Lock()
+	return ep.pollMu.Unlock
+}

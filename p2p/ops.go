@@ -64,7 +64,9 @@ func (c *Channel) Isend(peer, tag int, buf []byte) (*Request, error) {
 // Send sends buf to peer with tag and returns when buf may be reused: at
 // once for an eager message, after the receiver has taken the data for a
 // rendezvous one. When ctx ends before the receiver matched the message,
-// the send is canceled and the error names the receiver.
+// the send is canceled and the error names the receiver; when the
+// receiver has not answered the cancel yet, the error says the send is
+// still in progress, and the receiver may still read buf until it does.
 func (c *Channel) Send(ctx context.Context, peer, tag int, buf []byte) error {
 	if done, err := c.sendEagerNow(peer, tag, buf); done {
 		return err
@@ -223,7 +225,9 @@ func (c *Channel) Irecv(src, tag int, buf []byte) (*Request, error) {
 
 // Recv receives a message from src (or AnySource) with tag (or AnyTag) into
 // buf and returns its status. When ctx ends first, the error wraps a
-// *DeadlineError naming src.
+// *DeadlineError naming src; if the message had already begun to arrive,
+// the error says it is still in progress, and buf may be written until
+// the transfer ends (see Request.Wait).
 func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, error) {
 	r, err := c.irecv("Recv", src, tag, buf)
 	if err != nil {

@@ -144,9 +144,13 @@ func (r *Request) Test() (Status, bool, error) {
 
 // Wait blocks until r completes or ctx ends. On ctx's end it cancels r if
 // it has not matched yet (the error then wraps a *DeadlineError naming the
-// peer that had not arrived); a request that already matched is let finish
-// (a receiving buffer may be in the middle of being written), and Wait
-// returns its result.
+// peer that had not arrived, and r is complete). A request that cannot be
+// canceled at once (a receive already being written, a rendezvous send
+// whose receiver has not answered the cancel yet, a window operation
+// already posted) is not waited for either, as that may take the peer's
+// progress: Wait returns an error naming the peer and wrapping ctx.Err(),
+// and r stays pending, its buffer in use, until it completes (Done; a
+// later Wait returns its own result).
 func (r *Request) Wait(ctx context.Context) (Status, error) {
 	if !r.done.Load() {
 		if err := r.ep.wait(ctx, r); err != nil {
@@ -222,6 +226,17 @@ func (ep *Endpoint) cancelLocked(r *Request) bool {
 		if r.reg != nil && !r.cancelSent {
 			r.cancelSent = true
 			p.sendCtl(ep, header{kind: kCancel, id: r.id})
+		}
+	case opWrite, opWinRead, opWinAtomic:
+		// A window operation still queued for credits or send-queue room
+		// has touched nothing of the peer's: drop it. Once posted it
+		// runs to its completion.
+		p := ep.peers[r.peer]
+		if r.queued && p.unqueue(r) {
+			ep.dropQueuedLocked(&r.item)
+			r.canceled = true
+			ep.completeLocked(r, ep.opErr(r, ErrCanceled))
+			return true
 		}
 	}
 	return false
@@ -356,36 +371,28 @@ func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
 }
 
 // expire handles ctx ending while reqs were pending: cancel what has not
-// matched, let the rest finish (bounded by the transfer or by peer loss),
-// and report which ranks had not arrived.
+// matched and report which ranks had not arrived. It does not wait for the
+// rest: what has matched (a receive being written, a window operation
+// posted) or waits for the peer's answer to a CANCEL (a rendezvous send)
+// may need the peer to make progress, and the caller's ctx has ended. Such
+// a request stays pending, its buffer in use, until it completes; the
+// error returned for it names its peer and wraps ctx.Err(), and a later
+// Wait (or Done) tells when it has finished.
 func (ep *Endpoint) expire(ctx context.Context, reqs []*Request) error {
+	ep.progress() // take the completions that have come already
 	ep.mu.Lock()
-	var pending []*Request
-	for _, r := range reqs {
-		if r != nil && !r.done.Load() {
-			ep.cancelLocked(r)
-			pending = append(pending, r)
-		}
-	}
-	ep.flushDirtyLocked()
-	ep.mu.Unlock()
-	// Whatever could not be canceled at once (a receive being written, a
-	// rendezvous send whose receiver is answering our CANCEL) finishes
-	// soon; wait for it without ctx so no buffer is in use after we return.
-	for _, r := range pending {
-		if !r.done.Load() {
-			_ = ep.wait(context.Background(), r)
-		}
-	}
+	defer ep.mu.Unlock()
+	var stopped, running []*Request
 	var ranks []int
 	anySrc := false
-	var first *Request
-	for _, r := range pending {
-		if !r.canceled {
+	for _, r := range reqs {
+		if r == nil || r.done.Load() {
 			continue
 		}
-		if first == nil {
-			first = r
+		if ep.cancelLocked(r) {
+			stopped = append(stopped, r)
+		} else {
+			running = append(running, r)
 		}
 		if r.peer == AnySource {
 			anySrc = true
@@ -393,27 +400,36 @@ func (ep *Endpoint) expire(ctx context.Context, reqs []*Request) error {
 			ranks = append(ranks, r.peer)
 		}
 	}
-	if first == nil {
+	ep.flushDirtyLocked()
+	if len(stopped) == 0 && len(running) == 0 {
 		return nil // everything completed after all
 	}
 	slices.Sort(ranks)
-	what := "no matching receive posted"
-	if first.op == opRecv {
-		what = "no matching message"
+	errFor := func(r *Request, de *DeadlineError) error {
+		return &Error{Op: r.op.String(), Rank: ep.rank, Peer: r.peer, Tag: int(r.pattern.tag), Err: de}
 	}
-	de := &DeadlineError{Ranks: ranks, Any: anySrc && len(ranks) == 0, What: what, Cause: ctx.Err()}
-	err := &Error{Op: first.op.String(), Rank: ep.rank, Peer: first.peer, Tag: int(first.pattern.tag), Err: de}
-	for _, r := range pending {
-		if r.canceled {
-			r.err = &Error{Op: r.op.String(), Rank: ep.rank, Peer: r.peer, Tag: int(r.pattern.tag), Err: de}
+	if len(stopped) > 0 {
+		what := "no matching receive posted"
+		switch stopped[0].op {
+		case opRecv:
+			what = "no matching message"
+		case opWrite, opWinRead, opWinAtomic:
+			what = "still queued for the peer's credits"
 		}
+		de := &DeadlineError{Ranks: ranks, Any: anySrc && len(ranks) == 0, What: what, Cause: ctx.Err()}
+		for _, r := range stopped {
+			r.err = errFor(r, de)
+		}
+		return stopped[0].err
 	}
-	return err
+	what := "still in progress; its buffer stays in use until it completes"
+	return errFor(running[0], &DeadlineError{Ranks: ranks, Any: anySrc && len(ranks) == 0, What: what, Cause: ctx.Err()})
 }
 
 // WaitAll waits for every request. It returns the first error among them
 // (in slice order); when ctx ends first, the error names every rank whose
-// request had not arrived. Nil entries are skipped.
+// request had not completed, and the requests are canceled or left
+// pending as Wait does. Nil entries are skipped.
 func WaitAll(ctx context.Context, reqs ...*Request) error {
 	var ep *Endpoint
 	for _, r := range reqs {

@@ -502,6 +502,9 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 }
 
 // Write writes src into peer's window at off and waits until it is placed.
+// When ctx ends while the write still queues (for credits or send-queue
+// room) it is canceled; once posted it completes on its own, src in use
+// until then, and the error says it is still in progress.
 func (w *Window) Write(ctx context.Context, peer, off int, src []byte) error {
 	r, err := w.Iwrite(peer, off, src, false, 0)
 	if err != nil {
