@@ -25,9 +25,10 @@ import (
 //	16   left     uint64  0 while the Engine is open; at Close, 1 + the
 //	                      counter of the last call this rank completed
 //	64   entry 0: the call this rank is in (uint64 at 64) and its header
-//	          (the fingerprint, at 128), for calls with an even counter
-//	192  entry 1: the same, for odd counters
-//	320  slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
+//	          (the fingerprint, at 128; or its refusal, with the reason
+//	          text at 192), for calls with an even counter
+//	384  entry 1: the same, for odd counters
+//	704  slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
 //	          bytes of data; line 1: second round word (allreduceShmRS);
 //	          then the data of larger chunks (the slot size)
 //	…    slot 1: the same
@@ -60,21 +61,31 @@ import (
 // up the writers of later calls.
 //
 // Agreement. A rank that only writes in a call (a bcast root, a reduce
-// or gather sender) never reads a peer's header, so it cannot see that a
-// peer called with another root, count, op or type, and used to return
-// success while the others failed. So every rank announces its call's
-// header in an entry of its region when the call begins (two entries,
-// by the parity of the call counter, written seqlock-style: counter 0,
-// header, counter), and a call that has moved its data ends by waiting
-// until every peer has announced this call and comparing the headers,
-// rank 0's against each other's in rank order, as Debug's fingerprint
-// does: every rank reports the same first difference. The cost is a load
-// of one line per peer, and for a writer, waiting until every reader has
-// entered the call (not finished it). An allreduce with data skips it:
-// every rank has read every peer's header with its chunks. A peer can be at most one call
-// ahead while this rank compares (it cannot complete a call before this
-// rank has announced it), so the other entry is never overwritten under
-// the reader; a peer that has moved on is skipped.
+// sender) never reads a peer's header, and a bcast reader reads only the
+// root's, so a peer that called with another root, count, op or type can
+// go unseen. Every rank therefore announces its call's header in an entry
+// of its region when the call begins (two entries, by the parity of the
+// call counter, written seqlock-style: counter 0, header, counter), or its
+// refusal of the call with the reason. Nobody waits for the others'
+// announcements inside the call: a bcast root publishes and returns. A
+// call that has compared every peer's header with its own (a barrier, an
+// allreduce with data, a reduce at the root) is done; any other leaves its
+// check pending, and this rank's next call on the Engine (whatever its
+// algorithm) begins by waiting until every peer has announced (or ended)
+// the pending call and comparing the headers, against the one most ranks
+// announced, as Debug's fingerprint does. Only then does it announce
+// itself: a peer whose check of call k+1 is pending announces call k+2
+// (over call k's entry) only once it has seen this rank announce k+1, so
+// the entry this rank reads stays put; a peer that moved past the pending
+// call anyway (it ran one-way calls ahead) is skipped. A difference or a refusal found there is the
+// error the next call returns, after doing its own part (so nobody waits
+// for this rank); Close checks a call left pending, waiting at most
+// Options.StallProbe for peers that have not entered it. A rank that
+// waits for a peer's data compares the peer's announcement with its own
+// when the wait outlasts its spin (peerEntry), so a reader whose "root"
+// never publishes fails by itself, even if no other rank calls again.
+// So: the ranks that read a different header fail the call itself; every
+// other rank fails it (an abort reached it in time) or its next call.
 //
 // Waits spin, then follow the region's Wait policy: yield the CPU, then
 // sleep on the peer's bell (a futex over shm), which the peer rings after
@@ -98,7 +109,7 @@ const (
 	shmSlotHdr   = 128 // lines 0 and 1 of a slot (see above); larger data after
 	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
 	shmEntry0    = 64
-	shmEntrySize = 128
+	shmEntrySize = 64 + hdrLen + maxReason // the call word's line, the header, a refusal's reason
 	shmSlot0     = shmEntry0 + 2*shmEntrySize
 	shmMinSlot   = 4 << 10
 	shmPipeMin   = 64 << 10 // the smallest piece a pipelined bcast cuts (see bcastShm)
@@ -124,8 +135,9 @@ type shmState struct {
 	slotSize int       // bytes per slot, header included
 	next     int       // the slot this rank writes next
 	used     [2]uint64 // per slot, the round this rank last wrote into it
-	table    []header  // shmAgree's per-rank headers, reused by every call
+	table    []header  // the agreement checks' per-rank headers, reused
 	known    []bool
+	pend     pendCall // the call whose agreement the next call checks (see Agreement)
 }
 
 // newShmState checks the region: every rank's part 8-byte aligned, and
@@ -166,23 +178,36 @@ const (
 	shmLeft     = 16
 )
 
+// pendCall is a shared-memory call whose agreement this rank has not
+// checked yet (see Agreement above): calls is its counter, 0 for none.
+type pendCall struct {
+	calls uint64
+	h     header
+	op    string
+	alg   Algorithm
+}
+
 // announce writes the header of the call with counter calls into rank
-// me's entry and rings its bell for peers waiting to compare.
-func (s *shmState) announce(me int, calls uint64, h *header) {
+// me's entry and rings its bell for peers waiting to compare. A refusal
+// (h.kind == kindAbort, whatInvalid) carries the refusing rank's reason.
+func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 	e := s.mem[me][shmEntry0+int(calls&1)*shmEntrySize:]
 	w := word(e, 0)
 	atomic.StoreUint64(w, 0)
 	fp := *h
-	fp.kind = kindFingerprint
+	if fp.kind != kindAbort {
+		fp.kind = kindFingerprint
+	}
 	fp.encode(e[64 : 64+hdrLen])
+	copy(e[64+hdrLen:64+hdrLen+maxReason], reason)
 	atomic.StoreUint64(w, calls)
 	s.ring(me)
 }
 
 // entry reads rank r's header for the call with counter calls: state is
 // 0 while r has not announced it, 1 when h holds it, 2 when r has moved
-// past it.
-func (s *shmState) entry(r int, calls uint64, h *header) int {
+// past it. For a refusal (h.kind == kindAbort) reason is its text.
+func (s *shmState) entry(r int, calls uint64, h *header) (state int, reason string) {
 	e := s.mem[r][shmEntry0+int(calls&1)*shmEntrySize:]
 	w := word(e, 0)
 	got := atomic.LoadUint64(w)
@@ -190,42 +215,175 @@ func (s *shmState) entry(r int, calls uint64, h *header) int {
 	case got == calls:
 		var b [hdrLen]byte
 		copy(b[:], e[64:64+hdrLen])
-		if atomic.LoadUint64(w) != calls || !h.decode(b[:]) {
-			return 2 // rewritten under us: r is past this call
+		ok := h.decode(b[:])
+		if ok && h.kind == kindAbort {
+			n := min(max(int(h.payload), 0), maxReason)
+			reason = string(e[64+hdrLen : 64+hdrLen+n])
 		}
-		return 1
+		if atomic.LoadUint64(w) != calls || !ok {
+			return 2, "" // rewritten under us: r is past this call
+		}
+		return 1, reason
 	case got > calls:
-		return 2
+		return 2, ""
 	}
-	return 0
+	return 0, ""
 }
 
-// shmAgree is the end of a shared-memory call that has moved its data
-// (see Agreement above): it fails with a *MismatchError when some rank
-// called with other arguments.
-func (c *call) shmAgree() error {
+// finished says whether rank r has ended the call with counter calls
+// (every call ends by storing its done word, whatever its algorithm).
+func (s *shmState) finished(r int, calls uint64) bool {
+	return atomic.LoadUint64(word(s.mem[r], 0)) >= roundID(calls, shmAllDone)
+}
+
+// tables returns the per-rank scratch of the agreement checks.
+func (s *shmState) tables(size int) ([]header, []bool) {
+	if s.table == nil {
+		s.table, s.known = make([]header, size), make([]bool, size)
+	}
+	clear(s.known)
+	return s.table, s.known
+}
+
+// look fills table[r] from rank r's entry for the pending call p once it
+// can tell: done is false while r has neither announced that call nor
+// ended it. A refusal's error is returned as refused.
+func (s *shmState) look(r int, p *pendCall, table []header, known []bool) (done bool, refused error) {
+	fin := s.finished(r, p.calls) // before the entry: a rank announces before it ends a call
+	st, reason := s.entry(r, p.calls, &table[r])
+	switch {
+	case st == 1 && table[r].kind == kindAbort:
+		return true, mismatchFromAbort(&table[r], []byte(reason))
+	case st == 1:
+		known[r] = true
+		return true, nil
+	}
+	// Moved past it, or ended it without announcing it (it failed before
+	// it began, or took another path): nothing to compare.
+	return st == 2 || fin, nil
+}
+
+// verdict is the error of the pending call p, given what look found:
+// the first refusal, else the first difference from the call most ranks
+// made (tableMismatch), else nil.
+func (e *Engine) verdict(p *pendCall, table []header, known []bool, refused []error) error {
+	for r, err := range refused {
+		if err != nil {
+			return &Error{Op: p.op, Algorithm: p.alg.String(), Seq: p.h.seq, Rank: e.rank, Peer: r, Err: err}
+		}
+	}
+	table[e.rank], known[e.rank] = p.h, true
+	table[e.rank].kind = kindFingerprint
+	if m := tableMismatch(table, known, func(r int) int { return r }); m != nil {
+		return &Error{Op: p.op, Algorithm: p.alg.String(), Seq: p.h.seq, Rank: e.rank, Peer: m.otherThan(e.rank), Err: m}
+	}
+	return nil
+}
+
+// shmEnter is a call's part in the agreement, when it begins: it checks
+// the agreement of this rank's previous call if that is pending (waiting
+// until every peer has announced or ended it), then announces this call,
+// or this rank's refusal of it (bad). late is the previous call's
+// disagreement, which this call reports once it has done its part; err
+// is why this call cannot go on.
+func (c *call) shmEnter(bad error) (late, err error) {
 	e := c.e
 	s := e.shm
-	if s.table == nil {
-		s.table, s.known = make([]header, e.size), make([]bool, e.size)
+	if !c.shmHeld {
+		if !e.shmMu.TryRLock() {
+			return nil, nil // Close is under way
+		}
+		defer e.shmMu.RUnlock()
 	}
-	table, known := s.table, s.known // calls on one Engine never overlap
-	table[e.rank], known[e.rank] = c.h, true
-	table[e.rank].kind = kindFingerprint
+	if e.shmGone {
+		return nil, nil
+	}
+	if p := s.pend; p.calls != 0 {
+		s.pend.calls = 0
+		if p.calls == c.calls-1 { // else a call in between failed before it began
+			late, err = c.shmVerify(&p)
+			if err != nil && bad == nil {
+				return nil, err
+			}
+		}
+	}
+	if bad == nil {
+		s.announce(e.rank, c.calls, &c.h, nil)
+		return late, nil
+	}
+	h, reason := refusal(c.seq, e.rank, bad)
+	s.announce(e.rank, c.calls, &h, reason)
+	return nil, nil
+}
+
+// shmVerify waits until every peer has announced (or ended) the pending
+// call p and returns its verdict.
+func (c *call) shmVerify(p *pendCall) (late, err error) {
+	e, s := c.e, c.e.shm
+	table, known := s.tables(e.size)
+	var refused []error
 	for r := range e.size {
 		if r == e.rank {
 			continue
 		}
-		var st int
-		if err := c.shmWait(r, func() bool { st = s.entry(r, c.calls, &table[r]); return st != 0 }); err != nil {
-			return err
+		var bad error
+		if err := c.shmWait(r, func() bool {
+			var done bool
+			done, bad = s.look(r, p, table, known)
+			return done
+		}); err != nil {
+			return nil, err
 		}
-		known[r] = st == 1
+		if bad != nil {
+			if refused == nil {
+				refused = make([]error, e.size)
+			}
+			refused[r] = bad
+		}
 	}
-	if m := tableMismatch(table, known, c.world); m != nil {
-		return c.mismatch(m)
+	return e.verdict(p, table, known, refused), nil
+}
+
+// closeVerify is shmVerify for Close: it waits for the peers of the
+// pending call at most Options.StallProbe (a peer that has not entered
+// the call by then is not compared), and less if one leaves or the group
+// fails.
+func (e *Engine) closeVerify() error {
+	s := e.shm
+	p := s.pend
+	if p.calls == 0 {
+		return nil
 	}
-	return nil
+	s.pend.calls = 0
+	table, known := s.tables(e.size)
+	refused := make([]error, e.size)
+	seen := make([]bool, e.size)
+	seen[e.rank] = true
+	deadline := time.Now().Add(e.opts.stallProbe())
+	for {
+		all := true
+		for r := range e.size {
+			if seen[r] {
+				continue
+			}
+			done, bad := s.look(r, &p, table, known)
+			if l := atomic.LoadUint64(word(s.mem[r], shmLeft)); done || l != 0 {
+				seen[r], refused[r] = true, bad
+				continue
+			}
+			all = false
+		}
+		if all || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-s.r.Failed():
+			return nil // the group's failure is reported elsewhere
+		default:
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return e.verdict(&p, table, known, refused)
 }
 
 // leave records in rank me's region that its Engine is closing, after ok,
@@ -345,11 +503,36 @@ func (c *call) shmStopped(peer int) error {
 	if e.closing.Load() {
 		return c.fail(peer, ErrClosed)
 	}
+	if err := c.peerEntry(peer); err != nil {
+		return err
+	}
 	if r := e.shm.gone(e.rank, c.calls); r >= 0 {
 		if ab := c.abortErr(); ab != nil {
 			return c.failAbort()
 		}
 		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: e.rank, Peer: r, Err: &PeerClosedError{Rank: r}}
+	}
+	return nil
+}
+
+// peerEntry compares the call peer announced for this call with this
+// rank's: a rank waiting for a peer that called with other arguments (and
+// may never publish what this rank waits for: a bcast reader whose root
+// is a reader) fails by itself, even if no other rank calls again.
+func (c *call) peerEntry(peer int) error {
+	if peer < 0 || peer == c.e.rank {
+		return nil
+	}
+	var h header
+	st, reason := c.e.shm.entry(peer, c.calls, &h)
+	switch {
+	case st != 1:
+		return nil
+	case h.kind == kindAbort:
+		return c.peerFailed(peer, mismatchFromAbort(&h, []byte(reason)))
+	}
+	if m := compareCall(c.e.rank, &c.h, peer, &h); m != nil {
+		return c.mismatch(m)
 	}
 	return nil
 }

@@ -60,11 +60,18 @@ func (e *Engine) prepare(s spec) (kern reduce.Kernel, alg Algorithm, bad error) 
 	return kern, alg, bad
 }
 
-// execute is the part of run that communicates: begin, fingerprints, fn.
+// execute is the part of run that communicates: begin, the shared-memory
+// agreement's entry (shmEnter), fingerprints, fn.
 func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Algorithm, bad error, fn func(c *call, alg Algorithm) error) error {
 	c, err := e.begin(ctx, s.coll, alg, kern, max(s.dt.Size(), 1), s.root, s.count)
 	if err != nil {
 		return err
+	}
+	var late error // the previous call's disagreement (see shmEnter)
+	if e.shm != nil && e.size > 1 {
+		if late, err = c.shmEnter(bad); err != nil {
+			return c.end(err)
+		}
 	}
 	if bad != nil {
 		if f := e.forced[s.coll]; f != Auto {
@@ -86,14 +93,33 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 		}
 	}()
 	err = fn(c, alg)
-	// A shared-memory allreduce of some data has read every peer's header
-	// already (each rank reads every peer's chunks): only the others, and
-	// an empty one, need the closing agreement.
-	if err == nil && alg == SharedMemory && e.size > 1 && (s.coll != CollAllreduce || s.nbytes == 0) {
-		err = c.shmAgree()
+	// A shared-memory call that did not read every peer's header (a bcast,
+	// a reduce on a sender, an empty allreduce) leaves its agreement to
+	// this rank's next call, or Close (see Agreement in alg_shm.go).
+	if err == nil && alg == SharedMemory && e.size > 1 && shmUnchecked(s, e.rank) {
+		e.shm.pend = pendCall{calls: c.calls, h: c.h, op: c.op, alg: alg}
 	}
 	ended = true
-	return c.end(err)
+	if err = c.end(err); err == nil {
+		return late // this call did its part; it reports the previous one's disagreement
+	}
+	return err
+}
+
+// shmUnchecked says whether a shared-memory call leaves ranks whose
+// arguments this rank has not compared with its own: every rank of a
+// barrier and of an allreduce with data reads every peer's header with
+// its chunk, a reduce root too.
+func shmUnchecked(s spec, me int) bool {
+	switch s.coll {
+	case CollBarrier:
+		return false
+	case CollAllreduce:
+		return s.nbytes == 0
+	case CollReduce:
+		return me != s.root
+	}
+	return true
 }
 
 func lenErr(what string, got, want int) error {
