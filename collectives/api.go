@@ -15,7 +15,11 @@ type spec struct {
 	root   int
 	count  int64 // the count every message (and the fingerprint) carries
 	nbytes int   // size the cost model sees
-	check  func() error
+	// argErr is what is wrong with the other arguments (buffer lengths,
+	// counts), or nil. It is computed by the caller, not a func that run
+	// calls: a closure stored in spec went to the heap on every call,
+	// because spec's op leaks through Op.Resolve's errors.
+	argErr error
 }
 
 // run is the common path of every collective: choose the algorithm, begin
@@ -47,8 +51,8 @@ func (e *Engine) prepare(s spec) (kern reduce.Kernel, alg Algorithm, bad error) 
 	if bad == nil && (s.root < 0 || s.root >= e.size) {
 		bad = fmt.Errorf("%w: root %d out of range [0, %d)", ErrInvalidArgument, s.root, e.size)
 	}
-	if bad == nil && s.check != nil {
-		bad = s.check()
+	if bad == nil {
+		bad = s.argErr
 	}
 	alg = Auto
 	if bad == nil {
@@ -245,12 +249,12 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollReduceScatter, dt: reduce.DTypeOf[T](), op: op, count: int64(len(recv)), nbytes: len(sb),
-		check: func() error {
+		argErr: func() error {
 			if len(send) != p*len(recv) {
 				return lenErr("send", len(send), p*len(recv))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			work := c.get(len(sb))
 			copy(work, sb)
@@ -306,12 +310,12 @@ func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T)
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollAllgather, dt: reduce.DTypeOf[T](), count: int64(len(send)), nbytes: len(rb),
-		check: func() error {
+		argErr: func() error {
 			if len(recv) != p*len(send) {
 				return lenErr("recv", len(recv), p*len(send))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			copy(c.rblock(rb, c.me), sb)
 			switch alg {
@@ -337,7 +341,7 @@ func Allgatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T
 		total += n
 	}
 	return e.run(ctx, spec{coll: CollAllgatherv, dt: reduce.DTypeOf[T](), count: int64(total), nbytes: len(rb),
-		check: func() error {
+		argErr: func() error {
 			if err := checkCounts(counts, p); err != nil {
 				return err
 			}
@@ -348,7 +352,7 @@ func Allgatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T
 				return lenErr("recv", len(recv), total)
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			off := prefix(counts)
 			copy(rb[off[c.me]*c.esize:], sb)
@@ -374,12 +378,12 @@ func Gather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, ro
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollGather, dt: reduce.DTypeOf[T](), root: root, count: int64(len(send)), nbytes: p * len(sb),
-		check: func() error {
+		argErr: func() error {
 			if e.rank == root && len(recv) != p*len(send) {
 				return lenErr("recv", len(recv), p*len(send))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			if alg == Binomial {
 				return c.gatherBinomial(sb, rb, root)
@@ -395,7 +399,7 @@ func Gatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, c
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollGatherv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(sb),
-		check: func() error {
+		argErr: func() error {
 			if e.rank != root {
 				return nil
 			}
@@ -409,7 +413,7 @@ func Gatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, c
 				return lenErr("recv", len(recv), t)
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, _ Algorithm) error { return c.gathervLinear(sb, rb, counts, root) })
 }
 
@@ -419,12 +423,12 @@ func Scatter[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, r
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollScatter, dt: reduce.DTypeOf[T](), root: root, count: int64(len(recv)), nbytes: p * len(rb),
-		check: func() error {
+		argErr: func() error {
 			if e.rank == root && len(send) != p*len(recv) {
 				return lenErr("send", len(send), p*len(recv))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			if alg == Binomial {
 				return c.scatterBinomial(sb, rb, root)
@@ -439,7 +443,7 @@ func Scatterv[T reduce.Element](ctx context.Context, e *Engine, send []T, counts
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollScatterv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(rb),
-		check: func() error {
+		argErr: func() error {
 			if e.rank != root {
 				return nil
 			}
@@ -453,7 +457,7 @@ func Scatterv[T reduce.Element](ctx context.Context, e *Engine, send []T, counts
 				return lenErr("send", len(send), t)
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, _ Algorithm) error { return c.scattervLinear(sb, rb, counts, root) })
 }
 
@@ -463,7 +467,7 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollAlltoall, dt: reduce.DTypeOf[T](), count: int64(len(send) / p), nbytes: len(sb),
-		check: func() error {
+		argErr: func() error {
 			if len(send)%p != 0 {
 				return fmt.Errorf("%w: send has %d elements, not a multiple of %d ranks", ErrInvalidArgument, len(send), p)
 			}
@@ -471,7 +475,7 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 				return lenErr("recv", len(recv), len(send))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			switch alg {
 			case Bruck:
@@ -490,7 +494,7 @@ func Alltoallv[T reduce.Element](ctx context.Context, e *Engine, send []T, scoun
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollAlltoallv, dt: reduce.DTypeOf[T](), nbytes: len(sb),
-		check: func() error {
+		argErr: func() error {
 			if err := checkCounts(scounts, p); err != nil {
 				return err
 			}
@@ -504,7 +508,7 @@ func Alltoallv[T reduce.Element](ctx context.Context, e *Engine, send []T, scoun
 				return lenErr("recv", len(recv), t)
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, _ Algorithm) error { return c.alltoallvPairwise(sb, scounts, rb, rcounts) })
 }
 
