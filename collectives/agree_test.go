@@ -99,50 +99,72 @@ func TestSharedMemoryDisagreementReportedOnce(t *testing.T) {
 			return collectives.Bcast(ctx, e, make([]int64, 1), pick(o, 99, 0))
 		}, ""},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			errs := world(t, 4, coltest.Options{Shared: true}, shmBcastReduce(), func(ctx context.Context, e *collectives.Engine, r int) error {
-				if err := collectives.Barrier(ctx, e); err != nil {
-					return err
-				}
-				first := tc.fn(ctx, e, r == odd)
-				next := collectives.Barrier(ctx, e)
-				err := first
-				switch {
-				case first == nil && next == nil:
-					return fmt.Errorf("rank %d: both calls succeeded", r)
-				case first != nil && next != nil:
-					return fmt.Errorf("rank %d: reported twice: %v; then %v", r, first, next)
-				case first == nil:
-					err = next
-					var ce *collectives.Error
-					if !errors.As(err, &ce) || ce.Seq != 2 {
-						return fmt.Errorf("rank %d: the next call's error does not name the call it is about (#2): %v", r, err)
-					}
-				}
-				var ce *collectives.Error
-				if errors.As(err, &ce) && ce.Peer == r {
-					return fmt.Errorf("rank %d names itself as its peer: %v", r, err)
-				}
-				if tc.what == "" {
-					if !errors.Is(err, collectives.ErrInvalidArgument) || !strings.Contains(err.Error(), "root 99 out of range") {
-						return fmt.Errorf("want ErrInvalidArgument with the reason, got %v", err)
-					}
-					var pe *collectives.PeerError
-					if r != odd && (!errors.As(err, &pe) || pe.Rank != odd) {
-						return fmt.Errorf("want a PeerError naming rank %d, got %v", odd, err)
-					}
-					return nil
-				}
-				var m *collectives.MismatchError
-				if !errors.As(err, &m) || m.What != tc.what || (m.Rank != odd && m.Peer != odd) {
-					return fmt.Errorf("want a %s MismatchError naming rank %d, got %v", tc.what, odd, err)
-				}
-				return nil
-			})
-			requireAllOK(t, errs)
-		})
+	// The next call checks at its end when it reads every peer's header
+	// itself (a barrier), else when it begins (a bcast).
+	nexts := []struct {
+		name string
+		fn   func(ctx context.Context, e *collectives.Engine) error
+	}{
+		{"barrier", func(ctx context.Context, e *collectives.Engine) error { return collectives.Barrier(ctx, e) }},
+		{"bcast", func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.Bcast(ctx, e, make([]int32, 2), 1)
+		}},
 	}
+	for _, tc := range cases {
+		for _, nx := range nexts {
+			t.Run(tc.name+"/next="+nx.name, func(t *testing.T) {
+				disagreeOnce(t, tc.fn, nx.fn, tc.what)
+			})
+		}
+	}
+}
+
+// disagreeOnce runs bad on 4 ranks (rank 2 odd) then nextCall, and checks
+// that each rank reports the disagreement (a what MismatchError, or rank
+// 2's refusal when what is "") exactly once.
+func disagreeOnce(t *testing.T, bad func(ctx context.Context, e *collectives.Engine, odd bool) error, nextCall func(ctx context.Context, e *collectives.Engine) error, what string) {
+	t.Helper()
+	const odd = 2
+	errs := world(t, 4, coltest.Options{Shared: true}, shmBcastReduce(), func(ctx context.Context, e *collectives.Engine, r int) error {
+		if err := collectives.Barrier(ctx, e); err != nil {
+			return err
+		}
+		first := bad(ctx, e, r == odd)
+		next := nextCall(ctx, e)
+		err := first
+		switch {
+		case first == nil && next == nil:
+			return fmt.Errorf("rank %d: both calls succeeded", r)
+		case first != nil && next != nil:
+			return fmt.Errorf("rank %d: reported twice: %v; then %v", r, first, next)
+		case first == nil:
+			err = next
+			var ce *collectives.Error
+			if !errors.As(err, &ce) || ce.Seq != 2 {
+				return fmt.Errorf("rank %d: the next call's error does not name the call it is about (#2): %v", r, err)
+			}
+		}
+		var ce *collectives.Error
+		if errors.As(err, &ce) && ce.Peer == r {
+			return fmt.Errorf("rank %d names itself as its peer: %v", r, err)
+		}
+		if what == "" {
+			if !errors.Is(err, collectives.ErrInvalidArgument) || !strings.Contains(err.Error(), "root 99 out of range") {
+				return fmt.Errorf("want ErrInvalidArgument with the reason, got %v", err)
+			}
+			var pe *collectives.PeerError
+			if r != odd && (!errors.As(err, &pe) || pe.Rank != odd) {
+				return fmt.Errorf("want a PeerError naming rank %d, got %v", odd, err)
+			}
+			return nil
+		}
+		var m *collectives.MismatchError
+		if !errors.As(err, &m) || m.What != what || (m.Rank != odd && m.Peer != odd) {
+			return fmt.Errorf("want a %s MismatchError naming rank %d, got %v", what, odd, err)
+		}
+		return nil
+	})
+	requireAllOK(t, errs)
 }
 
 func pick(odd bool, a, b int) int {
@@ -191,6 +213,38 @@ func TestSharedMemoryReaderSeesWrongRoot(t *testing.T) {
 		}
 		if !errors.Is(next, collectives.ErrMismatch) {
 			return fmt.Errorf("want the bcast's mismatch from the next call, got %v", next)
+		}
+		return nil
+	})
+	requireAllOK(t, errs)
+}
+
+// A rank whose last call left its agreement pending learns of the
+// disagreement from Close: each rank reports it once, from the bcast or
+// from Close.
+func TestSharedMemoryDisagreementAtClose(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w := coltest.NewWorld(3, coltest.Options{Shared: true})
+	errs := w.Run(func(r int, g collectives.Group) error {
+		e, err := collectives.New(g, shmBcastReduce())
+		if err != nil {
+			return err
+		}
+		if err := collectives.Barrier(ctx, e); err != nil {
+			e.Close()
+			return err
+		}
+		first := collectives.Bcast(ctx, e, make([]int64, pick(r == 2, 2, 1)), 0)
+		closed := e.Close()
+		switch {
+		case first == nil && closed == nil:
+			return fmt.Errorf("rank %d: the bcast and Close succeeded", r)
+		case first != nil && closed != nil:
+			return fmt.Errorf("rank %d: reported twice: %v; then %v", r, first, closed)
+		}
+		if err := errors.Join(first, closed); !errors.Is(err, collectives.ErrMismatch) {
+			return fmt.Errorf("rank %d: want a count mismatch, got %v", r, err)
 		}
 		return nil
 	})

@@ -26,9 +26,9 @@ import (
 //	                      counter of the last call this rank completed
 //	64   entry 0: the call this rank is in (uint64 at 64) and its header
 //	          (the fingerprint, at 128; or its refusal, with the reason
-//	          text at 192), for calls with an even counter
-//	384  entry 1: the same, for odd counters
-//	704  slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
+//	          text at 192), for calls whose counter is 0 mod 4
+//	384  entries 1-3: the same, for 1, 2 and 3 mod 4
+//	1344 slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
 //	          bytes of data; line 1: second round word (allreduceShmRS);
 //	          then the data of larger chunks (the slot size)
 //	…    slot 1: the same
@@ -64,28 +64,33 @@ import (
 // sender) never reads a peer's header, and a bcast reader reads only the
 // root's, so a peer that called with another root, count, op or type can
 // go unseen. Every rank therefore announces its call's header in an entry
-// of its region when the call begins (two entries, by the parity of the
-// call counter, written seqlock-style: counter 0, header, counter), or its
+// of its region when the call begins (four entries, by the call counter
+// mod 4, written seqlock-style: counter 0, header, counter), or its
 // refusal of the call with the reason. Nobody waits for the others'
 // announcements inside the call: a bcast root publishes and returns. A
 // call that has compared every peer's header with its own (a barrier, an
 // allreduce with data, a reduce at the root) is done; any other leaves its
-// check pending, and this rank's next call on the Engine (whatever its
-// algorithm) begins by waiting until every peer has announced (or ended)
-// the pending call and comparing the headers, against the one most ranks
-// announced, as Debug's fingerprint does. Only then does it announce
-// itself: a peer whose check of call k+1 is pending announces call k+2
-// (over call k's entry) only once it has seen this rank announce k+1, so
-// the entry this rank reads stays put; a peer that moved past the pending
-// call anyway (it ran one-way calls ahead) is skipped. A difference or a refusal found there is the
-// error the next call returns, after doing its own part (so nobody waits
-// for this rank); Close checks a call left pending, waiting at most
-// Options.StallProbe for peers that have not entered it. A rank that
-// waits for a peer's data compares the peer's announcement with its own
-// when the wait outlasts its spin (peerEntry), so a reader whose "root"
-// never publishes fails by itself, even if no other rank calls again.
-// So: the ranks that read a different header fail the call itself; every
-// other rank fails it (an abort reached it in time) or its next call.
+// check pending for this rank's next call on the Engine (whatever its
+// algorithm), which compares every peer's announcement of the pending
+// call against the one most ranks announced, as Debug's fingerprint does.
+// If that next call reads every peer's header too, it checks at its end:
+// every peer has published its data, so has announced the pending call,
+// and nothing waits. Otherwise it checks when it begins, waiting until
+// every peer has announced (or ended) the pending call, and announces
+// itself only then. The entry read stays put: a peer overwrites it four
+// calls later, and it cannot get that far ahead, since each of its calls
+// either needs this rank's data or waits, when the next begins, for this
+// rank's announcement; a peer that moved past the pending call anyway (it
+// ran one-way calls on other paths ahead) is skipped. A difference or a
+// refusal found there is the error the next call returns, after doing its
+// own part (so nobody waits for this rank); Close checks a call left
+// pending, waiting at most Options.StallProbe for peers that have not
+// entered it. A rank that waits for a peer's data compares the peer's
+// announcement with its own when the wait outlasts its spin (peerEntry),
+// so a reader whose "root" never publishes fails by itself, even if no
+// other rank calls again. So: the ranks that read a different header fail
+// the call itself; every other rank fails it (an abort reached it in time)
+// or its next call.
 //
 // Waits spin, then follow the region's Wait policy: yield the CPU, then
 // sleep on the peer's bell (a futex over shm), which the peer rings after
@@ -110,7 +115,8 @@ const (
 	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
 	shmEntry0    = 64
 	shmEntrySize = 64 + hdrLen + maxReason // the call word's line, the header, a refusal's reason
-	shmSlot0     = shmEntry0 + 2*shmEntrySize
+	shmEntries   = 4                       // entries by call counter mod 4 (see Agreement)
+	shmSlot0     = shmEntry0 + shmEntries*shmEntrySize
 	shmMinSlot   = 4 << 10
 	shmPipeMin   = 64 << 10 // the smallest piece a pipelined bcast cuts (see bcastShm)
 	shmChunkBits = 24       // chunks per call in a round id
@@ -191,7 +197,7 @@ type pendCall struct {
 // me's entry and rings its bell for peers waiting to compare. A refusal
 // (h.kind == kindAbort, whatInvalid) carries the refusing rank's reason.
 func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
-	e := s.mem[me][shmEntry0+int(calls&1)*shmEntrySize:]
+	e := s.mem[me][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
 	atomic.StoreUint64(w, 0)
 	fp := *h
@@ -208,7 +214,7 @@ func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 // 0 while r has not announced it, 1 when h holds it, 2 when r has moved
 // past it. For a refusal (h.kind == kindAbort) reason is its text.
 func (s *shmState) entry(r int, calls uint64, h *header) (state int, reason string) {
-	e := s.mem[r][shmEntry0+int(calls&1)*shmEntrySize:]
+	e := s.mem[r][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
 	got := atomic.LoadUint64(w)
 	switch {
@@ -281,39 +287,46 @@ func (e *Engine) verdict(p *pendCall, table []header, known []bool, refused []er
 }
 
 // shmEnter is a call's part in the agreement, when it begins: it checks
-// the agreement of this rank's previous call if that is pending (waiting
-// until every peer has announced or ended it), then announces this call,
-// or this rank's refusal of it (bad). late is the previous call's
-// disagreement, which this call reports once it has done its part; err
-// is why this call cannot go on.
-func (c *call) shmEnter(bad error) (late, err error) {
+// the agreement of this rank's previous call if that is pending, then
+// announces this call, or this rank's refusal of it (bad). The check waits
+// until every peer has announced (or ended) the previous call, unless this
+// call will read every peer's header with its data (readsAll): every peer
+// has announced the previous call by then, so the check is left to the
+// end of this call (after) and costs no wait. late is the previous call's
+// disagreement, which this call reports once it has done its part; err is
+// why this call cannot go on.
+func (c *call) shmEnter(bad error, readsAll bool) (late error, after pendCall, err error) {
 	e := c.e
 	s := e.shm
 	if !c.shmHeld {
 		if !e.shmMu.TryRLock() {
-			return nil, nil // Close is under way
+			return nil, after, nil // Close is under way
 		}
 		defer e.shmMu.RUnlock()
 	}
 	if e.shmGone {
-		return nil, nil
+		return nil, after, nil
 	}
 	if p := s.pend; p.calls != 0 {
 		s.pend.calls = 0
-		if p.calls == c.calls-1 { // else a call in between failed before it began
+		switch {
+		case p.calls != c.calls-1: // a call in between failed before it began
+		case readsAll && bad == nil:
+			after = p
+		default:
 			late, err = c.shmVerify(&p)
 			if err != nil && bad == nil {
-				return nil, err
+				return nil, after, err
 			}
 		}
 	}
 	if bad == nil {
 		s.announce(e.rank, c.calls, &c.h, nil)
-		return late, nil
+		return late, after, nil
 	}
 	h, reason := refusal(c.seq, e.rank, bad)
 	s.announce(e.rank, c.calls, &h, reason)
-	return nil, nil
+	return nil, after, nil
 }
 
 // shmVerify waits until every peer has announced (or ended) the pending

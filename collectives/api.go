@@ -71,9 +71,11 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 	if err != nil {
 		return err
 	}
-	var late error // the previous call's disagreement (see shmEnter)
+	var late error     // the previous call's disagreement (see shmEnter)
+	var after pendCall // the previous call, when its check waits for this one's end
+	readsAll := alg == SharedMemory && !shmUnchecked(s, e.rank)
 	if e.shm != nil && e.size > 1 {
-		if late, err = c.shmEnter(bad); err != nil {
+		if late, after, err = c.shmEnter(bad, readsAll); err != nil {
 			return c.end(err)
 		}
 	}
@@ -97,10 +99,15 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 		}
 	}()
 	err = fn(c, alg)
+	if err == nil && after.calls != 0 {
+		// Every peer published this call's data, so announced the
+		// previous call: its check waits for nobody now.
+		late, err = c.shmVerify(&after)
+	}
 	// A shared-memory call that did not read every peer's header (a bcast,
 	// a reduce on a sender, an empty allreduce) leaves its agreement to
 	// this rank's next call, or Close (see Agreement in alg_shm.go).
-	if err == nil && alg == SharedMemory && e.size > 1 && shmUnchecked(s, e.rank) {
+	if err == nil && alg == SharedMemory && e.size > 1 && !readsAll {
 		e.shm.pend = pendCall{calls: c.calls, h: c.h, op: c.op, alg: alg}
 	}
 	ended = true

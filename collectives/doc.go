@@ -71,8 +71,9 @@
 // difference (the bcast root, a reduce sender, a reader that agrees with
 // the root) may return from the call; its next call on the Engine then
 // does its part and returns the earlier call's error (Op and Seq name that
-// call), or Close does if there is no next call. Each rank reports a
-// disagreement once. Over
+// call), or Close does if there is no next call (waiting at most
+// Options.StallProbe for ranks that have not entered the call). Each rank
+// reports a disagreement once. Over
 // the network, a rank of a one-way collective (bcast, reduce, gather(v),
 // scatter(v), scan, exscan) whose part was done before the disagreement
 // showed (the bcast root, a pure sender) may return success; Options.Debug
