@@ -69,10 +69,13 @@ import (
 // refusal of the call with the reason. Nobody waits for the others'
 // announcements inside the call: a bcast root publishes and returns. A
 // call that has compared every peer's header with its own (a barrier, an
-// allreduce with data, a reduce at the root) is done; any other leaves its
-// check pending for this rank's next call on the Engine (whatever its
-// algorithm), which compares every peer's announcement of the pending
-// call against the one most ranks announced, as Debug's fingerprint does.
+// allreduce with data, a reduce at the root, a bcast reader of two ranks)
+// is done; any other leaves its check pending for this rank's next call on
+// the Engine (whatever its algorithm), which compares every peer's
+// announcement of the pending call against the one most ranks announced,
+// as Debug's fingerprint does. (A bcast reader skips the root, whose
+// header it compared with the data: the root's entry stays in the root's
+// cache, where its next announcement finds it.)
 // If that next call reads every peer's header too, it checks at its end:
 // every peer has published its data, so has announced the pending call,
 // and nothing waits. Otherwise it checks when it begins, waiting until
@@ -191,6 +194,7 @@ type pendCall struct {
 	h     header
 	op    string
 	alg   Algorithm
+	seen  int // a peer whose header the call compared with h (a bcast reader's root), or -1
 }
 
 // announce writes the header of the call with counter calls into rank
@@ -280,6 +284,9 @@ func (e *Engine) verdict(p *pendCall, table []header, known []bool, refused []er
 	}
 	table[e.rank], known[e.rank] = p.h, true
 	table[e.rank].kind = kindFingerprint
+	if p.seen >= 0 {
+		table[p.seen], known[p.seen] = table[e.rank], true
+	}
 	if m := tableMismatch(table, known, func(r int) int { return r }); m != nil {
 		return &Error{Op: p.op, Algorithm: p.alg.String(), Seq: p.h.seq, Rank: e.rank, Peer: m.otherThan(e.rank), Err: m}
 	}
@@ -336,8 +343,8 @@ func (c *call) shmVerify(p *pendCall) (late, err error) {
 	table, known := s.tables(e.size)
 	var refused []error
 	for r := range e.size {
-		if r == e.rank {
-			continue
+		if r == e.rank || r == p.seen {
+			continue // p.seen's header is p.h (see verdict)
 		}
 		var bad error
 		if err := c.shmWait(r, func() bool {
@@ -372,6 +379,9 @@ func (e *Engine) closeVerify() error {
 	refused := make([]error, e.size)
 	seen := make([]bool, e.size)
 	seen[e.rank] = true
+	if p.seen >= 0 {
+		seen[p.seen] = true
+	}
 	deadline := time.Now().Add(e.opts.stallProbe())
 	for {
 		all := true

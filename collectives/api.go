@@ -73,7 +73,10 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 	}
 	var late error     // the previous call's disagreement (see shmEnter)
 	var after pendCall // the previous call, when its check waits for this one's end
-	readsAll := alg == SharedMemory && !shmUnchecked(s, e.rank)
+	readsAll, seen := false, -1
+	if alg == SharedMemory {
+		readsAll, seen = shmReads(s, e.rank, e.size)
+	}
 	if e.shm != nil && e.size > 1 {
 		if late, after, err = c.shmEnter(bad, readsAll); err != nil {
 			return c.end(err)
@@ -108,7 +111,7 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 	// a reduce on a sender, an empty allreduce) leaves its agreement to
 	// this rank's next call, or Close (see Agreement in alg_shm.go).
 	if err == nil && alg == SharedMemory && e.size > 1 && !readsAll {
-		e.shm.pend = pendCall{calls: c.calls, h: c.h, op: c.op, alg: alg}
+		e.shm.pend = pendCall{calls: c.calls, h: c.h, op: c.op, alg: alg, seen: seen}
 	}
 	ended = true
 	if err = c.end(err); err == nil {
@@ -117,20 +120,24 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 	return err
 }
 
-// shmUnchecked says whether a shared-memory call leaves ranks whose
-// arguments this rank has not compared with its own: every rank of a
-// barrier and of an allreduce with data reads every peer's header with
-// its chunk, a reduce root too.
-func shmUnchecked(s spec, me int) bool {
+// shmReads says which peers' headers a shared-memory call compares with
+// this rank's, with their data: all of them (every rank of a barrier and
+// of an allreduce with data, a reduce root, a bcast reader of two ranks),
+// else seen, one of them (a bcast reader's root), or -1.
+func shmReads(s spec, me, size int) (all bool, seen int) {
 	switch s.coll {
 	case CollBarrier:
-		return false
+		return true, -1
 	case CollAllreduce:
-		return s.nbytes == 0
+		return s.nbytes > 0, -1
 	case CollReduce:
-		return me != s.root
+		return me == s.root, -1
+	case CollBcast:
+		if me != s.root {
+			return size == 2, s.root
+		}
 	}
-	return true
+	return false, -1
 }
 
 func lenErr(what string, got, want int) error {
