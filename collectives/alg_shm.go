@@ -25,10 +25,10 @@ import (
 //	16   left     uint64  0 while the Engine is open; at Close, 1 + the
 //	                      counter of the last call this rank completed
 //	64   entry 0: the call this rank is in (uint64 at 64) and its header
-//	          (the fingerprint, at 128; or its refusal, with the reason
-//	          text at 192), for calls whose counter is 0 mod 4
-//	384  entries 1-3: the same, for 1, 2 and 3 mod 4
-//	1344 slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
+//	          (at 72; or its refusal, with the reason text at 128), for
+//	          calls whose counter is 0 mod 4
+//	320  entries 1-3: the same, for 1, 2 and 3 mod 4
+//	1088 slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
 //	          bytes of data; line 1: second round word (allreduceShmRS);
 //	          then the data of larger chunks (the slot size)
 //	…    slot 1: the same
@@ -117,8 +117,8 @@ const (
 	shmSlotHdr   = 128 // lines 0 and 1 of a slot (see above); larger data after
 	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
 	shmEntry0    = 64
-	shmEntrySize = 64 + hdrLen + maxReason // the call word's line, the header, a refusal's reason
-	shmEntries   = 4                       // entries by call counter mod 4 (see Agreement)
+	shmEntrySize = entReason + maxReason // the call's line, a refusal's reason
+	shmEntries   = 4                     // entries by call counter mod 4 (see Agreement)
 	shmSlot0     = shmEntry0 + shmEntries*shmEntrySize
 	shmMinSlot   = 4 << 10
 	shmPipeMin   = 64 << 10 // the smallest piece a pipelined bcast cuts (see bcastShm)
@@ -197,40 +197,57 @@ type pendCall struct {
 	seen  int // a peer whose header the call compared with h (a bcast reader's root), or -1
 }
 
+// An entry's first line holds the call word (8 bytes), the call's header
+// as a slot carries it (32 bytes, putShmHeader), and for a refusal a flag,
+// its sentinel code and the length of its reason, whose text follows in
+// the next lines: one line is what a check reads and an announcement
+// writes.
+const (
+	entRefused = 40 // 1 for a refusal
+	entCode    = 41 // the refusal's sentinel code (reasonInvalid, ...)
+	entLen     = 42 // uint16: the reason's length
+	entReason  = 64
+)
+
 // announce writes the header of the call with counter calls into rank
 // me's entry and rings its bell for peers waiting to compare. A refusal
-// (h.kind == kindAbort, whatInvalid) carries the refusing rank's reason.
+// (h.kind == kindAbort, whatInvalid, see refusal) carries the refusing
+// rank's reason.
 func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 	e := s.mem[me][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
 	atomic.StoreUint64(w, 0)
-	fp := *h
-	if fp.kind != kindAbort {
-		fp.kind = kindFingerprint
+	putShmHeader(e[8:40], h)
+	e[entRefused], e[entCode] = 0, 0
+	if h.kind == kindAbort {
+		n := copy(e[entReason:entReason+maxReason], reason)
+		e[entRefused], e[entCode] = 1, uint8(h.valA)
+		binary.LittleEndian.PutUint16(e[entLen:], uint16(n))
 	}
-	fp.encode(e[64 : 64+hdrLen])
-	copy(e[64+hdrLen:64+hdrLen+maxReason], reason)
 	atomic.StoreUint64(w, calls)
 	s.ring(me)
 }
 
 // entry reads rank r's header for the call with counter calls: state is
 // 0 while r has not announced it, 1 when h holds it, 2 when r has moved
-// past it. For a refusal (h.kind == kindAbort) reason is its text.
+// past it. A refusal is h.kind == kindAbort (as refusal makes it), with
+// reason its text.
 func (s *shmState) entry(r int, calls uint64, h *header) (state int, reason string) {
 	e := s.mem[r][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
 	got := atomic.LoadUint64(w)
 	switch {
 	case got == calls:
-		var b [hdrLen]byte
-		copy(b[:], e[64:64+hdrLen])
-		ok := h.decode(b[:])
-		if ok && h.kind == kindAbort {
-			n := min(max(int(h.payload), 0), maxReason)
-			reason = string(e[64+hdrLen : 64+hdrLen+n])
+		var b [entReason]byte
+		copy(b[:], e[:entReason])
+		*h = getShmHeader(b[8:40])
+		h.kind = kindFingerprint
+		if b[entRefused] == 1 {
+			n := min(int(binary.LittleEndian.Uint16(b[entLen:])), maxReason)
+			reason = string(e[entReason : entReason+n])
+			*h = header{kind: kindAbort, seq: h.seq, what: whatInvalid, rankA: int32(r), valA: int64(b[entCode]), payload: int64(n)}
 		}
-		if atomic.LoadUint64(w) != calls || !ok {
+		if atomic.LoadUint64(w) != calls {
 			return 2, "" // rewritten under us: r is past this call
 		}
 		return 1, reason
