@@ -335,11 +335,11 @@ func (c *call) shmEnter(bad error, readsAll bool) (late error, after pendCall, e
 		s.pend.calls = 0
 		switch {
 		case p.calls != c.calls-1: // a call in between failed before it began
-		case readsAll && bad == nil:
+		case bad != nil: // this call fails with its own reason (which wins)
+		case readsAll:
 			after = p
 		default:
-			late, err = c.shmVerify(&p)
-			if err != nil && bad == nil {
+			if late, err = c.shmVerify(&p); err != nil {
 				return nil, after, err
 			}
 		}
