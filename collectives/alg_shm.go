@@ -25,9 +25,10 @@ import (
 //	16   left     uint64  0 while the Engine is open; at Close, 1 + the
 //	                      counter of the last call this rank completed
 //	64   entry 0: the call this rank is in (uint64 at 64) and its header
-//	          (the fingerprint, at 128), for calls with an even counter
-//	192  entry 1: the same, for odd counters
-//	320  slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
+//	          (at 72; or its refusal, with the reason text at 128), for
+//	          calls whose counter is 0 mod 4
+//	320  entries 1-3: the same, for 1, 2 and 3 mod 4
+//	1088 slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
 //	          bytes of data; line 1: second round word (allreduceShmRS);
 //	          then the data of larger chunks (the slot size)
 //	…    slot 1: the same
@@ -60,21 +61,39 @@ import (
 // up the writers of later calls.
 //
 // Agreement. A rank that only writes in a call (a bcast root, a reduce
-// or gather sender) never reads a peer's header, so it cannot see that a
-// peer called with another root, count, op or type, and used to return
-// success while the others failed. So every rank announces its call's
-// header in an entry of its region when the call begins (two entries,
-// by the parity of the call counter, written seqlock-style: counter 0,
-// header, counter), and a call that has moved its data ends by waiting
-// until every peer has announced this call and comparing the headers,
-// rank 0's against each other's in rank order, as Debug's fingerprint
-// does: every rank reports the same first difference. The cost is a load
-// of one line per peer, and for a writer, waiting until every reader has
-// entered the call (not finished it). An allreduce with data skips it:
-// every rank has read every peer's header with its chunks. A peer can be at most one call
-// ahead while this rank compares (it cannot complete a call before this
-// rank has announced it), so the other entry is never overwritten under
-// the reader; a peer that has moved on is skipped.
+// sender) never reads a peer's header, and a bcast reader reads only the
+// root's, so a peer that called with another root, count, op or type can
+// go unseen. Every rank therefore announces its call's header in an entry
+// of its region when the call begins (four entries, by the call counter
+// mod 4, written seqlock-style: counter 0, header, counter), or its
+// refusal of the call with the reason. Nobody waits for the others'
+// announcements inside the call: a bcast root publishes and returns. A
+// call that has compared every peer's header with its own (a barrier, an
+// allreduce with data, a reduce at the root, a bcast reader of two ranks)
+// is done; any other leaves its check pending for this rank's next call on
+// the Engine (whatever its algorithm), which compares every peer's
+// announcement of the pending call against the one most ranks announced,
+// as Debug's fingerprint does. (A bcast reader skips the root, whose
+// header it compared with the data: the root's entry stays in the root's
+// cache, where its next announcement finds it.)
+// If that next call reads every peer's header too, it checks at its end:
+// every peer has published its data, so has announced the pending call,
+// and nothing waits. Otherwise it checks when it begins, waiting until
+// every peer has announced (or ended) the pending call, and announces
+// itself only then. The entry read stays put: a peer overwrites it four
+// calls later, and it cannot get that far ahead, since each of its calls
+// either needs this rank's data or waits, when the next begins, for this
+// rank's announcement; a peer that moved past the pending call anyway (it
+// ran one-way calls on other paths ahead) is skipped. A difference or a
+// refusal found there is the error the next call returns, after doing its
+// own part (so nobody waits for this rank); Close checks a call left
+// pending, waiting at most Options.StallProbe for peers that have not
+// entered it. A rank that waits for a peer's data compares the peer's
+// announcement with its own when the wait outlasts its spin (peerEntry),
+// so a reader whose "root" never publishes fails by itself, even if no
+// other rank calls again. So: the ranks that read a different header fail
+// the call itself; every other rank fails it (an abort reached it in time)
+// or its next call.
 //
 // Waits spin, then follow the region's Wait policy: yield the CPU, then
 // sleep on the peer's bell (a futex over shm), which the peer rings after
@@ -98,8 +117,9 @@ const (
 	shmSlotHdr   = 128 // lines 0 and 1 of a slot (see above); larger data after
 	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
 	shmEntry0    = 64
-	shmEntrySize = 128
-	shmSlot0     = shmEntry0 + 2*shmEntrySize
+	shmEntrySize = entReason + maxReason // the call's line, a refusal's reason
+	shmEntries   = 4                     // entries by call counter mod 4 (see Agreement)
+	shmSlot0     = shmEntry0 + shmEntries*shmEntrySize
 	shmMinSlot   = 4 << 10
 	shmChunkBits = 24 // chunks per call in a round id
 	shmAllDone   = 1<<shmChunkBits - 1
@@ -123,8 +143,9 @@ type shmState struct {
 	slotSize int       // bytes per slot, header included
 	next     int       // the slot this rank writes next
 	used     [2]uint64 // per slot, the round this rank last wrote into it
-	table    []header  // shmAgree's per-rank headers, reused by every call
+	table    []header  // the agreement checks' per-rank headers, reused
 	known    []bool
+	pend     pendCall // the call whose agreement the next call checks (see Agreement)
 }
 
 // newShmState checks the region: every rank's part 8-byte aligned, and
@@ -165,66 +186,243 @@ const (
 	shmLeft     = 16
 )
 
+// pendCall is a shared-memory call whose agreement this rank has not
+// checked yet (see Agreement above): calls is its counter, 0 for none.
+type pendCall struct {
+	calls uint64
+	h     header
+	op    string
+	alg   Algorithm
+	seen  int // a peer whose header the call compared with h (a bcast reader's root), or -1
+}
+
+// An entry's first line holds the call word (8 bytes), the call's header
+// as a slot carries it (32 bytes, putShmHeader), and for a refusal a flag,
+// its sentinel code and the length of its reason, whose text follows in
+// the next lines: one line is what a check reads and an announcement
+// writes.
+const (
+	entRefused = 40 // 1 for a refusal
+	entCode    = 41 // the refusal's sentinel code (reasonInvalid, ...)
+	entLen     = 42 // uint16: the reason's length
+	entReason  = 64
+)
+
 // announce writes the header of the call with counter calls into rank
-// me's entry and rings its bell for peers waiting to compare.
-func (s *shmState) announce(me int, calls uint64, h *header) {
-	e := s.mem[me][shmEntry0+int(calls&1)*shmEntrySize:]
+// me's entry and rings its bell for peers waiting to compare. A refusal
+// (h.kind == kindAbort, whatInvalid, see refusal) carries the refusing
+// rank's reason.
+func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
+	e := s.mem[me][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
 	atomic.StoreUint64(w, 0)
-	fp := *h
-	fp.kind = kindFingerprint
-	fp.encode(e[64 : 64+hdrLen])
+	putShmHeader(e[8:40], h)
+	e[entRefused], e[entCode] = 0, 0
+	if h.kind == kindAbort {
+		n := copy(e[entReason:entReason+maxReason], reason)
+		e[entRefused], e[entCode] = 1, uint8(h.valA)
+		binary.LittleEndian.PutUint16(e[entLen:], uint16(n))
+	}
 	atomic.StoreUint64(w, calls)
 	s.ring(me)
 }
 
 // entry reads rank r's header for the call with counter calls: state is
 // 0 while r has not announced it, 1 when h holds it, 2 when r has moved
-// past it.
-func (s *shmState) entry(r int, calls uint64, h *header) int {
-	e := s.mem[r][shmEntry0+int(calls&1)*shmEntrySize:]
+// past it. A refusal is h.kind == kindAbort (as refusal makes it), with
+// reason its text.
+func (s *shmState) entry(r int, calls uint64, h *header) (state int, reason string) {
+	e := s.mem[r][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
 	got := atomic.LoadUint64(w)
 	switch {
 	case got == calls:
-		var b [hdrLen]byte
-		copy(b[:], e[64:64+hdrLen])
-		if atomic.LoadUint64(w) != calls || !h.decode(b[:]) {
-			return 2 // rewritten under us: r is past this call
+		var b [entReason]byte
+		copy(b[:], e[:entReason])
+		*h = getShmHeader(b[8:40])
+		h.kind = kindFingerprint
+		if b[entRefused] == 1 {
+			n := min(int(binary.LittleEndian.Uint16(b[entLen:])), maxReason)
+			reason = string(e[entReason : entReason+n])
+			*h = header{kind: kindAbort, seq: h.seq, what: whatInvalid, rankA: int32(r), valA: int64(b[entCode]), payload: int64(n)}
 		}
-		return 1
+		if atomic.LoadUint64(w) != calls {
+			return 2, "" // rewritten under us: r is past this call
+		}
+		return 1, reason
 	case got > calls:
-		return 2
+		return 2, ""
 	}
-	return 0
+	return 0, ""
 }
 
-// shmAgree is the end of a shared-memory call that has moved its data
-// (see Agreement above): it fails with a *MismatchError when some rank
-// called with other arguments.
-func (c *call) shmAgree() error {
-	e := c.e
-	s := e.shm
+// finished says whether rank r has ended the call with counter calls
+// (every call ends by storing its done word, whatever its algorithm).
+func (s *shmState) finished(r int, calls uint64) bool {
+	return atomic.LoadUint64(word(s.mem[r], 0)) >= roundID(calls, shmAllDone)
+}
+
+// tables returns the per-rank scratch of the agreement checks.
+func (s *shmState) tables(size int) ([]header, []bool) {
 	if s.table == nil {
-		s.table, s.known = make([]header, e.size), make([]bool, e.size)
+		s.table, s.known = make([]header, size), make([]bool, size)
 	}
-	table, known := s.table, s.known // calls on one Engine never overlap
-	table[e.rank], known[e.rank] = c.h, true
+	clear(s.known)
+	return s.table, s.known
+}
+
+// look fills table[r] from rank r's entry for the pending call p once it
+// can tell: done is false while r has neither announced that call nor
+// ended it. A refusal's error is returned as refused.
+func (s *shmState) look(r int, p *pendCall, table []header, known []bool) (done bool, refused error) {
+	fin := s.finished(r, p.calls) // before the entry: a rank announces before it ends a call
+	st, reason := s.entry(r, p.calls, &table[r])
+	switch {
+	case st == 1 && table[r].kind == kindAbort:
+		return true, mismatchFromAbort(&table[r], []byte(reason))
+	case st == 1:
+		known[r] = true
+		return true, nil
+	}
+	// Moved past it, or ended it without announcing it (it failed before
+	// it began, or took another path): nothing to compare.
+	return st == 2 || fin, nil
+}
+
+// verdict is the error of the pending call p, given what look found:
+// the first refusal, else the first difference from the call most ranks
+// made (tableMismatch), else nil.
+func (e *Engine) verdict(p *pendCall, table []header, known []bool, refused []error) error {
+	for r, err := range refused {
+		if err != nil {
+			return &Error{Op: p.op, Algorithm: p.alg.String(), Seq: p.h.seq, Rank: e.rank, Peer: r, Err: err}
+		}
+	}
+	table[e.rank], known[e.rank] = p.h, true
 	table[e.rank].kind = kindFingerprint
-	for r := range e.size {
-		if r == e.rank {
-			continue
-		}
-		var st int
-		if err := c.shmWait(r, func() bool { st = s.entry(r, c.calls, &table[r]); return st != 0 }); err != nil {
-			return err
-		}
-		known[r] = st == 1
+	if p.seen >= 0 {
+		table[p.seen], known[p.seen] = table[e.rank], true
 	}
-	if m := tableMismatch(table, known, c.world); m != nil {
-		return c.mismatch(m)
+	if m := tableMismatch(table, known, func(r int) int { return r }); m != nil {
+		return &Error{Op: p.op, Algorithm: p.alg.String(), Seq: p.h.seq, Rank: e.rank, Peer: m.otherThan(e.rank), Err: m}
 	}
 	return nil
+}
+
+// shmEnter is a call's part in the agreement, when it begins: it checks
+// the agreement of this rank's previous call if that is pending, then
+// announces this call, or this rank's refusal of it (bad). The check waits
+// until every peer has announced (or ended) the previous call, unless this
+// call will read every peer's header with its data (readsAll): every peer
+// has announced the previous call by then, so the check is left to the
+// end of this call (after) and costs no wait. late is the previous call's
+// disagreement, which this call reports once it has done its part; err is
+// why this call cannot go on.
+func (c *call) shmEnter(bad error, readsAll bool) (late error, after pendCall, err error) {
+	e := c.e
+	s := e.shm
+	if !c.shmHeld {
+		if !e.shmMu.TryRLock() {
+			return nil, after, nil // Close is under way
+		}
+		defer e.shmMu.RUnlock()
+	}
+	if e.shmGone {
+		return nil, after, nil
+	}
+	if p := s.pend; p.calls != 0 {
+		s.pend.calls = 0
+		switch {
+		case p.calls != c.calls-1: // a call in between failed before it began
+		case bad != nil: // this call fails with its own reason (which wins)
+		case readsAll:
+			after = p
+		default:
+			if late, err = c.shmVerify(&p); err != nil {
+				return nil, after, err
+			}
+		}
+	}
+	if bad == nil {
+		s.announce(e.rank, c.calls, &c.h, nil)
+		return late, after, nil
+	}
+	h, reason := refusal(c.seq, e.rank, bad)
+	s.announce(e.rank, c.calls, &h, reason)
+	return nil, after, nil
+}
+
+// shmVerify waits until every peer has announced (or ended) the pending
+// call p and returns its verdict.
+func (c *call) shmVerify(p *pendCall) (late, err error) {
+	e, s := c.e, c.e.shm
+	table, known := s.tables(e.size)
+	var refused []error
+	for r := range e.size {
+		if r == e.rank || r == p.seen {
+			continue // p.seen's header is p.h (see verdict)
+		}
+		var bad error
+		if err := c.shmWait(r, func() bool {
+			var done bool
+			done, bad = s.look(r, p, table, known)
+			return done
+		}); err != nil {
+			return nil, err
+		}
+		if bad != nil {
+			if refused == nil {
+				refused = make([]error, e.size)
+			}
+			refused[r] = bad
+		}
+	}
+	return e.verdict(p, table, known, refused), nil
+}
+
+// closeVerify is shmVerify for Close: it waits for the peers of the
+// pending call at most Options.StallProbe (a peer that has not entered
+// the call by then is not compared), and less if one leaves or the group
+// fails.
+func (e *Engine) closeVerify() error {
+	s := e.shm
+	p := s.pend
+	if p.calls == 0 {
+		return nil
+	}
+	s.pend.calls = 0
+	table, known := s.tables(e.size)
+	refused := make([]error, e.size)
+	seen := make([]bool, e.size)
+	seen[e.rank] = true
+	if p.seen >= 0 {
+		seen[p.seen] = true
+	}
+	deadline := time.Now().Add(e.opts.stallProbe())
+	for {
+		all := true
+		for r := range e.size {
+			if seen[r] {
+				continue
+			}
+			done, bad := s.look(r, &p, table, known)
+			if l := atomic.LoadUint64(word(s.mem[r], shmLeft)); done || l != 0 {
+				seen[r], refused[r] = true, bad
+				continue
+			}
+			all = false
+		}
+		if all || time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-s.r.Failed():
+			return nil // the group's failure is reported elsewhere
+		default:
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+	return e.verdict(&p, table, known, refused)
 }
 
 // leave records in rank me's region that its Engine is closing, after ok,
@@ -344,11 +542,36 @@ func (c *call) shmStopped(peer int) error {
 	if e.closing.Load() {
 		return c.fail(peer, ErrClosed)
 	}
+	if err := c.peerEntry(peer); err != nil {
+		return err
+	}
 	if r := e.shm.gone(e.rank, c.calls); r >= 0 {
 		if ab := c.abortErr(); ab != nil {
 			return c.failAbort()
 		}
 		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: e.rank, Peer: r, Err: &PeerClosedError{Rank: r}}
+	}
+	return nil
+}
+
+// peerEntry compares the call peer announced for this call with this
+// rank's: a rank waiting for a peer that called with other arguments (and
+// may never publish what this rank waits for: a bcast reader whose root
+// is a reader) fails by itself, even if no other rank calls again.
+func (c *call) peerEntry(peer int) error {
+	if peer < 0 || peer == c.e.rank {
+		return nil
+	}
+	var h header
+	st, reason := c.e.shm.entry(peer, c.calls, &h)
+	switch {
+	case st != 1:
+		return nil
+	case h.kind == kindAbort:
+		return c.peerFailed(peer, mismatchFromAbort(&h, []byte(reason)))
+	}
+	if m := compareCall(c.e.rank, &c.h, peer, &h); m != nil {
+		return c.mismatch(m)
 	}
 	return nil
 }

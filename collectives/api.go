@@ -15,7 +15,11 @@ type spec struct {
 	root   int
 	count  int64 // the count every message (and the fingerprint) carries
 	nbytes int   // size the cost model sees
-	check  func() error
+	// argErr is what is wrong with the other arguments (buffer lengths,
+	// counts), or nil. It is computed by the caller, not a func that run
+	// calls: a closure stored in spec went to the heap on every call,
+	// because spec's op leaks through Op.Resolve's errors.
+	argErr error
 }
 
 // run is the common path of every collective: choose the algorithm, begin
@@ -47,8 +51,8 @@ func (e *Engine) prepare(s spec) (kern reduce.Kernel, alg Algorithm, bad error) 
 	if bad == nil && (s.root < 0 || s.root >= e.size) {
 		bad = fmt.Errorf("%w: root %d out of range [0, %d)", ErrInvalidArgument, s.root, e.size)
 	}
-	if bad == nil && s.check != nil {
-		bad = s.check()
+	if bad == nil {
+		bad = s.argErr
 	}
 	alg = Auto
 	if bad == nil {
@@ -60,11 +64,23 @@ func (e *Engine) prepare(s spec) (kern reduce.Kernel, alg Algorithm, bad error) 
 	return kern, alg, bad
 }
 
-// execute is the part of run that communicates: begin, fingerprints, fn.
+// execute is the part of run that communicates: begin, the shared-memory
+// agreement's entry (shmEnter), fingerprints, fn.
 func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Algorithm, bad error, fn func(c *call, alg Algorithm) error) error {
 	c, err := e.begin(ctx, s.coll, alg, kern, max(s.dt.Size(), 1), s.root, s.count)
 	if err != nil {
 		return err
+	}
+	var late error     // the previous call's disagreement (see shmEnter)
+	var after pendCall // the previous call, when its check waits for this one's end
+	readsAll, seen := false, -1
+	if alg == SharedMemory {
+		readsAll, seen = shmReads(s, e.rank, e.size)
+	}
+	if e.shm != nil && e.size > 1 {
+		if late, after, err = c.shmEnter(bad, readsAll); err != nil {
+			return c.end(err)
+		}
 	}
 	if bad != nil {
 		if f := e.forced[s.coll]; f != Auto {
@@ -86,14 +102,42 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 		}
 	}()
 	err = fn(c, alg)
-	// A shared-memory allreduce of some data has read every peer's header
-	// already (each rank reads every peer's chunks): only the others, and
-	// an empty one, need the closing agreement.
-	if err == nil && alg == SharedMemory && e.size > 1 && (s.coll != CollAllreduce || s.nbytes == 0) {
-		err = c.shmAgree()
+	if err == nil && after.calls != 0 {
+		// Every peer published this call's data, so announced the
+		// previous call: its check waits for nobody now.
+		late, err = c.shmVerify(&after)
+	}
+	// A shared-memory call that did not read every peer's header (a bcast,
+	// a reduce on a sender, an empty allreduce) leaves its agreement to
+	// this rank's next call, or Close (see Agreement in alg_shm.go).
+	if err == nil && alg == SharedMemory && e.size > 1 && !readsAll {
+		e.shm.pend = pendCall{calls: c.calls, h: c.h, op: c.op, alg: alg, seen: seen}
 	}
 	ended = true
-	return c.end(err)
+	if err = c.end(err); err == nil {
+		return late // this call did its part; it reports the previous one's disagreement
+	}
+	return err
+}
+
+// shmReads says which peers' headers a shared-memory call compares with
+// this rank's, with their data: all of them (every rank of a barrier and
+// of an allreduce with data, a reduce root, a bcast reader of two ranks),
+// else seen, one of them (a bcast reader's root), or -1.
+func shmReads(s spec, me, size int) (all bool, seen int) {
+	switch s.coll {
+	case CollBarrier:
+		return true, -1
+	case CollAllreduce:
+		return s.nbytes > 0, -1
+	case CollReduce:
+		return me == s.root, -1
+	case CollBcast:
+		if me != s.root {
+			return size == 2, s.root
+		}
+	}
+	return false, -1
 }
 
 func lenErr(what string, got, want int) error {
@@ -219,12 +263,12 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollReduceScatter, dt: reduce.DTypeOf[T](), op: op, count: int64(len(recv)), nbytes: len(sb),
-		check: func() error {
+		argErr: func() error {
 			if len(send) != p*len(recv) {
 				return lenErr("send", len(send), p*len(recv))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			work := c.get(len(sb))
 			copy(work, sb)
@@ -280,12 +324,12 @@ func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T)
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollAllgather, dt: reduce.DTypeOf[T](), count: int64(len(send)), nbytes: len(rb),
-		check: func() error {
+		argErr: func() error {
 			if len(recv) != p*len(send) {
 				return lenErr("recv", len(recv), p*len(send))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			copy(c.rblock(rb, c.me), sb)
 			switch alg {
@@ -311,7 +355,7 @@ func Allgatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T
 		total += n
 	}
 	return e.run(ctx, spec{coll: CollAllgatherv, dt: reduce.DTypeOf[T](), count: int64(total), nbytes: len(rb),
-		check: func() error {
+		argErr: func() error {
 			if err := checkCounts(counts, p); err != nil {
 				return err
 			}
@@ -322,7 +366,7 @@ func Allgatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T
 				return lenErr("recv", len(recv), total)
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			off := prefix(counts)
 			copy(rb[off[c.me]*c.esize:], sb)
@@ -348,12 +392,12 @@ func Gather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, ro
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollGather, dt: reduce.DTypeOf[T](), root: root, count: int64(len(send)), nbytes: p * len(sb),
-		check: func() error {
+		argErr: func() error {
 			if e.rank == root && len(recv) != p*len(send) {
 				return lenErr("recv", len(recv), p*len(send))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			if alg == Binomial {
 				return c.gatherBinomial(sb, rb, root)
@@ -369,7 +413,7 @@ func Gatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, c
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollGatherv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(sb),
-		check: func() error {
+		argErr: func() error {
 			if e.rank != root {
 				return nil
 			}
@@ -383,7 +427,7 @@ func Gatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, c
 				return lenErr("recv", len(recv), t)
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, _ Algorithm) error { return c.gathervLinear(sb, rb, counts, root) })
 }
 
@@ -393,12 +437,12 @@ func Scatter[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, r
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollScatter, dt: reduce.DTypeOf[T](), root: root, count: int64(len(recv)), nbytes: p * len(rb),
-		check: func() error {
+		argErr: func() error {
 			if e.rank == root && len(send) != p*len(recv) {
 				return lenErr("send", len(send), p*len(recv))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			if alg == Binomial {
 				return c.scatterBinomial(sb, rb, root)
@@ -413,7 +457,7 @@ func Scatterv[T reduce.Element](ctx context.Context, e *Engine, send []T, counts
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollScatterv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(rb),
-		check: func() error {
+		argErr: func() error {
 			if e.rank != root {
 				return nil
 			}
@@ -427,7 +471,7 @@ func Scatterv[T reduce.Element](ctx context.Context, e *Engine, send []T, counts
 				return lenErr("send", len(send), t)
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, _ Algorithm) error { return c.scattervLinear(sb, rb, counts, root) })
 }
 
@@ -437,7 +481,7 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollAlltoall, dt: reduce.DTypeOf[T](), count: int64(len(send) / p), nbytes: len(sb),
-		check: func() error {
+		argErr: func() error {
 			if len(send)%p != 0 {
 				return fmt.Errorf("%w: send has %d elements, not a multiple of %d ranks", ErrInvalidArgument, len(send), p)
 			}
@@ -445,7 +489,7 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 				return lenErr("recv", len(recv), len(send))
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, alg Algorithm) error {
 			switch alg {
 			case Bruck:
@@ -464,7 +508,7 @@ func Alltoallv[T reduce.Element](ctx context.Context, e *Engine, send []T, scoun
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
 	return e.run(ctx, spec{coll: CollAlltoallv, dt: reduce.DTypeOf[T](), nbytes: len(sb),
-		check: func() error {
+		argErr: func() error {
 			if err := checkCounts(scounts, p); err != nil {
 				return err
 			}
@@ -478,7 +522,7 @@ func Alltoallv[T reduce.Element](ctx context.Context, e *Engine, send []T, scoun
 				return lenErr("recv", len(recv), t)
 			}
 			return nil
-		}},
+		}()},
 		func(c *call, _ Algorithm) error { return c.alltoallvPairwise(sb, scounts, rb, rcounts) })
 }
 

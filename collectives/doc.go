@@ -67,11 +67,17 @@
 // *PeerError naming it and carrying its reason.
 //
 // The promise, by default: any disagreement about count, root, op or
-// element type, and any refusal, fails every rank of the call, for every
-// collective on the shared-memory path (each such call ends by comparing
-// every rank's header, which every rank announces in the region) and for
-// the collectives whose result on every rank depends on every rank
-// (allreduce, allgather(v), reduce-scatter, alltoall(v), barrier). Over
+// element type, and any refusal, fails every rank, for every collective on
+// the shared-memory path (every rank announces its call's header in the
+// region) and for the collectives whose result on every rank depends on
+// every rank (allreduce, allgather(v), reduce-scatter, alltoall(v),
+// barrier). On the shared-memory path a rank whose part did not show the
+// difference (the bcast root, a reduce sender, a reader that agrees with
+// the root) may return from the call; its next call on the Engine then
+// does its part and returns the earlier call's error (Op and Seq name that
+// call), or Close does if there is no next call (waiting at most
+// Options.StallProbe for ranks that have not entered the call). Each rank
+// reports a disagreement once. Over
 // the network, a rank of a one-way collective (bcast, reduce, gather(v),
 // scatter(v), scan, exscan) whose part was done before the disagreement
 // showed (the bcast root, a pure sender) may return success; Options.Debug

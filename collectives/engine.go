@@ -148,7 +148,9 @@ func (e *Engine) Group() Group { return e.g }
 // Close stops the watchers and releases the one-sided window. Once a
 // one-sided algorithm has run, Close is collective (every rank closes its
 // Engine, concurrently), because releasing a window is. Collectives after
-// Close fail with ErrClosed.
+// Close fail with ErrClosed. Close returns the disagreement of this rank's
+// last shared-memory call if that call left it to Close (see Agreement in
+// alg_shm.go).
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -159,7 +161,18 @@ func (e *Engine) Close() error {
 	if e.probe != nil {
 		e.probe.Stop()
 	}
+	idle := e.cur == nil
 	e.mu.Unlock()
+	// The agreement of this rank's last call, if still pending, is
+	// checked here (see Agreement in alg_shm.go): no call runs any more.
+	var late error
+	if idle && e.shm != nil && e.size > 1 {
+		e.shmMu.RLock()
+		if !e.shmGone {
+			late = e.closeVerify()
+		}
+		e.shmMu.RUnlock()
+	}
 	// A call polling shared memory gives up; then nothing touches it.
 	e.closing.Store(true)
 	e.shmMu.Lock()
@@ -186,7 +199,10 @@ func (e *Engine) Close() error {
 		scratch.put(e.winBuf)
 		e.win, e.winBuf = nil, nil
 	}
-	return err
+	if err == nil {
+		return late
+	}
+	return errors.Join(late, err)
 }
 
 // watchLoop receives mismatch aborts and stall probes (from one peer, or
@@ -463,9 +479,6 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 			return c, c.end(c.fail(-1, e.shm.r.Err()))
 		default:
 		}
-		if e.size > 1 {
-			e.shm.announce(e.rank, st.calls, &st.hdr)
-		}
 	}
 	return c, nil
 }
@@ -676,6 +689,14 @@ func (c *call) invalid(err error) error {
 	c.e.mu.Unlock()
 	c.stop()
 	// The others get the reason too (a sentinel code and the text).
+	h, reason := refusal(c.seq, c.e.rank, err)
+	c.e.broadcastAbort(h, reason)
+	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: err}
+}
+
+// refusal is the abort header and reason text by which rank refuses call
+// seq for err (see mismatchFromAbort).
+func refusal(seq uint32, rank int, err error) (header, []byte) {
 	reason := []byte(err.Error())
 	if len(reason) > maxReason {
 		reason = append(reason[:maxReason-3:maxReason-3], "..."...)
@@ -684,8 +705,19 @@ func (c *call) invalid(err error) error {
 	if errors.Is(err, ErrUnsupported) {
 		code = reasonUnsupported
 	}
-	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatInvalid, rankA: int32(c.e.rank), valA: code, payload: int64(len(reason))}, reason)
-	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: -1, Err: err}
+	return header{kind: kindAbort, seq: seq, what: whatInvalid, rankA: int32(rank), valA: code, payload: int64(len(reason))}, reason
+}
+
+// peerFailed stops the call because peer refused it (err, its reason),
+// as an abort from it would.
+func (c *call) peerFailed(peer int, err error) error {
+	c.e.mu.Lock()
+	if c.abort == nil {
+		c.abort = err
+	}
+	c.e.mu.Unlock()
+	c.stop()
+	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: peer, Err: c.abortErr()}
 }
 
 func (e *Engine) broadcastAbort(h header, extra []byte) {

@@ -115,7 +115,7 @@ func threadCPU(b *testing.B) int64 {
 
 // BenchmarkEngineOverhead measures the collectives Engine's own software
 // per call of a 16-byte two-rank allgather, alltoall and reduce_scatter
-// (one message each way), with the peer and the transport replaced by
+// (one message each way) and reduce (one message), with the peer and the transport replaced by
 // echoGroup. cpu-ns/op is the thread's CPU time per call, which a loaded
 // machine disturbs much less than ns/op.
 //
@@ -132,6 +132,8 @@ func BenchmarkEngineOverhead(b *testing.B) {
 		{"reduce_scatter", func(e *collectives.Engine) error {
 			return collectives.ReduceScatter(ctx, e, send, recv[:4], reduce.Sum)
 		}},
+		// Rank 0 sends its vector to the root, rank 1: one message out.
+		{"reduce", func(e *collectives.Engine) error { return collectives.Reduce(ctx, e, send[:4], reduce.Sum, 1) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			e, err := collectives.New(&echoGroup{}, collectives.Options{})

@@ -14,7 +14,8 @@ import (
 // Every argument disagreement fails every rank by default (no Debug), on
 // the shared-memory path too, where a bcast root or a reduce sender only
 // writes and used to return success: seven ranks over shm, rank 2 the odd
-// one. Each error names the right ranks (never this rank as its own peer)
+// one; each rank fails the call or, if its part in it was done before the
+// difference showed, its next call. Each error names the right ranks (never this rank as its own peer)
 // and, for a refusal, carries the refusing rank's reason.
 func TestDisagreementFailsEveryRank(t *testing.T) {
 	const odd = 2
@@ -74,9 +75,21 @@ func TestDisagreementFailsEveryRank(t *testing.T) {
 					return err
 				}
 				me := c.Rank()
-				err := tc.fn(ctx, c, me == odd)
-				if err == nil {
+				// A rank whose part in the call did not show the
+				// difference (the root of a bcast, a reduce sender, a
+				// reader that agrees with the root) reports it from its
+				// next call, unless an abort reached it in time: each
+				// rank reports it exactly once.
+				first := tc.fn(ctx, c, me == odd)
+				next := comm.Barrier(ctx, c)
+				err := first
+				switch {
+				case first == nil && next == nil:
 					return fmt.Errorf("%s: succeeded on rank %d", tc.name, me)
+				case first != nil && next != nil:
+					return fmt.Errorf("%s: rank %d reported twice: %v; then %v", tc.name, me, first, next)
+				case first == nil:
+					err = next
 				}
 				var ce *collectives.Error
 				if errors.As(err, &ce) && ce.Peer == me {

@@ -17,7 +17,9 @@ import (
 // Reduce, Gather(v), Scatter(v), Scan, Exscan) whose part was done before
 // the disagreement showed (the root of a Bcast) may return success, unless
 // Options.Collectives.Debug (RDMAGO_DEBUG=1). On one host over shm there is
-// no exception (docs/collectives.md).
+// no exception, but such a rank may learn of it only later: its next
+// collective on the communicator does its part and then returns the
+// earlier call's error, or Close does if there is none (docs/collectives.md).
 //
 // Naming: the short name is MPI's usual form of each collective: in place
 // for Bcast, Allreduce, Reduce, Scan and Exscan (buf is both input and
