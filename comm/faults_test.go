@@ -201,7 +201,7 @@ func (j *faultJob) checkNothingLeft(np int, shmBefore []string, listening func()
 		assert.Eventually(t, func() bool { return pidGone(pid) }, 5*time.Second, 10*time.Millisecond,
 			"rank %d (pid %d) still running after rdmarun exited", r, pid)
 	}
-	assert.Empty(t, groupMembers(j.cmd.Process.Pid), "processes of rdmarun's group left")
+	assert.Empty(t, testbin.GroupMembers(j.cmd.Process.Pid), "processes of rdmarun's group left")
 	unixSocks, _ := os.ReadFile("/proc/net/unix")
 	for r, pid := range pids {
 		assert.NotRegexp(t, fmt.Sprintf(`@rdmago-shm\.[0-9a-f]+\.%d\.`, pid), string(unixSocks), "rank %d's shm device socket left", r)
@@ -222,27 +222,6 @@ func pidGone(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
-}
-
-// groupMembers lists the live processes of process group pgid.
-func groupMembers(pgid int) []int {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var out []int
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		fs := strings.Fields(string(b[i+1:]))
-		if len(fs) >= 3 && fs[0] != "Z" && fs[2] == strconv.Itoa(pgid) {
-			out = append(out, atoi(filepath.Base(filepath.Dir(f))))
-		}
-	}
-	return out
 }
 
 func localListeners() []int { return tcpListeners("/proc/net/tcp", "/proc/net/tcp6") }

@@ -25,9 +25,9 @@ func dieWithParent(cmd *exec.Cmd) {
 // group's id still names its members until they are gone).
 func killGroup(p *os.Process) { syscall.Kill(-p.Pid, syscall.SIGKILL) }
 
-// groupMembers lists the live processes of process group pgid as "pid
+// GroupMembers lists the live processes of process group pgid as "pid
 // state cmdline", from /proc (zombies, already dead, are left out).
-func groupMembers(pgid int) []string {
+func GroupMembers(pgid int) []string {
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	var out []string
 	for _, f := range stats {

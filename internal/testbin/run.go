@@ -101,11 +101,11 @@ func Exec(timeout time.Duration, env []string, name string, args ...string) (Res
 		r.Elapsed = time.Since(start)
 		// Only members of the group are left, so the group's id stays
 		// theirs until they are gone.
-		r.Leftover = groupMembers(pgid)
+		r.Leftover = GroupMembers(pgid)
 	case <-timer.C:
 		r.Elapsed = time.Since(start)
 		r.TimedOut = true
-		r.Stuck = groupMembers(pgid)
+		r.Stuck = GroupMembers(pgid)
 		killGroup(cmd.Process)
 		werr = <-done
 	}
