@@ -231,16 +231,7 @@ func TestPeerLostDuringCollective(t *testing.T) {
 			}
 			var started sync.WaitGroup
 			started.Add(p)
-			per := func(r int, o *comm.Options) {
-				o.P2P.LivenessTimeout = -1 // only the injected fault may fail things
-				o.P2P.OpenDevice = func(ctx context.Context, prov string, do verbs.DeviceOptions) (verbs.Device, error) {
-					d, err := verbs.Open(ctx, prov, do)
-					if err != nil {
-						return nil, err
-					}
-					return faulty.Wrap(d, inj[r]), nil
-				}
-			}
+			per := injectFaults(inj)
 			errs := runWith(t, p, comm.Options{NoEnv: true}, per, func(ctx context.Context, c *comm.Comm) error {
 				// A reversed copy: the lost rank has another number there.
 				sub, err := c.Split(ctx, 0, -c.Rank())
@@ -353,5 +344,20 @@ func TestAbortInProcess(t *testing.T) {
 		assert.Equal(t, 3, code)
 	default:
 		t.Fatal("Abort did not call Exit")
+	}
+}
+
+// injectFaults is the per-rank option that opens rank r's device through
+// inj[r], with liveness off so that only the injected fault fails things.
+func injectFaults(inj []*faulty.Injector) func(r int, o *comm.Options) {
+	return func(r int, o *comm.Options) {
+		o.P2P.LivenessTimeout = -1
+		o.P2P.OpenDevice = func(ctx context.Context, prov string, do verbs.DeviceOptions) (verbs.Device, error) {
+			d, err := verbs.Open(ctx, prov, do)
+			if err != nil {
+				return nil, err
+			}
+			return faulty.Wrap(d, inj[r]), nil
+		}
 	}
 }

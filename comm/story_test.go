@@ -159,16 +159,7 @@ func TestErrorStory(t *testing.T) {
 		},
 		{
 			name: "peer lost", p: 3, o: comm.Options{NoEnv: true},
-			per: func(r int, o *comm.Options) {
-				o.P2P.LivenessTimeout = -1 // only the injected fault may fail things
-				o.P2P.OpenDevice = func(ctx context.Context, prov string, do verbs.DeviceOptions) (verbs.Device, error) {
-					d, err := verbs.Open(ctx, prov, do)
-					if err != nil {
-						return nil, err
-					}
-					return faulty.Wrap(d, inj[r]), nil
-				}
-			},
+			per: injectFaults(inj),
 			fail: func(ctx context.Context, c *comm.Comm) (error, bool) {
 				if err := comm.Barrier(ctx, c); err != nil {
 					return err, true
