@@ -15,6 +15,8 @@
 #     devices alternate between rxe1 and rxe2
 #   - per-job device selection (comm's RDMAGO_IB_HCA): a missing device fails
 #     the job with the devices present named; =rxe1 runs it on rxe1 only
+#   - two cases of the fault matrix over ibv: a rank killed in an allreduce
+#     loop and one stopped in a bcast loop; the survivors and rdmarun name it
 # and checks by name that those tests passed (a silent skip fails).
 #
 #   .ci/rxe-tests.sh            tests (a few minutes on an idle 2-core machine, 8 at a
@@ -66,6 +68,7 @@ go test -tags rdma -c -o "$work/pingpong.test" ./cmd/ibv-pingpong
 go build -tags rdma -o "$work/ibv-pingpong" ./cmd/ibv-pingpong
 go build -o "$work/rdmarun" ./cmd/rdmarun # the launcher needs no tag; the ranks do
 go build -tags rdma -o "$work/ibvstack" ./internal/ibvstack
+go build -tags rdma -o "$work/faultprog" ./comm/internal/faultprog
 note "host: go vet + build -tags rdma" PASS
 
 # Everything in one VM boot. Logs go to the shared work directory; the host
@@ -132,6 +135,19 @@ timeout 200 ./rdmarun -np 2 --transport ibv --timeout 170s --stdin none -x RDMAG
 	./ibvstack -timeout 150s >hca-rxe1.log 2>&1
 echo "hca-rxe1 exit $?" >>status
 echo "hca-rxe1 sent_pkts rxe0 rxe1 rxe2: $before -> $(sent rxe0) $(sent rxe1) $(sent rxe2)" >>status
+
+# The fault matrix over ibv (comm/faults_test.go runs it over shm and tcp):
+# 3 ranks on rxe0, rank 1 killed (SIGKILL) inside an allreduce loop,
+# then stopped (SIGSTOP) inside a bcast loop. The survivors must fail naming
+# rank 1 and rdmarun must name it; the host judges the logs.
+fault() { # name coll fault
+	timeout 150 ./rdmarun -np 3 --transport ibv --timeout 120s --grace 2s --stdin none \
+		./faultprog -coll $2 -n 64 -victim 1 -fault $3 -at coll \
+		-liveness 3s -deadline 100s >$1.log 2>&1
+	echo "$1 exit $?" >>status
+}
+fault fault-kill allreduce kill
+fault fault-stop bcast stop
 
 if [ "${BENCH:-0}" = 1 ]; then
 	pair() { # perftest server + client on the same device, client output kept;
@@ -234,8 +250,28 @@ else
 	note "vm: RDMAGO_IB_HCA==rxe1 runs the job on rxe1 only" FAIL "$(grep '^hca-rxe1' "$work/status" | tr '\n' ' ')"
 fi
 
+# Fault cases: rdmarun fails, both survivors (ranks 0 and 2) report the
+# loss of rank 1 (sentinel lost, rank named 1), and rdmarun's last line
+# names rank 1 as where the failure began. Detection time (fault to the
+# slower survivor's error) is shown; the VM's emulated CPU makes it no test.
+for job in "fault-kill SIGKILL allreduce" "fault-stop SIGSTOP bcast"; do
+	read -r name sig coll <<<"$job"
+	log=$work/$name.log
+	title="vm: fault matrix over ibv: $sig of rank 1 in $coll"
+	t0f=$(sed -n 's/^inject rank=1 .* t=\([0-9]*\)$/\1/p' "$log" | head -1)
+	survivors=$(grep -cE '^fail rank=[02] .* sentinel=lost named=1 ' "$log" || true)
+	tl=$(sed -n 's/^fail rank=[02] t=\([0-9]*\) .*/\1/p' "$log" | sort -n | tail -1)
+	took=""
+	[[ -n $t0f && -n $tl ]] && took="detected in $(((tl - t0f) / 1000000)) ms"
+	if ! status "$name" && [[ $survivors == 2 ]] && tail -n 3 "$log" | grep -qE '^rdmarun: .*(began at rank 1 |rank 1 \(host [^)]*\) was (killed|lost))'; then
+		note "$title" PASS "$took"
+	else
+		note "$title" FAIL "$(grep "^$name exit" "$work/status"), $survivors of 2 survivors named rank 1"
+	fi
+done
+
 if ((failed)); then
-	for f in ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack3.log stack4.log hca-missing.log hca-rxe1.log; do
+	for f in fault-kill.log fault-stop.log ibv.log pingpong.log pair.log pp1-srv.log pp1-cli.log pp2-srv.log pp2-srv.err pp2-cli.log pp3-srv.log pp3-cli.log stack2.log stack3.log stack4.log hca-missing.log hca-rxe1.log; do
 		[[ -f $work/$f ]] || continue
 		echo "---- $f (failures and last lines)"
 		grep -E -- "--- FAIL|Error Trace|Error:|panic" "$work/$f" | head -40 || true
