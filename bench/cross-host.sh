@@ -61,14 +61,25 @@ if [ "$MPICH" = 1 ] && command -v mpicc.mpich >/dev/null; then
 else
 	MPICH=0
 fi
-# The rsh-style agent both MPI launchers append the host and a command to.
-printf '#!/bin/sh\nexec %s rsh "$@"\n' "$out/rdmacluster" >"$out/agent"
-chmod +x "$out/agent"
+# Each host gets CPUs of its own, as real hosts have: host i runs on CPU
+# i mod (CPUs), set by taskset before the launcher or the ranks start, so
+# that both launchers bind within it. Without this, each launcher binds
+# the first rank of every host to CPU 0: two busy-polling ranks of two
+# "hosts" then share one core, and a 0-byte latency reads 4 ms for Open
+# MPI (a scheduler time slice) and 0.13 ms for rdmago (its 100 us poll)
+# where a plain blocking TCP ping-pong between the namespaces takes 13 us
+# (rdmarun's remote ranks also bind within the CPUs they are allowed).
+# inhost HOST COMMAND...: run COMMAND in HOST on its CPUs; agent HOST
+# WORDS...: the rsh-style agent both MPI launchers use.
+ncpu=$(nproc)
+printf '#!/bin/sh\nh=$1; shift\ni=${h##*-h}\nexec taskset -c $((i %% %s)) %s exec "$h" -- "$@"\n' "$ncpu" "$out/rdmacluster" >"$out/inhost"
+printf '#!/bin/sh\nh=$1; shift\ni=${h##*-h}\nexec taskset -c $((i %% %s)) %s rsh "$h" "$@"\n' "$ncpu" "$out/rdmacluster" >"$out/agent"
+chmod +x "$out/agent" "$out/inhost"
 
 C="$out/rdmacluster"
 prefix=rdx$$
 subnet=198.18.200.0/24
-agent="nsenter --net=/run/netns/{host} --uts=/run/rdmacluster/{host} --"
+agent="$out/inhost {host}"
 trap '"$C" down $prefix >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM HUP
 
@@ -101,15 +112,15 @@ row() { # NAME MODE RDMABENCH_ARGS MPIBENCH_ARGS HOSTS SLOTS SHAPE
 	1) yield="--mca mpi_yield_when_idle 1" ;;
 	auto) [ "$np" -gt "$(nproc)" ] && yield="--mca mpi_yield_when_idle 1" ;;
 	esac
-	a="$C exec $prefix-h0 -- $out/rdmarun --stdin none --oversubscribe -np $np --host $list --launch-agent '$agent' --iface $subnet $out/rdmabench $rargs -q --budget ${BUDGET}s"
-	b="$C exec $prefix-h0 -- mpirun.openmpi --oversubscribe -np $np --host $list --mca plm_rsh_agent $out/agent --mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet --mca btl self,vader,tcp $yield $out/mpibench $margs -t $BUDGET"
+	a="$out/inhost $prefix-h0 $out/rdmarun --stdin none --oversubscribe -np $np --host $list --launch-agent '$agent' --iface $subnet $out/rdmabench $rargs -q --budget ${BUDGET}s"
+	b="$out/inhost $prefix-h0 mpirun.openmpi --oversubscribe -np $np --host $list --mca plm_rsh_agent $out/agent --mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet --mca btl self,vader,tcp $yield $out/mpibench $margs -t $BUDGET"
 	echo "## $name ${h}x$s $shape ($(uptime | sed 's/.*load/load/'))"
 	echo "A: $a"
 	echo "B: $b"
 	"$OSUCMP" --rounds "$ROUNDS" --mode "$mode" --a "$(retry "$a")" --b "$b" | tee "$file.txt"
 	if [ "$MPICH" = 1 ]; then
 		hl=$(echo "$list" | sed 's/:[0-9]*//g')
-		m="$C exec $prefix-h0 -- mpirun.mpich -np $np -ppn $s -hosts $hl -launcher rsh -launcher-exec $out/agent -iface eth0 $out/mpibench.mpich $margs -t $BUDGET"
+		m="$out/inhost $prefix-h0 mpirun.mpich -np $np -ppn $s -hosts $hl -launcher rsh -launcher-exec $out/agent -iface eth0 $out/mpibench.mpich $margs -t $BUDGET"
 		echo "MPICH (report only): $m"
 		sh -c "$m" >"$file.mpich.txt" 2>&1 || echo "cross-host.sh: MPICH failed for $name, see $file.mpich.txt"
 	fi

@@ -164,6 +164,14 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
+// pickCPU defines rdmarun_cpu N: the CPU a remote rank binds to, the
+// (local rank mod N)'th of the CPUs it may run on (Cpus_allowed_list), not
+// that CPU number itself: under a cpuset (a Slurm cgroup, a container,
+// taskset) CPU 0 may not be allowed, and ranks of hosts sharing a machine
+// must stay on their own CPUs. Without awk or /proc it falls back to the
+// number.
+const pickCPU = `rdmarun_cpu() { x=$(awk -v n="$RDMARUN_LOCAL_RANK" '/^Cpus_allowed_list:/ { k = 0; m = split($2, a, ","); for (i = 1; i <= m; i++) { if (split(a[i], r, "-") == 2) { lo = r[1] + 0; hi = r[2] + 0 } else { lo = a[i] + 0; hi = lo }; for (c = lo; c <= hi; c++) l[k++] = c }; if (k > 0) print l[n % k] }' /proc/self/status 2>/dev/null); [ -n "$x" ] && echo "$x" || echo $((RDMARUN_LOCAL_RANK % $1)); }; `
+
 // remoteSpec is what the remote wrapper script needs to start one rank.
 type remoteSpec struct {
 	Rank       int
@@ -232,12 +240,14 @@ func remoteScript(s remoteSpec) string {
 	w(`command -v -- "$1" >/dev/null 2>&1 || { printf '%%s notfound\n' "$M" >&2; exit 127; }; `)
 	switch s.Bind {
 	case BindCore:
-		w(`if command -v taskset >/dev/null 2>&1; then c=$(nproc); set -- taskset -c $((RDMARUN_LOCAL_RANK %% c)) "$@"; else echo "rdmarun: warning: taskset not found on $(hostname), rank %d is not bound" >&2; fi; `, s.Rank)
+		w("%s", pickCPU)
+		w(`if command -v taskset >/dev/null 2>&1; then c=$(nproc); set -- taskset -c $(rdmarun_cpu $c) "$@"; else echo "rdmarun: warning: taskset not found on $(hostname), rank %d is not bound" >&2; fi; `, s.Rank)
 	case BindAuto:
 		// autoBind's core case; a remote host's ranks are not bound to
 		// sockets. Without taskset they stay unbound, silently: nobody
 		// asked for a binding.
-		w(`c=$(nproc 2>/dev/null || echo 0); if [ "$RDMARUN_LOCAL_SIZE" -le 2 ] && [ "$RDMARUN_LOCAL_SIZE" -le "$c" ] && command -v taskset >/dev/null 2>&1; then set -- taskset -c $((RDMARUN_LOCAL_RANK %% c)) "$@"; fi; `)
+		w("%s", pickCPU)
+		w(`c=$(nproc 2>/dev/null || echo 0); if [ "$RDMARUN_LOCAL_SIZE" -le 2 ] && [ "$RDMARUN_LOCAL_SIZE" -le "$c" ] && command -v taskset >/dev/null 2>&1; then set -- taskset -c $(rdmarun_cpu $c) "$@"; fi; `)
 	}
 	w("exec 3<&0; ")
 	if s.Stdin {

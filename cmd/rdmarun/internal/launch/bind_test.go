@@ -1,10 +1,17 @@
 package launch
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestAutoBind: the default binding, over ranks per host and CPUs, is
@@ -66,9 +73,34 @@ func TestRemoteScriptBinds(t *testing.T) {
 	spec.Bind = BindNone
 	assert.NotContains(t, remoteScript(spec), "taskset")
 	spec.Bind = BindCore
-	assert.Contains(t, remoteScript(spec), "set -- taskset -c $((RDMARUN_LOCAL_RANK % c))")
+	assert.Contains(t, remoteScript(spec), "set -- taskset -c $(rdmarun_cpu $c)")
 	spec.Bind = BindAuto
 	s := remoteScript(spec)
 	assert.Contains(t, s, `[ "$RDMARUN_LOCAL_SIZE" -le 2 ] && [ "$RDMARUN_LOCAL_SIZE" -le "$c" ]`)
 	assert.Contains(t, s, "set -- taskset -c")
+}
+
+// TestRemoteBindWithinAllowedCPUs: a remote rank binds to the local-rank'th
+// CPU it may run on, not to that CPU number: under taskset -c 1, local rank
+// 0 must pick CPU 1 (CPU 0 is not allowed), and local rank 1 wraps to it.
+func TestRemoteBindWithinAllowedCPUs(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	for _, tool := range []string{"taskset", "awk"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	for _, tc := range []struct{ mask, rank, want string }{
+		{"1", "0", "1"}, {"1", "1", "1"}, {"0,1", "1", "1"}, {"0,1", "2", "0"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cmd := exec.CommandContext(ctx, "taskset", "-c", tc.mask, "sh", "-c", pickCPU+`rdmarun_cpu $(nproc)`)
+		cmd.Env = append(os.Environ(), "RDMARUN_LOCAL_RANK="+tc.rank)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		require.NoError(t, err, "%s", out)
+		assert.Equal(t, tc.want, strings.TrimSpace(string(out)), "CPUs %s, local rank %s", tc.mask, tc.rank)
+	}
 }
