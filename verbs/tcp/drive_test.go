@@ -740,9 +740,92 @@ func TestDrivePollSpin(t *testing.T) {
 // ACKs of frames that stream in (see pollFrame), but not past the stream:
 // once nothing more arrives it sends them, although its poll goes on (here
 // for an hour), so the requester's completions all come and it can go on.
+// First with a fake peer that sends the frames in one write (they surely
+// stream in): the ACKs leave in a few sends, not one per frame, and all
+// reach the peer. Then between two devices, as users run it.
 func TestHeldAcksWhileStreaming(t *testing.T) {
 	o := testOptions()
 	o.PollSpin = time.Hour
+	t.Run("fake", func(t *testing.T) { heldAcksFake(t, o) })
+	t.Run("pair", func(t *testing.T) { heldAcksPair(t, o) })
+}
+
+func heldAcksFake(t *testing.T, o Options) {
+	const n, size = ackHoldMax - 3, 1000 // fewer than the hold limit: sent when the stream stops
+	a, mr, c := fakeTargetWith(t, o, size, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
+	for i := range n + 1 {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan int, n+1)
+	errc := make(chan error, 1)
+	go func() {
+		for i := range n + 1 { // one more than come: the poll goes on
+			wc, err := waitCtx(ctx, a.cq)
+			if err == nil && (wc.Status != verbs.StatusSuccess || wc.ID != uint64(i)) {
+				err = fmt.Errorf("receive %d: %v (id %d)", i, wc.Status, wc.ID)
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- i
+		}
+		errc <- nil
+	}()
+	require.Eventually(t, func() bool { return l.holder.Load() == holderPoller }, 5*time.Second, time.Millisecond, "no waiter drives the link")
+	const fl = HeaderLen + size
+	var stream []byte
+	for i := range n {
+		f := make([]byte, fl)
+		EncodeHeader(f, &softrc.Header{Op: softrc.FrameWriteImm, Flags: softrc.FlagAckReq, QPN: a.qp.Num(), Seq: uint32(i), Len: size,
+			RAddr: mr.Addr(), RKey: mr.RKey(), Imm: uint32(i)})
+		stream = append(stream, f...)
+	}
+	// The frames stream in: each write ends halfway through the next
+	// frame, and the next write comes once the waiter has the frame
+	// before it. So whenever the waiter has handled a frame, the next one
+	// is arriving, and it holds the ACK back.
+	before := l.respSends.Load()
+	for i := range n {
+		from, to := max(0, i*fl-fl/2), min(len(stream), (i+1)*fl+fl/2)
+		_, err := c.Write(stream[from:to])
+		require.NoError(t, err)
+		select {
+		case j := <-got:
+			require.Equal(t, i, j)
+		case err := <-errc:
+			t.Fatalf("frame %d: %v", i, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("frame %d never completed", i)
+		}
+	}
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+	hb := make([]byte, HeaderLen)
+	for i := range n {
+		_, err := io.ReadFull(c, hb)
+		require.NoError(t, err, "ACK %d of %d: the ACKs stayed with the polling waiter", i, n)
+		h, err := DecodeHeader(hb, 1<<30)
+		require.NoError(t, err)
+		require.Equal(t, softrc.FrameAck, h.Op, "response %d", i)
+		require.Equal(t, uint32(i), h.Seq, "response %d", i)
+	}
+	// One send once the stream stopped (allow a few more, should the
+	// kernel split a write), not one per frame.
+	sends := l.respSends.Load() - before
+	assert.Less(t, sends, int32(n/2), "%d sends for the ACKs of %d frames that streamed in: not held back", sends, n)
+	select {
+	case err := <-errc:
+		t.Fatalf("the waiter returned (%v) before the extra receive came", err)
+	default:
+	}
+	cancel()
+	require.ErrorIs(t, <-errc, context.Canceled)
+}
+
+func heldAcksPair(t *testing.T, o Options) {
 	a, b := bigPair(t, o, 4096)
 	works2(t, a, b)
 	const n = ackHoldMax - 3 // fewer than the hold limit: sent when the stream stops
