@@ -315,7 +315,9 @@ func testWaitersDriveOneLink(t *testing.T, o Options) {
 		require.NoError(t, a.qp.PostSend(imm(a, b, i)))
 		require.NoError(t, b.qp.PostSend(imm(b, a, i)))
 		if i%50 == 0 {
-			time.Sleep(time.Millisecond) // let the waiters park and drive by turns
+			// A pause in the stream, not synchronisation: the waiters run
+			// dry, park, and drive by turns when it resumes.
+			time.Sleep(time.Millisecond)
 		}
 	}
 	wg.Wait()
@@ -589,17 +591,21 @@ func TestDriveHonoursCtxMidFrame(t *testing.T) {
 			require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
 			frame := writeImmFrame(a.qp, mr, 0, n, 42)
 			// The waiter takes the socket first, then half the frame comes.
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			res := make(chan error, 1)
 			go func() { res <- a.cq.Wait(ctx) }()
-			time.Sleep(50 * time.Millisecond)
+			awaitPoller(t, a.qp)
 			half := HeaderLen + n/2
 			_, err := c.Write(frame[:half])
 			require.NoError(t, err)
+			// The peer stalls mid-frame this long before the ctx ends: the
+			// stall is the case under test, not synchronisation.
+			stop := time.AfterFunc(150*time.Millisecond, cancel)
+			defer stop.Stop()
 			select {
 			case err := <-res:
-				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.ErrorIs(t, err, context.Canceled)
 			case <-time.After(5 * time.Second):
 				t.Fatal("Wait overran its ctx while a frame was half received")
 			}
@@ -642,7 +648,9 @@ func TestDriveWholeLargeFrames(t *testing.T) {
 		wrote := make(chan error, 1)
 		go func() {
 			// The header and a third first, the rest a little later: the
-			// waiter sees the frame's size and waits for the rest.
+			// waiter sees the frame's size and waits for the rest. The
+			// pause is the arrival in pieces under test, not
+			// synchronisation.
 			third := HeaderLen + n/3
 			if _, err := c.Write(f[:third]); err != nil {
 				wrote <- err
@@ -953,11 +961,17 @@ func TestDriveSpinReadsFrames(t *testing.T) {
 		wait()
 		before := l.spinReads.Load()
 		frame := writeImmFrame(a.qp, mr, uint32(round), 1000, uint32(7+round))
-		// In three pieces, the first shorter than a header.
-		for _, part := range [][]byte{frame[:5], frame[5 : HeaderLen+300], frame[HeaderLen+300:]} {
+		// In three pieces, the first shorter than a header, each sent once
+		// the waiter has read the one before.
+		parts := [][]byte{frame[:5], frame[5 : HeaderLen+300], frame[HeaderLen+300:]}
+		for i, part := range parts {
+			reads := l.spinReads.Load()
 			_, err := c.Write(part)
 			require.NoError(t, err)
-			time.Sleep(5 * time.Millisecond)
+			if i < len(parts)-1 {
+				require.Eventually(t, func() bool { return l.spinReads.Load() > reads }, 5*time.Second, time.Millisecond,
+					"round %d: piece %d was not read as it came", round, i)
+			}
 		}
 		require.NoError(t, <-res, "round %d", round)
 		require.True(t, bytes.Equal(frame[HeaderLen:], mr.Bytes()[:1000]), "round %d: payload not placed intact", round)
