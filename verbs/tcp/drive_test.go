@@ -430,11 +430,8 @@ func TestDriveCancelThenNobodyPolls(t *testing.T) {
 	require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
 	require.Equal(t, "served by the reader", string(a.mr.Bytes()[64:84]))
 	var wc [1]verbs.WC
-	deadline := time.Now().Add(5 * time.Second)
-	for b.rcq.Poll(wc[:]) == 0 {
-		require.True(t, time.Now().Before(deadline), "the receive never completed with nobody waiting")
-		time.Sleep(time.Millisecond)
-	}
+	require.Eventually(t, func() bool { return b.rcq.Poll(wc[:]) > 0 }, 5*time.Second, time.Millisecond,
+		"the receive never completed with nobody waiting")
 	require.Equal(t, uint64(77), wc[0].ID)
 	require.Equal(t, uint32(5), wc[0].Imm)
 }
