@@ -57,8 +57,16 @@ func sharedLoss(t *testing.T, sig syscall.Signal) {
 	defer c.Close()
 
 	result := make(chan error, 1)
-	go func() { result <- allreduceLoop(ctx, c) }()
-	time.Sleep(300 * time.Millisecond)
+	running := make(chan struct{})
+	go func() { result <- allreduceLoop(ctx, c, running) }()
+	// An allreduce completed here: every rank is in the loop.
+	select {
+	case <-running:
+	case err := <-result:
+		t.Fatalf("rank 0 failed before the allreduces ran: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the allreduces never ran")
+	}
 	start := time.Now()
 	require.NoError(t, ranks[2].Cmd.Process.Signal(sig))
 	select {
@@ -77,8 +85,9 @@ func sharedLoss(t *testing.T, sig syscall.Signal) {
 // separate processes, read straight out of rank 1's buffer (the
 // shared-memory bcast's single-copy form, when process_vm_readv works);
 // then it runs 8-byte allreduces (the shared-memory algorithm, which it
-// checks) until one fails.
-func allreduceLoop(ctx context.Context, c *comm.Comm) error {
+// checks) until one fails. It closes running, if not nil, once the first
+// allreduce is done.
+func allreduceLoop(ctx context.Context, c *comm.Comm, running chan<- struct{}) error {
 	big := make([]float64, 10000)
 	if c.Rank() == 1 {
 		for i := range big {
@@ -104,6 +113,9 @@ func allreduceLoop(ctx context.Context, c *comm.Comm) error {
 		if i == 0 && c.LastAlgorithm() != "shared_memory" {
 			return fmt.Errorf("the allreduce ran %s, not shared_memory", c.LastAlgorithm())
 		}
+		if i == 0 && running != nil {
+			close(running)
+		}
 	}
 }
 
@@ -117,7 +129,7 @@ func sharedLossChild(t *testing.T, role string) {
 		fmt.Printf("RESULT init: %v\n", err)
 		return
 	}
-	err = allreduceLoop(ctx, c)
+	err = allreduceLoop(ctx, c, nil)
 	r, ok := comm.PeerLost(err)
 	fmt.Printf("RESULT lost=%d ok=%v err=%v\n", r, ok, err)
 	<-ctx.Done() // stay until the parent ends this process (see p2p's test)

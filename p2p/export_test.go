@@ -9,6 +9,18 @@ import (
 // sender that stopped after its RTS), for TestSplitRendezvousSenderGone.
 func SetIgnoreCTS(on bool) { testIgnoreCTS.Store(on) }
 
+// IgnoredCTS counts the CTS frames ignored under SetIgnoreCTS, so that a
+// test knows its receiver has sent one.
+func IgnoredCTS() int64 { return testIgnoredCTS.Load() }
+
+// PostedRecvs reports how many receives wait in this endpoint's matching
+// queue, so that a test knows a receive is posted before it breaks things.
+func (ep *Endpoint) PostedRecvs() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return len(ep.m.posted)
+}
+
 // Unposted reports how many consumed receive buffers from peer wait to be
 // posted again, for TestIdleRepost.
 func (ep *Endpoint) Unposted(peer int) int {

@@ -106,7 +106,11 @@ func TestPeerLossFaulty(t *testing.T) {
 			errs <- fmt.Errorf("rank %d: %w", r, err)
 		}()
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Break the link only once 0 and 1 are ping-ponging and 2 and 3 have
+	// posted their receives, so that pending operations are what fails.
+	require.Eventually(t, func() bool {
+		return eps[1].Stats().Peers[0].EagerRecv.Msgs >= 3 && eps[2].PostedRecvs() == 1 && eps[3].PostedRecvs() == 1
+	}, 10*time.Second, time.Millisecond, "ranks 0 and 1 never ping-ponged, or 2 and 3 never posted their receives")
 	disconnect(t, inj, qp01)
 	for range 4 {
 		err := <-errs

@@ -14,6 +14,20 @@ import (
 	"github.com/rdmago/rdmago/p2p/p2ptest"
 )
 
+// waitUntil polls cond until it holds; it fails naming what when ctx ends
+// first. For the ranks' goroutines, which return errors rather than call
+// t.FailNow.
+func waitUntil(ctx context.Context, what string, cond func() bool) error {
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {

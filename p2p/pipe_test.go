@@ -56,16 +56,16 @@ func TestPipelined(t *testing.T) {
 					if mode == "unexpected" {
 						// Everything before the rendezvous arrives first: its
 						// RTS, sent after them, is here.
-						for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-							if _, ok, err := ep.Iprobe(0, len(sizes)); err != nil || ok {
-								if err != nil {
-									return err
-								}
-								break
-							}
-							if time.Now().After(deadline) {
-								return fmt.Errorf("the rendezvous never arrived")
-							}
+						var perr error
+						if err := waitUntil(ctx, "the rendezvous's RTS", func() bool {
+							_, ok, err := ep.Iprobe(0, len(sizes))
+							perr = err
+							return ok || err != nil
+						}); err != nil {
+							return err
+						}
+						if perr != nil {
+							return perr
 						}
 					}
 					for i, n := range all {
@@ -189,7 +189,9 @@ func TestPipelinedPeerLoss(t *testing.T) {
 		errs <- err
 	}()
 	<-started
-	time.Sleep(time.Millisecond) // into the second message
+	// Into the second message: its first fragments have arrived.
+	require.Eventually(t, func() bool { return eps[1].Stats().Peers[0].PipeRecv.Msgs >= 2 }, 10*time.Second, time.Millisecond,
+		"the second pipelined message never started")
 	disconnect(t, inj, qp)
 	for range 2 {
 		err := <-errs

@@ -592,6 +592,9 @@ const rndvSplitMin = 128 << 10
 // froze after its RTS would (set by tests through export_test.go).
 var testIgnoreCTS atomic.Bool
 
+// testIgnoredCTS counts the CTS frames testIgnoreCTS dropped.
+var testIgnoredCTS atomic.Int64
+
 type splitKey struct {
 	peer int
 	id   uint64
@@ -602,6 +605,7 @@ type splitKey struct {
 // be done is reported, and the receiver READs that part itself.
 func (ep *Endpoint) onCTS(p *peer, h *header) {
 	if testIgnoreCTS.Load() {
+		testIgnoredCTS.Add(1)
 		return
 	}
 	status := uint32(finOK)

@@ -30,8 +30,9 @@ func TestRingOrder(t *testing.T) {
 		t.Run(fmt.Sprint("lines=", lines), func(t *testing.T) {
 			o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
 				P2P: p2p.Options{EagerLimit: 4096, EagerSlots: 4, RingLines: lines}}
+			s := newStream(600, 7, sizes)
 			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
-				if err := streamInOrder(ctx, ep, 600, 7, sizes); err != nil {
+				if err := s.run(ctx, ep); err != nil {
 					return err
 				}
 				if ep.Rank() == 0 {
@@ -197,8 +198,9 @@ func TestRingWindowWithoutRoom(t *testing.T) {
 	}
 	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
 		P2P: p2p.Options{RingLines: 16384, OpenDevice: open}}
+	s := newStream(100, 1, []int{8, 300, 5000})
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
-		if err := streamInOrder(ctx, ep, 100, 1, []int{8, 300, 5000}); err != nil {
+		if err := s.run(ctx, ep); err != nil {
 			return err
 		}
 		ps := ep.Stats().Peers[1-ep.Rank()]

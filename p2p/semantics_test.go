@@ -33,15 +33,26 @@ func TestFlowControlAndOrder(t *testing.T) {
 func flowControl(t *testing.T, n, slots int) {
 	opts := small
 	opts.P2P.EagerSlots = slots
-	p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
-		return streamInOrder(ctx, ep, n, 3, []int{0, 10, 256, 257, 5000})
-	})
+	s := newStream(n, 3, []int{0, 10, 256, 257, 5000})
+	p2ptest.Run(t, 2, opts, s.run)
 }
 
-// streamInOrder has rank 0 start n sends of sizes[i%len(sizes)] bytes to
-// rank 1 at once, and rank 1 receive them only after a pause (so the
-// sender runs out of credits), checking each payload and the order.
-func streamInOrder(ctx context.Context, ep *p2p.Endpoint, n, tag int, sizes []int) error {
+// stream has rank 0 start n sends of sizes[i%len(sizes)] bytes to rank 1
+// at once, and rank 1 receive them only once all n are started (so the
+// sender has run out of credits), checking each payload and the order.
+// Make one per p2ptest run: started is closed once.
+type stream struct {
+	n, tag  int
+	sizes   []int
+	started chan struct{} // closed by rank 0 once its n sends are started
+}
+
+func newStream(n, tag int, sizes []int) *stream {
+	return &stream{n: n, tag: tag, sizes: sizes, started: make(chan struct{})}
+}
+
+func (s *stream) run(ctx context.Context, ep *p2p.Endpoint) error {
+	n, tag, sizes := s.n, s.tag, s.sizes
 	size := func(i int) int { return sizes[i%len(sizes)] }
 	if ep.Rank() == 0 {
 		reqs := make([]*p2p.Request, n)
@@ -52,9 +63,14 @@ func streamInOrder(ctx context.Context, ep *p2p.Endpoint, n, tag int, sizes []in
 			}
 			reqs[i] = r
 		}
+		close(s.started)
 		return p2p.WaitAll(ctx, reqs...)
 	}
-	time.Sleep(20 * time.Millisecond) // let the sender run out of credits
+	select {
+	case <-s.started:
+	case <-ctx.Done(): // rank 0 failed (the harness cancels) or the run timed out
+		return fmt.Errorf("waiting for rank 0 to start its sends: %w", ctx.Err())
+	}
 	buf := make([]byte, slices.Max(sizes))
 	for i := range n {
 		st, err := ep.Recv(ctx, 0, tag, buf)
@@ -370,11 +386,15 @@ func TestSplitRendezvousSenderGone(t *testing.T) {
 	p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
 		if ep.Rank() == 0 {
 			<-posted // the RTS matches at once
+			before := p2p.IgnoredCTS()
 			r, err := ep.Isend(1, 5, pattern(n, 1))
 			if err != nil {
 				return err
 			}
-			time.Sleep(100 * time.Millisecond) // rank 1 matched and sent its CTS
+			// Rank 1 matched and sent its CTS once this sender has ignored one.
+			if err := waitUntil(ctx, "the receiver's CTS", func() bool { return p2p.IgnoredCTS() > before }); err != nil {
+				return err
+			}
 			if err := ep.Close(); err != nil {
 				return err
 			}
@@ -456,6 +476,7 @@ func TestSlotsGrow(t *testing.T) {
 			// (the window exchange, heartbeats) come back only once a lot
 			// are owed, so a sender can run short of them (growth).
 			opts := p2ptest.Options{Provider: prov, P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4, EagerSlotsMax: 16, RingLines: -1}}
+			s := newStream(300, 2, []int{0, 9, 256, 3000}) // eager and rendezvous
 			p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
 				buf := make([]byte, 8)
 				// A ping-pong first: one message in flight, no growth.
@@ -479,8 +500,7 @@ func TestSlotsGrow(t *testing.T) {
 				if got := ep.Posted(1 - ep.Rank()); got != 4 {
 					return fmt.Errorf("after a ping-pong: %d buffers posted, want 4", got)
 				}
-				// 300 messages, eager and rendezvous.
-				if err := streamInOrder(ctx, ep, 300, 2, []int{0, 9, 256, 3000}); err != nil || ep.Rank() == 0 {
+				if err := s.run(ctx, ep); err != nil || ep.Rank() == 0 {
 					return err
 				}
 				if got := ep.Posted(0); got != 16 {

@@ -69,6 +69,7 @@ func TestInteropGoClient(t *testing.T) {
 			var srvOut bytes.Buffer
 			srv := exec.CommandContext(ctx, pp, args...)
 			srv.Stdout, srv.Stderr = &srvOut, &srvOut
+			srv.WaitDelay = 5 * time.Second // killed at ctx's end, Wait returns even if its output stays open
 			require.NoError(t, srv.Start())
 			cfg.Server = "127.0.0.1"
 			var out bytes.Buffer
@@ -118,6 +119,7 @@ func TestInteropGoServer(t *testing.T) {
 				}
 			}
 			cli := exec.CommandContext(ctx, pp, append(args, "127.0.0.1")...)
+			cli.WaitDelay = 5 * time.Second
 			cliOut, cliErr := cli.CombinedOutput()
 			r := <-done
 			t.Logf("ours:\n%s\nibv_rc_pingpong client:\n%s", out.String(), cliOut)
@@ -144,7 +146,11 @@ func TestGoToGo(t *testing.T) {
 		errc <- err
 	}()
 	for !strings.Contains(status.String(), "waiting for a connection") {
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case err := <-errc:
+			t.Fatalf("server ended before listening: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	cliCfg := srvCfg
 	cliCfg.Server, cliCfg.Events = "127.0.0.1", false

@@ -6,12 +6,14 @@ import (
 	"bytes"
 	"context"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmago/rdmago/internal/stacks"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -192,7 +194,7 @@ func TestWaitCancel(t *testing.T) {
 		defer cancel()
 		done <- p.cqB.Wait(ctx)
 	}()
-	time.Sleep(20 * time.Millisecond)
+	awaitParked(t, "TestWaitCancel")
 	require.NoError(t, p.b.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{verbs.SGEOf(p.mrB, 0, 64)}}))
 	require.NoError(t, p.a.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.OpSend, SGL: []verbs.SGE{verbs.SGEOf(p.mrA, 0, 8)}}))
 	require.NoError(t, <-done)
@@ -200,9 +202,25 @@ func TestWaitCancel(t *testing.T) {
 	cq, err := p.dev.CreateCQ(4)
 	require.NoError(t, err)
 	go func() { done <- cq.Wait(context.Background()) }()
-	time.Sleep(20 * time.Millisecond)
+	awaitParked(t, "TestWaitCancel")
 	require.NoError(t, cq.Close())
 	assert.ErrorIs(t, <-done, verbs.ErrClosed)
+}
+
+// awaitParked waits until one goroutine started by the test named test is
+// parked in a CQ's Wait (blocked in its select, not still arming the CQ),
+// so that what the test does next finds a sleeping waiter.
+func awaitParked(t *testing.T, test string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		parked := 0
+		for _, g := range stacks.All() {
+			if strings.Contains(g.Stack, test) && strings.Contains(g.Stack, "ibv.(*cq).Wait") && g.State == "select" {
+				parked++
+			}
+		}
+		return parked == 1
+	}, 10*time.Second, time.Millisecond, "no CQ waiter parked")
 }
 
 func TestCQOverrun(t *testing.T) {
@@ -224,11 +242,11 @@ func TestCQOverrun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// Wait returns at once while polled-out completions are buffered; poll
+	// it until the device's CQ_ERR event has come.
 	var werr error
-	for werr == nil && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-		werr = small.Wait(ctx)
-	}
+	require.Eventually(t, func() bool { werr = small.Wait(ctx); return werr != nil }, 20*time.Second, 20*time.Millisecond,
+		"the overrun was never reported")
 	require.ErrorIs(t, werr, verbs.ErrQueueFull)
 	assert.ErrorContains(t, werr, "overrun")
 	require.NoError(t, qp.Close())

@@ -58,6 +58,7 @@ type link struct {
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
+	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
 	qw          queueWait    // awaitQueued's scratch
 
 	mu         sync.Mutex

@@ -245,6 +245,7 @@ func (l *link) sendUrgent() {
 // sendResps sends the queued responses from the reading side: itself if
 // the link is idle and that cannot block, else by the writer goroutine.
 func (l *link) sendResps() {
+	l.respSends.Add(1)
 	if inlineNeverBlocks {
 		l.KickPost()
 	} else {
