@@ -29,6 +29,10 @@ type Policy struct {
 	// instead of the CPU (sched_yield): for writers that are goroutines of
 	// the same process.
 	Gosched bool
+	// CheckEvery is how many polls go between looks at the clock and at
+	// stop while polling (0: 32). A stop that costs more than a few polls
+	// (one load per rank of a group) wants more.
+	CheckEvery int
 }
 
 // Forever as Policy.Yield makes a waiter that never sleeps.
@@ -37,10 +41,9 @@ const Forever time.Duration = math.MaxInt64
 // DefaultNap is the longest sleep when Policy.Nap is 0.
 const DefaultNap = time.Second
 
-// checkEvery is how many polls go between looks at the clock and at stop
-// while spinning: reading the clock costs about as much as a few dozen
-// polls of a cached line.
-const checkEvery = 32
+// defaultCheckEvery is Policy.CheckEvery's default: reading the clock
+// costs about as much as a few dozen polls of a cached line.
+const defaultCheckEvery = 32
 
 // SleepsAfter is how long a waiter polls before it sleeps.
 func (p Policy) SleepsAfter() time.Duration {
@@ -66,8 +69,7 @@ func (p Policy) yield() {
 }
 
 // Poll runs the spin and yield phases: it returns true when ready held,
-// an error when stop (checked every few dozen polls while spinning and
-// after every yield; nil means none) or ctx ended the wait, and false with
+// an error when stop (checked every CheckEvery polls; nil means none) or ctx ended the wait, and false with
 // no error when the waiter should sleep now. stop returns the error that
 // ends the wait, nil to go on.
 func (p Policy) Poll(ctx context.Context, ready func() bool, stop func() error) (bool, error) {
@@ -78,8 +80,12 @@ func (p Policy) Poll(ctx context.Context, ready func() bool, stop func() error) 
 	// dozen polls (the common one) never reads it.
 	var start time.Time
 	sleepAt := p.SleepsAfter()
+	every := p.CheckEvery
+	if every <= 0 {
+		every = defaultCheckEvery
+	}
 	for {
-		for range checkEvery {
+		for range every {
 			if ready() {
 				return true, nil
 			}

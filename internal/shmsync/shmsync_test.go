@@ -163,6 +163,12 @@ func TestPollPhases(t *testing.T) {
 	require.True(t, ok)
 	require.NoError(t, err)
 
+	polls, checks := 0, 0
+	ok, err = Policy{Yield: Forever, CheckEvery: 100}.Poll(ctx, func() bool { polls++; return polls == 1000 }, func() error { checks++; return nil })
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, 9, checks, "stop is checked every CheckEvery polls")
+
 	errStop := errors.New("stop")
 	_, err = Policy{Yield: Forever, Gosched: true}.Poll(ctx, func() bool { return false }, func() error { return errStop })
 	require.ErrorIs(t, err, errStop)
