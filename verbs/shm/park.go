@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -130,7 +131,7 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 	}
 	p := c.parker()
 	if p == nil {
-		return c.wait(ctx, 0, 0)
+		return c.wait(ctx, shmsync.Policy{})
 	}
 	select {
 	case c.parkTurn <- struct{}{}:
@@ -140,7 +141,7 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 	}
 	rc, err := p.SyscallConn()
 	if err != nil {
-		return c.wait(ctx, 0, 0)
+		return c.wait(ctx, shmsync.Policy{})
 	}
 	c.d.memGuard.RLock()
 	defer c.d.memGuard.RUnlock()
