@@ -50,7 +50,8 @@ import (
 // start of its window and looks at the rings again; a sender that finds
 // the word non-zero after publishing also sends a PING through the queue
 // pair, which rings the CQ. Both sides write, then read, with sequentially
-// consistent atomics, so at least one of them sees the other.
+// consistent atomics, so at least one of them sees the other: the protocol
+// of internal/shmsync, with the PING in the futex wake-up's place.
 
 const (
 	ringLine     = 64
