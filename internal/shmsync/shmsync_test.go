@@ -207,3 +207,36 @@ func (l *lockedBuf) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestPoller: a caller's own polling loop ends when Spin+Yield has passed
+// (Err nil: sleep now) or when stop or ctx ends the wait (Err says why).
+func TestPoller(t *testing.T) {
+	ctx := context.Background()
+	w := Policy{Spin: time.Millisecond, CheckEvery: 1}.Poller(nil)
+	start := time.Now()
+	for !w.Over(ctx) {
+	}
+	require.GreaterOrEqual(t, time.Since(start), time.Millisecond)
+	require.NoError(t, w.Err(ctx))
+
+	errStop := errors.New("stop")
+	calls := 0
+	w = Policy{Yield: Forever, CheckEvery: 10}.Poller(func() error {
+		if calls++; calls >= 3 { // sticky, as Err asks again
+			return errStop
+		}
+		return nil
+	})
+	n := 1
+	for ; !w.Over(ctx); n++ {
+	}
+	require.Equal(t, 30, n, "stop is asked every CheckEvery polls")
+	require.ErrorIs(t, w.Err(ctx), errStop)
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	w = Policy{Yield: Forever}.Poller(nil)
+	for !w.Over(cctx) {
+	}
+	require.ErrorIs(t, w.Err(cctx), context.Canceled)
+}

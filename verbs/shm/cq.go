@@ -145,9 +145,30 @@ func (c *cq) wait(ctx context.Context, p shmsync.Policy) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if ok, err := p.Poll(ctx, c.ready, c.stopped); ok || err != nil {
-		return err
+	// The loop is here, not in Policy.Poll, so that ready is inlined, and
+	// polls 32 times between checks with a counter in a register: per poll
+	// this costs about the instructions of the loop before shmsync (a
+	// call through a func value doubled them). w is declared outside the
+	// for statement, whose init variables are copied on every iteration.
+	p.CheckEvery = 1
+	w := p.Poller(c.stopped)
+	for {
+		for range 32 {
+			if c.ready() {
+				return nil
+			}
+		}
+		if w.Over(ctx) {
+			if err := w.Err(ctx); err != nil {
+				return err
+			}
+			return c.sleep(ctx, p)
+		}
 	}
+}
+
+// sleep is wait's last phase.
+func (c *cq) sleep(ctx context.Context, p shmsync.Policy) error {
 	// The futex words live in the device memory: hold it mapped while we
 	// sleep on them (Device.Close wakes us before it unmaps; Sleep's own
 	// kick on cancellation is over when it returns).
