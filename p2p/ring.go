@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -210,7 +211,7 @@ func (ep *Endpoint) ringSend(p *peer, ctxID uint32, tag int32, buf []byte) bool 
 	atomic.StoreUint32(ringWord(l), pos+1)
 	o.sent = pos + k
 	p.sent = true
-	if atomic.LoadUint32(o.sleepers) != 0 {
+	if shmsync.Asleep(o.sleepers) {
 		p.sendCtl(ep, header{kind: kPing})
 	}
 	return true
@@ -345,9 +346,9 @@ func (ep *Endpoint) blockIn(ctx context.Context, d *device, sleep bool) error {
 	ep.pollMu.Lock()
 	s := ep.sleepers
 	if s != nil {
-		atomic.AddUint32(s, 1)
+		shmsync.Announce(s)
 		if ep.ringPending() {
-			atomic.AddUint32(s, ^uint32(0))
+			shmsync.Withdraw(s)
 			ep.pollMu.Unlock()
 			return nil
 		}
@@ -362,7 +363,7 @@ func (ep *Endpoint) blockIn(ctx context.Context, d *device, sleep bool) error {
 	if s != nil {
 		ep.pollMu.Lock()
 		if ep.sleepers == s { // the memory is still there
-			atomic.AddUint32(s, ^uint32(0))
+			shmsync.Withdraw(s)
 		}
 		ep.pollMu.Unlock()
 	}

@@ -56,6 +56,10 @@
 //
 // # The same protocol with other wake-ups
 //
+// Announce, Withdraw and Asleep are the protocol's steps on a sleepers
+// word alone, for waiters that block on something other than the Bell's
+// futex:
+//
 // The p2p layer's rings: a receiver about to block in its completion
 // queue adds itself to the sleepers word of its ring window (A1) and looks
 // at the rings (A3); a sender stores the message's stamp (B1), loads the
@@ -71,6 +75,8 @@
 //
 // The ibv and softrc providers' CQ waits arm the notification first
 // (ibv_req_notify_cq, or counting the waiter under the CQ's lock, where a
-// push looks for waiters), then poll once more, then block: the same announce, re-check, sleep order,
-// with the kernel or the channel in the Bell's place.
+// push looks for waiters), then poll once more, then block: the same
+// announce, re-check, sleep order, with the kernel or the channel in the
+// Bell's place. They do not spin: the p2p layer polls before it blocks
+// in any provider's CQ, by its own spin and yield times.
 package shmsync

@@ -170,6 +170,19 @@ func over(ctx context.Context, stop func() error) error {
 	return ctx.Err()
 }
 
+// Announce counts a waiter in a sleepers word (A1 in the package doc):
+// before it re-checks its condition and blocks, however it blocks (a
+// futex, a socket, a completion queue).
+func Announce(sleepers *uint32) { atomic.AddUint32(sleepers, 1) }
+
+// Withdraw takes back Announce, after the block or instead of it.
+func Withdraw(sleepers *uint32) { atomic.AddUint32(sleepers, ^uint32(0)) }
+
+// Asleep is a writer's look at a sleepers word after it has published
+// with an atomic store (B2): whether a waiter may be blocked, and must be
+// woken, however it blocks.
+func Asleep(sleepers *uint32) bool { return atomic.LoadUint32(sleepers) != 0 }
+
 // Bell is a futex word and a count of its sleepers, in memory that the
 // waiters and the writers map (see the package doc for the protocol).
 // The zero Bell is not usable.
@@ -206,7 +219,7 @@ func (b Bell) Sleepers() uint32 { return atomic.LoadUint32(b.sleepers) }
 // store, then this load of the sleepers count, is what makes it safe to
 // skip the system call when nobody sleeps.
 func (b Bell) Ring() {
-	if atomic.LoadUint32(b.sleepers) != 0 {
+	if Asleep(b.sleepers) {
 		b.Kick()
 	}
 }
@@ -246,17 +259,17 @@ func (b Bell) Sleep(ctx context.Context, ready func() bool, stop func() error, n
 		}()
 	}
 	for {
-		atomic.AddUint32(b.sleepers, 1) // A1
-		s := atomic.LoadUint32(b.seq)   // A2: before the re-check
-		if ready() {                    // A3
-			atomic.AddUint32(b.sleepers, ^uint32(0))
+		Announce(b.sleepers)          // A1
+		s := atomic.LoadUint32(b.seq) // A2: before the re-check
+		if ready() {                  // A3
+			Withdraw(b.sleepers)
 			return nil
 		}
 		if err := over(ctx, stop); err != nil {
-			atomic.AddUint32(b.sleepers, ^uint32(0))
+			Withdraw(b.sleepers)
 			return err
 		}
 		futex.Wait(b.seq, s, nap) // A4
-		atomic.AddUint32(b.sleepers, ^uint32(0))
+		Withdraw(b.sleepers)
 	}
 }

@@ -141,6 +141,16 @@ func TestRingOnlyWhenSleeping(t *testing.T) {
 	require.EqualValues(t, 1, atomic.LoadUint32(&w[0]))
 	b.Reset()
 	require.Zero(t, b.Sleepers())
+
+	var sleepers uint32
+	require.False(t, Asleep(&sleepers))
+	Announce(&sleepers)
+	Announce(&sleepers)
+	require.True(t, Asleep(&sleepers))
+	Withdraw(&sleepers)
+	require.True(t, Asleep(&sleepers))
+	Withdraw(&sleepers)
+	require.False(t, Asleep(&sleepers))
 }
 
 // TestPollPhases: Poll reports a ready condition, tells a waiter to sleep

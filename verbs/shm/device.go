@@ -414,7 +414,7 @@ func (d *Device) doorbellAt(mem []byte, idx uint32, devSock string) doorbell {
 // data before it sleeps or this sees its count (internal/shmsync).
 func (db doorbell) ring() {
 	db.bell.Ring()
-	if atomic.LoadUint32(db.parked) != 0 {
+	if shmsync.Asleep(db.parked) {
 		db.wakeParked()
 	}
 }
@@ -431,7 +431,7 @@ func (db doorbell) wakeParked() {
 // kick wakes unconditionally (close, cancellation).
 func (db doorbell) kick() {
 	db.bell.Kick()
-	if atomic.LoadUint32(db.parked) != 0 {
+	if shmsync.Asleep(db.parked) {
 		atomic.StoreUint32(db.woken, 1)
 		db.w.wake()
 	}
