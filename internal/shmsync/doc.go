@@ -64,7 +64,10 @@
 // queue adds itself to the sleepers word of its ring window (A1) and looks
 // at the rings (A3); a sender stores the message's stamp (B1), loads the
 // sleepers word (B2) and, when it is set, sends a frame through the queue
-// pair (B3, B4), whose completion rings the receiver's CQ bell.
+// pair (B3, B4), whose completion rings the receiver's CQ bell. A waiter
+// that blocked before the sleepers word existed never announced itself:
+// whoever installs the word counts such waiters in it, before any writer
+// can publish.
 //
 // The shm provider's parked background waiter sleeps in Go's network
 // poller on a datagram socket instead of futex(2) (it gives the
