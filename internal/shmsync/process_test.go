@@ -4,10 +4,8 @@ package shmsync
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 	"unsafe"
@@ -26,13 +24,10 @@ const (
 	procSize     = 4096
 )
 
-const procEnv = "SHMSYNC_TEST_FILE"
+const procEnv = "SHMSYNC_TEST_PEER"
 
-func mapShared(t testing.TB, path string) []byte {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	require.NoError(t, err)
-	defer f.Close()
-	mem, err := unix.Mmap(int(f.Fd()), 0, procSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+func mapFD(t testing.TB, fd int) []byte {
+	mem, err := unix.Mmap(fd, 0, procSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	require.NoError(t, err)
 	return mem
 }
@@ -40,22 +35,25 @@ func mapShared(t testing.TB, path string) []byte {
 func word64(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
 
 // TestCrossProcess: the ping-pong of TestNoLostWakeup between this process
-// and a child that maps the same file in /dev/shm, each side sleeping in
+// and a child that maps the same memory (a memfd it inherits: no name in
+// /dev/shm, which other tests watch for leaks), each side sleeping in
 // futex(2) on a word the other rings.
 func TestCrossProcess(t *testing.T) {
-	if _, err := os.Stat("/dev/shm"); err != nil {
-		t.Skip("no /dev/shm")
+	fd, err := unix.MemfdCreate("rdmago-shmsync-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Skipf("memfd_create: %v", err)
 	}
-	path := filepath.Join("/dev/shm", fmt.Sprintf("rdmago-shmsync-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	require.NoError(t, os.WriteFile(path, make([]byte, procSize), 0o600))
-	defer os.Remove(path)
-	mem := mapShared(t, path)
+	f := os.NewFile(uintptr(fd), "memfd")
+	defer f.Close()
+	require.NoError(t, f.Truncate(procSize))
+	mem := mapFD(t, fd)
 	defer unix.Munmap(mem)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrossProcessPeer$", "-test.count=1")
-	cmd.Env = append(os.Environ(), procEnv+"="+path)
+	cmd.Env = append(os.Environ(), procEnv+"=1")
+	cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
 	out := &lockedBuf{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
@@ -69,11 +67,10 @@ func TestCrossProcess(t *testing.T) {
 
 // TestCrossProcessPeer is TestCrossProcess's child; alone it does nothing.
 func TestCrossProcessPeer(t *testing.T) {
-	path := os.Getenv(procEnv)
-	if path == "" {
+	if os.Getenv(procEnv) == "" {
 		t.Skip("the child of TestCrossProcess")
 	}
-	mem := mapShared(t, path)
+	mem := mapFD(t, 3)
 	defer unix.Munmap(mem)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
