@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdmago/rdmago/collectives/reduce"
 	"github.com/rdmago/rdmago/internal/ntcopy"
+	"github.com/rdmago/rdmago/internal/shmsync"
 )
 
 // The shared-memory algorithms (SharedMemory).
@@ -20,8 +21,8 @@ import (
 // a call needs no messages at all. Each rank owns a region:
 //
 //	0    done     uint64  the last round this rank has finished reading
-//	8    bell     uint32  bumped after this rank publishes, when sleepers > 0
-//	12   sleepers uint32  ranks asleep (or about to be) on bell
+//	8    bell     a shmsync.Bell: its futex word, then at 12 the count of
+//	              ranks asleep (or about to be) on it
 //	16   left     uint64  0 while the Engine is open; at Close, 1 + the
 //	                      counter of the last call this rank completed
 //	64   entry 0: the call this rank is in (uint64 at 64) and its header
@@ -95,14 +96,11 @@ import (
 // the call itself; every other rank fails it (an abort reached it in time)
 // or its next call.
 //
-// Waits spin, then follow the region's Wait policy: yield the CPU, then
-// sleep on the peer's bell (a futex over shm), which the peer rings after
-// it publishes a round or finishes reading one if anyone sleeps there (a
-// store, then a load of the sleepers count, against the sleeper's
-// increment, then a load of the bell and a re-check: one of the two always
-// sees the other). A waiter announces itself only once the region's Wait
-// may sleep (SleepsAfter): while it spins or yields, publishing costs no
-// wake-up. With more ranks than cores, sleeping waiters leave the
+// Waits follow the region's WaitPolicy (internal/shmsync): spin, yield
+// the CPU, then sleep on the peer's bell, which the peer rings after it
+// publishes a round or finishes reading one (shmsync's doc has the
+// ordering argument). A waiter announces itself only when it is about to
+// sleep: while it spins or yields, publishing costs no wake-up. With more ranks than cores, sleeping waiters leave the
 // CPUs to the ranks that still have to arrive. Waits give up when the call
 // is aborted (a peer's mismatch report, a stall probe),
 // when the caller's ctx ends, when the group fails (a lost peer leaves its
@@ -138,12 +136,13 @@ type shmState struct {
 	pw       PeerWriter // single-copy writes, nil without (or without pr)
 	seen     []uint64   // per rank, the latest call whose round this rank has seen it publish
 	r        SharedRegion
-	mem      [][]byte  // per rank, its part of the region
-	slot     int       // data bytes per slot
-	slotSize int       // bytes per slot, header included
-	next     int       // the slot this rank writes next
-	used     [2]uint64 // per slot, the round this rank last wrote into it
-	table    []header  // the agreement checks' per-rank headers, reused
+	policy   shmsync.Policy // r's, looking at stop every 256 polls
+	mem      [][]byte       // per rank, its part of the region
+	slot     int            // data bytes per slot
+	slotSize int            // bytes per slot, header included
+	next     int            // the slot this rank writes next
+	used     [2]uint64      // per slot, the round this rank last wrote into it
+	table    []header       // the agreement checks' per-rank headers, reused
 	known    []bool
 	pend     pendCall // the call whose agreement the next call checks (see Agreement)
 }
@@ -152,7 +151,8 @@ type shmState struct {
 // slots of at least shmMinSlot, sized by the smallest part (every rank
 // sees the same parts, so every rank computes the same slots).
 func newShmState(r SharedRegion, size int) *shmState {
-	s := &shmState{r: r, mem: make([][]byte, size), seen: make([]uint64, size)}
+	s := &shmState{r: r, policy: r.WaitPolicy(), mem: make([][]byte, size), seen: make([]uint64, size)}
+	s.policy.CheckEvery = 256
 	least := -1
 	for p := range s.mem {
 		m := r.Mem(p)
@@ -181,9 +181,8 @@ func word(m []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&m[off]))
 func word32(m []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&m[off])) }
 
 const (
-	shmBell     = 8
-	shmSleepers = 12
-	shmLeft     = 16
+	shmBell = 8 // shmsync.BellSize bytes
+	shmLeft = 16
 )
 
 // pendCall is a shared-memory call whose agreement this rank has not
@@ -207,6 +206,9 @@ const (
 	entLen     = 42 // uint16: the reason's length
 	entReason  = 64
 )
+
+// bell is rank r's bell.
+func (s *shmState) bell(r int) shmsync.Bell { return shmsync.BellAt(s.mem[r], shmBell) }
 
 // announce writes the header of the call with counter calls into rank
 // me's entry and rings its bell for peers waiting to compare. A refusal
@@ -429,9 +431,7 @@ func (e *Engine) closeVerify() error {
 // the counter of the last call it completed, and wakes its sleepers.
 func (s *shmState) leave(me int, ok uint64) {
 	atomic.StoreUint64(word(s.mem[me], shmLeft), ok+1)
-	m := s.mem[me]
-	atomic.AddUint32(word32(m, shmBell), 1)
-	s.r.Ring(word32(m, shmBell))
+	s.bell(me).Kick()
 }
 
 // gone returns a rank that closed its Engine without completing the call
@@ -449,13 +449,7 @@ func (s *shmState) gone(me int, calls uint64) int {
 }
 
 // ring wakes the sleepers on this rank's bell, after a publish.
-func (s *shmState) ring(me int) {
-	m := s.mem[me]
-	if atomic.LoadUint32(word32(m, shmSleepers)) != 0 {
-		atomic.AddUint32(word32(m, shmBell), 1)
-		s.r.Ring(word32(m, shmBell))
-	}
-}
+func (s *shmState) ring(me int) { s.bell(me).Ring() }
 
 func (s *shmState) slotOff(k int) int { return shmSlot0 + k*s.slotSize }
 
@@ -485,42 +479,23 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 		}
 	}
 	e := c.e
-	var start time.Time
-	for i := 1; ; i++ {
-		for range 32 {
-			if cond() {
-				return nil
-			}
-		}
-		if i&7 != 0 {
-			continue
-		}
+	started := false
+	stop := func() error {
 		if err := c.shmStopped(peer); err != nil {
 			return err
 		}
-		if start.IsZero() {
-			start = time.Now()
+		if !started {
+			started = true
 			c.armProbe()
 			e.act.waiting(peer)
 		}
-		// Wait may sleep now: announce it on peer's bell, then re-check:
-		// peer either sees the announcement and rings, or published before
-		// the re-check.
-		m := e.shm.mem[peer]
-		sleepers, bell := word32(m, shmSleepers), word32(m, shmBell)
-		if w := time.Since(start); w < e.shm.r.SleepsAfter() {
-			e.shm.r.Wait(bell, atomic.LoadUint32(bell), w) // spins or yields
-			continue
-		}
-		atomic.AddUint32(sleepers, 1)
-		old := atomic.LoadUint32(bell)
-		if cond() {
-			atomic.AddUint32(sleepers, ^uint32(0))
-			return nil
-		}
-		e.shm.r.Wait(bell, old, time.Since(start))
-		atomic.AddUint32(sleepers, ^uint32(0))
+		return nil
 	}
+	err := e.shm.bell(peer).Wait(c.parent, cond, stop, e.shm.policy)
+	if err != nil && err == c.parent.Err() {
+		return c.fail(peer, err) // the parent ended between two checks of stop
+	}
+	return err
 }
 
 // shmStopped is why a shared-memory wait for peer must end other than by

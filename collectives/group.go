@@ -3,6 +3,8 @@ package collectives
 import (
 	"context"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/shmsync"
 )
 
 // Group is what the collectives need from the layer below: a rank, a size
@@ -91,20 +93,14 @@ type SharedRegion interface {
 	// frozen, so waits on flags watch Failed.
 	Failed() <-chan struct{}
 	Err() error
-	// Wait is called by a rank waiting for a flag in another rank's
-	// memory, with how long it has waited so far. It returns at once while
-	// spinning pays (a rank per core), or after yielding the CPU, or after
-	// sleeping until the 32-bit bell (in the region) no longer holds old
-	// (the writer changes the bell and calls Ring) or a short while has
-	// passed (the caller re-checks its flag, its ctx and Failed).
-	Wait(bell *uint32, old uint32, waited time.Duration)
-	// SleepsAfter is how long a rank waits before Wait may sleep on the
-	// bell; until then it only spins or yields, so a waiter announces
-	// itself to the writer (who then rings) only from then on: announcing
-	// earlier made every publish pay a futex wake-up.
-	SleepsAfter() time.Duration
-	// Ring wakes the ranks sleeping in Wait on bell.
-	Ring(bell *uint32)
+	// WaitPolicy is how a rank waits for a flag in another rank's memory:
+	// it polls (spinning while a rank has a core to itself, then
+	// yielding), then sleeps on that rank's bell, a shmsync.Bell in the
+	// region that the writer rings after it publishes, a Nap at a time
+	// (the waiter re-checks its ctx and Failed between naps). A region
+	// whose writers are goroutines of this process yields with Gosched
+	// and never sleeps (Yield: shmsync.Forever).
+	WaitPolicy() shmsync.Policy
 }
 
 // PeerReader is an optional SharedRegion capability: ReadPeer copies

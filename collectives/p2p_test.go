@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest" // p2p registers the shm and tcp providers
 )
@@ -57,13 +55,15 @@ type p2pSharedGroup struct {
 	w *p2p.Window
 }
 
-func (g *p2pSharedGroup) Shared() collectives.SharedRegion    { return g }
-func (g *p2pSharedGroup) Mem(rank int) []byte                 { return g.w.Direct(rank) }
-func (g *p2pSharedGroup) Failed() <-chan struct{}             { return g.ep.Failed() }
-func (g *p2pSharedGroup) Err() error                          { return g.ep.Err() }
-func (g *p2pSharedGroup) Wait(*uint32, uint32, time.Duration) { runtime.Gosched() }
-func (g *p2pSharedGroup) Ring(*uint32)                        {}
-func (g *p2pSharedGroup) SleepsAfter() time.Duration          { return math.MaxInt64 }
+func (g *p2pSharedGroup) Shared() collectives.SharedRegion { return g }
+func (g *p2pSharedGroup) Mem(rank int) []byte              { return g.w.Direct(rank) }
+func (g *p2pSharedGroup) Failed() <-chan struct{}          { return g.ep.Failed() }
+func (g *p2pSharedGroup) Err() error                       { return g.ep.Err() }
+
+// WaitPolicy: the ranks are goroutines of this process; waits never sleep.
+func (g *p2pSharedGroup) WaitPolicy() shmsync.Policy {
+	return shmsync.Policy{Yield: shmsync.Forever, Gosched: true}
+}
 
 func (g *p2pGroup) Expose(ctx context.Context, buf []byte) (collectives.Window, error) {
 	w, err := g.ep.NewWindow(ctx, buf)

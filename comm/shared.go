@@ -10,7 +10,7 @@ import (
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
-	"github.com/rdmago/rdmago/internal/futex"
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -130,26 +130,13 @@ func (s *sharedRegion) CanReadPeer() bool       { return s.cma }
 func (s *sharedRegion) Failed() <-chan struct{} { return s.ep.Failed() }
 func (s *sharedRegion) Err() error              { return s.ep.Err() }
 
-// Wait follows the endpoint's wait policy: spin while a rank has a core to
-// itself, then give the CPU away (sched_yield) for a moment, then sleep on
-// the bell (a futex in the shared memory, which the writer rings). The
-// sleep is bounded so that the caller re-checks ctx and the group's
-// failure.
-func (s *sharedRegion) Wait(bell *uint32, old uint32, waited time.Duration) {
-	switch {
-	case waited < s.spin:
-	case waited < s.spin+sharedYield:
-		futex.Yield()
-	default:
-		futex.Wait(bell, old, sharedSleep)
-	}
+// WaitPolicy follows the endpoint's wait policy: spin while a rank has a
+// core to itself, then give the CPU away (sched_yield) for a moment, then
+// sleep on the bell (collectives.SharedRegion). The sleep is bounded so
+// that the waiter re-checks ctx and the group's failure.
+func (s *sharedRegion) WaitPolicy() shmsync.Policy {
+	return shmsync.Policy{Spin: s.spin, Yield: sharedYield, Nap: sharedSleep}
 }
-
-// SleepsAfter is when Wait starts sleeping (collectives.SharedRegion).
-func (s *sharedRegion) SleepsAfter() time.Duration { return s.spin + sharedYield }
-
-// Ring wakes the ranks sleeping on bell.
-func (s *sharedRegion) Ring(bell *uint32) { futex.Wake(bell) }
 
 const (
 	// sharedYield is how long a waiter yields before it sleeps. With more

@@ -86,6 +86,10 @@ type Endpoint struct {
 	stop     context.CancelFunc
 	bgCtx    context.Context
 	wg       sync.WaitGroup
+
+	// Goroutines blocked in a CQ (blockIn) while sleepers was nil, and of
+	// those, how many setSleepers counted in the word. Under pollMu.
+	blockedUncounted, blockedAdopted int
 }
 
 type device struct {

@@ -72,3 +72,31 @@ func (ep *Endpoint) HoldProgress() (release func()) {
 	ep.pollMu.Lock()
 	return ep.pollMu.Unlock
 }
+
+// ForgetRings makes the endpoint look as it did before its ring window
+// existed (no sleepers word), until the returned function installs the
+// word again as setupRings does, for TestRingWakesEarlySleeper.
+func (ep *Endpoint) ForgetRings() (restore func()) {
+	ep.pollMu.Lock()
+	ep.mu.Lock()
+	s := ep.sleepers
+	ep.sleepers = nil
+	atomic.StoreUint32(s, 0) // fresh memory: whoever was counted is forgotten
+	ep.mu.Unlock()
+	ep.pollMu.Unlock()
+	return func() {
+		ep.pollMu.Lock()
+		ep.mu.Lock()
+		ep.setSleepers(s)
+		ep.mu.Unlock()
+		ep.pollMu.Unlock()
+	}
+}
+
+// BlockedUncounted reports how many goroutines block in a CQ without
+// being counted in a sleepers word, for TestRingWakesEarlySleeper.
+func (ep *Endpoint) BlockedUncounted() int {
+	ep.pollMu.Lock()
+	defer ep.pollMu.Unlock()
+	return ep.blockedUncounted
+}

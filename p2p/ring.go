@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -50,7 +51,10 @@ import (
 // start of its window and looks at the rings again; a sender that finds
 // the word non-zero after publishing also sends a PING through the queue
 // pair, which rings the CQ. Both sides write, then read, with sequentially
-// consistent atomics, so at least one of them sees the other.
+// consistent atomics, so at least one of them sees the other: the protocol
+// of internal/shmsync, with the PING in the futex wake-up's place. A
+// goroutine that blocked before the rings existed is counted in the word
+// when it is installed (setSleepers).
 
 const (
 	ringLine     = 64
@@ -141,7 +145,7 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 		}
 		ep.pollMu.Lock()
 		ep.mu.Lock()
-		ep.sleepers = ringWord(w.buf)
+		ep.setSleepers(ringWord(w.buf))
 		for r, p := range ep.peers {
 			if p != nil {
 				b := w.buf[ringWinHdr+r*blk : ringWinHdr+(r+1)*blk]
@@ -209,7 +213,7 @@ func (ep *Endpoint) ringSend(p *peer, ctxID uint32, tag int32, buf []byte) bool 
 	atomic.StoreUint32(ringWord(l), pos+1)
 	o.sent = pos + k
 	p.sent = true
-	if atomic.LoadUint32(o.sleepers) != 0 {
+	if shmsync.Asleep(o.sleepers) {
 		p.sendCtl(ep, header{kind: kPing})
 	}
 	return true
@@ -336,7 +340,9 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 // blockIn blocks in d's CQ (sleep: without spinning first), counted in
 // the sleepers word while the endpoint has rings, so that a sender of a
 // ring message rings the CQ too. It returns at once when a ring already
-// holds a message.
+// holds a message. A goroutine that blocks before the rings exist (the
+// background goroutines start before the ring window is set up) is
+// counted when they appear (setSleepers).
 func (ep *Endpoint) blockIn(ctx context.Context, d *device, sleep bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -344,12 +350,14 @@ func (ep *Endpoint) blockIn(ctx context.Context, d *device, sleep bool) error {
 	ep.pollMu.Lock()
 	s := ep.sleepers
 	if s != nil {
-		atomic.AddUint32(s, 1)
+		shmsync.Announce(s)
 		if ep.ringPending() {
-			atomic.AddUint32(s, ^uint32(0))
+			shmsync.Withdraw(s)
 			ep.pollMu.Unlock()
 			return nil
 		}
+	} else {
+		ep.blockedUncounted++
 	}
 	ep.pollMu.Unlock()
 	var err error
@@ -358,14 +366,36 @@ func (ep *Endpoint) blockIn(ctx context.Context, d *device, sleep bool) error {
 	} else {
 		err = d.cq.Wait(ctx)
 	}
-	if s != nil {
-		ep.pollMu.Lock()
+	ep.pollMu.Lock()
+	switch {
+	case s != nil:
 		if ep.sleepers == s { // the memory is still there
-			atomic.AddUint32(s, ^uint32(0))
+			shmsync.Withdraw(s)
 		}
-		ep.pollMu.Unlock()
+	case ep.blockedAdopted > 0:
+		ep.blockedAdopted--
+		if ep.sleepers != nil {
+			shmsync.Withdraw(ep.sleepers)
+		}
+	default:
+		ep.blockedUncounted--
 	}
+	ep.pollMu.Unlock()
 	return err
+}
+
+// setSleepers installs the rings' sleepers word; the caller holds pollMu
+// and mu, and no peer can write to the rings yet. Goroutines already
+// blocked in a CQ are counted in it on their behalf: they re-check no
+// ring before they sleep, and a ring message rings no CQ unless its
+// sender sees a sleeper (PING). No re-check is needed either: the rings
+// are empty until the window's key reaches a peer, after this.
+func (ep *Endpoint) setSleepers(s *uint32) {
+	ep.sleepers = s
+	for ; ep.blockedUncounted > 0; ep.blockedUncounted-- {
+		shmsync.Announce(s)
+		ep.blockedAdopted++
+	}
 }
 
 // copyOut copies the message at line pos (len(dst) bytes, its lines

@@ -295,3 +295,60 @@ func TestRingBidirectionalWindows(t *testing.T) {
 		})
 	}
 }
+
+// A goroutine that went to sleep in its completion queue before the rings
+// existed (the background goroutine starts before Open sets up the ring
+// window) was never counted in the sleepers word, so a sender of a ring
+// message saw nobody asleep and sent no PING, and a rank waiting without
+// polling (NewWindow's WaitAll) slept until the next heartbeat: about 1
+// in 2000 runs of TestWindowSignalCreditAck over shm. Here rank 1 forgets
+// its rings, lets its background goroutine block uncounted, installs the
+// rings again and waits for a ring message without polling.
+func TestRingWakesEarlySleeper(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
+		P2P: p2p.Options{Spin: -1, Yield: -1, Heartbeat: time.Hour, LivenessTimeout: -1}}
+	var step atomic.Int32 // rank 1 sets 1: send the large message; 2: send the ring message
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		await := func(v int32) error {
+			for step.Load() != v {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				time.Sleep(time.Millisecond)
+			}
+			return nil
+		}
+		if ep.Rank() == 0 {
+			if err := await(1); err != nil {
+				return err
+			}
+			// Too large for the ring: a frame, which wakes rank 1's
+			// background goroutine, which then blocks again, uncounted.
+			if err := ep.Send(ctx, 1, 1, make([]byte, 1000)); err != nil {
+				return err
+			}
+			if err := await(2); err != nil {
+				return err
+			}
+			return ep.Send(ctx, 1, 2, []byte("wake up"))
+		}
+		restore := ep.ForgetRings()
+		step.Store(1)
+		require.Eventually(t, func() bool {
+			return ep.Stats().Peers[0].EagerRecv.Msgs == 1 && ep.BlockedUncounted() == 1
+		}, 10*time.Second, time.Millisecond, "the background goroutine never blocked again after the frame")
+		restore()
+		r, err := ep.Irecv(0, 2, make([]byte, 16))
+		if err != nil {
+			return err
+		}
+		step.Store(2)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := r.WaitPassive(rctx); err != nil {
+			return fmt.Errorf("the ring message did not wake the background goroutine: %w", err)
+		}
+		_, err = ep.Recv(ctx, 0, 1, make([]byte, 1000))
+		return err
+	})
+}

@@ -298,9 +298,11 @@ func TestWindowSignalCreditAck(t *testing.T) {
 	for _, prov := range []string{"loop", "tcp", "shm"} {
 		t.Run(prov, func(t *testing.T) {
 			const slots, first, burst = 16, 10, 200
-			// No rings: over shm a small message to a sleeping peer can wait for
-			// the next heartbeat (1 in about 50 runs stalled in NewWindow with
-			// heartbeats off), a separate problem this test must not hit.
+			// No rings: over shm a small message to a sleeping peer could wait
+			// for the next heartbeat. One cause is fixed (a goroutine that
+			// blocked before the rings existed; TestRingWakesEarlySleeper), but
+			// with rings this test still stalled in NewWindow once in about
+			// 16000 runs after that fix, a separate problem it must not hit.
 			opts := p2p.Options{EagerSlots: slots, Heartbeat: time.Minute, LivenessTimeout: 4 * time.Minute, RingLines: -1}
 			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov, P2P: opts, Timeout: 10 * time.Second}, func(ctx context.Context, ep *p2p.Endpoint) error {
 				me, peer := ep.Rank(), 1-ep.Rank()

@@ -4,13 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"math"
-	"runtime"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -451,13 +450,14 @@ func (s *shared) Mem(rank int) []byte {
 	return s.g.w.shared[rank]
 }
 
-func (s *shared) Failed() <-chan struct{}             { return s.g.w.failed }
-func (s *shared) Err() error                          { return s.g.w.lostErr() }
-func (s *shared) Wait(*uint32, uint32, time.Duration) { runtime.Gosched() }
-func (s *shared) Ring(*uint32)                        {}
+func (s *shared) Failed() <-chan struct{} { return s.g.w.failed }
+func (s *shared) Err() error              { return s.g.w.lostErr() }
 
-// SleepsAfter: this region's Wait never sleeps.
-func (s *shared) SleepsAfter() time.Duration { return math.MaxInt64 }
+// WaitPolicy: the ranks are goroutines, so waits yield to them and never
+// sleep.
+func (s *shared) WaitPolicy() shmsync.Policy {
+	return shmsync.Policy{Yield: shmsync.Forever, Gosched: true}
+}
 
 // CanReadPeer and ReadPeer make the region a collectives.PeerReader: the
 // ranks share this process, so reading a rank's memory is a copy from the

@@ -1,8 +1,9 @@
 // Package futex holds the few system calls that processes sharing memory
 // use to wait for each other: sleeping on a 32-bit word of shared memory
 // until another process changes it and wakes the sleepers, and giving the
-// CPU away. The shm provider's completion queues and the collectives'
-// shared-memory flags (through comm) use it.
+// CPU away. internal/shmsync builds the wait/park/wake protocol on it,
+// which the shm provider's completion queues and the collectives'
+// shared-memory flags use.
 //
 //	var bell *uint32 = ... // in memory two processes map
 //	old := atomic.LoadUint32(bell)

@@ -3,7 +3,6 @@
 package shm
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -16,7 +15,7 @@ import (
 func awaitAsleep(q verbs.CQ) bool {
 	c := q.(*cq)
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if atomic.LoadUint32(c.db.waiters) > 0 {
+		if c.db.bell.Sleepers() > 0 {
 			return true
 		}
 	}

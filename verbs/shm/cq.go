@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmago/rdmago/internal/futex"
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -19,7 +19,7 @@ import (
 // the shared receive rings of the queue pairs whose RecvCQ it is (receive
 // completions, produced by the peers that wrote them). Poll drains both;
 // Wait spins, yields, then sleeps on the CQ's futex doorbell, which every
-// producer rings after it publishes, if somebody sleeps.
+// producer rings after it publishes, if somebody sleeps (internal/shmsync).
 type cq struct {
 	d     *Device
 	idx   uint32
@@ -65,7 +65,7 @@ func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {
 	d.cqUsed[idx] = true
 	c := &cq{d: d, idx: uint32(idx), db: d.doorbellAt(d.mem, uint32(idx), d.sockName), depth: depth,
 		local: make([]verbs.WC, 0, min(depth, 4096)), parkTurn: make(chan struct{}, 1)}
-	atomic.StoreUint32(c.db.waiters, 0)
+	c.db.bell.Reset()
 	atomic.StoreUint32(c.db.parked, 0)
 	atomic.StoreUint32(c.db.woken, 0)
 	c.rqs.Store(&[]*QP{})
@@ -129,88 +129,80 @@ func (c *cq) ready() bool {
 	return false
 }
 
-func (c *cq) Wait(ctx context.Context) error { return c.wait(ctx, c.d.spin, c.d.yield) }
+func (c *cq) Wait(ctx context.Context) error { return c.wait(ctx, c.d.wait) }
 
 var _ verbs.SleepWaiter = (*cq)(nil)
 
-func (c *cq) wait(ctx context.Context, spin, yield time.Duration) error {
+// wait polls (spins, yields) and then sleeps on the CQ's doorbell by p
+// (internal/shmsync), which every producer rings after it publishes.
+func (c *cq) wait(ctx context.Context, p shmsync.Policy) error {
 	if c.ready() {
 		return nil
 	}
-	if c.closed.Load() {
-		return c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)
+	if err := c.stopped(); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// Spin: a peer on another core answers within a microsecond or two,
-	// far sooner than a futex wake-up (tens of microseconds) would.
-	start := time.Now()
-	for spins := 0; time.Since(start) < spin; spins++ {
-		for i := 0; i < 32; i++ {
+	// The loop is here, not in Policy.Poll, so that ready is inlined, and
+	// polls 32 times between checks with a counter in a register: per poll
+	// this costs about the instructions of the loop before shmsync (a
+	// call through a func value doubled them). w is declared outside the
+	// for statement, whose init variables are copied on every iteration.
+	p.CheckEvery = 1
+	w := p.Poller(c.stopped)
+	for {
+		for range 32 {
 			if c.ready() {
 				return nil
 			}
 		}
-	}
-	// Yield: with more ranks than cores, the peer may need this core.
-	for time.Since(start) < spin+yield {
-		futex.Yield()
-		if c.ready() {
-			return nil
-		}
-		if c.closed.Load() || ctx.Err() != nil {
-			break
+		if w.Over(ctx) {
+			if err := w.Err(ctx); err != nil {
+				return err
+			}
+			return c.sleep(ctx, p)
 		}
 	}
+}
+
+// sleep is wait's last phase.
+func (c *cq) sleep(ctx context.Context, p shmsync.Policy) error {
 	// The futex words live in the device memory: hold it mapped while we
-	// sleep on them (Device.Close wakes us before it unmaps).
+	// sleep on them (Device.Close wakes us before it unmaps; Sleep's own
+	// kick on cancellation is over when it returns).
 	c.d.memGuard.RLock()
 	defer c.d.memGuard.RUnlock()
 	if c.d.memGone {
 		return c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)
 	}
-	if ctx.Done() != nil { // cancellation wakes the futex
-		stop := context.AfterFunc(ctx, c.kickIfMapped)
-		defer stop()
+	// The nap is a backstop only: producers, Close and ctx wake us.
+	return c.db.bell.Sleep(ctx, c.ready, c.stopped, time.Second)
+}
+
+// stopped is ErrClosed once the CQ is closed, else nil.
+func (c *cq) stopped() error {
+	if c.closed.Load() {
+		return c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)
 	}
-	for {
-		atomic.AddUint32(c.db.waiters, 1)
-		s := atomic.LoadUint32(c.db.seq)
-		if stop, err := c.sleepOver(ctx); stop {
-			atomic.AddUint32(c.db.waiters, ^uint32(0))
-			return err
-		}
-		// The timeout is a backstop only: producers, Close and ctx wake us.
-		futex.Wait(c.db.seq, s, time.Second)
-		atomic.AddUint32(c.db.waiters, ^uint32(0))
-	}
+	return nil
 }
 
 // sleepOver is the re-check of a waiter that has announced itself on the
-// doorbell (waiters or parked): whether it must not sleep after all, and
-// with what result (nil: a completion is ready).
+// doorbell (parked): whether it must not sleep after all, and with what
+// result (nil: a completion is ready).
 func (c *cq) sleepOver(ctx context.Context) (bool, error) {
 	if c.ready() {
 		return true, nil
 	}
-	if c.closed.Load() {
-		return true, c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)
+	if err := c.stopped(); err != nil {
+		return true, err
 	}
 	if err := ctx.Err(); err != nil {
 		return true, err
 	}
 	return false, nil
-}
-
-// kickIfMapped wakes the CQ's waiters unless the device memory is gone; a
-// cancellation can fire after Wait returned and Close unmapped.
-func (c *cq) kickIfMapped() {
-	c.d.memGuard.RLock()
-	if !c.d.memGone {
-		c.db.kick()
-	}
-	c.d.memGuard.RUnlock()
 }
 
 func (c *cq) Close() error {

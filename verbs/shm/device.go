@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmago/rdmago/internal/futex"
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -47,8 +47,7 @@ type Device struct {
 	uid    int
 	log    *slog.Logger
 	caps   verbs.Caps
-	spin   time.Duration
-	yield  time.Duration
+	wait   shmsync.Policy // CQ.Wait's
 
 	// memGuard keeps the device memory mapped while a CQ waiter sleeps on a
 	// futex word in it or a cancellation kicks one: Close takes it for
@@ -114,13 +113,13 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 		return fail(fmt.Errorf("%w: Options.HeapSize %d is below 1 MiB", verbs.ErrInvalidArgument, size))
 	}
 	d := &Device{
-		opts:     o,
-		hostID:   host,
-		pid:      os.Getpid(),
-		uid:      os.Getuid(),
-		log:      o.Logger,
-		spin:     defDur(o.SpinDuration, 20*time.Microsecond),
-		yield:    defDur(o.YieldDuration, 200*time.Microsecond),
+		opts:   o,
+		hostID: host,
+		pid:    os.Getpid(),
+		uid:    os.Getuid(),
+		log:    o.Logger,
+		wait: shmsync.Policy{Spin: defDur(o.SpinDuration, 20*time.Microsecond),
+			Yield: defDur(o.YieldDuration, 200*time.Microsecond), Nap: time.Second},
 		cqs:      map[*cq]struct{}{},
 		pds:      map[*pd]struct{}{},
 		qps:      map[uint32]*QP{},
@@ -396,31 +395,26 @@ func (d *Device) freeMem(off, n uint64) {
 // doorbell is a CQ's wake-up words in the device segment, and the way to
 // its parking socket (park.go).
 type doorbell struct {
-	seq     *uint32 // futex word: bumped by every waking producer
-	waiters *uint32 // consumers about to sleep on seq
-	parked  *uint32 // consumers about to park on the CQ's socket
-	woken   *uint32 // 1: a wake-up datagram was sent since the sleeper last parked
-	w       *waker
+	bell   shmsync.Bell // seq (the futex word) and its sleepers
+	parked *uint32      // consumers about to park on the CQ's socket
+	woken  *uint32      // 1: a wake-up datagram was sent since the sleeper last parked
+	w      *waker
 }
 
 // doorbellAt is the doorbell of CQ idx in mem, the memory of the device
 // whose abstract socket is devSock; d sends the wake-up datagrams.
 func (d *Device) doorbellAt(mem []byte, idx uint32, devSock string) doorbell {
 	off := uint64(cqOff) + uint64(idx)*dbSize
-	return doorbell{seq: word32(mem, off), waiters: word32(mem, off+4), parked: word32(mem, off+8),
+	return doorbell{bell: shmsync.BellAt(mem, int(off)), parked: word32(mem, off+8),
 		woken: word32(mem, off+12), w: newWaker(d, parkName(devSock, idx))}
 }
 
 // ring wakes the consumers of db, if any sleep or park. The caller has
-// just published with an atomic store (a full fence on amd64 and arm64 for
-// Go's sequentially consistent atomics), so either a sleeper sees the new
-// data before it sleeps or this sees its count.
+// just published with an atomic store, so either a sleeper sees the new
+// data before it sleeps or this sees its count (internal/shmsync).
 func (db doorbell) ring() {
-	if atomic.LoadUint32(db.waiters) != 0 {
-		atomic.AddUint32(db.seq, 1)
-		futex.Wake(db.seq)
-	}
-	if atomic.LoadUint32(db.parked) != 0 {
+	db.bell.Ring()
+	if shmsync.Asleep(db.parked) {
 		db.wakeParked()
 	}
 }
@@ -436,9 +430,8 @@ func (db doorbell) wakeParked() {
 
 // kick wakes unconditionally (close, cancellation).
 func (db doorbell) kick() {
-	atomic.AddUint32(db.seq, 1)
-	futex.Wake(db.seq)
-	if atomic.LoadUint32(db.parked) != 0 {
+	db.bell.Kick()
+	if shmsync.Asleep(db.parked) {
 		atomic.StoreUint32(db.woken, 1)
 		db.w.wake()
 	}

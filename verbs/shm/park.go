@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -130,7 +131,7 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 	}
 	p := c.parker()
 	if p == nil {
-		return c.wait(ctx, 0, 0)
+		return c.wait(ctx, shmsync.Policy{})
 	}
 	select {
 	case c.parkTurn <- struct{}{}:
@@ -140,7 +141,7 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 	}
 	rc, err := p.SyscallConn()
 	if err != nil {
-		return c.wait(ctx, 0, 0)
+		return c.wait(ctx, shmsync.Policy{})
 	}
 	c.d.memGuard.RLock()
 	defer c.d.memGuard.RUnlock()
@@ -156,13 +157,13 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 		// Cleared before the announcement, so that a producer that sees
 		// the sleeper sends again.
 		atomic.StoreUint32(c.db.woken, 0)
-		atomic.AddUint32(c.db.parked, 1)
+		shmsync.Announce(c.db.parked)
 		// The deadline is a backstop only: producers, Close and ctx wake us.
 		// It is set before ctx is checked, so that a cancellation after the
 		// check still moves it to the past (the AfterFunc above).
 		p.SetReadDeadline(time.Now().Add(time.Second))
 		if stop, err := c.sleepOver(ctx); stop {
-			atomic.AddUint32(c.db.parked, ^uint32(0))
+			shmsync.Withdraw(c.db.parked)
 			return err
 		}
 		got := false
@@ -178,7 +179,7 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 				}
 			}
 		})
-		atomic.AddUint32(c.db.parked, ^uint32(0))
+		shmsync.Withdraw(c.db.parked)
 		if got {
 			parkWakes.Add(1)
 		}

@@ -1,0 +1,85 @@
+// Package shmsync is how processes (or goroutines) that share memory wait
+// for each other: a Bell that a waiter sleeps on and a writer rings, and a
+// Policy that says how long a waiter spins and yields before it sleeps.
+// The shm provider's completion queues, comm's shared region and the
+// collectives' shared-memory algorithms wait with it; the p2p rings and
+// the shm provider's parking socket follow the same protocol with another
+// kind of wake-up (below).
+//
+// # The protocol
+//
+// A Bell is two 32-bit words in shared memory, next to each other: seq,
+// the futex word, and sleepers, the count of waiters that are asleep or
+// about to be. The condition a waiter waits for is some other memory (a
+// completion's sequence number, a round id, a flag) that a writer
+// publishes with an atomic store.
+//
+//	waiter                                  writer
+//	A1 sleepers += 1 (atomic add)           B1 publish the data (atomic store)
+//	A2 s := seq (atomic load)               B2 if sleepers != 0 (atomic load):
+//	A3 if cond() (atomic loads): stop       B3     seq += 1 (atomic add)
+//	A4 futex_wait(seq, s)                   B4     futex_wake(seq)
+//	A5 sleepers -= 1, go to A1 or return
+//
+// A waiter announces itself only when it is about to sleep (after the
+// Policy's spin and yield): while it polls, a writer's B2 finds no sleeper
+// and publishing costs a load, not a system call.
+//
+// # Why no wake-up is lost
+//
+// Go's atomics are sequentially consistent: all of them, in every
+// goroutine and (for memory two processes map, on the same hardware) in
+// every process, fall into one total order that respects each one's
+// program order. Take that order. Either B1 comes before A3, and then A3
+// sees the data and the waiter does not sleep; or A3 comes before B1, and
+// then A1 < A2 < A3 < B1 < B2, so B2 sees the announcement and the writer
+// goes on to B3 after A2: seq no longer holds s. futex_wait compares *seq
+// with s and queues the waiter in one step, under the kernel's lock for
+// that word, which futex_wake also takes: if B3 came first the comparison
+// fails and A4 returns at once; otherwise the waiter is queued before B4
+// looks for it. Either way the waiter does not stay asleep past B4.
+//
+// What this needs from the writer: the publication is an atomic store
+// (or is followed by any atomic read-modify-write or store before B2);
+// a plain store followed by a plain load of sleepers can be reordered by
+// the CPU (store buffering, even on x86) and lose the wake-up. What it
+// needs from the waiter: the announcement precedes the re-check, and the
+// re-check precedes the sleep with the seq value loaded before the
+// re-check (A2 before A3: loading it after would let B3 slip in between
+// and the waiter sleep on the new value).
+//
+// Every sleep is also bounded (Policy.Nap), so a waiter re-checks
+// conditions no writer rings for (a peer that died, a deadline).
+// Cancelling the waiter's context rings its bell unconditionally (Kick),
+// and Wait returns only once that ring is over, so that a caller may
+// unmap the memory after Wait returns.
+//
+// # The same protocol with other wake-ups
+//
+// Announce, Withdraw and Asleep are the protocol's steps on a sleepers
+// word alone, for waiters that block on something other than the Bell's
+// futex:
+//
+// The p2p layer's rings: a receiver about to block in its completion
+// queue adds itself to the sleepers word of its ring window (A1) and looks
+// at the rings (A3); a sender stores the message's stamp (B1), loads the
+// sleepers word (B2) and, when it is set, sends a frame through the queue
+// pair (B3, B4), whose completion rings the receiver's CQ bell. A waiter
+// that blocked before the sleepers word existed never announced itself:
+// whoever installs the word counts such waiters in it, before any writer
+// can publish.
+//
+// The shm provider's parked background waiter sleeps in Go's network
+// poller on a datagram socket instead of futex(2) (it gives the
+// goroutine's P back at once): it announces itself in a parked count (A1),
+// re-checks (A3) and reads the socket; the writer loads the count after
+// publishing (B2) and sends a datagram (B4). A datagram sent before the
+// read waits in the socket, as a changed seq makes futex_wait return.
+//
+// The ibv and softrc providers' CQ waits arm the notification first
+// (ibv_req_notify_cq, or counting the waiter under the CQ's lock, where a
+// push looks for waiters), then poll once more, then block: the same
+// announce, re-check, sleep order, with the kernel or the channel in the
+// Bell's place. They do not spin: the p2p layer polls before it blocks
+// in any provider's CQ, by its own spin and yield times.
+package shmsync

@@ -1,0 +1,80 @@
+//go:build linux
+
+package shmsync
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// The cross-process test's layout of the shared file: two bells, then the
+// two sides' words.
+const (
+	procBellLead = 0
+	procBellPeer = 8
+	procWordLead = 16
+	procWordPeer = 24
+	procSize     = 4096
+)
+
+const procEnv = "SHMSYNC_TEST_PEER"
+
+func mapFD(t testing.TB, fd int) []byte {
+	mem, err := unix.Mmap(fd, 0, procSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	require.NoError(t, err)
+	return mem
+}
+
+func word64(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
+
+// TestCrossProcess: the ping-pong of TestNoLostWakeup between this process
+// and a child that maps the same memory (a memfd it inherits: no name in
+// /dev/shm, which other tests watch for leaks), each side sleeping in
+// futex(2) on a word the other rings.
+func TestCrossProcess(t *testing.T) {
+	fd, err := unix.MemfdCreate("rdmago-shmsync-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Skipf("memfd_create: %v", err)
+	}
+	f := os.NewFile(uintptr(fd), "memfd")
+	defer f.Close()
+	require.NoError(t, f.Truncate(procSize))
+	mem := mapFD(t, fd)
+	defer unix.Munmap(mem)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCrossProcessPeer$", "-test.count=1")
+	cmd.Env = append(os.Environ(), procEnv+"=1")
+	cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
+	out := &lockedBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	done, err := pingPongLead(ctx, word64(mem, procWordLead), word64(mem, procWordPeer),
+		BellAt(mem, procBellLead), BellAt(mem, procBellPeer), 5000, time.Second)
+	require.NoError(t, err, "lost wake-up after %d rounds", done)
+	require.NoError(t, cmd.Wait(), "the peer process: %s", out.String())
+	require.Positive(t, done)
+	t.Logf("%d rounds", done)
+}
+
+// TestCrossProcessPeer is TestCrossProcess's child; alone it does nothing.
+func TestCrossProcessPeer(t *testing.T) {
+	if os.Getenv(procEnv) == "" {
+		t.Skip("the child of TestCrossProcess")
+	}
+	mem := mapFD(t, 3)
+	defer unix.Munmap(mem)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	n, err := pingPongPeer(ctx, word64(mem, procWordPeer), word64(mem, procWordLead),
+		BellAt(mem, procBellPeer), BellAt(mem, procBellLead), 0)
+	require.NoError(t, err, "after %d rounds", n)
+}

@@ -1,0 +1,275 @@
+package shmsync
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rdmago/rdmago/internal/futex"
+)
+
+// Policy is how a waiter waits: it polls its condition for Spin, then
+// polls between yields of the CPU until Spin+Yield, then sleeps on the
+// Bell, at most Nap at a time.
+type Policy struct {
+	// Spin is how long the waiter polls without giving the CPU away: a
+	// writer on another core answers within a microsecond or two, far
+	// sooner than a futex wake-up (tens of microseconds).
+	Spin time.Duration
+	// Yield is how long it then polls between yields: with more waiters
+	// than cores, the writer may need this core. Forever never sleeps.
+	Yield time.Duration
+	// Nap bounds each sleep (0: DefaultNap), so that the waiter re-checks
+	// what nobody rings for (stop).
+	Nap time.Duration
+	// Gosched yields to the goroutines of this process (runtime.Gosched)
+	// instead of the CPU (sched_yield): for writers that are goroutines of
+	// the same process.
+	Gosched bool
+	// CheckEvery is how many polls go between looks at the clock and at
+	// stop while polling (0: 32). A stop that costs more than a few polls
+	// (one load per rank of a group) wants more.
+	CheckEvery int
+}
+
+// Forever as Policy.Yield makes a waiter that never sleeps.
+const Forever time.Duration = math.MaxInt64
+
+// DefaultNap is the longest sleep when Policy.Nap is 0.
+const DefaultNap = time.Second
+
+// defaultCheckEvery is Policy.CheckEvery's default: reading the clock
+// costs about as much as a few dozen polls of a cached line.
+const defaultCheckEvery = 32
+
+// SleepsAfter is how long a waiter polls before it sleeps.
+func (p Policy) SleepsAfter() time.Duration {
+	if p.Yield >= Forever-p.Spin {
+		return Forever
+	}
+	return p.Spin + p.Yield
+}
+
+func (p Policy) nap() time.Duration {
+	if p.Nap <= 0 {
+		return DefaultNap
+	}
+	return p.Nap
+}
+
+func (p Policy) yield() {
+	if p.Gosched {
+		runtime.Gosched()
+	} else {
+		futex.Yield()
+	}
+}
+
+// Poll runs the spin and yield phases: it returns true when ready held,
+// an error when stop (checked every CheckEvery polls; nil means none) or
+// ctx ended the wait, and false with no error when the waiter should
+// sleep now. stop returns the error that ends the wait, nil to go on;
+// once it has returned an error it must keep returning one (Poller.Err
+// asks again).
+func (p Policy) Poll(ctx context.Context, ready func() bool, stop func() error) (bool, error) {
+	w := p.Poller(stop)
+	for !ready() {
+		if w.left--; w.left == 0 {
+			if done, err := w.check(ctx); done {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+// Poller is Poll for a caller that polls its condition in its own loop,
+// where the check can be inlined (a call through a func value per poll
+// doubled the instructions of a spinning CQ wait):
+//
+//	w := p.Poller(stop)
+//	for !ready() {
+//		if w.Over(ctx) {
+//			if err := w.Err(ctx); err != nil {
+//				return err
+//			}
+//			... // sleep on the bell
+//		}
+//	}
+type Poller struct {
+	p       Policy
+	stop    func() error
+	start   time.Time // the clock starts at the first check
+	left    int       // polls until the next check
+	every   int
+	sleepAt time.Duration
+}
+
+// Poller starts the polling phases of one wait, which stop (see Poll) or
+// the ctx given to Over may end.
+func (p Policy) Poller(stop func() error) Poller {
+	every := p.CheckEvery
+	if every <= 0 {
+		every = defaultCheckEvery
+	}
+	return Poller{p: p, stop: stop, left: every, every: every, sleepAt: p.SleepsAfter()}
+}
+
+// Over counts a poll that found the condition false and reports whether
+// polling is over: Spin+Yield has passed (the waiter should sleep now) or
+// Err says why the wait ends. Every CheckEvery polls it looks at stop, ctx
+// and the clock, and once past Spin it yields.
+func (w *Poller) Over(ctx context.Context) bool {
+	w.left--
+	if w.left != 0 {
+		return false
+	}
+	done, _ := w.check(ctx)
+	return done
+}
+
+// Err is why the wait ends (stop's error or ctx's), nil when Over reported
+// that it is time to sleep. (It asks stop and ctx again rather than
+// keeping their answer in w: that would make the compiler move stop, a
+// method value, to the heap on every wait.)
+func (w *Poller) Err(ctx context.Context) error { return over(ctx, w.stop) }
+
+// check is the look at stop, ctx and the clock every CheckEvery polls:
+// whether polling is over, and the error that ends the wait if that is
+// why.
+func (w *Poller) check(ctx context.Context) (bool, error) {
+	w.left = w.every
+	if err := over(ctx, w.stop); err != nil {
+		return true, err
+	}
+	// A wait that ends within CheckEvery polls (the common one) never
+	// reads the clock.
+	if w.start.IsZero() {
+		w.start = time.Now()
+	}
+	el := time.Since(w.start)
+	if el >= w.sleepAt {
+		return true, nil
+	}
+	if el >= w.p.Spin {
+		w.p.yield()
+	}
+	return false, nil
+}
+
+// over is why a wait must end other than by its condition, or nil.
+func over(ctx context.Context, stop func() error) error {
+	if stop != nil {
+		if err := stop(); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// Announce counts a waiter in a sleepers word (A1 in the package doc):
+// before it re-checks its condition and blocks, however it blocks (a
+// futex, a socket, a completion queue).
+func Announce(sleepers *uint32) { atomic.AddUint32(sleepers, 1) }
+
+// Withdraw takes back Announce, after the block or instead of it.
+func Withdraw(sleepers *uint32) { atomic.AddUint32(sleepers, ^uint32(0)) }
+
+// Asleep is a writer's look at a sleepers word after it has published
+// with an atomic store (B2): whether a waiter may be blocked, and must be
+// woken, however it blocks.
+func Asleep(sleepers *uint32) bool { return atomic.LoadUint32(sleepers) != 0 }
+
+// Bell is a futex word and a count of its sleepers, in memory that the
+// waiters and the writers map (see the package doc for the protocol).
+// The zero Bell is not usable.
+type Bell struct {
+	seq, sleepers *uint32
+}
+
+// BellSize is the bytes of a Bell in memory (BellAt).
+const BellSize = 8
+
+// NewBell is the Bell over two words: seq is the futex word, sleepers
+// counts the waiters about to sleep on it.
+func NewBell(seq, sleepers *uint32) Bell { return Bell{seq: seq, sleepers: sleepers} }
+
+// BellAt is the Bell at mem[off:off+8] (seq, then sleepers); off must be a
+// multiple of 4 from a 4-byte aligned mem.
+func BellAt(mem []byte, off int) Bell {
+	b := mem[off : off+BellSize : off+BellSize]
+	if uintptr(unsafe.Pointer(&b[0]))%4 != 0 {
+		panic("shmsync: a Bell's words must be 4-byte aligned")
+	}
+	return Bell{seq: (*uint32)(unsafe.Pointer(&b[0])), sleepers: (*uint32)(unsafe.Pointer(&b[4]))}
+}
+
+// Reset zeroes the sleepers count: for the owner of the memory, before
+// any waiter uses it.
+func (b Bell) Reset() { atomic.StoreUint32(b.sleepers, 0) }
+
+// Sleepers is how many waiters are asleep on the bell or about to be.
+func (b Bell) Sleepers() uint32 { return atomic.LoadUint32(b.sleepers) }
+
+// Ring wakes the bell's sleepers, if any. The caller has just published
+// what they wait for with an atomic store (see the package doc): that
+// store, then this load of the sleepers count, is what makes it safe to
+// skip the system call when nobody sleeps.
+func (b Bell) Ring() {
+	if Asleep(b.sleepers) {
+		b.Kick()
+	}
+}
+
+// Kick wakes the bell's sleepers unconditionally (a close, a cancellation).
+func (b Bell) Kick() {
+	atomic.AddUint32(b.seq, 1)
+	futex.Wake(b.seq)
+}
+
+// Wait waits until ready holds: p.Poll, then Sleep.
+func (b Bell) Wait(ctx context.Context, ready func() bool, stop func() error, p Policy) error {
+	if ok, err := p.Poll(ctx, ready, stop); ok || err != nil {
+		return err
+	}
+	return b.Sleep(ctx, ready, stop, p.nap())
+}
+
+// Sleep sleeps on the bell until ready holds (nil), stop returns an error
+// or ctx ends (that error), re-checking at least every nap. Cancelling ctx
+// kicks the bell; Sleep returns only after that kick is over, so the
+// caller may unmap the bell's memory once Sleep has returned.
+func (b Bell) Sleep(ctx context.Context, ready func() bool, stop func() error, nap time.Duration) error {
+	if nap <= 0 {
+		nap = DefaultNap
+	}
+	if ctx.Done() != nil {
+		kicked := make(chan struct{})
+		disarm := context.AfterFunc(ctx, func() {
+			b.Kick()
+			close(kicked)
+		})
+		defer func() {
+			if !disarm() {
+				<-kicked
+			}
+		}()
+	}
+	for {
+		Announce(b.sleepers)          // A1
+		s := atomic.LoadUint32(b.seq) // A2: before the re-check
+		if ready() {                  // A3
+			Withdraw(b.sleepers)
+			return nil
+		}
+		if err := over(ctx, stop); err != nil {
+			Withdraw(b.sleepers)
+			return err
+		}
+		futex.Wait(b.seq, s, nap) // A4
+		Withdraw(b.sleepers)
+	}
+}

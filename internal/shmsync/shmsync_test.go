@@ -1,0 +1,252 @@
+package shmsync
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// sleepAtOnce never spins or yields and never wakes by itself: a lost
+// wake-up hangs the waiter until its context ends.
+var sleepAtOnce = Policy{Nap: time.Hour}
+
+// TestNoLostWakeup: two goroutines take turns, each sleeping on its bell
+// at once and waking the other after publishing. A wake-up lost anywhere
+// leaves both asleep (Nap is an hour), so the context's deadline fails
+// the test instead of the exchange finishing.
+func TestNoLostWakeup(t *testing.T) {
+	var mem [2][BellSize]uint32
+	var words [2]uint64
+	a, b := NewBell(&mem[0][0], &mem[0][1]), NewBell(&mem[1][0], &mem[1][1])
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const rounds, budget = 20000, 2 * time.Second
+	errc := make(chan error, 1)
+	go func() {
+		_, err := pingPongPeer(ctx, &words[1], &words[0], b, a, rounds)
+		errc <- err
+	}()
+	done, err := pingPongLead(ctx, &words[0], &words[1], a, b, rounds, budget)
+	require.NoError(t, err, "lost wake-up after %d rounds", done)
+	require.NoError(t, <-errc)
+	require.Positive(t, done)
+	t.Logf("%d rounds", done)
+}
+
+// pingPongLead sends round i (i = 1, 2, ...) and waits for its echo, for
+// at most rounds rounds or budget; it then sends 0 as the end. It returns
+// the rounds completed.
+func pingPongLead(ctx context.Context, mine, theirs *uint64, myBell, theirBell Bell, rounds int, budget time.Duration) (int, error) {
+	end := time.Now().Add(budget)
+	i := uint64(1)
+	defer func() {
+		atomic.StoreUint64(theirs, 1<<63) // the end
+		theirBell.Kick()
+	}()
+	for ; i <= uint64(rounds) && time.Now().Before(end); i++ {
+		atomic.StoreUint64(theirs, i)
+		theirBell.Ring()
+		if err := myBell.Wait(ctx, func() bool { return atomic.LoadUint64(mine) == i }, nil, sleepAtOnce); err != nil {
+			return int(i - 1), err
+		}
+	}
+	return int(i - 1), nil
+}
+
+// pingPongPeer echoes every round it sees until the end.
+func pingPongPeer(ctx context.Context, mine, theirs *uint64, myBell, theirBell Bell, rounds int) (int, error) {
+	for i := uint64(1); ; i++ {
+		var got uint64
+		if err := myBell.Wait(ctx, func() bool { got = atomic.LoadUint64(mine); return got >= i }, nil, sleepAtOnce); err != nil {
+			return int(i - 1), err
+		}
+		if got == 1<<63 {
+			return int(i - 1), nil
+		}
+		if got != i {
+			return int(i - 1), errors.New("rounds out of order")
+		}
+		atomic.StoreUint64(theirs, i)
+		theirBell.Ring()
+	}
+}
+
+// asleep waits until the bell counts a sleeper (about to sleep or asleep).
+func asleep(t *testing.T, b Bell) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.Sleepers() != 0 }, 5*time.Second, 100*time.Microsecond, "the waiter never announced its sleep")
+}
+
+// TestCancelWakesSleeper: cancelling the context of a waiter asleep on a
+// bell nobody rings ends its wait with the context's error, long before
+// its nap would.
+func TestCancelWakesSleeper(t *testing.T) {
+	var w [2]uint32
+	b := NewBell(&w[0], &w[1])
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- b.Wait(ctx, func() bool { return false }, nil, sleepAtOnce) }()
+	asleep(t, b)
+	cancel()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelling the context did not wake the sleeper")
+	}
+	require.Zero(t, b.Sleepers(), "the waiter left its announcement behind")
+}
+
+// TestStopEndsSleep: stop is re-checked after every nap, so a reason to
+// stop that nobody rings for still ends the wait.
+func TestStopEndsSleep(t *testing.T) {
+	var w [2]uint32
+	b := NewBell(&w[0], &w[1])
+	errStop := errors.New("stopped")
+	var stopped atomic.Bool
+	errc := make(chan error, 1)
+	go func() {
+		errc <- b.Wait(context.Background(), func() bool { return false }, func() error {
+			if stopped.Load() {
+				return errStop
+			}
+			return nil
+		}, Policy{Nap: time.Millisecond})
+	}()
+	asleep(t, b)
+	stopped.Store(true)
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, errStop)
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not end the wait")
+	}
+}
+
+// TestRingOnlyWhenSleeping: publishing costs no wake-up (seq stays) while
+// nobody sleeps; with a sleeper announced it does.
+func TestRingOnlyWhenSleeping(t *testing.T) {
+	var w [2]uint32
+	b := NewBell(&w[0], &w[1])
+	b.Ring()
+	require.Zero(t, atomic.LoadUint32(&w[0]))
+	atomic.AddUint32(&w[1], 1)
+	b.Ring()
+	require.EqualValues(t, 1, atomic.LoadUint32(&w[0]))
+	b.Reset()
+	require.Zero(t, b.Sleepers())
+
+	var sleepers uint32
+	require.False(t, Asleep(&sleepers))
+	Announce(&sleepers)
+	Announce(&sleepers)
+	require.True(t, Asleep(&sleepers))
+	Withdraw(&sleepers)
+	require.True(t, Asleep(&sleepers))
+	Withdraw(&sleepers)
+	require.False(t, Asleep(&sleepers))
+}
+
+// TestPollPhases: Poll reports a ready condition, tells a waiter to sleep
+// once Spin+Yield has passed, and returns stop's error.
+func TestPollPhases(t *testing.T) {
+	ctx := context.Background()
+	ok, err := Policy{}.Poll(ctx, func() bool { return true }, nil)
+	require.True(t, ok)
+	require.NoError(t, err)
+
+	p := Policy{Spin: time.Millisecond, Yield: time.Millisecond}
+	start := time.Now()
+	ok, err = p.Poll(ctx, func() bool { return false }, nil)
+	require.False(t, ok)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 2*time.Millisecond, "Poll gave up before Spin+Yield")
+
+	polls := 0
+	ok, err = Policy{Yield: Forever}.Poll(ctx, func() bool { polls++; return polls == 1000 }, nil)
+	require.True(t, ok)
+	require.NoError(t, err)
+
+	polls, checks := 0, 0
+	ok, err = Policy{Yield: Forever, CheckEvery: 100}.Poll(ctx, func() bool { polls++; return polls == 1000 }, func() error { checks++; return nil })
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, 9, checks, "stop is checked every CheckEvery polls")
+
+	errStop := errors.New("stop")
+	_, err = Policy{Yield: Forever, Gosched: true}.Poll(ctx, func() bool { return false }, func() error { return errStop })
+	require.ErrorIs(t, err, errStop)
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = Policy{Yield: Forever}.Poll(cctx, func() bool { return false }, nil)
+	require.ErrorIs(t, err, context.Canceled)
+
+	require.Equal(t, Forever, Policy{Spin: time.Second, Yield: Forever}.SleepsAfter())
+	require.Equal(t, 3*time.Second, Policy{Spin: time.Second, Yield: 2 * time.Second}.SleepsAfter())
+}
+
+func TestBellAt(t *testing.T) {
+	mem := make([]byte, 16)
+	b := BellAt(mem, 8)
+	atomic.AddUint32(b.sleepers, 1)
+	require.EqualValues(t, 1, mem[12])
+	require.Panics(t, func() { BellAt(mem, 2) })
+}
+
+// lockedBuf collects a child's output.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestPoller: a caller's own polling loop ends when Spin+Yield has passed
+// (Err nil: sleep now) or when stop or ctx ends the wait (Err says why).
+func TestPoller(t *testing.T) {
+	ctx := context.Background()
+	w := Policy{Spin: time.Millisecond, CheckEvery: 1}.Poller(nil)
+	start := time.Now()
+	for !w.Over(ctx) {
+	}
+	require.GreaterOrEqual(t, time.Since(start), time.Millisecond)
+	require.NoError(t, w.Err(ctx))
+
+	errStop := errors.New("stop")
+	calls := 0
+	w = Policy{Yield: Forever, CheckEvery: 10}.Poller(func() error {
+		if calls++; calls >= 3 { // sticky, as Err asks again
+			return errStop
+		}
+		return nil
+	})
+	n := 1
+	for ; !w.Over(ctx); n++ {
+	}
+	require.Equal(t, 30, n, "stop is asked every CheckEvery polls")
+	require.ErrorIs(t, w.Err(ctx), errStop)
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	w = Policy{Yield: Forever}.Poller(nil)
+	for !w.Over(cctx) {
+	}
+	require.ErrorIs(t, w.Err(cctx), context.Canceled)
+}
