@@ -66,7 +66,6 @@ func TestNewProviderByTraits(t *testing.T) {
 	if l, err := affinity.CPUs(); err == nil {
 		cpus = len(l)
 	}
-	small := make([]byte, 64) // fits a ring line
 	for _, f := range []fakeProvider{fakeMem, fakeNoMem} {
 		t.Run(f.name, func(t *testing.T) {
 			enableFake(t, f)
@@ -83,6 +82,7 @@ func TestNewProviderByTraits(t *testing.T) {
 					}
 					assert.Equal(t, want, spin, "spin from the wait hint")
 					assert.Equal(t, f.traits.Wait.Yield, yield, "yield from the wait hint")
+					small := make([]byte, 64) // fits a ring line; each rank its own
 					for range 4 {
 						if ep.Rank() == 0 {
 							if err := ep.Send(ctx, 1, 5, small); err != nil {
