@@ -169,29 +169,45 @@ func (o *Options) stallProbe() time.Duration {
 // each algorithm implements its collective.
 func ParseAlgorithms(s string) (map[Collective]Algorithm, error) {
 	m := map[Collective]Algorithm{}
+	err := eachPair(s, "algorithm override", "collective=algorithm", func(cn, an string) error {
+		c, err := ParseCollective(strings.TrimSpace(cn))
+		if err != nil {
+			return err
+		}
+		a, err := ParseAlgorithm(strings.TrimSpace(an))
+		if err != nil {
+			return err
+		}
+		if a != Auto && !implements(c, a) {
+			return fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algsOf(c))
+		}
+		m[c] = a
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// eachPair calls fn with the two sides of every "key=value" item of the
+// comma-separated list s, empty items skipped; an item without "=" is an
+// ErrInvalidArgument naming what (and the form it should have).
+func eachPair(s, what, form string, fn func(k, v string) error) error {
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
 			continue
 		}
-		cn, an, ok := strings.Cut(item, "=")
+		k, v, ok := strings.Cut(item, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w: algorithm override %q is not collective=algorithm", ErrInvalidArgument, item)
+			return fmt.Errorf("%w: %s %q is not %s", ErrInvalidArgument, what, item, form)
 		}
-		c, err := ParseCollective(strings.TrimSpace(cn))
-		if err != nil {
-			return nil, err
+		if err := fn(k, v); err != nil {
+			return err
 		}
-		a, err := ParseAlgorithm(strings.TrimSpace(an))
-		if err != nil {
-			return nil, err
-		}
-		if a != Auto && !implements(c, a) {
-			return nil, fmt.Errorf("%w: %v has no algorithm %v (have %v)", ErrInvalidArgument, c, a, algsOf(c))
-		}
-		m[c] = a
 	}
-	return m, nil
+	return nil
 }
 
 // ParseCollective maps a name ("allreduce") to its Collective.

@@ -159,15 +159,7 @@ func (t Tunable) Set(o *Options, v string) error {
 // Tunables). An unknown name or a bad value is an ErrInvalidArgument
 // naming it.
 func ParseTuning(s string, o *Options) error {
-	for _, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(item, "=")
-		if !ok {
-			return fmt.Errorf("%w: tuning %q is not name=value", ErrInvalidArgument, item)
-		}
+	return eachPair(s, "tuning", "name=value", func(k, v string) error {
 		t, ok := tunableNamed(strings.TrimSpace(k))
 		if !ok {
 			names := make([]string, len(tunables))
@@ -176,11 +168,8 @@ func ParseTuning(s string, o *Options) error {
 			}
 			return fmt.Errorf("%w: unknown tunable %q (have %s)", ErrInvalidArgument, strings.TrimSpace(k), strings.Join(names, ", "))
 		}
-		if err := t.Set(o, v); err != nil {
-			return err
-		}
-	}
-	return nil
+		return t.Set(o, v)
+	})
 }
 
 // MergeTuning returns dst with every tunable that dst leaves at its
