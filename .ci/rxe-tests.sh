@@ -139,9 +139,11 @@ echo "hca-rxe1 sent_pkts rxe0 rxe1 rxe2: $before -> $(sent rxe0) $(sent rxe1) $(
 # The fault matrix over ibv (comm/faults_test.go runs it over shm and tcp):
 # 3 ranks on rxe0, rank 1 killed (SIGKILL) inside an allreduce loop,
 # then stopped (SIGSTOP) inside a bcast loop. The survivors must fail naming
-# rank 1 and rdmarun must name it; the host judges the logs.
+# rank 1 and rdmarun must name it; the host judges the logs. The grace
+# after rdmarun's SIGTERM (which the ranks ignore) outlasts the liveness
+# timeout: over rxe a killed peer is noticed by liveness, not at once.
 fault() { # name coll fault
-	timeout 150 ./rdmarun -np 3 --transport ibv --timeout 120s --grace 2s --stdin none \
+	timeout 150 ./rdmarun -np 3 --transport ibv --timeout 120s --grace 10s --stdin none \
 		./faultprog -coll $2 -n 64 -victim 1 -fault $3 -at coll \
 		-liveness 3s -deadline 100s >$1.log 2>&1
 	echo "$1 exit $?" >>status
