@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// chatter is a program that prints its pid, then a line every millisecond
+// chatter is a program that writes its pid, then prints a line every millisecond
 // for a minute: enough output that a reader who goes away is noticed.
 const chatter = `package main
 
@@ -27,7 +27,11 @@ import (
 )
 
 func main() {
-	os.WriteFile(filepath.Join(os.Args[1], os.Getenv("RDMARUN_RANK")+".pid"), []byte(fmt.Sprint(os.Getpid())), 0o644)
+	// Written aside and renamed: the test reads the file as soon as it is
+	// there, and an empty one named no process.
+	p := filepath.Join(os.Args[1], os.Getenv("RDMARUN_RANK")+".pid")
+	os.WriteFile(p+".tmp", []byte(fmt.Sprint(os.Getpid())), 0o644)
+	os.Rename(p+".tmp", p)
 	for i := 0; i < 60000; i++ {
 		fmt.Println("line", i)
 		time.Sleep(time.Millisecond)

@@ -134,6 +134,7 @@ func pidsGone(t *testing.T, dir string, want int) {
 		b, err := os.ReadFile(f)
 		require.NoError(t, err)
 		pid := strings.TrimSpace(string(b))
+		require.NotEmpty(t, pid, "pid file %s is empty", f)
 		require.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 20*time.Millisecond,
 			"process %s (%s) is still running after rdmarun exited", pid, filepath.Base(f))
 	}

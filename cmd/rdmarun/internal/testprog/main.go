@@ -113,7 +113,7 @@ func run() error {
 		}()
 	}
 	if *pidDir != "" {
-		if err := os.WriteFile(filepath.Join(*pidDir, fmt.Sprintf("rank.%d.pid", rank)), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		if err := writePid(filepath.Join(*pidDir, fmt.Sprintf("rank.%d.pid", rank)), os.Getpid()); err != nil {
 			return err
 		}
 		if *child {
@@ -121,7 +121,7 @@ func run() error {
 			if err := c.Start(); err != nil {
 				return err
 			}
-			if err := os.WriteFile(filepath.Join(*pidDir, fmt.Sprintf("child.%d.pid", rank)), []byte(strconv.Itoa(c.Process.Pid)), 0o644); err != nil {
+			if err := writePid(filepath.Join(*pidDir, fmt.Sprintf("child.%d.pid", rank)), c.Process.Pid); err != nil {
 				return err
 			}
 		}
@@ -251,4 +251,13 @@ func run() error {
 	}
 	time.Sleep(*sleep)
 	return nil
+}
+
+// writePid writes pid to path aside and renames it into place, so that a
+// test that reads the file as soon as it exists never reads it empty.
+func writePid(path string, pid int) error {
+	if err := os.WriteFile(path+".tmp", []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
 }
