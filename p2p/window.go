@@ -334,21 +334,31 @@ func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 	return w.iwrite(peer, off, src, notify, value)
 }
 
+// target checks an access of n bytes at off in peer's part of the window
+// (a member, the window open, the bytes inside; what names the access in
+// the error, "writing 3 bytes") and returns where that part is.
+func (w *Window) target(peer, off, n int, what string) (winKey, error) {
+	if err := w.checkPeer(peer); err != nil {
+		return winKey{}, err
+	}
+	if w.closed {
+		return winKey{}, fmt.Errorf("window %w", ErrClosed)
+	}
+	rk := w.remote[peer]
+	if off < 0 || off > rk.len || n > rk.len-off {
+		return winKey{}, fmt.Errorf("%w: %s at offset %d overruns rank %d's %d-byte window", ErrInvalidArgument, what, off, peer, rk.len)
+	}
+	return rk, nil
+}
+
 func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*Request, error) {
 	ep := w.ep
 	bad := func(err error) (*Request, error) {
 		return nil, &Error{Op: "Write", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 	}
-	if err := w.checkPeer(peer); err != nil {
+	rk, err := w.target(peer, off, len(src), fmt.Sprintf("writing %d bytes", len(src)))
+	if err != nil {
 		return bad(err)
-	}
-	if w.closed {
-		return bad(fmt.Errorf("window %w", ErrClosed))
-	}
-	rk := w.remote[peer]
-	if off < 0 || off > rk.len || len(src) > rk.len-off {
-		return bad(fmt.Errorf("%w: writing %d bytes at offset %d overruns rank %d's %d-byte window",
-			ErrInvalidArgument, len(src), off, peer, rk.len))
 	}
 	r := &Request{ep: ep, op: opWrite, peer: peer, pattern: envelope{tag: NoTag}, buf: src, notify32: notify}
 	r.status = Status{Source: ep.rank, Count: len(src)}
@@ -462,19 +472,9 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	bad := func(err error) (*Request, error) {
 		return nil, &Error{Op: "Read", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 	}
-	if peer < 0 || peer >= ep.size {
-		return bad(fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, ep.size))
-	}
-	if err := w.checkPeer(peer); err != nil {
+	rk, err := w.target(peer, off, len(dst), fmt.Sprintf("reading %d bytes", len(dst)))
+	if err != nil {
 		return bad(err)
-	}
-	if w.closed {
-		return bad(fmt.Errorf("window %w", ErrClosed))
-	}
-	rk := w.remote[peer]
-	if off < 0 || off > rk.len || len(dst) > rk.len-off {
-		return bad(fmt.Errorf("%w: reading %d bytes at offset %d overruns rank %d's %d-byte window",
-			ErrInvalidArgument, len(dst), off, peer, rk.len))
 	}
 	r := &Request{ep: ep, op: opWinRead, peer: peer, pattern: envelope{tag: NoTag}, buf: dst}
 	r.status = Status{Source: peer, Count: len(dst)}

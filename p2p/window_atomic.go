@@ -63,15 +63,9 @@ func (w *Window) atomic(ctx context.Context, op string, opcode verbs.Opcode, pee
 	bad := func(err error) (uint64, error) {
 		return 0, &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 	}
-	if err := w.checkPeer(peer); err != nil {
+	rk, err := w.target(peer, off, 8, "an 8-byte atomic")
+	if err != nil {
 		return bad(err)
-	}
-	if w.closed {
-		return bad(fmt.Errorf("window %w", ErrClosed))
-	}
-	rk := w.remote[peer]
-	if off < 0 || off > rk.len || 8 > rk.len-off {
-		return bad(fmt.Errorf("%w: an 8-byte atomic at offset %d overruns rank %d's %d-byte window", ErrInvalidArgument, off, peer, rk.len))
 	}
 	if (rk.addr+uint64(off))%8 != 0 || (peer == ep.rank && uintptr(unsafe.Pointer(&w.buf[off]))%8 != 0) {
 		return bad(fmt.Errorf("%w: the word at offset %d of rank %d's window is not 8-byte aligned", ErrInvalidArgument, off, peer))
