@@ -29,3 +29,17 @@ func awaitBlocked(t *testing.T, n int, frame string) {
 		return found >= n
 	}, 5*time.Second, time.Millisecond, "%d goroutines blocked in %s", n, frame)
 }
+
+// awaitArrived waits until the server has counted rank as arrived in
+// collective seq. A client blocked in Fence may not have been read by the
+// server yet; tests that make another rank leave next need the server's
+// side, or the failure names the later event.
+func awaitArrived(t *testing.T, s *Server, seq uint32, rank int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		cl := s.colls[seq]
+		return cl != nil && rank < len(cl.arrived) && cl.arrived[rank]
+	}, 5*time.Second, time.Millisecond, "rank %d never arrived in collective #%d", rank, seq)
+}
