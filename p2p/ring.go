@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/racesync"
 	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -210,6 +211,7 @@ func (ep *Endpoint) ringSend(p *peer, ctxID uint32, tag int32, buf []byte) bool 
 	binary.LittleEndian.PutUint32(l[8:], uint32(tag))
 	binary.LittleEndian.PutUint32(l[12:], uint32(len(buf)))
 	copy(l[ringHdr:], buf)
+	racesync.Release() // what the sender wrote before is the receiver's after
 	atomic.StoreUint32(ringWord(l), pos+1)
 	o.sent = pos + k
 	p.sent = true
@@ -307,6 +309,7 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 				return n
 			}
 		}
+		racesync.Acquire()
 		env := envelope{ctx: binary.LittleEndian.Uint32(l[4:]), src: p.rank, tag: int32(binary.LittleEndian.Uint32(l[8:]))}
 		p.heard = true
 		p.stats.eagerRecv(env.ctx, size, true)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/racesync"
 	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -90,7 +91,7 @@ func (c *cq) Poll(wc []verbs.WC) int {
 	for _, q := range rqs {
 		q.checkRemoteErr()
 	}
-	raceAcquire()
+	racesync.Acquire()
 	c.mu.Lock()
 	n := 0
 	for n < len(wc) && c.lhead < len(c.local) {

@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/verbs"
+
+	"github.com/rdmago/rdmago/internal/racesync"
 )
 
 // Connection set-up. A queue pair moving to RTR dials the peer device's
@@ -142,7 +144,7 @@ func (l *link) claim() (uint64, []byte, verbs.Status, outcome) {
 			}
 		}
 		if atomic.CompareAndSwapUint64(cw, c, c+1) {
-			raceAcquire() // the owner released its buffers when it posted
+			racesync.Acquire() // the owner released its buffers when it posted
 			off := l.cqeOff + (c&(l.depth-1))*rcSize
 			return c, l.seg[off : off+rcSize : off+rcSize], verbs.StatusSuccess, outDone
 		}
@@ -169,7 +171,7 @@ func (l *link) publishFields(e []byte, idx uint64, st verbs.Status, op verbs.WCO
 	e[rcStatus] = byte(st)
 	e[rcOpcode] = byte(op)
 	e[rcFlags] = byte(flags)
-	raceRelease()
+	racesync.Release()
 	atomic.StoreUint32(word32(e, rcSeq), uint32(idx+1))
 	l.db.ring()
 }
@@ -721,8 +723,8 @@ func (d *Device) serveCopy(q *QP, m []byte, write bool) []byte {
 	if !ok {
 		return []byte{ack, byte(verbs.StatusRemAccessErr)}
 	}
-	raceAcquire()
-	defer raceRelease()
+	racesync.Acquire()
+	defer racesync.Release()
 	if write {
 		copy(r.slice(addr, n), m[17:])
 		return []byte{ack, 0}

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/rdmago/rdmago/internal/ntcopy"
+	"github.com/rdmago/rdmago/internal/racesync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -38,8 +39,8 @@ func (q *QP) PostSend(wrs ...verbs.SendWR) error {
 	default:
 		return q.opErr("PostSend", 0, fmt.Errorf("%w: PostSend in %v (needs RTS)", verbs.ErrInvalidState, q.st()))
 	}
-	raceAcquire()
-	defer raceRelease()
+	racesync.Acquire()
+	defer racesync.Release()
 	dc := &q.d.caps
 	for i := range wrs {
 		wr := &wrs[i]
@@ -140,8 +141,8 @@ func (q *QP) retry() {
 	if q.destroyed || q.st() != verbs.QPRTS {
 		return
 	}
-	raceAcquire()
-	defer raceRelease()
+	racesync.Acquire()
+	defer racesync.Release()
 	for len(q.pending) > 0 && q.st() == verbs.QPRTS {
 		st, out := q.exec(&q.pending[0].wr)
 		if out != outDone {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
+
+	"github.com/rdmago/rdmago/internal/racesync"
 )
 
 // QP is a reliable-connected queue pair of the shm provider. It implements
@@ -428,7 +430,7 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 	if q.st() == verbs.QPReset {
 		return q.opErr("PostRecv", 0, fmt.Errorf("%w: PostRecv in RESET", verbs.ErrInvalidState))
 	}
-	raceRelease()
+	racesync.Release()
 	head := word64(q.seg, qsHead)
 	for i := range wrs {
 		wr := &wrs[i]
@@ -467,7 +469,7 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 			binary.LittleEndian.PutUint32(e[o+8:], s.Length)
 			binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
 		}
-		raceRelease()
+		racesync.Release()
 		atomic.StoreUint64(head, h+1)
 	}
 	if q.st() == verbs.QPErr {
@@ -530,7 +532,7 @@ func (q *QP) pollRecv(wc []verbs.WC) int {
 		e := q.cqe(p)
 		w := &wc[n]
 		if atomic.LoadUint32(word32(e, rcSeq)) == uint32(p+1) {
-			raceAcquire() // the sender released the data before it published
+			racesync.Acquire() // the sender released the data before it published
 			*w = verbs.WC{
 				ID:      binary.LittleEndian.Uint64(q.desc(p)[rdWRID:]),
 				Status:  verbs.Status(e[rcStatus]),
