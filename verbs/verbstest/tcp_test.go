@@ -15,7 +15,7 @@ import (
 func TestTCP(t *testing.T) {
 	verbstest.Run(t, verbstest.Options{
 		Open: func(ctx context.Context) (verbs.Device, error) {
-			return tcp.Open(ctx, tcp.Options{Token: []byte("verbstest"), ConnectTimeout: 2 * time.Second})
+			return tcp.Open(ctx, tcp.Options{Token: []byte("verbstest"), ConnectTimeout: 10 * time.Second})
 		},
 		TwoProcess: true,
 	})
