@@ -55,6 +55,7 @@ func testQueue(t *testing.T) {
 			t.Fatalf("%s never got its turn", want)
 		}
 	}
+	synctest.Wait() // fourth has given its turn back, not only said it ran
 	require.Nil(t, q.take(), "idle again")
 	q.done()
 
