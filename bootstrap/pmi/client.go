@@ -692,8 +692,17 @@ func (c *Client) writeMsg(ctx context.Context, req string) error {
 	n, err := c.conn.Write([]byte(req))
 	stop()
 	if err != nil {
-		if n == 0 && ctx.Err() != nil {
-			return ctx.Err()
+		if n == 0 {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// The deadline fired with ctx not yet marked done (a
+				// deadline equal to ctx's): same thing, as in recv.
+				<-ctx.Done()
+				return ctx.Err()
+			}
 		}
 		// A partial message leaves the stream unusable.
 		c.setErr(bootstrap.ErrServerLost)

@@ -451,3 +451,25 @@ func TestOpenSilentServer(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
 }
+
+// earlyClock is a ctx whose deadline has already passed by the clock
+// while its own timer has not yet marked it done: what a loaded machine
+// shows between a socket deadline firing and ctx's timer running.
+type earlyClock struct{ context.Context }
+
+func (earlyClock) Deadline() (time.Time, bool) { return time.Now().Add(-time.Second), true }
+
+// A write cut by the deadline ctx gave it fails as ctx's deadline, not as
+// a lost server: the client stays usable.
+func TestWriteAtDeadlineIsTheDeadline(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	c := &Client{conn: a}
+	base, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := c.writeMsg(earlyClock{base}, "cmd=get\n")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, bootstrap.ErrServerLost)
+	assert.NoError(t, c.terminal(), "the client is not marked broken")
+}
