@@ -259,6 +259,12 @@ func clientHandshake(ctx context.Context, conn net.Conn, br *bufio.Reader, token
 		conn.SetDeadline(time.Time{})
 	}()
 	wrap := func(what string, err error) error {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			// The only deadlines here are ctx's, which may fire before
+			// ctx's own timer marks it done.
+			<-ctx.Done()
+		}
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
