@@ -250,3 +250,36 @@ func TestPoller(t *testing.T) {
 	}
 	require.ErrorIs(t, w.Err(cctx), context.Canceled)
 }
+
+// TestPollerYields: within Spin the waiter yields only every YieldInSpin
+// looks, past it at every look; a policy with no Spin and no Yield looks
+// at the first failed poll and says to sleep, without polling on.
+func TestPollerYields(t *testing.T) {
+	ctx := context.Background()
+	w := Policy{Spin: time.Hour, Yield: time.Hour, CheckEvery: 1, YieldInSpin: 4, Gosched: true}.Poller(nil)
+	for range 40 {
+		require.False(t, w.Over(ctx))
+	}
+	require.Equal(t, 10, w.yields, "one yield every YieldInSpin looks within the spin")
+
+	w = Policy{Spin: time.Hour, Yield: time.Hour, CheckEvery: 1, Gosched: true}.Poller(nil)
+	for range 40 {
+		require.False(t, w.Over(ctx))
+	}
+	require.Zero(t, w.yields, "no yield within the spin without YieldInSpin")
+
+	w = Policy{Yield: time.Hour, CheckEvery: 1, YieldInSpin: 4, Gosched: true}.Poller(nil)
+	for range 40 {
+		require.False(t, w.Over(ctx))
+	}
+	require.Equal(t, 40, w.yields, "past the spin, a yield at every look")
+
+	w = Policy{CheckEvery: 16}.Poller(nil)
+	require.True(t, w.Over(ctx), "no spin and no yield: sleep after the first poll")
+	require.NoError(t, w.Err(ctx))
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	w = Policy{}.Poller(nil)
+	require.True(t, w.Over(cctx))
+	require.ErrorIs(t, w.Err(cctx), context.Canceled)
+}
