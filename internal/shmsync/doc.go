@@ -17,14 +17,17 @@
 //	verbs/shm CQ.WaitSleep        none                a socket, with Announce/Asleep
 //	                                                  on the doorbell's parked word
 //	collectives shared_memory     Policy (Poller)     the writer rank's Bell
-//	  (the region comm maps and describes: Group.WaitPolicy)
+//	  (the region comm maps; its SharedRegion.WaitPolicy)
 //	verbs/ibv, softrc CQ.Wait     none of their own   the kernel's completion channel,
 //	  (tcp, loop)                 (p2p's poll first)  or softrc's channel under its lock
 //
 // The ibv and softrc waits poll nothing themselves: p2p polls every CQ by
-// its Policy before it blocks in one, so there is one polling phase on
-// every path (the tcp driver's PollSpin reads its socket, which is the
-// work itself rather than a wait on a word).
+// its Policy before it blocks in one, so every path polls by a Policy
+// before it sleeps. Over shm there are two in a row, p2p's (Gosched
+// yields) and then the CQ's own (sched_yield, which gives the core to
+// other processes, as Gosched cannot). The tcp driver's PollSpin, which
+// reads its socket while it waits, is not a Policy: the reading is the
+// work itself rather than a look at a word.
 //
 // # The protocol
 //
