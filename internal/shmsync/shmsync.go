@@ -66,14 +66,6 @@ func (p Policy) nap() time.Duration {
 	return p.Nap
 }
 
-func (p Policy) yield() {
-	if p.Gosched {
-		runtime.Gosched()
-	} else {
-		futex.Yield()
-	}
-}
-
 // Poll runs the spin and yield phases: it returns true when ready held,
 // an error when stop (checked every CheckEvery polls; nil means none) or
 // ctx ended the wait, and false with no error when the waiter should
@@ -105,30 +97,40 @@ func (p Policy) Poll(ctx context.Context, ready func() bool, stop func() error) 
 //			... // sleep on the bell
 //		}
 //	}
+//
+// It keeps only what the checks need, not a copy of the Policy: it is
+// made on every blocking call of the p2p hot path.
 type Poller struct {
-	p       Policy
-	stop    func() error
-	start   time.Time // the clock starts at the first check
-	left    int       // polls until the next check
-	every   int
-	checks  int // looks so far, for YieldInSpin
-	yields  int // yields so far (for tests)
-	sleepAt time.Duration
+	stop        func() error
+	start       time.Time // the clock starts at the first check
+	left        int       // polls until the next check
+	every       int
+	checks      int // looks so far, for yieldInSpin
+	yieldInSpin int
+	yields      int // yields so far (for tests)
+	spin        time.Duration
+	sleepAt     time.Duration
+	gosched     bool
 }
 
 // Poller starts the polling phases of one wait, which stop (see Poll) or
 // the ctx given to Over may end. A Policy with no Spin and no Yield looks
 // at the first poll that fails and sleeps then.
-func (p Policy) Poller(stop func() error) Poller {
+func (p *Policy) Poller(stop func() error) Poller {
 	every := p.CheckEvery
 	if every <= 0 {
 		every = defaultCheckEvery
 	}
-	w := Poller{p: p, stop: stop, left: every, every: every, sleepAt: p.SleepsAfter()}
-	if w.sleepAt == 0 {
-		w.left = 1
+	sleepAt := Forever // SleepsAfter, without copying p
+	if p.Yield < Forever-p.Spin {
+		sleepAt = p.Spin + p.Yield
 	}
-	return w
+	left := every
+	if sleepAt == 0 {
+		left = 1
+	}
+	return Poller{stop: stop, left: left, every: every, yieldInSpin: p.YieldInSpin,
+		spin: p.Spin, sleepAt: sleepAt, gosched: p.Gosched}
 }
 
 // Over counts a poll that found the condition false and reports whether
@@ -171,9 +173,13 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	w.checks++
-	if el >= w.p.Spin || (w.p.YieldInSpin > 0 && w.checks%w.p.YieldInSpin == 0) {
+	if el >= w.spin || (w.yieldInSpin > 0 && w.checks%w.yieldInSpin == 0) {
 		w.yields++
-		w.p.yield()
+		if w.gosched {
+			runtime.Gosched()
+		} else {
+			futex.Yield()
+		}
 	}
 	return false, nil
 }
