@@ -66,9 +66,10 @@
 // later Wait on a non-blocking request).
 //
 // The goroutine that waits drives progress itself: it polls the completion
-// queues (spinning, then yielding, then blocking), so on the blocking hot
-// path the completion is handled by the goroutine that wants it, without a
-// hand-off. A background goroutine per device progresses non-blocking
+// queues (spinning, then yielding, then blocking, by internal/shmsync's
+// Policy, the wait policy of every waiter in the module), so on the
+// blocking hot path the completion is handled by the goroutine that wants
+// it, without a hand-off. A background goroutine per device progresses non-blocking
 // requests while the program computes. See progress.go.
 //
 // # Concurrency

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -46,27 +47,27 @@ type Endpoint struct {
 	provider []verbs.Provider // per rank
 	peers    []*peer          // peers[rank]; nil for this rank
 
-	mu          sync.Mutex
-	m           matcher
-	nextID      uint64
-	rndvSends   map[uint64]*Request   // RTS sent, waiting for FIN
-	splits      map[splitKey]*Request // split rendezvous receives waiting for WDONE
-	pipes       map[splitKey]*pipeIn  // pipelined messages whose fragments are arriving
-	reads       map[uint32]*Request   // READ posted, waiting for completion
-	writes      map[uint32]*Request   // window writes waiting for completion
-	notes       []Notification
-	arrivals    []chan struct{} // Probe / WaitNotify waiters, woken on arrival
-	dirty       []*peer         // peers whose queues or credits changed
-	failErr     error           // set once: *PeerLostError or closedErr
-	failed      chan struct{}   // closed when failErr is set
-	closing     bool
-	spin, yield time.Duration // effective Options.Spin and Yield
-	localCPUs   int           // CPUs the ranks on this host may run on together (0: unknown)
-	localRanks  int           // ranks of this endpoint on this host, this one included
-	windowSeq   uint32
-	winSlots    map[uint32]*Window // live windows by signal slot (window_signal.go)
-	opSeq       uint32
-	selfStats   PeerStats
+	mu         sync.Mutex
+	m          matcher
+	nextID     uint64
+	rndvSends  map[uint64]*Request   // RTS sent, waiting for FIN
+	splits     map[splitKey]*Request // split rendezvous receives waiting for WDONE
+	pipes      map[splitKey]*pipeIn  // pipelined messages whose fragments are arriving
+	reads      map[uint32]*Request   // READ posted, waiting for completion
+	writes     map[uint32]*Request   // window writes waiting for completion
+	notes      []Notification
+	arrivals   []chan struct{} // Probe / WaitNotify waiters, woken on arrival
+	dirty      []*peer         // peers whose queues or credits changed
+	failErr    error           // set once: *PeerLostError or closedErr
+	failed     chan struct{}   // closed when failErr is set
+	closing    bool
+	policy     shmsync.Policy // how a blocking call polls before it blocks (waitPolicy)
+	localCPUs  int            // CPUs the ranks on this host may run on together (0: unknown)
+	localRanks int            // ranks of this endpoint on this host, this one included
+	windowSeq  uint32
+	winSlots   map[uint32]*Window // live windows by signal slot (window_signal.go)
+	opSeq      uint32
+	selfStats  PeerStats
 
 	// The progress engine.
 	pollMu  sync.Mutex
@@ -146,7 +147,7 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 		ep.teardown()
 		return fail(err)
 	}
-	ep.spin, ep.yield = waitPolicy(opts, ep.devs, ep.localRanks, ep.hostCPUs())
+	ep.policy = waitPolicy(opts, ep.devs, ep.localRanks, ep.hostCPUs())
 	ep.bgCtx, ep.stop = context.WithCancel(context.Background())
 	for _, d := range ep.devs {
 		ep.wg.Add(1)
@@ -560,16 +561,34 @@ func (ep *Endpoint) hostCPUs() int {
 // resolved for this endpoint's transports and CPUs), for layers that wait
 // on something other than requests (shared-memory flags) and should poll
 // the same way.
-func (ep *Endpoint) WaitPolicy() (spin, yield time.Duration) { return ep.spin, ep.yield }
+func (ep *Endpoint) WaitPolicy() (spin, yield time.Duration) { return ep.policy.Spin, ep.policy.Yield }
 
-// waitPolicy resolves Options.Spin and Yield (see there). local is the
+// Every how many polls a blocking call looks at the clock and ctx, and
+// every how many looks it yields within its spin too (every 256 polls).
+// Reading the clock costs about 60 ns on this kind of VM, a sixth of an
+// 8-byte message's software cost (BenchmarkOverhead), and a wait on the
+// hot path usually ends within 16 polls.
+const (
+	pollCheckEvery  = 16
+	pollYieldInSpin = 16
+)
+
+// waitPolicy resolves Options.Spin and Yield (see there) into the policy
+// of a blocking call's polling phase (internal/shmsync); its sleep is the
+// CQ's own Wait or the request's channel (Endpoint.wait). local is the
 // number of ranks on this host (this one included), cpus the number of
 // CPUs those ranks may run on together. With one device the defaults are
 // its provider's wait hint; a waiter over several devices cannot sleep in
 // one CQ's Wait, so it polls them all for mixedSpin and then yields for
 // mixedYield, unless one of them makes its completions in its own
 // goroutines (a hint of no spin), which a spinning waiter only starves.
-func waitPolicy(o Options, devs []*device, local, cpus int) (spin, yield time.Duration) {
+//
+// The yields are runtime.Gosched, and come within the spin too (every
+// pollYieldInSpin looks): the completion may have to come from a
+// goroutine waiting for this P (another rank of this process with
+// GOMAXPROCS=1; a provider's goroutine), and Gosched costs little when
+// nothing else is runnable.
+func waitPolicy(o Options, devs []*device, local, cpus int) shmsync.Policy {
 	defSpin, defYield := time.Duration(0), time.Duration(0)
 	switch {
 	case len(devs) == 1:
@@ -595,7 +614,8 @@ func waitPolicy(o Options, devs []*device, local, cpus int) (spin, yield time.Du
 		}
 		return v
 	}
-	return pick(o.Spin, defSpin), pick(o.Yield, defYield)
+	return shmsync.Policy{Spin: pick(o.Spin, defSpin), Yield: pick(o.Yield, defYield),
+		Gosched: true, CheckEvery: pollCheckEvery, YieldInSpin: pollYieldInSpin}
 }
 
 // Link is the device's estimate of the one-way latency of a small message to

@@ -45,9 +45,13 @@ func TestWaitPolicy(t *testing.T) {
 		{"ibv and tcp", Options{}, append(ibv, tcp...), 2, 2, 0, 0},
 		{"none", Options{}, nil, 1, 2, 0, 0},
 	} {
-		spin, yield := waitPolicy(c.o, c.devs, c.local, c.cpus)
-		assert.Equal(t, c.spin, spin, c.name)
-		assert.Equal(t, c.yield, yield, c.name)
+		p := waitPolicy(c.o, c.devs, c.local, c.cpus)
+		assert.Equal(t, c.spin, p.Spin, c.name)
+		assert.Equal(t, c.yield, p.Yield, c.name)
+		// Goroutines of this process may make the completions: the
+		// yields are Gosched, within the spin too.
+		assert.True(t, p.Gosched, c.name)
+		assert.Positive(t, p.YieldInSpin, c.name)
 	}
 }
 

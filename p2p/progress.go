@@ -19,7 +19,9 @@ import (
 // Options.Spin, then yielding between polls until Spin+Yield), so on the
 // hot path the message is noticed by the goroutine that wants it, without
 // a hand-off between goroutines (which costs 20-25 µs on a busy 2-core
-// machine). Only then does it block, on its request's channel.
+// machine). The polling is internal/shmsync's Policy (Endpoint.poll, with
+// waitPolicy's values). Only then does it block, in the CQ's own Wait
+// (one device) or on its request's channel.
 //
 // One background goroutine per device keeps everything else moving: it
 // blocks in CQ.Wait and handles completions when no foreground goroutine is

@@ -3,7 +3,6 @@ package p2p
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -326,48 +325,30 @@ func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 	return nil
 }
 
-// poll runs the spin/yield phase; it reports whether cond became true.
-// It also returns early when ctx ends.
+// poll runs the polling phase of a blocking call by ep.policy: it makes
+// progress and looks at cond until cond holds (true), or Spin+Yield has
+// passed or ctx has ended (false: the caller blocks, or reports ctx).
 func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
 	ep.enterPoll()
 	defer ep.leavePoll()
-	if ep.spin+ep.yield == 0 {
-		ep.progress()
-		return cond()
+	// The first poll goes before the Poller is made: on the hot path it
+	// usually finds the completion, and then the Poller would be work
+	// for nothing (BenchmarkOverhead makes four polls a round).
+	n := ep.progress()
+	if cond() {
+		return true
 	}
-	// The clock starts at the first check, 16 polls in: a wait on the hot
-	// path usually ends sooner, and reading the clock costs about 60 ns
-	// on this kind of VM, a sixth of an 8-byte message's software cost
-	// (BenchmarkOverhead).
-	var start time.Time
-	spin, total := ep.spin, ep.spin+ep.yield
-	for i := 1; ; i++ {
-		n := ep.progress()
-		if cond() {
-			return true
-		}
+	w := ep.policy.Poller(nil)
+	for !w.Over(ctx) {
 		if n == 0 {
 			ep.repostDue()
 		}
-		if i&15 == 0 {
-			if i == 16 {
-				start = time.Now()
-			}
-			el := time.Since(start)
-			if el > total || ctx.Err() != nil {
-				return false
-			}
-			if el > spin || i&255 == 0 {
-				// Past the spin, yield between polls. Within it, yield
-				// now and then too: the completion may have to come
-				// from a goroutine waiting for this P (another rank of
-				// this process with GOMAXPROCS=1; a provider's
-				// goroutine), and Gosched costs little when nothing
-				// else is runnable.
-				runtime.Gosched()
-			}
+		n = ep.progress()
+		if cond() {
+			return true
 		}
 	}
+	return false
 }
 
 // expire handles ctx ending while reqs were pending: cancel what has not

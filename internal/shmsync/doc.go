@@ -1,10 +1,33 @@
 // Package shmsync is how processes (or goroutines) that share memory wait
 // for each other: a Bell that a waiter sleeps on and a writer rings, and a
 // Policy that says how long a waiter spins and yields before it sleeps.
-// The shm provider's completion queues, comm's shared region and the
-// collectives' shared-memory algorithms wait with it; the p2p rings and
-// the shm provider's parking socket follow the same protocol with another
-// kind of wake-up (below).
+// It is the one wait/park/wake policy of the module, with the one ordering
+// argument below; every polling phase is a Policy and every sleep follows
+// the protocol's announce, re-check, sleep order.
+//
+// # Who uses what
+//
+//	user                          polls by            sleeps on
+//	p2p blocking calls            Policy (Poller)     the CQ's Wait, or the request's channel
+//	  (Endpoint.poll: Wait, Recv, Send, Probe, windows; Options.Spin/Yield,
+//	  Gosched yields, within the spin too)
+//	p2p rings (ring.go)           (the p2p poll)      a CQ, with Announce/Asleep on the
+//	                                                  ring window's sleepers word
+//	verbs/shm CQ.Wait             Policy (Poller)     its doorbell's Bell
+//	verbs/shm CQ.WaitSleep        none                a socket, with Announce/Asleep
+//	                                                  on the doorbell's parked word
+//	collectives shared_memory     Policy (Poller)     the writer rank's Bell
+//	  (the region comm maps; its SharedRegion.WaitPolicy)
+//	verbs/ibv, softrc CQ.Wait     none of their own   the kernel's completion channel,
+//	  (tcp, loop)                 (p2p's poll first)  or softrc's channel under its lock
+//
+// The ibv and softrc waits poll nothing themselves: p2p polls every CQ by
+// its Policy before it blocks in one, so every path polls by a Policy
+// before it sleeps. Over shm there are two in a row, p2p's (Gosched
+// yields) and then the CQ's own (sched_yield, which gives the core to
+// other processes, as Gosched cannot). The tcp driver's PollSpin, which
+// reads its socket while it waits, is not a Policy: the reading is the
+// work itself rather than a look at a word.
 //
 // # The protocol
 //
@@ -30,7 +53,12 @@
 // Go's atomics are sequentially consistent: all of them, in every
 // goroutine and (for memory two processes map, on the same hardware) in
 // every process, fall into one total order that respects each one's
-// program order. Take that order. Either B1 comes before A3, and then A3
+// program order. (Not under the race detector: there an atomic store to
+// memory outside Go's heap, such as every shared mapping, is a plain
+// store with release order, and a load an acquire one, which the CPU may
+// reorder as B1 then B2 below; Asleep does an atomic add there instead of
+// B2's load, which restores the order. TestPublishOrderOutsideHeap is
+// that pair of steps as a litmus test.) Take that order. Either B1 comes before A3, and then A3
 // sees the data and the waiter does not sleep; or A3 comes before B1, and
 // then A1 < A2 < A3 < B1 < B2, so B2 sees the announcement and the writer
 // goes on to B3 after A2: seq no longer holds s. futex_wait compares *seq
@@ -80,6 +108,5 @@
 // (ibv_req_notify_cq, or counting the waiter under the CQ's lock, where a
 // push looks for waiters), then poll once more, then block: the same
 // announce, re-check, sleep order, with the kernel or the channel in the
-// Bell's place. They do not spin: the p2p layer polls before it blocks
-// in any provider's CQ, by its own spin and yield times.
+// Bell's place.
 package shmsync

@@ -33,6 +33,12 @@ type Policy struct {
 	// stop while polling (0: 32). A stop that costs more than a few polls
 	// (one load per rank of a group) wants more.
 	CheckEvery int
+	// YieldInSpin makes the waiter yield within Spin too, once every
+	// YieldInSpin looks (0: never): for a waiter whose writer may be a
+	// goroutine waiting for this very thread (a provider's goroutine,
+	// another rank of this process under GOMAXPROCS=1), where a Gosched
+	// costs little when nothing else is runnable.
+	YieldInSpin int
 }
 
 // Forever as Policy.Yield makes a waiter that never sleeps.
@@ -58,14 +64,6 @@ func (p Policy) nap() time.Duration {
 		return DefaultNap
 	}
 	return p.Nap
-}
-
-func (p Policy) yield() {
-	if p.Gosched {
-		runtime.Gosched()
-	} else {
-		futex.Yield()
-	}
 }
 
 // Poll runs the spin and yield phases: it returns true when ready held,
@@ -99,23 +97,40 @@ func (p Policy) Poll(ctx context.Context, ready func() bool, stop func() error) 
 //			... // sleep on the bell
 //		}
 //	}
+//
+// It keeps only what the checks need, not a copy of the Policy: it is
+// made on every blocking call of the p2p hot path.
 type Poller struct {
-	p       Policy
-	stop    func() error
-	start   time.Time // the clock starts at the first check
-	left    int       // polls until the next check
-	every   int
-	sleepAt time.Duration
+	stop        func() error
+	start       time.Time // the clock starts at the first check
+	left        int       // polls until the next check
+	every       int
+	checks      int // looks so far, for yieldInSpin
+	yieldInSpin int
+	yields      int // yields so far (for tests)
+	spin        time.Duration
+	sleepAt     time.Duration
+	gosched     bool
 }
 
 // Poller starts the polling phases of one wait, which stop (see Poll) or
-// the ctx given to Over may end.
-func (p Policy) Poller(stop func() error) Poller {
+// the ctx given to Over may end. A Policy with no Spin and no Yield looks
+// at the first poll that fails and sleeps then.
+func (p *Policy) Poller(stop func() error) Poller {
 	every := p.CheckEvery
 	if every <= 0 {
 		every = defaultCheckEvery
 	}
-	return Poller{p: p, stop: stop, left: every, every: every, sleepAt: p.SleepsAfter()}
+	sleepAt := Forever // SleepsAfter, without copying p
+	if p.Yield < Forever-p.Spin {
+		sleepAt = p.Spin + p.Yield
+	}
+	left := every
+	if sleepAt == 0 {
+		left = 1
+	}
+	return Poller{stop: stop, left: left, every: every, yieldInSpin: p.YieldInSpin,
+		spin: p.Spin, sleepAt: sleepAt, gosched: p.Gosched}
 }
 
 // Over counts a poll that found the condition false and reports whether
@@ -145,6 +160,9 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 	if err := over(ctx, w.stop); err != nil {
 		return true, err
 	}
+	if w.sleepAt == 0 {
+		return true, nil
+	}
 	// A wait that ends within CheckEvery polls (the common one) never
 	// reads the clock.
 	if w.start.IsZero() {
@@ -154,8 +172,14 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 	if el >= w.sleepAt {
 		return true, nil
 	}
-	if el >= w.p.Spin {
-		w.p.yield()
+	w.checks++
+	if el >= w.spin || (w.yieldInSpin > 0 && w.checks%w.yieldInSpin == 0) {
+		w.yields++
+		if w.gosched {
+			runtime.Gosched()
+		} else {
+			futex.Yield()
+		}
 	}
 	return false, nil
 }
@@ -181,7 +205,17 @@ func Withdraw(sleepers *uint32) { atomic.AddUint32(sleepers, ^uint32(0)) }
 // Asleep is a writer's look at a sleepers word after it has published
 // with an atomic store (B2): whether a waiter may be blocked, and must be
 // woken, however it blocks.
-func Asleep(sleepers *uint32) bool { return atomic.LoadUint32(sleepers) != 0 }
+//
+// Under the race detector the look is a read-modify-write: there, an
+// atomic store to memory outside Go's heap (a mapping shared with other
+// processes) is a plain store, which the CPU may let this load pass (see
+// the package doc); an atomic add orders the two, as a fence would.
+func Asleep(sleepers *uint32) bool {
+	if raceEnabled {
+		return atomic.AddUint32(sleepers, 0) != 0
+	}
+	return atomic.LoadUint32(sleepers) != 0
+}
 
 // Bell is a futex word and a count of its sleepers, in memory that the
 // waiters and the writers map (see the package doc for the protocol).

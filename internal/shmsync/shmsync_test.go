@@ -222,7 +222,7 @@ func (l *lockedBuf) String() string {
 // (Err nil: sleep now) or when stop or ctx ends the wait (Err says why).
 func TestPoller(t *testing.T) {
 	ctx := context.Background()
-	w := Policy{Spin: time.Millisecond, CheckEvery: 1}.Poller(nil)
+	w := (&Policy{Spin: time.Millisecond, CheckEvery: 1}).Poller(nil)
 	start := time.Now()
 	for !w.Over(ctx) {
 	}
@@ -231,7 +231,7 @@ func TestPoller(t *testing.T) {
 
 	errStop := errors.New("stop")
 	calls := 0
-	w = Policy{Yield: Forever, CheckEvery: 10}.Poller(func() error {
+	w = (&Policy{Yield: Forever, CheckEvery: 10}).Poller(func() error {
 		if calls++; calls >= 3 { // sticky, as Err asks again
 			return errStop
 		}
@@ -245,8 +245,41 @@ func TestPoller(t *testing.T) {
 
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	w = Policy{Yield: Forever}.Poller(nil)
+	w = (&Policy{Yield: Forever}).Poller(nil)
 	for !w.Over(cctx) {
 	}
+	require.ErrorIs(t, w.Err(cctx), context.Canceled)
+}
+
+// TestPollerYields: within Spin the waiter yields only every YieldInSpin
+// looks, past it at every look; a policy with no Spin and no Yield looks
+// at the first failed poll and says to sleep, without polling on.
+func TestPollerYields(t *testing.T) {
+	ctx := context.Background()
+	w := (&Policy{Spin: time.Hour, Yield: time.Hour, CheckEvery: 1, YieldInSpin: 4, Gosched: true}).Poller(nil)
+	for range 40 {
+		require.False(t, w.Over(ctx))
+	}
+	require.Equal(t, 10, w.yields, "one yield every YieldInSpin looks within the spin")
+
+	w = (&Policy{Spin: time.Hour, Yield: time.Hour, CheckEvery: 1, Gosched: true}).Poller(nil)
+	for range 40 {
+		require.False(t, w.Over(ctx))
+	}
+	require.Zero(t, w.yields, "no yield within the spin without YieldInSpin")
+
+	w = (&Policy{Yield: time.Hour, CheckEvery: 1, YieldInSpin: 4, Gosched: true}).Poller(nil)
+	for range 40 {
+		require.False(t, w.Over(ctx))
+	}
+	require.Equal(t, 40, w.yields, "past the spin, a yield at every look")
+
+	w = (&Policy{CheckEvery: 16}).Poller(nil)
+	require.True(t, w.Over(ctx), "no spin and no yield: sleep after the first poll")
+	require.NoError(t, w.Err(ctx))
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	w = (&Policy{}).Poller(nil)
+	require.True(t, w.Over(cctx))
 	require.ErrorIs(t, w.Err(cctx), context.Canceled)
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package shmsync
+
+const raceEnabled = false
