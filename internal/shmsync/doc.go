@@ -58,7 +58,10 @@
 // store with release order, and a load an acquire one, which the CPU may
 // reorder as B1 then B2 below; Asleep does an atomic add there instead of
 // B2's load, which restores the order. TestPublishOrderOutsideHeap is
-// that pair of steps as a litmus test.) Take that order. Either B1 comes before A3, and then A3
+// that pair of steps as a litmus test. The race detector cannot see these
+// atomics as synchronisation either: the protocols that hand Go memory to
+// a peer goroutine annotate their publications with internal/racesync.)
+// Take that order. Either B1 comes before A3, and then A3
 // sees the data and the waiter does not sleep; or A3 comes before B1, and
 // then A1 < A2 < A3 < B1 < B2, so B2 sees the announcement and the writer
 // goes on to B3 after A2: seq no longer holds s. futex_wait compares *seq
