@@ -2,8 +2,8 @@ package p2p
 
 import "math/bits"
 
-// spareBufs recycles the copies of eager payloads that arrive before their
-// receive is posted. Such a copy is common (a peer's next message often
+// spareBufs recycles the copies of eager payloads (and the buffers of
+// pipelined messages) that arrive before their receive is posted. Such a copy is common (a peer's next message often
 // overtakes this rank's Irecv), and allocating it anew each time costs,
 // for messages of tens of KiB, zeroing, a garbage collection every few
 // dozen messages and the scavenger returning the pages to the kernel, only
@@ -33,20 +33,27 @@ func spareClass(n int) int {
 
 // get returns a copy of data, in a recycled buffer where one fits.
 func (s *spareBufs) get(data []byte) []byte {
-	c := spareClass(len(data))
-	if c < 0 {
+	if spareClass(len(data)) < 0 {
 		return append([]byte(nil), data...)
 	}
-	var b []byte
+	return append(s.take(len(data))[:0], data...)
+}
+
+// take returns a buffer of n bytes, recycled where one fits; its contents
+// are unspecified (a pipelined message's fragments fill it).
+func (s *spareBufs) take(n int) []byte {
+	c := spareClass(n)
+	if c < 0 {
+		return make([]byte, n)
+	}
 	if k := len(s.free[c]); k > 0 {
-		b = s.free[c][k-1]
+		b := s.free[c][k-1]
 		s.free[c][k-1] = nil
 		s.free[c] = s.free[c][:k-1]
 		s.held -= cap(b)
-	} else {
-		b = make([]byte, 0, 1<<(c+spareMinShift))
+		return b[:n]
 	}
-	return append(b[:0], data...)
+	return make([]byte, n, 1<<(c+spareMinShift))
 }
 
 // put takes back a copy get made once nothing refers to it any more.

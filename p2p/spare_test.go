@@ -20,14 +20,32 @@ import (
 // each message only once Probe has seen it arrive, and acknowledges it
 // before rank 0 sends the next, so every message is unexpected and at
 // most one copy is alive at a time.
+//
+// The same for a message sent as a train of eager fragments (tcp's
+// PipelineLimit, above the eager limit): the buffer that gathers them
+// until the receive is posted is recycled too.
 func TestUnexpectedEagerCopiesRecycled(t *testing.T) {
-	for _, prov := range []string{"loop", "tcp"} {
-		t.Run(prov, func(t *testing.T) {
+	for _, tc := range []struct {
+		prov string
+		pipe bool
+	}{{"loop", false}, {"tcp", false}, {"tcp", true}} {
+		name := tc.prov
+		if tc.pipe {
+			name += "-pipelined"
+		}
+		t.Run(name, func(t *testing.T) {
 			const rounds, warm = 40, 4
 			var perMsg uint64
 			var size int
-			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov}, func(ctx context.Context, ep *p2p.Endpoint) error {
+			o := p2ptest.Options{Provider: tc.prov}
+			if tc.pipe {
+				o.P2P.EagerLimit, o.P2P.PipelineLimit = 16<<10, 256<<10
+			}
+			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 				n := min(ep.EagerLimit(1-ep.Rank()), 48<<10)
+				if tc.pipe {
+					n = 200 << 10
+				}
 				if n < 8<<10 {
 					return fmt.Errorf("eager limit %d too small for this test", n)
 				}
