@@ -49,6 +49,7 @@ type Endpoint struct {
 
 	mu         sync.Mutex
 	m          matcher
+	spare      spareBufs // copies of unexpected eager payloads, for reuse
 	nextID     uint64
 	rndvSends  map[uint64]*Request   // RTS sent, waiting for FIN
 	splits     map[splitKey]*Request // split rendezvous receives waiting for WDONE

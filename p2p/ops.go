@@ -208,7 +208,7 @@ func (c *Channel) sendSelf(r *Request) error {
 	if rr := ep.m.arrive(env); rr != nil {
 		ep.deliverEagerLocked(rr, env, r.buf)
 	} else {
-		ep.m.addUnexpected(&inbound{env: env, size: len(r.buf), data: append([]byte(nil), r.buf...)})
+		ep.m.addUnexpected(&inbound{env: env, size: len(r.buf), data: ep.spare.get(r.buf)})
 		ep.wakeArrivalsLocked()
 	}
 	ep.completeLocked(r, nil)

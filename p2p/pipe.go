@@ -78,7 +78,7 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 		if r := ep.m.arrive(env); r != nil {
 			ep.matchPipeLocked(r, env, pi)
 		} else {
-			pi.in = &inbound{env: env, size: pi.size, data: make([]byte, pi.size), pipe: pi}
+			pi.in = &inbound{env: env, size: pi.size, data: ep.spare.take(pi.size), pipe: pi}
 			ep.m.addUnexpected(pi.in)
 			ep.wakeArrivalsLocked()
 		}
@@ -120,6 +120,8 @@ func (ep *Endpoint) matchPipeLocked(r *Request, env envelope, pi *pipeIn) {
 	default:
 		if in != nil {
 			copy(r.buf, in.data[:pi.got])
+			ep.spare.put(in.data) // the rest goes to r.buf directly
+			in.data = nil
 		}
 		if pi.got == pi.size {
 			ep.completeLocked(r, nil)

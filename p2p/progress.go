@@ -320,7 +320,7 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 		if r := ep.m.arrive(env); r != nil {
 			ep.deliverEagerLocked(r, env, b[h.frameLen():])
 		} else {
-			ep.m.addUnexpected(&inbound{env: env, size: int(h.size), data: append([]byte(nil), b[h.frameLen():]...)})
+			ep.m.addUnexpected(&inbound{env: env, size: int(h.size), data: ep.spare.get(b[h.frameLen():])})
 			ep.wakeArrivalsLocked()
 		}
 	case kRTS:
@@ -533,6 +533,8 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 	}
 	if !in.rts {
 		ep.deliverEagerLocked(r, in.env, in.data)
+		ep.spare.put(in.data) // copied out: nothing refers to it now
+		in.data = nil
 		return
 	}
 	p := ep.peers[in.env.src]

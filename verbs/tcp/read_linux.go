@@ -69,6 +69,10 @@ type queueWait struct {
 	fn          func(fd uintptr) bool
 	queued      int              // what probe last read
 	probe       func(fd uintptr) // reads the bytes queued in the socket into queued
+	rbuf        []byte           // readQueued's destination
+	rn          int              // and its result
+	rerr        error
+	read        func(fd uintptr) bool // readQueued's RawConn.Read callback
 }
 
 // maxEarlyWakes is how many wake-ups without the whole frame awaitQueued
@@ -78,6 +82,10 @@ const maxEarlyWakes = 8
 func (w *queueWait) init() {
 	w.fn = w.check
 	w.probe = func(fd uintptr) { w.queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
+	w.read = func(fd uintptr) bool {
+		w.rn, w.rerr = unix.Read(int(fd), w.rbuf)
+		return true
+	}
 }
 
 // socketQueued reports how many bytes are queued in the socket, and false
@@ -206,12 +214,11 @@ func (l *link) spinFill(ctx context.Context, cq *softrc.CQ, want int, deadline t
 // readQueued reads what is queued in the socket into p without waiting:
 // errWouldBlock when nothing is.
 func (l *link) readQueued(p []byte) (int, error) {
-	var n int
-	var rerr error
-	err := l.rc.Read(func(fd uintptr) bool {
-		n, rerr = unix.Read(int(fd), p)
-		return true
-	})
+	w := &l.qw
+	w.rbuf = p
+	err := l.rc.Read(w.read)
+	n, rerr := w.rn, w.rerr
+	w.rbuf, w.rerr = nil, nil
 	switch {
 	case err != nil:
 		return 0, err

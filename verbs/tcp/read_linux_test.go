@@ -1,0 +1,66 @@
+package tcp
+
+import (
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// readQueued is a poller's spin (one call per poll, tens of thousands a
+// second): it must not allocate, neither when it finds nothing nor when it
+// reads.
+func TestReadQueuedAllocatesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	peer, ok := <-accepted
+	require.True(t, ok, "accept failed")
+	defer peer.Close()
+
+	l := &link{c: c}
+	l.rc, err = c.(syscall.Conn).SyscallConn()
+	require.NoError(t, err)
+	l.qw.init()
+	buf := make([]byte, 64)
+
+	n, err := l.readQueued(buf)
+	require.Equal(t, errWouldBlock, err)
+	require.Zero(t, n)
+	require.Zero(t, testing.AllocsPerRun(200, func() { _, _ = l.readQueued(buf) }), "a poll that finds nothing allocates")
+
+	_, err = peer.Write([]byte("abc"))
+	require.NoError(t, err)
+	got := 0
+	for got < 3 { // the bytes may take a moment to be queued here
+		n, err := l.readQueued(buf[got:])
+		if err == errWouldBlock {
+			continue
+		}
+		require.NoError(t, err)
+		got += n
+	}
+	require.Equal(t, "abc", string(buf[:3]))
+	one := []byte{1}
+	require.Zero(t, testing.AllocsPerRun(50, func() {
+		_, _ = peer.Write(one)
+		for {
+			if _, err := l.readQueued(buf); err != errWouldBlock {
+				return
+			}
+		}
+	}), "a poll that reads allocates")
+}
