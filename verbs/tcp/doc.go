@@ -80,11 +80,7 @@
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs when every rank on the
 // host has a CPU), so that a reply arriving within it is read without a
 // wake-up through futex, epoll and the scheduler, which on a VM costs more
-// than a small message. Each link adapts its poll as hypervisors adapt
-// halt polling: a message that came only after the poll gave up, but
-// within PollSpin, doubles it; one that came later halves it, down to no
-// poll, since polls that keep missing take CPU time from the peer that
-// would answer. Each poll is one system call: a non-blocking read
+// than a small message. Each poll is one system call: a non-blocking read
 // into the read buffer while small frames are expected, so the poll that
 // finds one has read it too (cheaper than probing with ioctl(SIOCINQ) and
 // then reading), and that ioctl for frames over

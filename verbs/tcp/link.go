@@ -55,7 +55,6 @@ type link struct {
 	sr          sockReader
 	fs          frameState
 	largeSeen   int          // small frames with data to go before spinFill (pollFrame)
-	spinFor     atomic.Int64 // how long a poller polls the socket now, at most PollSpin (nextSpin)
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
@@ -84,7 +83,6 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQ
 	l.br = bufio.NewReaderSize(&l.sr, readBufSize)
 	l.fs.pl = payload{br: l.br, progress: l.progress}
 	l.fs.maxMsg = t.dev.Caps().MaxMsgSize
-	l.spinFor.Store(int64(max(t.opts.PollSpin, 0)))
 	l.interruptFn = l.Interrupt
 	l.ws.init(l)
 	l.qw.init()

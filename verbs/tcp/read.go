@@ -378,8 +378,7 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 // interruptible, and it takes long enough that the hand-off matters less.
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
-	var spinEnd time.Time   // when polling the socket stops (Options.PollSpin)
-	var waitStart time.Time // when this frame's wait began, until the spin is judged
+	var spinEnd time.Time // when polling the socket stops (Options.PollSpin)
 	for {
 		if !sized && l.br.Buffered() >= HeaderLen {
 			b, _ := l.br.Peek(HeaderLen)
@@ -412,7 +411,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			// which costs more than the message.
 			now := time.Now()
 			if spinEnd.IsZero() {
-				waitStart, spinEnd = now, now.Add(time.Duration(l.spinFor.Load()))
+				spinEnd = now.Add(l.t.opts.PollSpin)
 			}
 			var got bool
 			if now.Before(spinEnd) {
@@ -459,43 +458,10 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 		if err != nil {
 			return err
 		}
-		if !waitStart.IsZero() {
-			// Bytes came after the poll gave up: would a longer poll
-			// have caught them?
-			l.spinFor.Store(int64(nextSpin(time.Duration(l.spinFor.Load()), l.t.opts.PollSpin, time.Since(waitStart))))
-			waitStart = time.Time{}
-		}
 		if large {
 			return l.readFrame()
 		}
 	}
-}
-
-// spinGrowMin is the shortest poll nextSpin grows a link's from nothing.
-const spinGrowMin = 10 * time.Microsecond
-
-// nextSpin adapts how long a link's waiter polls its socket (cur, at most
-// max, Options.PollSpin) once a wait outlasted the poll, the bytes coming
-// waited after it began: the way a hypervisor adapts its halt polling.
-// Polling is a system call after system call; on a busy machine the peer
-// that would answer is often not running, and every poll takes CPU time
-// from it and from the rest of the machine, so a poll that keeps missing
-// its reply makes both ends slower than sleeping. A reply that came
-// within max means a longer poll would have caught it: the poll doubles
-// (from spinGrowMin); one that came later halves it, down to no poll.
-// A poll that catches its reply leaves it as it is.
-func nextSpin(cur, limit, waited time.Duration) time.Duration {
-	if limit <= 0 {
-		return 0
-	}
-	floor := min(spinGrowMin, limit)
-	if waited <= limit {
-		return min(limit, max(cur*2, floor))
-	}
-	if cur /= 2; cur < floor {
-		cur = 0
-	}
-	return cur
 }
 
 // Interrupt implements softrc.Driver.

@@ -99,10 +99,7 @@ type Options struct {
 	// before it sleeps in the network poller: a reply within it is read
 	// without the wake-up (futex, epoll, scheduler), which on a VM costs
 	// more than the message. Each poll is a system call, so it only pays
-	// when this process has a CPU to itself. It is the longest poll: a
-	// link whose messages keep coming later than that polls less, down
-	// to not at all, until they come promptly again (see doc.go). Zero or
-	// negative: no polling.
+	// when this process has a CPU to itself. Zero or negative: no polling.
 	PollSpin time.Duration
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil is silent.
