@@ -72,6 +72,10 @@ func (c *call) track(r Request, buf []byte) *pendingReq {
 // trackIn is track with caller-provided storage.
 func (c *call) trackIn(p *pendingReq, r Request, buf []byte) *pendingReq {
 	*p = pendingReq{r: r, buf: buf}
+	if c.batching {
+		c.batch = append(c.batch, p)
+		return p
+	}
 	// Under e.mu, so that an abort either sees the request in pending
 	// (and cancels it) or has already stopped the call (and we cancel it).
 	c.e.mu.Lock()
@@ -82,6 +86,31 @@ func (c *call) trackIn(p *pendingReq, r Request, buf []byte) *pendingReq {
 		r.Cancel()
 	}
 	return p
+}
+
+// beginBatch defers the tracking of the requests the call posts next to
+// endBatch, which tracks them all under one lock: each lock is a locked
+// instruction or two, a good part of a small call's software. Nothing may
+// wait for a request between the two.
+func (c *call) beginBatch() { c.batching = true }
+
+// endBatch tracks the requests posted since beginBatch (see trackIn).
+func (c *call) endBatch() {
+	c.batching = false
+	if len(c.batch) == 0 {
+		return
+	}
+	c.e.mu.Lock()
+	c.pending = append(c.pending, c.batch...)
+	stopped := c.stopped
+	c.e.mu.Unlock()
+	if stopped {
+		for _, p := range c.batch {
+			p.r.Cancel()
+		}
+	}
+	clear(c.batch)
+	c.batch = c.batch[:0]
 }
 
 // wait waits for a tracked request and recycles its staging buffer.
@@ -104,7 +133,7 @@ func (m *outMsg) wait() error {
 	if m == nil {
 		return nil
 	}
-	m.c.e.act.waiting(m.c.world(m.peer))
+	m.c.noteWait(m.c.world(m.peer))
 	if _, err := m.hr.wait(m.c); err != nil {
 		return m.c.fail(m.peer, err)
 	}
@@ -153,7 +182,7 @@ func (m *inMsg) wait() error {
 	if m.hr.done {
 		return nil
 	}
-	c.e.act.waiting(c.world(m.peer))
+	c.noteWait(c.world(m.peer))
 	n, err := c.waitReq(m.hr.r)
 	m.hr.done = err == nil || c.ctx.Err() == nil
 	if err != nil {
@@ -214,11 +243,13 @@ func (c *call) check(peer int, h *header, count int64, nbytes int) *MismatchErro
 
 // sendrecv sends sbuf to dst and receives rbuf from src at once.
 func (c *call) sendrecv(dst int, sbuf []byte, scount int64, src int, rbuf []byte, rcount int64) error {
+	c.beginBatch()
 	r, err := c.recv(src, rbuf, rcount)
-	if err != nil {
-		return err
+	var s *outMsg
+	if err == nil {
+		s, err = c.send(dst, sbuf, scount)
 	}
-	s, err := c.send(dst, sbuf, scount)
+	c.endBatch()
 	if err != nil {
 		return err
 	}
