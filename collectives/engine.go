@@ -69,8 +69,13 @@ type Engine struct {
 
 	last Algorithm // algorithm of the latest call, for tests and tools
 
-	spare  *call      // the last call's records, for the next call to reuse (under mu)
-	recent [16]header // fingerprints of the latest calls, by seq, for late stall probes
+	// spare is the latest call's records, for the next call to reuse once
+	// that call has ended: end says so by storing its seq into act.done
+	// (its last step, without taking mu again), and spareSeq is the seq of
+	// the call that holds spare. Both under mu.
+	spare    *call
+	spareSeq uint32
+	recent   [16]header // fingerprints of the latest calls, by seq, for late stall probes
 
 	// The shared-memory algorithms' state (nil without a SharedRegion; set
 	// by New only). Calls that touch the region hold shmMu for reading;
@@ -420,10 +425,13 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	// The call's state is recycled from the previous call (calls on one
 	// Engine never overlap), with the capacity of its slices.
 	c := e.spare
-	e.spare = nil
-	if c == nil {
+	if c == nil || e.act.done.Load() != e.spareSeq {
+		// None yet, or still held (only a call that overlaps another, which
+		// fails below, finds it so): new records, which become the spare.
 		c = &call{callState: new(callState)}
+		e.spare = c
 	}
+	e.spareSeq = e.seq
 	st := c.callState
 	// Field by field rather than *st = callState{...}: the literal is
 	// built on the stack and copied, a tenth of a small call's software.
@@ -535,10 +543,10 @@ func (c *call) end(err error) error {
 	}
 	// From here on no watcher touches st (they look for e.cur), so the
 	// requests can be waited for and released without the lock.
-	if e.cur == st {
+	current := e.cur == st
+	if current {
 		e.cur = nil
 		e.recent[st.seq%uint32(len(e.recent))] = st.hdr
-		e.act.end(st.seq)
 	}
 	if err == nil {
 		e.okCalls = st.calls
@@ -573,10 +581,10 @@ func (c *call) end(err error) error {
 	if st.cancelFn != nil {
 		st.cancelFn()
 	}
-	if c.ranks == nil { // the call begin made, not a sub-phase's copy
-		e.mu.Lock()
-		e.spare = c
-		e.mu.Unlock()
+	if current {
+		// The call is over for Activity, and its records may serve the
+		// next call (see Engine.spare).
+		e.act.end(st.seq)
 	}
 	if err == nil {
 		return nil

@@ -9,7 +9,20 @@ type outMsg struct {
 	peer   int
 	hr, pr *pendingReq
 	reqs   [2]pendingReq // storage for hr and pr (one allocation per message)
+	own    []byte        // the record's staging buffer for small messages, kept across calls
 }
+
+// Staging buffers of small messages belong to the message records, which
+// the Engine recycles from call to call, instead of coming from the
+// scratch pools: a pool's Get and Put cost more than the copy they stage.
+// The records outlive every request that touches them (end waits for all
+// of a call's requests). A receive stage must hold any inline message
+// (hdrLen + InlineBytes; see recv), so only the first ownRecvRecords
+// receive records of a call keep one.
+const (
+	ownSendBytes   = 256
+	ownRecvRecords = 8
+)
 
 // send starts sending payload to view rank peer, announcing count (the
 // element count the receiver must agree with).
@@ -23,19 +36,28 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	if !h.split {
 		n += len(payload)
 	}
-	stage := scratch.get(n)
+	m := c.newOut()
+	m.c, m.peer = c, peer
+	var stage, pooled []byte
+	if n <= ownSendBytes {
+		if m.own == nil {
+			m.own = make([]byte, ownSendBytes)
+		}
+		stage = m.own[:n]
+	} else {
+		stage = scratch.get(n)
+		pooled = stage
+	}
 	h.encode(stage)
 	if !h.split {
 		copy(stage[dataHdrLen:], payload)
 	}
-	m := c.newOut()
-	m.c, m.peer = c, peer
 	r, err := c.e.g.Isend(wp, c.tag, stage)
 	if err != nil {
-		scratch.put(stage)
+		scratch.put(pooled)
 		return nil, c.fail(peer, err)
 	}
-	m.hr = c.trackIn(&m.reqs[0], r, stage)
+	m.hr = c.trackIn(&m.reqs[0], r, pooled)
 	if h.split {
 		r, err := c.e.g.Isend(wp, c.tag|1, payload)
 		if err != nil {
@@ -46,22 +68,26 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	return m, nil
 }
 
-// newOut returns a zeroed message record of this call.
-func (st *callState) newOut() *outMsg { return nextRecord(&st.outs, &st.nout) }
+// newOut returns a message record of this call, zeroed but for its own
+// staging buffer.
+func (st *callState) newOut() *outMsg {
+	if st.nout == len(st.outs) {
+		st.outs = append(st.outs, new(outMsg))
+	}
+	m := st.outs[st.nout]
+	st.nout++
+	*m = outMsg{own: m.own}
+	return m
+}
 
 // newIn is newOut for receives.
-func (st *callState) newIn() *inMsg { return nextRecord(&st.ins, &st.nin) }
-
-// nextRecord hands out (*list)[*n], zeroed, growing the list when every
-// record is in use.
-func nextRecord[T any](list *[]*T, n *int) *T {
-	if *n == len(*list) {
-		*list = append(*list, new(T))
+func (st *callState) newIn() *inMsg {
+	if st.nin == len(st.ins) {
+		st.ins = append(st.ins, new(inMsg))
 	}
-	m := (*list)[*n]
-	*n++
-	var zero T
-	*m = zero
+	m := st.ins[st.nin]
+	st.nin++
+	*m = inMsg{own: m.own}
 	return m
 }
 
@@ -152,6 +178,7 @@ type inMsg struct {
 	dst   []byte
 	count int64
 	stage []byte
+	own   []byte // the record's staging buffer, kept across calls (see ownRecvRecords)
 	hr    *pendingReq
 	req   pendingReq // storage for hr
 }
@@ -161,15 +188,26 @@ type inMsg struct {
 func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 	// Room for a peer's 64-byte fingerprint too (Debug on that rank only),
 	// so that it is reported as what it is rather than truncated.
-	stage := scratch.get(hdrLen + c.e.opts.inline())
+	n := hdrLen + c.e.opts.inline()
+	m := c.newIn()
+	var stage, pooled []byte
+	switch {
+	case len(m.own) == n:
+		stage = m.own
+	case c.nin <= ownRecvRecords:
+		m.own = make([]byte, n)
+		stage = m.own
+	default:
+		stage = scratch.get(n)
+		pooled = stage
+	}
 	r, err := c.e.g.Irecv(c.world(peer), c.tag, stage)
 	if err != nil {
-		scratch.put(stage)
+		scratch.put(pooled)
 		return nil, c.fail(peer, err)
 	}
-	m := c.newIn()
 	m.c, m.peer, m.dst, m.count, m.stage = c, peer, dst, count, stage
-	m.hr = c.trackIn(&m.req, r, stage)
+	m.hr = c.trackIn(&m.req, r, pooled)
 	return m, nil
 }
 
@@ -188,7 +226,7 @@ func (m *inMsg) wait() error {
 	if err != nil {
 		return c.fail(m.peer, err)
 	}
-	defer func() { scratch.put(m.stage); m.hr.buf = nil }()
+	defer func() { scratch.put(m.hr.buf); m.hr.buf = nil }() // a pooled stage (nil: the record's own)
 	var h header
 	if !h.decode(m.stage[:n]) || h.kind != kindData {
 		return c.fail(m.peer, fmt.Errorf("%w: malformed header (%d bytes)", ErrProtocol, n))
