@@ -76,7 +76,8 @@ func (st *callState) newOut() *outMsg {
 	}
 	m := st.outs[st.nout]
 	st.nout++
-	*m = outMsg{own: m.own}
+	m.c, m.peer, m.hr, m.pr = nil, 0, nil, nil
+	m.reqs[0], m.reqs[1] = pendingReq{}, pendingReq{}
 	return m
 }
 
@@ -87,7 +88,8 @@ func (st *callState) newIn() *inMsg {
 	}
 	m := st.ins[st.nin]
 	st.nin++
-	*m = inMsg{own: m.own}
+	m.c, m.peer, m.dst, m.count, m.stage, m.hr = nil, 0, nil, 0, nil, nil
+	m.req = pendingReq{}
 	return m
 }
 
@@ -97,7 +99,9 @@ func (c *call) track(r Request, buf []byte) *pendingReq {
 
 // trackIn is track with caller-provided storage.
 func (c *call) trackIn(p *pendingReq, r Request, buf []byte) *pendingReq {
-	*p = pendingReq{r: r, buf: buf}
+	// Field by field: a composite literal is built on the stack and copied,
+	// which stalls on the copy's load (the same in newOut and newIn).
+	p.r, p.done, p.buf = r, false, buf
 	if c.batching {
 		c.batch = append(c.batch, p)
 		return p
