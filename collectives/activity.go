@@ -6,14 +6,16 @@ import (
 )
 
 // activity is the Engine's record of the call it runs, for tools that
-// ask a stuck job where each rank waits (see Engine.Activity). The hot
-// path pays three atomic stores and a monotonic clock reading per call,
-// and one store per wait; readers may see a record mid-update and retry
-// (seq is stored last by begin).
+// ask a stuck job where each rank waits (see Engine.Activity). Every
+// atomic store costs a locked instruction, a good part of a small call's
+// software, so the hot path pays two stores and a monotonic clock reading
+// per call, one when it ends, and one when a call starts waiting for
+// another peer than the one it waited for last. Readers may see a record
+// mid-update and retry (call is stored last by begin).
 type activity struct {
-	seq   atomic.Uint32 // the latest call begun; 0: none yet
+	call  atomic.Uint64 // seq | Collective<<32 | Algorithm<<40 of the latest call begun; 0: none yet
 	done  atomic.Uint32 // the latest call ended
-	what  atomic.Uint64 // Collective | Algorithm<<8 of call seq, and <<32 the group rank it waits for (-1 unknown)
+	peer  atomic.Uint64 // seq | group rank<<32: whom call seq waits for (a record of an older seq: not known)
 	since atomic.Int64  // when call seq began, as time since epoch
 }
 
@@ -22,16 +24,25 @@ type activity struct {
 var epoch = time.Now()
 
 func (a *activity) begin(seq uint32, coll Collective, alg Algorithm) {
-	a.what.Store(uint64(coll) | uint64(alg)<<8 | uint64(0xffffffff)<<32)
 	a.since.Store(int64(time.Since(epoch)))
-	a.seq.Store(seq)
+	a.call.Store(uint64(seq) | uint64(coll)<<32 | uint64(alg)<<40)
 }
 
 func (a *activity) end(seq uint32) { a.done.Store(seq) }
 
-// waiting records that the running call now waits for group rank peer.
-func (a *activity) waiting(peer int) {
-	a.what.Store(a.what.Load()&0xffffffff | uint64(uint32(int32(peer)))<<32)
+// waiting records that call seq now waits for group rank peer.
+func (a *activity) waiting(seq uint32, peer int) {
+	a.peer.Store(uint64(seq) | uint64(uint32(int32(peer)))<<32)
+}
+
+// noteWait is activity.waiting for this call, skipped when the call
+// waited for peer last already (an exchange waits for its receive and
+// its send, from and to the same peer).
+func (c *call) noteWait(peer int) {
+	if c.waitPeer != peer+1 {
+		c.waitPeer = peer + 1
+		c.e.act.waiting(c.seq, peer)
+	}
 }
 
 // Activity is what an Engine is doing, as Engine.Activity reports it.
@@ -49,21 +60,26 @@ type Activity struct {
 func (e *Engine) Activity() Activity {
 	a := &e.act
 	for range 8 {
-		seq := a.seq.Load()
-		what, since := a.what.Load(), a.since.Load()
+		w := a.call.Load()
+		since, pw := a.since.Load(), a.peer.Load()
 		done := a.done.Load()
-		if a.seq.Load() != seq {
+		if a.call.Load() != w {
 			continue // a call began meanwhile
 		}
+		seq := uint32(w)
 		if seq == 0 {
 			return Activity{Peer: -1}
 		}
+		peer := -1
+		if uint32(pw) == seq {
+			peer = int(int32(uint32(pw >> 32)))
+		}
 		return Activity{
 			Running:   done != seq,
-			Op:        Collective(what & 0xff).String(),
+			Op:        Collective(w >> 32 & 0xff).String(),
 			Seq:       seq,
-			Algorithm: Algorithm(what >> 8 & 0xff).String(),
-			Peer:      int(int32(uint32(what >> 32))),
+			Algorithm: Algorithm(w >> 40 & 0xff).String(),
+			Peer:      peer,
 			Since:     epoch.Add(time.Duration(since)),
 		}
 	}

@@ -11,7 +11,7 @@ func BenchmarkActivityRecord(b *testing.B) {
 	for b.Loop() {
 		seq++
 		a.begin(seq, CollAllreduce, Ring)
-		a.waiting(1)
+		a.waiting(seq, 1)
 		a.end(seq)
 	}
 }

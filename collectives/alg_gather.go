@@ -86,18 +86,25 @@ func (c *call) allgatherBruck(buf []byte) error {
 // messages instead of p−1 dependent steps. Small blocks, few ranks.
 func (c *call) allgatherLinear(buf []byte) error {
 	p := c.n
-	ins := c.nin
-	for s := 1; s < p; s++ {
-		src := mod(c.me-s, p)
-		if _, err := c.recv(src, c.rblock(buf, src), c.h.count); err != nil {
-			return err
+	ins, outs := c.nin, c.nout
+	c.beginBatch()
+	err := func() error {
+		for s := 1; s < p; s++ {
+			src := mod(c.me-s, p)
+			if _, err := c.recv(src, c.rblock(buf, src), c.h.count); err != nil {
+				return err
+			}
 		}
-	}
-	outs := c.nout
-	for s := 1; s < p; s++ {
-		if _, err := c.send(mod(c.me+s, p), c.rblock(buf, c.me), c.h.count); err != nil {
-			return err
+		for s := 1; s < p; s++ {
+			if _, err := c.send(mod(c.me+s, p), c.rblock(buf, c.me), c.h.count); err != nil {
+				return err
+			}
 		}
+		return nil
+	}()
+	c.endBatch()
+	if err != nil {
+		return err
 	}
 	return c.waitBatch(ins, outs)
 }
@@ -348,19 +355,26 @@ func (c *call) alltoallPairwise(send, recv []byte) error {
 func (c *call) alltoallLinear(send, recv []byte) error {
 	p := c.n
 	copy(c.rblock(recv, c.me), c.rblock(send, c.me))
-	ins := c.nin
-	for s := 1; s < p; s++ {
-		src := mod(c.me-s, p)
-		if _, err := c.recv(src, c.rblock(recv, src), c.h.count); err != nil {
-			return err
+	ins, outs := c.nin, c.nout
+	c.beginBatch()
+	err := func() error {
+		for s := 1; s < p; s++ {
+			src := mod(c.me-s, p)
+			if _, err := c.recv(src, c.rblock(recv, src), c.h.count); err != nil {
+				return err
+			}
 		}
-	}
-	outs := c.nout
-	for s := 1; s < p; s++ {
-		dst := mod(c.me+s, p)
-		if _, err := c.send(dst, c.rblock(send, dst), c.h.count); err != nil {
-			return err
+		for s := 1; s < p; s++ {
+			dst := mod(c.me+s, p)
+			if _, err := c.send(dst, c.rblock(send, dst), c.h.count); err != nil {
+				return err
+			}
 		}
+		return nil
+	}()
+	c.endBatch()
+	if err != nil {
+		return err
 	}
 	return c.waitBatch(ins, outs)
 }

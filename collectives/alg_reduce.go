@@ -201,33 +201,29 @@ func (c *call) orderedReduceScatter(buf []byte) error {
 	bl := len(mine)
 	tmp := c.get(bl * p)
 	slot := func(r int) []byte { return tmp[r*bl : (r+1)*bl] }
-	recvs := make([]*inMsg, 0, p-1)
-	for s := 1; s < p; s++ {
-		src := mod(c.me-s, p)
-		r, err := c.recv(src, slot(src), c.h.count)
-		if err != nil {
-			return err
+	ins, outs := c.nin, c.nout
+	c.beginBatch()
+	err := func() error {
+		for s := 1; s < p; s++ {
+			src := mod(c.me-s, p)
+			if _, err := c.recv(src, slot(src), c.h.count); err != nil {
+				return err
+			}
 		}
-		recvs = append(recvs, r)
+		for s := 1; s < p; s++ {
+			dst := mod(c.me+s, p)
+			if _, err := c.send(dst, block(buf, es, cnt, p, dst), c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	c.endBatch()
+	if err != nil {
+		return err
 	}
-	sends := make([]*outMsg, 0, p-1)
-	for s := 1; s < p; s++ {
-		dst := mod(c.me+s, p)
-		m, err := c.send(dst, block(buf, es, cnt, p, dst), c.h.count)
-		if err != nil {
-			return err
-		}
-		sends = append(sends, m)
-	}
-	for _, r := range recvs {
-		if err := r.wait(); err != nil {
-			return err
-		}
-	}
-	for _, s := range sends {
-		if err := s.wait(); err != nil {
-			return err
-		}
+	if err := c.waitBatch(ins, outs); err != nil {
+		return err
 	}
 	copy(slot(c.me), mine)
 	acc := slot(0)

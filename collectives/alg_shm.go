@@ -487,7 +487,7 @@ func (c *call) shmWait(peer int, cond func() bool) error {
 		if !started {
 			started = true
 			c.armProbe()
-			e.act.waiting(peer)
+			c.noteWait(peer)
 		}
 		return nil
 	}

@@ -19,7 +19,13 @@ func blocks(buf []byte, esize, count, p, i, j int) []byte {
 	return buf[s*esize : e*esize]
 }
 
-func mod(a, p int) int { return ((a % p) + p) % p }
+// mod is a mod p in [0, p), with one division.
+func mod(a, p int) int {
+	if a %= p; a < 0 {
+		a += p
+	}
+	return a
+}
 
 // fold describes how a non-power-of-two rank count p joins a
 // power-of-two algorithm: the first 2·rem ranks pair up (even into odd), so

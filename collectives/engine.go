@@ -69,8 +69,13 @@ type Engine struct {
 
 	last Algorithm // algorithm of the latest call, for tests and tools
 
-	spare  *call      // the last call's records, for the next call to reuse (under mu)
-	recent [16]header // fingerprints of the latest calls, by seq, for late stall probes
+	// spare is the latest call's records, for the next call to reuse once
+	// that call has ended: end says so by storing its seq into act.done
+	// (its last step, without taking mu again), and spareSeq is the seq of
+	// the call that holds spare. Both under mu.
+	spare    *call
+	spareSeq uint32
+	recent   [16]header // fingerprints of the latest calls, by seq, for late stall probes
 
 	// The shared-memory algorithms' state (nil without a SharedRegion; set
 	// by New only). Calls that touch the region hold shmMu for reading;
@@ -361,6 +366,10 @@ type callState struct {
 	alg      Algorithm
 	abort    error // a peer's abort (mismatch or invalid arguments), under e.mu
 	pending  []*pendingReq
+	// batch holds requests posted while batching, tracked together by
+	// endBatch with one lock instead of one per request.
+	batch    []*pendingReq
+	batching bool
 	scratch  [][]byte // pooled buffers, released once no request can touch them
 	hdr      header   // the call's fingerprint, for stall probes
 
@@ -371,6 +380,7 @@ type callState struct {
 	nout, nin int
 
 	probeArmed bool // the Engine's probe timer runs for this call; under e.mu
+	waitPeer   int  // 1 + the group rank the call waited for last (noteWait); 0: none yet
 
 	// waited is the Background flag of the caller's ctx (nil: a blocking
 	// call): while it is false, the call's waits sleep instead of spinning.
@@ -415,14 +425,24 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	// The call's state is recycled from the previous call (calls on one
 	// Engine never overlap), with the capacity of its slices.
 	c := e.spare
-	e.spare = nil
-	if c == nil {
+	if c == nil || e.act.done.Load() != e.spareSeq {
+		// None yet, or still held (only a call that overlaps another, which
+		// fails below, finds it so): new records, which become the spare.
 		c = &call{callState: new(callState)}
+		e.spare = c
 	}
+	e.spareSeq = e.seq
 	st := c.callState
-	*st = callState{e: e, parent: ctx, seq: e.seq, calls: e.calls, op: coll.String(), alg: alg,
-		pending: st.pending[:0], scratch: st.scratch[:0], outs: st.outs, ins: st.ins}
-	st.ctx = ctx
+	// Field by field rather than *st = callState{...}: the literal is
+	// built on the stack and copied, a tenth of a small call's software.
+	if st.stopped {
+		st.halted.Store(false)
+	}
+	st.e, st.parent, st.ctx, st.cancelFn = e, ctx, ctx, nil
+	st.stopped, st.calls, st.shmHeld, st.seq = false, e.calls, false, e.seq
+	st.op, st.alg, st.abort = coll.String(), alg, nil
+	st.pending, st.scratch, st.batch, st.batching = st.pending[:0], st.scratch[:0], st.batch[:0], false
+	st.nout, st.nin, st.probeArmed, st.waitPeer = 0, 0, false, 0
 	st.waited, _ = ctx.Value(backgroundKey{}).(*Waited)
 	st.hdr = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
 	var early *MismatchError // a stall probe that arrived before this call began
@@ -456,7 +476,8 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	}
 	e.mu.Unlock()
 	e.act.begin(st.seq, coll, alg)
-	*c = call{callState: st, me: e.rank, n: e.size, kern: kern, esize: esize, vec: int(count)}
+	c.callState, c.ranks, c.me, c.n = st, nil, e.rank, e.size
+	c.kern, c.esize, c.vec = kern, esize, int(count)
 	c.h = st.hdr
 	c.tag = int(st.seq&(1<<29-1)) << 1
 	if early != nil {
@@ -522,10 +543,10 @@ func (c *call) end(err error) error {
 	}
 	// From here on no watcher touches st (they look for e.cur), so the
 	// requests can be waited for and released without the lock.
-	if e.cur == st {
+	current := e.cur == st
+	if current {
 		e.cur = nil
 		e.recent[st.seq%uint32(len(e.recent))] = st.hdr
-		e.act.end(st.seq)
 	}
 	if err == nil {
 		e.okCalls = st.calls
@@ -560,10 +581,10 @@ func (c *call) end(err error) error {
 	if st.cancelFn != nil {
 		st.cancelFn()
 	}
-	if c.ranks == nil { // the call begin made, not a sub-phase's copy
-		e.mu.Lock()
-		e.spare = c
-		e.mu.Unlock()
+	if current {
+		// The call is over for Activity, and its records may serve the
+		// next call (see Engine.spare).
+		e.act.end(st.seq)
 	}
 	if err == nil {
 		return nil

@@ -9,7 +9,20 @@ type outMsg struct {
 	peer   int
 	hr, pr *pendingReq
 	reqs   [2]pendingReq // storage for hr and pr (one allocation per message)
+	own    []byte        // the record's staging buffer for small messages, kept across calls
 }
+
+// Staging buffers of small messages belong to the message records, which
+// the Engine recycles from call to call, instead of coming from the
+// scratch pools: a pool's Get and Put cost more than the copy they stage.
+// The records outlive every request that touches them (end waits for all
+// of a call's requests). A receive stage must hold any inline message
+// (hdrLen + InlineBytes; see recv), so only the first ownRecvRecords
+// receive records of a call keep one.
+const (
+	ownSendBytes   = 256
+	ownRecvRecords = 8
+)
 
 // send starts sending payload to view rank peer, announcing count (the
 // element count the receiver must agree with).
@@ -23,19 +36,28 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	if !h.split {
 		n += len(payload)
 	}
-	stage := scratch.get(n)
+	m := c.newOut()
+	m.c, m.peer = c, peer
+	var stage, pooled []byte
+	if n <= ownSendBytes {
+		if m.own == nil {
+			m.own = make([]byte, ownSendBytes)
+		}
+		stage = m.own[:n]
+	} else {
+		stage = scratch.get(n)
+		pooled = stage
+	}
 	h.encode(stage)
 	if !h.split {
 		copy(stage[dataHdrLen:], payload)
 	}
-	m := c.newOut()
-	m.c, m.peer = c, peer
 	r, err := c.e.g.Isend(wp, c.tag, stage)
 	if err != nil {
-		scratch.put(stage)
+		scratch.put(pooled)
 		return nil, c.fail(peer, err)
 	}
-	m.hr = c.trackIn(&m.reqs[0], r, stage)
+	m.hr = c.trackIn(&m.reqs[0], r, pooled)
 	if h.split {
 		r, err := c.e.g.Isend(wp, c.tag|1, payload)
 		if err != nil {
@@ -46,22 +68,28 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	return m, nil
 }
 
-// newOut returns a zeroed message record of this call.
-func (st *callState) newOut() *outMsg { return nextRecord(&st.outs, &st.nout) }
+// newOut returns a message record of this call, zeroed but for its own
+// staging buffer.
+func (st *callState) newOut() *outMsg {
+	if st.nout == len(st.outs) {
+		st.outs = append(st.outs, new(outMsg))
+	}
+	m := st.outs[st.nout]
+	st.nout++
+	m.c, m.peer, m.hr, m.pr = nil, 0, nil, nil
+	m.reqs[0], m.reqs[1] = pendingReq{}, pendingReq{}
+	return m
+}
 
 // newIn is newOut for receives.
-func (st *callState) newIn() *inMsg { return nextRecord(&st.ins, &st.nin) }
-
-// nextRecord hands out (*list)[*n], zeroed, growing the list when every
-// record is in use.
-func nextRecord[T any](list *[]*T, n *int) *T {
-	if *n == len(*list) {
-		*list = append(*list, new(T))
+func (st *callState) newIn() *inMsg {
+	if st.nin == len(st.ins) {
+		st.ins = append(st.ins, new(inMsg))
 	}
-	m := (*list)[*n]
-	*n++
-	var zero T
-	*m = zero
+	m := st.ins[st.nin]
+	st.nin++
+	m.c, m.peer, m.dst, m.count, m.stage, m.hr = nil, 0, nil, 0, nil, nil
+	m.req = pendingReq{}
 	return m
 }
 
@@ -71,7 +99,13 @@ func (c *call) track(r Request, buf []byte) *pendingReq {
 
 // trackIn is track with caller-provided storage.
 func (c *call) trackIn(p *pendingReq, r Request, buf []byte) *pendingReq {
-	*p = pendingReq{r: r, buf: buf}
+	// Field by field: a composite literal is built on the stack and copied,
+	// which stalls on the copy's load (the same in newOut and newIn).
+	p.r, p.done, p.buf = r, false, buf
+	if c.batching {
+		c.batch = append(c.batch, p)
+		return p
+	}
 	// Under e.mu, so that an abort either sees the request in pending
 	// (and cancels it) or has already stopped the call (and we cancel it).
 	c.e.mu.Lock()
@@ -82,6 +116,31 @@ func (c *call) trackIn(p *pendingReq, r Request, buf []byte) *pendingReq {
 		r.Cancel()
 	}
 	return p
+}
+
+// beginBatch defers the tracking of the requests the call posts next to
+// endBatch, which tracks them all under one lock: each lock is a locked
+// instruction or two, a good part of a small call's software. Nothing may
+// wait for a request between the two.
+func (c *call) beginBatch() { c.batching = true }
+
+// endBatch tracks the requests posted since beginBatch (see trackIn).
+func (c *call) endBatch() {
+	c.batching = false
+	if len(c.batch) == 0 {
+		return
+	}
+	c.e.mu.Lock()
+	c.pending = append(c.pending, c.batch...)
+	stopped := c.stopped
+	c.e.mu.Unlock()
+	if stopped {
+		for _, p := range c.batch {
+			p.r.Cancel()
+		}
+	}
+	clear(c.batch)
+	c.batch = c.batch[:0]
 }
 
 // wait waits for a tracked request and recycles its staging buffer.
@@ -104,7 +163,7 @@ func (m *outMsg) wait() error {
 	if m == nil {
 		return nil
 	}
-	m.c.e.act.waiting(m.c.world(m.peer))
+	m.c.noteWait(m.c.world(m.peer))
 	if _, err := m.hr.wait(m.c); err != nil {
 		return m.c.fail(m.peer, err)
 	}
@@ -123,6 +182,7 @@ type inMsg struct {
 	dst   []byte
 	count int64
 	stage []byte
+	own   []byte // the record's staging buffer, kept across calls (see ownRecvRecords)
 	hr    *pendingReq
 	req   pendingReq // storage for hr
 }
@@ -132,15 +192,26 @@ type inMsg struct {
 func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 	// Room for a peer's 64-byte fingerprint too (Debug on that rank only),
 	// so that it is reported as what it is rather than truncated.
-	stage := scratch.get(hdrLen + c.e.opts.inline())
+	n := hdrLen + c.e.opts.inline()
+	m := c.newIn()
+	var stage, pooled []byte
+	switch {
+	case len(m.own) == n:
+		stage = m.own
+	case c.nin <= ownRecvRecords:
+		m.own = make([]byte, n)
+		stage = m.own
+	default:
+		stage = scratch.get(n)
+		pooled = stage
+	}
 	r, err := c.e.g.Irecv(c.world(peer), c.tag, stage)
 	if err != nil {
-		scratch.put(stage)
+		scratch.put(pooled)
 		return nil, c.fail(peer, err)
 	}
-	m := c.newIn()
 	m.c, m.peer, m.dst, m.count, m.stage = c, peer, dst, count, stage
-	m.hr = c.trackIn(&m.req, r, stage)
+	m.hr = c.trackIn(&m.req, r, pooled)
 	return m, nil
 }
 
@@ -153,13 +224,13 @@ func (m *inMsg) wait() error {
 	if m.hr.done {
 		return nil
 	}
-	c.e.act.waiting(c.world(m.peer))
+	c.noteWait(c.world(m.peer))
 	n, err := c.waitReq(m.hr.r)
 	m.hr.done = err == nil || c.ctx.Err() == nil
 	if err != nil {
 		return c.fail(m.peer, err)
 	}
-	defer func() { scratch.put(m.stage); m.hr.buf = nil }()
+	defer func() { scratch.put(m.hr.buf); m.hr.buf = nil }() // a pooled stage (nil: the record's own)
 	var h header
 	if !h.decode(m.stage[:n]) || h.kind != kindData {
 		return c.fail(m.peer, fmt.Errorf("%w: malformed header (%d bytes)", ErrProtocol, n))
@@ -214,11 +285,13 @@ func (c *call) check(peer int, h *header, count int64, nbytes int) *MismatchErro
 
 // sendrecv sends sbuf to dst and receives rbuf from src at once.
 func (c *call) sendrecv(dst int, sbuf []byte, scount int64, src int, rbuf []byte, rcount int64) error {
+	c.beginBatch()
 	r, err := c.recv(src, rbuf, rcount)
-	if err != nil {
-		return err
+	var s *outMsg
+	if err == nil {
+		s, err = c.send(dst, sbuf, scount)
 	}
-	s, err := c.send(dst, sbuf, scount)
+	c.endBatch()
 	if err != nil {
 		return err
 	}

@@ -1025,36 +1025,73 @@ func (c *Comm) check(op string) error {
 // they were called (blocking and non-blocking alike), which is the order
 // every rank must call them in. A call that finds the queue idle takes its
 // turn without allocating; only calls that must wait get a channel.
+//
+// The idle case is one compare-and-swap to take the turn and one to give
+// it back (a mutex would cost two locked instructions each): state is
+// qIdle, qBusy (a turn runs, nobody waits) or qQueued (a turn runs and
+// waiting is not empty). Only qIdle↔qBusy changes happen outside mu;
+// everything that touches waiting, or leaves or enters qQueued, holds mu.
 type queue struct {
+	state   atomic.Int32
 	mu      sync.Mutex
-	busy    bool            // a turn runs
 	waiting []chan struct{} // turns taken while busy, in order; closed when theirs comes
 }
+
+const (
+	qIdle int32 = iota
+	qBusy
+	qQueued
+)
 
 // take reserves the next turn: nil means it is this caller's already,
 // otherwise the channel is closed when it is (see wait).
 func (q *queue) take() chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.busy {
-		q.busy = true
+	if q.state.CompareAndSwap(qIdle, qBusy) {
 		return nil
 	}
-	ch := make(chan struct{})
-	q.waiting = append(q.waiting, ch)
-	return ch
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for {
+		switch q.state.Load() {
+		case qIdle: // the turn ended meanwhile
+			if q.state.CompareAndSwap(qIdle, qBusy) {
+				return nil
+			}
+		case qBusy:
+			if !q.state.CompareAndSwap(qBusy, qQueued) {
+				continue // ended meanwhile
+			}
+			fallthrough
+		case qQueued:
+			ch := make(chan struct{})
+			q.waiting = append(q.waiting, ch)
+			return ch
+		}
+	}
 }
 
 // done ends the current turn and hands it to the next in line.
 func (q *queue) done() {
+	if q.state.CompareAndSwap(qBusy, qIdle) {
+		return
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.passLocked()
+}
+
+// passLocked hands the turn, which the caller holds, to the next in line,
+// or leaves the queue idle. The caller holds mu.
+func (q *queue) passLocked() {
 	if len(q.waiting) == 0 {
-		q.busy = false
+		q.state.Store(qIdle)
 		return
 	}
 	next := q.waiting[0]
 	q.waiting = q.waiting[1:]
+	if len(q.waiting) == 0 {
+		q.state.Store(qBusy)
+	}
 	close(next)
 }
 
@@ -1079,10 +1116,12 @@ func (q *queue) wait(ctx context.Context, turn chan struct{}) error {
 	i := slices.Index(q.waiting, turn)
 	if i >= 0 {
 		q.waiting = slices.Delete(q.waiting, i, i+1)
+		if len(q.waiting) == 0 {
+			q.state.Store(qBusy) // the turn that runs stays taken
+		}
+	} else {
+		q.passLocked() // the turn had come: pass it on
 	}
 	q.mu.Unlock()
-	if i < 0 {
-		q.done() // the turn had come: pass it on
-	}
 	return fmt.Errorf("waiting for this communicator's earlier collectives: %w", ctx.Err())
 }

@@ -2,6 +2,8 @@ package comm
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -71,4 +73,50 @@ func testQueue(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the turn was not passed on")
 	}
+}
+
+// TestQueueExclusive: goroutines that take turns concurrently, some of
+// them giving up, never run two turns at once, and every turn that waits
+// comes (the idle fast path and the waiting line hand the turn over
+// without losing or doubling it).
+func TestQueueExclusive(t *testing.T) {
+	var q queue
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	const workers, turns = 4, 2000
+	var running, ran atomic.Int32
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for i := range turns {
+				c := ctx
+				if (w+i)%7 == 0 {
+					c = gone // gives up unless the turn is its already
+				}
+				if err := q.wait(c, q.take()); err != nil {
+					if c == gone {
+						continue
+					}
+					errs <- err
+					return
+				}
+				if n := running.Add(1); n != 1 {
+					errs <- fmt.Errorf("%d turns at once", n)
+					return
+				}
+				ran.Add(1)
+				running.Add(-1)
+				q.done()
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		require.NoError(t, <-errs)
+	}
+	require.Positive(t, ran.Load())
+	require.Nil(t, q.take(), "idle at the end")
+	q.done()
 }
