@@ -48,6 +48,15 @@ type Model struct {
 	// blocks in place needs two synchronisations a round, far fewer than a
 	// ring's 2(p−1) steps when ranks share cores).
 	ShmAllreduceMax int
+	// ShmReduceMax: the shared-memory reduce up to this size (above the
+	// fold thresholds the ranks fold a block each and the root gathers
+	// them, against a tree whose root folds every byte).
+	ShmReduceMax int
+	// ShmAllgatherMax, ShmAlltoallMax: the shared-memory allgather and
+	// alltoall up to these sizes (every rank copies its data into its
+	// slots once and every other rank copies out what it needs, against
+	// p−1 messages or log p steps through p2p).
+	ShmAllgatherMax, ShmAlltoallMax int
 	// ShmBcast2Max: the two-rank shared-memory bcast up to this size (the
 	// root copies one piece in while the reader copies the previous out).
 	ShmBcast2Max int
@@ -63,10 +72,11 @@ type Model struct {
 	// wins. Each system call costs a few µs before it copies anything.
 	ShmSplitMin, ShmSplitMax       int
 	ShmSplitGapMin, ShmSplitGapMax int
-	// ShmFoldBytes: above this size the shared-memory allreduce of more
-	// than two ranks reduces blocks and gathers them instead of having
-	// every rank read every chunk; ShmFoldBytes2 is the same for two
-	// ranks, which save less by folding (each reads one other chunk).
+	// ShmFoldBytes: above this size the shared-memory allreduce and reduce
+	// of more than two ranks reduce blocks and gather them instead of
+	// having every rank (the root) read every chunk; ShmFoldBytes2 is the
+	// same for two ranks, which save less by folding (each reads one other
+	// chunk).
 	ShmFoldBytes, ShmFoldBytes2 int
 	// ShmPipeBytes: above this size the shared-memory allreduce of all
 	// chunks moves in pieces (of at least ShmPieceMin, an eighth of the
@@ -90,6 +100,9 @@ var defModel = Model{
 	PostOverlap:     0.25,
 	ShmSmallBytes:   64 << 10,
 	ShmAllreduceMax: math.MaxInt,
+	ShmReduceMax:    math.MaxInt,
+	ShmAllgatherMax: math.MaxInt,
+	ShmAlltoallMax:  math.MaxInt,
 	ShmBcast2Max:    math.MaxInt,
 	ShmReadMin:      32 << 10,
 	ShmReadMax:      128 << 10,
@@ -134,6 +147,8 @@ func (m Model) withDefaults() Model {
 	setF(&m.PostOverlap, d.PostOverlap)
 	for _, f := range [...]struct{ v, d *int }{
 		{&m.ShmSmallBytes, &d.ShmSmallBytes}, {&m.ShmAllreduceMax, &d.ShmAllreduceMax},
+		{&m.ShmReduceMax, &d.ShmReduceMax}, {&m.ShmAllgatherMax, &d.ShmAllgatherMax},
+		{&m.ShmAlltoallMax, &d.ShmAlltoallMax},
 		{&m.ShmBcast2Max, &d.ShmBcast2Max}, {&m.ShmReadMin, &d.ShmReadMin},
 		{&m.ShmReadMax, &d.ShmReadMax}, {&m.ShmSplitMin, &d.ShmSplitMin},
 		{&m.ShmSplitMax, &d.ShmSplitMax}, {&m.ShmSplitGapMin, &d.ShmSplitGapMin},
@@ -495,7 +510,8 @@ func (e *Engine) Model() Model { return e.model }
 
 // shmPays says whether the shared-memory algorithms run c of nbytes on p
 // ranks at no cost (pr: the region is a PeerReader): up to ShmSmallBytes
-// every one; allreduce up to ShmAllreduceMax; a bcast of two ranks up to
+// every one; allreduce up to ShmAllreduceMax; reduce up to ShmReduceMax;
+// allgather and alltoall up to ShmAllgatherMax and ShmAlltoallMax; a bcast of two ranks up to
 // ShmBcast2Max, of more up to ShmReadMax where readers copy the root's
 // buffer themselves. Past those, a bcast of more ranks keeps p2p's trees,
 // whose senders work in parallel.
@@ -505,6 +521,12 @@ func (m *Model) shmPays(c Collective, p int, pr bool, nbytes int) bool {
 		return true
 	case c == CollAllreduce:
 		return nbytes <= m.ShmAllreduceMax
+	case c == CollReduce:
+		return nbytes <= m.ShmReduceMax
+	case c == CollAllgather:
+		return nbytes <= m.ShmAllgatherMax
+	case c == CollAlltoall:
+		return nbytes <= m.ShmAlltoallMax
 	case c == CollBcast && p == 2:
 		return nbytes <= m.ShmBcast2Max
 	case c == CollBcast && pr:
@@ -525,9 +547,9 @@ func (m *Model) bcastSplits(n int) bool {
 	return n > m.ShmSplitMin && n <= m.ShmSplitMax && !(n > m.ShmSplitGapMin && n <= m.ShmSplitGapMax)
 }
 
-// shmFolds says whether a shared-memory allreduce of n bytes on p ranks
-// folds blocks and gathers them (allreduceShmRS) rather than have every
-// rank fold every chunk.
+// shmFolds says whether a shared-memory allreduce or reduce of n bytes
+// on p ranks folds blocks and gathers them (allreduceShmRS, reduceShmRS)
+// rather than have every rank (the root) fold every chunk.
 func (m *Model) shmFolds(p, n int) bool {
 	return n > m.ShmFoldBytes && p > 2 || n > m.ShmFoldBytes2
 }

@@ -168,7 +168,7 @@ func propSizes(r *rand.Rand, e *collectives.Engine) []int {
 		sizes = append(sizes, int(logUniform(r, 1, 256<<20)))
 	}
 	m := e.Model()
-	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmBcast2Max, m.ShmReadMax, m.HierBigBytes}
+	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmReduceMax, m.ShmAllgatherMax, m.ShmAlltoallMax, m.ShmBcast2Max, m.ShmReadMax, m.HierBigBytes}
 	for range 3 {
 		sizes = appendAround(sizes, th[r.IntN(len(th))])
 	}
@@ -347,7 +347,10 @@ func TestTuningMovesChoice(t *testing.T) {
 			tune string
 			edge int
 		}{
-			{3, collectives.CollReduce, fmt.Sprintf("shm_small_bytes=%d", small), small},
+			{3, collectives.CollReduce, fmt.Sprintf("shm_small_bytes=%d,shm_reduce_max=%d", small, upper), upper},
+			{3, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_read_max=-1", small), small},
+			{3, collectives.CollAllgather, fmt.Sprintf("shm_small_bytes=%d,shm_allgather_max=%d", small, upper), upper},
+			{2, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d", small, upper), upper},
 			{3, collectives.CollBarrier, fmt.Sprintf("shm_small_bytes=%d", small), -1}, // 0 bytes: always inside
 			{3, collectives.CollAllreduce, fmt.Sprintf("shm_small_bytes=%d,shm_allreduce_max=%d", small, upper), upper},
 			{2, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_bcast2_max=%d", small, upper), upper},
