@@ -524,6 +524,13 @@ func (c *call) shmStopped(peer int) error {
 		if ab := c.abortErr(); ab != nil {
 			return c.failAbort()
 		}
+		// The group may have failed since the look above, and r left
+		// because of it: the loss is the cause, not r's departure.
+		select {
+		case <-e.shm.r.Failed():
+			return c.fail(peer, e.shm.r.Err())
+		default:
+		}
 		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: e.rank, Peer: r, Err: &PeerClosedError{Rank: r}}
 	}
 	return nil
@@ -735,10 +742,16 @@ func (c *call) allreduceShm(buf []byte) error {
 
 // reduceShm: every rank publishes its chunk; root folds them. A root that
 // folds in place (shmFold) reads no chunk of its own, so it publishes
-// none: nobody else reads it.
+// none: nobody else reads it. Large vectors go in pieces, as in
+// allreduceShm, so that the root folds one piece while the others copy
+// the next one in.
 func (c *call) reduceShm(buf []byte, root int) error {
 	me := c.e.rank
-	return c.shmChunks(len(buf), func(i, off, n int) error {
+	per := c.e.shm.slot / c.esize * c.esize
+	if len(buf) > c.e.model.ShmPipeBytes {
+		per = c.pieces(len(buf), c.e.model.ShmPieceMin)
+	}
+	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
 		if me != root || !c.foldsInPlace() {
 			if err := c.shmPut(i, buf[off:off+n]); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package collectives
 
 import (
+	"runtime"
 	"sync/atomic"
 
 	"github.com/rdmago/rdmago/internal/ntcopy"
@@ -24,7 +25,8 @@ import (
 //     root alone) copy every other reduced block out.
 //
 // Per rank that is a copy in, a fold and (with the result) two copies of
-// 1/p of the chunk each. A rank that wants the result and may fold in
+// 1/p of the chunk each; a reduce's root publishes no reduced block,
+// since nobody else gathers. A rank that wants the result and may fold in
 // place (foldsInPlace) folds into buf; the others fold into their slot,
 // and copy the block out only if they want the result: a reduce leaves
 // the other ranks' buf as it was. Each element is folded once, in rank
@@ -32,7 +34,8 @@ import (
 func (c *call) foldBlocksShm(buf []byte, root int) error {
 	p, me := c.e.size, c.e.rank
 	per := c.e.shm.slot / (c.esize * p) * (c.esize * p)
-	wants := root < 0 || me == root
+	wants := root < 0 || me == root    // this rank's buf gets the result
+	gathered := root < 0 || me != root // another rank copies this rank's reduced block
 	inPlace := wants && c.foldsInPlace()
 	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
 		chunk := buf[off : off+n]
@@ -64,7 +67,9 @@ func (c *call) foldBlocksShm(buf []byte, root int) error {
 					c.kern.Combine(own, x)
 				}
 			}
-			ntcopy.Copy(red, own)
+			if gathered {
+				ntcopy.Copy(red, own)
+			}
 		} else {
 			for q := 0; q < p; q++ {
 				x := own
@@ -84,8 +89,10 @@ func (c *call) foldBlocksShm(buf []byte, root int) error {
 				copy(own, red)
 			}
 		}
-		atomic.StoreUint64(word(mine, 64), id)
-		c.e.shm.ring(me)
+		if gathered {
+			atomic.StoreUint64(word(mine, 64), id)
+			c.e.shm.ring(me)
+		}
 		if wants {
 			// Gather every other rank's reduced block.
 			for q := 0; q < p; q++ {
@@ -173,4 +180,57 @@ func (c *call) alltoallShm(send, recv []byte) error {
 		c.shmDone(i)
 		return nil
 	})
+}
+
+// allgatherShmRead is the single-copy allgather (a PeerReader region, for
+// large blocks): every rank publishes its send buffer's address, reads
+// every other rank's block straight into recv (one kernel copy, no
+// staging through the slots), marks the round done, and returns once
+// every other rank has read its block, keeping send pinned till then.
+func (c *call) allgatherShmRead(send, recv []byte) error {
+	blk := len(send)
+	return c.readBlocks(send, func(q int, addr uint64) error {
+		return c.e.shm.pr.ReadPeer(q, addr, recv[q*blk:(q+1)*blk])
+	})
+}
+
+// alltoallShmRead is the single-copy alltoall: as allgatherShmRead, each
+// rank reading block me of every other rank's send buffer into that
+// rank's block of recv.
+func (c *call) alltoallShmRead(send, recv []byte) error {
+	me := c.e.rank
+	m := len(send) / c.e.size
+	copy(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
+	return c.readBlocks(send, func(q int, addr uint64) error {
+		return c.e.shm.pr.ReadPeer(q, addr+uint64(me*m), recv[q*m:(q+1)*m])
+	})
+}
+
+// readBlocks publishes buf's address, calls read for every other rank
+// with that rank's published address (from the rank after this one on),
+// and waits until every other rank has read buf. It waits for them even
+// when it fails itself: they may be reading buf, which the caller may
+// change once this returns.
+func (c *call) readBlocks(buf []byte, read func(q int, addr uint64) error) error {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	p, me := c.e.size, c.e.rank
+	if err := c.publishBuf(0, buf, &pin); err != nil {
+		return err
+	}
+	var failed error
+	for k := 1; k < p && failed == nil; k++ {
+		q := (me + k) % p
+		addr, err := c.peerBuf(q, 0)
+		if err != nil {
+			failed = err
+		} else if err := read(q, addr); err != nil {
+			failed = c.fail(q, err)
+		}
+	}
+	c.shmDone(0)
+	if err := c.waitReaders(0); failed == nil {
+		failed = err
+	}
+	return failed
 }

@@ -134,7 +134,7 @@ func (e *Engine) shmReads(s spec) (all bool, seen int) {
 		return s.nbytes > 0, -1
 	case CollReduce:
 		// The block-folding form reads every peer's slot on every rank.
-		return me == s.root || e.model.shmFolds(size, s.nbytes), -1
+		return me == s.root || e.model.reduceFolds(s.nbytes), -1
 	case CollBcast:
 		if me != s.root {
 			return size == 2, s.root
@@ -248,7 +248,7 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 					err = c.gatherBlocks(work, root)
 				}
 			case SharedMemory:
-				if c.e.model.shmFolds(c.e.size, len(b)) {
+				if c.e.model.reduceFolds(len(b)) {
 					err = c.reduceShmRS(b, root)
 				} else {
 					err = c.reduceShm(b, root)
@@ -341,6 +341,9 @@ func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T)
 			copy(c.rblock(rb, c.me), sb)
 			switch alg {
 			case SharedMemory:
+				if c.e.shm.pr != nil && c.e.model.readsBlocks(len(sb)) {
+					return c.allgatherShmRead(sb, rb)
+				}
 				return c.allgatherShm(sb, rb)
 			case RecursiveDoubling:
 				return c.allgatherRD(rb)
@@ -502,6 +505,9 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 		func(c *call, alg Algorithm) error {
 			switch alg {
 			case SharedMemory:
+				if c.e.shm.pr != nil && c.e.model.readsBlocks(len(sb)/p) {
+					return c.alltoallShmRead(sb, rb)
+				}
 				return c.alltoallShm(sb, rb)
 			case Bruck:
 				return c.alltoallBruck(sb, rb)
