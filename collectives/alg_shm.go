@@ -524,6 +524,13 @@ func (c *call) shmStopped(peer int) error {
 		if ab := c.abortErr(); ab != nil {
 			return c.failAbort()
 		}
+		// The group may have failed since the look above, and r left
+		// because of it: the loss is the cause, not r's departure.
+		select {
+		case <-e.shm.r.Failed():
+			return c.fail(peer, e.shm.r.Err())
+		default:
+		}
 		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: e.rank, Peer: r, Err: &PeerClosedError{Rank: r}}
 	}
 	return nil
@@ -733,18 +740,37 @@ func (c *call) allreduceShm(buf []byte) error {
 	})
 }
 
-// reduceShm: every rank publishes its chunk; root folds them.
+// reduceShm: every rank publishes its chunk; root folds them. A root that
+// folds in place (shmFold) reads no chunk of its own, so it publishes
+// none: nobody else reads it. Large vectors go in pieces, as in
+// allreduceShm, so that the root folds one piece while the others copy
+// the next one in.
 func (c *call) reduceShm(buf []byte, root int) error {
-	return c.shmChunks(len(buf), func(i, off, n int) error {
-		if err := c.shmPut(i, buf[off:off+n]); err != nil {
-			return err
+	me := c.e.rank
+	per := c.e.shm.slot / c.esize * c.esize
+	if len(buf) > c.e.model.ShmPipeBytes {
+		per = c.pieces(len(buf), c.e.model.ShmPieceMin)
+	}
+	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
+		if me != root || !c.foldsInPlace() {
+			if err := c.shmPut(i, buf[off:off+n]); err != nil {
+				return err
+			}
 		}
-		if c.e.rank != root {
+		if me != root {
 			c.shmDone(i)
 			return nil
 		}
 		return c.shmFold(i, buf[off:off+n])
 	})
+}
+
+// foldsInPlace says whether this rank's fold of every rank's data may
+// start from its own, x(me) ⊕ the others in rank order: rank 0, and rank
+// 1 of two when the op commutes and Deterministic is off (x1 ⊕ x0 is
+// x0 ⊕ x1 then, bit for bit).
+func (c *call) foldsInPlace() bool {
+	return c.e.rank == 0 || c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic
 }
 
 // shmFold sets dst to the rank-order fold of every rank's chunk i. This
@@ -754,7 +780,7 @@ func (c *call) reduceShm(buf []byte, root int) error {
 // and Deterministic is off.
 func (c *call) shmFold(i int, dst []byte) error {
 	me, n := c.e.rank, len(dst)
-	if me == 0 || c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic {
+	if c.foldsInPlace() {
 		for p := 0; p < c.e.size; p++ {
 			if p == me {
 				continue
@@ -809,80 +835,7 @@ func (c *call) shmFold(i int, dst []byte) error {
 // is off, fold in place into buf (x1 ⊕ x0 is x0 ⊕ x1 then); the others
 // fold into the slot and copy out. Each element is folded once, in rank
 // order, so the bits are allreduceShm's.
-func (c *call) allreduceShmRS(buf []byte) error {
-	p, me := c.e.size, c.e.rank
-	per := c.e.shm.slot / (c.esize * p) * (c.esize * p)
-	inPlace := me == 0 || p == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic
-	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
-		chunk := buf[off : off+n]
-		cnt := n / c.esize
-		bs, be := blockStart(cnt, p, me)*c.esize, blockStart(cnt, p, me+1)*c.esize
-		mine, err := c.shmPutRaw(i, chunk, bs, be)
-		if err != nil {
-			return err
-		}
-		id := roundID(c.calls, i)
-		own, red := chunk[bs:be], mine[shmSlotHdr+bs:shmSlotHdr+be]
-		block := func(q int) ([]byte, error) {
-			slot, err := c.shmSlot(q, i, n)
-			if err != nil {
-				return nil, err
-			}
-			return slot[shmSlotHdr+bs : shmSlotHdr+be], nil
-		}
-		if inPlace {
-			for q := 0; q < p; q++ {
-				if q == me {
-					continue
-				}
-				x, err := block(q)
-				if err != nil {
-					return err
-				}
-				if len(own) > 0 {
-					c.kern.Combine(own, x)
-				}
-			}
-			ntcopy.Copy(red, own)
-		} else {
-			for q := 0; q < p; q++ {
-				x := own
-				if q != me {
-					if x, err = block(q); err != nil {
-						return err
-					}
-				}
-				switch {
-				case q == 0:
-					copy(red, x)
-				case len(red) > 0:
-					c.kern.Combine(red, x)
-				}
-			}
-			copy(own, red)
-		}
-		atomic.StoreUint64(word(mine, 64), id)
-		c.e.shm.ring(me)
-		// Gather every other rank's reduced block.
-		for q := 0; q < p; q++ {
-			if q == me {
-				continue
-			}
-			slot, err := c.shmSlot(q, i, n)
-			if err != nil {
-				return err
-			}
-			w := word(slot, 64)
-			if err := c.shmWait(q, func() bool { return atomic.LoadUint64(w) == id }); err != nil {
-				return err
-			}
-			qs, qe := blockStart(cnt, p, q)*c.esize, blockStart(cnt, p, q+1)*c.esize
-			copy(chunk[qs:qe], slot[shmSlotHdr+qs:shmSlotHdr+qe])
-		}
-		c.shmDone(i)
-		return nil
-	})
-}
+func (c *call) allreduceShmRS(buf []byte) error { return c.foldBlocksShm(buf, -1) }
 
 // shmOwn is this rank's published chunk i (in the slot it last wrote).
 func (c *call) shmOwn(i, n int) ([]byte, error) {

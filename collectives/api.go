@@ -75,7 +75,7 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 	var after pendCall // the previous call, when its check waits for this one's end
 	readsAll, seen := false, -1
 	if alg == SharedMemory {
-		readsAll, seen = shmReads(s, e.rank, e.size)
+		readsAll, seen = e.shmReads(s)
 	}
 	if e.shm != nil && e.size > 1 {
 		if late, after, err = c.shmEnter(bad, readsAll); err != nil {
@@ -121,17 +121,20 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 }
 
 // shmReads says which peers' headers a shared-memory call compares with
-// this rank's, with their data: all of them (every rank of a barrier and
-// of an allreduce with data, a reduce root, a bcast reader of two ranks),
-// else seen, one of them (a bcast reader's root), or -1.
-func shmReads(s spec, me, size int) (all bool, seen int) {
+// this rank's, with their data: all of them (every rank of a barrier, an
+// allgather, an alltoall and of an allreduce with data, a reduce root or any rank of a block-folding
+// reduce, a bcast reader of two ranks), else seen, one of them (a bcast
+// reader's root), or -1.
+func (e *Engine) shmReads(s spec) (all bool, seen int) {
+	me, size := e.rank, e.size
 	switch s.coll {
-	case CollBarrier:
+	case CollBarrier, CollAllgather, CollAlltoall:
 		return true, -1
 	case CollAllreduce:
 		return s.nbytes > 0, -1
 	case CollReduce:
-		return me == s.root, -1
+		// The block-folding form reads every peer's slot on every rank.
+		return me == s.root || e.model.reduceFolds(s.nbytes), -1
 	case CollBcast:
 		if me != s.root {
 			return size == 2, s.root
@@ -245,7 +248,11 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 					err = c.gatherBlocks(work, root)
 				}
 			case SharedMemory:
-				err = c.reduceShm(b, root)
+				if c.e.model.reduceFolds(len(b)) {
+					err = c.reduceShmRS(b, root)
+				} else {
+					err = c.reduceShm(b, root)
+				}
 			default:
 				err = c.reduceBinomial(work, root)
 			}
@@ -333,6 +340,11 @@ func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T)
 		func(c *call, alg Algorithm) error {
 			copy(c.rblock(rb, c.me), sb)
 			switch alg {
+			case SharedMemory:
+				if c.e.shm.pr != nil && c.e.model.readsBlocks(len(sb)) {
+					return c.allgatherShmRead(sb, rb)
+				}
+				return c.allgatherShm(sb, rb)
 			case RecursiveDoubling:
 				return c.allgatherRD(rb)
 			case Bruck:
@@ -492,6 +504,11 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 		}()},
 		func(c *call, alg Algorithm) error {
 			switch alg {
+			case SharedMemory:
+				if c.e.shm.pr != nil && c.e.model.readsBlocks(len(sb)/p) {
+					return c.alltoallShmRead(sb, rb)
+				}
+				return c.alltoallShm(sb, rb)
 			case Bruck:
 				return c.alltoallBruck(sb, rb)
 			case Linear:

@@ -48,13 +48,38 @@ type Model struct {
 	// blocks in place needs two synchronisations a round, far fewer than a
 	// ring's 2(p−1) steps when ranks share cores).
 	ShmAllreduceMax int
+	// ShmReduceMax: the shared-memory reduce up to this size.
+	ShmReduceMax int
+	// ShmReduceFoldBytes: above this size the shared-memory reduce has
+	// every rank fold a block and the root gather them (reduceShmRS)
+	// instead of the root folding every chunk while the others copy the
+	// next ones in. Folding blocks takes a second synchronisation per
+	// round, which every rank must be running for: on 2 cores the root's
+	// pipelined fold was faster at 2, 4 and 8 ranks, so by default it
+	// never folds blocks.
+	ShmReduceFoldBytes int
+	// ShmAllgatherMax, ShmAlltoallMax: the shared-memory allgather and
+	// alltoall up to these sizes (every rank copies its data into its
+	// slots once and every other rank copies out what it needs, against
+	// p−1 messages or log p steps through p2p).
+	ShmAllgatherMax, ShmAlltoallMax int
+	// ShmReadBlockMin: above this size of a block (the result over p,
+	// one send buffer over p) the shared-memory allgather and alltoall
+	// read every other rank's block straight out of its buffer, where the
+	// region can (PeerReader): one kernel copy per block instead of a copy
+	// into the slots and one out, for a system call per block.
+	ShmReadBlockMin int
 	// ShmBcast2Max: the two-rank shared-memory bcast up to this size (the
 	// root copies one piece in while the reader copies the previous out).
 	ShmBcast2Max int
+	// ShmBcastMax: the shared-memory bcast of more than two ranks up to
+	// this size (the root copies pieces in, every reader copies them out;
+	// p2p's trees pass each piece through up to log p ranks, every hop a
+	// wake-up when ranks outnumber cores).
+	ShmBcastMax int
 	// ShmReadMin, ShmReadMax: a bcast of more than two ranks has the
 	// readers copy the root's own buffer above ShmReadMin and up to
-	// ShmReadMax, where the region can (PeerReader); ShmReadMax also ends
-	// the band where Auto takes that bcast over p2p's trees.
+	// ShmReadMax, where the region can (PeerReader).
 	ShmReadMin, ShmReadMax int
 	// ShmSplitMin, ShmSplitMax: a two-rank bcast splits the copy between
 	// the ranks' process_vm_readv and _writev above ShmSplitMin and up to
@@ -84,25 +109,31 @@ type Model struct {
 // defModel holds every default of Model (the link constants before a
 // group's LinkInfo refines them).
 var defModel = Model{
-	Alpha:           3 * time.Microsecond,
-	Beta:            1 / 8e9,
-	Gamma:           1 / 4e9,
-	PostOverlap:     0.25,
-	ShmSmallBytes:   64 << 10,
-	ShmAllreduceMax: math.MaxInt,
-	ShmBcast2Max:    math.MaxInt,
-	ShmReadMin:      32 << 10,
-	ShmReadMax:      128 << 10,
-	ShmSplitMin:     128 << 10,
-	ShmSplitMax:     8 << 20,
-	ShmSplitGapMin:  1 << 20,
-	ShmSplitGapMax:  4 << 20,
-	ShmFoldBytes:    64 << 10,
-	ShmFoldBytes2:   128 << 10,
-	ShmPipeBytes:    512 << 10,
-	ShmPieceMin:     64 << 10,
-	HierBigBytes:    64 << 10,
-	segment:         256 << 10,
+	Alpha:              3 * time.Microsecond,
+	Beta:               1 / 8e9,
+	Gamma:              1 / 4e9,
+	PostOverlap:        0.25,
+	ShmSmallBytes:      64 << 10,
+	ShmAllreduceMax:    math.MaxInt,
+	ShmReduceMax:       math.MaxInt,
+	ShmReduceFoldBytes: math.MaxInt,
+	ShmAllgatherMax:    math.MaxInt,
+	ShmAlltoallMax:     math.MaxInt,
+	ShmReadBlockMin:    256 << 10,
+	ShmBcast2Max:       math.MaxInt,
+	ShmBcastMax:        math.MaxInt,
+	ShmReadMin:         32 << 10,
+	ShmReadMax:         128 << 10,
+	ShmSplitMin:        128 << 10,
+	ShmSplitMax:        8 << 20,
+	ShmSplitGapMin:     1 << 20,
+	ShmSplitGapMax:     4 << 20,
+	ShmFoldBytes:       64 << 10,
+	ShmFoldBytes2:      128 << 10,
+	ShmPipeBytes:       512 << 10,
+	ShmPieceMin:        64 << 10,
+	HierBigBytes:       64 << 10,
+	segment:            256 << 10,
 }
 
 // DefaultModel returns the model's defaults (the link constants before a
@@ -134,7 +165,10 @@ func (m Model) withDefaults() Model {
 	setF(&m.PostOverlap, d.PostOverlap)
 	for _, f := range [...]struct{ v, d *int }{
 		{&m.ShmSmallBytes, &d.ShmSmallBytes}, {&m.ShmAllreduceMax, &d.ShmAllreduceMax},
-		{&m.ShmBcast2Max, &d.ShmBcast2Max}, {&m.ShmReadMin, &d.ShmReadMin},
+		{&m.ShmReduceMax, &d.ShmReduceMax}, {&m.ShmReduceFoldBytes, &d.ShmReduceFoldBytes},
+		{&m.ShmAllgatherMax, &d.ShmAllgatherMax},
+		{&m.ShmAlltoallMax, &d.ShmAlltoallMax}, {&m.ShmReadBlockMin, &d.ShmReadBlockMin},
+		{&m.ShmBcast2Max, &d.ShmBcast2Max}, {&m.ShmBcastMax, &d.ShmBcastMax}, {&m.ShmReadMin, &d.ShmReadMin},
 		{&m.ShmReadMax, &d.ShmReadMax}, {&m.ShmSplitMin, &d.ShmSplitMin},
 		{&m.ShmSplitMax, &d.ShmSplitMax}, {&m.ShmSplitGapMin, &d.ShmSplitGapMin},
 		{&m.ShmSplitGapMax, &d.ShmSplitGapMax}, {&m.ShmFoldBytes, &d.ShmFoldBytes},
@@ -467,7 +501,7 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 	m := &e.model
 	switch {
 	case a == SharedMemory:
-		if e.shm != nil && m.shmPays(c, e.size, e.shm.pr != nil, nbytes) {
+		if e.shm != nil && m.shmPays(c, e.size, nbytes) {
 			return 0
 		}
 		return math.Inf(1)
@@ -494,21 +528,25 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 func (e *Engine) Model() Model { return e.model }
 
 // shmPays says whether the shared-memory algorithms run c of nbytes on p
-// ranks at no cost (pr: the region is a PeerReader): up to ShmSmallBytes
-// every one; allreduce up to ShmAllreduceMax; a bcast of two ranks up to
-// ShmBcast2Max, of more up to ShmReadMax where readers copy the root's
-// buffer themselves. Past those, a bcast of more ranks keeps p2p's trees,
-// whose senders work in parallel.
-func (m *Model) shmPays(c Collective, p int, pr bool, nbytes int) bool {
+// ranks at no cost: up to ShmSmallBytes every one; past that, allreduce,
+// reduce, allgather and alltoall up to their Shm*Max, a bcast of two
+// ranks up to ShmBcast2Max and of more up to ShmBcastMax.
+func (m *Model) shmPays(c Collective, p int, nbytes int) bool {
 	switch {
 	case nbytes <= m.ShmSmallBytes:
 		return true
 	case c == CollAllreduce:
 		return nbytes <= m.ShmAllreduceMax
+	case c == CollReduce:
+		return nbytes <= m.ShmReduceMax
+	case c == CollAllgather:
+		return nbytes <= m.ShmAllgatherMax
+	case c == CollAlltoall:
+		return nbytes <= m.ShmAlltoallMax
 	case c == CollBcast && p == 2:
 		return nbytes <= m.ShmBcast2Max
-	case c == CollBcast && pr:
-		return nbytes <= m.ShmReadMax
+	case c == CollBcast:
+		return nbytes <= m.ShmBcastMax
 	}
 	return false
 }
@@ -531,6 +569,15 @@ func (m *Model) bcastSplits(n int) bool {
 func (m *Model) shmFolds(p, n int) bool {
 	return n > m.ShmFoldBytes && p > 2 || n > m.ShmFoldBytes2
 }
+
+// readsBlocks says whether a shared-memory allgather or alltoall whose
+// blocks have n bytes reads them out of the other ranks' buffers
+// (allgatherShmRead, alltoallShmRead; where the region is a PeerReader).
+func (m *Model) readsBlocks(n int) bool { return n > m.ShmReadBlockMin }
+
+// reduceFolds says whether a shared-memory reduce of n bytes folds
+// blocks (reduceShmRS) rather than have the root fold every chunk.
+func (m *Model) reduceFolds(n int) bool { return n > m.ShmReduceFoldBytes }
 
 // hierBig says whether the hierarchical algorithms use the bandwidth
 // forms inside a host for n bytes.

@@ -80,6 +80,7 @@ func randModel(r *rand.Rand) *collectives.Model {
 		m.PostOverlap = logUniform(r, 0.01, 2)
 	}
 	for _, v := range []*int{&m.ShmSmallBytes, &m.ShmAllreduceMax, &m.ShmBcast2Max, &m.ShmReadMin, &m.ShmReadMax,
+		&m.ShmReduceMax, &m.ShmReduceFoldBytes, &m.ShmAllgatherMax, &m.ShmAlltoallMax, &m.ShmReadBlockMin, &m.ShmBcastMax,
 		&m.ShmSplitMin, &m.ShmSplitMax, &m.ShmSplitGapMin, &m.ShmSplitGapMax, &m.ShmFoldBytes, &m.ShmFoldBytes2,
 		&m.ShmPipeBytes, &m.ShmPieceMin, &m.HierBigBytes} {
 		size(v)
@@ -168,7 +169,7 @@ func propSizes(r *rand.Rand, e *collectives.Engine) []int {
 		sizes = append(sizes, int(logUniform(r, 1, 256<<20)))
 	}
 	m := e.Model()
-	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmBcast2Max, m.ShmReadMax, m.HierBigBytes}
+	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmReduceMax, m.ShmAllgatherMax, m.ShmAlltoallMax, m.ShmBcast2Max, m.ShmBcastMax, m.HierBigBytes}
 	for range 3 {
 		sizes = appendAround(sizes, th[r.IntN(len(th))])
 	}
@@ -347,11 +348,14 @@ func TestTuningMovesChoice(t *testing.T) {
 			tune string
 			edge int
 		}{
-			{3, collectives.CollReduce, fmt.Sprintf("shm_small_bytes=%d", small), small},
+			{3, collectives.CollReduce, fmt.Sprintf("shm_small_bytes=%d,shm_reduce_max=%d", small, upper), upper},
+			{3, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_bcast_max=-1", small), small},
+			{3, collectives.CollAllgather, fmt.Sprintf("shm_small_bytes=%d,shm_allgather_max=%d", small, upper), upper},
+			{2, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d", small, upper), upper},
 			{3, collectives.CollBarrier, fmt.Sprintf("shm_small_bytes=%d", small), -1}, // 0 bytes: always inside
 			{3, collectives.CollAllreduce, fmt.Sprintf("shm_small_bytes=%d,shm_allreduce_max=%d", small, upper), upper},
 			{2, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_bcast2_max=%d", small, upper), upper},
-			{3, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_read_max=%d", small, upper), upper},
+			{3, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_bcast_max=%d", small, upper), upper},
 		} {
 			e := engine(c.p, shared, c.tune)
 			if c.edge < 0 {
@@ -478,7 +482,7 @@ func TestTunedSharedMemoryResults(t *testing.T) {
 		var names []string
 		var vals []int
 		for _, name := range []string{"shm_read_min", "shm_read_max", "shm_split_min", "shm_split_max", "shm_split_gap_min", "shm_split_gap_max",
-			"shm_fold_bytes", "shm_fold_bytes2", "shm_pipe_bytes", "shm_piece_min"} {
+			"shm_fold_bytes", "shm_fold_bytes2", "shm_pipe_bytes", "shm_piece_min", "shm_reduce_fold_bytes"} {
 			v := int(logUniform(r, 1, 64<<10))
 			names = append(names, fmt.Sprintf("%s=%d", name, v))
 			vals = append(vals, v)

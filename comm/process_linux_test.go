@@ -105,6 +105,9 @@ func allreduceLoop(ctx context.Context, c *comm.Comm, running chan<- struct{}) e
 	if c.LastAlgorithm() != "shared_memory" {
 		return fmt.Errorf("the bcast ran %s, not shared_memory", c.LastAlgorithm())
 	}
+	if err := blockCollectives(ctx, c); err != nil {
+		return err
+	}
 	buf := make([]float64, 1)
 	for i := 0; ; i++ {
 		if err := comm.Allreduce(ctx, c, buf, comm.Sum); err != nil {
@@ -117,6 +120,58 @@ func allreduceLoop(ctx context.Context, c *comm.Comm, running chan<- struct{}) e
 			close(running)
 		}
 	}
+}
+
+// blockCollectives checks a reduce, an allgather and an alltoall of a few
+// MB across the processes, each of several rounds of the region's slots:
+// the shared-memory algorithms, whose choice it checks.
+func blockCollectives(ctx context.Context, c *comm.Comm) error {
+	const n = 300001 // float64: 2.4 MB, uneven blocks
+	me, p := c.Rank(), c.Size()
+	val := func(r, i int) float64 { return float64(r*1_000_003 + i) }
+	check := func(what string, got []float64, want func(i int) float64) error {
+		if c.LastAlgorithm() != "shared_memory" {
+			return fmt.Errorf("the %s ran %s, not shared_memory", what, c.LastAlgorithm())
+		}
+		for i, v := range got {
+			if v != want(i) {
+				return fmt.Errorf("%s: element %d is %v, want %v", what, i, v, want(i))
+			}
+		}
+		return nil
+	}
+	buf := make([]float64, n)
+	for i := range buf {
+		buf[i] = val(me, i)
+	}
+	if err := comm.Reduce(ctx, c, buf, comm.Sum, 2); err != nil {
+		return err
+	}
+	if me == 2 {
+		if err := check("reduce", buf, func(i int) float64 { return val(0, i) + val(1, i) + val(2, i) }); err != nil {
+			return err
+		}
+	}
+	blk := n / p
+	send := make([]float64, blk)
+	for i := range send {
+		send[i] = val(me, i)
+	}
+	recv := make([]float64, blk*p)
+	if err := comm.Allgather(ctx, c, send, recv); err != nil {
+		return err
+	}
+	if err := check("allgather", recv, func(i int) float64 { return val(i/blk, i%blk) }); err != nil {
+		return err
+	}
+	send = make([]float64, blk*p)
+	for i := range send {
+		send[i] = val(me, i) // block j holds [j·blk, (j+1)·blk) of the sender's sequence
+	}
+	if err := comm.Alltoall(ctx, c, send, recv); err != nil {
+		return err
+	}
+	return check("alltoall", recv, func(i int) float64 { return val(i/blk, me*blk+i%blk) })
 }
 
 func sharedLossChild(t *testing.T, role string) {

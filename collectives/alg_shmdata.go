@@ -1,0 +1,236 @@
+package collectives
+
+import (
+	"runtime"
+	"sync/atomic"
+
+	"github.com/rdmago/rdmago/internal/ntcopy"
+)
+
+// The shared-memory forms of the collectives that move a block per rank
+// (reduce of large vectors, allgather, alltoall). They are built from the
+// same pieces as allreduce and bcast (see alg_shm.go): a round of at most
+// a slot per rank, published with its round id, read by whoever needs it,
+// and marked done; only what each rank copies in and out differs.
+
+// foldBlocksShm is the block-folding round of allreduceShmRS and
+// reduceShmRS. A round cuts the chunk into p blocks, block r being rank
+// r's to reduce:
+//  1. every rank publishes its chunk except its own block (nobody else
+//     reads that);
+//  2. rank r folds block r of every chunk, in rank order, copies the
+//     result into the hole its own block left in its slot and publishes
+//     it with the slot's second round word;
+//  3. the ranks that want the result (every rank when root < 0, else the
+//     root alone) copy every other reduced block out.
+//
+// Per rank that is a copy in, a fold and (with the result) two copies of
+// 1/p of the chunk each; a reduce's root publishes no reduced block,
+// since nobody else gathers. A rank that wants the result and may fold in
+// place (foldsInPlace) folds into buf; the others fold into their slot,
+// and copy the block out only if they want the result: a reduce leaves
+// the other ranks' buf as it was. Each element is folded once, in rank
+// order, so the bits are allreduceShm's.
+func (c *call) foldBlocksShm(buf []byte, root int) error {
+	p, me := c.e.size, c.e.rank
+	per := c.e.shm.slot / (c.esize * p) * (c.esize * p)
+	wants := root < 0 || me == root    // this rank's buf gets the result
+	gathered := root < 0 || me != root // another rank copies this rank's reduced block
+	inPlace := wants && c.foldsInPlace()
+	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
+		chunk := buf[off : off+n]
+		cnt := n / c.esize
+		bs, be := blockStart(cnt, p, me)*c.esize, blockStart(cnt, p, me+1)*c.esize
+		mine, err := c.shmPutRaw(i, chunk, bs, be)
+		if err != nil {
+			return err
+		}
+		id := roundID(c.calls, i)
+		own, red := chunk[bs:be], mine[shmSlotHdr+bs:shmSlotHdr+be]
+		block := func(q int) ([]byte, error) {
+			slot, err := c.shmSlot(q, i, n)
+			if err != nil {
+				return nil, err
+			}
+			return slot[shmSlotHdr+bs : shmSlotHdr+be], nil
+		}
+		if inPlace {
+			for q := 0; q < p; q++ {
+				if q == me {
+					continue
+				}
+				x, err := block(q)
+				if err != nil {
+					return err
+				}
+				if len(own) > 0 {
+					c.kern.Combine(own, x)
+				}
+			}
+			if gathered {
+				ntcopy.Copy(red, own)
+			}
+		} else {
+			for q := 0; q < p; q++ {
+				x := own
+				if q != me {
+					if x, err = block(q); err != nil {
+						return err
+					}
+				}
+				switch {
+				case q == 0:
+					copy(red, x)
+				case len(red) > 0:
+					c.kern.Combine(red, x)
+				}
+			}
+			if wants {
+				copy(own, red)
+			}
+		}
+		if gathered {
+			atomic.StoreUint64(word(mine, 64), id)
+			c.e.shm.ring(me)
+		}
+		if wants {
+			// Gather every other rank's reduced block.
+			for q := 0; q < p; q++ {
+				if q == me {
+					continue
+				}
+				slot, err := c.shmSlot(q, i, n)
+				if err != nil {
+					return err
+				}
+				w := word(slot, 64)
+				if err := c.shmWait(q, func() bool { return atomic.LoadUint64(w) == id }); err != nil {
+					return err
+				}
+				qs, qe := blockStart(cnt, p, q)*c.esize, blockStart(cnt, p, q+1)*c.esize
+				copy(chunk[qs:qe], slot[shmSlotHdr+qs:shmSlotHdr+qe])
+			}
+		}
+		c.shmDone(i)
+		return nil
+	})
+}
+
+// reduceShmRS is the shared-memory reduce for large vectors, where the
+// root folding every rank's whole chunk (reduceShm) would put p−1 folds
+// of the vector on one core: the ranks fold a block each (foldBlocksShm)
+// and the root alone copies the reduced blocks out. Every rank reads
+// every other rank's slot, so every rank checks every peer's header.
+func (c *call) reduceShmRS(buf []byte, root int) error { return c.foldBlocksShm(buf, root) }
+
+// allgatherShm: every rank publishes its block (send), at most a slot of
+// it per round, and copies every other rank's chunk into its place in
+// recv. Each rank starts with the rank after it, so that the ranks do
+// not all read the same slot at once.
+func (c *call) allgatherShm(send, recv []byte) error {
+	p, me := c.e.size, c.e.rank
+	blk := len(send)
+	return c.shmChunks(blk, func(i, off, n int) error {
+		if err := c.shmPut(i, send[off:off+n]); err != nil {
+			return err
+		}
+		for k := 1; k < p; k++ {
+			q := (me + k) % p
+			x, err := c.shmGet(q, i, n)
+			if err != nil {
+				return err
+			}
+			copy(recv[q*blk+off:q*blk+off+n], x)
+		}
+		c.shmDone(i)
+		return nil
+	})
+}
+
+// alltoallShm: a round moves a piece of every block: each rank publishes
+// piece k of its block j at j·n in its slot (n bytes each, p·n at most a
+// slot; its own block goes straight from send to recv), and copies piece
+// k of block me out of every other rank's slot into that rank's block of
+// recv.
+func (c *call) alltoallShm(send, recv []byte) error {
+	p, me := c.e.size, c.e.rank
+	m := len(send) / p
+	copy(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
+	per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize)
+	return c.shmChunksOf(m, per, func(i, off, n int) error {
+		slot, err := c.shmClaim()
+		if err != nil {
+			return err
+		}
+		out := dataOf(slot, p*n)
+		for j := 0; j < p; j++ {
+			if j != me {
+				ntcopy.Copy(out[j*n:(j+1)*n], send[j*m+off:j*m+off+n])
+			}
+		}
+		c.shmPublish(slot, i, p*n)
+		for k := 1; k < p; k++ {
+			q := (me + k) % p
+			s, err := c.shmSlot(q, i, p*n)
+			if err != nil {
+				return err
+			}
+			copy(recv[q*m+off:q*m+off+n], dataOf(s, p*n)[me*n:(me+1)*n])
+		}
+		c.shmDone(i)
+		return nil
+	})
+}
+
+// allgatherShmRead is the single-copy allgather (a PeerReader region, for
+// large blocks): every rank publishes its send buffer's address, reads
+// every other rank's block straight into recv (one kernel copy, no
+// staging through the slots), marks the round done, and returns once
+// every other rank has read its block, keeping send pinned till then.
+func (c *call) allgatherShmRead(send, recv []byte) error {
+	blk := len(send)
+	return c.readBlocks(send, func(q int, addr uint64) error {
+		return c.e.shm.pr.ReadPeer(q, addr, recv[q*blk:(q+1)*blk])
+	})
+}
+
+// alltoallShmRead is the single-copy alltoall: as allgatherShmRead, each
+// rank reading block me of every other rank's send buffer into that
+// rank's block of recv.
+func (c *call) alltoallShmRead(send, recv []byte) error {
+	me := c.e.rank
+	m := len(send) / c.e.size
+	copy(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
+	return c.readBlocks(send, func(q int, addr uint64) error {
+		return c.e.shm.pr.ReadPeer(q, addr+uint64(me*m), recv[q*m:(q+1)*m])
+	})
+}
+
+// readBlocks publishes buf's address, calls read for every other rank
+// with that rank's published address (from the rank after this one on),
+// and waits until every other rank has read buf. It waits for them even
+// when it fails itself: they may be reading buf, which the caller may
+// change once this returns.
+func (c *call) readBlocks(buf []byte, read func(q int, addr uint64) error) error {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	p, me := c.e.size, c.e.rank
+	if err := c.publishBuf(0, buf, &pin); err != nil {
+		return err
+	}
+	var failed error
+	for k := 1; k < p && failed == nil; k++ {
+		q := (me + k) % p
+		addr, err := c.peerBuf(q, 0)
+		if err != nil {
+			failed = err
+		} else if err := read(q, addr); err != nil {
+			failed = c.fail(q, err)
+		}
+	}
+	c.shmDone(0)
+	if err := c.waitReaders(0); failed == nil {
+		failed = err
+	}
+	return failed
+}

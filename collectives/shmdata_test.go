@@ -1,0 +1,257 @@
+package collectives_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/coltest"
+	"github.com/rdmago/rdmago/collectives/reduce"
+)
+
+// roundingInput is rank r's vector of n floats whose sums round, so that
+// the order of a fold shows in its bits.
+func roundingInput(r, n int) []float64 {
+	rng := rand.New(rand.NewPCG(uint64(r), uint64(n)))
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = rng.NormFloat64() * math.Pow(10, float64(rng.IntN(12)-6))
+	}
+	return v
+}
+
+func sameBits(what string, got, want []float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%s: %d elements, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+			return fmt.Errorf("%s: element %d is %v, want %v", what, i, got[i], want[i])
+		}
+	}
+	return nil
+}
+
+// TestSharedMemoryReduceBits: the shared-memory reduce, in both its forms
+// (the root folds every chunk, in pieces above shm_pipe_bytes; above
+// shm_reduce_fold_bytes, here 64K when fold is set, every rank folds a
+// block and the root gathers them), over several rounds of the test
+// region's 8 KiB slots and with the root anywhere, leaves the Ordered
+// algorithm's bits in the root's buffer and every other rank's buffer as
+// it was; with Deterministic too (the root then never folds in place).
+func TestSharedMemoryReduceBits(t *testing.T) {
+	t.Parallel()
+	type tc struct {
+		p, n      int
+		det, fold bool
+	}
+	ps, ns := []int{2, 3, 5}, []int{0, 1, 2049, 9000, 17409, 70001}
+	big := 70001
+	if raceEnabled && !long { // ten times slower: fewer and smaller, still past 64K
+		ps, ns, big = []int{2, 3}, []int{1, 9000, 20001}, 20001
+	}
+	var cases []tc
+	for _, p := range ps {
+		for _, n := range ns {
+			cases = append(cases, tc{p, n, false, false}, tc{p, n, false, true})
+		}
+	}
+	cases = append(cases, tc{2, 20001, true, true}, tc{3, 17409, true, true}, tc{2, 2049, true, false}, tc{3, big, true, false})
+	for _, c := range cases {
+		t.Run(name("p", c.p, "n", c.n, "det", c.det, "fold", c.fold), func(t *testing.T) {
+			p, n := c.p, c.n
+			roots := []int{0, p - 1, p / 2}
+			run := func(alg collectives.Algorithm, shared bool) [][]float64 {
+				out := make([][]float64, len(roots)) // the root's result per call
+				opts := force(collectives.CollReduce, alg)
+				opts.Deterministic = c.det
+				if c.fold {
+					require.NoError(t, collectives.ParseTuning("shm_reduce_fold_bytes=64K", &opts))
+				}
+				errs := world(t, p, coltest.Options{Shared: shared}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
+					for k, root := range roots {
+						buf := roundingInput(r, n)
+						if err := collectives.Reduce(ctx, e, buf, reduce.Sum, root); err != nil {
+							return err
+						}
+						if r == root {
+							out[k] = buf
+						} else if err := sameBits(fmt.Sprintf("non-root %d's buffer (root %d)", r, root), buf, roundingInput(r, n)); err != nil {
+							return err
+						}
+					}
+					return checkAlg(e, alg)
+				})
+				requireAllOK(t, errs)
+				return out
+			}
+			want := run(collectives.Ordered, false)
+			got := run(collectives.SharedMemory, true)
+			for k, root := range roots {
+				require.NoError(t, sameBits(fmt.Sprintf("root %d", root), got[k], want[k]))
+			}
+		})
+	}
+}
+
+// TestSharedMemoryPeerLostData: a rank killed in the middle of a stream
+// of shared-memory reduces (both forms: the small one, a large one that
+// folds blocks), allgathers and alltoalls makes
+// every survivor fail with an error naming it; nobody hangs.
+func TestSharedMemoryPeerLostData(t *testing.T) {
+	t.Parallel()
+	type op struct {
+		coll collectives.Collective
+		f    func(ctx context.Context, e *collectives.Engine) error
+	}
+	ops := map[string]op{
+		"reduce-small": {collectives.CollReduce, func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.Reduce(ctx, e, make([]float64, 1000), reduce.Sum, 0)
+		}},
+		"reduce-large": {collectives.CollReduce, func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.Reduce(ctx, e, make([]float64, 70000), reduce.Sum, e.Size()-1)
+		}},
+		"allgather": {collectives.CollAllgather, func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.Allgather(ctx, e, make([]float64, 3000), make([]float64, 3000*e.Size()))
+		}},
+		"alltoall": {collectives.CollAlltoall, func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.Alltoall(ctx, e, make([]float64, 3000*e.Size()), make([]float64, 3000*e.Size()))
+		}},
+	}
+	for opName, o := range ops {
+		for _, p := range []int{2, 3, 5} {
+			for _, after := range []int{1, 4} {
+				t.Run(name("op", opName, "p", p, "after", after), func(t *testing.T) {
+					dead := p / 2
+					wo := coltest.Options{Shared: true, FailRank: dead, FailAfter: after}
+					eo := force(o.coll, collectives.SharedMemory)
+					require.NoError(t, collectives.ParseTuning("shm_reduce_fold_bytes=256K", &eo)) // 70000 floats fold blocks
+					errs := shmWorld(t, p, wo, eo, dead, after, o.f)
+					for r, err := range errs {
+						require.Error(t, err, "rank %d", r)
+						require.NotErrorIs(t, err, context.DeadlineExceeded, "rank %d hung", r)
+						var pl *coltest.PeerLostError
+						require.ErrorAs(t, err, &pl, "rank %d: %v", r, err)
+						require.Equal(t, dead, pl.Rank)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestSharedMemoryAllgatherAlltoall: the shared-memory allgather and
+// alltoall give the serial references' results for blocks around the
+// test region's 8 KiB slot (one round, a round and a few bytes, several
+// rounds; alltoall rounds move a piece of every block), twice in a row on
+// the same slots, and with blocks whose sizes are not a multiple of 8;
+// and so do their single-copy forms, which read every block straight out
+// of its owner's buffer (here above shm_read_block_min=4K, so from 513
+// floats a block; the int16 blocks are 3n·2 bytes).
+func TestSharedMemoryAllgatherAlltoall(t *testing.T) {
+	t.Parallel()
+	for _, coll := range []collectives.Collective{collectives.CollAllgather, collectives.CollAlltoall} {
+		ps, ns := []int{2, 3, 5, 8}, []int{2, 512, 513, 1023, 1024, 1025, 3001}
+		if raceEnabled && !long { // ten times slower
+			ps, ns = []int{2, 5}, []int{2, 513, 1025, 3001}
+		}
+		for _, p := range ps {
+			for _, n := range ns {
+				for _, tune := range []string{"", "shm_read_block_min=4K"} {
+					t.Run(name("coll", coll, "p", p, "n", n, "tune", tune), func(t *testing.T) {
+						eo := force(coll, collectives.SharedMemory)
+						require.NoError(t, collectives.ParseTuning(tune, &eo))
+						errs := world(t, p, coltest.Options{Shared: true}, eo, func(ctx context.Context, e *collectives.Engine, r int) error {
+							for range 2 {
+								if err := gridCases[coll](ctx, e, r, p, n); err != nil {
+									return err
+								}
+							}
+							if err := oddBlocks(ctx, e, coll, r, p, 3*n); err != nil {
+								return err
+							}
+							return checkAlg(e, collectives.SharedMemory)
+						})
+						requireAllOK(t, errs)
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestSharedMemoryReadBlocksFails: when a rank cannot read a peer's
+// buffer (process_vm_readv refused), the single-copy allgather and
+// alltoall fail on that rank with the cause, naming the peer, instead of
+// returning a block it never got; the same sizes through the slots work.
+func TestSharedMemoryReadBlocksFails(t *testing.T) {
+	t.Parallel()
+	boom := fmt.Errorf("process_vm_readv: EPERM")
+	for _, coll := range []collectives.Collective{collectives.CollAllgather, collectives.CollAlltoall} {
+		for _, p := range []int{2, 3} {
+			for _, tune := range []string{"shm_read_block_min=4K", "shm_read_block_min=max"} {
+				t.Run(name("coll", coll, "p", p, "tune", tune), func(t *testing.T) {
+					eo := force(coll, collectives.SharedMemory)
+					require.NoError(t, collectives.ParseTuning(tune, &eo))
+					errs := world(t, p, coltest.Options{Shared: true, PeerReadErr: boom}, eo, func(ctx context.Context, e *collectives.Engine, r int) error {
+						return gridCases[coll](ctx, e, r, p, 1000) // 8000-byte blocks
+					})
+					if tune == "shm_read_block_min=max" {
+						requireAllOK(t, errs)
+						return
+					}
+					for r, err := range errs {
+						require.ErrorIs(t, err, boom, "rank %d", r)
+						var ce *collectives.Error
+						require.ErrorAs(t, err, &ce, "rank %d", r)
+						require.Equal(t, (r+1)%p, ce.Peer, "rank %d: %v", r, err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// oddBlocks runs coll over blocks of n int16 (2 bytes each) on rank r
+// and checks the result.
+func oddBlocks(ctx context.Context, e *collectives.Engine, coll collectives.Collective, r, p, n int) error {
+	val := func(src, dst, i int) int16 { return int16(src*1000 + dst*100 + i%97) }
+	recv := make([]int16, p*n)
+	switch coll {
+	case collectives.CollAllgather:
+		send := make([]int16, n)
+		for i := range send {
+			send[i] = val(r, 0, i)
+		}
+		if err := collectives.Allgather(ctx, e, send, recv); err != nil {
+			return err
+		}
+	default:
+		send := make([]int16, p*n)
+		for j := range p {
+			for i := range n {
+				send[j*n+i] = val(r, j, i)
+			}
+		}
+		if err := collectives.Alltoall(ctx, e, send, recv); err != nil {
+			return err
+		}
+	}
+	for q := range p {
+		for i := range n {
+			want := val(q, 0, i)
+			if coll == collectives.CollAlltoall {
+				want = val(q, r, i)
+			}
+			if got := recv[q*n+i]; got != want {
+				return fmt.Errorf("%v int16: rank %d's block from rank %d, element %d: %d, want %d", coll, r, q, i, got, want)
+			}
+		}
+	}
+	return nil
+}
