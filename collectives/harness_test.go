@@ -38,7 +38,9 @@ func world(t testing.TB, n int, wo coltest.Options, eo collectives.Options, fn f
 
 // runWorld is world on a world the caller made (to kill a rank of it, say).
 func runWorld(w *coltest.World, eo collectives.Options, fn func(ctx context.Context, e *collectives.Engine, rank int) error) []error {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// Generous: the multi-megabyte cases under -race, beside the package's
+	// other parallel tests on a loaded 2-core machine, take 12-22 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return w.Run(func(rank int, g collectives.Group) error {
 		e, err := collectives.New(g, eo)
