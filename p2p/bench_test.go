@@ -150,3 +150,52 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWindowOverhead is the software cost of one window of the OSU
+// message-rate loop (bench's bw row): rank 1 posts 64 Irecvs, rank 0 64
+// Isends, both wait for all and release their requests, all driven by one
+// goroutine over shm as in BenchmarkOverhead. ns/op / 64 is the cost of one
+// message on both sides together; allocs/op should be 0.
+func BenchmarkWindowOverhead(b *testing.B) {
+	for _, size := range []int{8, 4096} {
+		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) { benchWindowOverhead(b, size) })
+	}
+}
+
+func benchWindowOverhead(b *testing.B, size int) {
+	const window = 64
+	ctx := context.Background()
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "shm"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p2ptest.Close(eps)
+	s, r := make([]byte, size), make([]byte, size)
+	reqs := make([]*p2p.Request, 0, 2*window)
+	b.ReportAllocs()
+	for b.Loop() {
+		reqs = reqs[:0]
+		for range window {
+			rq, err := eps[1].Irecv(0, 1, r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs = append(reqs, rq)
+		}
+		for range window {
+			rq, err := eps[0].Isend(1, 1, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs = append(reqs, rq)
+		}
+		for _, rq := range reqs {
+			if _, err := rq.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, rq := range reqs {
+			rq.Release()
+		}
+	}
+}
