@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -134,7 +135,10 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	defer p2ptest.Close(eps)
 	s, r := make([]byte, 8), make([]byte, 8)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
+	cpu0 := threadCPU()
 	for b.Loop() {
 		if err := eps[0].Send(ctx, 1, 1, s); err != nil {
 			b.Fatal(err)
@@ -149,13 +153,22 @@ func BenchmarkOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu0)
+}
+
+// reportCPU reports the thread's CPU time per op since cpu0 (threadCPU),
+// which a loaded machine disturbs much less than ns/op.
+func reportCPU(b *testing.B, cpu0 int64) {
+	if cpu0 >= 0 {
+		b.ReportMetric(float64(threadCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	}
 }
 
 // BenchmarkWindowOverhead is the software cost of one window of the OSU
 // message-rate loop (bench's bw row): rank 1 posts 64 Irecvs, rank 0 64
 // Isends, both wait for all and release their requests, all driven by one
-// goroutine over shm as in BenchmarkOverhead. ns/op / 64 is the cost of one
-// message on both sides together; allocs/op should be 0.
+// goroutine over shm as in BenchmarkOverhead. cpu-ns/op / 64 is the cost
+// of one message on both sides together; allocs/op should be 0.
 func BenchmarkWindowOverhead(b *testing.B) {
 	for _, size := range []int{8, 4096} {
 		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) { benchWindowOverhead(b, size) })
@@ -172,7 +185,10 @@ func benchWindowOverhead(b *testing.B, size int) {
 	defer p2ptest.Close(eps)
 	s, r := make([]byte, size), make([]byte, size)
 	reqs := make([]*p2p.Request, 0, 2*window)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
+	cpu0 := threadCPU()
 	for b.Loop() {
 		reqs = reqs[:0]
 		for range window {
@@ -198,4 +214,5 @@ func benchWindowOverhead(b *testing.B, size int) {
 			rq.Release()
 		}
 	}
+	reportCPU(b, cpu0)
 }
