@@ -35,7 +35,10 @@ type Window struct {
 	mrs    map[*device]verbs.MR
 	remote []winKey // per rank: where its window is, as this rank's link to it sees it
 	direct [][]byte // per rank: the Direct mapping, made on first use (under ep.mu)
-	closed bool
+	// noDirect: per rank, Direct found no mapping; writes take the queue
+	// pair (under ep.mu).
+	noDirect []bool
+	closed   bool
 
 	// A group window (NewGroupWindow) exists on the ranks of group only
 	// and exchanges its keys on ch with tag; nil group means every rank.
@@ -376,6 +379,14 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 		return r, nil
 	}
 	p := ep.peers[peer]
+	if !notify && len(src) > 0 && len(src) <= directWriteMax {
+		if done, err := w.writeDirect(p, off, src, r); done {
+			if err != nil {
+				return bad(err)
+			}
+			return r, nil
+		}
+	}
 	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: len(src), id: uint64(value)}
 	if len(src) > 0 {
 		if err := w.localBuf(p, r, src, "source"); err != nil {
@@ -386,6 +397,62 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 		return bad(err)
 	}
 	return r, nil
+}
+
+// directWriteMax is the largest write that goes straight into a peer's
+// window mapped in this process (Direct) instead of through the queue
+// pair: a copy that completes at once, without a work request, its
+// completion or the poll that finds it, which made a small Put and Flush
+// over shm many times MPI_Put's. Larger writes keep the provider's own
+// copy, which has the better routine for them.
+const directWriteMax = 64 << 10
+
+// writeDirect writes src at off of p's part of the window with a plain
+// copy when this process maps that part (Direct: the provider shares the
+// peer's window memory) and completes r; it reports false, having done
+// nothing, when the write must take the queue pair: no mapping, a link
+// that is down or closing, or window operations still queued or posted
+// (to any peer: their order must hold, and one map lookup is cheaper
+// than a count per peer), which a copy now would overtake.
+func (w *Window) writeDirect(p *peer, off int, src []byte, r *Request) (bool, error) {
+	ep := w.ep
+	ep.mu.Lock()
+	var m []byte
+	switch {
+	case w.noDirect != nil && w.noDirect[p.rank]:
+		ep.mu.Unlock()
+		return false, nil
+	case w.direct != nil && w.direct[p.rank] != nil:
+		m = w.direct[p.rank]
+	default:
+		ep.mu.Unlock()
+		if m = w.Direct(p.rank); m == nil {
+			// Not mappable (user memory, or no such capability): do not
+			// ask the provider again on every write.
+			ep.mu.Lock()
+			if w.noDirect == nil {
+				w.noDirect = make([]bool, ep.size)
+			}
+			w.noDirect[p.rank] = true
+			ep.mu.Unlock()
+			return false, nil
+		}
+		ep.mu.Lock()
+	}
+	defer ep.mu.Unlock()
+	if off+len(src) > len(m) {
+		return false, nil
+	}
+	if err := ep.checkLocked(); err != nil {
+		return true, err
+	}
+	if w.closed || p.broken || p.departed || len(p.queue) > 0 || len(ep.writes) > 0 {
+		return false, nil
+	}
+	copy(m[off:], src)
+	p.stats.WriteSent.add(len(src))
+	ep.completeLocked(r, nil)
+	return true, nil
 }
 
 // localBuf makes b, the local side of window operation r to p, reachable
