@@ -192,16 +192,28 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 	var first error
 	for i, t := range reqs {
 		// p2p.WaitAny does not cancel when ctx ends (WaitAll would try).
-		if _, _, err := p2p.WaitAny(ctx, t.r); err != nil && ctx.Err() != nil {
-			w.mu.Lock()
-			w.pending = append(reqs[i:], w.pending...)
-			w.mu.Unlock()
-			return w.c.opErr("Flush", NoPeer, NoTag, fmt.Errorf("waiting for %d transfers: %w", len(reqs)-i, ctx.Err()))
+		// A request that is done (a Put copied into a window that this
+		// process maps) needs no poll of the completion queues.
+		if !t.r.Done() {
+			if _, _, err := p2p.WaitAny(ctx, t.r); err != nil && ctx.Err() != nil {
+				w.mu.Lock()
+				w.pending = append(reqs[i:], w.pending...)
+				w.mu.Unlock()
+				return w.c.opErr("Flush", NoPeer, NoTag, fmt.Errorf("waiting for %d transfers: %w", len(reqs)-i, ctx.Err()))
+			}
 		}
 		if _, _, err := t.r.Test(); err != nil && first == nil {
 			first = w.c.wrap(t.op, t.target, NoTag, err)
 		}
+		t.r.Release() // nothing else holds it: the next Put reuses it
 	}
+	// Keep the slice for the next round of Puts, unless some came meanwhile.
+	clear(reqs)
+	w.mu.Lock()
+	if w.pending == nil {
+		w.pending = reqs[:0]
+	}
+	w.mu.Unlock()
 	return first
 }
 

@@ -87,3 +87,35 @@ func TestWin(t *testing.T) {
 		})
 	}
 }
+
+// Over shm, Put into a window that AllocWin made, and Flush, allocate
+// nothing: the Put is a copy into the peer's mapped memory, its request
+// is recycled by Flush and Flush keeps its slice. (Formatting an unused
+// error text, a new request per Put and a new slice per Flush did.)
+func TestPutFlushAllocs(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector allocates on its own")
+	}
+	runOK(t, 2, comm.Options{Transport: "shm"}, func(ctx context.Context, c *comm.Comm) error {
+		w, err := comm.AllocWin[float64](ctx, c, 8)
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			src := []float64{1, 2}
+			put := func() {
+				if err := w.Put(1, 2, src); err != nil {
+					t.Error(err)
+				}
+				if err := w.Flush(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+			put()
+			if n := testing.AllocsPerRun(100, put); n != 0 {
+				t.Errorf("Put and Flush allocate %v times per call", n)
+			}
+		}
+		return w.Fence(ctx)
+	})
+}

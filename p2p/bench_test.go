@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -134,7 +135,10 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	defer p2ptest.Close(eps)
 	s, r := make([]byte, 8), make([]byte, 8)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
+	cpu0 := threadCPU()
 	for b.Loop() {
 		if err := eps[0].Send(ctx, 1, 1, s); err != nil {
 			b.Fatal(err)
@@ -149,4 +153,66 @@ func BenchmarkOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu0)
+}
+
+// reportCPU reports the thread's CPU time per op since cpu0 (threadCPU),
+// which a loaded machine disturbs much less than ns/op.
+func reportCPU(b *testing.B, cpu0 int64) {
+	if cpu0 >= 0 {
+		b.ReportMetric(float64(threadCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// BenchmarkWindowOverhead is the software cost of one window of the OSU
+// message-rate loop (bench's bw row): rank 1 posts 64 Irecvs, rank 0 64
+// Isends, both wait for all and release their requests, all driven by one
+// goroutine over shm as in BenchmarkOverhead. cpu-ns/op / 64 is the cost
+// of one message on both sides together; allocs/op should be 0.
+func BenchmarkWindowOverhead(b *testing.B) {
+	for _, size := range []int{8, 4096} {
+		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) { benchWindowOverhead(b, size) })
+	}
+}
+
+func benchWindowOverhead(b *testing.B, size int) {
+	const window = 64
+	ctx := context.Background()
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "shm"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p2ptest.Close(eps)
+	s, r := make([]byte, size), make([]byte, size)
+	reqs := make([]*p2p.Request, 0, 2*window)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	cpu0 := threadCPU()
+	for b.Loop() {
+		reqs = reqs[:0]
+		for range window {
+			rq, err := eps[1].Irecv(0, 1, r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs = append(reqs, rq)
+		}
+		for range window {
+			rq, err := eps[0].Isend(1, 1, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs = append(reqs, rq)
+		}
+		for _, rq := range reqs {
+			if _, err := rq.Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, rq := range reqs {
+			rq.Release()
+		}
+	}
+	reportCPU(b, cpu0)
 }

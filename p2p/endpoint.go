@@ -69,6 +69,7 @@ type Endpoint struct {
 	winSlots   map[uint32]*Window // live windows by signal slot (window_signal.go)
 	opSeq      uint32
 	selfStats  PeerStats
+	freeReqs   []*Request // recycled requests (putReq)
 
 	// The progress engine.
 	pollMu  sync.Mutex

@@ -93,10 +93,9 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 	if err := c.checkTag(op, peer, tag, c.id >= FirstReservedContext); err != nil {
 		return nil, err
 	}
-	r := ep.getReq()
-	r.op, r.peer, r.pattern, r.buf = opSend, peer, envelope{ctx: c.id, src: ep.rank, tag: int32(tag)}, buf
-	r.status = Status{Source: ep.rank, Tag: tag, Count: len(buf)}
 	if peer == ep.rank {
+		r := ep.getReq()
+		c.initSend(r, peer, tag, buf)
 		return r, c.sendSelf(r)
 	}
 	p := ep.peers[peer]
@@ -122,6 +121,8 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		}
 		return nil, c.argErr(op, peer, tag, err)
 	}
+	r := ep.newReqLocked()
+	c.initSend(r, peer, tag, buf)
 	switch {
 	case len(buf) > p.eager && !large:
 		if err := p.sendPipe(ep, r, c.id, tag, buf); err != nil {
@@ -150,6 +151,12 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		return nil, c.argErr(op, peer, tag, err)
 	}
 	return r, nil
+}
+
+// initSend fills in a new send request's envelope.
+func (c *Channel) initSend(r *Request, peer, tag int, buf []byte) {
+	r.op, r.peer, r.pattern, r.buf = opSend, peer, envelope{ctx: c.id, src: c.ep.rank, tag: int32(tag)}, buf
+	r.status = Status{Source: c.ep.rank, Tag: tag, Count: len(buf)}
 }
 
 // sendEagerNow is Send's fast path: an eager message to another rank that
@@ -251,13 +258,13 @@ func (c *Channel) irecv(op string, src, tag int, buf []byte) (*Request, error) {
 	if err := c.checkTag(op, src, tag, true); err != nil {
 		return nil, err
 	}
-	r := ep.getReq()
-	r.op, r.peer, r.pattern, r.buf = opRecv, src, envelope{ctx: c.id, src: src, tag: int32(tag)}, buf
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if err := ep.checkLocked(); err != nil {
 		return nil, c.argErr(op, src, tag, err)
 	}
+	r := ep.newReqLocked()
+	r.op, r.peer, r.pattern, r.buf = opRecv, src, envelope{ctx: c.id, src: src, tag: int32(tag)}, buf
 	if in := ep.m.find(r.pattern, true); in != nil {
 		ep.deliverLocked(r, in)
 		ep.flushDirtyLocked()

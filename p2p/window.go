@@ -35,7 +35,10 @@ type Window struct {
 	mrs    map[*device]verbs.MR
 	remote []winKey // per rank: where its window is, as this rank's link to it sees it
 	direct [][]byte // per rank: the Direct mapping, made on first use (under ep.mu)
-	closed bool
+	// noDirect: per rank, Direct found no mapping; writes take the queue
+	// pair (under ep.mu).
+	noDirect []bool
+	closed   bool
 
 	// A group window (NewGroupWindow) exists on the ranks of group only
 	// and exchanges its keys on ch with tag; nil group means every rank.
@@ -335,9 +338,11 @@ func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 }
 
 // target checks an access of n bytes at off in peer's part of the window
-// (a member, the window open, the bytes inside; what names the access in
-// the error, "writing 3 bytes") and returns where that part is.
-func (w *Window) target(peer, off, n int, what string) (winKey, error) {
+// (a member, the window open, the bytes inside; verb names the access in
+// the error: "writing" gives "writing 3 bytes", and "" "an 8-byte
+// atomic"; the text is made only for an error, as formatting it on every
+// write cost an allocation) and returns where that part is.
+func (w *Window) target(peer, off, n int, verb string) (winKey, error) {
 	if err := w.checkPeer(peer); err != nil {
 		return winKey{}, err
 	}
@@ -346,6 +351,10 @@ func (w *Window) target(peer, off, n int, what string) (winKey, error) {
 	}
 	rk := w.remote[peer]
 	if off < 0 || off > rk.len || n > rk.len-off {
+		what := fmt.Sprintf("an %d-byte atomic", n)
+		if verb != "" {
+			what = fmt.Sprintf("%s %d bytes", verb, n)
+		}
 		return winKey{}, fmt.Errorf("%w: %s at offset %d overruns rank %d's %d-byte window", ErrInvalidArgument, what, off, peer, rk.len)
 	}
 	return rk, nil
@@ -356,9 +365,17 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 	bad := func(err error) (*Request, error) {
 		return nil, &Error{Op: "Write", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 	}
-	rk, err := w.target(peer, off, len(src), fmt.Sprintf("writing %d bytes", len(src)))
+	rk, err := w.target(peer, off, len(src), "writing")
 	if err != nil {
 		return bad(err)
+	}
+	if peer != ep.rank && !notify && len(src) > 0 && len(src) <= directWriteMax {
+		if r, done, err := w.writeDirect(ep.peers[peer], off, src); done {
+			if err != nil {
+				return bad(err)
+			}
+			return r, nil
+		}
 	}
 	r := &Request{ep: ep, op: opWrite, peer: peer, pattern: envelope{tag: NoTag}, buf: src, notify32: notify}
 	r.status = Status{Source: ep.rank, Count: len(src)}
@@ -386,6 +403,66 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 		return bad(err)
 	}
 	return r, nil
+}
+
+// directWriteMax is the largest write that goes straight into a peer's
+// window mapped in this process (Direct) instead of through the queue
+// pair: a copy that completes at once, without a work request, its
+// completion or the poll that finds it, which made a small Put and Flush
+// over shm many times MPI_Put's. Larger writes keep the provider's own
+// copy, which has the better routine for them.
+const directWriteMax = 64 << 10
+
+// writeDirect writes src at off of p's part of the window with a plain
+// copy when this process maps that part (Direct: the provider shares the
+// peer's window memory) and returns the completed request (a recycled
+// one: Release gives it back); it reports false, having done nothing,
+// when the write must take the queue pair: no mapping, a link that is
+// down or closing, or window operations still queued or posted (to any
+// peer: their order must hold, and one map lookup is cheaper than a count
+// per peer), which a copy now would overtake.
+func (w *Window) writeDirect(p *peer, off int, src []byte) (*Request, bool, error) {
+	ep := w.ep
+	ep.mu.Lock()
+	var m []byte
+	switch {
+	case w.noDirect != nil && w.noDirect[p.rank]:
+		ep.mu.Unlock()
+		return nil, false, nil
+	case w.direct != nil && w.direct[p.rank] != nil:
+		m = w.direct[p.rank]
+	default:
+		ep.mu.Unlock()
+		if m = w.Direct(p.rank); m == nil {
+			// Not mappable (user memory, or no such capability): do not
+			// ask the provider again on every write.
+			ep.mu.Lock()
+			if w.noDirect == nil {
+				w.noDirect = make([]bool, ep.size)
+			}
+			w.noDirect[p.rank] = true
+			ep.mu.Unlock()
+			return nil, false, nil
+		}
+		ep.mu.Lock()
+	}
+	defer ep.mu.Unlock()
+	if off+len(src) > len(m) {
+		return nil, false, nil
+	}
+	if err := ep.checkLocked(); err != nil {
+		return nil, true, err
+	}
+	if w.closed || p.broken || p.departed || len(p.queue) > 0 || len(ep.writes) > 0 {
+		return nil, false, nil
+	}
+	copy(m[off:], src)
+	p.stats.WriteSent.add(len(src))
+	r := ep.newReqLocked()
+	r.op, r.peer, r.pattern, r.buf = opWrite, p.rank, envelope{tag: NoTag}, src
+	r.status = Status{Source: ep.rank, Count: len(src)}
+	ep.completeLocked(r, nil)
+	return r, true, nil
 }
 
 // localBuf makes b, the local side of window operation r to p, reachable
@@ -472,7 +549,7 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	bad := func(err error) (*Request, error) {
 		return nil, &Error{Op: "Read", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 	}
-	rk, err := w.target(peer, off, len(dst), fmt.Sprintf("reading %d bytes", len(dst)))
+	rk, err := w.target(peer, off, len(dst), "reading")
 	if err != nil {
 		return bad(err)
 	}

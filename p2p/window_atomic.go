@@ -63,7 +63,7 @@ func (w *Window) atomic(ctx context.Context, op string, opcode verbs.Opcode, pee
 	bad := func(err error) (uint64, error) {
 		return 0, &Error{Op: op, Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
 	}
-	rk, err := w.target(peer, off, 8, "an 8-byte atomic")
+	rk, err := w.target(peer, off, 8, "")
 	if err != nil {
 		return bad(err)
 	}

@@ -192,3 +192,53 @@ func TestPeerIOErrors(t *testing.T) {
 		})
 	}
 }
+
+// Over shm a small write into a peer's provider-memory window is a copy
+// into the mapping of that window: the request is complete when Iwrite
+// returns, with no completion to poll for, and the bytes are there for
+// the peer after any later message. A write into user memory, or one
+// above the direct limit, takes the queue pair and arrives too.
+func TestWriteDirect(t *testing.T) {
+	const big = 100 << 10
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		wa, err := ep.AllocWindow(ctx, big+64)
+		if err != nil {
+			return err
+		}
+		wu, err := ep.NewWindow(ctx, make([]byte, 64))
+		if err != nil {
+			return err
+		}
+		if ep.Rank() == 0 {
+			for i := range 3 {
+				r, err := wa.Iwrite(1, 8*i, pattern(8, byte(i)), false, 0)
+				if err != nil {
+					return err
+				}
+				if !r.Done() {
+					return fmt.Errorf("write %d into the peer's provider memory is not complete on return", i)
+				}
+				if _, err := r.Wait(ctx); err != nil {
+					return err
+				}
+			}
+			if err := wa.Write(ctx, 1, 64, pattern(big, 7)); err != nil {
+				return err
+			}
+			if err := wu.Write(ctx, 1, 0, pattern(64, 9)); err != nil {
+				return err
+			}
+			require.Equal(t, uint64(3*8+big+64), ep.Stats().Peers[1].WriteSent.Bytes)
+			return ep.Send(ctx, 1, 1, nil)
+		}
+		if _, err := ep.Recv(ctx, 0, 1, nil); err != nil {
+			return err
+		}
+		for i := range 3 {
+			require.Equal(t, pattern(8, byte(i)), wa.Bytes()[8*i:8*i+8], "write %d", i)
+		}
+		require.Equal(t, pattern(big, 7), wa.Bytes()[64:64+big])
+		require.Equal(t, pattern(64, 9), wu.Bytes())
+		return nil
+	})
+}
