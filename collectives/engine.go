@@ -416,8 +416,11 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: errEngineClosed}
 	}
 	if e.cur != nil {
+		// The running call's name is read under the lock: it may end and
+		// its records be reused as soon as the lock is released.
+		err := &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: %v called while %s #%d runs on the same Engine; use one Engine (communicator) per concurrent stream of collectives", ErrInvalidArgument, coll, e.cur.op, e.cur.seq)}
 		e.mu.Unlock()
-		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: %v called while %s #%d runs on the same Engine; use one Engine (communicator) per concurrent stream of collectives", ErrInvalidArgument, coll, e.cur.op, e.cur.seq)}
+		return nil, err
 	}
 	e.seq++
 	e.calls++

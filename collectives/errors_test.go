@@ -325,6 +325,12 @@ func TestConcurrentCallsRejected(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- collectives.Barrier(ctx, e) }() // rank 1 never comes
+	// The barrier must be the call that runs: a Bcast that began first
+	// would find no peer needed and end, and the barrier be the one refused.
+	require.Eventually(t, func() bool {
+		a := e.Activity()
+		return a.Running && a.Op == "barrier"
+	}, 5*time.Second, time.Millisecond)
 	require.Eventually(t, func() bool {
 		err := collectives.Bcast(context.Background(), e, []int32{1}, 0)
 		return errors.Is(err, collectives.ErrInvalidArgument)
