@@ -121,20 +121,7 @@ func threadCPU(b *testing.B) int64 {
 //
 //	go test -run '^$' -bench EngineOverhead -benchtime 200000x ./collectives
 func BenchmarkEngineOverhead(b *testing.B) {
-	ctx := context.Background()
-	send, recv := make([]float32, 8), make([]float32, 8)
-	for _, tc := range []struct {
-		name string
-		call func(e *collectives.Engine) error
-	}{
-		{"allgather", func(e *collectives.Engine) error { return collectives.Allgather(ctx, e, send[:4], recv) }},
-		{"alltoall", func(e *collectives.Engine) error { return collectives.Alltoall(ctx, e, send, recv) }},
-		{"reduce_scatter", func(e *collectives.Engine) error {
-			return collectives.ReduceScatter(ctx, e, send, recv[:4], reduce.Sum)
-		}},
-		// Rank 0 sends its vector to the root, rank 1: one message out.
-		{"reduce", func(e *collectives.Engine) error { return collectives.Reduce(ctx, e, send[:4], reduce.Sum, 1) }},
-	} {
+	for _, tc := range smallCalls() {
 		b.Run(tc.name, func(b *testing.B) {
 			e, err := collectives.New(&echoGroup{}, collectives.Options{})
 			if err != nil {
@@ -155,6 +142,27 @@ func BenchmarkEngineOverhead(b *testing.B) {
 	}
 }
 
+type smallCall struct {
+	name string
+	call func(e *collectives.Engine) error
+}
+
+// smallCalls are 16-byte two-rank calls of the general path, over an
+// echoGroup: each sends one message and receives one.
+func smallCalls() []smallCall {
+	ctx := context.Background()
+	send, recv := make([]float32, 8), make([]float32, 8)
+	return []smallCall{
+		{"allgather", func(e *collectives.Engine) error { return collectives.Allgather(ctx, e, send[:4], recv) }},
+		{"alltoall", func(e *collectives.Engine) error { return collectives.Alltoall(ctx, e, send, recv) }},
+		{"reduce_scatter", func(e *collectives.Engine) error {
+			return collectives.ReduceScatter(ctx, e, send, recv[:4], reduce.Sum)
+		}},
+		// Rank 0 sends its vector to the root, rank 1: one message out.
+		{"reduce", func(e *collectives.Engine) error { return collectives.Reduce(ctx, e, send[:4], reduce.Sum, 1) }},
+	}
+}
+
 // TestGeneralPathAllocatesNothing: once an Engine has run a call, a
 // 16-byte two-rank allgather, alltoall, reduce_scatter and reduce over
 // messages allocate nothing per call (the call records, message records,
@@ -163,19 +171,7 @@ func TestGeneralPathAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
 	}
-	ctx := context.Background()
-	send, recv := make([]float32, 8), make([]float32, 8)
-	for _, tc := range []struct {
-		name string
-		call func(e *collectives.Engine) error
-	}{
-		{"allgather", func(e *collectives.Engine) error { return collectives.Allgather(ctx, e, send[:4], recv) }},
-		{"alltoall", func(e *collectives.Engine) error { return collectives.Alltoall(ctx, e, send, recv) }},
-		{"reduce_scatter", func(e *collectives.Engine) error {
-			return collectives.ReduceScatter(ctx, e, send, recv[:4], reduce.Sum)
-		}},
-		{"reduce", func(e *collectives.Engine) error { return collectives.Reduce(ctx, e, send[:4], reduce.Sum, 1) }},
-	} {
+	for _, tc := range smallCalls() {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := collectives.New(&echoGroup{}, collectives.Options{})
 			if err != nil {
