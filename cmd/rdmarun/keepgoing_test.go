@@ -14,8 +14,8 @@ func TestKeepGoing(t *testing.T) {
 	r := run(t, nil, "-np", "3", "--keep-going", testprogBin, "-kill-rank", "1", "-await-left", "1", "-piddir", dir)
 	assert.Equal(t, 128+9, r.code, "the killed rank's status")
 	// The survivors may see the departure and end before rdmarun reaps
-	// the killed rank, so the count left running is 1 or 2.
-	assert.Regexp(t, `rank 1 \(host localhost, pid \d+\) was killed by signal SIGKILL; --keep-going: leaving [12] other ranks? running`, r.stderr)
+	// the killed rank, so the count left running is anything from 0 to 2.
+	assert.Regexp(t, `rank 1 \(host localhost, pid \d+\) was killed by signal SIGKILL; --keep-going: leaving [0-2] other ranks? running`, r.stderr)
 	assert.Regexp(t, `job \w+ failed: rank 1 \(host localhost, pid \d+\) was killed by signal SIGKILL \(--keep-going: the other ranks ran on\)`, r.stderr)
 	for _, rank := range []string{"0", "2"} {
 		assert.Regexp(t, `rank `+rank+` saw: rank 1 lost its connection`, r.stdout)
