@@ -72,10 +72,11 @@ type Endpoint struct {
 	freeReqs   []*Request // recycled requests (putReq)
 
 	// The progress engine.
-	pollMu  sync.Mutex
-	wcs     []verbs.WC    // guarded by pollMu
-	pollers atomic.Int32  // goroutines polling now
-	polls   atomic.Uint64 // polls started, so the background sees activity
+	pollMu    sync.Mutex
+	unsettled bool          // a peer's linkFail waits for settleLinksLocked; under pollMu
+	wcs       []verbs.WC    // guarded by pollMu
+	pollers   atomic.Int32  // goroutines polling now
+	polls     atomic.Uint64 // polls started, so the background sees activity
 	// Peers with a batch of consumed receive buffers to post again when
 	// the endpoint is idle (see repostLocked); due is set while the list
 	// is not empty, for lock-free looks from the poll loops.

@@ -3,6 +3,8 @@ package p2p
 import (
 	"encoding/binary"
 	"sync/atomic"
+
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // SetIgnoreCTS makes senders ignore the split rendezvous's CTS frames (a
@@ -99,4 +101,20 @@ func (ep *Endpoint) BlockedUncounted() int {
 	ep.pollMu.Lock()
 	defer ep.pollMu.Unlock()
 	return ep.blockedUncounted
+}
+
+// HoldPolls keeps every goroutine of ep from polling until release is
+// called, so that a test can line up completions and ring messages that
+// one poll then finds together.
+func (ep *Endpoint) HoldPolls() (release func()) {
+	ep.pollMu.Lock()
+	return ep.pollMu.Unlock
+}
+
+// PeerQPState is the state of the queue pair to peer, so that a test can
+// wait until the provider has noticed that the peer's side is gone.
+func (ep *Endpoint) PeerQPState(peer int) verbs.QPState {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.peers[peer].qp.State()
 }

@@ -105,9 +105,12 @@ type peer struct {
 	queue        []*outItem
 	inDirty      bool
 
-	noWrite   bool // a split rendezvous write into the peer failed: do not offer again
-	departed  bool // the peer closed its endpoint (BYE)
-	broken    bool // the link failed
+	noWrite  bool // a split rendezvous write into the peer failed: do not offer again
+	departed bool // the peer closed its endpoint (BYE)
+	broken   bool // the link failed
+	// linkFail is a failed completion of this link that waits for the end
+	// of the poll to be judged (see settleLinksLocked); under pollMu.
+	linkFail  error
 	lastHeard time.Time
 	lastSent  time.Time
 	// heard and sent mark a frame received or sent since the liveness

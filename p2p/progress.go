@@ -71,7 +71,7 @@ func (ep *Endpoint) progressLocked() int {
 		// those ring messages are in the CQ by now (see ring.go).
 		ring := ep.sleepers != nil && ep.ringScan()
 		n := d.cq.Poll(ep.wcs)
-		if n == 0 && !ring {
+		if n == 0 && !ring && !ep.unsettled {
 			continue
 		}
 		ep.mu.Lock()
@@ -80,6 +80,9 @@ func (ep *Endpoint) progressLocked() int {
 		}
 		if ring && n < len(ep.wcs) {
 			total += ep.ringDrainLocked()
+		}
+		if ep.unsettled && n < len(ep.wcs) {
+			ep.settleLinksLocked()
 		}
 		ep.flushDirtyLocked()
 		ep.mu.Unlock()
@@ -245,7 +248,16 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 				ep.completeLocked(r, ep.opErr(r, &PeerLostError{Rank: p.rank, Reporter: ep.rank, Cause: err}))
 			}
 		}
-		ep.linkErrorLocked(p, fmt.Errorf("link failed: %w", err))
+		cause := fmt.Errorf("link failed: %w", err)
+		if p.rin == nil || p.broken {
+			ep.linkErrorLocked(p, cause)
+		} else if p.linkFail == nil {
+			// A peer that closed on purpose sent its last messages and its
+			// BYE through the ring, which this poll reads after the CQ:
+			// judge the link once both are read (settleLinksLocked).
+			p.linkFail = cause
+			ep.unsettled = true
+		}
 		return
 	}
 	switch kind {

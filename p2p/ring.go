@@ -237,23 +237,52 @@ func (ep *Endpoint) ringScan() bool {
 		if in == nil {
 			continue
 		}
-		e := in.head
-		for e-in.head < in.n {
-			l := in.line(e)
-			if atomic.LoadUint32(ringWord(l)) != e+1 {
-				break
-			}
-			size := binary.LittleEndian.Uint32(l[12:])
-			if size > ringMaxBytes {
-				e++ // so that ringTo reaches it and breaks the link
-				break
-			}
-			e += ringLinesFor(int(size))
-		}
-		in.end = e
-		any = any || e != in.head
+		in.end = in.scanEnd()
+		any = any || in.end != in.head
 	}
 	return any
+}
+
+// scanEnd is where the messages published in the ring end now.
+func (in *ringIn) scanEnd() uint32 {
+	e := in.head
+	for e-in.head < in.n {
+		l := in.line(e)
+		if atomic.LoadUint32(ringWord(l)) != e+1 {
+			break
+		}
+		size := binary.LittleEndian.Uint32(l[12:])
+		if size > ringMaxBytes {
+			e++ // so that ringTo reaches it and breaks the link
+			break
+		}
+		e += ringLinesFor(int(size))
+	}
+	return e
+}
+
+// settleLinksLocked judges the links whose completions failed during this
+// poll, once the CQ is empty and the rings read: a peer whose QP is gone
+// fails our sends to it, but what it published before it went still
+// counts, and if that ends with its BYE it left on purpose and is not
+// lost. Everything it sent is in the CQ or its ring by then (it can send
+// nothing more), so reading its ring to the end keeps the order of its
+// messages. The caller holds pollMu and ep.mu and has emptied the CQ.
+func (ep *Endpoint) settleLinksLocked() {
+	ep.unsettled = false
+	for _, p := range ep.peers {
+		if p == nil || p.linkFail == nil {
+			continue
+		}
+		cause := p.linkFail
+		p.linkFail = nil
+		if in := p.readRing(); in != nil && !p.broken && !p.departed {
+			if end := in.scanEnd(); end != in.head {
+				ep.ringTo(p, end)
+			}
+		}
+		ep.linkErrorLocked(p, cause)
+	}
 }
 
 // ringPending reports whether a ring holds a message (for a goroutine
