@@ -3,8 +3,9 @@ package p2p
 import "math/bits"
 
 // spareBufs recycles the copies of eager payloads (and the buffers of
-// pipelined messages) that arrive before their receive is posted. Such a copy is common (a peer's next message often
-// overtakes this rank's Irecv), and allocating it anew each time costs,
+// pipelined messages) that arrive before their receive is posted. Such a
+// copy is common (a peer's next message often overtakes this rank's
+// Irecv), and allocating it anew each time costs,
 // for messages of tens of KiB, zeroing, a garbage collection every few
 // dozen messages and the scavenger returning the pages to the kernel, only
 // for them to fault in again: with 64 KiB messages over tcp that was about
@@ -23,7 +24,7 @@ const (
 	spareMaxBytes = 4 << 20
 )
 
-// class is the size class of an n-byte copy, or -1 if n is not pooled.
+// spareClass is the size class of an n-byte copy, or -1 if n is not pooled.
 func spareClass(n int) int {
 	if n <= 1<<(spareMinShift-1) || n > 1<<spareMaxShift {
 		return -1
