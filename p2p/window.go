@@ -36,7 +36,7 @@ type Window struct {
 	remote []winKey // per rank: where its window is, as this rank's link to it sees it
 	direct [][]byte // per rank: the Direct mapping, made on first use (under ep.mu)
 	// noDirect: per rank, Direct found no mapping; writes take the queue
-	// pair (under ep.mu).
+	// pair (under ep.mu, beside direct).
 	noDirect []bool
 	closed   bool
 
@@ -230,22 +230,33 @@ func (w *Window) Direct(peer int) []byte {
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
+	return w.directLocked(peer)
+}
+
+// directLocked is Direct for another rank; the caller holds ep.mu. A part
+// found not mappable is remembered, so that writes do not ask the provider
+// again each time.
+func (w *Window) directLocked(peer int) []byte {
+	ep := w.ep
 	if w.closed || ep.closing {
 		return nil
 	}
 	if w.direct == nil {
 		w.direct = make([][]byte, ep.size)
+		w.noDirect = make([]bool, ep.size)
 	}
-	if m := w.direct[peer]; m != nil {
+	if m := w.direct[peer]; m != nil || w.noDirect[peer] {
 		return m
 	}
 	p, rk := ep.peers[peer], w.remote[peer]
 	da, ok := p.qp.(verbs.DirectAccess)
 	if !ok || rk.rkey == 0 {
+		w.noDirect[peer] = true
 		return nil
 	}
 	m, err := da.MapRemote(rk.addr, rk.rkey, rk.len, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
 	if err != nil {
+		w.noDirect[peer] = true
 		return nil
 	}
 	w.direct[peer] = m
@@ -424,30 +435,9 @@ const directWriteMax = 64 << 10
 func (w *Window) writeDirect(p *peer, off int, src []byte) (*Request, bool, error) {
 	ep := w.ep
 	ep.mu.Lock()
-	var m []byte
-	switch {
-	case w.noDirect != nil && w.noDirect[p.rank]:
-		ep.mu.Unlock()
-		return nil, false, nil
-	case w.direct != nil && w.direct[p.rank] != nil:
-		m = w.direct[p.rank]
-	default:
-		ep.mu.Unlock()
-		if m = w.Direct(p.rank); m == nil {
-			// Not mappable (user memory, or no such capability): do not
-			// ask the provider again on every write.
-			ep.mu.Lock()
-			if w.noDirect == nil {
-				w.noDirect = make([]bool, ep.size)
-			}
-			w.noDirect[p.rank] = true
-			ep.mu.Unlock()
-			return nil, false, nil
-		}
-		ep.mu.Lock()
-	}
 	defer ep.mu.Unlock()
-	if off+len(src) > len(m) {
+	m := w.directLocked(p.rank)
+	if off+len(src) > len(m) { // also no mapping (nil)
 		return nil, false, nil
 	}
 	if err := ep.checkLocked(); err != nil {
