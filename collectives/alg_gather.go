@@ -86,9 +86,7 @@ func (c *call) allgatherBruck(buf []byte) error {
 // messages instead of p−1 dependent steps. Small blocks, few ranks.
 func (c *call) allgatherLinear(buf []byte) error {
 	p := c.n
-	ins, outs := c.nin, c.nout
-	c.beginBatch()
-	err := func() error {
+	return c.postAll(func() error {
 		for s := 1; s < p; s++ {
 			src := mod(c.me-s, p)
 			if _, err := c.recv(src, c.rblock(buf, src), c.h.count); err != nil {
@@ -101,28 +99,7 @@ func (c *call) allgatherLinear(buf []byte) error {
 			}
 		}
 		return nil
-	}()
-	c.endBatch()
-	if err != nil {
-		return err
-	}
-	return c.waitBatch(ins, outs)
-}
-
-// waitBatch waits for the receives and then the sends this call started
-// since it had ins receive and outs send records.
-func (c *call) waitBatch(ins, outs int) error {
-	for _, m := range c.callState.ins[ins:c.nin] {
-		if err := m.wait(); err != nil {
-			return err
-		}
-	}
-	for _, m := range c.callState.outs[outs:c.nout] {
-		if err := m.wait(); err != nil {
-			return err
-		}
-	}
-	return nil
+	})
 }
 
 // allgathervRing: the ring with blocks of per-rank counts (displacements
@@ -355,9 +332,7 @@ func (c *call) alltoallPairwise(send, recv []byte) error {
 func (c *call) alltoallLinear(send, recv []byte) error {
 	p := c.n
 	copy(c.rblock(recv, c.me), c.rblock(send, c.me))
-	ins, outs := c.nin, c.nout
-	c.beginBatch()
-	err := func() error {
+	return c.postAll(func() error {
 		for s := 1; s < p; s++ {
 			src := mod(c.me-s, p)
 			if _, err := c.recv(src, c.rblock(recv, src), c.h.count); err != nil {
@@ -371,12 +346,7 @@ func (c *call) alltoallLinear(send, recv []byte) error {
 			}
 		}
 		return nil
-	}()
-	c.endBatch()
-	if err != nil {
-		return err
-	}
-	return c.waitBatch(ins, outs)
+	})
 }
 
 // alltoallBruck: rotate so slot i holds the block for rank me+i; in round

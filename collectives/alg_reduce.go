@@ -201,9 +201,7 @@ func (c *call) orderedReduceScatter(buf []byte) error {
 	bl := len(mine)
 	tmp := c.get(bl * p)
 	slot := func(r int) []byte { return tmp[r*bl : (r+1)*bl] }
-	ins, outs := c.nin, c.nout
-	c.beginBatch()
-	err := func() error {
+	if err := c.postAll(func() error {
 		for s := 1; s < p; s++ {
 			src := mod(c.me-s, p)
 			if _, err := c.recv(src, slot(src), c.h.count); err != nil {
@@ -217,12 +215,7 @@ func (c *call) orderedReduceScatter(buf []byte) error {
 			}
 		}
 		return nil
-	}()
-	c.endBatch()
-	if err != nil {
-		return err
-	}
-	if err := c.waitBatch(ins, outs); err != nil {
+	}); err != nil {
 		return err
 	}
 	copy(slot(c.me), mine)

@@ -283,6 +283,35 @@ func (c *call) check(peer int, h *header, count int64, nbytes int) *MismatchErro
 	return nil
 }
 
+// postAll runs post, which posts messages of the call, as one batch (see
+// beginBatch) and waits for every receive and then every send it posted.
+func (c *call) postAll(post func() error) error {
+	ins, outs := c.nin, c.nout
+	c.beginBatch()
+	err := post()
+	c.endBatch()
+	if err != nil {
+		return err
+	}
+	return c.waitBatch(ins, outs)
+}
+
+// waitBatch waits for the receives and then the sends this call started
+// since it had ins receive and outs send records.
+func (c *call) waitBatch(ins, outs int) error {
+	for _, m := range c.callState.ins[ins:c.nin] {
+		if err := m.wait(); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.callState.outs[outs:c.nout] {
+		if err := m.wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // sendrecv sends sbuf to dst and receives rbuf from src at once.
 func (c *call) sendrecv(dst int, sbuf []byte, scount int64, src int, rbuf []byte, rcount int64) error {
 	c.beginBatch()
