@@ -25,6 +25,10 @@
 # MODE is "defaults" (rdmarun and mpirun with no placement flag, as a user
 # runs them) or "bound" (both --bind-to core; only where ranks fit the cores).
 #
+# HOG=1 keeps one CPU busy (a shell loop pinned to the last CPU) for the
+# whole run, for the issue's "stable under load" check: compare each row's
+# ratio with and without it; summary.txt says when it ran.
+#
 #   sh bench/compare.sh /tmp/bench-results                 # everything
 #   ROUNDS=1 MAX=1M ONLY="latency-np2-defaults-shm barrier-np2-bound" sh bench/compare.sh /tmp/try
 #
@@ -45,6 +49,7 @@ MAX=${MAX:-64M}
 NPS=${NPS:-2 4 8}
 MODES=${MODES:-defaults bound}
 ONLY=${ONLY:-}
+HOG=${HOG:-0}
 OSUCMP=${OSUCMP:-$root/../shared/tools/osu-compare}
 MPIBENCH_SRC=${MPIBENCH_SRC:-$root/../shared/tools/mpibench/mpibench.c}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -66,12 +71,20 @@ fi
 mpicc.openmpi -O2 -o "$out/mpibibw" "$root/bench/mpiref/bibw.c"
 mpicc.openmpi -O2 -o "$out/mpiput" "$root/bench/mpiref/put.c"
 mpicc.openmpi -O2 -o "$out/mpiiallreduce" "$root/bench/mpiref/iallreduce.c"
+if [ "$HOG" = 1 ]; then
+	# The hog is this script's child; it is ended by its PID on any exit.
+	taskset -c $((cores - 1)) sh -c 'while :; do :; done' &
+	hog=$!
+	trap 'kill "$hog" 2>/dev/null' EXIT
+	trap 'exit 130' INT TERM
+fi
 R="$out/rdmarun --stdin none"
 B="$out/rdmabench"
 M="mpirun.openmpi"
 ompi=$($M --version 2>/dev/null | head -1 | sed 's/.*) //')
 : >"$out/summary.txt"
 echo "# compare.sh at $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown), $ROUNDS rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/summary.txt"
+[ "$HOG" = 1 ] && echo "# HOG=1: CPU $((cores - 1)) kept busy by a spinning shell loop for the whole run" >>"$out/summary.txt"
 
 # retry CMD: the command string for osu-compare that runs CMD up to 3 times
 # and prints the output of the first run that succeeds, so that one failed
