@@ -203,3 +203,82 @@ func TestReduceScatterChoosesSharedMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedMemoryAllocatesNothing: once an Engine has run a call, the
+// shared-memory forms allocate nothing per call on any rank: small calls
+// of every collective that has one (reduce-scatter also in place, and
+// over several rounds of the test region's slots).
+func TestSharedMemoryAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates on its own")
+	}
+	type shmCall func(ctx context.Context, e *collectives.Engine, p int, f32 []float32, f64 []float64) error
+	calls := []struct {
+		name string
+		call shmCall
+	}{
+		{"reduce_scatter", func(ctx context.Context, e *collectives.Engine, p int, f32 []float32, _ []float64) error {
+			return collectives.ReduceScatter(ctx, e, f32[:4*p], f32[4*p:4*p+4], reduce.Sum)
+		}},
+		{"reduce_scatter_in_place", func(ctx context.Context, e *collectives.Engine, p int, f32 []float32, _ []float64) error {
+			return collectives.ReduceScatter(ctx, e, f32[:4*p], f32[:4], reduce.Sum)
+		}},
+		{"reduce_scatter_rounds", func(ctx context.Context, e *collectives.Engine, p int, _ []float32, f64 []float64) error {
+			return collectives.ReduceScatter(ctx, e, f64[:3000*p], f64[3000*p:3000*p+3000], reduce.Sum)
+		}},
+		{"allreduce", func(ctx context.Context, e *collectives.Engine, p int, f32 []float32, _ []float64) error {
+			return collectives.Allreduce(ctx, e, f32[:4], reduce.Sum)
+		}},
+		{"reduce", func(ctx context.Context, e *collectives.Engine, p int, f32 []float32, _ []float64) error {
+			return collectives.Reduce(ctx, e, f32[:4], reduce.Sum, p-1)
+		}},
+		{"bcast", func(ctx context.Context, e *collectives.Engine, p int, f32 []float32, _ []float64) error {
+			return collectives.Bcast(ctx, e, f32[:4], 0)
+		}},
+		{"allgather", func(ctx context.Context, e *collectives.Engine, p int, f32 []float32, _ []float64) error {
+			return collectives.Allgather(ctx, e, f32[:4], f32[4:4+4*p])
+		}},
+		{"alltoall", func(ctx context.Context, e *collectives.Engine, p int, f32 []float32, _ []float64) error {
+			return collectives.Alltoall(ctx, e, f32[:4*p], f32[4*p:8*p])
+		}},
+		{"barrier", func(ctx context.Context, e *collectives.Engine, _ int, _ []float32, _ []float64) error {
+			return collectives.Barrier(ctx, e)
+		}},
+	}
+	const runs = 200
+	for _, tc := range calls {
+		for _, p := range []int{2, 3} {
+			t.Run(name("call", tc.name, "p", p), func(t *testing.T) {
+				var allocs float64
+				errs := world(t, p, coltest.Options{Shared: true}, collectives.Options{}, func(ctx context.Context, e *collectives.Engine, r int) error {
+					f32, f64 := make([]float32, 8*p), make([]float64, 3000*(p+1))
+					var callErr error
+					call := func() {
+						if err := tc.call(ctx, e, p, f32, f64); err != nil && callErr == nil {
+							callErr = err
+						}
+					}
+					for range 3 { // warm the pools
+						call()
+					}
+					if err := checkAlg(e, collectives.SharedMemory); err != nil {
+						return err
+					}
+					// AllocsPerRun counts the whole process's allocations:
+					// rank 0 measures while the others make the same calls
+					// (it calls once more than runs).
+					if r == 0 {
+						allocs = testing.AllocsPerRun(runs, call)
+					} else {
+						for range runs + 1 {
+							call()
+						}
+					}
+					return callErr
+				})
+				requireAllOK(t, errs)
+				require.Zero(t, allocs, "allocations per call, over all %d ranks", p)
+			})
+		}
+	}
+}
