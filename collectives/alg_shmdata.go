@@ -9,10 +9,11 @@ import (
 )
 
 // The shared-memory forms of the collectives that move a block per rank
-// (reduce of large vectors, allgather, reduce-scatter, alltoall). They are built from the
-// same pieces as allreduce and bcast (see alg_shm.go): a round of at most
-// a slot per rank, published with its round id, read by whoever needs it,
-// and marked done; only what each rank copies in and out differs.
+// (reduce of large vectors, allgather, reduce-scatter, alltoall). They are
+// built from the same pieces as allreduce and bcast (see alg_shm.go): a
+// round of at most a slot per rank, published with its round id, read by
+// whoever needs it, and marked done; only what each rank copies in and out
+// differs.
 
 // foldBlocksShm is the block-folding round of allreduceShmRS and
 // reduceShmRS. A round cuts the chunk into p blocks, block r being rank

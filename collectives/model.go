@@ -540,8 +540,8 @@ func (e *Engine) Model() Model { return e.model }
 
 // shmPays says whether the shared-memory algorithms run c of nbytes on p
 // ranks at no cost: up to ShmSmallBytes every one; past that, allreduce,
-// reduce, allgather, reduce-scatter and alltoall up to their Shm*Max, a bcast of two
-// ranks up to ShmBcast2Max and of more up to ShmBcastMax.
+// reduce, allgather, reduce-scatter and alltoall up to their Shm*Max, a
+// bcast of two ranks up to ShmBcast2Max and of more up to ShmBcastMax.
 func (m *Model) shmPays(c Collective, p int, nbytes int) bool {
 	switch {
 	case nbytes <= m.ShmSmallBytes:
