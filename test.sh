@@ -33,9 +33,11 @@ go test -race -count=1 -timeout 20m -p 2 ./...
 
 # The multi-megabyte tests (every size threshold of the collectives, p2p's
 # protocol limits, comm over tcp and shm) skip or are left out under the
-# race detector, which makes them about ten times slower: they run here.
-echo "== go test -run Large (large messages, without -race)"
-go test -count=1 -timeout 10m -p 2 -run 'Large' ./collectives/... ./comm/... ./p2p/...
+# race detector, which makes them about ten times slower: they run here;
+# so do the allocation counts, which the race detector's own allocations
+# would spoil.
+echo "== go test -run 'Large|Alloc' (without -race)"
+go test -count=1 -timeout 10m -p 2 -run 'Large|Alloc' ./collectives/... ./comm/... ./p2p/...
 
 if [ -f .ci/rxe-tests.sh ] && [ "${RDMAGO_SKIP_RXE:-}" != 1 ]; then
 	echo "== Soft-RoCE VM (verbs/ibv)"

@@ -3,15 +3,17 @@ package collectives
 import (
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/rdmago/rdmago/internal/ntcopy"
 )
 
 // The shared-memory forms of the collectives that move a block per rank
-// (reduce of large vectors, allgather, alltoall). They are built from the
-// same pieces as allreduce and bcast (see alg_shm.go): a round of at most
-// a slot per rank, published with its round id, read by whoever needs it,
-// and marked done; only what each rank copies in and out differs.
+// (reduce of large vectors, allgather, reduce-scatter, alltoall). They are
+// built from the same pieces as allreduce and bcast (see alg_shm.go): a
+// round of at most a slot per rank, published with its round id, read by
+// whoever needs it, and marked done; only what each rank copies in and out
+// differs.
 
 // foldBlocksShm is the block-folding round of allreduceShmRS and
 // reduceShmRS. A round cuts the chunk into p blocks, block r being rank
@@ -122,6 +124,86 @@ func (c *call) foldBlocksShm(buf []byte, root int) error {
 // and the root alone copies the reduced blocks out. Every rank reads
 // every other rank's slot, so every rank checks every peer's header.
 func (c *call) reduceShmRS(buf []byte, root int) error { return c.foldBlocksShm(buf, root) }
+
+// reduceScatterShm is the shared-memory reduce-scatter: send is p blocks
+// of len(recv) bytes, block r being rank r's to reduce. As in alltoallShm
+// a round moves a piece of every block: each rank publishes piece k of
+// its block j at j·n in its slot (n bytes each, p·n at most a slot; its
+// own block stays in send), then folds piece k of block me of every
+// rank, in rank order, into recv. Nobody gathers the reduced blocks, so a
+// round takes one synchronisation, not foldBlocksShm's two. Rank 0, and
+// rank 1 of two when the op commutes and Deterministic is off, start
+// from their own piece (foldsInPlace); the others from rank 0's. Each
+// element is folded once, x0 ⊕ x1 ⊕ … ⊕ x(p−1), so the bits are those
+// of Pairwise (orderedReduceScatter).
+//
+// recv may be send's first block (ReduceScatterInPlace): a round writes
+// recv's piece k, which is piece k of block 0, only after publishing it,
+// and a later round never reads it from send. Any other overlap goes
+// through a copy of send.
+func (c *call) reduceScatterShm(send, recv []byte) error {
+	p, me := c.e.size, c.e.rank
+	m := len(recv)
+	if overlaps(send, recv) && unsafe.SliceData(send) != unsafe.SliceData(recv) {
+		work := c.get(len(send))
+		copy(work, send)
+		send = work
+	}
+	per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize)
+	inPlace := c.foldsInPlace()
+	return c.shmChunksOf(m, per, func(i, off, n int) error {
+		slot, err := c.shmClaim()
+		if err != nil {
+			return err
+		}
+		out := dataOf(slot, p*n)
+		for j := 0; j < p; j++ {
+			if j != me {
+				ntcopy.Copy(out[j*n:(j+1)*n], send[j*m+off:j*m+off+n])
+			}
+		}
+		c.shmPublish(slot, i, p*n)
+		dst, own := recv[off:off+n], send[me*m+off:me*m+off+n]
+		piece := func(q int) ([]byte, error) {
+			s, err := c.shmSlot(q, i, p*n)
+			if err != nil {
+				return nil, err
+			}
+			return dataOf(s, p*n)[me*n : (me+1)*n], nil
+		}
+		if inPlace {
+			copy(dst, own) // nothing to do when recv is send's first block on rank 0
+		}
+		for q := 0; q < p; q++ {
+			if inPlace && q == me {
+				continue
+			}
+			x := own
+			if q != me {
+				if x, err = piece(q); err != nil {
+					return err
+				}
+			}
+			switch {
+			case q == 0 && !inPlace:
+				copy(dst, x)
+			case n > 0:
+				c.kern.Combine(dst, x)
+			}
+		}
+		c.shmDone(i)
+		return nil
+	})
+}
+
+// overlaps says whether a and b share a byte.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	as, bs := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return as < bs+uintptr(len(b)) && bs < as+uintptr(len(a))
+}
 
 // allgatherShm: every rank publishes its block (send), at most a slot of
 // it per round, and copies every other rank's chunk into its place in

@@ -122,13 +122,13 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 
 // shmReads says which peers' headers a shared-memory call compares with
 // this rank's, with their data: all of them (every rank of a barrier, an
-// allgather, an alltoall and of an allreduce with data, a reduce root or any rank of a block-folding
-// reduce, a bcast reader of two ranks), else seen, one of them (a bcast
-// reader's root), or -1.
+// allgather, an alltoall, a reduce-scatter and of an allreduce with data,
+// a reduce root or any rank of a block-folding reduce, a bcast reader of
+// two ranks), else seen, one of them (a bcast reader's root), or -1.
 func (e *Engine) shmReads(s spec) (all bool, seen int) {
 	me, size := e.rank, e.size
 	switch s.coll {
-	case CollBarrier, CollAllgather, CollAlltoall:
+	case CollBarrier, CollAllgather, CollAlltoall, CollReduceScatter:
 		return true, -1
 	case CollAllreduce:
 		return s.nbytes > 0, -1
@@ -277,6 +277,13 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 			return nil
 		}()},
 		func(c *call, alg Algorithm) error {
+			if alg == SharedMemory {
+				err := c.reduceScatterShm(sb, rb)
+				if err == nil && c.kern.Finish != nil {
+					c.kern.Finish(rb, c.n)
+				}
+				return err
+			}
 			work := c.get(len(sb))
 			copy(work, sb)
 			// The block helpers split c.vec elements; here the vector has

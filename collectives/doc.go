@@ -30,9 +30,9 @@
 // beyond the largest power of two into partners first, so every algorithm
 // works for every rank count. On a group whose ranks share memory
 // (SharedMemoryGroup: one host over shm), barrier, bcast, reduce,
-// allreduce, allgather and alltoall also have shared_memory: flags and
-// slots in mapped memory, no messages (alg_shm.go and alg_shmdata.go tell
-// how).
+// allreduce, allgather, reduce-scatter and alltoall also have
+// shared_memory: flags and slots in mapped memory, no messages (alg_shm.go
+// and alg_shmdata.go tell how).
 //
 // Auto picks the cheapest admissible algorithm under the cost model
 // α·messages + β·bytes + γ·reduced bytes (Model), fed by the group's

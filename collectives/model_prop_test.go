@@ -80,7 +80,7 @@ func randModel(r *rand.Rand) *collectives.Model {
 		m.PostOverlap = logUniform(r, 0.01, 2)
 	}
 	for _, v := range []*int{&m.ShmSmallBytes, &m.ShmAllreduceMax, &m.ShmBcast2Max, &m.ShmReadMin, &m.ShmReadMax,
-		&m.ShmReduceMax, &m.ShmReduceFoldBytes, &m.ShmAllgatherMax, &m.ShmAlltoallMax, &m.ShmReadBlockMin, &m.ShmBcastMax,
+		&m.ShmReduceMax, &m.ShmReduceFoldBytes, &m.ShmAllgatherMax, &m.ShmReduceScatterMax, &m.ShmAlltoallMax, &m.ShmReadBlockMin, &m.ShmBcastMax,
 		&m.ShmSplitMin, &m.ShmSplitMax, &m.ShmSplitGapMin, &m.ShmSplitGapMax, &m.ShmFoldBytes, &m.ShmFoldBytes2,
 		&m.ShmPipeBytes, &m.ShmPieceMin, &m.HierBigBytes} {
 		size(v)
@@ -156,7 +156,7 @@ func (w propWorld) admissible(c collectives.Collective, a collectives.Algorithm,
 	case collectives.CollReduce:
 		return a == collectives.Ordered || a == collectives.SharedMemory
 	case collectives.CollReduceScatter:
-		return a == collectives.Pairwise
+		return a == collectives.Pairwise || a == collectives.SharedMemory
 	}
 	return true
 }
@@ -169,7 +169,7 @@ func propSizes(r *rand.Rand, e *collectives.Engine) []int {
 		sizes = append(sizes, int(logUniform(r, 1, 256<<20)))
 	}
 	m := e.Model()
-	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmReduceMax, m.ShmAllgatherMax, m.ShmAlltoallMax, m.ShmBcast2Max, m.ShmBcastMax, m.HierBigBytes}
+	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmReduceMax, m.ShmAllgatherMax, m.ShmReduceScatterMax, m.ShmAlltoallMax, m.ShmBcast2Max, m.ShmBcastMax, m.HierBigBytes}
 	for range 3 {
 		sizes = appendAround(sizes, th[r.IntN(len(th))])
 	}
@@ -352,6 +352,7 @@ func TestTuningMovesChoice(t *testing.T) {
 			{3, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_bcast_max=-1", small), small},
 			{3, collectives.CollAllgather, fmt.Sprintf("shm_small_bytes=%d,shm_allgather_max=%d", small, upper), upper},
 			{2, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d", small, upper), upper},
+			{3, collectives.CollReduceScatter, fmt.Sprintf("shm_small_bytes=%d,shm_reduce_scatter_max=%d", small, upper), upper},
 			{3, collectives.CollBarrier, fmt.Sprintf("shm_small_bytes=%d", small), -1}, // 0 bytes: always inside
 			{3, collectives.CollAllreduce, fmt.Sprintf("shm_small_bytes=%d,shm_allreduce_max=%d", small, upper), upper},
 			{2, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_bcast2_max=%d", small, upper), upper},

@@ -101,7 +101,7 @@ func TestSharedMemoryReduceBits(t *testing.T) {
 
 // TestSharedMemoryPeerLostData: a rank killed in the middle of a stream
 // of shared-memory reduces (both forms: the small one, a large one that
-// folds blocks), allgathers and alltoalls makes
+// folds blocks), allgathers, alltoalls and reduce-scatters makes
 // every survivor fail with an error naming it; nobody hangs.
 func TestSharedMemoryPeerLostData(t *testing.T) {
 	t.Parallel()
@@ -121,6 +121,9 @@ func TestSharedMemoryPeerLostData(t *testing.T) {
 		}},
 		"alltoall": {collectives.CollAlltoall, func(ctx context.Context, e *collectives.Engine) error {
 			return collectives.Alltoall(ctx, e, make([]float64, 3000*e.Size()), make([]float64, 3000*e.Size()))
+		}},
+		"reduce_scatter": {collectives.CollReduceScatter, func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.ReduceScatter(ctx, e, make([]float64, 3000*e.Size()), make([]float64, 3000), reduce.Sum)
 		}},
 	}
 	for opName, o := range ops {

@@ -72,6 +72,8 @@ var tunables = []Tunable{
 		modelField(func(m *Model) *int { return &m.ShmReduceFoldBytes }), bytesDef(defModel.ShmReduceFoldBytes)},
 	{"shm_allgather_max", "the shared-memory allgather up to this size (of the result)", tuneBytes,
 		modelField(func(m *Model) *int { return &m.ShmAllgatherMax }), bytesDef(defModel.ShmAllgatherMax)},
+	{"shm_reduce_scatter_max", "the shared-memory reduce_scatter up to this size (of one rank's send buffer)", tuneBytes,
+		modelField(func(m *Model) *int { return &m.ShmReduceScatterMax }), bytesDef(defModel.ShmReduceScatterMax)},
 	{"shm_alltoall_max", "the shared-memory alltoall up to this size (of one rank's send buffer)", tuneBytes,
 		modelField(func(m *Model) *int { return &m.ShmAlltoallMax }), bytesDef(defModel.ShmAlltoallMax)},
 	{"shm_read_block_min", "a shared-memory allgather or alltoall reads each block straight out of its owner's buffer above this block size (where the region can)", tuneBytes,

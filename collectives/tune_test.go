@@ -112,3 +112,31 @@ func TestTunablesDocumented(t *testing.T) {
 		require.True(t, strings.Contains(string(doc), row), "docs/collectives.md's tunables table has no row %q", row)
 	}
 }
+
+// TestAlgorithmsDocumented: docs/tuning.md's table of algorithms lists,
+// for every collective it has a row for, exactly what Algorithms returns.
+func TestAlgorithmsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/tuning.md")
+	require.NoError(t, err)
+	rows := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(cells) != 2 {
+			continue
+		}
+		for _, name := range strings.Split(cells[0], ", ") {
+			c, err := collectives.ParseCollective(name)
+			if err != nil {
+				continue
+			}
+			var want []string
+			for _, a := range collectives.Algorithms(c) {
+				want = append(want, a.String())
+			}
+			require.Equal(t, strings.Join(want, ", "), cells[1], "docs/tuning.md's algorithms of %s", name)
+			rows++
+		}
+	}
+	require.GreaterOrEqual(t, rows, 9, "docs/tuning.md's table of algorithms has rows for %d collectives", rows)
+}

@@ -206,8 +206,9 @@ func ReduceScatterInPlace[T Element](ctx context.Context, c *Comm, buf []T, op O
 // IreduceScatterInPlace.
 func reduceScatterInPlace[T Element](c *Comm, buf []T, op Op) func(context.Context) error {
 	return func(ctx context.Context) error {
-		// The engine copies send into scratch before it writes recv, so
-		// the two may overlap.
+		// recv may overlap send: the message-based algorithms copy send
+		// into scratch before they write recv, and the shared-memory one
+		// writes each piece of the first block only after publishing it.
 		return collectives.ReduceScatter(ctx, c.eng, buf, buf[:len(buf)/c.size], op)
 	}
 }

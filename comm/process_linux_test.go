@@ -122,9 +122,10 @@ func allreduceLoop(ctx context.Context, c *comm.Comm, running chan<- struct{}) e
 	}
 }
 
-// blockCollectives checks a reduce, an allgather and an alltoall of a few
-// MB across the processes, each of several rounds of the region's slots:
-// the shared-memory algorithms, whose choice it checks.
+// blockCollectives checks a reduce, an allgather, an alltoall and a
+// reduce-scatter (also in place) of a few MB across the processes, each of
+// several rounds of the region's slots: the shared-memory algorithms,
+// whose choice it checks.
 func blockCollectives(ctx context.Context, c *comm.Comm) error {
 	const n = 300001 // float64: 2.4 MB, uneven blocks
 	me, p := c.Rank(), c.Size()
@@ -171,7 +172,28 @@ func blockCollectives(ctx context.Context, c *comm.Comm) error {
 	if err := comm.Alltoall(ctx, c, send, recv); err != nil {
 		return err
 	}
-	return check("alltoall", recv, func(i int) float64 { return val(i/blk, me*blk+i%blk) })
+	if err := check("alltoall", recv, func(i int) float64 { return val(i/blk, me*blk+i%blk) }); err != nil {
+		return err
+	}
+	// send still holds block j = [j·blk, (j+1)·blk) of this rank's sequence.
+	sum := func(i int) float64 {
+		s := 0.0
+		for r := range p {
+			s += val(r, me*blk+i)
+		}
+		return s
+	}
+	out := make([]float64, blk)
+	if err := comm.ReduceScatter(ctx, c, send, out, comm.Sum); err != nil {
+		return err
+	}
+	if err := check("reduce_scatter", out, sum); err != nil {
+		return err
+	}
+	if err := comm.ReduceScatterInPlace(ctx, c, send, comm.Sum); err != nil {
+		return err
+	}
+	return check("reduce_scatter in place", send[:blk], sum)
 }
 
 func sharedLossChild(t *testing.T, role string) {
