@@ -3,3 +3,7 @@ package collectives
 // BcastSplits reports whether a two-rank shared-memory bcast of n bytes
 // splits the copy under the default model.
 func BcastSplits(n int) bool { return defModel.bcastSplits(n) }
+
+// ShmClaimWaits is how many of e's slot claims have looked at a reader's
+// done word (the shared-memory algorithms' shmClaim).
+func ShmClaimWaits(e *Engine) int { return e.shm.waits }

@@ -3,6 +3,7 @@ package collectives_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -156,4 +157,80 @@ func TestSharedMemoryBcastSplitWriteFails(t *testing.T) {
 	require.ErrorIs(t, errs[0], boom)
 	require.ErrorIs(t, errs[1], collectives.ErrProtocol)
 	require.ErrorContains(t, errs[1], "rank 0 did not write its half")
+}
+
+// TestOneWayCallsSpareDoneLooks: a rank whose shared-memory calls only
+// write (a bcast root, a reduce sender) learns from the agreement check
+// of its previous call, which reads each peer's announcement of it, that
+// the peers have finished the call before, so claiming its slot again
+// never looks at their done words: not in a run of such calls (the check
+// waits for the announcement), nor in a barrier after one (the check
+// looks once without waiting; the test makes sure the reader has
+// announced). The results are checked too.
+func TestOneWayCallsSpareDoneLooks(t *testing.T) {
+	t.Parallel()
+	for _, coll := range []collectives.Collective{collectives.CollBcast, collectives.CollReduce} {
+		t.Run(coll.String(), func(t *testing.T) {
+			opts := force(coll, collectives.SharedMemory)
+			opts.Algorithms[collectives.CollBarrier] = collectives.SharedMemory
+			const writer, calls = 0, 12
+			oneWay := func(ctx context.Context, e *collectives.Engine, r, i int) error {
+				buf := []float32{float32(r + i), 1}
+				if coll == collectives.CollBcast {
+					if err := collectives.Bcast(ctx, e, buf, writer); err != nil {
+						return err
+					}
+					if buf[0] != float32(writer+i) {
+						return fmt.Errorf("call %d: bcast gave %v, want %v", i, buf[0], writer+i)
+					}
+					return nil
+				}
+				if err := collectives.Reduce(ctx, e, buf, reduce.Sum, 1-writer); err != nil {
+					return err
+				}
+				if r != writer && buf[0] != float32(1+2*i) {
+					return fmt.Errorf("call %d: reduce gave %v, want %v", i, buf[0], 1+2*i)
+				}
+				return nil
+			}
+			entered := make(chan struct{}, 1)
+			waits := 0
+			errs := world(t, 2, coltest.Options{Shared: true}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
+				if err := collectives.Barrier(ctx, e); err != nil {
+					return err
+				}
+				w0 := collectives.ShmClaimWaits(e)
+				for i := range calls {
+					if err := oneWay(ctx, e, r, i); err != nil {
+						return err
+					}
+				}
+				// One-way calls, each followed by a barrier, once the
+				// other rank has entered (announced) the one-way call.
+				for i := range calls {
+					if err := oneWay(ctx, e, r, i); err != nil {
+						return err
+					}
+					if r != writer {
+						entered <- struct{}{}
+					} else {
+						select {
+						case <-entered:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}
+					if err := collectives.Barrier(ctx, e); err != nil {
+						return err
+					}
+				}
+				if r == writer {
+					waits = collectives.ShmClaimWaits(e) - w0
+				}
+				return nil
+			})
+			requireAllOK(t, errs)
+			require.Zero(t, waits, "claims of the writing rank that looked at the other's done word")
+		})
+	}
 }
