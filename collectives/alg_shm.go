@@ -136,6 +136,8 @@ type shmState struct {
 	pw       PeerWriter // single-copy writes, nil without (or without pr)
 	seen     []uint64   // per rank, the latest call this rank has seen it publish a round of or announce (look)
 	waits    int        // claims that looked at a reader's done word (for tests)
+	rounds   int        // rounds this rank published (for tests)
+	crowded  bool       // the region is Crowded
 	r        SharedRegion
 	policy   shmsync.Policy // r's, looking at stop every 256 polls
 	mem      [][]byte       // per rank, its part of the region
@@ -170,6 +172,9 @@ func newShmState(r SharedRegion, size int) *shmState {
 		return nil
 	}
 	s.slotSize = shmSlotHdr + s.slot
+	if cr, ok := r.(Crowded); ok {
+		s.crowded = cr.Crowded()
+	}
 	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
 		s.pr = pr
 		s.pw, _ = r.(PeerWriter)
@@ -652,6 +657,7 @@ func (c *call) shmPublish(slot []byte, i, n int) {
 	h.payload = int64(n)
 	putShmHeader(slot[8:40], &h)
 	id := roundID(c.calls, i)
+	s.rounds++
 	s.used[s.next^1] = id
 	atomic.StoreUint64(word(slot, 0), id)
 	s.ring(c.e.rank)
@@ -891,9 +897,15 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 // Large vectors go in pieces of an eighth (at least Model.ShmPieceMin, at
 // most a slot), so that the readers copy one piece out while the root
 // copies the next one in: with two slots the root runs one piece ahead.
-// Smaller pieces cost more hand-offs than they overlap.
+// Smaller pieces cost more hand-offs than they overlap. When the ranks
+// outnumber the CPUs (Crowded) nothing overlaps, every hand-off waits for
+// a rank to be scheduled, and the vector moves in whole slots.
 func (c *call) bcastShm(buf []byte, root int) error {
-	return c.shmChunksOf(len(buf), c.pieces(len(buf), c.e.model.ShmPieceMin), func(i, off, n int) error {
+	per := c.pieces(len(buf), c.e.model.ShmPieceMin)
+	if c.e.shm.crowded {
+		per = c.e.shm.slot / c.esize * c.esize
+	}
+	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
 		if c.e.rank == root {
 			if err := c.shmPut(i, buf[off:off+n]); err != nil {
 				return err

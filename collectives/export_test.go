@@ -7,3 +7,6 @@ func BcastSplits(n int) bool { return defModel.bcastSplits(n) }
 // ShmClaimWaits is how many of e's slot claims have looked at a reader's
 // done word (the shared-memory algorithms' shmClaim).
 func ShmClaimWaits(e *Engine) int { return e.shm.waits }
+
+// ShmRounds is how many rounds e has published through its slots.
+func ShmRounds(e *Engine) int { return e.shm.rounds }

@@ -234,3 +234,64 @@ func TestOneWayCallsSpareDoneLooks(t *testing.T) {
 		})
 	}
 }
+
+// TestCrowdedBcastKeepsToSlots: when the shared region says the ranks
+// outnumber their CPUs (Crowded), a bcast of more than two ranks never
+// reads the root's buffer (a failing ReadPeer goes unnoticed) and moves
+// the vector in whole slots, one round per slot; otherwise, by default,
+// it reads the root's buffer from 32 to 128 KiB and pipelines larger
+// vectors in eighths. Every reader gets the root's data either way.
+func TestCrowdedBcastKeepsToSlots(t *testing.T) {
+	t.Parallel()
+	const slot = 256 << 10
+	noRead := errors.New("test: no single-copy reads")
+	for _, tc := range []struct {
+		crowded bool
+		n       int // bytes
+		rounds  int // the root's, for the bcast
+		fails   bool
+	}{
+		{crowded: true, n: 96 << 10, rounds: 1},
+		{crowded: true, n: 512 << 10, rounds: 2},
+		{crowded: true, n: 600004, rounds: 3},
+		{crowded: false, n: 96 << 10, fails: true}, // it reads (and the read fails)
+		{crowded: false, n: 512 << 10, rounds: 8},  // pieces of 64 KiB
+	} {
+		t.Run(name("crowded", tc.crowded, "n", tc.n), func(t *testing.T) {
+			const p, root = 4, 1
+			wo := coltest.Options{Shared: true, SharedSlot: slot, Crowded: tc.crowded, PeerReadErr: noRead}
+			rounds := 0
+			errs := world(t, p, wo, force(collectives.CollBcast, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+				buf := make([]int32, tc.n/4)
+				for i := range buf {
+					buf[i] = int32(r*1_000_003 + i)
+				}
+				r0 := collectives.ShmRounds(e)
+				if err := collectives.Bcast(ctx, e, buf, root); err != nil {
+					return err
+				}
+				if r == root {
+					rounds = collectives.ShmRounds(e) - r0
+				}
+				for i, v := range buf {
+					if want := int32(root*1_000_003 + i); v != want {
+						return fmt.Errorf("element %d: %d, want %d", i, v, want)
+					}
+				}
+				return nil
+			})
+			if tc.fails {
+				// Some reader tried the read; the others may fail first for
+				// other reasons (an abort, the root gone once all are done).
+				read := false
+				for _, err := range errs {
+					read = read || errors.Is(err, noRead)
+				}
+				require.True(t, read, "no rank read the root's buffer: %v", errs)
+				return
+			}
+			requireAllOK(t, errs)
+			require.Equal(t, tc.rounds, rounds, "rounds the root published")
+		})
+	}
+}
