@@ -420,9 +420,12 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 // window mapped in this process (Direct) instead of through the queue
 // pair: a copy that completes at once, without a work request, its
 // completion or the poll that finds it, which made a small Put and Flush
-// over shm many times MPI_Put's. Larger writes keep the provider's own
-// copy, which has the better routine for them.
-const directWriteMax = 64 << 10
+// over shm many times MPI_Put's. The provider's copy of larger writes
+// bypasses the caches (non-temporal stores), which took a Put and Flush
+// of 128 KiB–512 KiB 5–14 times as long as this plain copy, and 1–2 MiB up
+// to twice; the copy holds the endpoint's lock, so the limit keeps that
+// hold short (tens of µs).
+const directWriteMax = 1 << 20
 
 // writeDirect writes src at off of p's part of the window with a plain
 // copy when this process maps that part (Direct: the provider shares the
