@@ -235,19 +235,35 @@ func TestWriteDirect(t *testing.T) {
 			if _, err := r.Wait(ctx); err != nil {
 				return err
 			}
+			// IwriteNow: no request for a direct write; one for a write
+			// that takes the queue pair (user memory); Iwrite's errors.
+			if r, err := wa.IwriteNow(1, 0, pattern(8, 1)); err != nil || r != nil {
+				return fmt.Errorf("IwriteNow into the peer's provider memory: request %v, error %v; want neither", r, err)
+			}
+			ru, err := wu.IwriteNow(1, 8, pattern(8, 9))
+			if err != nil || ru == nil {
+				return fmt.Errorf("IwriteNow into the peer's user memory: request %v, error %v; want a request", ru, err)
+			}
+			if _, err := ru.Wait(ctx); err != nil {
+				return err
+			}
+			if _, err := wa.IwriteNow(1, big+64, pattern(8, 1)); !errors.Is(err, p2p.ErrInvalidArgument) {
+				return fmt.Errorf("IwriteNow past the window: %v, want ErrInvalidArgument", err)
+			}
 			if err := wa.Write(ctx, 1, 64, pattern(big, 7)); err != nil {
 				return err
 			}
 			if err := wu.Write(ctx, 1, 0, pattern(64, 9)); err != nil {
 				return err
 			}
-			require.Equal(t, uint64(3*8+direct+big+64), ep.Stats().Peers[1].WriteSent.Bytes)
+			require.Equal(t, uint64(3*8+direct+8+8+big+64), ep.Stats().Peers[1].WriteSent.Bytes)
 			return ep.Send(ctx, 1, 1, nil)
 		}
 		if _, err := ep.Recv(ctx, 0, 1, nil); err != nil {
 			return err
 		}
-		for i := range 3 {
+		require.Equal(t, pattern(8, 1), wa.Bytes()[:8], "IwriteNow's write")
+		for i := 1; i < 3; i++ {
 			require.Equal(t, pattern(8, byte(i)), wa.Bytes()[8*i:8*i+8], "write %d", i)
 		}
 		require.Equal(t, pattern(big, 7), wa.Bytes()[64:64+big])
