@@ -742,7 +742,13 @@ func (c *call) waitDone(p int, id uint64) error {
 
 // pieces is the chunk size that pipelines a vector of n bytes: an eighth,
 // at least least bytes, at most a slot, in whole elements (at least one).
+// When the ranks outnumber the CPUs (Crowded) nothing overlaps and every
+// piece is a hand-off that waits for a rank to be scheduled: the chunks
+// are whole slots then.
 func (c *call) pieces(n, least int) int {
+	if c.e.shm.crowded {
+		least = c.e.shm.slot
+	}
 	return max(min(max(n/8, least), c.e.shm.slot)/c.esize*c.esize, c.esize)
 }
 
@@ -897,15 +903,10 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 // Large vectors go in pieces of an eighth (at least Model.ShmPieceMin, at
 // most a slot), so that the readers copy one piece out while the root
 // copies the next one in: with two slots the root runs one piece ahead.
-// Smaller pieces cost more hand-offs than they overlap. When the ranks
-// outnumber the CPUs (Crowded) nothing overlaps, every hand-off waits for
-// a rank to be scheduled, and the vector moves in whole slots.
+// Smaller pieces cost more hand-offs than they overlap (and when the
+// ranks outnumber the CPUs, pieces are whole slots: see pieces).
 func (c *call) bcastShm(buf []byte, root int) error {
-	per := c.pieces(len(buf), c.e.model.ShmPieceMin)
-	if c.e.shm.crowded {
-		per = c.e.shm.slot / c.esize * c.esize
-	}
-	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
+	return c.shmChunksOf(len(buf), c.pieces(len(buf), c.e.model.ShmPieceMin), func(i, off, n int) error {
 		if c.e.rank == root {
 			if err := c.shmPut(i, buf[off:off+n]); err != nil {
 				return err

@@ -295,3 +295,45 @@ func TestCrowdedBcastKeepsToSlots(t *testing.T) {
 		})
 	}
 }
+
+// TestCrowdedReducePipelineIsWholeSlots: when the ranks outnumber their
+// CPUs (Crowded) the shared-memory reduce of a large vector moves it in
+// whole slots, one round per slot, where by default it pipelines pieces
+// of an eighth; the sums are right either way.
+func TestCrowdedReducePipelineIsWholeSlots(t *testing.T) {
+	t.Parallel()
+	const slot, n = 256 << 10, 600004 // bytes; above the 512 KiB where the pieces begin
+	for _, tc := range []struct {
+		crowded bool
+		rounds  int // a sender's
+	}{{true, 3}, {false, 9}} { // pieces of 75000 bytes by default
+		t.Run(name("crowded", tc.crowded), func(t *testing.T) {
+			const p, root, sender = 4, 1, 2
+			wo := coltest.Options{Shared: true, SharedSlot: slot, Crowded: tc.crowded}
+			rounds := 0
+			errs := world(t, p, wo, force(collectives.CollReduce, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+				buf := make([]int32, n/4)
+				for i := range buf {
+					buf[i] = int32(r + i)
+				}
+				r0 := collectives.ShmRounds(e)
+				if err := collectives.Reduce(ctx, e, buf, reduce.Sum, root); err != nil {
+					return err
+				}
+				if r == sender {
+					rounds = collectives.ShmRounds(e) - r0
+				}
+				if r == root {
+					for i, v := range buf {
+						if want := int32(p*i + p*(p-1)/2); v != want {
+							return fmt.Errorf("element %d: %d, want %d", i, v, want)
+						}
+					}
+				}
+				return nil
+			})
+			requireAllOK(t, errs)
+			require.Equal(t, tc.rounds, rounds, "rounds a sender published")
+		})
+	}
+}
