@@ -475,9 +475,7 @@ func (b *runner[T]) kernel(size, count int) (kernel, int, int) {
 			if err := comm.WaitAll(ctx, reqs...); err != nil {
 				return err
 			}
-			for _, rq := range reqs {
-				rq.Release() // reused: the loop allocates nothing per message
-			}
+			comm.ReleaseAll(reqs...) // reused: the loop allocates nothing per message
 			if bi {
 				return nil
 			}

@@ -134,7 +134,10 @@ func SharedRegionSize(slotBytes int) int { return shmSlot0 + 2*(shmSlotHdr+slotB
 type shmState struct {
 	pr       PeerReader // single-copy reads of a peer's own buffer, nil without
 	pw       PeerWriter // single-copy writes, nil without (or without pr)
-	seen     []uint64   // per rank, the latest call whose round this rank has seen it publish
+	seen     []uint64   // per rank, the latest call this rank has seen it publish a round of or announce (look)
+	waits    int        // claims that looked at a reader's done word (for tests)
+	rounds   int        // rounds this rank published (for tests)
+	crowded  bool       // the region is Crowded
 	r        SharedRegion
 	policy   shmsync.Policy // r's, looking at stop every 256 polls
 	mem      [][]byte       // per rank, its part of the region
@@ -169,6 +172,9 @@ func newShmState(r SharedRegion, size int) *shmState {
 		return nil
 	}
 	s.slotSize = shmSlotHdr + s.slot
+	if cr, ok := r.(Crowded); ok {
+		s.crowded = cr.Crowded()
+	}
 	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
 		s.pr = pr
 		s.pw, _ = r.(PeerWriter)
@@ -276,19 +282,31 @@ func (s *shmState) tables(size int) ([]header, []bool) {
 // look fills table[r] from rank r's entry for the pending call p once it
 // can tell: done is false while r has neither announced that call nor
 // ended it. A refusal's error is returned as refused.
+//
+// The entry comes first, and r's done word (another line, which r rewrites
+// every call) only when r has not announced the call: a rank that has
+// announced a call has finished every earlier one (seen), which spares
+// this rank's next claim of a slot the look at r's done word too.
 func (s *shmState) look(r int, p *pendCall, table []header, known []bool) (done bool, refused error) {
-	fin := s.finished(r, p.calls) // before the entry: a rank announces before it ends a call
 	st, reason := s.entry(r, p.calls, &table[r])
+	if st == 0 {
+		if !s.finished(r, p.calls) {
+			return false, nil
+		}
+		// r may have announced the call and ended it since the look at
+		// its entry (it announces before it ends a call): look again.
+		if st, reason = s.entry(r, p.calls, &table[r]); st == 0 {
+			return true, nil // ended it without announcing it (it failed before it began, or took another path)
+		}
+	}
+	s.seen[r] = max(s.seen[r], p.calls)
 	switch {
 	case st == 1 && table[r].kind == kindAbort:
 		return true, mismatchFromAbort(&table[r], []byte(reason))
 	case st == 1:
 		known[r] = true
-		return true, nil
 	}
-	// Moved past it, or ended it without announcing it (it failed before
-	// it began, or took another path): nothing to compare.
-	return st == 2 || fin, nil
+	return true, nil // st == 2: moved past it, nothing to compare
 }
 
 // verdict is the error of the pending call p, given what look found:
@@ -338,7 +356,14 @@ func (c *call) shmEnter(bad error, readsAll bool) (late error, after pendCall, e
 		case p.calls != c.calls-1: // a call in between failed before it began
 		case bad != nil: // this call fails with its own reason (which wins)
 		case readsAll:
-			after = p
+			// The peers have most likely announced p by now (this rank's
+			// call was one-way, they read it): one look without waiting
+			// checks it, and the seen it gives may spare this call's claim
+			// of a slot its look at their done words.
+			var ok bool
+			if late, ok = c.shmVerifyNow(&p); !ok {
+				after = p
+			}
 		default:
 			if late, err = c.shmVerify(&p); err != nil {
 				return nil, after, err
@@ -357,6 +382,18 @@ func (c *call) shmEnter(bad error, readsAll bool) (late error, after pendCall, e
 // shmVerify waits until every peer has announced (or ended) the pending
 // call p and returns its verdict.
 func (c *call) shmVerify(p *pendCall) (late, err error) {
+	late, _, err = c.shmVerifyAs(p, true)
+	return late, err
+}
+
+// shmVerifyNow is shmVerify without waiting: ok is false (and late nil)
+// if a peer has not announced or ended p yet.
+func (c *call) shmVerifyNow(p *pendCall) (late error, ok bool) {
+	late, ok, _ = c.shmVerifyAs(p, false)
+	return late, ok
+}
+
+func (c *call) shmVerifyAs(p *pendCall, wait bool) (late error, ok bool, err error) {
 	e, s := c.e, c.e.shm
 	table, known := s.tables(e.size)
 	var refused []error
@@ -365,12 +402,17 @@ func (c *call) shmVerify(p *pendCall) (late, err error) {
 			continue // p.seen's header is p.h (see verdict)
 		}
 		var bad error
-		if err := c.shmWait(r, func() bool {
+		cond := func() bool {
 			var done bool
 			done, bad = s.look(r, p, table, known)
 			return done
-		}); err != nil {
-			return nil, err
+		}
+		if !wait {
+			if !cond() {
+				return nil, false, nil
+			}
+		} else if err := c.shmWait(r, cond); err != nil {
+			return nil, false, err
 		}
 		if bad != nil {
 			if refused == nil {
@@ -379,7 +421,7 @@ func (c *call) shmVerify(p *pendCall) (late, err error) {
 			refused[r] = bad
 		}
 	}
-	return e.verdict(p, table, known, refused), nil
+	return e.verdict(p, table, known, refused), true, nil
 }
 
 // closeVerify is shmVerify for Close: it waits for the peers of the
@@ -591,11 +633,13 @@ func (c *call) shmClaim() ([]byte, error) {
 	k := s.next
 	if prev := s.used[k]; prev != 0 {
 		for p := range s.mem {
-			// A rank seen publishing in a later call than prev's has
-			// finished prev's call, and its reading of this slot.
+			// A rank seen in a later call than prev's (publishing, or
+			// announcing it) has finished prev's call, and its reading of
+			// this slot.
 			if p == me || s.seen[p] > prev>>shmChunkBits {
 				continue
 			}
+			s.waits++
 			if err := c.waitDone(p, prev); err != nil {
 				return nil, err
 			}
@@ -613,6 +657,7 @@ func (c *call) shmPublish(slot []byte, i, n int) {
 	h.payload = int64(n)
 	putShmHeader(slot[8:40], &h)
 	id := roundID(c.calls, i)
+	s.rounds++
 	s.used[s.next^1] = id
 	atomic.StoreUint64(word(slot, 0), id)
 	s.ring(c.e.rank)
@@ -697,7 +742,13 @@ func (c *call) waitDone(p int, id uint64) error {
 
 // pieces is the chunk size that pipelines a vector of n bytes: an eighth,
 // at least least bytes, at most a slot, in whole elements (at least one).
+// When the ranks outnumber the CPUs (Crowded) nothing overlaps and every
+// piece is a hand-off that waits for a rank to be scheduled: the chunks
+// are whole slots then.
 func (c *call) pieces(n, least int) int {
+	if c.e.shm.crowded {
+		least = c.e.shm.slot
+	}
 	return max(min(max(n/8, least), c.e.shm.slot)/c.esize*c.esize, c.esize)
 }
 
@@ -852,7 +903,8 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 // Large vectors go in pieces of an eighth (at least Model.ShmPieceMin, at
 // most a slot), so that the readers copy one piece out while the root
 // copies the next one in: with two slots the root runs one piece ahead.
-// Smaller pieces cost more hand-offs than they overlap.
+// Smaller pieces cost more hand-offs than they overlap (and when the
+// ranks outnumber the CPUs, pieces are whole slots: see pieces).
 func (c *call) bcastShm(buf []byte, root int) error {
 	return c.shmChunksOf(len(buf), c.pieces(len(buf), c.e.model.ShmPieceMin), func(i, off, n int) error {
 		if c.e.rank == root {

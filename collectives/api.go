@@ -177,7 +177,10 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 					}
 					return c.bcastShm(b, root)
 				}
-				if c.e.shm.pr != nil && c.e.model.bcastReads(len(b)) {
+				// Reading the root's buffer makes the root wait for every
+				// reader, which costs turns on the CPUs when the ranks
+				// outnumber them (Crowded); the slots let it go.
+				if c.e.shm.pr != nil && !c.e.shm.crowded && c.e.model.bcastReads(len(b)) {
 					return c.bcastShmRead(b, root)
 				}
 				return c.bcastShm(b, root)

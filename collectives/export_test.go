@@ -3,3 +3,10 @@ package collectives
 // BcastSplits reports whether a two-rank shared-memory bcast of n bytes
 // splits the copy under the default model.
 func BcastSplits(n int) bool { return defModel.bcastSplits(n) }
+
+// ShmClaimWaits is how many of e's slot claims have looked at a reader's
+// done word (the shared-memory algorithms' shmClaim).
+func ShmClaimWaits(e *Engine) int { return e.shm.waits }
+
+// ShmRounds is how many rounds e has published through its slots.
+func ShmRounds(e *Engine) int { return e.shm.rounds }

@@ -103,6 +103,16 @@ type SharedRegion interface {
 	WaitPolicy() shmsync.Policy
 }
 
+// Crowded is an optional SharedRegion capability: Crowded reports, the
+// same on every rank, whether the ranks outnumber the CPUs they run on.
+// Then a round of the shared-memory algorithms is a hand-off between
+// processes that take turns on a CPU, and a pipeline of pieces overlaps
+// nothing: a bcast moves whole slots, and its root never waits for the
+// readers (it does not lend them its buffer).
+type Crowded interface {
+	Crowded() bool
+}
+
 // PeerReader is an optional SharedRegion capability: ReadPeer copies
 // len(dst) bytes at address addr of rank's process into dst in one copy
 // (process_vm_readv), so that large vectors move without going through the

@@ -3,6 +3,7 @@ package collectives_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -156,4 +157,183 @@ func TestSharedMemoryBcastSplitWriteFails(t *testing.T) {
 	require.ErrorIs(t, errs[0], boom)
 	require.ErrorIs(t, errs[1], collectives.ErrProtocol)
 	require.ErrorContains(t, errs[1], "rank 0 did not write its half")
+}
+
+// TestOneWayCallsSpareDoneLooks: a rank whose shared-memory calls only
+// write (a bcast root, a reduce sender) learns from the agreement check
+// of its previous call, which reads each peer's announcement of it, that
+// the peers have finished the call before, so claiming its slot again
+// never looks at their done words: not in a run of such calls (the check
+// waits for the announcement), nor in a barrier after one (the check
+// looks once without waiting; the test makes sure the reader has
+// announced). The results are checked too.
+func TestOneWayCallsSpareDoneLooks(t *testing.T) {
+	t.Parallel()
+	for _, coll := range []collectives.Collective{collectives.CollBcast, collectives.CollReduce} {
+		t.Run(coll.String(), func(t *testing.T) {
+			opts := force(coll, collectives.SharedMemory)
+			opts.Algorithms[collectives.CollBarrier] = collectives.SharedMemory
+			const writer, calls = 0, 12
+			oneWay := func(ctx context.Context, e *collectives.Engine, r, i int) error {
+				buf := []float32{float32(r + i), 1}
+				if coll == collectives.CollBcast {
+					if err := collectives.Bcast(ctx, e, buf, writer); err != nil {
+						return err
+					}
+					if buf[0] != float32(writer+i) {
+						return fmt.Errorf("call %d: bcast gave %v, want %v", i, buf[0], writer+i)
+					}
+					return nil
+				}
+				if err := collectives.Reduce(ctx, e, buf, reduce.Sum, 1-writer); err != nil {
+					return err
+				}
+				if r != writer && buf[0] != float32(1+2*i) {
+					return fmt.Errorf("call %d: reduce gave %v, want %v", i, buf[0], 1+2*i)
+				}
+				return nil
+			}
+			entered := make(chan struct{}, 1)
+			waits := 0
+			errs := world(t, 2, coltest.Options{Shared: true}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
+				if err := collectives.Barrier(ctx, e); err != nil {
+					return err
+				}
+				w0 := collectives.ShmClaimWaits(e)
+				for i := range calls {
+					if err := oneWay(ctx, e, r, i); err != nil {
+						return err
+					}
+				}
+				// One-way calls, each followed by a barrier, once the
+				// other rank has entered (announced) the one-way call.
+				for i := range calls {
+					if err := oneWay(ctx, e, r, i); err != nil {
+						return err
+					}
+					if r != writer {
+						entered <- struct{}{}
+					} else {
+						select {
+						case <-entered:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					}
+					if err := collectives.Barrier(ctx, e); err != nil {
+						return err
+					}
+				}
+				if r == writer {
+					waits = collectives.ShmClaimWaits(e) - w0
+				}
+				return nil
+			})
+			requireAllOK(t, errs)
+			require.Zero(t, waits, "claims of the writing rank that looked at the other's done word")
+		})
+	}
+}
+
+// TestCrowdedBcastKeepsToSlots: when the shared region says the ranks
+// outnumber their CPUs (Crowded), a bcast of more than two ranks never
+// reads the root's buffer (a failing ReadPeer goes unnoticed) and moves
+// the vector in whole slots, one round per slot; otherwise, by default,
+// it reads the root's buffer from 32 to 128 KiB and pipelines larger
+// vectors in eighths. Every reader gets the root's data either way.
+func TestCrowdedBcastKeepsToSlots(t *testing.T) {
+	t.Parallel()
+	const slot = 256 << 10
+	noRead := errors.New("test: no single-copy reads")
+	for _, tc := range []struct {
+		crowded bool
+		n       int // bytes
+		rounds  int // the root's, for the bcast
+		fails   bool
+	}{
+		{crowded: true, n: 96 << 10, rounds: 1},
+		{crowded: true, n: 512 << 10, rounds: 2},
+		{crowded: true, n: 600004, rounds: 3},
+		{crowded: false, n: 96 << 10, fails: true}, // it reads (and the read fails)
+		{crowded: false, n: 512 << 10, rounds: 8},  // pieces of 64 KiB
+	} {
+		t.Run(name("crowded", tc.crowded, "n", tc.n), func(t *testing.T) {
+			const p, root = 4, 1
+			wo := coltest.Options{Shared: true, SharedSlot: slot, Crowded: tc.crowded, PeerReadErr: noRead}
+			rounds := 0
+			errs := world(t, p, wo, force(collectives.CollBcast, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+				buf := make([]int32, tc.n/4)
+				for i := range buf {
+					buf[i] = int32(r*1_000_003 + i)
+				}
+				r0 := collectives.ShmRounds(e)
+				if err := collectives.Bcast(ctx, e, buf, root); err != nil {
+					return err
+				}
+				if r == root {
+					rounds = collectives.ShmRounds(e) - r0
+				}
+				for i, v := range buf {
+					if want := int32(root*1_000_003 + i); v != want {
+						return fmt.Errorf("element %d: %d, want %d", i, v, want)
+					}
+				}
+				return nil
+			})
+			if tc.fails {
+				// Some reader tried the read; the others may fail first for
+				// other reasons (an abort, the root gone once all are done).
+				read := false
+				for _, err := range errs {
+					read = read || errors.Is(err, noRead)
+				}
+				require.True(t, read, "no rank read the root's buffer: %v", errs)
+				return
+			}
+			requireAllOK(t, errs)
+			require.Equal(t, tc.rounds, rounds, "rounds the root published")
+		})
+	}
+}
+
+// TestCrowdedReducePipelineIsWholeSlots: when the ranks outnumber their
+// CPUs (Crowded) the shared-memory reduce of a large vector moves it in
+// whole slots, one round per slot, where by default it pipelines pieces
+// of an eighth; the sums are right either way.
+func TestCrowdedReducePipelineIsWholeSlots(t *testing.T) {
+	t.Parallel()
+	const slot, n = 256 << 10, 600004 // bytes; above the 512 KiB where the pieces begin
+	for _, tc := range []struct {
+		crowded bool
+		rounds  int // a sender's
+	}{{true, 3}, {false, 9}} { // pieces of 75000 bytes by default
+		t.Run(name("crowded", tc.crowded), func(t *testing.T) {
+			const p, root, sender = 4, 1, 2
+			wo := coltest.Options{Shared: true, SharedSlot: slot, Crowded: tc.crowded}
+			rounds := 0
+			errs := world(t, p, wo, force(collectives.CollReduce, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+				buf := make([]int32, n/4)
+				for i := range buf {
+					buf[i] = int32(r + i)
+				}
+				r0 := collectives.ShmRounds(e)
+				if err := collectives.Reduce(ctx, e, buf, reduce.Sum, root); err != nil {
+					return err
+				}
+				if r == sender {
+					rounds = collectives.ShmRounds(e) - r0
+				}
+				if r == root {
+					for i, v := range buf {
+						if want := int32(p*i + p*(p-1)/2); v != want {
+							return fmt.Errorf("element %d: %d, want %d", i, v, want)
+						}
+					}
+				}
+				return nil
+			})
+			requireAllOK(t, errs)
+			require.Equal(t, tc.rounds, rounds, "rounds a sender published")
+		})
+	}
 }

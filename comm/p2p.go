@@ -343,6 +343,31 @@ func (r *Request) Release() {
 
 var reqPool = sync.Pool{New: func() any { return new(Request) }}
 
+// ReleaseAll is Release for every request of reqs (nil entries, requests
+// that have not completed and non-blocking collectives' are left alone),
+// cheaper than one Release each: the point-to-point requests go back to
+// their endpoint in one step (p2p.ReleaseAll). Every released entry of
+// reqs must not be used again.
+func ReleaseAll(reqs ...*Request) {
+	var batch [64]*p2p.Request
+	n := 0
+	for _, r := range reqs {
+		if r == nil || r.p == nil || !r.p.Done() {
+			continue
+		}
+		if !r.disarm() {
+			batch[n] = r.p
+			if n++; n == len(batch) {
+				p2p.ReleaseAll(batch[:n])
+				n = 0
+			}
+		}
+		*r = Request{}
+		reqPool.Put(r)
+	}
+	p2p.ReleaseAll(batch[:n])
+}
+
 // newP2PRequest is a point-to-point request, recycled if one was released.
 // Its start ctx is enforced by Wait and Test (see startCtx), not by a
 // callback registered here: that would allocate for every message of a

@@ -214,11 +214,11 @@ func TestP2PContextDeadline(t *testing.T) {
 	})
 }
 
-// TestRequestRelease: Release of a request that has not completed does
-// nothing (it still completes and reports its status); released requests
-// are reused, so a loop of Isend/Irecv/WaitAll/Release allocates far less
-// than one without Release; a released receive's status stays what Wait
-// returned.
+// TestRequestRelease: Release (and ReleaseAll) of a request that has not
+// completed does nothing (it still completes and reports its status);
+// released requests are reused, so a loop of Isend/Irecv/WaitAll/Release,
+// or ReleaseAll, allocates far less than one without; a released
+// receive's status stays what Wait returned.
 func TestRequestRelease(t *testing.T) {
 	runOK(t, 2, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
 		peer := 1 - c.Rank()
@@ -230,6 +230,7 @@ func TestRequestRelease(t *testing.T) {
 				return err
 			}
 			r.Release() // no effect: still pending
+			comm.ReleaseAll(nil, r)
 			if err := comm.Send(ctx, c, []int32{1}, 0, 8); err != nil {
 				return err
 			}
@@ -246,7 +247,7 @@ func TestRequestRelease(t *testing.T) {
 				return err
 			}
 		}
-		loop := func(release bool) error {
+		loop := func(release, all bool) error {
 			for range 200 {
 				s, err := comm.Isend(ctx, c, buf[:4], peer, 3)
 				if err != nil {
@@ -259,7 +260,10 @@ func TestRequestRelease(t *testing.T) {
 				if err := comm.WaitAll(ctx, s, r); err != nil {
 					return err
 				}
-				if release {
+				switch {
+				case all:
+					comm.ReleaseAll(s, nil, r)
+				case release:
 					s.Release()
 					r.Release()
 				}
@@ -269,17 +273,25 @@ func TestRequestRelease(t *testing.T) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		before := ms.Mallocs
-		if err := loop(false); err != nil {
+		if err := loop(false, false); err != nil {
 			return err
 		}
 		runtime.ReadMemStats(&ms)
 		without := ms.Mallocs - before
 		before = ms.Mallocs
-		if err := loop(true); err != nil {
+		if err := loop(true, false); err != nil {
 			return err
 		}
 		runtime.ReadMemStats(&ms)
 		with := ms.Mallocs - before
+		before = ms.Mallocs
+		if err := loop(false, true); err != nil {
+			return err
+		}
+		runtime.ReadMemStats(&ms)
+		if withAll := ms.Mallocs - before; withAll*3 > without*2 {
+			return fmt.Errorf("rank %d: %d allocations with ReleaseAll against %d without", c.Rank(), withAll, without)
+		}
 		// Both ranks run in this process, so the counts include the other
 		// rank's, and the provider's own allocations (unexpected messages'
 		// copies) are in both; without Release each loop also allocates

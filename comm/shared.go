@@ -34,6 +34,9 @@ type sharedRegion struct {
 	mem  [][]byte
 	spin time.Duration
 	cma  bool // every rank can read every other's memory (ReadPeer)
+	// crowded: the ranks outnumber the CPUs of some rank's host view
+	// (p2p.Endpoint.Crowded), agreed by every rank.
+	crowded bool
 }
 
 // newSharedRegion makes the region (a collective over the world), or
@@ -88,15 +91,21 @@ func newSharedRegion(ctx context.Context, ep *p2p.Endpoint, store bootstrap.Stor
 			cma = 0
 		}
 	}
-	// Every rank must agree (the algorithms differ): a second round.
-	cmas, err := bootstrap.Allgather(ctx, store, "comm/"+name+"/shared-cma", []byte{cma})
+	// Every rank must agree (the algorithms differ): a second round, which
+	// also agrees on crowding (any rank that sees more ranks than CPUs).
+	crowded := byte(0)
+	if ep.Crowded() {
+		crowded = 1
+	}
+	cmas, err := bootstrap.Allgather(ctx, store, "comm/"+name+"/shared-cma", []byte{cma, crowded})
 	runtime.KeepAlive(probe) // peers read it until the second round
 	if err != nil {
 		return nil, err
 	}
 	s.cma = true
 	for _, v := range cmas {
-		s.cma = s.cma && len(v) == 1 && v[0] == 1
+		s.cma = s.cma && len(v) == 2 && v[0] == 1
+		s.crowded = s.crowded || len(v) == 2 && v[1] == 1
 	}
 	return s, nil
 }
@@ -127,6 +136,7 @@ func (s *sharedRegion) WritePeer(rank int, addr uint64, src []byte) error {
 
 // CanReadPeer reports whether ReadPeer works (collectives.PeerReader).
 func (s *sharedRegion) CanReadPeer() bool       { return s.cma }
+func (s *sharedRegion) Crowded() bool           { return s.crowded }
 func (s *sharedRegion) Failed() <-chan struct{} { return s.ep.Failed() }
 func (s *sharedRegion) Err() error              { return s.ep.Err() }
 

@@ -148,9 +148,14 @@ func (w *Win[T]) Put(target, off int, src []T) error {
 	if err := w.check("Put", target, off, len(src)); err != nil {
 		return err
 	}
-	r, err := w.w.Iwrite(w.c.members[target], off*w.esize, bytesOf(src), false, 0)
-	if err != nil {
-		return w.c.wrap("Put", target, NoTag, err)
+	// A copy into a window this process maps is complete at once (no
+	// request): nothing for Flush to wait for or release.
+	r, err := w.w.IwriteNow(w.c.members[target], off*w.esize, bytesOf(src))
+	if err != nil || r == nil {
+		if err != nil {
+			return w.c.wrap("Put", target, NoTag, err)
+		}
+		return nil
 	}
 	w.mu.Lock()
 	w.pending = append(w.pending, transfer{r, "Put", target})

@@ -168,14 +168,17 @@ func reportCPU(b *testing.B, cpu0 int64) {
 // message-rate loop (bench's bw row): rank 1 posts 64 Irecvs, rank 0 64
 // Isends, both wait for all and release their requests, all driven by one
 // goroutine over shm as in BenchmarkOverhead. cpu-ns/op / 64 is the cost
-// of one message on both sides together; allocs/op should be 0.
+// of one message on both sides together; allocs/op should be 0. The
+// requests go back one Release each, or in one ReleaseAll (releaseAll).
 func BenchmarkWindowOverhead(b *testing.B) {
 	for _, size := range []int{8, 4096} {
-		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) { benchWindowOverhead(b, size) })
+		for _, all := range []bool{false, true} {
+			b.Run(fmt.Sprintf("bytes=%d/releaseAll=%v", size, all), func(b *testing.B) { benchWindowOverhead(b, size, all) })
+		}
 	}
 }
 
-func benchWindowOverhead(b *testing.B, size int) {
+func benchWindowOverhead(b *testing.B, size int, all bool) {
 	const window = 64
 	ctx := context.Background()
 	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "shm"})
@@ -210,8 +213,12 @@ func benchWindowOverhead(b *testing.B, size int) {
 				b.Fatal(err)
 			}
 		}
-		for _, rq := range reqs {
-			rq.Release()
+		if all {
+			p2p.ReleaseAll(reqs)
+		} else {
+			for _, rq := range reqs {
+				rq.Release()
+			}
 		}
 	}
 	reportCPU(b, cpu0)

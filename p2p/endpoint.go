@@ -560,6 +560,12 @@ func (ep *Endpoint) hostCPUs() int {
 	return runtime.NumCPU()
 }
 
+// Crowded reports whether the ranks of this endpoint on this host
+// outnumber the CPUs they may run on together (the CPUs of every local
+// rank's affinity mask): then a rank that waits for another holds a CPU
+// that one needs, and the waits default to a short spin.
+func (ep *Endpoint) Crowded() bool { return ep.localRanks > ep.hostCPUs() }
+
 // WaitPolicy reports the effective Options.Spin and Yield (the defaults
 // resolved for this endpoint's transports and CPUs), for layers that wait
 // on something other than requests (shared-memory flags) and should poll

@@ -4,3 +4,7 @@ package p2p
 // that a test can post an access past its end and see the provider refuse
 // it (as a NIC refuses an rkey's out-of-bounds access).
 func (w *Window) ForgeLen(peer, n int) { w.remote[peer].len = n }
+
+// DirectWriteMax is the largest window write that is a plain copy into a
+// peer's mapped window.
+const DirectWriteMax = directWriteMax

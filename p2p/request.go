@@ -134,11 +134,40 @@ func (ep *Endpoint) getReq() *Request {
 // finished with it.
 func (ep *Endpoint) putReq(r *Request) {
 	ep.mu.Lock()
+	ep.putReqLocked(r)
+	ep.mu.Unlock()
+}
+
+func (ep *Endpoint) putReqLocked(r *Request) {
 	*r = Request{waitCh: r.waitCh}
 	if len(ep.freeReqs) < maxFreeReqs {
 		ep.freeReqs = append(ep.freeReqs, r)
 	}
-	ep.mu.Unlock()
+}
+
+// ReleaseAll is Release for each request of reqs (nil entries and
+// requests that have not completed are left alone), taking the endpoint's
+// mutex once per run of requests of one endpoint rather than once per
+// request: for a window of non-blocking operations that was a fifth of
+// their software.
+func ReleaseAll(reqs []*Request) {
+	var ep *Endpoint
+	for _, r := range reqs {
+		if r == nil || r.ep == nil || !r.done.Load() {
+			continue
+		}
+		if r.ep != ep {
+			if ep != nil {
+				ep.mu.Unlock()
+			}
+			ep = r.ep
+			ep.mu.Lock()
+		}
+		ep.putReqLocked(r)
+	}
+	if ep != nil {
+		ep.mu.Unlock()
+	}
 }
 
 // Done reports whether the request has completed (without progressing it).

@@ -345,7 +345,15 @@ func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 		return nil, &Error{Op: "Write", Rank: w.ep.rank, Peer: peer, Tag: NoTag,
 			Err: fmt.Errorf("%w: notification value %#x has bit 30 set, which window signals reserve", ErrInvalidArgument, value)}
 	}
-	return w.iwrite(peer, off, src, notify, value)
+	return w.iwrite(peer, off, src, notify, value, false)
+}
+
+// IwriteNow is Iwrite without a notification, except that a write which
+// is complete when it returns (a copy into the peer's window mapped in
+// this process, see writeDirect) gives no request (nil, and no error):
+// there is nothing to wait for or release.
+func (w *Window) IwriteNow(peer, off int, src []byte) (*Request, error) {
+	return w.iwrite(peer, off, src, false, 0, true)
 }
 
 // target checks an access of n bytes at off in peer's part of the window
@@ -371,7 +379,7 @@ func (w *Window) target(peer, off, n int, verb string) (winKey, error) {
 	return rk, nil
 }
 
-func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*Request, error) {
+func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, bare bool) (*Request, error) {
 	ep := w.ep
 	bad := func(err error) (*Request, error) {
 		return nil, &Error{Op: "Write", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
@@ -381,7 +389,7 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 		return bad(err)
 	}
 	if peer != ep.rank && !notify && len(src) > 0 && len(src) <= directWriteMax {
-		if r, done, err := w.writeDirect(ep.peers[peer], off, src); done {
+		if r, done, err := w.writeDirect(ep.peers[peer], off, src, !bare); done {
 			if err != nil {
 				return bad(err)
 			}
@@ -420,9 +428,12 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 // window mapped in this process (Direct) instead of through the queue
 // pair: a copy that completes at once, without a work request, its
 // completion or the poll that finds it, which made a small Put and Flush
-// over shm many times MPI_Put's. Larger writes keep the provider's own
-// copy, which has the better routine for them.
-const directWriteMax = 64 << 10
+// over shm many times MPI_Put's. The provider's copy of larger writes
+// bypasses the caches (non-temporal stores), which took a Put and Flush
+// of 128 KiB–512 KiB 5–14 times as long as this plain copy, and 1–2 MiB up
+// to twice; the copy holds the endpoint's lock, so the limit keeps that
+// hold short (tens of µs).
+const directWriteMax = 1 << 20
 
 // writeDirect writes src at off of p's part of the window with a plain
 // copy when this process maps that part (Direct: the provider shares the
@@ -432,27 +443,38 @@ const directWriteMax = 64 << 10
 // down or closing, or window operations still queued or posted (to any
 // peer: their order must hold, and one map lookup is cheaper than a count
 // per peer), which a copy now would overtake.
-func (w *Window) writeDirect(p *peer, off int, src []byte) (*Request, bool, error) {
+func (w *Window) writeDirect(p *peer, off int, src []byte, req bool) (*Request, bool, error) {
 	ep := w.ep
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	m := w.directLocked(p.rank)
-	if off+len(src) > len(m) { // also no mapping (nil)
-		return nil, false, nil
+	if done, err := w.copyDirectLocked(p, off, src); !done || err != nil || !req {
+		return nil, done, err
 	}
-	if err := ep.checkLocked(); err != nil {
-		return nil, true, err
-	}
-	if w.closed || p.broken || p.departed || len(p.queue) > 0 || len(ep.writes) > 0 {
-		return nil, false, nil
-	}
-	copy(m[off:], src)
-	p.stats.WriteSent.add(len(src))
 	r := ep.newReqLocked()
 	r.op, r.peer, r.pattern, r.buf = opWrite, p.rank, envelope{tag: NoTag}, src
 	r.status = Status{Source: ep.rank, Count: len(src)}
 	ep.completeLocked(r, nil)
 	return r, true, nil
+}
+
+// copyDirectLocked is writeDirect's copy (see there): false, having done
+// nothing, when the write must take the queue pair; true with the
+// endpoint's error when it has failed. The caller holds ep.mu.
+func (w *Window) copyDirectLocked(p *peer, off int, src []byte) (bool, error) {
+	ep := w.ep
+	m := w.directLocked(p.rank)
+	if off+len(src) > len(m) { // also no mapping (nil)
+		return false, nil
+	}
+	if err := ep.checkLocked(); err != nil {
+		return true, err
+	}
+	if w.closed || p.broken || p.departed || len(p.queue) > 0 || len(ep.writes) > 0 {
+		return false, nil
+	}
+	copy(m[off:], src)
+	p.stats.WriteSent.add(len(src))
+	return true, nil
 }
 
 // localBuf makes b, the local side of window operation r to p, reachable

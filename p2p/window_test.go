@@ -196,10 +196,12 @@ func TestPeerIOErrors(t *testing.T) {
 // Over shm a small write into a peer's provider-memory window is a copy
 // into the mapping of that window: the request is complete when Iwrite
 // returns, with no completion to poll for, and the bytes are there for
-// the peer after any later message. A write into user memory, or one
-// above the direct limit, takes the queue pair and arrives too.
+// the peer after any later message, up to the direct limit (1 MiB). A
+// write into user memory, or one above the direct limit, takes the queue
+// pair and arrives too.
 func TestWriteDirect(t *testing.T) {
-	const big = 100 << 10
+	const direct = 1 << 20
+	big := max(p2p.DirectWriteMax+1, direct)
 	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
 		wa, err := ep.AllocWindow(ctx, big+64)
 		if err != nil {
@@ -222,19 +224,46 @@ func TestWriteDirect(t *testing.T) {
 					return err
 				}
 			}
+			// A direct write of 1 MiB (which the next one overwrites).
+			r, err := wa.Iwrite(1, 64, pattern(direct, 5), false, 0)
+			if err != nil {
+				return err
+			}
+			if !r.Done() {
+				return fmt.Errorf("a write of %d bytes into the peer's provider memory is not complete on return", direct)
+			}
+			if _, err := r.Wait(ctx); err != nil {
+				return err
+			}
+			// IwriteNow: no request for a direct write; one for a write
+			// that takes the queue pair (user memory); Iwrite's errors.
+			if r, err := wa.IwriteNow(1, 0, pattern(8, 1)); err != nil || r != nil {
+				return fmt.Errorf("IwriteNow into the peer's provider memory: request %v, error %v; want neither", r, err)
+			}
+			ru, err := wu.IwriteNow(1, 8, pattern(8, 9))
+			if err != nil || ru == nil {
+				return fmt.Errorf("IwriteNow into the peer's user memory: request %v, error %v; want a request", ru, err)
+			}
+			if _, err := ru.Wait(ctx); err != nil {
+				return err
+			}
+			if _, err := wa.IwriteNow(1, big+64, pattern(8, 1)); !errors.Is(err, p2p.ErrInvalidArgument) {
+				return fmt.Errorf("IwriteNow past the window: %v, want ErrInvalidArgument", err)
+			}
 			if err := wa.Write(ctx, 1, 64, pattern(big, 7)); err != nil {
 				return err
 			}
 			if err := wu.Write(ctx, 1, 0, pattern(64, 9)); err != nil {
 				return err
 			}
-			require.Equal(t, uint64(3*8+big+64), ep.Stats().Peers[1].WriteSent.Bytes)
+			require.Equal(t, uint64(3*8+direct+8+8+big+64), ep.Stats().Peers[1].WriteSent.Bytes)
 			return ep.Send(ctx, 1, 1, nil)
 		}
 		if _, err := ep.Recv(ctx, 0, 1, nil); err != nil {
 			return err
 		}
-		for i := range 3 {
+		require.Equal(t, pattern(8, 1), wa.Bytes()[:8], "IwriteNow's write")
+		for i := 1; i < 3; i++ {
 			require.Equal(t, pattern(8, byte(i)), wa.Bytes()[8*i:8*i+8], "write %d", i)
 		}
 		require.Equal(t, pattern(big, 7), wa.Bytes()[64:64+big])

@@ -61,6 +61,9 @@ type Options struct {
 	// ReadPeer (process_vm_readv).
 	PeerWriteErr error
 	PeerReadErr  error
+	// Crowded is what the shared region's Crowded reports (ranks that
+	// outnumber their CPUs).
+	Crowded bool
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
@@ -458,6 +461,9 @@ func (s *shared) Err() error              { return s.g.w.lostErr() }
 func (s *shared) WaitPolicy() shmsync.Policy {
 	return shmsync.Policy{Yield: shmsync.Forever, Gosched: true}
 }
+
+// Crowded makes the region a collectives.Crowded, as Options.Crowded says.
+func (s *shared) Crowded() bool { return s.g.w.opts.Crowded }
 
 // CanReadPeer and ReadPeer make the region a collectives.PeerReader: the
 // ranks share this process, so reading a rank's memory is a copy from the
