@@ -116,3 +116,71 @@ func (c *call) bcastHier(buf []byte, root int) error {
 	}
 	return nil
 }
+
+// hostGroups returns the world ranks on this rank's host and the leaders
+// (the lowest rank of every host), both sorted.
+func (c *call) hostGroups() (local, leaders []int) {
+	hosts := c.e.hosts
+	seen := map[int]bool{}
+	for r, h := range hosts {
+		if h == hosts[c.me] {
+			local = append(local, r)
+		}
+		if !seen[h] {
+			seen[h] = true
+			leaders = append(leaders, r)
+		}
+	}
+	return local, leaders
+}
+
+// barrierHier is the two-level barrier: every rank of a host reports to
+// its leader over the fast local links, the leaders run the dissemination
+// barrier among themselves over the network, and each leader releases its
+// host. Only leaders touch the slow links: at 2 hosts of 2 ranks one
+// exchange crosses the network instead of six messages, each of which
+// wakes a sleeping rank on the other host.
+func (c *call) barrierHier() error {
+	local, leaders := c.hostGroups()
+	lc := c.sub(local, 0)
+	if lc.me != 0 {
+		// Arrive, then wait for the release (the receive goes first).
+		return lc.sendrecv(0, nil, lc.h.count, 0, nil, lc.h.count)
+	}
+	if err := lc.fanIn(); err != nil {
+		return err
+	}
+	if len(leaders) > 1 {
+		lead := c.sub(leaders, 0)
+		if err := lead.barrierDissemination(); err != nil {
+			return err
+		}
+	}
+	return lc.fanOut()
+}
+
+// fanIn has view rank 0 receive an empty message from every other rank,
+// all posted at once.
+func (c *call) fanIn() error {
+	return c.postAll(func() error {
+		for v := 1; v < c.n; v++ {
+			if _, err := c.recv(v, nil, c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// fanOut has view rank 0 send an empty message to every other rank, all
+// posted at once.
+func (c *call) fanOut() error {
+	return c.postAll(func() error {
+		for v := 1; v < c.n; v++ {
+			if _, err := c.send(v, nil, c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -150,8 +150,11 @@ func lenErr(what string, got, want int) error {
 // Barrier returns once every rank of the group has entered it.
 func Barrier(ctx context.Context, e *Engine) error {
 	return e.run(ctx, spec{coll: CollBarrier, dt: reduce.Uint8}, func(c *call, alg Algorithm) error {
-		if alg == SharedMemory {
+		switch alg {
+		case SharedMemory:
 			return c.barrierShm()
+		case Hierarchical:
+			return c.barrierHier()
 		}
 		return c.barrierDissemination()
 	})

@@ -374,6 +374,15 @@ func (m *Model) hierBcastCost(local, hosts int, n float64) float64 {
 	return best(hosts, m.Alpha.Seconds(), m.Beta) + best(local, m.IntraAlpha.Seconds(), m.IntraBeta)
 }
 
+// hierBarrierCost is the hierarchical barrier: the ranks of a host arrive
+// at their leader at once, the leaders run the dissemination barrier, and
+// each releases its host at once.
+func (m *Model) hierBarrierCost(local, hosts int) float64 {
+	ia := m.IntraAlpha.Seconds()
+	fan := ia + float64(local-2)*m.PostOverlap*ia
+	return 2*fan + m.cost(CollBarrier, Dissemination, hosts, 0, m.Alpha.Seconds(), m.Beta)
+}
+
 // choose picks the algorithm for one call: the forced one if Options name
 // it (checked against capabilities, op and Deterministic), else the
 // cheapest admissible one.
@@ -518,8 +527,11 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 		if hosts < 2 || local < 2 {
 			return math.Inf(1)
 		}
-		if c == CollBcast {
+		switch c {
+		case CollBcast:
 			return m.hierBcastCost(local, hosts, float64(nbytes))
+		case CollBarrier:
+			return m.hierBarrierCost(local, hosts)
 		}
 		return m.hierCost(local, hosts, float64(nbytes))
 	}

@@ -68,12 +68,25 @@ func TestCostModelLinks(t *testing.T) {
 	a, err = e.Choose(collectives.CollBcast, 64<<20, true)
 	require.NoError(t, err)
 	require.Equal(t, collectives.Hierarchical, a)
+	// The barrier too: only the hosts' leaders cross the slow links, at 2
+	// hosts of 2 ranks as at 2 of 4.
+	a, err = e.Choose(collectives.CollBarrier, 0, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Hierarchical, a)
+	wo2x2 := wo
+	wo2x2.Hosts = []int{0, 0, 1, 1}
+	a, err = engineFor(t, 4, wo2x2, collectives.Options{}).Choose(collectives.CollBarrier, 0, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Hierarchical, a)
 	// Same links everywhere: flat algorithms.
 	wo.InterLatency, wo.InterBandwidth = 0, 0
 	e = engineFor(t, 8, wo, collectives.Options{})
 	a, err = e.Choose(collectives.CollAllreduce, 64<<20, true)
 	require.NoError(t, err)
 	require.NotEqual(t, collectives.Hierarchical, a)
+	a, err = e.Choose(collectives.CollBarrier, 0, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Dissemination, a)
 
 	os := engineFor(t, 4, coltest.Options{OneSided: true}, collectives.Options{Model: &collectives.Model{OneSidedAlpha: 100 * time.Nanosecond}})
 	a, err = os.Choose(collectives.CollAllreduce, 16<<20, true)

@@ -74,7 +74,7 @@ func (a Algorithm) String() string {
 // excluded). Ordered is the deterministic, rank-order-preserving one where a
 // reduction is involved.
 var algorithmsOf = [numCollectives][]Algorithm{
-	CollBarrier:       {Dissemination, SharedMemory},
+	CollBarrier:       {Dissemination, Hierarchical, SharedMemory},
 	CollBcast:         {Binomial, ScatterAllgather, Chain, Hierarchical, SharedMemory},
 	CollReduce:        {Binomial, Rabenseifner, Ordered, SharedMemory},
 	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical, SharedMemory},
