@@ -184,3 +184,97 @@ func (c *call) fanOut() error {
 		return nil
 	})
 }
+
+// allgatherHier is the two-level allgather: every rank sends its block to
+// its host's leader, the leaders send their hosts' blocks to each other
+// in one message per pair (all posted at once), and each leader
+// broadcasts the result inside its host. The network carries one message
+// per pair of hosts instead of one per pair of ranks on different hosts.
+// Blocks sit at their ranks' places in buf; a host's ranks need not be
+// contiguous (their blocks are packed for the leaders' exchange).
+func (c *call) allgatherHier(buf []byte) error {
+	local, leaders := c.hostGroups()
+	lc := c.sub(local, 0)
+	if lc.me != 0 {
+		s, err := lc.send(0, c.rblock(buf, c.me), c.h.count)
+		if err != nil {
+			return err
+		}
+		if err := s.wait(); err != nil {
+			return err
+		}
+		return lc.bcastBinomial(buf, 0)
+	}
+	if err := lc.postAll(func() error {
+		for v := 1; v < lc.n; v++ {
+			if _, err := lc.recv(v, c.rblock(buf, local[v]), c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(leaders) > 1 {
+		if err := c.leadersExchange(buf, leaders); err != nil {
+			return err
+		}
+	}
+	return lc.bcastBinomial(buf, 0)
+}
+
+// leadersExchange is allgatherHier's step among the leaders (this rank is
+// one): each sends its host's blocks, packed in rank order, to every other
+// leader and unpacks theirs.
+func (c *call) leadersExchange(buf []byte, leaders []int) error {
+	byHost := map[int][]int{}
+	for r, h := range c.e.hosts {
+		byHost[h] = append(byHost[h], r)
+	}
+	ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+	bs := int(c.h.count) * c.esize
+	pack := func(ranks []int) []byte {
+		b := scratch.get(len(ranks) * bs)
+		for i, r := range ranks {
+			copy(b[i*bs:(i+1)*bs], c.rblock(buf, r))
+		}
+		return b
+	}
+	lead := c.sub(leaders, 0)
+	mine := ranksOf(c.me)
+	// The buffers go back to the pool only once every request on them has
+	// completed: after an error some may still be in flight (the call's
+	// end waits for them; the garbage collector takes the buffers).
+	out := pack(mine)
+	in := make([][]byte, lead.n)
+	err := lead.postAll(func() error {
+		for s := 1; s < lead.n; s++ {
+			v := mod(lead.me-s, lead.n)
+			rs := ranksOf(leaders[v])
+			in[v] = scratch.get(len(rs) * bs)
+			if _, err := lead.recv(v, in[v], int64(len(rs))*c.h.count); err != nil {
+				return err
+			}
+		}
+		for s := 1; s < lead.n; s++ {
+			if _, err := lead.send(mod(lead.me+s, lead.n), out, int64(len(mine))*c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for v, b := range in {
+		if b == nil {
+			continue
+		}
+		for i, r := range ranksOf(leaders[v]) {
+			copy(c.rblock(buf, r), b[i*bs:(i+1)*bs])
+		}
+		scratch.put(b)
+	}
+	scratch.put(out)
+	return nil
+}

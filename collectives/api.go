@@ -354,6 +354,8 @@ func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T)
 				return c.allgatherBruck(rb)
 			case Linear:
 				return c.allgatherLinear(rb)
+			case Hierarchical:
+				return c.allgatherHier(rb)
 			}
 			return c.allgatherRing(rb)
 		})

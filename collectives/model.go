@@ -383,6 +383,25 @@ func (m *Model) hierBarrierCost(local, hosts int) float64 {
 	return 2*fan + m.cost(CollBarrier, Dissemination, hosts, 0, m.Alpha.Seconds(), m.Beta)
 }
 
+// hierAllgatherCost is the hierarchical allgather of n bytes (the result)
+// over p ranks: the blocks of a host arrive at its leader at once, the
+// leaders send their hosts' blocks to each other at once, and each leader
+// broadcasts the result in its host by a binomial tree.
+func (m *Model) hierAllgatherCost(local, hosts, p int, n float64) float64 {
+	ia, ib := m.IntraAlpha.Seconds(), m.IntraBeta
+	a := m.Alpha.Seconds()
+	block := n / float64(p)
+	gather := 0.0
+	if local > 1 {
+		gather = ia + float64(local-2)*m.PostOverlap*ia + float64(local-1)*block*ib
+	}
+	lead := 0.0
+	if hosts > 1 {
+		lead = a + float64(hosts-2)*m.PostOverlap*a + float64(hosts-1)*float64(local)*block*m.Beta
+	}
+	return gather + lead + m.cost(CollBcast, Binomial, local, n, ia, ib)
+}
+
 // choose picks the algorithm for one call: the forced one if Options name
 // it (checked against capabilities, op and Deterministic), else the
 // cheapest admissible one.
@@ -532,6 +551,14 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 			return m.hierBcastCost(local, hosts, float64(nbytes))
 		case CollBarrier:
 			return m.hierBarrierCost(local, hosts)
+		case CollAllgather:
+			if nbytes/e.size*local > e.opts.inline() {
+				// The leaders' bundles would travel as header and
+				// payload, whose waits run one after another (as
+				// Linear's blocks past InlineBytes).
+				return math.Inf(1)
+			}
+			return m.hierAllgatherCost(local, hosts, e.size, float64(nbytes))
 		}
 		return m.hierCost(local, hosts, float64(nbytes))
 	}

@@ -75,9 +75,17 @@ func TestCostModelLinks(t *testing.T) {
 	require.Equal(t, collectives.Hierarchical, a)
 	wo2x2 := wo
 	wo2x2.Hosts = []int{0, 0, 1, 1}
-	a, err = engineFor(t, 4, wo2x2, collectives.Options{}).Choose(collectives.CollBarrier, 0, true)
+	e2x2 := engineFor(t, 4, wo2x2, collectives.Options{})
+	a, err = e2x2.Choose(collectives.CollBarrier, 0, true)
 	require.NoError(t, err)
 	require.Equal(t, collectives.Hierarchical, a)
+	// A small allgather sends one message per pair of hosts, not one per
+	// pair of ranks on different hosts.
+	for _, e := range []*collectives.Engine{e, e2x2} {
+		a, err = e.Choose(collectives.CollAllgather, 64, true)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Hierarchical, a)
+	}
 	// Same links everywhere: flat algorithms.
 	wo.InterLatency, wo.InterBandwidth = 0, 0
 	e = engineFor(t, 8, wo, collectives.Options{})
@@ -87,6 +95,9 @@ func TestCostModelLinks(t *testing.T) {
 	a, err = e.Choose(collectives.CollBarrier, 0, true)
 	require.NoError(t, err)
 	require.Equal(t, collectives.Dissemination, a)
+	a, err = e.Choose(collectives.CollAllgather, 64, true)
+	require.NoError(t, err)
+	require.NotEqual(t, collectives.Hierarchical, a)
 
 	os := engineFor(t, 4, coltest.Options{OneSided: true}, collectives.Options{Model: &collectives.Model{OneSidedAlpha: 100 * time.Nanosecond}})
 	a, err = os.Choose(collectives.CollAllreduce, 16<<20, true)

@@ -78,7 +78,7 @@ var algorithmsOf = [numCollectives][]Algorithm{
 	CollBcast:         {Binomial, ScatterAllgather, Chain, Hierarchical, SharedMemory},
 	CollReduce:        {Binomial, Rabenseifner, Ordered, SharedMemory},
 	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical, SharedMemory},
-	CollAllgather:     {Ring, RecursiveDoubling, Bruck, Linear, SharedMemory},
+	CollAllgather:     {Ring, RecursiveDoubling, Bruck, Linear, Hierarchical, SharedMemory},
 	CollAllgatherv:    {Ring},
 	CollReduceScatter: {RecursiveHalving, Pairwise, Ring},
 	CollGather:        {Binomial, Linear},
