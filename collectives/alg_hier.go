@@ -234,7 +234,7 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 	ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
 	bs := int(c.h.count) * c.esize
 	pack := func(ranks []int) []byte {
-		b := scratch.get(len(ranks) * bs)
+		b := c.get(len(ranks) * bs)
 		for i, r := range ranks {
 			copy(b[i*bs:(i+1)*bs], c.rblock(buf, r))
 		}
@@ -242,22 +242,19 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 	}
 	lead := c.sub(leaders, 0)
 	mine := ranksOf(c.me)
-	// The buffers go back to the pool only once every request on them has
-	// completed: after an error some may still be in flight (the call's
-	// end waits for them; the garbage collector takes the buffers).
 	out := pack(mine)
 	in := make([][]byte, lead.n)
 	err := lead.postAll(func() error {
 		for s := 1; s < lead.n; s++ {
 			v := mod(lead.me-s, lead.n)
 			rs := ranksOf(leaders[v])
-			in[v] = scratch.get(len(rs) * bs)
-			if _, err := lead.recv(v, in[v], int64(len(rs))*c.h.count); err != nil {
+			in[v] = c.get(len(rs) * bs)
+			if _, err := lead.recv(v, in[v], c.h.count); err != nil {
 				return err
 			}
 		}
 		for s := 1; s < lead.n; s++ {
-			if _, err := lead.send(mod(lead.me+s, lead.n), out, int64(len(mine))*c.h.count); err != nil {
+			if _, err := lead.send(mod(lead.me+s, lead.n), out, c.h.count); err != nil {
 				return err
 			}
 		}
@@ -273,8 +270,106 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 		for i, r := range ranksOf(leaders[v]) {
 			copy(c.rblock(buf, r), b[i*bs:(i+1)*bs])
 		}
-		scratch.put(b)
 	}
-	scratch.put(out)
 	return nil
+}
+
+// alltoallHier is the two-level alltoall: every rank sends its whole send
+// buffer to its host's leader; the leaders send each other, in one message
+// per pair of hosts, the blocks their hosts' ranks have for the other
+// host's ranks; each leader then hands every rank of its host its whole
+// result in one message. The network carries one message per pair of
+// hosts instead of one per pair of ranks on different hosts, at the price
+// of the blocks passing through the leaders.
+//
+// Every message announces the call's count (a rank's block), as the flat
+// forms' do, so that a rank whose count differs is named as such; the
+// payload's length is checked too.
+func (c *call) alltoallHier(send, recv []byte) error {
+	local, leaders := c.hostGroups()
+	lc := c.sub(local, 0)
+	if lc.me != 0 {
+		return lc.sendrecv(0, send, c.h.count, 0, recv, c.h.count)
+	}
+	// from[i] is the send buffer of local[i].
+	from := make([][]byte, lc.n)
+	from[0] = send
+	if err := lc.postAll(func() error {
+		for v := 1; v < lc.n; v++ {
+			from[v] = c.get(len(send))
+			if _, err := lc.recv(v, from[v], c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// to[i] is the result of local[i].
+	to := make([][]byte, lc.n)
+	to[0] = recv
+	for v := 1; v < lc.n; v++ {
+		to[v] = c.get(len(recv))
+	}
+	for i := range local {
+		for j, r := range local {
+			copy(c.rblock(to[j], local[i]), c.rblock(from[i], r))
+		}
+	}
+	if len(leaders) > 1 {
+		byHost := map[int][]int{}
+		for r, h := range c.e.hosts {
+			byHost[h] = append(byHost[h], r)
+		}
+		ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+		bs := int(c.h.count) * c.esize
+		lead := c.sub(leaders, 0)
+		in := make([][]byte, lead.n)
+		err := lead.postAll(func() error {
+			for s := 1; s < lead.n; s++ {
+				v := mod(lead.me-s, lead.n)
+				n := len(ranksOf(leaders[v])) * lc.n
+				in[v] = c.get(n * bs)
+				if _, err := lead.recv(v, in[v], c.h.count); err != nil {
+					return err
+				}
+			}
+			for s := 1; s < lead.n; s++ {
+				v := mod(lead.me+s, lead.n)
+				dst := ranksOf(leaders[v])
+				// By source (this host's ranks), then destination.
+				b := c.get(lc.n * len(dst) * bs)
+				for i := range local {
+					for j, d := range dst {
+						copy(b[(i*len(dst)+j)*bs:], c.rblock(from[i], d))
+					}
+				}
+				if _, err := lead.send(v, b, c.h.count); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for v, b := range in {
+			if b == nil {
+				continue
+			}
+			for i, src := range ranksOf(leaders[v]) {
+				for j := range local {
+					copy(c.rblock(to[j], src), b[(i*lc.n+j)*bs:(i*lc.n+j+1)*bs])
+				}
+			}
+		}
+	}
+	return lc.postAll(func() error {
+		for v := 1; v < lc.n; v++ {
+			if _, err := lc.send(v, to[v], c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }

@@ -518,6 +518,8 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 				return c.alltoallBruck(sb, rb)
 			case Linear:
 				return c.alltoallLinear(sb, rb)
+			case Hierarchical:
+				return c.alltoallHier(sb, rb)
 			}
 			return c.alltoallPairwise(sb, rb)
 		})

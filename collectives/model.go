@@ -402,6 +402,24 @@ func (m *Model) hierAllgatherCost(local, hosts, p int, n float64) float64 {
 	return gather + lead + m.cost(CollBcast, Binomial, local, n, ia, ib)
 }
 
+// hierAlltoallCost is the hierarchical alltoall of n bytes per rank over p
+// ranks: every rank's buffer to its leader at once, the leaders' bundles
+// (local² blocks) to each other at once, every rank's result from its
+// leader at once.
+func (m *Model) hierAlltoallCost(local, hosts, p int, n float64) float64 {
+	ia, ib := m.IntraAlpha.Seconds(), m.IntraBeta
+	a := m.Alpha.Seconds()
+	fan := 0.0
+	if local > 1 {
+		fan = ia + float64(local-2)*m.PostOverlap*ia + float64(local-1)*n*ib
+	}
+	lead := 0.0
+	if hosts > 1 {
+		lead = a + float64(hosts-2)*m.PostOverlap*a + float64(hosts-1)*float64(local*local)*n/float64(p)*m.Beta
+	}
+	return 2*fan + lead
+}
+
 // choose picks the algorithm for one call: the forced one if Options name
 // it (checked against capabilities, op and Deterministic), else the
 // cheapest admissible one.
@@ -559,6 +577,11 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 				return math.Inf(1)
 			}
 			return m.hierAllgatherCost(local, hosts, e.size, float64(nbytes))
+		case CollAlltoall:
+			if max(nbytes, nbytes/e.size*local*local) > e.opts.inline() {
+				return math.Inf(1) // as for the allgather
+			}
+			return m.hierAlltoallCost(local, hosts, e.size, float64(nbytes))
 		}
 		return m.hierCost(local, hosts, float64(nbytes))
 	}

@@ -85,6 +85,9 @@ func TestCostModelLinks(t *testing.T) {
 		a, err = e.Choose(collectives.CollAllgather, 64, true)
 		require.NoError(t, err)
 		require.Equal(t, collectives.Hierarchical, a)
+		a, err = e.Choose(collectives.CollAlltoall, 64, true)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Hierarchical, a)
 	}
 	// Same links everywhere: flat algorithms.
 	wo.InterLatency, wo.InterBandwidth = 0, 0
@@ -96,6 +99,9 @@ func TestCostModelLinks(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, collectives.Dissemination, a)
 	a, err = e.Choose(collectives.CollAllgather, 64, true)
+	require.NoError(t, err)
+	require.NotEqual(t, collectives.Hierarchical, a)
+	a, err = e.Choose(collectives.CollAlltoall, 64, true)
 	require.NoError(t, err)
 	require.NotEqual(t, collectives.Hierarchical, a)
 

@@ -85,7 +85,7 @@ var algorithmsOf = [numCollectives][]Algorithm{
 	CollGatherv:       {Linear},
 	CollScatter:       {Binomial, Linear},
 	CollScatterv:      {Linear},
-	CollAlltoall:      {Pairwise, Bruck, Linear, SharedMemory},
+	CollAlltoall:      {Pairwise, Bruck, Linear, Hierarchical, SharedMemory},
 	CollAlltoallv:     {Pairwise},
 	CollScan:          {RecursiveDoubling},
 	CollExscan:        {RecursiveDoubling},
