@@ -373,3 +373,76 @@ func (c *call) alltoallHier(send, recv []byte) error {
 		return nil
 	})
 }
+
+// reduceScatterHier is the two-level reduce-scatter: the ranks of a host
+// reduce the whole vector to their leader (binomial tree), the leaders send
+// each other, in one message per pair of hosts, the partial blocks of the
+// other host's ranks and fold what they get, and each leader hands every
+// rank of its host its block. work holds this rank's vector (p blocks of
+// the call's count, block r for rank r) and is overwritten; the result goes
+// to out. Needs a commutative op (ranks are regrouped by host).
+func (c *call) reduceScatterHier(work, out []byte) error {
+	local, leaders := c.hostGroups()
+	lc := c.sub(local, 0)
+	p, es, cnt := c.n, c.esize, c.vec
+	blk := func(b []byte, r int) []byte { return block(b, es, cnt, p, r) }
+	if lc.n > 1 {
+		if err := lc.reduceBinomial(work, 0); err != nil {
+			return err
+		}
+	}
+	if lc.me != 0 {
+		return lc.recvWait(0, out)
+	}
+	if len(leaders) > 1 {
+		byHost := map[int][]int{}
+		for r, h := range c.e.hosts {
+			byHost[h] = append(byHost[h], r)
+		}
+		ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+		bs := int(c.h.count) * es
+		lead := c.sub(leaders, 0)
+		in := make([][]byte, lead.n)
+		err := lead.postAll(func() error {
+			for s := 1; s < lead.n; s++ {
+				v := mod(lead.me-s, lead.n)
+				in[v] = c.get(len(local) * bs)
+				if _, err := lead.recv(v, in[v], c.h.count); err != nil {
+					return err
+				}
+			}
+			for s := 1; s < lead.n; s++ {
+				v := mod(lead.me+s, lead.n)
+				dst := ranksOf(leaders[v])
+				b := c.get(len(dst) * bs)
+				for i, r := range dst {
+					copy(b[i*bs:(i+1)*bs], blk(work, r))
+				}
+				if _, err := lead.send(v, b, c.h.count); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, b := range in {
+			if b == nil {
+				continue
+			}
+			for i, r := range local {
+				c.kern.Combine(blk(work, r), b[i*bs:(i+1)*bs])
+			}
+		}
+	}
+	copy(out, blk(work, c.me))
+	return lc.postAll(func() error {
+		for v := 1; v < lc.n; v++ {
+			if _, err := lc.send(v, blk(work, local[v]), c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

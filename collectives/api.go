@@ -296,6 +296,8 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 				if err = c.ringReduceScatter(work); err == nil {
 					copy(rb, block(work, c.esize, c.vec, p, c.me))
 				}
+			case Hierarchical:
+				err = c.reduceScatterHier(work, rb)
 			default:
 				if err = c.orderedReduceScatter(work); err == nil {
 					copy(rb, block(work, c.esize, c.vec, p, c.me))

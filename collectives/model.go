@@ -420,6 +420,26 @@ func (m *Model) hierAlltoallCost(local, hosts, p int, n float64) float64 {
 	return 2*fan + lead
 }
 
+// hierReduceScatterCost is the hierarchical reduce-scatter of an n-byte
+// vector over p ranks: a binomial reduce of the vector in each host, the
+// leaders' bundles of partial blocks to each other at once (and their
+// folding), every rank's block from its leader at once.
+func (m *Model) hierReduceScatterCost(local, hosts, p int, n float64) float64 {
+	ia, ib := m.IntraAlpha.Seconds(), m.IntraBeta
+	a := m.Alpha.Seconds()
+	block := n / float64(p)
+	scatter := 0.0
+	if local > 1 {
+		scatter = ia + float64(local-2)*m.PostOverlap*ia + float64(local-1)*block*ib
+	}
+	lead := 0.0
+	if hosts > 1 {
+		bundle := float64(local) * block
+		lead = a + float64(hosts-2)*m.PostOverlap*a + float64(hosts-1)*bundle*(m.Beta+m.Gamma)
+	}
+	return m.cost(CollReduce, Binomial, local, n, ia, ib) + lead + scatter
+}
+
 // choose picks the algorithm for one call: the forced one if Options name
 // it (checked against capabilities, op and Deterministic), else the
 // cheapest admissible one.
@@ -582,6 +602,11 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 				return math.Inf(1) // as for the allgather
 			}
 			return m.hierAlltoallCost(local, hosts, e.size, float64(nbytes))
+		case CollReduceScatter:
+			if nbytes/e.size*local > e.opts.inline() {
+				return math.Inf(1) // as for the allgather
+			}
+			return m.hierReduceScatterCost(local, hosts, e.size, float64(nbytes))
 		}
 		return m.hierCost(local, hosts, float64(nbytes))
 	}

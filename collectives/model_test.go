@@ -88,6 +88,13 @@ func TestCostModelLinks(t *testing.T) {
 		a, err = e.Choose(collectives.CollAlltoall, 64, true)
 		require.NoError(t, err)
 		require.Equal(t, collectives.Hierarchical, a)
+		a, err = e.Choose(collectives.CollReduceScatter, 64, true)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Hierarchical, a)
+		// Not for a non-commutative op: the hosts regroup the ranks.
+		a, err = e.Choose(collectives.CollReduceScatter, 64, false)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Pairwise, a)
 	}
 	// Same links everywhere: flat algorithms.
 	wo.InterLatency, wo.InterBandwidth = 0, 0
@@ -102,6 +109,9 @@ func TestCostModelLinks(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, collectives.Hierarchical, a)
 	a, err = e.Choose(collectives.CollAlltoall, 64, true)
+	require.NoError(t, err)
+	require.NotEqual(t, collectives.Hierarchical, a)
+	a, err = e.Choose(collectives.CollReduceScatter, 64, true)
 	require.NoError(t, err)
 	require.NotEqual(t, collectives.Hierarchical, a)
 

@@ -80,7 +80,7 @@ var algorithmsOf = [numCollectives][]Algorithm{
 	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical, SharedMemory},
 	CollAllgather:     {Ring, RecursiveDoubling, Bruck, Linear, Hierarchical, SharedMemory},
 	CollAllgatherv:    {Ring},
-	CollReduceScatter: {RecursiveHalving, Pairwise, Ring},
+	CollReduceScatter: {RecursiveHalving, Pairwise, Ring, Hierarchical},
 	CollGather:        {Binomial, Linear},
 	CollGatherv:       {Linear},
 	CollScatter:       {Binomial, Linear},
