@@ -383,61 +383,55 @@ func (m *Model) hierBarrierCost(local, hosts int) float64 {
 	return 2*fan + m.cost(CollBarrier, Dissemination, hosts, 0, m.Alpha.Seconds(), m.Beta)
 }
 
+// fanCost is the latency of k messages of size bytes posted at once and
+// waited for together (alpha each): the first costs alpha, each further
+// one its injection (PostOverlap), unless they are larger than inline and
+// so travel as header and payload, whose waits run one after another.
+func (m *Model) fanCost(k int, size float64, inline int, alpha float64) float64 {
+	switch {
+	case k <= 0:
+		return 0
+	case size > float64(inline):
+		return float64(k) * alpha
+	}
+	return alpha + float64(k-1)*m.PostOverlap*alpha
+}
+
 // hierAllgatherCost is the hierarchical allgather of n bytes (the result)
 // over p ranks: the blocks of a host arrive at its leader at once, the
 // leaders send their hosts' blocks to each other at once, and each leader
 // broadcasts the result in its host by a binomial tree.
-func (m *Model) hierAllgatherCost(local, hosts, p int, n float64) float64 {
-	ia, ib := m.IntraAlpha.Seconds(), m.IntraBeta
-	a := m.Alpha.Seconds()
+func (m *Model) hierAllgatherCost(local, hosts, p int, n float64, inline int) float64 {
+	ia, ib, a := m.IntraAlpha.Seconds(), m.IntraBeta, m.Alpha.Seconds()
 	block := n / float64(p)
-	gather := 0.0
-	if local > 1 {
-		gather = ia + float64(local-2)*m.PostOverlap*ia + float64(local-1)*block*ib
-	}
-	lead := 0.0
-	if hosts > 1 {
-		lead = a + float64(hosts-2)*m.PostOverlap*a + float64(hosts-1)*float64(local)*block*m.Beta
-	}
-	return gather + lead + m.cost(CollBcast, Binomial, local, n, ia, ib)
+	bundle := float64(local) * block
+	return m.fanCost(local-1, block, inline, ia) + float64(local-1)*block*ib +
+		m.fanCost(hosts-1, bundle, inline, a) + float64(hosts-1)*bundle*m.Beta +
+		m.cost(CollBcast, Binomial, local, n, ia, ib)
 }
 
 // hierAlltoallCost is the hierarchical alltoall of n bytes per rank over p
 // ranks: every rank's buffer to its leader at once, the leaders' bundles
 // (local² blocks) to each other at once, every rank's result from its
 // leader at once.
-func (m *Model) hierAlltoallCost(local, hosts, p int, n float64) float64 {
-	ia, ib := m.IntraAlpha.Seconds(), m.IntraBeta
-	a := m.Alpha.Seconds()
-	fan := 0.0
-	if local > 1 {
-		fan = ia + float64(local-2)*m.PostOverlap*ia + float64(local-1)*n*ib
-	}
-	lead := 0.0
-	if hosts > 1 {
-		lead = a + float64(hosts-2)*m.PostOverlap*a + float64(hosts-1)*float64(local*local)*n/float64(p)*m.Beta
-	}
-	return 2*fan + lead
+func (m *Model) hierAlltoallCost(local, hosts, p int, n float64, inline int) float64 {
+	ia, ib, a := m.IntraAlpha.Seconds(), m.IntraBeta, m.Alpha.Seconds()
+	bundle := float64(local*local) * n / float64(p)
+	fan := m.fanCost(local-1, n, inline, ia) + float64(local-1)*n*ib
+	return 2*fan + m.fanCost(hosts-1, bundle, inline, a) + float64(hosts-1)*bundle*m.Beta
 }
 
 // hierReduceScatterCost is the hierarchical reduce-scatter of an n-byte
 // vector over p ranks: a binomial reduce of the vector in each host, the
 // leaders' bundles of partial blocks to each other at once (and their
 // folding), every rank's block from its leader at once.
-func (m *Model) hierReduceScatterCost(local, hosts, p int, n float64) float64 {
-	ia, ib := m.IntraAlpha.Seconds(), m.IntraBeta
-	a := m.Alpha.Seconds()
+func (m *Model) hierReduceScatterCost(local, hosts, p int, n float64, inline int) float64 {
+	ia, ib, a := m.IntraAlpha.Seconds(), m.IntraBeta, m.Alpha.Seconds()
 	block := n / float64(p)
-	scatter := 0.0
-	if local > 1 {
-		scatter = ia + float64(local-2)*m.PostOverlap*ia + float64(local-1)*block*ib
-	}
-	lead := 0.0
-	if hosts > 1 {
-		bundle := float64(local) * block
-		lead = a + float64(hosts-2)*m.PostOverlap*a + float64(hosts-1)*bundle*(m.Beta+m.Gamma)
-	}
-	return m.cost(CollReduce, Binomial, local, n, ia, ib) + lead + scatter
+	bundle := float64(local) * block
+	return m.cost(CollReduce, Binomial, local, n, ia, ib) +
+		m.fanCost(hosts-1, bundle, inline, a) + float64(hosts-1)*bundle*(m.Beta+m.Gamma) +
+		m.fanCost(local-1, block, inline, ia) + float64(local-1)*block*ib
 }
 
 // choose picks the algorithm for one call: the forced one if Options name
@@ -590,23 +584,11 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 		case CollBarrier:
 			return m.hierBarrierCost(local, hosts)
 		case CollAllgather:
-			if nbytes/e.size*local > e.opts.inline() {
-				// The leaders' bundles would travel as header and
-				// payload, whose waits run one after another (as
-				// Linear's blocks past InlineBytes).
-				return math.Inf(1)
-			}
-			return m.hierAllgatherCost(local, hosts, e.size, float64(nbytes))
+			return m.hierAllgatherCost(local, hosts, e.size, float64(nbytes), e.opts.inline())
 		case CollAlltoall:
-			if max(nbytes, nbytes/e.size*local*local) > e.opts.inline() {
-				return math.Inf(1) // as for the allgather
-			}
-			return m.hierAlltoallCost(local, hosts, e.size, float64(nbytes))
+			return m.hierAlltoallCost(local, hosts, e.size, float64(nbytes), e.opts.inline())
 		case CollReduceScatter:
-			if nbytes/e.size*local > e.opts.inline() {
-				return math.Inf(1) // as for the allgather
-			}
-			return m.hierReduceScatterCost(local, hosts, e.size, float64(nbytes))
+			return m.hierReduceScatterCost(local, hosts, e.size, float64(nbytes), e.opts.inline())
 		}
 		return m.hierCost(local, hosts, float64(nbytes))
 	}
