@@ -116,3 +116,333 @@ func (c *call) bcastHier(buf []byte, root int) error {
 	}
 	return nil
 }
+
+// hostGroups returns the world ranks on this rank's host and the leaders
+// (the lowest rank of every host), both sorted.
+func (c *call) hostGroups() (local, leaders []int) {
+	hosts := c.e.hosts
+	seen := map[int]bool{}
+	for r, h := range hosts {
+		if h == hosts[c.me] {
+			local = append(local, r)
+		}
+		if !seen[h] {
+			seen[h] = true
+			leaders = append(leaders, r)
+		}
+	}
+	return local, leaders
+}
+
+// barrierHier is the two-level barrier: every rank of a host reports to
+// its leader over the fast local links, the leaders run the dissemination
+// barrier among themselves over the network, and each leader releases its
+// host. Only leaders touch the slow links: at 2 hosts of 2 ranks one
+// exchange crosses the network instead of six messages, each of which
+// wakes a sleeping rank on the other host.
+func (c *call) barrierHier() error {
+	local, leaders := c.hostGroups()
+	lc := c.sub(local, 0)
+	if lc.me != 0 {
+		// Arrive, then wait for the release (the receive goes first).
+		return lc.sendrecv(0, nil, lc.h.count, 0, nil, lc.h.count)
+	}
+	if err := lc.fanIn(); err != nil {
+		return err
+	}
+	if len(leaders) > 1 {
+		lead := c.sub(leaders, 0)
+		if err := lead.barrierDissemination(); err != nil {
+			return err
+		}
+	}
+	return lc.fanOut()
+}
+
+// fanIn has view rank 0 receive an empty message from every other rank,
+// all posted at once.
+func (c *call) fanIn() error {
+	return c.postAll(func() error {
+		for v := 1; v < c.n; v++ {
+			if _, err := c.recv(v, nil, c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// fanOut has view rank 0 send an empty message to every other rank, all
+// posted at once.
+func (c *call) fanOut() error {
+	return c.postAll(func() error {
+		for v := 1; v < c.n; v++ {
+			if _, err := c.send(v, nil, c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// allgatherHier is the two-level allgather: every rank sends its block to
+// its host's leader, the leaders send their hosts' blocks to each other
+// in one message per pair (all posted at once), and each leader
+// broadcasts the result inside its host. The network carries one message
+// per pair of hosts instead of one per pair of ranks on different hosts.
+// Blocks sit at their ranks' places in buf; a host's ranks need not be
+// contiguous (their blocks are packed for the leaders' exchange).
+func (c *call) allgatherHier(buf []byte) error {
+	local, leaders := c.hostGroups()
+	lc := c.sub(local, 0)
+	if lc.me != 0 {
+		s, err := lc.send(0, c.rblock(buf, c.me), c.h.count)
+		if err != nil {
+			return err
+		}
+		if err := s.wait(); err != nil {
+			return err
+		}
+		return lc.bcastBinomial(buf, 0)
+	}
+	if err := lc.postAll(func() error {
+		for v := 1; v < lc.n; v++ {
+			if _, err := lc.recv(v, c.rblock(buf, local[v]), c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if len(leaders) > 1 {
+		if err := c.leadersExchange(buf, leaders); err != nil {
+			return err
+		}
+	}
+	return lc.bcastBinomial(buf, 0)
+}
+
+// leadersExchange is allgatherHier's step among the leaders (this rank is
+// one): each sends its host's blocks, packed in rank order, to every other
+// leader and unpacks theirs.
+func (c *call) leadersExchange(buf []byte, leaders []int) error {
+	byHost := map[int][]int{}
+	for r, h := range c.e.hosts {
+		byHost[h] = append(byHost[h], r)
+	}
+	ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+	bs := int(c.h.count) * c.esize
+	pack := func(ranks []int) []byte {
+		b := c.get(len(ranks) * bs)
+		for i, r := range ranks {
+			copy(b[i*bs:(i+1)*bs], c.rblock(buf, r))
+		}
+		return b
+	}
+	lead := c.sub(leaders, 0)
+	mine := ranksOf(c.me)
+	out := pack(mine)
+	in := make([][]byte, lead.n)
+	err := lead.postAll(func() error {
+		for s := 1; s < lead.n; s++ {
+			v := mod(lead.me-s, lead.n)
+			rs := ranksOf(leaders[v])
+			in[v] = c.get(len(rs) * bs)
+			if _, err := lead.recv(v, in[v], c.h.count); err != nil {
+				return err
+			}
+		}
+		for s := 1; s < lead.n; s++ {
+			if _, err := lead.send(mod(lead.me+s, lead.n), out, c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for v, b := range in {
+		if b == nil {
+			continue
+		}
+		for i, r := range ranksOf(leaders[v]) {
+			copy(c.rblock(buf, r), b[i*bs:(i+1)*bs])
+		}
+	}
+	return nil
+}
+
+// alltoallHier is the two-level alltoall: every rank sends its whole send
+// buffer to its host's leader; the leaders send each other, in one message
+// per pair of hosts, the blocks their hosts' ranks have for the other
+// host's ranks; each leader then hands every rank of its host its whole
+// result in one message. The network carries one message per pair of
+// hosts instead of one per pair of ranks on different hosts, at the price
+// of the blocks passing through the leaders.
+//
+// Every message announces the call's count (a rank's block), as the flat
+// forms' do, so that a rank whose count differs is named as such; the
+// payload's length is checked too.
+func (c *call) alltoallHier(send, recv []byte) error {
+	local, leaders := c.hostGroups()
+	lc := c.sub(local, 0)
+	if lc.me != 0 {
+		return lc.sendrecv(0, send, c.h.count, 0, recv, c.h.count)
+	}
+	// from[i] is the send buffer of local[i].
+	from := make([][]byte, lc.n)
+	from[0] = send
+	if err := lc.postAll(func() error {
+		for v := 1; v < lc.n; v++ {
+			from[v] = c.get(len(send))
+			if _, err := lc.recv(v, from[v], c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	// to[i] is the result of local[i].
+	to := make([][]byte, lc.n)
+	to[0] = recv
+	for v := 1; v < lc.n; v++ {
+		to[v] = c.get(len(recv))
+	}
+	for i := range local {
+		for j, r := range local {
+			copy(c.rblock(to[j], local[i]), c.rblock(from[i], r))
+		}
+	}
+	if len(leaders) > 1 {
+		byHost := map[int][]int{}
+		for r, h := range c.e.hosts {
+			byHost[h] = append(byHost[h], r)
+		}
+		ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+		bs := int(c.h.count) * c.esize
+		lead := c.sub(leaders, 0)
+		in := make([][]byte, lead.n)
+		err := lead.postAll(func() error {
+			for s := 1; s < lead.n; s++ {
+				v := mod(lead.me-s, lead.n)
+				n := len(ranksOf(leaders[v])) * lc.n
+				in[v] = c.get(n * bs)
+				if _, err := lead.recv(v, in[v], c.h.count); err != nil {
+					return err
+				}
+			}
+			for s := 1; s < lead.n; s++ {
+				v := mod(lead.me+s, lead.n)
+				dst := ranksOf(leaders[v])
+				// By source (this host's ranks), then destination.
+				b := c.get(lc.n * len(dst) * bs)
+				for i := range local {
+					for j, d := range dst {
+						copy(b[(i*len(dst)+j)*bs:], c.rblock(from[i], d))
+					}
+				}
+				if _, err := lead.send(v, b, c.h.count); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for v, b := range in {
+			if b == nil {
+				continue
+			}
+			for i, src := range ranksOf(leaders[v]) {
+				for j := range local {
+					copy(c.rblock(to[j], src), b[(i*lc.n+j)*bs:(i*lc.n+j+1)*bs])
+				}
+			}
+		}
+	}
+	return lc.postAll(func() error {
+		for v := 1; v < lc.n; v++ {
+			if _, err := lc.send(v, to[v], c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// reduceScatterHier is the two-level reduce-scatter: the ranks of a host
+// reduce the whole vector to their leader (binomial tree), the leaders send
+// each other, in one message per pair of hosts, the partial blocks of the
+// other host's ranks and fold what they get, and each leader hands every
+// rank of its host its block. work holds this rank's vector (p blocks of
+// the call's count, block r for rank r) and is overwritten; the result goes
+// to out. Needs a commutative op (ranks are regrouped by host).
+func (c *call) reduceScatterHier(work, out []byte) error {
+	local, leaders := c.hostGroups()
+	lc := c.sub(local, 0)
+	p, es, cnt := c.n, c.esize, c.vec
+	blk := func(b []byte, r int) []byte { return block(b, es, cnt, p, r) }
+	if lc.n > 1 {
+		if err := lc.reduceBinomial(work, 0); err != nil {
+			return err
+		}
+	}
+	if lc.me != 0 {
+		return lc.recvWait(0, out)
+	}
+	if len(leaders) > 1 {
+		byHost := map[int][]int{}
+		for r, h := range c.e.hosts {
+			byHost[h] = append(byHost[h], r)
+		}
+		ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+		bs := int(c.h.count) * es
+		lead := c.sub(leaders, 0)
+		in := make([][]byte, lead.n)
+		err := lead.postAll(func() error {
+			for s := 1; s < lead.n; s++ {
+				v := mod(lead.me-s, lead.n)
+				in[v] = c.get(len(local) * bs)
+				if _, err := lead.recv(v, in[v], c.h.count); err != nil {
+					return err
+				}
+			}
+			for s := 1; s < lead.n; s++ {
+				v := mod(lead.me+s, lead.n)
+				dst := ranksOf(leaders[v])
+				b := c.get(len(dst) * bs)
+				for i, r := range dst {
+					copy(b[i*bs:(i+1)*bs], blk(work, r))
+				}
+				if _, err := lead.send(v, b, c.h.count); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, b := range in {
+			if b == nil {
+				continue
+			}
+			for i, r := range local {
+				c.kern.Combine(blk(work, r), b[i*bs:(i+1)*bs])
+			}
+		}
+	}
+	copy(out, blk(work, c.me))
+	return lc.postAll(func() error {
+		for v := 1; v < lc.n; v++ {
+			if _, err := lc.send(v, blk(work, local[v]), c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

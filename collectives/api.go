@@ -150,8 +150,11 @@ func lenErr(what string, got, want int) error {
 // Barrier returns once every rank of the group has entered it.
 func Barrier(ctx context.Context, e *Engine) error {
 	return e.run(ctx, spec{coll: CollBarrier, dt: reduce.Uint8}, func(c *call, alg Algorithm) error {
-		if alg == SharedMemory {
+		switch alg {
+		case SharedMemory:
 			return c.barrierShm()
+		case Hierarchical:
+			return c.barrierHier()
 		}
 		return c.barrierDissemination()
 	})
@@ -303,6 +306,8 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 				if err = c.ringReduceScatter(work); err == nil {
 					copy(rb, block(work, c.esize, c.vec, p, c.me))
 				}
+			case Hierarchical:
+				err = c.reduceScatterHier(work, rb)
 			default:
 				if err = c.orderedReduceScatter(work); err == nil {
 					copy(rb, block(work, c.esize, c.vec, p, c.me))
@@ -361,6 +366,8 @@ func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T)
 				return c.allgatherBruck(rb)
 			case Linear:
 				return c.allgatherLinear(rb)
+			case Hierarchical:
+				return c.allgatherHier(rb)
 			}
 			return c.allgatherRing(rb)
 		})
@@ -523,6 +530,8 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 				return c.alltoallBruck(sb, rb)
 			case Linear:
 				return c.alltoallLinear(sb, rb)
+			case Hierarchical:
+				return c.alltoallHier(sb, rb)
 			}
 			return c.alltoallPairwise(sb, rb)
 		})

@@ -245,29 +245,37 @@ func TestGrid(t *testing.T) {
 	}
 }
 
+// TestBarrier: no rank leaves a barrier before every rank has entered it,
+// with every algorithm (the hierarchical one over uneven hosts, ranks
+// interleaved: see worldFor) and Auto.
 func TestBarrier(t *testing.T) {
 	t.Parallel()
-	for _, p := range gridRanks() {
-		t.Run(name("p", p), func(t *testing.T) {
-			var arrived atomic.Int32
-			errs := world(t, p, worldFor(0, p), collectives.Options{}, func(ctx context.Context, e *collectives.Engine, r int) error {
-				for round := 1; round <= 3; round++ {
-					arrived.Add(1)
-					if err := collectives.Barrier(ctx, e); err != nil {
-						return err
-					}
-					if got := arrived.Load(); got < int32(round*p) {
-						return fmt.Errorf("round %d: left the barrier with %d arrivals, want ≥ %d", round, got, round*p)
-					}
-					if err := collectives.Barrier(ctx, e); err != nil { // keep rounds apart
-						return err
-					}
-				}
-				return nil
-			})
-			requireAllOK(t, errs)
-		})
+	algs := append([]collectives.Algorithm{collectives.Auto}, collectives.Algorithms(collectives.CollBarrier)...)
+	for _, alg := range algs {
+		for _, p := range gridRanks() {
+			t.Run(name("alg", alg, "p", p), func(t *testing.T) { testBarrier(t, alg, p) })
+		}
 	}
+}
+
+func testBarrier(t *testing.T, alg collectives.Algorithm, p int) {
+	var arrived atomic.Int32
+	errs := world(t, p, worldFor(alg, p), force(collectives.CollBarrier, alg), func(ctx context.Context, e *collectives.Engine, r int) error {
+		for round := 1; round <= 3; round++ {
+			arrived.Add(1)
+			if err := collectives.Barrier(ctx, e); err != nil {
+				return err
+			}
+			if got := arrived.Load(); got < int32(round*p) {
+				return fmt.Errorf("round %d: left the barrier with %d arrivals, want ≥ %d", round, got, round*p)
+			}
+			if err := collectives.Barrier(ctx, e); err != nil { // keep rounds apart
+				return err
+			}
+		}
+		return nil
+	})
+	requireAllOK(t, errs)
 }
 
 var _ = require.New

@@ -382,6 +382,66 @@ func (m *Model) hierBcastCost(local, hosts int, n float64) float64 {
 	return best(hosts, m.Alpha.Seconds(), m.Beta) + best(local, m.IntraAlpha.Seconds(), m.IntraBeta)
 }
 
+// hierBarrierCost is the hierarchical barrier: the ranks of a host arrive
+// at their leader at once, the leaders run the dissemination barrier, and
+// each releases its host at once.
+func (m *Model) hierBarrierCost(local, hosts int) float64 {
+	ia := m.IntraAlpha.Seconds()
+	fan := ia + float64(local-2)*m.PostOverlap*ia
+	return 2*fan + m.cost(CollBarrier, Dissemination, hosts, 0, m.Alpha.Seconds(), m.Beta)
+}
+
+// fanCost is the latency of k messages of size bytes posted at once and
+// waited for together (alpha each): the first costs alpha, each further
+// one its injection (PostOverlap), unless they are larger than inline and
+// so travel as header and payload, whose waits run one after another.
+func (m *Model) fanCost(k int, size float64, inline int, alpha float64) float64 {
+	switch {
+	case k <= 0:
+		return 0
+	case size > float64(inline):
+		return float64(k) * alpha
+	}
+	return alpha + float64(k-1)*m.PostOverlap*alpha
+}
+
+// hierAllgatherCost is the hierarchical allgather of n bytes (the result)
+// over p ranks: the blocks of a host arrive at its leader at once, the
+// leaders send their hosts' blocks to each other at once, and each leader
+// broadcasts the result in its host by a binomial tree.
+func (m *Model) hierAllgatherCost(local, hosts, p int, n float64, inline int) float64 {
+	ia, ib, a := m.IntraAlpha.Seconds(), m.IntraBeta, m.Alpha.Seconds()
+	block := n / float64(p)
+	bundle := float64(local) * block
+	return m.fanCost(local-1, block, inline, ia) + float64(local-1)*block*ib +
+		m.fanCost(hosts-1, bundle, inline, a) + float64(hosts-1)*bundle*m.Beta +
+		m.cost(CollBcast, Binomial, local, n, ia, ib)
+}
+
+// hierAlltoallCost is the hierarchical alltoall of n bytes per rank over p
+// ranks: every rank's buffer to its leader at once, the leaders' bundles
+// (local² blocks) to each other at once, every rank's result from its
+// leader at once.
+func (m *Model) hierAlltoallCost(local, hosts, p int, n float64, inline int) float64 {
+	ia, ib, a := m.IntraAlpha.Seconds(), m.IntraBeta, m.Alpha.Seconds()
+	bundle := float64(local*local) * n / float64(p)
+	fan := m.fanCost(local-1, n, inline, ia) + float64(local-1)*n*ib
+	return 2*fan + m.fanCost(hosts-1, bundle, inline, a) + float64(hosts-1)*bundle*m.Beta
+}
+
+// hierReduceScatterCost is the hierarchical reduce-scatter of an n-byte
+// vector over p ranks: a binomial reduce of the vector in each host, the
+// leaders' bundles of partial blocks to each other at once (and their
+// folding), every rank's block from its leader at once.
+func (m *Model) hierReduceScatterCost(local, hosts, p int, n float64, inline int) float64 {
+	ia, ib, a := m.IntraAlpha.Seconds(), m.IntraBeta, m.Alpha.Seconds()
+	block := n / float64(p)
+	bundle := float64(local) * block
+	return m.cost(CollReduce, Binomial, local, n, ia, ib) +
+		m.fanCost(hosts-1, bundle, inline, a) + float64(hosts-1)*bundle*(m.Beta+m.Gamma) +
+		m.fanCost(local-1, block, inline, ia) + float64(local-1)*block*ib
+}
+
 // choose picks the algorithm for one call: the forced one if Options name
 // it (checked against capabilities, op and Deterministic), else the
 // cheapest admissible one.
@@ -526,8 +586,17 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 		if hosts < 2 || local < 2 {
 			return math.Inf(1)
 		}
-		if c == CollBcast {
+		switch c {
+		case CollBcast:
 			return m.hierBcastCost(local, hosts, float64(nbytes))
+		case CollBarrier:
+			return m.hierBarrierCost(local, hosts)
+		case CollAllgather:
+			return m.hierAllgatherCost(local, hosts, e.size, float64(nbytes), e.opts.inline())
+		case CollAlltoall:
+			return m.hierAlltoallCost(local, hosts, e.size, float64(nbytes), e.opts.inline())
+		case CollReduceScatter:
+			return m.hierReduceScatterCost(local, hosts, e.size, float64(nbytes), e.opts.inline())
 		}
 		return m.hierCost(local, hosts, float64(nbytes))
 	}

@@ -68,10 +68,50 @@ func TestCostModelLinks(t *testing.T) {
 	a, err = e.Choose(collectives.CollBcast, 64<<20, true)
 	require.NoError(t, err)
 	require.Equal(t, collectives.Hierarchical, a)
+	// The barrier too: only the hosts' leaders cross the slow links, at 2
+	// hosts of 2 ranks as at 2 of 4.
+	a, err = e.Choose(collectives.CollBarrier, 0, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Hierarchical, a)
+	wo2x2 := wo
+	wo2x2.Hosts = []int{0, 0, 1, 1}
+	e2x2 := engineFor(t, 4, wo2x2, collectives.Options{})
+	a, err = e2x2.Choose(collectives.CollBarrier, 0, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Hierarchical, a)
+	// A small allgather sends one message per pair of hosts, not one per
+	// pair of ranks on different hosts.
+	for _, e := range []*collectives.Engine{e, e2x2} {
+		a, err = e.Choose(collectives.CollAllgather, 64, true)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Hierarchical, a)
+		a, err = e.Choose(collectives.CollAlltoall, 64, true)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Hierarchical, a)
+		a, err = e.Choose(collectives.CollReduceScatter, 64, true)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Hierarchical, a)
+		// Not for a non-commutative op: the hosts regroup the ranks.
+		a, err = e.Choose(collectives.CollReduceScatter, 64, false)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Pairwise, a)
+	}
 	// Same links everywhere: flat algorithms.
 	wo.InterLatency, wo.InterBandwidth = 0, 0
 	e = engineFor(t, 8, wo, collectives.Options{})
 	a, err = e.Choose(collectives.CollAllreduce, 64<<20, true)
+	require.NoError(t, err)
+	require.NotEqual(t, collectives.Hierarchical, a)
+	a, err = e.Choose(collectives.CollBarrier, 0, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Dissemination, a)
+	a, err = e.Choose(collectives.CollAllgather, 64, true)
+	require.NoError(t, err)
+	require.NotEqual(t, collectives.Hierarchical, a)
+	a, err = e.Choose(collectives.CollAlltoall, 64, true)
+	require.NoError(t, err)
+	require.NotEqual(t, collectives.Hierarchical, a)
+	a, err = e.Choose(collectives.CollReduceScatter, 64, true)
 	require.NoError(t, err)
 	require.NotEqual(t, collectives.Hierarchical, a)
 

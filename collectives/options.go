@@ -74,18 +74,18 @@ func (a Algorithm) String() string {
 // excluded). Ordered is the deterministic, rank-order-preserving one where a
 // reduction is involved.
 var algorithmsOf = [numCollectives][]Algorithm{
-	CollBarrier:       {Dissemination, SharedMemory},
+	CollBarrier:       {Dissemination, Hierarchical, SharedMemory},
 	CollBcast:         {Binomial, ScatterAllgather, Chain, Hierarchical, SharedMemory},
 	CollReduce:        {Binomial, Rabenseifner, Ordered, SharedMemory},
 	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical, SharedMemory},
-	CollAllgather:     {Ring, RecursiveDoubling, Bruck, Linear, SharedMemory},
+	CollAllgather:     {Ring, RecursiveDoubling, Bruck, Linear, Hierarchical, SharedMemory},
 	CollAllgatherv:    {Ring},
-	CollReduceScatter: {RecursiveHalving, Pairwise, Ring, SharedMemory},
+	CollReduceScatter: {RecursiveHalving, Pairwise, Ring, Hierarchical, SharedMemory},
 	CollGather:        {Binomial, Linear},
 	CollGatherv:       {Linear},
 	CollScatter:       {Binomial, Linear},
 	CollScatterv:      {Linear},
-	CollAlltoall:      {Pairwise, Bruck, Linear, SharedMemory},
+	CollAlltoall:      {Pairwise, Bruck, Linear, Hierarchical, SharedMemory},
 	CollAlltoallv:     {Pairwise},
 	CollScan:          {RecursiveDoubling},
 	CollExscan:        {RecursiveDoubling},

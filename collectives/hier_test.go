@@ -1,0 +1,91 @@
+package collectives_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/coltest"
+	"github.com/rdmago/rdmago/collectives/reduce"
+)
+
+// crossCounter is a Group with a topology that counts the messages it
+// sends to ranks on other hosts.
+type crossCounter struct {
+	collectives.Group
+	topo  collectives.Topology
+	cross *atomic.Int64
+}
+
+func (g crossCounter) HostOf(r int) int { return g.topo.HostOf(r) }
+
+func (g crossCounter) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
+	if g.topo.HostOf(peer) != g.topo.HostOf(g.Rank()) {
+		g.cross.Add(1)
+	}
+	return g.Group.Isend(peer, tag, buf)
+}
+
+// TestHierarchicalCrossesOncePerHostPair: the hierarchical barrier,
+// allgather, alltoall and reduce-scatter send one message from each
+// host's leader to each other host's, whatever the ranks per host (here
+// 2, 3 and 1, interleaved), where the flat forms send one per pair of
+// ranks on different hosts or more.
+func TestHierarchicalCrossesOncePerHostPair(t *testing.T) {
+	t.Parallel()
+	hosts := []int{0, 1, 0, 1, 2, 1}
+	const nhosts = 3
+	p := len(hosts)
+	calls := map[collectives.Collective]func(ctx context.Context, e *collectives.Engine) error{
+		collectives.CollBarrier: func(ctx context.Context, e *collectives.Engine) error { return collectives.Barrier(ctx, e) },
+		collectives.CollAllgather: func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.Allgather(ctx, e, make([]float64, 3), make([]float64, 3*p))
+		},
+		collectives.CollAlltoall: func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.Alltoall(ctx, e, make([]float64, 2*p), make([]float64, 2*p))
+		},
+		collectives.CollReduceScatter: func(ctx context.Context, e *collectives.Engine) error {
+			return collectives.ReduceScatter(ctx, e, make([]float64, 2*p), make([]float64, 2), reduce.Sum)
+		},
+	}
+	for coll, call := range calls {
+		for _, alg := range []collectives.Algorithm{collectives.Hierarchical, flatOf(coll)} {
+			t.Run(name("coll", coll, "alg", alg), func(t *testing.T) {
+				var cross atomic.Int64
+				w := coltest.NewWorld(p, coltest.Options{Hosts: hosts})
+				errs := w.Run(func(rank int, g collectives.Group) error {
+					cg := crossCounter{Group: g, topo: g.(collectives.Topology), cross: &cross}
+					e, err := collectives.New(cg, force(coll, alg))
+					if err != nil {
+						return err
+					}
+					defer e.Close()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					return call(ctx, e)
+				})
+				requireAllOK(t, errs)
+				if alg == collectives.Hierarchical {
+					require.EqualValues(t, nhosts*(nhosts-1), cross.Load())
+				} else {
+					require.Greater(t, cross.Load(), int64(nhosts*(nhosts-1)))
+				}
+			})
+		}
+	}
+}
+
+// flatOf is a flat algorithm of c, for comparison.
+func flatOf(c collectives.Collective) collectives.Algorithm {
+	switch c {
+	case collectives.CollBarrier:
+		return collectives.Dissemination
+	case collectives.CollReduceScatter:
+		return collectives.Pairwise
+	}
+	return collectives.Linear
+}
