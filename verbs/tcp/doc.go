@@ -76,6 +76,12 @@
 // them whole before we read), are left to the reader goroutine, which
 // streams them into memory as they arrive. So a Wait returns when its ctx
 // ends whatever the peer does, and a frame is never left half handled.
+// A payload goes through the read buffer only as far as it was read with
+// what came before it: the rest of one of 16 KiB or more is read from the
+// socket straight into its destination. While frames larger than the
+// buffer come, each header is read alone, so that none of such a payload
+// is copied twice; smaller frames are read with whatever follows them,
+// which saves more system calls than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs when every rank on the
 // host has a CPU), so that a reply arriving within it is read without a
