@@ -95,5 +95,8 @@
 // only, never the CQ's other producers' work: it stops when its CQ has a
 // completion or its ctx ends, and without a CPU to itself it must not
 // poll at all, as it would take the core from the goroutines or processes
-// that produce its completion.
+// that produce its completion. Nor does it poll while its polls keep
+// running out before their frame comes (a peer that computes, a busy
+// machine): after each such miss in a row, twice as many waits (1, 2, 4,
+// up to 64) sleep at once, until a poll finds its frame again.
 package tcp

@@ -56,6 +56,9 @@ type link struct {
 	fs          frameState
 	largeSeen   int          // small frames with data to go before spinFill (pollFrame)
 	hugeSeen    int          // small frames with data to go before headers are read with what follows (readFrame)
+	spinBackoff int          // how many waits the last miss made skip their spin (see spinMissed)
+	spinSkip    int          // waits still to skip their spin (see spinMissed)
+	spinMisses  atomic.Int32 // spins that ran out (for tests)
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)

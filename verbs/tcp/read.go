@@ -134,16 +134,22 @@ func (p *payload) ReadFull(dst []byte) error {
 			p.copied.Add(copied)
 		}
 	}()
+	direct := false // the rest goes straight from the socket
 	for len(dst) > 0 {
 		k := min(len(dst), softrc.ProgressChunk)
 		for got := 0; got < k; {
 			var n int
 			var err error
-			if b := p.br.Buffered(); b > 0 || k-got < directMin {
+			if !direct && p.br.Buffered() == 0 && len(dst)-got >= directMin {
+				// Once direct, the tail stays so even when a read leaves
+				// less than directMin of it: buffering it would copy it.
+				direct = true
+			}
+			if direct {
+				n, err = p.sr.Read(dst[got:k])
+			} else {
 				n, err = p.br.Read(dst[got:k])
 				copied += int64(n)
-			} else {
-				n, err = p.sr.Read(dst[got:k])
 			}
 			got += n
 			p.left -= n
@@ -426,6 +432,7 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
 	var spinEnd time.Time // when polling the socket stops (Options.PollSpin)
+	hit, missed := false, false
 	for {
 		if !sized && l.br.Buffered() >= HeaderLen {
 			b, _ := l.br.Peek(HeaderLen)
@@ -438,6 +445,9 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			}
 		}
 		if sized && l.br.Buffered() >= need {
+			if hit && !missed {
+				l.spinBackoff = 0
+			}
 			return l.readFrame()
 		}
 		large := sized && need > l.br.Size()
@@ -459,6 +469,12 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			now := time.Now()
 			if spinEnd.IsZero() {
 				spinEnd = now.Add(l.t.opts.PollSpin)
+				if l.spinSkip > 0 {
+					// Recent spins ran out before their frame came: sleep
+					// at once (see spinMissed).
+					l.spinSkip--
+					spinEnd = now
+				}
 			}
 			var got bool
 			if now.Before(spinEnd) {
@@ -472,6 +488,11 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				} else {
 					got = l.spinFill(ctx, cq, need, spinEnd)
 				}
+				if !got && !missed {
+					missed = true
+					l.spinMissed()
+				}
+				hit = hit || got
 			}
 			if got {
 				if cq.Pending() || ctx.Err() != nil {
@@ -511,9 +532,29 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			return err
 		}
 		if large {
+			if queued && !missed {
+				l.spinBackoff = 0
+			}
 			return l.readFrame()
 		}
 	}
+}
+
+// spinBackoffMax bounds how many waits in a row skip their spin after spins
+// that ran out (spinMissed).
+const spinBackoffMax = 64
+
+// spinMissed notes a spin that ran out before its frame came: the next waits
+// sleep at once, twice as many after each miss in a row (up to
+// spinBackoffMax), until a spin finds its frame again. Waits that outlast
+// PollSpin (the peer computes, or moves a large message through both
+// kernels) gain nothing from a spin, and on a busy machine it takes the
+// CPU the peer or the other goroutines need; the waits of a ping-pong of
+// small messages, which the spin is for, keep finding their frames.
+func (l *link) spinMissed() {
+	l.spinBackoff = min(max(1, 2*l.spinBackoff), spinBackoffMax)
+	l.spinSkip = l.spinBackoff
+	l.spinMisses.Add(1)
 }
 
 // Interrupt implements softrc.Driver.
