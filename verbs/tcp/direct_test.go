@@ -2,6 +2,8 @@ package tcp
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -146,4 +148,42 @@ func TestSpinBacksOff(t *testing.T) {
 	// Every wait spins without the backoff; with it, one in 1, 2, 4, ...
 	// (a few more if a busy machine delays a waiter until its frame is in).
 	assert.LessOrEqual(t, misses, int32(waits/2), "waits kept spinning in vain")
+}
+
+// TestSpinningWaiterReadsRestInPlace: a polling waiter that has buffered the
+// start of a large frame and finds the rest queued in the socket reads that
+// rest straight into place: only the start is copied out of the buffer.
+func TestSpinningWaiterReadsRestInPlace(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the spin is Linux-only")
+	}
+	o := testOptions()
+	o.PollSpin = time.Hour
+	const n, first = 48 << 10, 1000 // over spinFillMax, within a new connection's window
+	a, mr, c := fakeTargetWith(t, o, n, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
+	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		wc, err := waitCtx(ctx, a.cq)
+		if err == nil && wc.Status != verbs.StatusSuccess {
+			err = fmt.Errorf("completion %v", wc.Status)
+		}
+		res <- err
+	}()
+	require.Eventually(t, func() bool { return l.holder.Load() == holderPoller }, 5*time.Second, time.Millisecond)
+	f := writeImmFrame(a.qp, mr, 0, n, 5)
+	before, reads := l.bufCopied.Load(), l.spinReads.Load()
+	_, err := c.Write(f[:HeaderLen+first])
+	require.NoError(t, err)
+	// The waiter reads the header and the start as they come (spinFill).
+	require.Eventually(t, func() bool { return l.spinReads.Load() > reads }, 5*time.Second, time.Millisecond)
+	_, err = c.Write(f[HeaderLen+first:])
+	require.NoError(t, err)
+	require.NoError(t, <-res)
+	require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:n]), "payload not placed intact")
+	copied := l.bufCopied.Load() - before
+	assert.Less(t, copied, int64(n/2), "the rest of the frame went through the read buffer")
 }

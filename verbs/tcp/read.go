@@ -502,6 +502,15 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			}
 			// Either what the frame needs is queued now, and the read
 			// below takes it without sleeping, or the time is up.
+			if queued && sized && need > spinFillMax {
+				// All of it is here: handle it now, reading the part of
+				// its payload not yet buffered straight into place
+				// (payload.ReadFull) rather than through the buffer.
+				if !missed {
+					l.spinBackoff = 0
+				}
+				return l.readFrame()
+			}
 		}
 		if !queued && l.nresps.Load() > 0 {
 			l.sendResps() // about to sleep: nothing may wait on them longer
