@@ -76,6 +76,12 @@
 // them whole before we read), are left to the reader goroutine, which
 // streams them into memory as they arrive. So a Wait returns when its ctx
 // ends whatever the peer does, and a frame is never left half handled.
+// A payload goes through the read buffer only as far as it was read with
+// what came before it: the rest of one of 16 KiB or more is read from the
+// socket straight into its destination. While frames larger than the
+// buffer come, each header is read alone, so that none of such a payload
+// is copied twice; smaller frames are read with whatever follows them,
+// which saves more system calls than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs when every rank on the
 // host has a CPU), so that a reply arriving within it is read without a
@@ -89,5 +95,8 @@
 // only, never the CQ's other producers' work: it stops when its CQ has a
 // completion or its ctx ends, and without a CPU to itself it must not
 // poll at all, as it would take the core from the goroutines or processes
-// that produce its completion.
+// that produce its completion. Nor does it poll while its polls keep
+// running out before their frame comes (a peer that computes, a busy
+// machine): after each such miss in a row, twice as many waits (1, 2, 4,
+// up to 64) sleep at once, until a poll finds its frame again.
 package tcp

@@ -55,10 +55,15 @@ type link struct {
 	sr          sockReader
 	fs          frameState
 	largeSeen   int          // small frames with data to go before spinFill (pollFrame)
+	hugeSeen    int          // small frames with data to go before headers are read with what follows (readFrame)
+	spinBackoff int          // how many waits the last miss made skip their spin (see spinMissed)
+	spinSkip    int          // waits still to skip their spin (see spinMissed)
+	spinMisses  atomic.Int32 // spins that ran out (for tests)
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
 	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
+	bufCopied   atomic.Int64 // payload bytes copied out of the read buffer rather than read in place (for tests)
 	qw          queueWait    // awaitQueued's scratch
 
 	mu         sync.Mutex
@@ -81,7 +86,7 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQ
 	pre, _ := hbr.Peek(hbr.Buffered())
 	l.sr = sockReader{l: l, pre: pre}
 	l.br = bufio.NewReaderSize(&l.sr, readBufSize)
-	l.fs.pl = payload{br: l.br, progress: l.progress}
+	l.fs.pl = payload{br: l.br, sr: &l.sr, progress: l.progress, copied: &l.bufCopied}
 	l.fs.maxMsg = t.dev.Caps().MaxMsgSize
 	l.interruptFn = l.Interrupt
 	l.ws.init(l)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
@@ -64,12 +65,16 @@ type sockReader struct {
 	pre     []byte
 	intr    bool // the read is interruptible: nothing of a frame is being handled
 	noBlock bool // the read takes what is queued and never waits (errWouldBlock)
+	hdrOnly bool // read no more than a header: a large payload may follow (see readFrame)
 }
 
 // errWouldBlock is a sockReader.noBlock read's answer when nothing is queued.
 var errWouldBlock = errors.New("tcp: nothing queued")
 
 func (r *sockReader) Read(p []byte) (int, error) {
+	if r.hdrOnly && len(p) > HeaderLen {
+		p = p[:HeaderLen]
+	}
 	if len(r.pre) > 0 {
 		n := copy(p, r.pre)
 		r.pre = r.pre[n:]
@@ -106,20 +111,54 @@ type frameState struct {
 // payload reads one frame's body from the connection, never past its end.
 type payload struct {
 	br       *bufio.Reader
+	sr       *sockReader // the connection itself, under br
 	left     int
 	progress func()
+	copied   *atomic.Int64 // payload bytes copied out of the read buffer (for tests)
 }
+
+// directMin is the least a payload read takes straight from the socket into
+// its destination once the read buffer holds nothing more of the frame:
+// below it, reading through the buffer, which also takes the frames that
+// follow, saves the system calls; above it, the copy out of the buffer costs
+// more than a system call.
+const directMin = 16 << 10
 
 func (p *payload) ReadFull(dst []byte) error {
 	if len(dst) > p.left {
 		return fmt.Errorf("%w: read of %d bytes past the frame's %d remaining", softrc.ErrProtocol, len(dst), p.left)
 	}
+	var copied int64
+	defer func() {
+		if copied > 0 && p.copied != nil {
+			p.copied.Add(copied)
+		}
+	}()
+	direct := false // the rest goes straight from the socket
 	for len(dst) > 0 {
 		k := min(len(dst), softrc.ProgressChunk)
-		n, err := io.ReadFull(p.br, dst[:k])
-		p.left -= n
-		if err != nil {
-			return err
+		for got := 0; got < k; {
+			var n int
+			var err error
+			if !direct && p.br.Buffered() == 0 && len(dst)-got >= directMin {
+				// Once direct, the tail stays so even when a read leaves
+				// less than directMin of it: buffering it would copy it.
+				direct = true
+			}
+			if direct {
+				n, err = p.sr.Read(dst[got:k])
+			} else {
+				n, err = p.br.Read(dst[got:k])
+				copied += int64(n)
+			}
+			got += n
+			p.left -= n
+			if err != nil {
+				if err == io.EOF && got < k {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
 		}
 		dst = dst[k:]
 		if p.progress != nil && len(dst) > 0 {
@@ -143,6 +182,11 @@ func (p *payload) Skip(n int) error {
 // errInterrupted, having consumed nothing, if that read is interrupted.
 func (l *link) readFrame() error {
 	fs := &l.fs
+	// Lately frames came larger than the read buffer: read the next header
+	// alone, so that a large payload after it goes from the socket straight
+	// into place (payload.ReadFull) rather than through the buffer. (For
+	// smaller frames the extra system call costs more than the copy.)
+	l.sr.hdrOnly = l.br.Buffered() < HeaderLen && l.hugeSeen > 0
 	if l.br.Buffered() == 0 {
 		if l.nresps.Load() > 0 {
 			// About to block: send the ACKs held back (see respond).
@@ -152,10 +196,13 @@ func (l *link) readFrame() error {
 		_, err := l.br.Peek(1)
 		l.sr.intr = false
 		if err != nil {
+			l.sr.hdrOnly = false
 			return err
 		}
 	}
-	if _, err := io.ReadFull(l.br, fs.hb[:]); err != nil {
+	_, err := io.ReadFull(l.br, fs.hb[:])
+	l.sr.hdrOnly = false
+	if err != nil {
 		return err
 	}
 	h, err := DecodeHeader(fs.hb[:], fs.maxMsg)
@@ -169,6 +216,11 @@ func (l *link) readFrame() error {
 	// alive: long payloads restart the ACK timer every MiB.
 	pl := &fs.pl
 	pl.left = h.PayloadLen()
+	if HeaderLen+pl.left > readBufSize {
+		l.hugeSeen = largeMemory
+	} else if pl.left > 0 && l.hugeSeen > 0 {
+		l.hugeSeen--
+	}
 	if HeaderLen+pl.left > spinFillMax {
 		l.largeSeen = largeMemory
 	} else if pl.left > 0 && l.largeSeen > 0 { // frames without data (ACKs, READ requests) do not count
@@ -254,7 +306,8 @@ func (l *link) sendResps() {
 }
 
 // largeMemory is how many small frames with data after a large one a
-// poller reads only once they are all queued (see pollFrame).
+// poller reads only once they are all queued (see pollFrame), and after
+// one larger than the read buffer, whose headers are read alone (readFrame).
 const largeMemory = 8
 
 // holdMax is the largest response respond holds for the next frames'.
@@ -379,6 +432,7 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
 	var spinEnd time.Time // when polling the socket stops (Options.PollSpin)
+	hit, missed := false, false
 	for {
 		if !sized && l.br.Buffered() >= HeaderLen {
 			b, _ := l.br.Peek(HeaderLen)
@@ -391,6 +445,9 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			}
 		}
 		if sized && l.br.Buffered() >= need {
+			if hit && !missed {
+				l.spinBackoff = 0
+			}
 			return l.readFrame()
 		}
 		large := sized && need > l.br.Size()
@@ -412,6 +469,12 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			now := time.Now()
 			if spinEnd.IsZero() {
 				spinEnd = now.Add(l.t.opts.PollSpin)
+				if l.spinSkip > 0 {
+					// Recent spins ran out before their frame came: sleep
+					// at once (see spinMissed).
+					l.spinSkip--
+					spinEnd = now
+				}
 			}
 			var got bool
 			if now.Before(spinEnd) {
@@ -425,6 +488,11 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				} else {
 					got = l.spinFill(ctx, cq, need, spinEnd)
 				}
+				if !got && !missed {
+					missed = true
+					l.spinMissed()
+				}
+				hit = hit || got
 			}
 			if got {
 				if cq.Pending() || ctx.Err() != nil {
@@ -434,6 +502,15 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			}
 			// Either what the frame needs is queued now, and the read
 			// below takes it without sleeping, or the time is up.
+			if queued && sized && need > spinFillMax {
+				// All of it is here: handle it now, reading the part of
+				// its payload not yet buffered straight into place
+				// (payload.ReadFull) rather than through the buffer.
+				if !missed {
+					l.spinBackoff = 0
+				}
+				return l.readFrame()
+			}
 		}
 		if !queued && l.nresps.Load() > 0 {
 			l.sendResps() // about to sleep: nothing may wait on them longer
@@ -447,21 +524,46 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 		var err error
 		if large {
 			// It cannot be buffered: wait until it is all in the socket,
-			// then handle it without blocking.
+			// then handle it without blocking; its payload goes from there
+			// straight into place. (A frame that fits is buffered as it
+			// arrives: reading its header alone, then waiting for the
+			// rest in the socket, cost more system calls and wake-ups
+			// than the copy it saved.)
 			err = l.awaitQueued(need)
 		} else {
 			l.sr.intr = true
+			l.sr.hdrOnly = !sized && l.hugeSeen > 0 // as in readFrame
 			_, err = l.br.Peek(need)
-			l.sr.intr = false
+			l.sr.intr, l.sr.hdrOnly = false, false
 		}
 		l.pblocked.Store(false)
 		if err != nil {
 			return err
 		}
 		if large {
+			if queued && !missed {
+				l.spinBackoff = 0
+			}
 			return l.readFrame()
 		}
 	}
+}
+
+// spinBackoffMax bounds how many waits in a row skip their spin after spins
+// that ran out (spinMissed).
+const spinBackoffMax = 64
+
+// spinMissed notes a spin that ran out before its frame came: the next waits
+// sleep at once, twice as many after each miss in a row (up to
+// spinBackoffMax), until a spin finds its frame again. Waits that outlast
+// PollSpin (the peer computes, or moves a large message through both
+// kernels) gain nothing from a spin, and on a busy machine it takes the
+// CPU the peer or the other goroutines need; the waits of a ping-pong of
+// small messages, which the spin is for, keep finding their frames.
+func (l *link) spinMissed() {
+	l.spinBackoff = min(max(1, 2*l.spinBackoff), spinBackoffMax)
+	l.spinSkip = l.spinBackoff
+	l.spinMisses.Add(1)
 }
 
 // Interrupt implements softrc.Driver.

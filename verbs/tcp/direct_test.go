@@ -1,0 +1,189 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
+)
+
+// TestPayloadsReadInPlace: once frames larger than the read buffer stream
+// in, their payloads go from the socket straight into the registered
+// memory, not through the read buffer (bufCopied counts what
+// is copied out of it), whether the reader goroutine or a waiter reads;
+// and frames of every size around the thresholds (directMin, spinFillMax,
+// the read buffer, pollFrameMax, ProgressChunk), arriving in pieces that
+// split headers and payloads, are placed intact with small frames between
+// them.
+func TestPayloadsReadInPlace(t *testing.T) {
+	sizes := []int{0, 1, directMin - 1, directMin, directMin + 1, max(0, spinFillMax-HeaderLen), spinFillMax + 1,
+		128 << 10, readBufSize - HeaderLen, readBufSize - HeaderLen + 1, readBufSize + 1,
+		pollFrameMax - HeaderLen, pollFrameMax + 1, softrc.ProgressChunk + 1}
+	most := 0
+	for _, n := range sizes {
+		most = max(most, n)
+	}
+	for _, mode := range []string{"reader", "waiter"} {
+		t.Run(mode, func(t *testing.T) {
+			o := testOptions()
+			if mode == "reader" {
+				o.PollGrace = -1 // the reader goroutine reads every frame
+			}
+			a, mr, c := fakeTargetWith(t, o, most, verbs.AccessRemoteWrite)
+			l := attachedLink(t, a.qp)
+			seq := uint32(0)
+			send := func(n int, imm uint32, pieces bool) []byte {
+				t.Helper()
+				require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(imm)}))
+				f := writeImmFrame(a.qp, mr, seq, n, imm)
+				seq++
+				wrote := make(chan error, 1)
+				go func() {
+					if !pieces {
+						_, err := c.Write(f)
+						wrote <- err
+						return
+					}
+					// Split inside the header and inside the payload; the
+					// pauses only make the pieces arrive apart, the test
+					// holds however they arrive.
+					cuts := []int{0, HeaderLen - 5, HeaderLen + n/3, len(f)}
+					for i := 1; i < len(cuts); i++ {
+						if cuts[i] <= cuts[i-1] {
+							continue
+						}
+						if _, err := c.Write(f[cuts[i-1]:cuts[i]]); err != nil {
+							wrote <- err
+							return
+						}
+						time.Sleep(200 * time.Microsecond)
+					}
+					wrote <- nil
+				}()
+				wc := wait(t, a.cq)
+				require.NoError(t, <-wrote)
+				require.Equal(t, verbs.StatusSuccess, wc.Status, "frame of %d bytes", n)
+				require.Equal(t, imm, wc.Imm)
+				require.Equal(t, uint32(n), wc.ByteLen)
+				require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:n]), "frame of %d bytes not placed intact", n)
+				return f
+			}
+			imm := uint32(0)
+			for _, pieces := range []bool{false, true} {
+				for _, n := range sizes {
+					for range 2 {
+						imm++
+						send(n, imm, pieces)
+						imm++
+						send(8, imm, pieces)
+					}
+				}
+			}
+
+			// A stream of frames larger than the read buffer (with small
+			// ones between, as a rendezvous sends them): after the first,
+			// nothing of their payloads may pass through the buffer; each
+			// header is read alone, and only the 8-byte frames are copied.
+			const n, rounds = 256 << 10, 20
+			imm++
+			send(n, imm, false)
+			before := l.bufCopied.Load()
+			for range rounds {
+				imm++
+				send(n, imm, false)
+				imm++
+				send(8, imm, false)
+			}
+			copied := l.bufCopied.Load() - before
+			t.Logf("%d of %d payload bytes copied out of the read buffer", copied, rounds*(n+8))
+			// (A header that arrives in pieces may bring up to a header's
+			// worth of payload into the buffer with it.)
+			assert.LessOrEqual(t, copied, int64(rounds*(8+2*HeaderLen)), "large payloads went through the read buffer")
+		})
+	}
+}
+
+// TestSpinBacksOff: a waiter whose spins keep running out before their frame
+// comes (the peer answers far later than PollSpin) stops spinning on most
+// waits (spinMissed), so it no longer burns a CPU the peer may need; every
+// frame still arrives.
+func TestSpinBacksOff(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the spin is Linux-only")
+	}
+	o := testOptions()
+	o.PollSpin = 200 * time.Microsecond
+	a, mr, c := fakeTargetWith(t, o, 4096, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
+	const waits = 24
+	before := l.spinMisses.Load()
+	for i := range waits {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+		f := writeImmFrame(a.qp, mr, uint32(i), 100, uint32(i))
+		wrote := make(chan error, 1)
+		go func() {
+			// A slow peer: the frame comes long after the spin ends. The
+			// pause is the behaviour under test, not synchronisation.
+			time.Sleep(20 * time.Millisecond)
+			_, err := c.Write(f)
+			wrote <- err
+		}()
+		wc := wait(t, a.cq)
+		require.NoError(t, <-wrote)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, uint32(i), wc.Imm)
+		require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:100]), "frame %d not placed intact", i)
+	}
+	misses := l.spinMisses.Load() - before
+	t.Logf("%d of %d waits spun in vain", misses, waits)
+	require.Positive(t, misses, "no wait spun")
+	// Every wait spins without the backoff; with it, one in 1, 2, 4, ...
+	// (a few more if a busy machine delays a waiter until its frame is in).
+	assert.LessOrEqual(t, misses, int32(waits/2), "waits kept spinning in vain")
+}
+
+// TestSpinningWaiterReadsRestInPlace: a polling waiter that has buffered the
+// start of a large frame and finds the rest queued in the socket reads that
+// rest straight into place: only the start is copied out of the buffer.
+func TestSpinningWaiterReadsRestInPlace(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the spin is Linux-only")
+	}
+	o := testOptions()
+	o.PollSpin = time.Hour
+	const n, first = 48 << 10, 1000 // over spinFillMax, within a new connection's window
+	a, mr, c := fakeTargetWith(t, o, n, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
+	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		wc, err := waitCtx(ctx, a.cq)
+		if err == nil && wc.Status != verbs.StatusSuccess {
+			err = fmt.Errorf("completion %v", wc.Status)
+		}
+		res <- err
+	}()
+	require.Eventually(t, func() bool { return l.holder.Load() == holderPoller }, 5*time.Second, time.Millisecond)
+	f := writeImmFrame(a.qp, mr, 0, n, 5)
+	before, reads := l.bufCopied.Load(), l.spinReads.Load()
+	_, err := c.Write(f[:HeaderLen+first])
+	require.NoError(t, err)
+	// The waiter reads the header and the start as they come (spinFill).
+	require.Eventually(t, func() bool { return l.spinReads.Load() > reads }, 5*time.Second, time.Millisecond)
+	_, err = c.Write(f[HeaderLen+first:])
+	require.NoError(t, err)
+	require.NoError(t, <-res)
+	require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:n]), "payload not placed intact")
+	copied := l.bufCopied.Load() - before
+	assert.Less(t, copied, int64(n/2), "the rest of the frame went through the read buffer")
+}
