@@ -13,7 +13,8 @@ import (
 
 // TestActivityNamesTheLateRank: while rank 0 waits in a barrier that rank
 // 1 has not entered, rank 0's Activity names the barrier, its sequence
-// number, the algorithm and rank 1; once rank 1 arrives, the call is over.
+// number, the algorithm, rank 1 and when it began waiting; once rank 1
+// arrives, the call is over.
 func TestActivityNamesTheLateRank(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(map[bool]string{false: "msg", true: "shm"}[shared], func(t *testing.T) {
@@ -41,6 +42,7 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 					return err
 				}
 				var peer0 *collectives.Engine
+				before := time.Now() // rank 0 enters call #2 after this
 				select {
 				case peer0 = <-zero:
 				case <-ctx.Done():
@@ -56,6 +58,17 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 						return ctx.Err()
 					}
 					time.Sleep(time.Millisecond) // polling a condition, not synchronising
+				}
+				// Since is when the call began waiting, read once: it stays
+				// put while the call waits (a report's own time would not).
+				if seen.Since.Before(before) {
+					t.Errorf("Since %v is before rank 0 could enter call #2 (%v)", seen.Since, before)
+				}
+				for time.Since(seen.Since) < 20*time.Millisecond && ctx.Err() == nil {
+					time.Sleep(time.Millisecond) // polling a condition, not synchronising
+				}
+				if later := peer0.Activity(); later.Seq == 2 && later.Running && !later.Since.Equal(seen.Since) {
+					t.Errorf("Since moved while call #2 waited: %v, then %v", seen.Since, later.Since)
 				}
 				return collectives.Barrier(ctx, e)
 			})
