@@ -26,6 +26,7 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 			zero := make(chan *collectives.Engine, 1)
 			var seen collectives.Activity
 			var e0 *collectives.Engine
+			var entered time.Time // when rank 0 is about to enter call #2
 			errs := world(t, 2, wo, eo, func(ctx context.Context, e *collectives.Engine, rank int) error {
 				if rank == 0 {
 					e0 = e
@@ -35,6 +36,7 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 					if err := collectives.Barrier(ctx, e); err != nil { // #1, both ranks
 						return err
 					}
+					entered = time.Now() // rank 1 reads it after receiving e
 					zero <- e
 					return collectives.Barrier(ctx, e) // #2: rank 1 comes late
 				}
@@ -42,7 +44,6 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 					return err
 				}
 				var peer0 *collectives.Engine
-				before := time.Now() // rank 0 enters call #2 after this
 				select {
 				case peer0 = <-zero:
 				case <-ctx.Done():
@@ -61,8 +62,8 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 				}
 				// Since is when the call began waiting, read once: it stays
 				// put while the call waits (a report's own time would not).
-				if seen.Since.Before(before) {
-					t.Errorf("Since %v is before rank 0 could enter call #2 (%v)", seen.Since, before)
+				if seen.Since.Before(entered) {
+					t.Errorf("Since %v is before rank 0 entered call #2 (%v)", seen.Since, entered)
 				}
 				for time.Since(seen.Since) < 20*time.Millisecond && ctx.Err() == nil {
 					time.Sleep(time.Millisecond) // polling a condition, not synchronising
