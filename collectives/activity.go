@@ -16,11 +16,13 @@ import (
 // began (a call that has not waited yet has run only briefly, unless it
 // computes). Readers may see a record mid-update and retry.
 type activity struct {
-	call    atomic.Uint64 // seq | Collective<<32 | Algorithm<<40 of the latest call begun; 0: none yet
-	done    atomic.Uint32 // the latest call ended
-	peer    atomic.Uint64 // seq | group rank<<32: whom call seq waits for (a record of an older seq: not known)
-	since   atomic.Int64  // when call sinceOf began waiting, as time since epoch
-	sinceOf atomic.Uint32 // the seq since belongs to (stored after since)
+	call atomic.Uint64 // seq | Collective<<32 | Algorithm<<40 of the latest call begun; 0: none yet
+	done atomic.Uint32 // the latest call ended
+	peer atomic.Uint64 // seq | group rank<<32: whom call seq waits for (a record of an older seq: not known)
+	// since is when the call of the peer record began waiting, as time
+	// since epoch: stored before the call's first peer record, so that a
+	// reader who sees that record (and then reads since) reads its time.
+	since atomic.Int64
 }
 
 // epoch anchors the record's times: time.Since reads the monotonic clock
@@ -38,7 +40,6 @@ func (a *activity) end(seq uint32) { a.done.Store(seq) }
 func (a *activity) waiting(seq uint32, peer int, first bool) {
 	if first {
 		a.since.Store(int64(time.Since(epoch)))
-		a.sinceOf.Store(seq)
 	}
 	a.peer.Store(uint64(seq) | uint64(uint32(int32(peer)))<<32)
 }
@@ -73,23 +74,21 @@ func (e *Engine) Activity() Activity {
 	a := &e.act
 	for range 8 {
 		w := a.call.Load()
-		of := a.sinceOf.Load()
-		since, pw := a.since.Load(), a.peer.Load()
+		pw := a.peer.Load()
+		since := a.since.Load() // after pw (see activity.since)
 		done := a.done.Load()
-		if a.call.Load() != w || a.sinceOf.Load() != of {
-			continue // a call began, or started waiting, meanwhile
+		if a.call.Load() != w {
+			continue // a call began meanwhile
 		}
 		seq := uint32(w)
 		if seq == 0 {
 			return Activity{Peer: -1}
 		}
 		at := time.Now() // the call has not waited yet: it began only just
-		if of == seq {
-			at = epoch.Add(time.Duration(since))
-		}
 		peer := -1
 		if uint32(pw) == seq {
 			peer = int(int32(uint32(pw >> 32)))
+			at = epoch.Add(time.Duration(since))
 		}
 		return Activity{
 			Running:   done != seq,
