@@ -515,7 +515,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		// look at the group only when a peer is slow, so a call whose
 		// peers are all on time would otherwise go on after the loss.
 		select {
-		case <-e.shm.r.Failed():
+		case <-e.shm.failed:
 			return c, c.end(c.fail(-1, e.shm.r.Err()))
 		default:
 		}
