@@ -13,7 +13,8 @@ import (
 
 // TestActivityNamesTheLateRank: while rank 0 waits in a barrier that rank
 // 1 has not entered, rank 0's Activity names the barrier, its sequence
-// number, the algorithm and rank 1; once rank 1 arrives, the call is over.
+// number, the algorithm, rank 1 and when it began waiting; once rank 1
+// arrives, the call is over.
 func TestActivityNamesTheLateRank(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(map[bool]string{false: "msg", true: "shm"}[shared], func(t *testing.T) {
@@ -25,6 +26,7 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 			zero := make(chan *collectives.Engine, 1)
 			var seen collectives.Activity
 			var e0 *collectives.Engine
+			var entered time.Time // when rank 0 is about to enter call #2
 			errs := world(t, 2, wo, eo, func(ctx context.Context, e *collectives.Engine, rank int) error {
 				if rank == 0 {
 					e0 = e
@@ -34,6 +36,7 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 					if err := collectives.Barrier(ctx, e); err != nil { // #1, both ranks
 						return err
 					}
+					entered = time.Now() // rank 1 reads it after receiving e
 					zero <- e
 					return collectives.Barrier(ctx, e) // #2: rank 1 comes late
 				}
@@ -56,6 +59,17 @@ func TestActivityNamesTheLateRank(t *testing.T) {
 						return ctx.Err()
 					}
 					time.Sleep(time.Millisecond) // polling a condition, not synchronising
+				}
+				// Since is when the call began waiting, read once: it stays
+				// put while the call waits (a report's own time would not).
+				if seen.Since.Before(entered) {
+					t.Errorf("Since %v is before rank 0 entered call #2 (%v)", seen.Since, entered)
+				}
+				for time.Since(seen.Since) < 20*time.Millisecond && ctx.Err() == nil {
+					time.Sleep(time.Millisecond) // polling a condition, not synchronising
+				}
+				if later := peer0.Activity(); later.Seq == 2 && later.Running && !later.Since.Equal(seen.Since) {
+					t.Errorf("Since moved while call #2 waited: %v, then %v", seen.Since, later.Since)
 				}
 				return collectives.Barrier(ctx, e)
 			})

@@ -139,13 +139,14 @@ type shmState struct {
 	rounds   int        // rounds this rank published (for tests)
 	crowded  bool       // the region is Crowded
 	r        SharedRegion
-	policy   shmsync.Policy // r's, looking at stop every 256 polls
-	mem      [][]byte       // per rank, its part of the region
-	slot     int            // data bytes per slot
-	slotSize int            // bytes per slot, header included
-	next     int            // the slot this rank writes next
-	used     [2]uint64      // per slot, the round this rank last wrote into it
-	table    []header       // the agreement checks' per-rank headers, reused
+	failed   <-chan struct{} // r.Failed(), without two interface calls per call
+	policy   shmsync.Policy  // r's, looking at stop every 256 polls
+	mem      [][]byte        // per rank, its part of the region
+	slot     int             // data bytes per slot
+	slotSize int             // bytes per slot, header included
+	next     int             // the slot this rank writes next
+	used     [2]uint64       // per slot, the round this rank last wrote into it
+	table    []header        // the agreement checks' per-rank headers, reused
 	known    []bool
 	pend     pendCall // the call whose agreement the next call checks (see Agreement)
 }
@@ -154,7 +155,7 @@ type shmState struct {
 // slots of at least shmMinSlot, sized by the smallest part (every rank
 // sees the same parts, so every rank computes the same slots).
 func newShmState(r SharedRegion, size int) *shmState {
-	s := &shmState{r: r, policy: r.WaitPolicy(), mem: make([][]byte, size), seen: make([]uint64, size)}
+	s := &shmState{r: r, failed: r.Failed(), policy: r.WaitPolicy(), mem: make([][]byte, size), seen: make([]uint64, size)}
 	s.policy.CheckEvery = 256
 	least := -1
 	for p := range s.mem {
@@ -460,7 +461,7 @@ func (e *Engine) closeVerify() error {
 			break
 		}
 		select {
-		case <-s.r.Failed():
+		case <-s.failed:
 			return nil // the group's failure is reported elsewhere
 		default:
 		}
@@ -549,7 +550,7 @@ func (c *call) shmStopped(peer int) error {
 		return c.failAbort()
 	}
 	select {
-	case <-e.shm.r.Failed():
+	case <-e.shm.failed:
 		return c.fail(peer, e.shm.r.Err())
 	default:
 	}
@@ -569,7 +570,7 @@ func (c *call) shmStopped(peer int) error {
 		// The group may have failed since the look above, and r left
 		// because of it: the loss is the cause, not r's departure.
 		select {
-		case <-e.shm.r.Failed():
+		case <-e.shm.failed:
 			return c.fail(peer, e.shm.r.Err())
 		default:
 		}

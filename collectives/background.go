@@ -87,6 +87,7 @@ func (c *call) shmNap(peer int, cond func() bool) (bool, error) {
 		}
 	}
 	c.armProbe()
+	c.noteWait(peer)
 	t := time.NewTimer(bgNapMin)
 	defer t.Stop()
 	for nap := bgNapMin; c.background(); nap = min(2*nap, bgNapMax) {

@@ -78,12 +78,19 @@ type Engine struct {
 	recent   [16]header // fingerprints of the latest calls, by seq, for late stall probes
 
 	// The shared-memory algorithms' state (nil without a SharedRegion; set
-	// by New only). Calls that touch the region hold shmMu for reading;
-	// Close sets closing (waiting calls give up), then takes shmMu for
-	// writing and sets shmGone, after which nothing touches the region.
+	// by New only). Calls that touch the region hold shmMu for reading,
+	// except a shared-memory call, which is marked by shmCall from its
+	// begin to its end instead (under mu, which both take anyway: a read
+	// lock of its own was two more locked instructions per call). Close
+	// sets closing (waiting calls give up), waits until no shared-memory
+	// call runs (shmIdle, made by Close, is closed by that call's end),
+	// then takes shmMu for writing and sets shmGone, after which nothing
+	// touches the region.
 	shm     *shmState
 	shmMu   sync.RWMutex
 	shmGone bool
+	shmCall bool          // a shared-memory call runs; under mu
+	shmIdle chan struct{} // Close waits for shmCall to end; under mu
 	closing atomic.Bool
 	calls   uint64 // calls begun, under mu (a 64-bit seq, for round ids)
 	okCalls uint64 // the counter of the latest call that succeeded, under mu
@@ -180,6 +187,15 @@ func (e *Engine) Close() error {
 	}
 	// A call polling shared memory gives up; then nothing touches it.
 	e.closing.Store(true)
+	e.mu.Lock()
+	if e.shmCall {
+		idle := make(chan struct{})
+		e.shmIdle = idle
+		e.mu.Unlock()
+		<-idle
+	} else {
+		e.mu.Unlock()
+	}
 	e.shmMu.Lock()
 	if e.shm != nil && !e.shmGone {
 		e.mu.Lock()
@@ -360,7 +376,7 @@ type callState struct {
 	stopped  bool               // stopLocked ran: new requests are canceled at once; under e.mu
 	halted   atomic.Bool        // stopped, for lock-free polls (shared-memory waits)
 	calls    uint64             // the Engine's call counter for this call
-	shmHeld  bool               // this call holds e.shmMu for reading
+	shmHeld  bool               // a shared-memory call: e.shmCall stands for e.shmMu's read lock
 	seq      uint32
 	op       string
 	alg      Algorithm
@@ -470,6 +486,11 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		}
 	}
 	e.cur = st
+	if alg == SharedMemory {
+		// Close is not under way (e.closed is false): the region stays
+		// until this call's end clears shmCall.
+		st.shmHeld, e.shmCall = true, true
+	}
 	aborted := st.abort != nil
 	if alg != SharedMemory && early == nil { // those arm it when a wait outlasts its spin
 		if d := e.opts.stallProbe(); d > 0 && e.size > 1 {
@@ -490,16 +511,11 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		return c, c.end(c.failAbort())
 	}
 	if alg == SharedMemory {
-		e.shmMu.RLock()
-		st.shmHeld = true
-		if e.shmGone {
-			return c, c.end(&Error{Op: st.op, Algorithm: alg.String(), Seq: st.seq, Rank: e.rank, Peer: -1, Err: errEngineClosed})
-		}
 		// A failed group fails every later call. The shared-memory waits
 		// look at the group only when a peer is slow, so a call whose
 		// peers are all on time would otherwise go on after the loss.
 		select {
-		case <-e.shm.r.Failed():
+		case <-e.shm.failed:
 			return c, c.end(c.fail(-1, e.shm.r.Err()))
 		default:
 		}
@@ -554,12 +570,20 @@ func (c *call) end(err error) error {
 	if err == nil {
 		e.okCalls = st.calls
 	}
-	e.mu.Unlock()
 	// Tell the writers of later calls that this rank reads nothing of this
-	// call any more (see alg_shm.go), whichever algorithm ran.
-	// (A shared-memory call holds shmMu already; another takes it unless
-	// Close is under way.)
-	if st.shmHeld || e.shm != nil && e.shmMu.TryRLock() {
+	// call any more (see alg_shm.go), whichever algorithm ran. A
+	// shared-memory call does it before it lets Close go on; another takes
+	// shmMu unless Close is under way.
+	if st.shmHeld {
+		e.shm.finish(e.rank, st.calls)
+		e.shmCall = false
+		if e.shmIdle != nil {
+			close(e.shmIdle)
+			e.shmIdle = nil
+		}
+	}
+	e.mu.Unlock()
+	if !st.shmHeld && e.shm != nil && e.shmMu.TryRLock() {
 		if !e.shmGone {
 			e.shm.finish(e.rank, st.calls)
 		}

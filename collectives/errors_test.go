@@ -410,3 +410,38 @@ func TestSharedMemoryCallAfterLoss(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseEndsWaitingSharedMemoryCall: Close while a shared-memory call
+// waits for a peer that never comes makes the call give up with
+// ErrClosed; Close returns only after the call has let go of the region,
+// and later calls fail with ErrClosed.
+func TestCloseEndsWaitingSharedMemoryCall(t *testing.T) {
+	t.Parallel()
+	w := coltest.NewWorld(2, coltest.Options{Shared: true})
+	e, err := collectives.New(w.Group(0), force(collectives.CollAllreduce, collectives.SharedMemory))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- collectives.Allreduce(ctx, e, []int32{1}, reduce.Sum) }() // rank 1 never comes
+	require.Eventually(t, func() bool {
+		a := e.Activity()
+		return a.Running && a.Op == "allreduce" && a.Peer == 1
+	}, 10*time.Second, time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- e.Close() }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, collectives.ErrClosed)
+		require.Equal(t, "shared_memory", e.LastAlgorithm().String())
+	case <-ctx.Done():
+		t.Fatal("the waiting call did not end after Close")
+	}
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("Close did not return")
+	}
+	require.ErrorIs(t, collectives.Allreduce(ctx, e, []int32{1}, reduce.Sum), collectives.ErrClosed)
+}

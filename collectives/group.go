@@ -90,7 +90,8 @@ type SharedRegion interface {
 	Mem(rank int) []byte
 	// Failed is closed when the group fails (a peer lost, the transport
 	// closed); Err then says why. A lost peer's memory stays mapped but
-	// frozen, so waits on flags watch Failed.
+	// frozen, so waits on flags watch Failed. It returns the same channel
+	// every time (the Engine keeps it).
 	Failed() <-chan struct{}
 	Err() error
 	// WaitPolicy is how a rank waits for a flag in another rank's memory:
