@@ -259,8 +259,17 @@ func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, e
 		return st, err
 	}
 	ep.mu.Unlock()
-	if err := ep.wait(ctx, r); err != nil {
-		return Status{}, err
+	done, held := ep.pollHeld(ctx, r)
+	if held { // the poll that completed r still holds the mutex
+		st, err := r.status, r.err
+		ep.putReqLocked(r)
+		ep.mu.Unlock()
+		return st, err
+	}
+	if !done {
+		if err := ep.block(ctx, r); err != nil {
+			return Status{}, err
+		}
 	}
 	st, err := r.status, r.err
 	ep.putReq(r)

@@ -82,6 +82,34 @@ func (ep *Endpoint) progressLocked() int {
 	return total
 }
 
+// progressFor is progress for a goroutine that waits for r: when handling
+// a device's completions completes r, it stops there and returns with ep.mu
+// held (held); the other devices wait for the next poll.
+func (ep *Endpoint) progressFor(r *Request) (total int, held bool) {
+	if !ep.pollMu.TryLock() {
+		return 0, false
+	}
+	if ep.wcs == nil {
+		ep.wcs = make([]verbs.WC, 32)
+	}
+	for _, d := range ep.devs {
+		ring := ep.sleepers != nil && ep.ringScan()
+		n := d.cq.Poll(ep.wcs)
+		if n == 0 && !ring && !ep.unsettled {
+			continue
+		}
+		ep.mu.Lock()
+		total += ep.handlePolledLocked(n, ring)
+		if r.done.Load() {
+			ep.pollMu.Unlock()
+			return total, true
+		}
+		ep.mu.Unlock()
+	}
+	ep.pollMu.Unlock()
+	return total, false
+}
+
 // handlePolledLocked handles the n completions a poll put in ep.wcs and,
 // when ring says so, the ring messages; the caller holds ep.pollMu and ep.mu.
 func (ep *Endpoint) handlePolledLocked(n int, ring bool) int {

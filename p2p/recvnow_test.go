@@ -49,3 +49,42 @@ func TestRecvArrived(t *testing.T) {
 		require.True(t, bytes.Equal(pattern(16, seed+2), buf), "round %d: got %v", round, buf)
 	}
 }
+
+// TestRecvPingPong: Recvs that wait for their message (the peer answers
+// from another goroutine), completed by their own polls or the other
+// side's, return each message's data and status.
+func TestRecvPingPong(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "shm"})
+	require.NoError(t, err)
+	defer p2ptest.Close(eps)
+
+	const rounds = 300
+	echo := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		for range rounds {
+			st, err := eps[1].Recv(ctx, 0, p2p.AnyTag, buf)
+			if err == nil {
+				err = eps[1].Send(ctx, 0, st.Tag+1, buf[:st.Count])
+			}
+			if err != nil {
+				echo <- err
+				return
+			}
+		}
+		echo <- nil
+	}()
+	buf := make([]byte, 64)
+	for i := range rounds {
+		n := 1 + i%64
+		msg := pattern(n, byte(i))
+		require.NoError(t, eps[0].Send(ctx, 1, i, msg))
+		st, err := eps[0].Recv(ctx, 1, i+1, buf)
+		require.NoError(t, err, "round %d", i)
+		require.Equal(t, p2p.Status{Source: 1, Tag: i + 1, Count: n}, st)
+		require.True(t, bytes.Equal(msg, buf[:n]), "round %d: got %v", i, buf[:n])
+	}
+	require.NoError(t, <-echo)
+}
