@@ -73,10 +73,12 @@ type Endpoint struct {
 
 	// The progress engine.
 	pollMu    sync.Mutex
-	unsettled bool          // a peer's linkFail waits for settleLinksLocked; under pollMu
-	wcs       []verbs.WC    // guarded by pollMu
-	pollers   atomic.Int32  // goroutines polling now
-	polls     atomic.Uint64 // polls started, so the background sees activity
+	unsettled bool       // a peer's linkFail waits for settleLinksLocked; under pollMu
+	wcs       []verbs.WC // guarded by pollMu
+	// Goroutines polling now (the low 32 bits) and polls started (the high
+	// 32, wrapping), so the background goroutine sees activity: one word,
+	// so that entering a poll is one atomic add rather than two.
+	polling atomic.Uint64
 	// Peers with a batch of consumed receive buffers to post again when
 	// the endpoint is idle (see repostLocked); due is set while the list
 	// is not empty, for lock-free looks from the poll loops.

@@ -236,30 +236,66 @@ func (c *Channel) Irecv(src, tag int, buf []byte) (*Request, error) {
 // the error says it is still in progress, and buf may be written until
 // the transfer ends (see Request.Wait).
 func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, error) {
-	r, err := c.irecv("Recv", src, tag, buf)
+	// Post, poll once and, when that completed the receive, recycle the
+	// request, all in one hold of the endpoint's mutex: taking it for each
+	// step was most of the locking of an 8-byte shm ping-pong.
+	ep := c.ep
+	if err := c.checkRecvArgs("Recv", src, tag); err != nil {
+		return Status{}, err
+	}
+	ep.mu.Lock()
+	r, err := c.irecvLocked("Recv", src, tag, buf)
 	if err != nil {
+		ep.mu.Unlock()
 		return Status{}, err
 	}
 	if !r.done.Load() {
-		if err := r.ep.wait(ctx, r); err != nil {
+		ep.progressHeldLocked()
+	}
+	if r.done.Load() {
+		st, err := r.status, r.err
+		ep.putReqLocked(r)
+		ep.mu.Unlock()
+		return st, err
+	}
+	ep.mu.Unlock()
+	done, held := ep.pollHeld(ctx, r)
+	if held { // the poll that completed r still holds the mutex
+		st, err := r.status, r.err
+		ep.putReqLocked(r)
+		ep.mu.Unlock()
+		return st, err
+	}
+	if !done {
+		if err := ep.block(ctx, r); err != nil {
 			return Status{}, err
 		}
 	}
 	st, err := r.status, r.err
-	c.ep.putReq(r)
+	ep.putReq(r)
 	return st, err
+}
+
+func (c *Channel) checkRecvArgs(op string, src, tag int) error {
+	if err := c.checkPeer(op, src, tag, true); err != nil {
+		return err
+	}
+	return c.checkTag(op, src, tag, true)
 }
 
 func (c *Channel) irecv(op string, src, tag int, buf []byte) (*Request, error) {
 	ep := c.ep
-	if err := c.checkPeer(op, src, tag, true); err != nil {
-		return nil, err
-	}
-	if err := c.checkTag(op, src, tag, true); err != nil {
+	if err := c.checkRecvArgs(op, src, tag); err != nil {
 		return nil, err
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
+	return c.irecvLocked(op, src, tag, buf)
+}
+
+// irecvLocked is irecv after the argument checks; the caller holds ep.mu.
+func (c *Channel) irecvLocked(op string, src, tag int, buf []byte) (*Request, error) {
+	ep := c.ep
 	if err := ep.checkLocked(); err != nil {
 		return nil, c.argErr(op, src, tag, err)
 	}

@@ -75,34 +75,98 @@ func (ep *Endpoint) progressLocked() int {
 			continue
 		}
 		ep.mu.Lock()
-		for i := range ep.wcs[:n] {
-			ep.handleWC(&ep.wcs[i])
-		}
-		if ring && n < len(ep.wcs) {
-			total += ep.ringDrainLocked()
-		}
-		if ep.unsettled && n < len(ep.wcs) {
-			ep.settleLinksLocked()
-		}
-		ep.flushDirtyLocked()
+		total += ep.handlePolledLocked(n, ring)
 		ep.mu.Unlock()
-		total += n
 	}
 	ep.pollMu.Unlock()
 	return total
 }
 
-func (ep *Endpoint) enterPoll() {
-	ep.pollers.Add(1)
-	ep.polls.Add(1)
+// progressFor is progress for a goroutine that waits for r: when handling
+// a device's completions completes r, it stops there and returns with ep.mu
+// held (held); the other devices wait for the next poll.
+func (ep *Endpoint) progressFor(r *Request) (total int, held bool) {
+	if !ep.pollMu.TryLock() {
+		return 0, false
+	}
+	if ep.wcs == nil {
+		ep.wcs = make([]verbs.WC, 32)
+	}
+	for _, d := range ep.devs {
+		ring := ep.sleepers != nil && ep.ringScan()
+		n := d.cq.Poll(ep.wcs)
+		if n == 0 && !ring && !ep.unsettled {
+			continue
+		}
+		ep.mu.Lock()
+		total += ep.handlePolledLocked(n, ring)
+		if r.done.Load() {
+			ep.pollMu.Unlock()
+			return total, true
+		}
+		ep.mu.Unlock()
+	}
+	ep.pollMu.Unlock()
+	return total, false
 }
+
+// handlePolledLocked handles the n completions a poll put in ep.wcs and,
+// when ring says so, the ring messages; the caller holds ep.pollMu and ep.mu.
+func (ep *Endpoint) handlePolledLocked(n int, ring bool) int {
+	total := n
+	for i := range ep.wcs[:n] {
+		ep.handleWC(&ep.wcs[i])
+	}
+	if ring && n < len(ep.wcs) {
+		total += ep.ringDrainLocked()
+	}
+	if ep.unsettled && n < len(ep.wcs) {
+		ep.settleLinksLocked()
+	}
+	ep.flushDirtyLocked()
+	return total
+}
+
+// progressHeldLocked is progress for a caller that holds ep.mu (and may
+// hold it, as pollMu comes before ep.mu, only because it does not wait for
+// pollMu): one poll of every device, handled without letting go of ep.mu.
+// A blocking receive posts and polls in one hold of the mutex this way
+// instead of taking it again for the poll (see Channel.Recv).
+func (ep *Endpoint) progressHeldLocked() {
+	if !ep.pollMu.TryLock() {
+		return
+	}
+	// A poll, for background: a receive that completes here may never
+	// enter poll, and background must still see that a goroutine polls.
+	ep.polling.Add(pollStarted)
+	if ep.wcs == nil {
+		ep.wcs = make([]verbs.WC, 32)
+	}
+	for _, d := range ep.devs {
+		ring := ep.sleepers != nil && ep.ringScan()
+		n := d.cq.Poll(ep.wcs)
+		if n == 0 && !ring && !ep.unsettled {
+			continue
+		}
+		ep.handlePolledLocked(n, ring)
+	}
+	ep.pollMu.Unlock()
+}
+
+// pollStarted and pollerIn are what a poll adds to Endpoint.polling.
+const (
+	pollStarted = 1 << 32
+	pollerIn    = 1
+)
+
+func (ep *Endpoint) enterPoll() { ep.polling.Add(pollStarted + pollerIn) }
 
 // leavePoll only counts down: waking the background goroutine here would
 // put a goroutine wake-up (a futex call when a P is idle) on every blocking
 // call's path and have it spin on the CQ beside the next foreground poller.
 // The background goroutine notices a quiet endpoint by itself (see
 // background); a goroutine that is about to block calls handOff instead.
-func (ep *Endpoint) leavePoll() { ep.pollers.Add(-1) }
+func (ep *Endpoint) leavePoll() { ep.polling.Add(^uint64(0)) } // minus pollerIn
 
 // handOff tells the background goroutines to take over progress now,
 // because the caller is about to block on a channel.
@@ -135,10 +199,11 @@ func (ep *Endpoint) background(d *device) {
 	timer := time.NewTimer(nap)
 	defer timer.Stop()
 	kicked := false
-	seen := ep.polls.Load()
+	seen := ep.polling.Load() >> 32
 	for {
-		busy := ep.pollers.Load() > 0
-		if now := ep.polls.Load(); now != seen {
+		v := ep.polling.Load()
+		busy := uint32(v) > 0
+		if now := v >> 32; now != seen {
 			seen = now
 			busy = busy || !kicked
 		}

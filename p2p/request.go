@@ -290,6 +290,11 @@ func (ep *Endpoint) wait(ctx context.Context, r *Request) error {
 	if ep.poll(ctx, func() bool { return r.done.Load() }) {
 		return nil
 	}
+	return ep.block(ctx, r)
+}
+
+// block is wait after its polling phase.
+func (ep *Endpoint) block(ctx context.Context, r *Request) error {
 	if len(ep.devs) == 1 {
 		return ep.waitCQ(ctx, r)
 	}
@@ -393,6 +398,29 @@ func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
 		}
 	}
 	return false
+}
+
+// pollHeld is poll for the one request r of a blocking call. When one of
+// its own polls completes r, it returns with ep.mu still held from handling
+// that completion (held), so that the caller can recycle r without taking
+// the mutex again; done says that r has completed.
+func (ep *Endpoint) pollHeld(ctx context.Context, r *Request) (done, held bool) {
+	ep.enterPoll()
+	defer ep.leavePoll()
+	n, held := ep.progressFor(r)
+	if held || r.done.Load() {
+		return true, held
+	}
+	w := ep.policy.Poller(nil)
+	for !w.Over(ctx) {
+		if n == 0 {
+			ep.repostDue()
+		}
+		if n, held = ep.progressFor(r); held || r.done.Load() {
+			return true, held
+		}
+	}
+	return false, false
 }
 
 // expire handles ctx ending while reqs were pending: cancel what has not
