@@ -152,17 +152,9 @@ func (c *call) reduceScatterShm(send, recv []byte) error {
 	per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize)
 	inPlace := c.foldsInPlace()
 	return c.shmChunksOf(m, per, func(i, off, n int) error {
-		slot, err := c.shmClaim()
-		if err != nil {
+		if err := c.shmPublishPieces(i, send, m, off, n); err != nil {
 			return err
 		}
-		out := dataOf(slot, p*n)
-		for j := 0; j < p; j++ {
-			if j != me {
-				ntcopy.Copy(out[j*n:(j+1)*n], send[j*m+off:j*m+off+n])
-			}
-		}
-		c.shmPublish(slot, i, p*n)
 		dst, own := recv[off:off+n], send[me*m+off:me*m+off+n]
 		piece := func(q int) ([]byte, error) {
 			s, err := c.shmSlot(q, i, p*n)
@@ -180,6 +172,7 @@ func (c *call) reduceScatterShm(send, recv []byte) error {
 			}
 			x := own
 			if q != me {
+				var err error
 				if x, err = piece(q); err != nil {
 					return err
 				}
@@ -229,6 +222,25 @@ func (c *call) allgatherShm(send, recv []byte) error {
 	})
 }
 
+// shmPublishPieces publishes round i of a form that moves a piece of
+// every block (reduceScatterShm, alltoallShm): bytes off..off+n of each
+// other rank's block of send (blocks of m bytes) at j·n in this rank's slot.
+func (c *call) shmPublishPieces(i int, send []byte, m, off, n int) error {
+	p, me := c.e.size, c.e.rank
+	slot, err := c.shmClaim()
+	if err != nil {
+		return err
+	}
+	out := dataOf(slot, p*n)
+	for j := 0; j < p; j++ {
+		if j != me {
+			ntcopy.Copy(out[j*n:(j+1)*n], send[j*m+off:j*m+off+n])
+		}
+	}
+	c.shmPublish(slot, i, p*n)
+	return nil
+}
+
 // alltoallShm: a round moves a piece of every block: each rank publishes
 // piece k of its block j at j·n in its slot (n bytes each, p·n at most a
 // slot; its own block goes straight from send to recv), and copies piece
@@ -240,17 +252,9 @@ func (c *call) alltoallShm(send, recv []byte) error {
 	copy(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
 	per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize)
 	return c.shmChunksOf(m, per, func(i, off, n int) error {
-		slot, err := c.shmClaim()
-		if err != nil {
+		if err := c.shmPublishPieces(i, send, m, off, n); err != nil {
 			return err
 		}
-		out := dataOf(slot, p*n)
-		for j := 0; j < p; j++ {
-			if j != me {
-				ntcopy.Copy(out[j*n:(j+1)*n], send[j*m+off:j*m+off+n])
-			}
-		}
-		c.shmPublish(slot, i, p*n)
 		for k := 1; k < p; k++ {
 			q := (me + k) % p
 			s, err := c.shmSlot(q, i, p*n)
