@@ -96,7 +96,8 @@ import (
 // the call itself; every other rank fails it (an abort reached it in time)
 // or its next call.
 //
-// Waits follow the region's WaitPolicy (internal/shmsync): spin, yield
+// Waits follow the region's WaitPolicy (internal/shmsync), without the
+// spin when the region is Crowded (shmWaitPolicy): spin, yield
 // the CPU, then sleep on the peer's bell, which the peer rings after it
 // publishes a round or finishes reading one (shmsync's doc has the
 // ordering argument). A waiter announces itself only when it is about to
@@ -140,7 +141,7 @@ type shmState struct {
 	crowded  bool       // the region is Crowded
 	r        SharedRegion
 	failed   <-chan struct{} // r.Failed(), without two interface calls per call
-	policy   shmsync.Policy  // r's, looking at stop every 256 polls
+	policy   shmsync.Policy  // r's, as shmWaitPolicy adapts it
 	mem      [][]byte        // per rank, its part of the region
 	slot     int             // data bytes per slot
 	slotSize int             // bytes per slot, header included
@@ -155,8 +156,7 @@ type shmState struct {
 // slots of at least shmMinSlot, sized by the smallest part (every rank
 // sees the same parts, so every rank computes the same slots).
 func newShmState(r SharedRegion, size int) *shmState {
-	s := &shmState{r: r, failed: r.Failed(), policy: r.WaitPolicy(), mem: make([][]byte, size), seen: make([]uint64, size)}
-	s.policy.CheckEvery = 256
+	s := &shmState{r: r, failed: r.Failed(), mem: make([][]byte, size), seen: make([]uint64, size)}
 	least := -1
 	for p := range s.mem {
 		m := r.Mem(p)
@@ -176,11 +176,41 @@ func newShmState(r SharedRegion, size int) *shmState {
 	if cr, ok := r.(Crowded); ok {
 		s.crowded = cr.Crowded()
 	}
+	s.policy = shmWaitPolicy(r.WaitPolicy(), s.crowded)
 	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
 		s.pr = pr
 		s.pw, _ = r.(PeerWriter)
 	}
 	return s
+}
+
+// Polls between looks at stop (and, past the spin, yields) of a
+// shared-memory wait: stop costs a channel poll and a few loads, so a
+// spinning waiter amortizes it over many polls, while a crowded one looks
+// soon, since its first look is its first yield.
+const (
+	shmCheckEvery        = 256
+	shmCrowdedCheckEvery = 4
+)
+
+// shmWaitPolicy is how the shared-memory waits of a region whose policy
+// is p wait. When the ranks outnumber their CPUs (crowded) the rank waited
+// for is usually runnable but off-CPU, often behind this very waiter: a
+// spin only burns the time slice it needs, and a futex sleep costs a
+// wake-up (tens of µs in a VM) on the critical path. So a crowded waiter
+// gives its CPU away (p's yield: sched_yield between processes) after a
+// few polls, from the start, and sleeps only after p's whole yield phase,
+// as Open MPI's shared-memory transport polls with sched_yield when
+// oversubscribed.
+func shmWaitPolicy(p shmsync.Policy, crowded bool) shmsync.Policy {
+	p.CheckEvery = shmCheckEvery
+	if crowded {
+		if p.Yield < shmsync.Forever-p.Spin {
+			p.Yield += p.Spin // the spin's time goes to yields
+		}
+		p.Spin, p.YieldInSpin, p.CheckEvery = 0, 0, shmCrowdedCheckEvery
+	}
+	return p
 }
 
 func word(m []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&m[off])) }

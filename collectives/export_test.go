@@ -1,5 +1,7 @@
 package collectives
 
+import "github.com/rdmago/rdmago/internal/shmsync"
+
 // BcastSplits reports whether a two-rank shared-memory bcast of n bytes
 // splits the copy under the default model.
 func BcastSplits(n int) bool { return defModel.bcastSplits(n) }
@@ -10,3 +12,9 @@ func ShmClaimWaits(e *Engine) int { return e.shm.waits }
 
 // ShmRounds is how many rounds e has published through its slots.
 func ShmRounds(e *Engine) int { return e.shm.rounds }
+
+// ShmWaitPolicy is the policy of the Engine's shared-memory waits.
+func ShmWaitPolicy(e *Engine) shmsync.Policy { return e.shm.policy }
+
+// ShmWaitPolicyFor is shmWaitPolicy: how a region's policy p is adapted.
+var ShmWaitPolicyFor = shmWaitPolicy

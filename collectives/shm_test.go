@@ -7,12 +7,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/collectives/coltest"
 	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/internal/shmsync"
 )
 
 // TestSharedMemoryBits: the shared-memory allreduce, in both its forms
@@ -335,5 +337,40 @@ func TestCrowdedReducePipelineIsWholeSlots(t *testing.T) {
 			requireAllOK(t, errs)
 			require.Equal(t, tc.rounds, rounds, "rounds a sender published")
 		})
+	}
+}
+
+// TestCrowdedWaitYieldsAtOnce: when the ranks outnumber their CPUs
+// (Crowded) a shared-memory wait does not spin: it yields from its first
+// look, after a few polls, and keeps the region's yield phase and nap, so
+// a short wait never sleeps on a futex. Otherwise the region's spin
+// stands and stop is looked at every 256 polls.
+func TestCrowdedWaitYieldsAtOnce(t *testing.T) {
+	t.Parallel()
+	region := shmsync.Policy{Spin: 2 * time.Microsecond, Yield: 2 * time.Millisecond, Nap: time.Millisecond, YieldInSpin: 16}
+	got := collectives.ShmWaitPolicyFor(region, true)
+	require.Equal(t, time.Duration(0), got.Spin, "crowded: no spin")
+	require.Equal(t, 0, got.YieldInSpin)
+	require.Equal(t, 4, got.CheckEvery, "crowded: the first yield comes after a few polls")
+	require.Equal(t, region.SleepsAfter(), got.SleepsAfter(), "crowded: sleeps no sooner than the region says")
+	require.Equal(t, region.Nap, got.Nap)
+	got = collectives.ShmWaitPolicyFor(region, false)
+	require.Equal(t, region.Spin, got.Spin, "not crowded: the region's spin")
+	require.Equal(t, 256, got.CheckEvery)
+
+	// An Engine over a region takes the adapted policy.
+	for _, crowded := range []bool{false, true} {
+		wo := coltest.Options{Shared: true, Crowded: crowded}
+		errs := world(t, 2, wo, force(collectives.CollBarrier, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+			want := 256
+			if crowded {
+				want = 4
+			}
+			if got := collectives.ShmWaitPolicy(e).CheckEvery; got != want {
+				return fmt.Errorf("crowded %v: the Engine's waits look every %d polls, want %d", crowded, got, want)
+			}
+			return collectives.Barrier(ctx, e)
+		})
+		requireAllOK(t, errs)
 	}
 }
