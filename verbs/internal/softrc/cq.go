@@ -2,6 +2,7 @@ package softrc
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -226,7 +227,12 @@ func (c *CQ) spinIncoming(ctx context.Context, ds []Driver) {
 				return
 			}
 		}
+		// The CPU to other processes (the sender of what we wait for may
+		// need it), then the P to this one's goroutines: with GOMAXPROCS=1
+		// a link's reader or writer that is runnable (a large frame half
+		// read or written) would otherwise wait out the whole spin.
 		futex.Yield()
+		runtime.Gosched()
 		if i&7 == 7 && (ctx.Err() != nil || time.Now().After(deadline)) {
 			return
 		}
