@@ -177,10 +177,12 @@ func (ep *Endpoint) device(ctx context.Context, p verbs.Provider) (*device, erro
 	}
 	t := p.Traits()
 	o := ep.deviceOptions(p)
-	if o.PollSpin == 0 && ep.localRanks <= ep.hostCPUs() {
-		// Every rank here has a CPU: waiters that read their connections
-		// themselves poll them before they sleep.
+	if o.PollSpin == 0 {
+		// Waiters that read their connections themselves poll them before
+		// they sleep; where the ranks here outnumber the CPUs, they give the
+		// core away between polls, as the reply's sender may need it.
 		o.PollSpin = t.PollSpin
+		o.PollYield = ep.Crowded()
 	}
 	dev, err := ep.openDevice(ctx, p, o)
 	if err != nil {

@@ -17,8 +17,9 @@ import (
 )
 
 // TestTCPPollSpinDefault: the tcp device's waiters poll their sockets
-// (verbs.DeviceOptions.PollSpin) by default only when every rank on the
-// host has a CPU; an explicit setting is kept.
+// (verbs.DeviceOptions.PollSpin) by default; when the ranks on the host
+// outnumber its CPUs they give the CPU away between polls (PollYield)
+// rather than sleep at once; an explicit setting is kept.
 func TestTCPPollSpinDefault(t *testing.T) {
 	cpus := runtime.NumCPU()
 	if l, err := affinity.CPUs(); err == nil {
@@ -30,26 +31,31 @@ func TestTCPPollSpinDefault(t *testing.T) {
 		ranks int
 		set   time.Duration
 		want  time.Duration
+		yield bool
 		skip  bool
 	}{
-		{"a-cpu-each", min(2, cpus), 0, 100 * time.Microsecond, cpus < 2},
+		{"a-cpu-each", min(2, cpus), 0, 100 * time.Microsecond, false, cpus < 2},
 		// Ranks that cannot tell they share the host (no host id) each
 		// look alone, so only a known host shows the oversubscription.
-		{"oversubscribed", cpus + 1, 0, 0, hostErr != nil},
-		{"explicit-off", 2, -1, -1, false},
-		{"explicit", 2, 50 * time.Microsecond, 50 * time.Microsecond, false},
+		{"oversubscribed", cpus + 1, 0, 100 * time.Microsecond, true, hostErr != nil},
+		{"explicit-off", 2, -1, -1, false, false},
+		{"explicit", 2, 50 * time.Microsecond, 50 * time.Microsecond, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.skip {
 				t.Skip("not on this machine")
 			}
 			var mu sync.Mutex
-			var seen []time.Duration
+			type seenOpts struct {
+				spin  time.Duration
+				yield bool
+			}
+			var seen []seenOpts
 			o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{LivenessTimeout: -1,
 				Device: verbs.DeviceOptions{PollSpin: tc.set},
 				OpenDevice: func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
 					mu.Lock()
-					seen = append(seen, o.PollSpin)
+					seen = append(seen, seenOpts{o.PollSpin, o.PollYield})
 					mu.Unlock()
 					return verbs.Open(ctx, prov, o)
 				}}}
@@ -60,7 +66,7 @@ func TestTCPPollSpinDefault(t *testing.T) {
 			defer p2ptest.Close(eps)
 			require.NotEmpty(t, seen)
 			for _, v := range seen {
-				require.Equal(t, tc.want, v)
+				require.Equal(t, seenOpts{tc.want, tc.yield}, v)
 			}
 			// And messages flow.
 			buf := []byte("spin")

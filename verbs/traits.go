@@ -51,9 +51,10 @@ type Traits struct {
 	SlotGrowth int
 	// Wait is how a waiter for this provider's completions should poll.
 	Wait WaitHint
-	// PollSpin is DeviceOptions.PollSpin's default when every rank on the
-	// host has a CPU of its own, for providers whose waiters read their
-	// connections themselves (0: the provider does not poll).
+	// PollSpin is DeviceOptions.PollSpin's default, for providers whose
+	// waiters read their connections themselves (0: the provider does not
+	// poll); where the ranks on the host outnumber the CPUs it comes with
+	// DeviceOptions.PollYield.
 	PollSpin time.Duration
 }
 

@@ -46,10 +46,15 @@ type DeviceOptions struct {
 	// PollSpin is how long a goroutine waiting on a completion queue polls
 	// the device's connections without blocking before it sleeps in the
 	// kernel, for providers whose waiters read their connections themselves
-	// (tcp): a reply that arrives within it is read without a wake-up. Set
-	// it when the process has a CPU to itself; zero or negative means block
-	// at once.
+	// (tcp): a reply that arrives within it is read without a wake-up. With
+	// a CPU to itself the process polls flat out; where ranks outnumber the
+	// CPUs, only with PollYield. Zero or negative means block at once.
 	PollSpin time.Duration
+	// PollYield makes that polling give the CPU to other processes
+	// (sched_yield) between polls: for ranks that outnumber the CPUs, where
+	// the reply's sender needs the core this waiter holds, and a sleep
+	// costs a wake-up per message.
+	PollYield bool
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil means silent.
 	Logger *slog.Logger

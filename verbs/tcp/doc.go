@@ -83,9 +83,8 @@
 // is copied twice; smaller frames are read with whatever follows them,
 // which saves more system calls than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
-// (verbs.DeviceOptions.PollSpin; p2p sets 100 µs when every rank on the
-// host has a CPU), so that a reply arriving within it is read without a
-// wake-up through futex, epoll and the scheduler, which on a VM costs more
+// (verbs.DeviceOptions.PollSpin; p2p sets 100 µs), so that a reply
+// arriving within it is read without a wake-up through futex, epoll and the scheduler, which on a VM costs more
 // than a small message. Each poll is one system call: a non-blocking read
 // into the read buffer while small frames are expected, so the poll that
 // finds one has read it too (cheaper than probing with ioctl(SIOCINQ) and
@@ -93,10 +92,18 @@
 // 32 KiB, or after a frame that large, whose bytes it waits for whole
 // instead of reading them in the pieces they arrive in. It polls the socket
 // only, never the CQ's other producers' work: it stops when its CQ has a
-// completion or its ctx ends, and without a CPU to itself it must not
-// poll at all, as it would take the core from the goroutines or processes
-// that produce its completion. Nor does it poll while its polls keep
-// running out before their frame comes (a peer that computes, a busy
+// completion or its ctx ends. Without a CPU to itself (Options.PollYield,
+// which p2p sets when the ranks on the host outnumber its CPUs) it gives
+// the CPU to other processes (sched_yield) after each poll that finds
+// nothing, as the process that sends its reply may need that core: Open
+// MPI's oversubscribed ranks poll the same way. A waiter on a CQ that
+// several links feed cannot read them all; with PollYield it polls their
+// sockets' queues (ioctl SIOCINQ) with sched_yield between polls, and once
+// bytes are there it parks, so that the Go scheduler, with nothing else to
+// run, finds the link's reader goroutine ready in its non-blocking network
+// poll: the process never sleeps in epoll, and no wake-up is paid
+// (softrc.Config.YieldSpin). Without PollYield, it does not poll while
+// its polls keep running out before their frame comes (a peer that computes, a busy
 // machine): after each such miss in a row, twice as many waits (1, 2, 4,
 // up to 64) sleep at once, until a poll finds its frame again.
 package tcp

@@ -683,10 +683,16 @@ func TestDriveWholeLargeFrames(t *testing.T) {
 // TestDrivePollSpin: a waiter that polls its socket before sleeping
 // (Options.PollSpin, here far longer than the test) still gets a message
 // that arrives while it polls, gives up when its ctx ends, and leaves the
-// link to the reader goroutine afterwards.
+// link to the reader goroutine afterwards; and so does one that gives the
+// CPU away between polls (PollYield, for ranks that outnumber the CPUs).
 func TestDrivePollSpin(t *testing.T) {
+	t.Run("spin", func(t *testing.T) { testDrivePollSpin(t, false) })
+	t.Run("yield", func(t *testing.T) { testDrivePollSpin(t, true) })
+}
+
+func testDrivePollSpin(t *testing.T, yield bool) {
 	o := testOptions()
-	o.PollSpin = time.Hour
+	o.PollSpin, o.PollYield = time.Hour, yield
 	a, b := bigPair(t, o, 4096)
 	works2(t, a, b)
 

@@ -469,7 +469,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			now := time.Now()
 			if spinEnd.IsZero() {
 				spinEnd = now.Add(l.t.opts.PollSpin)
-				if l.spinSkip > 0 {
+				if l.spinSkip > 0 && !l.t.opts.PollYield {
 					// Recent spins ran out before their frame came: sleep
 					// at once (see spinMissed).
 					l.spinSkip--

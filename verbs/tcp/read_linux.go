@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/futex"
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 
 	"golang.org/x/sys/unix"
@@ -73,6 +75,11 @@ type queueWait struct {
 	rn          int              // and its result
 	rerr        error
 	read        func(fd uintptr) bool // readQueued's RawConn.Read callback
+	// Incoming's probe, for waiters that do not hold the read token: a
+	// spinner that finds peekMu taken sees nothing arriving.
+	peekMu sync.Mutex
+	peekN  int
+	peek   func(fd uintptr)
 }
 
 // maxEarlyWakes is how many wake-ups without the whole frame awaitQueued
@@ -82,10 +89,27 @@ const maxEarlyWakes = 8
 func (w *queueWait) init() {
 	w.fn = w.check
 	w.probe = func(fd uintptr) { w.queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
+	w.peek = func(fd uintptr) { w.peekN, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
 	w.read = func(fd uintptr) bool {
 		w.rn, w.rerr = unix.Read(int(fd), w.rbuf)
 		return true
 	}
+}
+
+// Incoming implements softrc.Arriver: whether bytes are queued in the
+// socket, for a waiter that does not read it (the reader goroutine does).
+// It may run concurrently with the reader and with other waiters.
+func (l *link) Incoming() bool {
+	w := &l.qw
+	if l.rc == nil || !w.peekMu.TryLock() {
+		return false
+	}
+	defer w.peekMu.Unlock()
+	w.peekN = 0
+	if l.rc.Control(w.peek) != nil {
+		return false
+	}
+	return w.peekN > 0
 }
 
 // socketQueued reports how many bytes are queued in the socket, and false
@@ -161,6 +185,9 @@ func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, dea
 		if n >= want || cq.Pending() || ctx.Err() != nil {
 			return true
 		}
+		if l.t.opts.PollYield {
+			futex.Yield()
+		}
 		if i&7 == 7 {
 			if time.Now().After(deadline) {
 				return false
@@ -201,6 +228,9 @@ func (l *link) spinFill(ctx context.Context, cq *softrc.CQ, want int, deadline t
 		}
 		if l.br.Buffered() >= want || cq.Pending() || ctx.Err() != nil {
 			return true
+		}
+		if l.t.opts.PollYield {
+			futex.Yield() // the sender may need this core
 		}
 		if i&7 == 7 {
 			if time.Now().After(deadline) {

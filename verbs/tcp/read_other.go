@@ -21,6 +21,10 @@ func (l *link) awaitQueued(int) error { return errLarge }
 // no portable way to look into the socket.
 func (l *link) arriving() bool { return l.br.Buffered() > 0 }
 
+// Incoming implements softrc.Arriver: elsewhere than on Linux a waiter
+// cannot look into the socket.
+func (l *link) Incoming() bool { return false }
+
 type queueWait struct{}
 
 func (w *queueWait) init() {}

@@ -52,7 +52,7 @@ func (provider) CanConnect(_, _ verbs.PeerInfo) bool { return true }
 
 func (provider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Device, error) {
 	return Open(ctx, Options{Name: o.Name, Listen: o.Listen, Advertise: o.Advertise, Token: o.Token,
-		ConnectTimeout: o.ConnectTimeout, PollSpin: o.PollSpin, Logger: o.Logger})
+		ConnectTimeout: o.ConnectTimeout, PollSpin: o.PollSpin, PollYield: o.PollYield, Logger: o.Logger})
 }
 
 // Options configure a tcp device.
@@ -101,9 +101,24 @@ type Options struct {
 	// more than the message. Each poll is a system call, so it only pays
 	// when this process has a CPU to itself. Zero or negative: no polling.
 	PollSpin time.Duration
+	// PollYield makes the polling of PollSpin give the CPU to other
+	// processes (sched_yield) after each poll that finds nothing: for ranks
+	// that outnumber the CPUs, which must not hold a core the sender of
+	// their reply needs, yet should not pay a sleep and wake-up per message.
+	PollYield bool
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil is silent.
 	Logger *slog.Logger
+}
+
+// yieldSpin is how long a waiter on a CQ of several links polls their
+// sockets, giving the CPU away between polls, before it sleeps
+// (softrc.Config.YieldSpin): with PollYield, PollSpin; else none.
+func yieldSpin(o Options) time.Duration {
+	if !o.PollYield || o.PollSpin <= 0 {
+		return 0
+	}
+	return o.PollSpin
 }
 
 // maxPollGrace bounds Options.PollGrace.
@@ -190,7 +205,8 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	caps.Latency = 20 * time.Microsecond
 	caps.Bandwidth = 1e9
 	t.dev = softrc.NewDevice(softrc.Config{Provider: Name, Name: name, Caps: caps,
-		ConnectTimeout: o.ConnectTimeout, MinAckTimeout: max(o.MinAckTimeout, 0), Logger: o.Logger}, t)
+		ConnectTimeout: o.ConnectTimeout, MinAckTimeout: max(o.MinAckTimeout, 0), Logger: o.Logger,
+		YieldSpin: yieldSpin(o)}, t)
 	t.wg.Add(1)
 	go t.acceptLoop()
 	return t.dev, nil

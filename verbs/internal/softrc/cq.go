@@ -2,10 +2,13 @@ package softrc
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/rdmago/rdmago/internal/futex"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -67,7 +70,8 @@ func (c *CQ) addDriver(d Driver) {
 func (c *CQ) removeDriver(d Driver) {
 	c.mu.Lock()
 	if i := slices.Index(c.drivers, d); i >= 0 {
-		c.drivers = slices.Delete(c.drivers, i, i+1)
+		// A copy: a spinning waiter reads the old slice without the lock.
+		c.drivers = slices.Delete(slices.Clone(c.drivers), i, i+1)
 	}
 	c.mu.Unlock()
 }
@@ -121,6 +125,7 @@ func (c *CQ) Poll(wc []verbs.WC) int {
 
 // Wait blocks until a completion is available, ctx ends or the CQ closes.
 func (c *CQ) Wait(ctx context.Context) error {
+	spun := false
 	for {
 		c.mu.Lock()
 		if c.head < len(c.buf) {
@@ -162,6 +167,12 @@ func (c *CQ) Wait(ctx context.Context) error {
 				continue
 			}
 			parked = d
+		} else if !spun && len(c.drivers) > 1 && c.dev.cfg.YieldSpin > 0 {
+			spun = true
+			ds := c.drivers
+			c.mu.Unlock()
+			c.spinIncoming(ctx, ds)
+			continue
 		}
 		c.waiters++
 		c.mu.Unlock()
@@ -191,6 +202,39 @@ func (c *CQ) Wait(ctx context.Context) error {
 		}
 		if parked != nil {
 			parked.Parked(false)
+		}
+	}
+}
+
+// Arriver is a Driver that can tell, without reading, whether bytes for
+// it have arrived (a socket's queue); Wait's spin polls it (see
+// Config.YieldSpin). Incoming may run concurrently with anything.
+type Arriver interface {
+	Incoming() bool
+}
+
+// spinIncoming polls the CQ and its links' Incoming for Config.YieldSpin,
+// yielding the CPU (sched_yield) between polls, until a completion is
+// there, bytes arrive on a link, or ctx ends.
+func (c *CQ) spinIncoming(ctx context.Context, ds []Driver) {
+	deadline := time.Now().Add(c.dev.cfg.YieldSpin)
+	for i := 0; ; i++ {
+		if c.pending.Load() {
+			return
+		}
+		for _, d := range ds {
+			if a, ok := d.(Arriver); ok && a.Incoming() {
+				return
+			}
+		}
+		// The CPU to other processes (the sender of what we wait for may
+		// need it), then the P to this one's goroutines: with GOMAXPROCS=1
+		// a link's reader or writer that is runnable (a large frame half
+		// read or written) would otherwise wait out the whole spin.
+		futex.Yield()
+		runtime.Gosched()
+		if i&7 == 7 && (ctx.Err() != nil || time.Now().After(deadline)) {
+			return
 		}
 	}
 }

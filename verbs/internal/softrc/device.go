@@ -27,7 +27,16 @@ type Config struct {
 	// hardware never is; the floor keeps such hiccups from looking like a
 	// dead peer. Zero means no floor.
 	MinAckTimeout time.Duration
-	Logger        *slog.Logger
+	// YieldSpin is how long a waiter of a CQ that several links feed (so
+	// that it cannot drive one) polls them for incoming bytes (Arriver),
+	// giving the CPU to other processes between polls (sched_yield), before
+	// it sleeps. Once bytes are there it parks: the Go scheduler, having
+	// nothing else to run, finds the link's reader ready in its non-blocking
+	// network poll, so the process never sleeps in the kernel and is not
+	// woken. For ranks that outnumber the CPUs, where each wake-up costs
+	// more than the message. Zero: sleep at once.
+	YieldSpin time.Duration
+	Logger    *slog.Logger
 }
 
 // DefaultCaps are the limits of the software devices.
