@@ -10,7 +10,7 @@ import (
 
 // Flow control (the eager protocol's credits).
 //
-// Each side posts EagerSlots receive buffers of hdrLen+EagerLimit bytes on
+// Each side posts EagerSlots receive buffers of slotLen(EagerLimit) bytes on
 // the queue pair before connecting. A sender starts with EagerSlots-1
 // credits; every frame that consumes one of the receiver's buffers (EAGER,
 // RTS, FIN, CANCEL, PING, and window writes with a notification) costs one.
@@ -170,6 +170,16 @@ func (p *peer) chunkFor(n int) int {
 // comes.
 const readWholeMin = 1 << 20
 
+// slotLen is the size of the receive (and staging) buffers of a peer whose
+// eager limit is eager: room for the largest header with a payload, a PIPE
+// fragment's, before eager bytes. So every fragment of a pipelined message
+// carries eager bytes, and a message of k times the eager limit (the
+// powers of two that fill the pipelined range) takes k frames, not k
+// fragments and a last one of a few bytes, which cost a frame, a credit
+// and a wake-up of its own. Both ranks compute it from the eager limit they
+// agree on.
+func slotLen(eager int) int { return pipeLen + eager }
+
 // repostBatch is how many receive buffers a peer collects before it posts
 // them again: each post writes to memory the sender reads (the shm ring),
 // so posting one buffer per message put a cross-core write on the critical
@@ -197,7 +207,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 		pipe = 0
 	}
 	pipe = min(pipe, maxPipe)
-	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: hdrLen + eager, nrecv: n, maxRecv: most,
+	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: slotLen(eager), nrecv: n, maxRecv: most,
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
 	if d.traits.InlineSends && d.caps.MaxInline >= inlineMax {
 		p.inline = inlineMax

@@ -71,3 +71,29 @@ func TestDropPipes(t *testing.T) {
 	require.Len(t, ep.pipes, 1)
 	require.False(t, other.r.done.Load())
 }
+
+// A pipelined message of k times the eager limit goes as k fragments of
+// exactly the eager limit each: the receive buffers have room for the
+// PIPE header in front of a full eager payload.
+func TestPipeFragmentsCarryTheEagerLimit(t *testing.T) {
+	for _, eager := range []int{256, 64 << 10} {
+		for _, k := range []int{2, 4} {
+			ep := &Endpoint{}
+			p := &peer{slot: slotLen(eager)} // no free staging slot: everything queues
+			r := &Request{ep: ep, op: opSend}
+			require.NoError(t, p.sendPipe(ep, r, 0, 1, make([]byte, k*eager)))
+			require.Len(t, p.queue, k, "eager %d, message of %d bytes", eager, k*eager)
+			for i, it := range p.queue {
+				require.Len(t, it.payload, eager)
+				require.Equal(t, uint64(i*eager), it.h.addr)
+				require.LessOrEqual(t, it.h.frameLen()+len(it.payload), p.slot, "a fragment must fit a receive buffer")
+			}
+			// One byte more takes one more fragment, of that byte.
+			ep2 := &Endpoint{}
+			p2 := &peer{slot: slotLen(eager)}
+			require.NoError(t, p2.sendPipe(ep2, &Request{ep: ep2, op: opSend}, 0, 1, make([]byte, k*eager+1)))
+			require.Len(t, p2.queue, k+1)
+			require.Len(t, p2.queue[k].payload, 1)
+		}
+	}
+}

@@ -54,6 +54,7 @@ var (
 	maxBytes = flag.Int("m", 4<<20, "largest message size")
 	minBytes = flag.Int("min", 0, "smallest message size")
 	budget   = flag.Float64("t", 0.25, "seconds of timed loop per size")
+	fixIters = flag.Int("iters", 0, "iterations per size, regardless of -t (0: from -t); a fixed count lets perf stat or strace -c count per iteration: run twice with different counts and divide the difference")
 	eager    = flag.Int("eager", 0, "eager limit in bytes (0: p2p's default)")
 	pipeline = flag.Int("pipeline", 0, "pipeline limit in bytes (0: p2p's default, negative: none)")
 	spin     = flag.Duration("spin", 0, "p2p Options.Spin (0: default)")
@@ -294,6 +295,19 @@ func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 // because a fresh endpoint is slower for a while, which would otherwise
 // inflate the first size's figure. Raw TCP shows no such difference, but
 // rawBench does the same so that both are measured alike.
+// iterCount is how many timed iterations a size runs: -iters when set,
+// else iters capped by the -t budget at per each (at least 5).
+func iterCount(iters int, per time.Duration) int {
+	if *fixIters > 0 {
+		return *fixIters
+	}
+	k := iters
+	if b := time.Duration(*budget * float64(time.Second)); per > 0 && time.Duration(k)*per > b {
+		k = max(5, int(b/per))
+	}
+	return k
+}
+
 func measure(ctx context.Context, ep *p2p.Endpoint, first *bool, iters int, loop func(k int) error) (time.Duration, int, error) {
 	start := time.Now()
 	warm := 1
@@ -305,10 +319,7 @@ func measure(ctx context.Context, ep *p2p.Endpoint, first *bool, iters int, loop
 		return 0, 0, err
 	}
 	per = min(per, time.Since(start)/time.Duration(1+min(4, iters)))
-	k := iters
-	if b := time.Duration(*budget * float64(time.Second)); per > 0 && time.Duration(k)*per > b {
-		k = max(5, int(b/per))
-	}
+	k := iterCount(iters, per)
 	var cnt [8]byte
 	if ep.Rank() == 0 {
 		binary.LittleEndian.PutUint64(cnt[:], uint64(k))
@@ -536,10 +547,7 @@ func rawBench(c net.Conn, me int, bench string) error {
 			return err
 		}
 		per := time.Since(start) / 5
-		k := iters
-		if b := time.Duration(*budget * float64(time.Second)); per > 0 && time.Duration(k)*per > b {
-			k = max(5, int(b/per))
-		}
+		k := iterCount(iters, per)
 		k, err := agree(k)
 		if err != nil {
 			return err

@@ -79,3 +79,32 @@ func TestBindNeedsTwoCPUs(t *testing.T) {
 	require.Error(t, cmd.Wait())
 	require.Contains(t, out.String(), "-bind needs two CPUs")
 }
+
+// TestItersFixesTheCount: with -iters every size runs exactly that many
+// iterations, over p2p and raw TCP, in both benchmarks, whatever -t says
+// (a budget of 1 ns would otherwise give the minimum of 5).
+func TestItersFixesTheCount(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the command")
+	}
+	bin := buildP2PBench(t)
+	for _, args := range [][]string{
+		{"-provider", "tcp", "latency"},
+		{"-provider", "tcp", "bw"},
+		{"-provider", "rawtcp", "latency"},
+		{"-provider", "rawtcp", "bw"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			args := append([]string{"-t", "0.000000001", "-iters", "7", "-min", "1024", "-m", "2048"}, args...)
+			out, err := exec.Command(bin, args...).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			var iters []string
+			for _, l := range strings.Split(string(out), "\n") {
+				if f := strings.Fields(l); len(f) == 3 && !strings.HasPrefix(l, "#") {
+					iters = append(iters, f[2])
+				}
+			}
+			require.Equal(t, []string{"7", "7"}, iters, "sizes 1024 and 2048:\n%s", out)
+		})
+	}
+}
