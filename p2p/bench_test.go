@@ -171,7 +171,7 @@ func reportCPU(b *testing.B, cpu0 int64) {
 // of one message on both sides together; allocs/op should be 0. The
 // requests go back one Release each, or in one ReleaseAll (releaseAll).
 func BenchmarkWindowOverhead(b *testing.B) {
-	for _, size := range []int{8, 4096} {
+	for _, size := range []int{8, 2048, 4096, 16384} {
 		for _, all := range []bool{false, true} {
 			b.Run(fmt.Sprintf("bytes=%d/releaseAll=%v", size, all), func(b *testing.B) { benchWindowOverhead(b, size, all) })
 		}

@@ -118,3 +118,12 @@ func (ep *Endpoint) PeerQPState(peer int) verbs.QPState {
 	defer ep.mu.Unlock()
 	return ep.peers[peer].qp.State()
 }
+
+// EagerInline reports whether every eager frame to peer (a full EagerLimit
+// payload behind the largest header) fits the peer's inline limit.
+func (ep *Endpoint) EagerInline(peer int) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	p := ep.peers[peer]
+	return p.inline >= hdrLen+p.eager
+}

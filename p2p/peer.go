@@ -56,11 +56,13 @@ func splitWRID(id uint64) (kind, rank int, idx uint32) {
 
 func sqDepth(slots int) int { return slots + 40 }
 
-// Inline frames: at most inlineMax bytes (an EAGER of 36, an RTS, a FIN),
-// only over shm, whose SEND of up to 48 bytes lands in the completion's
-// own line anyway; a send queue entry of an unsignaled one is accounted
-// for when the next signaled one completes, whose work request id carries
-// their count (idx = inlineMark | count).
+// Inline frames: over a provider with InlineSends (shm), whose inline SEND
+// is copied like any other (up to 48 bytes into the completion's own
+// line), control frames and eager frames up to the device's inline limit,
+// which needs at least inlineMax (an EAGER of 36, an RTS, a FIN); a send
+// queue entry of an unsignaled one is accounted for when the next
+// signaled one completes, whose work request id carries their count
+// (idx = inlineMark | count).
 const (
 	inlineMax    = 48
 	inlineSignal = 16
@@ -91,10 +93,10 @@ type peer struct {
 	starved bool // a frame waited for credits since the last frame we sent
 	// Small frames over shm go inline (the WR carries their bytes): no
 	// staging slot, and only every inlineSignal-th is signaled.
-	inline int // largest inline frame (0: none)
-	unsig  int // inline frames posted unsignaled since the last signaled one
-	iframe [inlineMax]byte
-	grows  bool // buffers grow on demand (maxRecv > EagerSlots; symmetric)
+	inline int    // largest inline frame (0: none)
+	unsig  int    // inline frames posted unsignaled since the last signaled one
+	iframe []byte // the inline frame being posted (p.inline bytes)
+	grows  bool   // buffers grow on demand (maxRecv > EagerSlots; symmetric)
 
 	sendFree     []int32
 	credits      int
@@ -210,7 +212,13 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: slotLen(eager), nrecv: n, maxRecv: most,
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
 	if d.traits.InlineSends && d.caps.MaxInline >= inlineMax {
-		p.inline = inlineMax
+		// An eager frame the device takes inline skips the staging slot
+		// and, unsignaled, the send completion and its handling: on a
+		// provider whose inline SEND is copied like any other, that is
+		// the same copies for less work, so frames go inline up to the
+		// device's limit.
+		p.inline = min(d.caps.MaxInline, p.slot)
+		p.iframe = make([]byte, p.inline)
 	}
 	p.stats.Rank = rank
 	p.stats.Transport = d.provider

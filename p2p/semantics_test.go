@@ -570,6 +570,61 @@ func TestInlineAccounting(t *testing.T) {
 	})
 }
 
+// TestEagerInline: over shm an eager frame of any size up to EagerLimit
+// goes inline (no staging slot, mostly no send completion). A stream of
+// them, sizes across the limits of the completion's own line and of the
+// non-temporal copy, arrives intact and in order, and leaves no send
+// queue entry counted in use.
+func TestEagerInline(t *testing.T) {
+	const n = 400
+	sizes := []int{0, 37, 200, 2000, 4095, 4096, 9000}
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{RingLines: -1}}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		peer := 1 - ep.Rank()
+		if !ep.EagerInline(peer) {
+			return fmt.Errorf("eager frames of up to %d bytes do not go inline over shm", ep.EagerLimit(peer))
+		}
+		size := func(i int) int { return min(sizes[i%len(sizes)], ep.EagerLimit(peer)) }
+		if ep.Rank() == 0 {
+			reqs := make([]*p2p.Request, 0, 32)
+			for i := range n {
+				r, err := ep.Isend(peer, 5, pattern(size(i), byte(i)))
+				if err != nil {
+					return err
+				}
+				if reqs = append(reqs, r); len(reqs) == cap(reqs) {
+					if err := p2p.WaitAll(ctx, reqs...); err != nil {
+						return err
+					}
+					reqs = reqs[:0]
+				}
+			}
+			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+				return err
+			}
+			if _, err := ep.Recv(ctx, peer, 6, nil); err != nil {
+				return err
+			}
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := waitUntil(wctx, "the send queue to drain", func() bool { return ep.SendOutstanding(peer) < 16 }); err != nil {
+				return fmt.Errorf("%d send queue entries still counted in use: %w", ep.SendOutstanding(peer), err)
+			}
+			return nil
+		}
+		buf := make([]byte, ep.EagerLimit(peer))
+		for i := range n {
+			st, err := ep.Recv(ctx, peer, 5, buf)
+			if err != nil {
+				return err
+			}
+			if want := pattern(size(i), byte(i)); st.Count != len(want) || !bytes.Equal(buf[:st.Count], want) {
+				return fmt.Errorf("message %d: got %d bytes (or other data), want %d", i, st.Count, len(want))
+			}
+		}
+		return ep.Send(ctx, peer, 6, nil)
+	})
+}
+
 // A request given back with Release is the next one the endpoint hands
 // out, zeroed: a loop of Isend/Irecv/Wait/Release cycles the same few
 // requests instead of allocating, and nothing of the previous use (status,

@@ -31,9 +31,10 @@ type Traits struct {
 	// the provider (PeerInfo.Devices), and a device selection by name
 	// (p2p.Options.IBDevices) applies to it.
 	Hardware bool
-	// InlineSends: small SENDs posted inline cost no more than the
-	// completion they make (their payload travels in the completion's own
-	// cache line), so callers may post their small control frames inline.
+	// InlineSends: SENDs posted inline cost no more than from registered
+	// memory (small ones travel in the completion's own cache line), so
+	// callers may post control frames, and messages up to the device's
+	// MaxInline, inline, without a staging buffer or a signaled send.
 	InlineSends bool
 
 	// EagerSize is the largest message worth copying through pre-posted

@@ -230,8 +230,12 @@ func (d *Device) computeCaps() verbs.Caps {
 }
 
 const (
-	maxSGE    = 16
-	maxInline = 4096
+	maxSGE = 16
+	// An inline SEND costs what one from registered memory does (its
+	// bytes are copied once either way, and kept only while it waits for
+	// a receive), so the limit is generous: it covers an eager message of
+	// the traits' EagerSize and its header.
+	maxInline = 32 << 10
 )
 
 func (d *Device) opErr(op string, qpn uint32, idx int, err error) error {
