@@ -525,23 +525,7 @@ func TestInlineAccounting(t *testing.T) {
 		buf := make([]byte, 36)
 		for round := range 2 {
 			if ep.Rank() == round {
-				reqs := make([]*p2p.Request, 0, 64)
-				for i := range n {
-					r, err := ep.Isend(peer, 5, pattern(i%37, byte(i)))
-					if err != nil {
-						return err
-					}
-					if reqs = append(reqs, r); len(reqs) == cap(reqs) {
-						if err := p2p.WaitAll(ctx, reqs...); err != nil {
-							return err
-						}
-						reqs = reqs[:0]
-					}
-				}
-				if err := p2p.WaitAll(ctx, reqs...); err != nil {
-					return err
-				}
-				if _, err := ep.Recv(ctx, peer, 6, buf); err != nil {
+				if err := streamTo(ctx, ep, peer, n, 64, func(i int) []byte { return pattern(i%37, byte(i)) }); err != nil {
 					return err
 				}
 			} else {
@@ -570,6 +554,29 @@ func TestInlineAccounting(t *testing.T) {
 	})
 }
 
+// streamTo sends msg(0..n-1) to peer with tag 5, at most window in flight,
+// and then waits for the peer's empty acknowledgement with tag 6.
+func streamTo(ctx context.Context, ep *p2p.Endpoint, peer, n, window int, msg func(i int) []byte) error {
+	reqs := make([]*p2p.Request, 0, window)
+	for i := range n {
+		r, err := ep.Isend(peer, 5, msg(i))
+		if err != nil {
+			return err
+		}
+		if reqs = append(reqs, r); len(reqs) == cap(reqs) {
+			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+				return err
+			}
+			reqs = reqs[:0]
+		}
+	}
+	if err := p2p.WaitAll(ctx, reqs...); err != nil {
+		return err
+	}
+	_, err := ep.Recv(ctx, peer, 6, nil)
+	return err
+}
+
 // TestEagerInline: over shm an eager frame of any size up to EagerLimit
 // goes inline (no staging slot, mostly no send completion). A stream of
 // them, sizes across the limits of the completion's own line and of the
@@ -585,23 +592,7 @@ func TestEagerInline(t *testing.T) {
 		}
 		size := func(i int) int { return min(sizes[i%len(sizes)], ep.EagerLimit(peer)) }
 		if ep.Rank() == 0 {
-			reqs := make([]*p2p.Request, 0, 32)
-			for i := range n {
-				r, err := ep.Isend(peer, 5, pattern(size(i), byte(i)))
-				if err != nil {
-					return err
-				}
-				if reqs = append(reqs, r); len(reqs) == cap(reqs) {
-					if err := p2p.WaitAll(ctx, reqs...); err != nil {
-						return err
-					}
-					reqs = reqs[:0]
-				}
-			}
-			if err := p2p.WaitAll(ctx, reqs...); err != nil {
-				return err
-			}
-			if _, err := ep.Recv(ctx, peer, 6, nil); err != nil {
+			if err := streamTo(ctx, ep, peer, n, 32, func(i int) []byte { return pattern(size(i), byte(i)) }); err != nil {
 				return err
 			}
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
