@@ -62,16 +62,10 @@ func (ep *Endpoint) progressTurn() int {
 
 // progressLocked polls every device; the caller holds ep.pollMu, which this releases.
 func (ep *Endpoint) progressLocked() int {
-	if ep.wcs == nil {
-		ep.wcs = make([]verbs.WC, 32)
-	}
 	total := 0
 	for _, d := range ep.devs {
-		// Where the rings stand before the poll: the frames sent before
-		// those ring messages are in the CQ by now (see ring.go).
-		ring := ep.sleepers != nil && ep.ringScan()
-		n := d.cq.Poll(ep.wcs)
-		if n == 0 && !ring && !ep.unsettled {
+		n, ring, ok := ep.pollDev(d)
+		if !ok {
 			continue
 		}
 		ep.mu.Lock()
@@ -89,13 +83,9 @@ func (ep *Endpoint) progressFor(r *Request) (total int, held bool) {
 	if !ep.pollMu.TryLock() {
 		return 0, false
 	}
-	if ep.wcs == nil {
-		ep.wcs = make([]verbs.WC, 32)
-	}
 	for _, d := range ep.devs {
-		ring := ep.sleepers != nil && ep.ringScan()
-		n := d.cq.Poll(ep.wcs)
-		if n == 0 && !ring && !ep.unsettled {
+		n, ring, ok := ep.pollDev(d)
+		if !ok {
 			continue
 		}
 		ep.mu.Lock()
@@ -108,6 +98,19 @@ func (ep *Endpoint) progressFor(r *Request) (total int, held bool) {
 	}
 	ep.pollMu.Unlock()
 	return total, false
+}
+
+// pollDev polls d's CQ into ep.wcs after noting where the rings stand (the
+// frames sent before those ring messages are in the CQ by now, see
+// ring.go); ok says there is something to handle (handlePolledLocked).
+// The caller holds ep.pollMu.
+func (ep *Endpoint) pollDev(d *device) (n int, ring, ok bool) {
+	if ep.wcs == nil {
+		ep.wcs = make([]verbs.WC, 32)
+	}
+	ring = ep.sleepers != nil && ep.ringScan()
+	n = d.cq.Poll(ep.wcs)
+	return n, ring, n > 0 || ring || ep.unsettled
 }
 
 // handlePolledLocked handles the n completions a poll put in ep.wcs and,
@@ -139,16 +142,10 @@ func (ep *Endpoint) progressHeldLocked() {
 	// A poll, for background: a receive that completes here may never
 	// enter poll, and background must still see that a goroutine polls.
 	ep.polling.Add(pollStarted)
-	if ep.wcs == nil {
-		ep.wcs = make([]verbs.WC, 32)
-	}
 	for _, d := range ep.devs {
-		ring := ep.sleepers != nil && ep.ringScan()
-		n := d.cq.Poll(ep.wcs)
-		if n == 0 && !ring && !ep.unsettled {
-			continue
+		if n, ring, ok := ep.pollDev(d); ok {
+			ep.handlePolledLocked(n, ring)
 		}
-		ep.handlePolledLocked(n, ring)
 	}
 	ep.pollMu.Unlock()
 }
