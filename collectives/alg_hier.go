@@ -134,6 +134,39 @@ func (c *call) hostGroups() (local, leaders []int) {
 	return local, leaders
 }
 
+// hostRanks returns, for any rank, the ranks of its host in rank order.
+func (c *call) hostRanks() func(rank int) []int {
+	byHost := map[int][]int{}
+	for r, h := range c.e.hosts {
+		byHost[h] = append(byHost[h], r)
+	}
+	return func(rank int) []int { return byHost[c.e.hosts[rank]] }
+}
+
+// swapAll has this view rank send sendBuf(v) to every other view rank v
+// and receive recvBuf(v) from it, all posted at once (receives first);
+// it returns the filled receive buffers by view rank, nil for itself.
+func (c *call) swapAll(recvBuf, sendBuf func(v int) []byte) ([][]byte, error) {
+	in := make([][]byte, c.n)
+	err := c.postAll(func() error {
+		for s := 1; s < c.n; s++ {
+			v := mod(c.me-s, c.n)
+			in[v] = recvBuf(v)
+			if _, err := c.recv(v, in[v], c.h.count); err != nil {
+				return err
+			}
+		}
+		for s := 1; s < c.n; s++ {
+			v := mod(c.me+s, c.n)
+			if _, err := c.send(v, sendBuf(v), c.h.count); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return in, err
+}
+
 // barrierHier is the two-level barrier: every rank of a host reports to
 // its leader over the fast local links, the leaders run the dissemination
 // barrier among themselves over the network, and each leader releases its
@@ -227,11 +260,7 @@ func (c *call) allgatherHier(buf []byte) error {
 // one): each sends its host's blocks, packed in rank order, to every other
 // leader and unpacks theirs.
 func (c *call) leadersExchange(buf []byte, leaders []int) error {
-	byHost := map[int][]int{}
-	for r, h := range c.e.hosts {
-		byHost[h] = append(byHost[h], r)
-	}
-	ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+	ranksOf := c.hostRanks()
 	bs := int(c.h.count) * c.esize
 	pack := func(ranks []int) []byte {
 		b := c.get(len(ranks) * bs)
@@ -243,23 +272,9 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 	lead := c.sub(leaders, 0)
 	mine := ranksOf(c.me)
 	out := pack(mine)
-	in := make([][]byte, lead.n)
-	err := lead.postAll(func() error {
-		for s := 1; s < lead.n; s++ {
-			v := mod(lead.me-s, lead.n)
-			rs := ranksOf(leaders[v])
-			in[v] = c.get(len(rs) * bs)
-			if _, err := lead.recv(v, in[v], c.h.count); err != nil {
-				return err
-			}
-		}
-		for s := 1; s < lead.n; s++ {
-			if _, err := lead.send(mod(lead.me+s, lead.n), out, c.h.count); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	in, err := lead.swapAll(
+		func(v int) []byte { return c.get(len(ranksOf(leaders[v])) * bs) },
+		func(int) []byte { return out })
 	if err != nil {
 		return err
 	}
@@ -317,25 +332,12 @@ func (c *call) alltoallHier(send, recv []byte) error {
 		}
 	}
 	if len(leaders) > 1 {
-		byHost := map[int][]int{}
-		for r, h := range c.e.hosts {
-			byHost[h] = append(byHost[h], r)
-		}
-		ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+		ranksOf := c.hostRanks()
 		bs := int(c.h.count) * c.esize
 		lead := c.sub(leaders, 0)
-		in := make([][]byte, lead.n)
-		err := lead.postAll(func() error {
-			for s := 1; s < lead.n; s++ {
-				v := mod(lead.me-s, lead.n)
-				n := len(ranksOf(leaders[v])) * lc.n
-				in[v] = c.get(n * bs)
-				if _, err := lead.recv(v, in[v], c.h.count); err != nil {
-					return err
-				}
-			}
-			for s := 1; s < lead.n; s++ {
-				v := mod(lead.me+s, lead.n)
+		in, err := lead.swapAll(
+			func(v int) []byte { return c.get(len(ranksOf(leaders[v])) * lc.n * bs) },
+			func(v int) []byte {
 				dst := ranksOf(leaders[v])
 				// By source (this host's ranks), then destination.
 				b := c.get(lc.n * len(dst) * bs)
@@ -344,12 +346,8 @@ func (c *call) alltoallHier(send, recv []byte) error {
 						copy(b[(i*len(dst)+j)*bs:], c.rblock(from[i], d))
 					}
 				}
-				if _, err := lead.send(v, b, c.h.count); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+				return b
+			})
 		if err != nil {
 			return err
 		}
@@ -395,35 +393,19 @@ func (c *call) reduceScatterHier(work, out []byte) error {
 		return lc.recvWait(0, out)
 	}
 	if len(leaders) > 1 {
-		byHost := map[int][]int{}
-		for r, h := range c.e.hosts {
-			byHost[h] = append(byHost[h], r)
-		}
-		ranksOf := func(leader int) []int { return byHost[c.e.hosts[leader]] }
+		ranksOf := c.hostRanks()
 		bs := int(c.h.count) * es
 		lead := c.sub(leaders, 0)
-		in := make([][]byte, lead.n)
-		err := lead.postAll(func() error {
-			for s := 1; s < lead.n; s++ {
-				v := mod(lead.me-s, lead.n)
-				in[v] = c.get(len(local) * bs)
-				if _, err := lead.recv(v, in[v], c.h.count); err != nil {
-					return err
-				}
-			}
-			for s := 1; s < lead.n; s++ {
-				v := mod(lead.me+s, lead.n)
+		in, err := lead.swapAll(
+			func(int) []byte { return c.get(len(local) * bs) },
+			func(v int) []byte {
 				dst := ranksOf(leaders[v])
 				b := c.get(len(dst) * bs)
 				for i, r := range dst {
 					copy(b[i*bs:(i+1)*bs], blk(work, r))
 				}
-				if _, err := lead.send(v, b, c.h.count); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+				return b
+			})
 		if err != nil {
 			return err
 		}
