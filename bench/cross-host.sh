@@ -69,6 +69,11 @@ fi
 # MPI (a scheduler time slice) and 0.13 ms for rdmago (its 100 us poll)
 # where a plain blocking TCP ping-pong between the namespaces takes 13 us
 # (rdmarun's remote ranks also bind within the CPUs they are allowed).
+# Open MPI gets --bind-to none: its own binding reads the whole machine's
+# topology, not the CPUs the host was given, so by default it put the one
+# rank of every 2x1 host on CPU 0 and spread the ranks of 2x2 and 4x2 over
+# every CPU of the machine, where a real host's ranks stay on its own.
+# Without binding, its ranks keep the host's CPUs, as rdmago's do.
 # inhost HOST COMMAND...: run COMMAND in HOST on its CPUs; agent HOST
 # WORDS...: the rsh-style agent both MPI launchers use.
 ncpu=$(nproc)
@@ -113,7 +118,7 @@ row() { # NAME MODE RDMABENCH_ARGS MPIBENCH_ARGS HOSTS SLOTS SHAPE
 	auto) [ "$np" -gt "$(nproc)" ] && yield="--mca mpi_yield_when_idle 1" ;;
 	esac
 	a="$out/inhost $prefix-h0 $out/rdmarun --stdin none --oversubscribe -np $np --host $list --launch-agent '$agent' --iface $subnet $out/rdmabench $rargs -q --budget ${BUDGET}s"
-	b="$out/inhost $prefix-h0 mpirun.openmpi --oversubscribe -np $np --host $list --mca plm_rsh_agent $out/agent --mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet --mca btl self,vader,tcp $yield $out/mpibench $margs -t $BUDGET"
+	b="$out/inhost $prefix-h0 mpirun.openmpi --oversubscribe -np $np --host $list --mca plm_rsh_agent $out/agent --mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet --mca btl self,vader,tcp --bind-to none $yield $out/mpibench $margs -t $BUDGET"
 	echo "## $name ${h}x$s $shape ($(uptime | sed 's/.*load/load/'))"
 	echo "A: $a"
 	echo "B: $b"

@@ -84,6 +84,11 @@ type Endpoint struct {
 	// is not empty, for lock-free looks from the poll loops.
 	duePeers []*peer // guarded by mu
 	due      atomic.Bool
+	// The CQs whose completions come from the provider's own goroutines
+	// (verbs.Arrivals), when the policy keeps the thread while it polls
+	// (crowded, several devices): a poll that finds their bytes arrived
+	// blocks, so that those goroutines run (see poll). Set by New.
+	incoming []verbs.Arrivals
 
 	// The rings (ring.go): the sleepers word of the window holding the
 	// ones peers write to this rank; nil without rings. Set under pollMu
@@ -153,6 +158,13 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 		return fail(err)
 	}
 	ep.policy = waitPolicy(opts, ep.devs, ep.localRanks, ep.hostCPUs())
+	if ep.policy.OSYield {
+		for _, d := range ep.devs {
+			if a, ok := d.cq.(verbs.Arrivals); ok {
+				ep.incoming = append(ep.incoming, a)
+			}
+		}
+	}
 	ep.bgCtx, ep.stop = context.WithCancel(context.Background())
 	for _, d := range ep.devs {
 		ep.wg.Add(1)
@@ -554,6 +566,11 @@ func (ep *Endpoint) connectOptions(d *device) verbs.ConnectOptions {
 const (
 	mixedSpin  = 20 * time.Microsecond
 	mixedYield = 200 * time.Microsecond
+	// crowdedYield is how long a waiter over several devices yields where
+	// the ranks outnumber the CPUs: a yield gives the core to whoever needs
+	// it, so it costs little, while a sleep costs a wake-up on both sides
+	// (a datagram or futex to wake it, the scheduler's latency).
+	crowdedYield = 2 * time.Millisecond
 )
 
 // hostCPUs is the number of CPUs the ranks on this host may run on together.
@@ -595,6 +612,13 @@ const (
 // one CQ's Wait, so it polls them all for mixedSpin and then yields for
 // mixedYield, unless one of them makes its completions in its own
 // goroutines (a hint of no spin), which a spinning waiter only starves.
+// Where the ranks outnumber the CPUs, a waiter over several devices yields
+// after every poll that finds nothing, to other processes (sched_yield:
+// the sender may need this core) and to this one's goroutines, for
+// mixedYield; a spin there would only delay the sender, and a sleep costs
+// a wake-up per message (tens of µs). The completions that the provider's
+// goroutines must read first (verbs.Arrivals) end the polling as soon as
+// their bytes arrive (see poll).
 //
 // The yields are runtime.Gosched, and come within the spin too (every
 // pollYieldInSpin looks): the completion may have to come from a
@@ -610,6 +634,8 @@ func waitPolicy(o Options, devs []*device, local, cpus int) shmsync.Policy {
 		if local <= cpus {
 			defSpin = w.Spin
 		}
+	case len(devs) > 1 && local > cpus && o.Spin == 0 && o.Yield == 0:
+		return shmsync.Policy{Yield: crowdedYield, Gosched: true, OSYield: true, CheckEvery: 1}
 	case len(devs) > 1:
 		defSpin, defYield = mixedSpin, mixedYield
 		for _, d := range devs {

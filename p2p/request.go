@@ -396,6 +396,22 @@ func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
 		if cond() {
 			return true
 		}
+		if n == 0 && ep.incoming != nil && ep.arriving() {
+			return false
+		}
+	}
+	return false
+}
+
+// arriving reports whether bytes have arrived for a CQ whose provider's
+// goroutines must read them first: a poller that keeps the thread
+// (waitPolicy, crowded) blocks then, and Go's scheduler, with nothing else
+// to run, finds those goroutines ready in its network poll at once.
+func (ep *Endpoint) arriving() bool {
+	for _, a := range ep.incoming {
+		if a.Arriving() {
+			return true
+		}
 	}
 	return false
 }
@@ -418,6 +434,9 @@ func (ep *Endpoint) pollHeld(ctx context.Context, r *Request) (done, held bool) 
 		}
 		if n, held = ep.progressFor(r); held || r.done.Load() {
 			return true, held
+		}
+		if n == 0 && ep.incoming != nil && ep.arriving() {
+			break
 		}
 	}
 	return false, false

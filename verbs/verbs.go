@@ -215,6 +215,18 @@ type SleepWaiter interface {
 	WaitSleep(ctx context.Context) error
 }
 
+// Arrivals is an optional CQ capability for providers whose completions
+// are made by goroutines of their own that read the kernel (tcp): Arriving
+// reports whether bytes that will make a completion have arrived and wait
+// for those goroutines to read them. A poller that keeps its thread while
+// it polls (with sched_yield, where ranks outnumber the CPUs) would keep
+// them from running: when Arriving, it blocks instead, and Go's scheduler,
+// finding nothing else to run, runs them at once. Arriving may be called
+// concurrently with anything; it costs a system call per connection.
+type Arrivals interface {
+	Arriving() bool
+}
+
 // PeerReader is an optional QP capability of providers whose peer is
 // another process on this host that this one may read (the shm provider,
 // through process_vm_readv): ReadPeer copies len(dst) bytes at address

@@ -29,6 +29,10 @@ type Policy struct {
 	// instead of the CPU (sched_yield): for writers that are goroutines of
 	// the same process.
 	Gosched bool
+	// OSYield, with Gosched, yields the CPU to other processes
+	// (sched_yield) before each Gosched: for a waiter whose writer may be
+	// another process that shares this core or a goroutine of this one.
+	OSYield bool
 	// CheckEvery is how many polls go between looks at the clock and at
 	// stop while polling (0: 32). A stop that costs more than a few polls
 	// (one load per rank of a group) wants more.
@@ -111,6 +115,7 @@ type Poller struct {
 	spin        time.Duration
 	sleepAt     time.Duration
 	gosched     bool
+	osYield     bool
 }
 
 // Poller starts the polling phases of one wait, which stop (see Poll) or
@@ -130,7 +135,7 @@ func (p *Policy) Poller(stop func() error) Poller {
 		left = 1
 	}
 	return Poller{stop: stop, left: left, every: every, yieldInSpin: p.YieldInSpin,
-		spin: p.Spin, sleepAt: sleepAt, gosched: p.Gosched}
+		spin: p.Spin, sleepAt: sleepAt, gosched: p.Gosched, osYield: p.OSYield}
 }
 
 // Over counts a poll that found the condition false and reports whether
@@ -176,6 +181,9 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 	if el >= w.spin || (w.yieldInSpin > 0 && w.checks%w.yieldInSpin == 0) {
 		w.yields++
 		if w.gosched {
+			if w.osYield {
+				futex.Yield()
+			}
 			runtime.Gosched()
 		} else {
 			futex.Yield()

@@ -113,13 +113,12 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 		return fail(fmt.Errorf("%w: Options.HeapSize %d is below 1 MiB", verbs.ErrInvalidArgument, size))
 	}
 	d := &Device{
-		opts:   o,
-		hostID: host,
-		pid:    os.Getpid(),
-		uid:    os.Getuid(),
-		log:    o.Logger,
-		wait: shmsync.Policy{Spin: defDur(o.SpinDuration, 20*time.Microsecond),
-			Yield: defDur(o.YieldDuration, 200*time.Microsecond), Nap: time.Second},
+		opts:     o,
+		hostID:   host,
+		pid:      os.Getpid(),
+		uid:      os.Getuid(),
+		log:      o.Logger,
+		wait:     waitPolicy(o),
 		cqs:      map[*cq]struct{}{},
 		pds:      map[*pd]struct{}{},
 		qps:      map[uint32]*QP{},
@@ -180,6 +179,19 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 	go d.acceptLoop()
 	d.log.Debug("shm: device open", "device", d.name, "socket", "@"+d.sockName, "host", d.hostID, "usermem", o.UserMem)
 	return d, nil
+}
+
+// waitPolicy is CQ.Wait's polling: Options.SpinDuration and YieldDuration,
+// whose defaults depend on DeviceOptions.PollYield. A waiter whose ranks
+// outnumber the CPUs yields the core at once, as the sender of what it
+// waits for may need this very core: a spin there only delays the sender
+// until the scheduler preempts the spinner.
+func waitPolicy(o Options) shmsync.Policy {
+	spin, yield := 20*time.Microsecond, 200*time.Microsecond
+	if o.PollYield {
+		spin = -1
+	}
+	return shmsync.Policy{Spin: defDur(o.SpinDuration, spin), Yield: defDur(o.YieldDuration, yield), Nap: time.Second}
 }
 
 func defDur(d, def time.Duration) time.Duration {

@@ -38,7 +38,10 @@ type CQ struct {
 	pending atomic.Bool
 }
 
-var _ verbs.CQ = (*CQ)(nil)
+var (
+	_ verbs.CQ       = (*CQ)(nil)
+	_ verbs.Arrivals = (*CQ)(nil)
+)
 
 // Driver is a Link that can make progress on the goroutine that waits for a
 // completion. It saves the hand-off from the link's own goroutine to the
@@ -211,6 +214,20 @@ func (c *CQ) Wait(ctx context.Context) error {
 // Config.YieldSpin). Incoming may run concurrently with anything.
 type Arriver interface {
 	Incoming() bool
+}
+
+// Arriving reports whether bytes for one of the CQ's links have arrived
+// that its goroutine has yet to read (verbs.Arrivals).
+func (c *CQ) Arriving() bool {
+	c.mu.Lock()
+	ds := c.drivers
+	c.mu.Unlock()
+	for _, d := range ds {
+		if a, ok := d.(Arriver); ok && a.Incoming() {
+			return true
+		}
+	}
+	return false
 }
 
 // spinIncoming polls the CQ and its links' Incoming for Config.YieldSpin,
