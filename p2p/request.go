@@ -396,24 +396,34 @@ func (ep *Endpoint) poll(ctx context.Context, cond func() bool) bool {
 		if cond() {
 			return true
 		}
-		if n == 0 && ep.incoming != nil && ep.arriving() {
-			return false
+		if n == 0 && ep.incoming != nil {
+			took, waiting := ep.arrived(ctx)
+			if waiting {
+				return false
+			}
+			if took {
+				n = ep.progress()
+				if cond() {
+					return true
+				}
+			}
 		}
 	}
 	return false
 }
 
-// arriving reports whether bytes have arrived for a CQ whose provider's
-// goroutines must read them first: a poller that keeps the thread
-// (waitPolicy, crowded) blocks then, and Go's scheduler, with nothing else
-// to run, finds those goroutines ready in its network poll at once.
-func (ep *Endpoint) arriving() bool {
+// arrived takes what has arrived for the CQs whose provider's goroutines
+// would otherwise read it (verbs.Arrivals) on this goroutine; waiting
+// reports bytes only those goroutines can take. A poller that keeps the
+// thread (waitPolicy, crowded) blocks then, and Go's scheduler, with
+// nothing else to run, finds those goroutines ready in its network poll
+// at once.
+func (ep *Endpoint) arrived(ctx context.Context) (took, waiting bool) {
 	for _, a := range ep.incoming {
-		if a.Arriving() {
-			return true
-		}
+		t, w := a.Arrived(ctx)
+		took, waiting = took || t, waiting || w
 	}
-	return false
+	return took, waiting
 }
 
 // pollHeld is poll for the one request r of a blocking call. When one of
@@ -435,8 +445,16 @@ func (ep *Endpoint) pollHeld(ctx context.Context, r *Request) (done, held bool) 
 		if n, held = ep.progressFor(r); held || r.done.Load() {
 			return true, held
 		}
-		if n == 0 && ep.incoming != nil && ep.arriving() {
-			break
+		if n == 0 && ep.incoming != nil {
+			took, waiting := ep.arrived(ctx)
+			if waiting {
+				break
+			}
+			if took {
+				if n, held = ep.progressFor(r); held || r.done.Load() {
+					return true, held
+				}
+			}
 		}
 	}
 	return false, false

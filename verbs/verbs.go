@@ -216,15 +216,19 @@ type SleepWaiter interface {
 }
 
 // Arrivals is an optional CQ capability for providers whose completions
-// are made by goroutines of their own that read the kernel (tcp): Arriving
-// reports whether bytes that will make a completion have arrived and wait
-// for those goroutines to read them. A poller that keeps its thread while
-// it polls (with sched_yield, where ranks outnumber the CPUs) would keep
-// them from running: when Arriving, it blocks instead, and Go's scheduler,
-// finding nothing else to run, runs them at once. Arriving may be called
-// concurrently with anything; it costs a system call per connection.
+// are made from bytes their own goroutines read from the kernel (tcp). A
+// poller that keeps its thread while it polls (with sched_yield, where
+// ranks outnumber the CPUs) would keep those goroutines from running:
+// Arrived has the caller handle, on its own goroutine, what has arrived
+// and can be handled without waiting (took: completions may be in the CQ
+// now), and reports bytes that only the provider's goroutines can take
+// (waiting): the poller should block then, and Go's scheduler, finding
+// nothing else to run, runs them at once. Arrived may be called
+// concurrently with anything; it costs a system call per connection, and
+// it never waits for the network, only (until ctx ends) for a goroutine
+// of the provider to hand the connection over.
 type Arrivals interface {
-	Arriving() bool
+	Arrived(ctx context.Context) (took, waiting bool)
 }
 
 // PeerReader is an optional QP capability of providers whose peer is

@@ -421,6 +421,100 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	return true
 }
 
+// DriveQueued implements softrc.QueuedDriver: it handles, on the caller's
+// goroutine, the whole frames that have arrived, and never waits for the
+// socket. It takes the token as Drive does (from a reader goroutine
+// blocked in a read, by interrupting it: a switch to that goroutine and
+// back, with no sleep in the kernel), and leaves it as Drive does, so the
+// reader goroutine stays out while pollers keep coming back. left reports
+// bytes it could not take: another poller holds the token, the next frame
+// is larger than the read buffer (the reader goroutine streams it), or
+// ctx ended first.
+func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool) {
+	if l.rc == nil || l.t.opts.PollGrace < 0 || l.handoff.Load() {
+		return false, true
+	}
+	select {
+	case <-l.tok:
+	default:
+		if l.holder.Load() == holderPoller {
+			return false, true
+		}
+		l.want.Add(1)
+		_ = l.c.SetReadDeadline(aLongTimeAgo)
+		select {
+		case <-l.tok:
+			l.want.Add(-1)
+		case <-ctx.Done():
+			l.want.Add(-1)
+			return false, true
+		case <-l.done:
+			l.want.Add(-1)
+			return false, false
+		}
+	}
+	l.holder.Store(holderPoller)
+	var err error
+	large := false
+	for {
+		if !l.frameBuffered() {
+			need := HeaderLen
+			if l.br.Buffered() >= HeaderLen {
+				b, _ := l.br.Peek(HeaderLen)
+				h, derr := DecodeHeader(b, l.fs.maxMsg)
+				if derr != nil {
+					err = derr
+					break
+				}
+				need += h.PayloadLen()
+			}
+			if need > l.br.Size() {
+				l.handoff.Store(true) // as Drive leaves a large frame (errLarge)
+				large = true
+				break
+			}
+			l.sr.noBlock = true
+			_, perr := l.br.Peek(need)
+			l.sr.noBlock = false
+			if perr != nil && perr != errWouldBlock {
+				err = perr
+				break
+			}
+			if !l.frameBuffered() {
+				if l.br.Buffered() < HeaderLen || need > HeaderLen {
+					break // the rest has yet to come
+				}
+				continue // the header is in: now the payload it announces
+			}
+		}
+		if err = l.readFrame(); err != nil {
+			break
+		}
+		took = true
+	}
+	// The ACKs held back go now: unlike Drive's caller, ours may not wait
+	// on this link again soon (its completions may come by another
+	// device), so nothing else would send them before PollGrace, and
+	// pollers coming back keep postponing that.
+	if err == nil && l.nresps.Load() > 0 {
+		l.sendResps()
+	}
+	buffered := l.br.Buffered() > 0
+	l.holder.Store(holderNone)
+	l.lastPoll.Store(l.now())
+	l.tok <- struct{}{}
+	if err != nil {
+		l.fail(err)
+		return took, false
+	}
+	if buffered || large || l.parked.Load() > 0 {
+		l.wakeReader()
+	} else {
+		l.armGrace()
+	}
+	return took, large
+}
+
 // pollFrame is readFrame for a poller, which must honour ctx and its CQ:
 // it blocks only while nothing of the next frame has been handled, in an
 // interruptible wait, until the whole frame is buffered (or, if larger than

@@ -216,18 +216,37 @@ type Arriver interface {
 	Incoming() bool
 }
 
-// Arriving reports whether bytes for one of the CQ's links have arrived
-// that its goroutine has yet to read (verbs.Arrivals).
-func (c *CQ) Arriving() bool {
+// QueuedDriver is a Driver that can also handle what has arrived for it
+// without waiting for more: DriveQueued handles the link's whole frames
+// that are here on the calling goroutine (took: it handled some) and
+// reports bytes it had to leave to the link's own goroutine (left). It
+// may be called concurrently with anything, as Drive.
+type QueuedDriver interface {
+	DriveQueued(ctx context.Context, cq *CQ) (took, left bool)
+}
+
+// Arrived implements verbs.Arrivals: for every link of the CQ with bytes
+// queued in its socket (Arriver), the frames that are whole are handled
+// on the caller's goroutine when the link can (QueuedDriver); waiting
+// reports bytes only the links' goroutines can take.
+func (c *CQ) Arrived(ctx context.Context) (took, waiting bool) {
 	c.mu.Lock()
 	ds := c.drivers
 	c.mu.Unlock()
 	for _, d := range ds {
-		if a, ok := d.(Arriver); ok && a.Incoming() {
-			return true
+		a, ok := d.(Arriver)
+		if !ok || !a.Incoming() {
+			continue
 		}
+		q, ok := d.(QueuedDriver)
+		if !ok {
+			waiting = true
+			continue
+		}
+		t, l := q.DriveQueued(ctx, c)
+		took, waiting = took || t, waiting || l
 	}
-	return false
+	return took, waiting
 }
 
 // spinIncoming polls the CQ and its links' Incoming for Config.YieldSpin,
