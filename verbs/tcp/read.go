@@ -357,28 +357,11 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	if l.t.opts.PollGrace < 0 || l.handoff.Load() {
 		return false // the reader goroutine drives (or has a large frame to take)
 	}
-	select {
-	case <-l.tok:
-	default:
-		if l.holder.Load() == holderPoller {
-			return false
-		}
-		// The reader goroutine has it: interrupt its read and wait for it.
-		l.want.Add(1)
-		_ = l.c.SetReadDeadline(aLongTimeAgo)
-		select {
-		case <-l.tok:
-			l.want.Add(-1)
-		case <-cq.Signal():
-			l.want.Add(-1)
-			return true
-		case <-ctx.Done():
-			l.want.Add(-1)
-			return true
-		case <-l.done:
-			l.want.Add(-1)
-			return true
-		}
+	switch l.takeToken(ctx, cq.Signal()) {
+	case tokenBusy:
+		return false
+	case tokenGiveUp, tokenDone:
+		return true
 	}
 	l.holder.Store(holderPoller)
 	var err error
@@ -421,6 +404,40 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	return true
 }
 
+// What takeToken got.
+const (
+	tokenTaken  = iota
+	tokenBusy   // another poller holds the token
+	tokenGiveUp // sig fired or ctx ended while the reader goroutine held it
+	tokenDone   // the link is done
+)
+
+// takeToken takes the read token for a poller: at once when it is free,
+// else from the reader goroutine, whose blocked read it interrupts (a read
+// deadline in the past) and which hands it over at a frame boundary.
+func (l *link) takeToken(ctx context.Context, sig <-chan struct{}) int {
+	select {
+	case <-l.tok:
+		return tokenTaken
+	default:
+	}
+	if l.holder.Load() == holderPoller {
+		return tokenBusy
+	}
+	l.want.Add(1)
+	defer l.want.Add(-1)
+	_ = l.c.SetReadDeadline(aLongTimeAgo)
+	select {
+	case <-l.tok:
+		return tokenTaken
+	case <-sig:
+	case <-ctx.Done():
+	case <-l.done:
+		return tokenDone
+	}
+	return tokenGiveUp
+}
+
 // DriveQueued implements softrc.QueuedDriver: it handles, on the caller's
 // goroutine, the whole frames that have arrived, and never waits for the
 // socket. It takes the token as Drive does (from a reader goroutine
@@ -434,24 +451,11 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 	if l.rc == nil || l.t.opts.PollGrace < 0 || l.handoff.Load() {
 		return false, true
 	}
-	select {
-	case <-l.tok:
-	default:
-		if l.holder.Load() == holderPoller {
-			return false, true
-		}
-		l.want.Add(1)
-		_ = l.c.SetReadDeadline(aLongTimeAgo)
-		select {
-		case <-l.tok:
-			l.want.Add(-1)
-		case <-ctx.Done():
-			l.want.Add(-1)
-			return false, true
-		case <-l.done:
-			l.want.Add(-1)
-			return false, false
-		}
+	switch l.takeToken(ctx, nil) {
+	case tokenBusy, tokenGiveUp:
+		return false, true
+	case tokenDone:
+		return false, false
 	}
 	l.holder.Store(holderPoller)
 	var err error
