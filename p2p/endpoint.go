@@ -86,8 +86,9 @@ type Endpoint struct {
 	due      atomic.Bool
 	// The CQs whose completions come from the provider's own goroutines
 	// (verbs.Arrivals), when the policy keeps the thread while it polls
-	// (crowded, several devices): a poll that finds their bytes arrived
-	// blocks, so that those goroutines run (see poll). Set by New.
+	// (crowded, several devices): a poll that finds nothing takes what has
+	// arrived for them itself, and blocks when only those goroutines can
+	// take it, so that they run (see poll). Set by New.
 	incoming []verbs.Arrivals
 
 	// The rings (ring.go): the sleepers word of the window holding the
@@ -615,10 +616,11 @@ const (
 // Where the ranks outnumber the CPUs, a waiter over several devices yields
 // after every poll that finds nothing, to other processes (sched_yield:
 // the sender may need this core) and to this one's goroutines, for
-// mixedYield; a spin there would only delay the sender, and a sleep costs
-// a wake-up per message (tens of µs). The completions that the provider's
-// goroutines must read first (verbs.Arrivals) end the polling as soon as
-// their bytes arrive (see poll).
+// crowdedYield; a spin there would only delay the sender, and a sleep
+// costs a wake-up per message (tens of µs). What has arrived for the CQs
+// whose provider's goroutines read the kernel (verbs.Arrivals) the poller
+// takes itself, and it stops polling when only those goroutines can take
+// it (see poll).
 //
 // The yields are runtime.Gosched, and come within the spin too (every
 // pollYieldInSpin looks): the completion may have to come from a

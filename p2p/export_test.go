@@ -127,3 +127,23 @@ func (ep *Endpoint) EagerInline(peer int) bool {
 	p := ep.peers[peer]
 	return p.inline >= hdrLen+p.eager
 }
+
+// IncomingProviders names the providers of the devices whose CQs a
+// crowded poll asks for what has arrived (Endpoint.incoming), in order,
+// for TestCrowdedIncoming.
+func (ep *Endpoint) IncomingProviders() []string {
+	var names []string
+	for _, a := range ep.incoming {
+		for _, d := range ep.devs {
+			if cq, ok := d.cq.(verbs.Arrivals); ok && cq == a {
+				names = append(names, d.provider)
+			}
+		}
+	}
+	return names
+}
+
+// PollsWithOSYield reports whether this endpoint's waits yield the CPU to
+// other processes between polls (the crowded policy over several
+// devices), for TestCrowdedIncoming.
+func (ep *Endpoint) PollsWithOSYield() bool { return ep.policy.OSYield }

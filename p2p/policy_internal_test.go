@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 	_ "github.com/rdmago/rdmago/verbs/ibv" // the automatic choice asks every registered provider
 	_ "github.com/rdmago/rdmago/verbs/loop"
@@ -144,5 +145,37 @@ func TestPickProvider(t *testing.T) {
 		got = pickProvider(verbs.Preferred(), c.peer, c.me)
 		require.NotNil(t, got)
 		assert.Equal(t, c.want, got.Name(), "symmetric: %+v / %+v", c.peer, c.me)
+	}
+}
+
+// TestWaitPolicyCrowded: a waiter over several devices whose host's ranks
+// outnumber the CPUs yields after every poll that finds nothing, to other
+// processes (the sender may need this core) and to this one's goroutines,
+// for crowdedYield, and never spins; an explicit Spin or Yield keeps the
+// usual policy, and with a CPU per rank the mixed defaults stay.
+func TestWaitPolicyCrowded(t *testing.T) {
+	shm, tcp, ibv := devOf(t, "shm"), devOf(t, "tcp"), devOf(t, "ibv")
+	crowded := shmsync.Policy{Yield: crowdedYield, Gosched: true, OSYield: true, CheckEvery: 1}
+	usual := func(spin, yield time.Duration) shmsync.Policy {
+		return shmsync.Policy{Spin: spin, Yield: yield, Gosched: true, CheckEvery: pollCheckEvery, YieldInSpin: pollYieldInSpin}
+	}
+	for _, c := range []struct {
+		name        string
+		o           Options
+		devs        []*device
+		local, cpus int
+		want        shmsync.Policy
+	}{
+		{"shm and tcp, crowded", Options{}, []*device{shm, tcp}, 4, 2, crowded},
+		{"shm and ibv, crowded", Options{}, []*device{shm, ibv}, 3, 2, crowded},
+		{"shm and tcp, crowded, explicit spin", Options{Spin: 5 * time.Microsecond}, []*device{shm, tcp}, 4, 2, usual(5*time.Microsecond, 0)},
+		{"shm and tcp, crowded, explicit yield", Options{Yield: time.Millisecond}, []*device{shm, tcp}, 4, 2, usual(0, time.Millisecond)},
+		{"shm and ibv, crowded, no spin", Options{Spin: -1}, []*device{shm, ibv}, 4, 2, usual(0, mixedYield)},
+		{"shm and tcp, a CPU each", Options{}, []*device{shm, tcp}, 2, 2, usual(0, 0)},
+		{"shm and ibv, a CPU each", Options{}, []*device{shm, ibv}, 2, 2, usual(mixedSpin, mixedYield)},
+		{"shm alone, crowded", Options{}, []*device{shm}, 4, 2, usual(shm.traits.Wait.SpinShared, shm.traits.Wait.Yield)},
+		{"tcp alone, crowded", Options{}, []*device{tcp}, 4, 2, usual(tcp.traits.Wait.SpinShared, tcp.traits.Wait.Yield)},
+	} {
+		assert.Equal(t, c.want, waitPolicy(c.o, c.devs, c.local, c.cpus), c.name)
 	}
 }

@@ -112,6 +112,8 @@ type Poller struct {
 	checks      int // looks so far, for yieldInSpin
 	yieldInSpin int
 	yields      int // yields so far (for tests)
+	osYields    int // sched_yields so far (for tests)
+	goscheds    int // runtime.Goscheds so far (for tests)
 	spin        time.Duration
 	sleepAt     time.Duration
 	gosched     bool
@@ -182,10 +184,13 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 		w.yields++
 		if w.gosched {
 			if w.osYield {
+				w.osYields++
 				futex.Yield()
 			}
+			w.goscheds++
 			runtime.Gosched()
 		} else {
+			w.osYields++
 			futex.Yield()
 		}
 	}

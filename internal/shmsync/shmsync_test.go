@@ -283,3 +283,32 @@ func TestPollerYields(t *testing.T) {
 	require.True(t, w.Over(cctx))
 	require.ErrorIs(t, w.Err(cctx), context.Canceled)
 }
+
+// TestPollerYieldKinds: every yield is a runtime.Gosched with Gosched, a
+// sched_yield without; with Gosched and OSYield it is both, a sched_yield
+// then a Gosched, after every failed poll when CheckEvery is 1 and there
+// is no spin (a crowded waiter over several devices: its sender may be
+// another process on this core or a goroutine of this one).
+func TestPollerYieldKinds(t *testing.T) {
+	ctx := context.Background()
+	const polls = 40
+	for _, c := range []struct {
+		name               string
+		p                  Policy
+		goscheds, osYields int
+	}{
+		{"Gosched and OSYield", Policy{Yield: time.Hour, Gosched: true, OSYield: true, CheckEvery: 1}, polls, polls},
+		{"Gosched", Policy{Yield: time.Hour, Gosched: true, CheckEvery: 1}, polls, 0},
+		{"neither", Policy{Yield: time.Hour, CheckEvery: 1}, 0, polls},
+		{"OSYield alone is sched_yield", Policy{Yield: time.Hour, OSYield: true, CheckEvery: 1}, 0, polls},
+		{"Gosched and OSYield, every 4 polls", Policy{Yield: time.Hour, Gosched: true, OSYield: true, CheckEvery: 4}, polls / 4, polls / 4},
+	} {
+		w := c.p.Poller(nil)
+		for range polls {
+			require.False(t, w.Over(ctx), c.name)
+		}
+		require.Equal(t, c.goscheds, w.goscheds, "%s: Goscheds", c.name)
+		require.Equal(t, c.osYields, w.osYields, "%s: sched_yields", c.name)
+		require.Equal(t, polls/max(1, c.p.CheckEvery), w.yields, "%s: yields", c.name)
+	}
+}

@@ -189,7 +189,7 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 func waitPolicy(o Options) shmsync.Policy {
 	spin, yield := 20*time.Microsecond, 200*time.Microsecond
 	if o.PollYield {
-		spin = -1
+		spin = 0
 	}
 	return shmsync.Policy{Spin: defDur(o.SpinDuration, spin), Yield: defDur(o.YieldDuration, yield), Nap: time.Second}
 }

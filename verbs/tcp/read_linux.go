@@ -247,6 +247,19 @@ func (l *link) readQueued(p []byte) (int, error) {
 	w := &l.qw
 	w.rbuf = p
 	err := l.rc.Read(w.read)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// A read deadline in the past is how a poller interrupts the
+		// reader goroutine's blocked read (see read.go); it stays when the
+		// reader had left its read already. A read that never blocks has
+		// nothing to interrupt: clear it rather than fail the link. (Should
+		// another interrupt come meanwhile, report nothing read: the
+		// caller looks again.)
+		_ = l.c.SetReadDeadline(time.Time{})
+		if err = l.rc.Read(w.read); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			w.rbuf, w.rerr = nil, nil
+			return 0, errWouldBlock
+		}
+	}
 	n, rerr := w.rn, w.rerr
 	w.rbuf, w.rerr = nil, nil
 	switch {

@@ -1,0 +1,232 @@
+//go:build linux
+
+package p2p_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/internal/affinity"
+	"github.com/rdmago/rdmago/p2p"
+)
+
+// Ranks of one process that p2p takes for two hosts of two ranks each
+// (ranks 0-1 and 2-3): shm between the ranks of a host, tcp across, so
+// that every endpoint has two devices, as every rank of a multi-host job
+// with several ranks a host has.
+
+// twoHosts is a rendezvous that rewrites the host records a rank reads
+// for the transport choice ("p2p/<Name>/host/<rank>": host identity,
+// process, hardware devices, CPU mask, the first three ended by a NUL):
+// a rank of the other pair gets another host identity, and none has a
+// hardware device. (A rank's own record stays as it made it.)
+type twoHosts struct {
+	p2p.Rendezvous
+}
+
+func (r twoHosts) Get(ctx context.Context, key string) ([]byte, error) {
+	v, err := r.Rendezvous.Get(ctx, key)
+	i := strings.LastIndex(key, "/host/")
+	if err != nil || !strings.HasPrefix(key, "p2p/") || i < 0 {
+		return v, err
+	}
+	peer, err := strconv.Atoi(key[i+len("/host/"):])
+	if err != nil {
+		return nil, fmt.Errorf("host record key %q: %w", key, err)
+	}
+	f := bytes.SplitN(v, []byte{0}, 4)
+	if len(f) != 4 {
+		return nil, fmt.Errorf("host record %q has %d fields", v, len(f))
+	}
+	host := f[0]
+	if peer/2 != r.Rank()/2 {
+		host = fmt.Appendf(nil, "other-host/%s", host)
+	}
+	return bytes.Join([][]byte{host, f[1], nil, f[3]}, []byte{0}), nil
+}
+
+// startTwoHosts starts four endpoints as two hosts of two ranks. With
+// oneCPU, each rank's thread is pinned to one CPU, the same for all,
+// while New reads its affinity: every host's two ranks then share one CPU
+// (crowded).
+func startTwoHosts(t *testing.T, ctx context.Context, oneCPU bool, o p2p.Options) []*p2p.Endpoint {
+	t.Helper()
+	const n = 4
+	cpus, err := affinity.CPUs()
+	require.NoError(t, err)
+	stores, err := bootstrap.NewMemory(n)
+	require.NoError(t, err)
+	o.Provider = "auto"
+	o.LivenessTimeout = -1
+	eps := make([]*p2p.Endpoint, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			if oneCPU {
+				old, err := affinity.PinThread(cpus[0])
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				defer func() { errs[r] = errors.Join(errs[r], affinity.RestoreThread(old)) }()
+			}
+			eps[r], errs[r] = p2p.New(ctx, twoHosts{stores[r]}, o)
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, ep := range eps {
+			if ep != nil {
+				wg.Go(func() { _ = ep.Close() })
+			}
+		}
+		wg.Wait()
+	})
+	require.NoError(t, errors.Join(errs...))
+	for _, ep := range eps {
+		for peer := range n {
+			want := map[bool]string{true: "shm", false: "tcp"}[peer/2 == ep.Rank()/2]
+			if peer != ep.Rank() {
+				require.Equal(t, want, ep.Transport(peer), "rank %d to rank %d", ep.Rank(), peer)
+			}
+		}
+	}
+	return eps
+}
+
+// TestCrowdedIncoming: an endpoint over shm and tcp whose host's ranks
+// outnumber their CPUs polls with sched_yield and asks the tcp CQ, and
+// only it (shm's CQ makes no completions from bytes a goroutine reads),
+// for what has arrived; with a CPU each, or an explicit Spin, it keeps
+// the usual policy and asks no CQ.
+func TestCrowdedIncoming(t *testing.T) {
+	cpus, err := affinity.CPUs()
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name      string
+		oneCPU    bool
+		o         p2p.Options
+		crowded   bool
+		osYield   bool
+		incoming  []string
+		needsCPUs int
+	}{
+		{"crowded", true, p2p.Options{}, true, true, []string{"tcp"}, 1},
+		{"crowded, explicit spin", true, p2p.Options{Spin: 5 * time.Microsecond}, true, false, nil, 1},
+		{"a CPU each", false, p2p.Options{}, false, false, nil, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if len(cpus) < c.needsCPUs {
+				t.Skipf("%d CPUs here", len(cpus))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for _, ep := range startTwoHosts(t, ctx, c.oneCPU, c.o) {
+				assert.Equal(t, c.crowded, ep.Crowded(), "rank %d", ep.Rank())
+				assert.Equal(t, c.osYield, ep.PollsWithOSYield(), "rank %d", ep.Rank())
+				assert.Equal(t, c.incoming, ep.IncomingProviders(), "rank %d", ep.Rank())
+			}
+		})
+	}
+}
+
+// TestCrowdedTwoDevices: crowded endpoints over shm and tcp, whose waits
+// poll both CQs with sched_yield and take what has arrived on the tcp
+// connections themselves (verbs.Arrivals), complete ping-pongs over each
+// device and bursts of eager, pipelined and rendezvous messages across
+// the tcp connections, both ways at once, each intact and in order.
+func TestCrowdedTwoDevices(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	eps := startTwoHosts(t, ctx, true, p2p.Options{})
+	for _, ep := range eps {
+		require.True(t, ep.PollsWithOSYield(), "rank %d is not crowded", ep.Rank())
+	}
+	sizes := []int{0, 8, 100, 4 << 10, 40 << 10, 300 << 10}
+	msg := func(from, i, n int) []byte {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(from*31 + i*7 + j)
+		}
+		return b
+	}
+	errs := make([]error, len(eps))
+	var wg sync.WaitGroup
+	for _, ep := range eps {
+		wg.Go(func() {
+			errs[ep.Rank()] = func() error {
+				me := ep.Rank()
+				// Ping-pong with the rank of this host (shm), then with its
+				// counterpart on the other host (tcp).
+				for _, peer := range []int{me ^ 1, me ^ 2} {
+					buf := make([]byte, 8)
+					for round := range 40 {
+						if (me < peer) == (round%2 == 0) {
+							if err := ep.Send(ctx, peer, 1, msg(me, round, 8)); err != nil {
+								return fmt.Errorf("ping-pong with %d, round %d: %w", peer, round, err)
+							}
+						} else {
+							if _, err := ep.Recv(ctx, peer, 1, buf); err != nil {
+								return fmt.Errorf("ping-pong with %d, round %d: %w", peer, round, err)
+							}
+							if !bytes.Equal(msg(peer, round, 8), buf) {
+								return fmt.Errorf("ping-pong with %d, round %d: got %x", peer, round, buf)
+							}
+						}
+					}
+				}
+				// A burst to the counterpart on the other host while it
+				// sends one to this rank.
+				peer := me ^ 2
+				var reqs []*p2p.Request
+				var bufs [][]byte
+				for i := range 24 {
+					n := sizes[i%len(sizes)]
+					bufs = append(bufs, make([]byte, n))
+					r, err := ep.Irecv(peer, 2, bufs[i])
+					if err != nil {
+						return err
+					}
+					reqs = append(reqs, r)
+				}
+				for i := range 24 {
+					r, err := ep.Isend(peer, 2, msg(me, i, sizes[i%len(sizes)]))
+					if err != nil {
+						return err
+					}
+					reqs = append(reqs, r)
+				}
+				for i, r := range reqs {
+					if _, err := r.Wait(ctx); err != nil {
+						return fmt.Errorf("burst request %d: %w", i, err)
+					}
+				}
+				for i, b := range bufs {
+					if !bytes.Equal(msg(peer, i, len(b)), b) {
+						return fmt.Errorf("burst message %d of %d bytes from %d is not intact", i, len(b), peer)
+					}
+				}
+				return nil
+			}()
+			if errs[ep.Rank()] != nil {
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d", r)
+	}
+}
