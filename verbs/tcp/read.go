@@ -480,13 +480,6 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 			l.sr.noBlock = true
 			_, perr := l.br.Peek(need)
 			l.sr.noBlock = false
-			if errors.Is(perr, os.ErrDeadlineExceeded) {
-				// A deadline set to interrupt a reader that had let go of
-				// the token already (here or by a poller that wanted it
-				// as we took it): clear it and read again.
-				_ = l.c.SetReadDeadline(time.Time{})
-				continue
-			}
 			if perr != nil && perr != errWouldBlock {
 				err = perr
 				break
