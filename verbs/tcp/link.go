@@ -44,6 +44,7 @@ type link struct {
 	pblocked    atomic.Bool   // the polling holder is (about to be) blocked at a frame boundary
 	parked      atomic.Int32  // CQ waiters parked while another goroutine drives
 	handoff     atomic.Bool   // a poller left a large frame to the reader goroutine
+	writing     atomic.Bool   // the writer goroutine is writing: it may wait for the network poller (Incoming)
 	lastPoll    atomic.Int64  // now() when a poller last put the token back
 	graceArmed  atomic.Bool
 	grace       *time.Timer
@@ -187,6 +188,7 @@ func (l *link) writer() {
 			return
 		}
 		l.wmu.Lock()
+		l.writing.Store(true)
 		var err error
 		if len(l.ss.carry) > 0 {
 			err = l.write(l.ss.carry)
@@ -203,6 +205,7 @@ func (l *link) writer() {
 				l.finishBatch()
 			}
 		}
+		l.writing.Store(false)
 		l.wmu.Unlock()
 		if err != nil {
 			l.fail(err)

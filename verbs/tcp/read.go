@@ -444,12 +444,13 @@ func (l *link) takeToken(ctx context.Context, sig <-chan struct{}) int {
 // blocked in a read, by interrupting it: a switch to that goroutine and
 // back, with no sleep in the kernel), and leaves it as Drive does, so the
 // reader goroutine stays out while pollers keep coming back. left reports
-// bytes it could not take: another poller holds the token, the next frame
-// is larger than the read buffer (the reader goroutine streams it), or
+// work it could not do: another poller holds the token, the next frame
+// is larger than the read buffer (the reader goroutine streams it), the
+// writer goroutine is writing (it may wait for the network poller), or
 // ctx ended first.
 func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool) {
-	if l.rc == nil || l.t.opts.PollGrace < 0 || l.handoff.Load() {
-		return false, true
+	if l.rc == nil || l.t.opts.PollGrace < 0 || l.handoff.Load() || l.writing.Load() {
+		return false, true // the link's goroutines have the work (see Incoming)
 	}
 	switch l.takeToken(ctx, nil) {
 	case tokenBusy, tokenGiveUp:

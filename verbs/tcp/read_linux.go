@@ -97,9 +97,15 @@ func (w *queueWait) init() {
 }
 
 // Incoming implements softrc.Arriver: whether bytes are queued in the
-// socket, for a waiter that does not read it (the reader goroutine does).
-// It may run concurrently with the reader and with other waiters.
+// socket, for a waiter that does not read it (the reader goroutine does),
+// or the writer goroutine is writing: a write the socket did not take at
+// once waits for the network poller, which a waiter that keeps the thread
+// keeps from running. It may run concurrently with the reader and with
+// other waiters.
 func (l *link) Incoming() bool {
+	if l.writing.Load() {
+		return true
+	}
 	w := &l.qw
 	if l.rc == nil || !w.peekMu.TryLock() {
 		return false

@@ -210,8 +210,10 @@ func (c *CQ) Wait(ctx context.Context) error {
 }
 
 // Arriver is a Driver that can tell, without reading, whether bytes for
-// it have arrived (a socket's queue); Wait's spin polls it (see
-// Config.YieldSpin). Incoming may run concurrently with anything.
+// it have arrived (a socket's queue), or its own goroutines have work that
+// waits for Go's network poller (a write the socket did not take); Wait's
+// spin polls it (see Config.YieldSpin). Incoming may run concurrently with
+// anything.
 type Arriver interface {
 	Incoming() bool
 }
