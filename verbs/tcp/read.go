@@ -496,6 +496,9 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 			break
 		}
 		took = true
+		if l.nresps.Load() >= ackHoldMax {
+			l.sendResps() // as pollFrame does while frames stream in
+		}
 	}
 	// The ACKs held back go now: unlike Drive's caller, ours may not wait
 	// on this link again soon (its completions may come by another
