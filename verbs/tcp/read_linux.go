@@ -247,6 +247,18 @@ func (l *link) readQueued(p []byte) (int, error) {
 	w := &l.qw
 	w.rbuf = p
 	err := l.rc.Read(w.read)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// A past deadline is an interrupt meant for whoever held the token
+		// before (the reader goroutine gives it up without clearing it), or
+		// one another poller set as this one took the token: the read never
+		// ran. Clear it and read; a second one means a poller wants the
+		// token now, which nothing read tells the caller to let go.
+		_ = l.c.SetReadDeadline(time.Time{})
+		if err = l.rc.Read(w.read); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			w.rbuf = nil
+			return 0, errWouldBlock
+		}
+	}
 	n, rerr := w.rn, w.rerr
 	w.rbuf, w.rerr = nil, nil
 	switch {
