@@ -47,6 +47,8 @@ type link struct {
 	lastPoll    atomic.Int64  // now() when a poller last put the token back
 	graceArmed  atomic.Bool
 	grace       *time.Timer
+	ackArmed    atomic.Bool
+	ackFlush    *time.Timer // sends the ACKs DriveQueued held back (armAckFlush)
 	bgWake      chan struct{}
 	interruptFn func()
 	watchMu     sync.Mutex
@@ -93,6 +95,8 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQ
 	l.qw.init()
 	l.grace = time.AfterFunc(time.Hour, l.graceFired)
 	l.grace.Stop()
+	l.ackFlush = time.AfterFunc(time.Hour, l.ackFlushFired)
+	l.ackFlush.Stop()
 	l.tok <- struct{}{}
 	l.bgWake <- struct{}{}
 	t.mu.Lock()
@@ -127,6 +131,7 @@ func (l *link) fail(err error) {
 	l.once.Do(func() {
 		close(l.done)
 		l.grace.Stop()
+		l.ackFlush.Stop()
 		l.dropWatch()
 		_ = l.c.Close()
 		l.q.LinkLost(l, err)

@@ -492,12 +492,18 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 		}
 		took = true
 	}
-	// The ACKs held back go now: unlike Drive's caller, ours may not wait
-	// on this link again soon (its completions may come by another
-	// device), so nothing else would send them before PollGrace, and
-	// pollers coming back keep postponing that.
-	if err == nil && l.nresps.Load() > 0 {
-		l.sendResps()
+	// The ACKs held back ride on the next frame this side sends, which in
+	// a collective usually follows at once, or go PollGrace from now
+	// (ackFlush), not with the grace timer: pollers coming back keep
+	// postponing that. Sent here, each cost a write before the caller got
+	// to its completion, and a wake-up of the peer's reader for nothing
+	// but ACKs, on hosts whose ranks share their cores.
+	if err == nil {
+		if n := l.nresps.Load(); n >= ackHoldMax {
+			l.sendResps()
+		} else if n > 0 {
+			l.armAckFlush()
+		}
 	}
 	buffered := l.br.Buffered() > 0
 	l.holder.Store(holderNone)
@@ -696,6 +702,21 @@ func (l *link) now() int64 { return int64(time.Since(l.epoch)) }
 func (l *link) armGrace() {
 	if !l.graceArmed.Swap(true) {
 		l.grace.Reset(l.t.opts.PollGrace)
+	}
+}
+
+// armAckFlush makes sure the ACKs a poller held back (DriveQueued) go
+// PollGrace from now at the latest, far below the peer's ACK timeout.
+func (l *link) armAckFlush() {
+	if !l.ackArmed.Swap(true) {
+		l.ackFlush.Reset(l.t.opts.PollGrace)
+	}
+}
+
+func (l *link) ackFlushFired() {
+	l.ackArmed.Store(false)
+	if l.nresps.Load() > 0 {
+		l.sendResps()
 	}
 }
 
