@@ -997,7 +997,9 @@ func TestDriveSpinReadsFrames(t *testing.T) {
 // arrived (DriveQueued) holds their ACKs back, to ride on the next frame
 // its side sends, rather than write them before it goes on to its
 // completion; with nothing sent after, they still reach the requester
-// (ackFlush, PollGrace later).
+// (ackFlush, PollGrace later). And it reads the socket once for a frame
+// that came alone: a read that took less than it had room for emptied the
+// socket, so another would only find nothing (EAGAIN, a system call).
 func TestDriveQueuedHoldsAcks(t *testing.T) {
 	o := testOptions()
 	o.PollGrace = maxPollGrace // the reader goroutine stays away that long
@@ -1018,10 +1020,11 @@ func TestDriveQueuedHoldsAcks(t *testing.T) {
 		var wc [1]verbs.WC
 		for rcq.Poll(wc[:]) == 0 {
 			if n, ok := l.socketQueued(); ok && n > 0 {
-				before := l.respSends.Load()
+				before, empty := l.respSends.Load(), l.emptyReads.Load()
 				if took, _ := l.DriveQueued(ctx, rcq); took {
 					held = l.respSends.Load() == before
 					require.True(t, held, "DriveQueued wrote the ACK at once")
+					require.Equal(t, empty, l.emptyReads.Load(), "DriveQueued read the emptied socket again")
 				}
 			}
 			runtime.Gosched()

@@ -64,6 +64,7 @@ type link struct {
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
+	emptyReads  atomic.Int32 // non-blocking reads that found nothing (for tests)
 	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
 	bufCopied   atomic.Int64 // payload bytes copied out of the read buffer rather than read in place (for tests)
 	qw          queueWait    // awaitQueued's scratch

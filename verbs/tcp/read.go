@@ -65,6 +65,7 @@ type sockReader struct {
 	pre     []byte
 	intr    bool // the read is interruptible: nothing of a frame is being handled
 	noBlock bool // the read takes what is queued and never waits (errWouldBlock)
+	drained bool // the last noBlock read took less than it had room for: all that was queued
 	hdrOnly bool // read no more than a header: a large payload may follow (see readFrame)
 }
 
@@ -81,7 +82,9 @@ func (r *sockReader) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if r.noBlock {
-		return r.l.readQueued(p)
+		n, err := r.l.readQueued(p)
+		r.drained = err == nil && n < len(p)
+		return n, err
 	}
 	for {
 		n, err := r.l.c.Read(p)
@@ -456,6 +459,7 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 	l.holder.Store(holderPoller)
 	var err error
 	large := false
+	l.sr.drained = false
 	for {
 		if !l.frameBuffered() {
 			need := HeaderLen
@@ -471,6 +475,12 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 			if need > l.br.Size() {
 				l.handoff.Store(true) // as Drive leaves a large frame (errLarge)
 				large = true
+				break
+			}
+			if l.sr.drained {
+				// The last read emptied the socket: another would only
+				// find nothing (a system call for EAGAIN). What comes
+				// later, the next poll's look at the socket finds.
 				break
 			}
 			l.sr.noBlock = true

@@ -265,6 +265,7 @@ func (l *link) readQueued(p []byte) (int, error) {
 	case err != nil:
 		return 0, err
 	case rerr == unix.EAGAIN || rerr == unix.EINTR:
+		l.emptyReads.Add(1)
 		return 0, errWouldBlock
 	case rerr != nil:
 		return 0, rerr
