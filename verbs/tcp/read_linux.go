@@ -100,6 +100,7 @@ func (w *queueWait) init() {
 // socket, for a waiter that does not read it (the reader goroutine does).
 // It may run concurrently with the reader and with other waiters.
 func (l *link) Incoming() bool {
+	l.incomings.Add(1)
 	w := &l.qw
 	if l.rc == nil || !w.peekMu.TryLock() {
 		return false
@@ -110,6 +111,15 @@ func (l *link) Incoming() bool {
 		return false
 	}
 	return w.peekN > 0
+}
+
+// ControlFD implements softrc.FDArriver: f runs with the socket's
+// descriptor, which stays open meanwhile.
+func (l *link) ControlFD(f func(fd int)) error {
+	if l.rc == nil {
+		return errors.New("tcp: no raw connection")
+	}
+	return l.rc.Control(func(fd uintptr) { f(int(fd)) })
 }
 
 // socketQueued reports how many bytes are queued in the socket, and false
