@@ -393,14 +393,15 @@ func (m *Model) hierBarrierCost(local, hosts int) float64 {
 
 // fanCost is the latency of k messages of size bytes posted at once and
 // waited for together (alpha each): the first costs alpha, each further
-// one its injection (PostOverlap), unless they are larger than inline and
-// so travel as header and payload, whose waits run one after another.
+// one its injection (PostOverlap). Messages larger than inline travel as
+// header and payload, two messages each; the payload's receive is posted
+// with the header's (call.recv), so they overlap as the others do.
 func (m *Model) fanCost(k int, size float64, inline int, alpha float64) float64 {
 	switch {
 	case k <= 0:
 		return 0
 	case size > float64(inline):
-		return float64(k) * alpha
+		k *= 2
 	}
 	return alpha + float64(k-1)*m.PostOverlap*alpha
 }
