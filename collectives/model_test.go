@@ -223,3 +223,59 @@ func TestChooseRemembersBySizeAndOp(t *testing.T) {
 		}
 	}
 }
+
+// TestCostModelAlltoallSharedLink: the ranks of a host share its network
+// link, and in a flat alltoall they all send their blocks for the other
+// hosts at once, so the host's link carries local times a rank's remote
+// bytes. With shm inside the hosts and tcp between them (the transports'
+// figures), 2 hosts of 2 ranks keep the hierarchical alltoall, whose
+// bundles cross the link once, up to 128 KiB a rank, where the flat forms
+// counted with a link per rank won from 32 KiB (and ran up to 1.5× slower).
+// With one rank per host nothing is shared, and the flat forms keep their
+// one-link cost.
+func TestCostModelAlltoallSharedLink(t *testing.T) {
+	t.Parallel()
+	wo := coltest.Options{Hosts: []int{0, 0, 1, 1}, Latency: 150 * time.Nanosecond, Bandwidth: 20e9,
+		InterLatency: 20 * time.Microsecond, InterBandwidth: 1e9}
+	e := engineFor(t, 4, wo, collectives.Options{})
+	for _, n := range []int{8, 8 << 10, 32 << 10, 128 << 10} {
+		a, err := e.Choose(collectives.CollAlltoall, n, true)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Hierarchical, a, "alltoall of %d bytes a rank", n)
+	}
+	// Far larger, the extra trips through the leaders cost more than the
+	// flat form's latencies.
+	a, err := e.Choose(collectives.CollAlltoall, 4<<20, true)
+	require.NoError(t, err)
+	require.Equal(t, collectives.Pairwise, a)
+	// The flat forms' cost grows by local·(p−local)/(p−1) = 4/3 here.
+	flat := collectives.DefaultModel()
+	flat.Alpha, flat.Beta = 20*time.Microsecond, 1/1e9
+	n := 1 << 20
+	want := flat.Cost(collectives.CollAlltoall, collectives.Pairwise, 4, n)
+	got := e.Cost(collectives.CollAlltoall, collectives.Pairwise, n)
+	require.InDelta(t, 3*20e-6+float64(n)/1e9, got, 1e-9)
+	require.Greater(t, got, want)
+
+	wo.Hosts = []int{0, 1, 2, 3}
+	one := engineFor(t, 4, wo, collectives.Options{})
+	require.InDelta(t, want, one.Cost(collectives.CollAlltoall, collectives.Pairwise, n), 1e-12)
+}
+
+// TestCostModelHierSplitMessagesOverlap: the payload of a message past
+// InlineBytes has its receive posted with its header's, so the leaders'
+// bundles of a hierarchical alltoall overlap like small messages (two
+// messages each) rather than wait one after another: 4 hosts of 2 ranks
+// keep the hierarchical alltoall at 32 KiB a rank (4 KiB blocks), where it
+// ran 3x faster than the linear form the model used to pick there.
+func TestCostModelHierSplitMessagesOverlap(t *testing.T) {
+	t.Parallel()
+	wo := coltest.Options{Hosts: []int{0, 0, 1, 1, 2, 2, 3, 3}, Latency: 150 * time.Nanosecond, Bandwidth: 20e9,
+		InterLatency: 20 * time.Microsecond, InterBandwidth: 1e9}
+	e := engineFor(t, 8, wo, collectives.Options{})
+	for _, n := range []int{8, 32 << 10, 128 << 10} {
+		a, err := e.Choose(collectives.CollAlltoall, n, true)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Hierarchical, a, "alltoall of %d bytes a rank", n)
+	}
+}

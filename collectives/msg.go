@@ -88,8 +88,8 @@ func (st *callState) newIn() *inMsg {
 	}
 	m := st.ins[st.nin]
 	st.nin++
-	m.c, m.peer, m.dst, m.count, m.stage, m.hr = nil, 0, nil, 0, nil, nil
-	m.req = pendingReq{}
+	m.c, m.peer, m.dst, m.count, m.stage, m.hr, m.pr = nil, 0, nil, 0, nil, nil, nil
+	m.req, m.preq = pendingReq{}, pendingReq{}
 	return m
 }
 
@@ -184,7 +184,9 @@ type inMsg struct {
 	stage []byte
 	own   []byte // the record's staging buffer, kept across calls (see ownRecvRecords)
 	hr    *pendingReq
-	req   pendingReq // storage for hr
+	req   pendingReq  // storage for hr
+	pr    *pendingReq // the payload's receive, posted with the header's (split)
+	preq  pendingReq  // storage for pr
 }
 
 // recv starts receiving from view rank peer into dst; the sender must
@@ -212,6 +214,20 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 	}
 	m.c, m.peer, m.dst, m.count, m.stage = c, peer, dst, count, stage
 	m.hr = c.trackIn(&m.req, r, pooled)
+	if len(dst) > c.e.opts.inline() {
+		// The sender splits a payload this large (every rank has the same
+		// InlineBytes; a sender that disagrees on the size is caught by
+		// the header's check, and end cancels this receive). Posted now,
+		// the payload lands in dst as it arrives, where a receive posted
+		// once the header is in found it arrived already: an unexpected
+		// message, copied twice, and for a rendezvous one a wait for the
+		// receiver's next turn before the transfer could start.
+		r, err := c.e.g.Irecv(c.world(peer), c.tag|1, dst)
+		if err != nil {
+			return nil, c.fail(peer, err)
+		}
+		m.pr = c.trackIn(&m.preq, r, nil)
+	}
 	return m, nil
 }
 
@@ -245,11 +261,15 @@ func (m *inMsg) wait() error {
 		copy(m.dst, m.stage[dataHdrLen:n])
 		return nil
 	}
-	r, err := c.e.g.Irecv(c.world(m.peer), c.tag|1, m.dst)
-	if err != nil {
-		return c.fail(m.peer, err)
+	pr := m.pr
+	if pr == nil {
+		r, err := c.e.g.Irecv(c.world(m.peer), c.tag|1, m.dst)
+		if err != nil {
+			return c.fail(m.peer, err)
+		}
+		pr = c.track(r, nil)
 	}
-	n, err = c.track(r, nil).wait(c)
+	n, err = pr.wait(c)
 	if err != nil {
 		return c.fail(m.peer, err)
 	}

@@ -133,17 +133,18 @@ func TestArrivedTakesFrames(t *testing.T) {
 	assert.Positive(t, took, "Arrived took none of %d frames: the reader goroutine read them all", rounds)
 }
 
-// TestArrivedSendsHeldAcks: the ACKs of the frames an Arrived takes leave
-// before it returns (softrc.QueuedDriver), as nothing else on a
-// connection that only receives sends them: its poller may be waiting
-// for another device's completions, and while pollers keep taking its
-// frames the reader goroutine, which would send them before it blocks,
-// stays out. Before, a 2x2 alltoall failed with RETRY_EXC_ERR. And the
-// sender's completions keep coming while the poller keeps polling.
-func TestArrivedSendsHeldAcks(t *testing.T) {
+// TestArrivedAcksReachSender: the ACKs of the frames an Arrived takes
+// reach the sender although its side sends nothing else and a poller
+// keeps taking its frames: that poller may be waiting for another
+// device's completions, and while pollers keep taking the frames the
+// reader goroutine, which would send them before it blocks, stays out.
+// They are held back to ride on the next frame (TestDriveQueuedHoldsAcks)
+// and otherwise leave on a timer of their own (ackFlush). Once they
+// waited for the reader goroutine, and a 2x2 alltoall failed with
+// RETRY_EXC_ERR.
+func TestArrivedAcksReachSender(t *testing.T) {
 	f := newFedCQ(t, arrivedOptions())
 	a, b := f.a[0], f.b[0]
-	l := attachedLink(t, b.qp)
 	const rounds, burst = 10, 4
 	checked := 0
 	for round := range rounds {
@@ -155,11 +156,8 @@ func TestArrivedSendsHeldAcks(t *testing.T) {
 		}
 		var wc [burst]verbs.WC
 		for got := 0; got < burst; {
-			before := l.respSends.Load()
-			took, _ := arrivedNow(t, f.cq)
-			if took {
+			if took, _ := arrivedNow(t, f.cq); took {
 				checked++
-				require.Greater(t, l.respSends.Load(), before, "round %d: Arrived took frames and held their ACKs back", round)
 			}
 			got += f.cq.Poll(wc[got:])
 			runtime.Gosched()

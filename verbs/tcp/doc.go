@@ -106,4 +106,12 @@
 // its polls keep running out before their frame comes (a peer that computes, a busy
 // machine): after each such miss in a row, twice as many waits (1, 2, 4,
 // up to 64) sleep at once, until a poll finds its frame again.
+//
+// A waiter over several devices on a crowded host (p2p's crowded poll)
+// looks for arrived bytes through its CQ's Arrived after each empty poll:
+// the CQ watches all its links' sockets with one level-triggered epoll set
+// (link.ControlFD), so a look is one epoll_wait however many links there
+// are, and the whole frames that are there are taken on the waiter's
+// goroutine (DriveQueued), their ACKs left to ride on the next frame sent
+// or to go PollGrace later.
 package tcp

@@ -992,3 +992,49 @@ func TestDriveSpinReadsFrames(t *testing.T) {
 		t.Fatal("the waiter kept polling a closed connection")
 	}
 }
+
+// TestDriveQueuedHoldsAcks: a crowded waiter that takes the frames that
+// arrived (DriveQueued) holds their ACKs back, to ride on the next frame
+// its side sends, rather than write them before it goes on to its
+// completion; with nothing sent after, they still reach the requester
+// (ackFlush, PollGrace later). And it reads the socket once for a frame
+// that came alone: a read that took less than it had room for emptied the
+// socket, so another would only find nothing (EAGAIN, a system call).
+func TestDriveQueuedHoldsAcks(t *testing.T) {
+	o := testOptions()
+	o.PollGrace = maxPollGrace // the reader goroutine stays away that long
+	a, b := bigPair(t, o, 4096)
+	works2(t, a, b)
+	l := attachedLink(t, b.qp)
+	rcq := b.rcq.(*softrc.CQ)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	held := false
+	for round := 0; round < 50 && !held; round++ {
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(round)}))
+		// Take the socket from the reader goroutine (nothing is queued):
+		// it stays away for PollGrace.
+		_, _ = l.DriveQueued(ctx, rcq)
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(round), Opcode: verbs.OpRDMAWriteWithImm, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
+		var wc [1]verbs.WC
+		for rcq.Poll(wc[:]) == 0 {
+			if n, ok := l.socketQueued(); ok && n > 0 {
+				before, empty := l.respSends.Load(), l.emptyReads.Load()
+				if took, _ := l.DriveQueued(ctx, rcq); took {
+					held = l.respSends.Load() == before
+					require.True(t, held, "DriveQueued wrote the ACK at once")
+					require.Equal(t, empty, l.emptyReads.Load(), "DriveQueued read the emptied socket again")
+				}
+			}
+			runtime.Gosched()
+			require.NoError(t, ctx.Err())
+		}
+		require.Equal(t, verbs.StatusSuccess, wc[0].Status)
+		// The requester gets its ACK though b sends nothing more.
+		got := wait(t, a.cq)
+		require.Equal(t, verbs.StatusSuccess, got.Status)
+		require.Equal(t, uint64(round), got.ID)
+	}
+	require.True(t, held, "the reader goroutine took every frame first")
+}

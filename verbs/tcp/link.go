@@ -48,6 +48,8 @@ type link struct {
 	lastPoll    atomic.Int64  // now() when a poller last put the token back
 	graceArmed  atomic.Bool
 	grace       *time.Timer
+	ackArmed    atomic.Bool
+	ackFlush    *time.Timer // sends the ACKs DriveQueued held back (armAckFlush)
 	bgWake      chan struct{}
 	interruptFn func()
 	watchMu     sync.Mutex
@@ -63,6 +65,8 @@ type link struct {
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
+	emptyReads  atomic.Int32 // non-blocking reads that found nothing (for tests)
+	incomings   atomic.Int32 // Incoming's looks at the socket (for tests)
 	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
 	bufCopied   atomic.Int64 // payload bytes copied out of the read buffer rather than read in place (for tests)
 	qw          queueWait    // awaitQueued's scratch
@@ -94,6 +98,8 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQ
 	l.qw.init()
 	l.grace = time.AfterFunc(time.Hour, l.graceFired)
 	l.grace.Stop()
+	l.ackFlush = time.AfterFunc(time.Hour, l.ackFlushFired)
+	l.ackFlush.Stop()
 	l.tok <- struct{}{}
 	l.bgWake <- struct{}{}
 	t.mu.Lock()
@@ -128,6 +134,7 @@ func (l *link) fail(err error) {
 	l.once.Do(func() {
 		close(l.done)
 		l.grace.Stop()
+		l.ackFlush.Stop()
 		l.dropWatch()
 		_ = l.c.Close()
 		l.q.LinkLost(l, err)

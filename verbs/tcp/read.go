@@ -65,6 +65,7 @@ type sockReader struct {
 	pre     []byte
 	intr    bool // the read is interruptible: nothing of a frame is being handled
 	noBlock bool // the read takes what is queued and never waits (errWouldBlock)
+	drained bool // the last noBlock read took less than it had room for: all that was queued
 	hdrOnly bool // read no more than a header: a large payload may follow (see readFrame)
 }
 
@@ -81,7 +82,9 @@ func (r *sockReader) Read(p []byte) (int, error) {
 		return n, nil
 	}
 	if r.noBlock {
-		return r.l.readQueued(p)
+		n, err := r.l.readQueued(p)
+		r.drained = err == nil && n < len(p)
+		return n, err
 	}
 	for {
 		n, err := r.l.c.Read(p)
@@ -461,6 +464,7 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 	l.holder.Store(holderPoller)
 	var err error
 	large := false
+	l.sr.drained = false
 	for {
 		if !l.frameBuffered() {
 			need := HeaderLen
@@ -476,6 +480,12 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 			if need > l.br.Size() {
 				l.handoff.Store(true) // as Drive leaves a large frame (errLarge)
 				large = true
+				break
+			}
+			if l.sr.drained {
+				// The last read emptied the socket: another would only
+				// find nothing (a system call for EAGAIN). What comes
+				// later, the next poll's look at the socket finds.
 				break
 			}
 			l.sr.noBlock = true
@@ -500,12 +510,14 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 			l.sendResps() // as pollFrame does while frames stream in
 		}
 	}
-	// The ACKs held back go now: unlike Drive's caller, ours may not wait
-	// on this link again soon (its completions may come by another
-	// device), so nothing else would send them before PollGrace, and
-	// pollers coming back keep postponing that.
+	// The ACKs held back ride on the next frame this side sends, which in
+	// a collective usually follows at once, or go PollGrace from now
+	// (ackFlush), not with the grace timer: pollers coming back keep
+	// postponing that. Sent here, each cost a write before the caller got
+	// to its completion, and a wake-up of the peer's reader for nothing
+	// but ACKs, on hosts whose ranks share their cores.
 	if err == nil && l.nresps.Load() > 0 {
-		l.sendResps()
+		l.armAckFlush()
 	}
 	buffered := l.br.Buffered() > 0
 	l.holder.Store(holderNone)
@@ -704,6 +716,21 @@ func (l *link) now() int64 { return int64(time.Since(l.epoch)) }
 func (l *link) armGrace() {
 	if !l.graceArmed.Swap(true) {
 		l.grace.Reset(l.t.opts.PollGrace)
+	}
+}
+
+// armAckFlush makes sure the ACKs a poller held back (DriveQueued) go
+// PollGrace from now at the latest, far below the peer's ACK timeout.
+func (l *link) armAckFlush() {
+	if !l.ackArmed.Swap(true) {
+		l.ackFlush.Reset(l.t.opts.PollGrace)
+	}
+}
+
+func (l *link) ackFlushFired() {
+	l.ackArmed.Store(false)
+	if l.nresps.Load() > 0 {
+		l.sendResps()
 	}
 }
 

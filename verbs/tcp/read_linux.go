@@ -103,6 +103,7 @@ func (w *queueWait) init() {
 // keeps from running. It may run concurrently with the reader and with
 // other waiters.
 func (l *link) Incoming() bool {
+	l.incomings.Add(1)
 	if l.writing.Load() {
 		return true
 	}
@@ -117,6 +118,18 @@ func (l *link) Incoming() bool {
 	}
 	return w.peekN > 0
 }
+
+// ControlFD implements softrc.FDArriver: f runs with the socket's
+// descriptor, which stays open meanwhile.
+func (l *link) ControlFD(f func(fd int)) error {
+	if l.rc == nil {
+		return errors.New("tcp: no raw connection")
+	}
+	return l.rc.Control(func(fd uintptr) { f(int(fd)) })
+}
+
+// Writing implements softrc.Writer.
+func (l *link) Writing() bool { return l.writing.Load() }
 
 // socketQueued reports how many bytes are queued in the socket, and false
 // when it cannot tell.
@@ -254,15 +267,14 @@ func (l *link) readQueued(p []byte) (int, error) {
 	w.rbuf = p
 	err := l.rc.Read(w.read)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		// A read deadline in the past is how a poller interrupts the
-		// reader goroutine's blocked read (see read.go); it stays when the
-		// reader had left its read already. A read that never blocks has
-		// nothing to interrupt: clear it rather than fail the link. (Should
-		// another interrupt come meanwhile, report nothing read: the
-		// caller looks again.)
+		// A past deadline is an interrupt meant for whoever held the token
+		// before (the reader goroutine gives it up without clearing it), or
+		// one another poller set as this one took the token: the read never
+		// ran. Clear it and read; a second one means a poller wants the
+		// token now, which nothing read tells the caller to let go.
 		_ = l.c.SetReadDeadline(time.Time{})
 		if err = l.rc.Read(w.read); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-			w.rbuf, w.rerr = nil, nil
+			w.rbuf = nil
 			return 0, errWouldBlock
 		}
 	}
@@ -272,6 +284,7 @@ func (l *link) readQueued(p []byte) (int, error) {
 	case err != nil:
 		return 0, err
 	case rerr == unix.EAGAIN || rerr == unix.EINTR:
+		l.emptyReads.Add(1)
 		return 0, errWouldBlock
 	case rerr != nil:
 		return 0, rerr

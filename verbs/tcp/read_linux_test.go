@@ -4,6 +4,7 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -63,4 +64,52 @@ func TestReadQueuedAllocatesNothing(t *testing.T) {
 			}
 		}
 	}), "a poll that reads allocates")
+}
+
+// TestReadQueuedAfterInterrupt: a read deadline in the past is how a poller
+// interrupts the reader goroutine's blocked read, and the reader gives the
+// token up without clearing it. A non-blocking read of the next holder
+// (DriveQueued, a crowded waiter taking what has arrived) must read what is
+// queued rather than fail the link with the deadline's i/o timeout, which
+// broke 2-hosts x 2-ranks alltoalls with "raw-read ...: i/o timeout".
+func TestReadQueuedAfterInterrupt(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	peer, ok := <-accepted
+	require.True(t, ok, "accept failed")
+	defer peer.Close()
+
+	l := &link{c: c}
+	l.rc, err = c.(syscall.Conn).SyscallConn()
+	require.NoError(t, err)
+	l.qw.init()
+	buf := make([]byte, 64)
+
+	_, err = peer.Write([]byte("abc"))
+	require.NoError(t, err)
+	// The bytes are queued here once the socket says so.
+	require.Eventually(t, func() bool { n, ok := l.socketQueued(); return ok && n == 3 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, c.SetReadDeadline(aLongTimeAgo))
+	n, err := l.readQueued(buf)
+	require.NoError(t, err, "a stale interrupt failed the read")
+	require.Equal(t, "abc", string(buf[:n]))
+	// The deadline is gone: a blocking read waits for more again.
+	_, err = peer.Write([]byte("d"))
+	require.NoError(t, err)
+	n, err = c.Read(buf)
+	require.NoError(t, err)
+	require.Equal(t, "d", string(buf[:n]))
 }

@@ -33,6 +33,10 @@ type CQ struct {
 	closed  bool
 	drivers []Driver // links of the QPs that use this CQ, when they are Drivers
 	driving Driver   // the link a waiter drives now, nil if none
+	// arrivals watches the drivers' sockets for Arrived, made at its
+	// first call (arrivalSet); nil before, or where it cannot be made.
+	arrivals    *arrivalSet
+	arrivalsTry bool // Arrived tried to make arrivals
 	// pending mirrors head < len(buf) || closed for Pending, which a driver
 	// calls between frames, without the lock.
 	pending atomic.Bool
@@ -67,6 +71,9 @@ type Driver interface {
 func (c *CQ) addDriver(d Driver) {
 	c.mu.Lock()
 	c.drivers = append(c.drivers, d)
+	if c.arrivals != nil {
+		c.arrivals.add(d)
+	}
 	c.mu.Unlock()
 }
 
@@ -76,7 +83,45 @@ func (c *CQ) removeDriver(d Driver) {
 		// A copy: a spinning waiter reads the old slice without the lock.
 		c.drivers = slices.Delete(slices.Clone(c.drivers), i, i+1)
 	}
+	if c.arrivals != nil {
+		c.arrivals.remove(d)
+	}
 	c.mu.Unlock()
+}
+
+// Writer is an Arriver that says whether its own goroutine is writing: a
+// write the socket did not take at once waits for Go's network poller,
+// which a poller that keeps the thread keeps from running, so Arrived
+// reports waiting for it (Incoming says so too; the epoll set asks this).
+type Writer interface {
+	Writing() bool
+}
+
+// FDArriver is an Arriver whose arrivals show as the readability of one
+// file descriptor (a socket): ControlFD runs f with it, as
+// syscall.RawConn.Control does (the descriptor stays open during f), and
+// fails once it is closed. A CQ whose links all are FDArrivers watches
+// them with one epoll set for Arrived (Linux).
+type FDArriver interface {
+	Arriver
+	ControlFD(f func(fd int)) error
+}
+
+// arrivalSet returns the CQ's epoll set of its links' sockets, making it
+// at the first call; nil where it cannot be made.
+func (c *CQ) arrivalSet() *arrivalSet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.arrivalsTry && !c.closed {
+		c.arrivalsTry = true
+		if s := newArrivalSet(); s != nil {
+			for _, d := range c.drivers {
+				s.add(d)
+			}
+			c.arrivals = s
+		}
+	}
+	return c.arrivals
 }
 
 // Pending reports whether Poll would return a completion or Wait would
@@ -232,6 +277,11 @@ type QueuedDriver interface {
 // on the caller's goroutine when the link can (QueuedDriver); waiting
 // reports bytes only the links' goroutines can take.
 func (c *CQ) Arrived(ctx context.Context) (took, waiting bool) {
+	if s := c.arrivalSet(); s != nil {
+		if took, waiting, ok := s.arrived(ctx, c); ok {
+			return took, waiting
+		}
+	}
 	c.mu.Lock()
 	ds := c.drivers
 	c.mu.Unlock()
@@ -290,6 +340,10 @@ func (c *CQ) Close() error {
 	c.buf = nil
 	c.head = 0
 	d := c.driving
+	if c.arrivals != nil {
+		c.arrivals.close()
+		c.arrivals = nil
+	}
 	c.mu.Unlock()
 	if d != nil {
 		d.Interrupt()
