@@ -80,8 +80,11 @@
 // what came before it: the rest of one of 16 KiB or more is read from the
 // socket straight into its destination. While frames larger than the
 // buffer come, each header is read alone, so that none of such a payload
-// is copied twice; smaller frames are read with whatever follows them,
-// which saves more system calls than copies.
+// is copied twice (a polling waiter does the same while frames over
+// 32 KiB come, which it waits for whole in the socket); the read takes
+// two headers, as the ACKs held back lead the next frame. Smaller frames
+// are read with whatever follows them, which saves more system calls
+// than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs), so that a reply
 // arriving within it is read without a wake-up through futex, epoll and the scheduler, which on a VM costs more
@@ -105,5 +108,10 @@
 // (softrc.Config.YieldSpin). Without PollYield, it does not poll while
 // its polls keep running out before their frame comes (a peer that computes, a busy
 // machine): after each such miss in a row, twice as many waits (1, 2, 4,
-// up to 64) sleep at once, until a poll finds its frame again.
+// up to 64) sleep at once, until a poll finds its frame again. A frame
+// that comes a little later than PollSpin every time (a message of tens
+// of KiB, which takes that long through both kernels and its copies) is
+// no such miss: the next waits poll for twice as long as the last one
+// took, up to 8 PollSpins, rather than pay a wake-up from the kernel
+// every time.
 package tcp

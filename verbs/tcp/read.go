@@ -65,15 +65,22 @@ type sockReader struct {
 	pre     []byte
 	intr    bool // the read is interruptible: nothing of a frame is being handled
 	noBlock bool // the read takes what is queued and never waits (errWouldBlock)
-	hdrOnly bool // read no more than a header: a large payload may follow (see readFrame)
+	hdrOnly bool // read no more than hdrRead: a large payload may follow (see readFrame)
 }
+
+// hdrRead is what a read of headers only (sockReader.hdrOnly) asks for: two
+// headers, because the ACKs a sender held back lead its next frame in the
+// same write (a large frame's header then comes with the ACK's, in one
+// system call); a frame without one brings a header's worth of its
+// payload into the buffer, a negligible copy.
+const hdrRead = 2 * HeaderLen
 
 // errWouldBlock is a sockReader.noBlock read's answer when nothing is queued.
 var errWouldBlock = errors.New("tcp: nothing queued")
 
 func (r *sockReader) Read(p []byte) (int, error) {
-	if r.hdrOnly && len(p) > HeaderLen {
-		p = p[:HeaderLen]
+	if r.hdrOnly && len(p) > hdrRead {
+		p = p[:hdrRead]
 	}
 	if len(r.pre) > 0 {
 		n := copy(p, r.pre)
@@ -85,6 +92,7 @@ func (r *sockReader) Read(p []byte) (int, error) {
 	}
 	for {
 		n, err := r.l.c.Read(p)
+		r.l.gone(n)
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
 		}
@@ -182,11 +190,12 @@ func (p *payload) Skip(n int) error {
 // errInterrupted, having consumed nothing, if that read is interrupted.
 func (l *link) readFrame() error {
 	fs := &l.fs
-	// Lately frames came larger than the read buffer: read the next header
-	// alone, so that a large payload after it goes from the socket straight
-	// into place (payload.ReadFull) rather than through the buffer. (For
-	// smaller frames the extra system call costs more than the copy.)
-	l.sr.hdrOnly = l.br.Buffered() < HeaderLen && l.hugeSeen > 0
+	// Lately frames came larger than spinFillMax: read the next header
+	// alone (hdrRead), so that a large payload after it goes from the
+	// socket straight into place (payload.ReadFull) rather than through the
+	// buffer. (For smaller frames the extra system call costs more than
+	// the copy.)
+	l.sr.hdrOnly = l.br.Buffered() < HeaderLen && (l.hugeSeen > 0 || l.largeSeen > 0)
 	if l.br.Buffered() == 0 {
 		if l.nresps.Load() > 0 {
 			// About to block: send the ACKs held back (see respond).
@@ -526,6 +535,7 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
 	var spinEnd time.Time // when polling the socket stops (Options.PollSpin)
+	var start time.Time   // when this wait began polling (zero: it did not)
 	hit, missed := false, false
 	for {
 		if !sized && l.br.Buffered() >= HeaderLen {
@@ -542,6 +552,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			if hit && !missed {
 				l.spinBackoff = 0
 			}
+			l.waited(start)
 			return l.readFrame()
 		}
 		large := sized && need > l.br.Size()
@@ -562,7 +573,8 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			// which costs more than the message.
 			now := time.Now()
 			if spinEnd.IsZero() {
-				spinEnd = now.Add(l.t.opts.PollSpin)
+				start = now
+				spinEnd = now.Add(max(l.t.opts.PollSpin, l.spinLearned))
 				if l.spinSkip > 0 && !l.t.opts.PollYield {
 					// Recent spins ran out before their frame came: sleep
 					// at once (see spinMissed).
@@ -603,6 +615,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				if !missed {
 					l.spinBackoff = 0
 				}
+				l.waited(start)
 				return l.readFrame()
 			}
 		}
@@ -626,7 +639,13 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			err = l.awaitQueued(need)
 		} else {
 			l.sr.intr = true
-			l.sr.hdrOnly = !sized && l.hugeSeen > 0 // as in readFrame
+			// As in readFrame, and also while frames over spinFillMax come:
+			// this waiter waits for those whole in the socket
+			// (spinUntilQueued), so with the header alone in the buffer
+			// their payload then goes straight into place. Reading the rest
+			// of a frame queued whole costs a system call less but copies
+			// the payload twice, which at 32 KiB and more costs more.
+			l.sr.hdrOnly = !sized && (l.hugeSeen > 0 || l.largeSeen > 0)
 			_, err = l.br.Peek(need)
 			l.sr.intr, l.sr.hdrOnly = false, false
 		}
@@ -638,8 +657,35 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			if queued && !missed {
 				l.spinBackoff = 0
 			}
+			l.waited(start)
 			return l.readFrame()
 		}
+	}
+}
+
+// spinStretch bounds the spin a waiter learns (waited) in PollSpins.
+const spinStretch = 8
+
+// waited notes how long a wait that began polling at start took until its
+// frame was here, and sets the next waits' spin to twice that (at least
+// PollSpin, at most spinStretch PollSpins): a peer that answers a little
+// later than PollSpin, every time, because a message of tens of KiB
+// takes that long through both kernels and its copies, is then caught by
+// the spin instead of being missed every time and paying the wake-up from
+// the kernel on top, which made a 64 KiB ping-pong slower than a 128 KiB
+// one. Such a short wait also ends the backoff of spinMissed, which is for
+// peers that compute for longer; a longer one unlearns the stretch. Not
+// where ranks outnumber CPUs (PollYield): there the peer may need the CPU.
+func (l *link) waited(start time.Time) {
+	if start.IsZero() || l.t.opts.PollYield {
+		return
+	}
+	most := spinStretch * l.t.opts.PollSpin
+	if w := time.Since(start); w <= most {
+		l.spinLearned = min(2*w, most)
+		l.spinBackoff, l.spinSkip = 0, 0
+	} else {
+		l.spinLearned = 0
 	}
 }
 
@@ -715,6 +761,9 @@ func (l *link) graceFired() {
 	}
 	l.wakeReader()
 }
+
+// gone notes n bytes read from the socket: fewer are known to be queued.
+func (l *link) gone(n int) { l.known = max(0, l.known-n) }
 
 // frameBuffered reports whether a whole frame is buffered.
 func (l *link) frameBuffered() bool {
