@@ -80,11 +80,8 @@
 // what came before it: the rest of one of 16 KiB or more is read from the
 // socket straight into its destination. While frames larger than the
 // buffer come, each header is read alone, so that none of such a payload
-// is copied twice (a polling waiter does the same while frames over
-// 32 KiB come, which it waits for whole in the socket); the read takes
-// two headers, as the ACKs held back lead the next frame. Smaller frames
-// are read with whatever follows them, which saves more system calls
-// than copies.
+// is copied twice; smaller frames are read with whatever follows them,
+// which saves more system calls than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs), so that a reply
 // arriving within it is read without a wake-up through futex, epoll and the scheduler, which on a VM costs more

@@ -65,22 +65,15 @@ type sockReader struct {
 	pre     []byte
 	intr    bool // the read is interruptible: nothing of a frame is being handled
 	noBlock bool // the read takes what is queued and never waits (errWouldBlock)
-	hdrOnly bool // read no more than hdrRead: a large payload may follow (see readFrame)
+	hdrOnly bool // read no more than a header: a large payload may follow (see readFrame)
 }
-
-// hdrRead is what a read of headers only (sockReader.hdrOnly) asks for: two
-// headers, because the ACKs a sender held back lead its next frame in the
-// same write (a large frame's header then comes with the ACK's, in one
-// system call); a frame without one brings a header's worth of its
-// payload into the buffer, a negligible copy.
-const hdrRead = 2 * HeaderLen
 
 // errWouldBlock is a sockReader.noBlock read's answer when nothing is queued.
 var errWouldBlock = errors.New("tcp: nothing queued")
 
 func (r *sockReader) Read(p []byte) (int, error) {
-	if r.hdrOnly && len(p) > hdrRead {
-		p = p[:hdrRead]
+	if r.hdrOnly && len(p) > HeaderLen {
+		p = p[:HeaderLen]
 	}
 	if len(r.pre) > 0 {
 		n := copy(p, r.pre)
@@ -92,7 +85,6 @@ func (r *sockReader) Read(p []byte) (int, error) {
 	}
 	for {
 		n, err := r.l.c.Read(p)
-		r.l.gone(n)
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
 		}
@@ -190,12 +182,11 @@ func (p *payload) Skip(n int) error {
 // errInterrupted, having consumed nothing, if that read is interrupted.
 func (l *link) readFrame() error {
 	fs := &l.fs
-	// Lately frames came larger than spinFillMax: read the next header
-	// alone (hdrRead), so that a large payload after it goes from the
-	// socket straight into place (payload.ReadFull) rather than through the
-	// buffer. (For smaller frames the extra system call costs more than
-	// the copy.)
-	l.sr.hdrOnly = l.br.Buffered() < HeaderLen && (l.hugeSeen > 0 || l.largeSeen > 0)
+	// Lately frames came larger than the read buffer: read the next header
+	// alone, so that a large payload after it goes from the socket straight
+	// into place (payload.ReadFull) rather than through the buffer. (For
+	// smaller frames the extra system call costs more than the copy.)
+	l.sr.hdrOnly = l.br.Buffered() < HeaderLen && l.hugeSeen > 0
 	if l.br.Buffered() == 0 {
 		if l.nresps.Load() > 0 {
 			// About to block: send the ACKs held back (see respond).
@@ -390,6 +381,17 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 		}
 	}
 	l.holder.Store(holderPoller)
+	var start time.Time // the wait's start, for waited
+	if l.t.opts.PollSpin > 0 {
+		start = time.Now()
+	}
+	// The backoff counts waits, not frames: held-back ACKs come ahead of
+	// the reply, so a wait often reads two.
+	l.noSpin = l.spinSkip > 0 && !l.t.opts.PollYield
+	if l.noSpin {
+		l.spinSkip--
+	}
+	l.waitMissed = false
 	var err error
 	large := false
 	for !cq.Pending() && ctx.Err() == nil {
@@ -404,6 +406,12 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 		} else if err != nil {
 			break
 		}
+	}
+	if err == nil && !large && cq.Pending() {
+		// The whole wait, not each frame: the ACKs held back come ahead
+		// of the reply in the same write, and the reply itself is then
+		// already here.
+		l.waited(start)
 	}
 	// Frames that arrived with ours are handled now rather than left to the
 	// reader goroutine (a hand-off); a partial one is the reader's.
@@ -535,7 +543,6 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
 	var spinEnd time.Time // when polling the socket stops (Options.PollSpin)
-	var start time.Time   // when this wait began polling (zero: it did not)
 	hit, missed := false, false
 	for {
 		if !sized && l.br.Buffered() >= HeaderLen {
@@ -549,10 +556,9 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			}
 		}
 		if sized && l.br.Buffered() >= need {
-			if hit && !missed {
+			if hit && !l.waitMissed {
 				l.spinBackoff = 0
 			}
-			l.waited(start)
 			return l.readFrame()
 		}
 		large := sized && need > l.br.Size()
@@ -573,12 +579,10 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			// which costs more than the message.
 			now := time.Now()
 			if spinEnd.IsZero() {
-				start = now
 				spinEnd = now.Add(max(l.t.opts.PollSpin, l.spinLearned))
-				if l.spinSkip > 0 && !l.t.opts.PollYield {
+				if l.noSpin {
 					// Recent spins ran out before their frame came: sleep
 					// at once (see spinMissed).
-					l.spinSkip--
 					spinEnd = now
 				}
 			}
@@ -596,7 +600,10 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				}
 				if !got && !missed {
 					missed = true
-					l.spinMissed()
+					if !l.waitMissed { // once per wait, however many frames it reads
+						l.waitMissed = true
+						l.spinMissed()
+					}
 				}
 				hit = hit || got
 			}
@@ -612,15 +619,17 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				// All of it is here: handle it now, reading the part of
 				// its payload not yet buffered straight into place
 				// (payload.ReadFull) rather than through the buffer.
-				if !missed {
+				if !l.waitMissed {
 					l.spinBackoff = 0
 				}
-				l.waited(start)
 				return l.readFrame()
 			}
 		}
 		if !queued && l.nresps.Load() > 0 {
 			l.sendResps() // about to sleep: nothing may wait on them longer
+		}
+		if !queued {
+			l.pollSleeps.Add(1)
 		}
 		l.watch(ctx)
 		l.pblocked.Store(true)
@@ -639,13 +648,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			err = l.awaitQueued(need)
 		} else {
 			l.sr.intr = true
-			// As in readFrame, and also while frames over spinFillMax come:
-			// this waiter waits for those whole in the socket
-			// (spinUntilQueued), so with the header alone in the buffer
-			// their payload then goes straight into place. Reading the rest
-			// of a frame queued whole costs a system call less but copies
-			// the payload twice, which at 32 KiB and more costs more.
-			l.sr.hdrOnly = !sized && (l.hugeSeen > 0 || l.largeSeen > 0)
+			l.sr.hdrOnly = !sized && l.hugeSeen > 0 // as in readFrame
 			_, err = l.br.Peek(need)
 			l.sr.intr, l.sr.hdrOnly = false, false
 		}
@@ -654,10 +657,9 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			return err
 		}
 		if large {
-			if queued && !missed {
+			if queued && !l.waitMissed {
 				l.spinBackoff = 0
 			}
-			l.waited(start)
 			return l.readFrame()
 		}
 	}
@@ -666,8 +668,8 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 // spinStretch bounds the spin a waiter learns (waited) in PollSpins.
 const spinStretch = 8
 
-// waited notes how long a wait that began polling at start took until its
-// frame was here, and sets the next waits' spin to twice that (at least
+// waited notes how long a wait that began at start took until its
+// completion was here, and sets the next waits' spin to twice that (at least
 // PollSpin, at most spinStretch PollSpins): a peer that answers a little
 // later than PollSpin, every time, because a message of tens of KiB
 // takes that long through both kernels and its copies, is then caught by
@@ -761,9 +763,6 @@ func (l *link) graceFired() {
 	}
 	l.wakeReader()
 }
-
-// gone notes n bytes read from the socket: fewer are known to be queued.
-func (l *link) gone(n int) { l.known = max(0, l.known-n) }
 
 // frameBuffered reports whether a whole frame is buffered.
 func (l *link) frameBuffered() bool {

@@ -118,7 +118,6 @@ func (l *link) socketQueued() (int, bool) {
 	if l.rc == nil || l.rc.Control(l.qw.probe) != nil {
 		return 0, false
 	}
-	l.known = l.qw.queued
 	return l.qw.queued, true
 }
 
@@ -178,11 +177,6 @@ func (l *link) arriving() bool {
 // time is read, and other goroutines may run, every few polls.
 func (l *link) spinUntilQueued(ctx context.Context, cq *softrc.CQ, want int, deadline time.Time) bool {
 	want = max(want, 1)
-	if l.known >= want {
-		// The last probe saw it all (the header read since came out of
-		// it): no need to ask again.
-		return true
-	}
 	for i := 0; ; i++ {
 		n, ok := l.socketQueued()
 		if !ok {
@@ -265,7 +259,6 @@ func (l *link) readQueued(p []byte) (int, error) {
 	case n == 0:
 		return 0, io.EOF
 	}
-	l.gone(n)
 	l.spinReads.Add(1)
 	return n, nil
 }
