@@ -105,10 +105,5 @@
 // (softrc.Config.YieldSpin). Without PollYield, it does not poll while
 // its polls keep running out before their frame comes (a peer that computes, a busy
 // machine): after each such miss in a row, twice as many waits (1, 2, 4,
-// up to 64) sleep at once, until a poll finds its frame again. A frame
-// that comes a little later than PollSpin every time (a message of tens
-// of KiB, which takes that long through both kernels and its copies) is
-// no such miss: the next waits poll for twice as long as the last one
-// took, up to 8 PollSpins, rather than pay a wake-up from the kernel
-// every time.
+// up to 64) sleep at once, until a poll finds its frame again.
 package tcp

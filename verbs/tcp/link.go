@@ -54,21 +54,17 @@ type link struct {
 	unwatched   bool
 	sr          sockReader
 	fs          frameState
-	largeSeen   int           // small frames with data to go before spinFill (pollFrame)
-	hugeSeen    int           // small frames with data to go before headers are read with what follows (readFrame)
-	spinBackoff int           // how many waits the last miss made skip their spin (see spinMissed)
-	spinSkip    int           // waits still to skip their spin (see spinMissed)
-	noSpin      bool          // this wait skips its spin (spinSkip)
-	waitMissed  bool          // this wait's spin ran out (spinMissed once per wait)
-	spinLearned time.Duration // the spin the last waits call for, if longer than PollSpin (see waited)
-	spinMisses  atomic.Int32  // spins that ran out (for tests)
-	pollSleeps  atomic.Int32  // waits for a frame's bytes that may sleep in the kernel (for tests)
-	urgentHeld  bool          // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
-	urgentSends atomic.Int32  // how often the reading side sent such responses (for tests)
-	spinReads   atomic.Int32  // non-blocking reads that found bytes (spinFill; for tests)
-	respSends   atomic.Int32  // how often the reading side sent its queued responses (for tests)
-	bufCopied   atomic.Int64  // payload bytes copied out of the read buffer rather than read in place (for tests)
-	qw          queueWait     // awaitQueued's scratch
+	largeSeen   int          // small frames with data to go before spinFill (pollFrame)
+	hugeSeen    int          // small frames with data to go before headers are read with what follows (readFrame)
+	spinBackoff int          // how many waits the last miss made skip their spin (see spinMissed)
+	spinSkip    int          // waits still to skip their spin (see spinMissed)
+	spinMisses  atomic.Int32 // spins that ran out (for tests)
+	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
+	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
+	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
+	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
+	bufCopied   atomic.Int64 // payload bytes copied out of the read buffer rather than read in place (for tests)
+	qw          queueWait    // awaitQueued's scratch
 
 	mu         sync.Mutex
 	resps      []softrc.Response // responses queued by the reading side

@@ -381,17 +381,6 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 		}
 	}
 	l.holder.Store(holderPoller)
-	var start time.Time // the wait's start, for waited
-	if l.t.opts.PollSpin > 0 {
-		start = time.Now()
-	}
-	// The backoff counts waits, not frames: held-back ACKs come ahead of
-	// the reply, so a wait often reads two.
-	l.noSpin = l.spinSkip > 0 && !l.t.opts.PollYield
-	if l.noSpin {
-		l.spinSkip--
-	}
-	l.waitMissed = false
 	var err error
 	large := false
 	for !cq.Pending() && ctx.Err() == nil {
@@ -406,12 +395,6 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 		} else if err != nil {
 			break
 		}
-	}
-	if err == nil && !large && cq.Pending() {
-		// The whole wait, not each frame: the ACKs held back come ahead
-		// of the reply in the same write, and the reply itself is then
-		// already here.
-		l.waited(start)
 	}
 	// Frames that arrived with ours are handled now rather than left to the
 	// reader goroutine (a hand-off); a partial one is the reader's.
@@ -556,7 +539,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			}
 		}
 		if sized && l.br.Buffered() >= need {
-			if hit && !l.waitMissed {
+			if hit && !missed {
 				l.spinBackoff = 0
 			}
 			return l.readFrame()
@@ -579,10 +562,11 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			// which costs more than the message.
 			now := time.Now()
 			if spinEnd.IsZero() {
-				spinEnd = now.Add(max(l.t.opts.PollSpin, l.spinLearned))
-				if l.noSpin {
+				spinEnd = now.Add(l.t.opts.PollSpin)
+				if l.spinSkip > 0 && !l.t.opts.PollYield {
 					// Recent spins ran out before their frame came: sleep
 					// at once (see spinMissed).
+					l.spinSkip--
 					spinEnd = now
 				}
 			}
@@ -600,10 +584,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				}
 				if !got && !missed {
 					missed = true
-					if !l.waitMissed { // once per wait, however many frames it reads
-						l.waitMissed = true
-						l.spinMissed()
-					}
+					l.spinMissed()
 				}
 				hit = hit || got
 			}
@@ -619,7 +600,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				// All of it is here: handle it now, reading the part of
 				// its payload not yet buffered straight into place
 				// (payload.ReadFull) rather than through the buffer.
-				if !l.waitMissed {
+				if !missed {
 					l.spinBackoff = 0
 				}
 				return l.readFrame()
@@ -627,9 +608,6 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 		}
 		if !queued && l.nresps.Load() > 0 {
 			l.sendResps() // about to sleep: nothing may wait on them longer
-		}
-		if !queued {
-			l.pollSleeps.Add(1)
 		}
 		l.watch(ctx)
 		l.pblocked.Store(true)
@@ -657,37 +635,11 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			return err
 		}
 		if large {
-			if queued && !l.waitMissed {
+			if queued && !missed {
 				l.spinBackoff = 0
 			}
 			return l.readFrame()
 		}
-	}
-}
-
-// spinStretch bounds the spin a waiter learns (waited) in PollSpins.
-const spinStretch = 8
-
-// waited notes how long a wait that began at start took until its
-// completion was here, and sets the next waits' spin to twice that (at least
-// PollSpin, at most spinStretch PollSpins): a peer that answers a little
-// later than PollSpin, every time, because a message of tens of KiB
-// takes that long through both kernels and its copies, is then caught by
-// the spin instead of being missed every time and paying the wake-up from
-// the kernel on top, which made a 64 KiB ping-pong slower than a 128 KiB
-// one. Such a short wait also ends the backoff of spinMissed, which is for
-// peers that compute for longer; a longer one unlearns the stretch. Not
-// where ranks outnumber CPUs (PollYield): there the peer may need the CPU.
-func (l *link) waited(start time.Time) {
-	if start.IsZero() || l.t.opts.PollYield {
-		return
-	}
-	most := spinStretch * l.t.opts.PollSpin
-	if w := time.Since(start); w <= most {
-		l.spinLearned = min(2*w, most)
-		l.spinBackoff, l.spinSkip = 0, 0
-	} else {
-		l.spinLearned = 0
 	}
 }
 
