@@ -187,3 +187,49 @@ func TestSpinningWaiterReadsRestInPlace(t *testing.T) {
 	copied := l.bufCopied.Load() - before
 	assert.Less(t, copied, int64(n/2), "the rest of the frame went through the read buffer")
 }
+
+// TestSpinBacksOffPerWait: the spin backoff (spinMissed) holds when, as
+// p2p's peers send them, another frame (the ACKs held back) leads the one
+// that completes a wait in the same write, so that a wait reads two frames
+// and the second, over spinFillMax, is polled for after its header: a peer
+// that answers far later than PollSpin still makes most waits skip their
+// spin, however the two frames' polls count.
+func TestSpinBacksOffPerWait(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the spin is Linux-only")
+	}
+	o := testOptions()
+	o.PollSpin = 200 * time.Microsecond
+	const n = 40 << 10 // over spinFillMax: its payload is polled for after its header
+	a, mr, c := fakeTargetWith(t, o, 2*n, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
+	const waits = 24
+	before := l.spinMisses.Load()
+	for i := range waits {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+		// A plain WRITE elsewhere in mr, which completes nothing, leads.
+		lead := make([]byte, HeaderLen+8)
+		EncodeHeader(lead, &softrc.Header{Op: softrc.FrameWrite, QPN: a.qp.Num(), Seq: uint32(2 * i), Len: 8,
+			RAddr: mr.Addr() + n, RKey: mr.RKey()})
+		f := writeImmFrame(a.qp, mr, uint32(2*i+1), n, uint32(i))
+		wrote := make(chan error, 1)
+		go func() {
+			// A slow peer: the frames come long after the spin ends. The
+			// pause is the behaviour under test, not synchronisation.
+			time.Sleep(20 * time.Millisecond)
+			_, err := c.Write(append(lead, f...))
+			wrote <- err
+		}()
+		wc := wait(t, a.cq)
+		require.NoError(t, <-wrote)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, uint32(i), wc.Imm)
+		require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:n]), "frame %d not placed intact", i)
+	}
+	misses := l.spinMisses.Load() - before
+	t.Logf("%d of %d waits spun in vain", misses, waits)
+	require.Positive(t, misses, "no wait spun")
+	// One wait in 1, 2, 4, ... spins (a few more if a busy machine delays
+	// a waiter until its frames are in).
+	assert.LessOrEqual(t, misses, int32(waits/2), "waits kept spinning in vain")
+}
