@@ -217,9 +217,10 @@ func (c *CQ) Wait(ctx context.Context) error {
 			parked = d
 		} else if !spun && len(c.drivers) > 1 && c.dev.cfg.YieldSpin > 0 {
 			spun = true
-			ds := c.drivers
 			c.mu.Unlock()
-			c.spinIncoming(ctx, ds)
+			if c.spinIncoming(ctx) {
+				spun = false // it took frames: look again, then spin anew
+			}
 			continue
 		}
 		c.waiters++
@@ -301,19 +302,21 @@ func (c *CQ) Arrived(ctx context.Context) (took, waiting bool) {
 	return took, waiting
 }
 
-// spinIncoming polls the CQ and its links' Incoming for Config.YieldSpin,
-// yielding the CPU (sched_yield) between polls, until a completion is
-// there, bytes arrive on a link, or ctx ends.
-func (c *CQ) spinIncoming(ctx context.Context, ds []Driver) {
+// spinIncoming polls the CQ and its links for Config.YieldSpin, yielding
+// the CPU (sched_yield) between polls, until a completion is there, bytes
+// arrive on a link, or ctx ends. What a link can take on this goroutine
+// (Arrived) it takes, and then it reports true: the caller looks for its
+// completion and spins again if it is not among them. Work that only a
+// link's goroutines can do ends the spin, and the caller parks so that
+// they run.
+func (c *CQ) spinIncoming(ctx context.Context) bool {
 	deadline := time.Now().Add(c.dev.cfg.YieldSpin)
 	for i := 0; ; i++ {
 		if c.pending.Load() {
-			return
+			return false
 		}
-		for _, d := range ds {
-			if a, ok := d.(Arriver); ok && a.Incoming() {
-				return
-			}
+		if took, waiting := c.Arrived(ctx); took || waiting {
+			return took && !waiting
 		}
 		// The CPU to other processes (the sender of what we wait for may
 		// need it), then the P to this one's goroutines: with GOMAXPROCS=1
@@ -322,7 +325,7 @@ func (c *CQ) spinIncoming(ctx context.Context, ds []Driver) {
 		futex.Yield()
 		runtime.Gosched()
 		if i&7 == 7 && (ctx.Err() != nil || time.Now().After(deadline)) {
-			return
+			return false
 		}
 	}
 }
