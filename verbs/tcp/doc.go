@@ -97,12 +97,11 @@
 // the CPU to other processes (sched_yield) after each poll that finds
 // nothing, as the process that sends its reply may need that core: Open
 // MPI's oversubscribed ranks poll the same way. A waiter on a CQ that
-// several links feed cannot read them all; with PollYield it polls their
-// sockets' queues (ioctl SIOCINQ) with sched_yield between polls, and once
-// bytes are there it parks, so that the Go scheduler, with nothing else to
-// run, finds the link's reader goroutine ready in its non-blocking network
-// poll: the process never sleeps in epoll, and no wake-up is paid
-// (softrc.Config.YieldSpin). Without PollYield, it does not poll while
+// several links feed cannot drive them all; with PollYield it looks for
+// arrived bytes as the crowded poll below does (Arrived), with sched_yield
+// between looks, takes the whole frames that are there on its goroutine
+// and looks for its completion, and parks only for work the links'
+// goroutines must do (softrc.Config.YieldSpin). Without PollYield, it does not poll while
 // its polls keep running out before their frame comes (a peer that computes, a busy
 // machine): after each such miss in a row, twice as many waits (1, 2, 4,
 // up to 64) sleep at once, until a poll finds its frame again.
@@ -113,5 +112,9 @@
 // (link.ControlFD), so a look is one epoll_wait however many links there
 // are, and the whole frames that are there are taken on the waiter's
 // goroutine (DriveQueued), their ACKs left to ride on the next frame sent
-// or to go PollGrace later.
+// or to go PollGrace later. Work only the link's goroutines can do (a
+// frame larger than the read buffer, a write the socket did not take at
+// once, which waits for Go's network poller) makes the waiter block, so
+// that the scheduler, with nothing else to run, polls the network and runs
+// them without the process sleeping.
 package tcp
