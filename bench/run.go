@@ -13,7 +13,7 @@ import (
 	"github.com/rdmago/rdmago/comm"
 )
 
-// Methodology (OSU's, as /work/shared/tools/mpibench follows it):
+// Methodology (OSU's, as the shared mpibench tool follows it):
 //
 //   - latency: ping-pong between ranks 0 and 1 with blocking Send/Recv; the
 //     figure is half the round trip, averaged over the timed iterations.

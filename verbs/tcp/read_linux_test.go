@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// readQueued is a poller's spin (one call per poll, tens of thousands a
-// second): it must not allocate, neither when it finds nothing nor when it
-// reads.
-func TestReadQueuedAllocatesNothing(t *testing.T) {
+// loopbackLink is a bare link over a loopback connection, ready for
+// readQueued, and the connection's other end; both close with the test.
+func loopbackLink(t *testing.T) (*link, net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer ln.Close()
@@ -27,15 +27,22 @@ func TestReadQueuedAllocatesNothing(t *testing.T) {
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	require.NoError(t, err)
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	peer, ok := <-accepted
 	require.True(t, ok, "accept failed")
-	defer peer.Close()
-
+	t.Cleanup(func() { peer.Close() })
 	l := &link{c: c}
 	l.rc, err = c.(syscall.Conn).SyscallConn()
 	require.NoError(t, err)
 	l.qw.init()
+	return l, peer
+}
+
+// readQueued is a poller's spin (one call per poll, tens of thousands a
+// second): it must not allocate, neither when it finds nothing nor when it
+// reads.
+func TestReadQueuedAllocatesNothing(t *testing.T) {
+	l, peer := loopbackLink(t)
 	buf := make([]byte, 64)
 
 	n, err := l.readQueued(buf)
@@ -73,43 +80,21 @@ func TestReadQueuedAllocatesNothing(t *testing.T) {
 // queued rather than fail the link with the deadline's i/o timeout, which
 // broke 2-hosts x 2-ranks alltoalls with "raw-read ...: i/o timeout".
 func TestReadQueuedAfterInterrupt(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(accepted)
-			return
-		}
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(t, err)
-	defer c.Close()
-	peer, ok := <-accepted
-	require.True(t, ok, "accept failed")
-	defer peer.Close()
-
-	l := &link{c: c}
-	l.rc, err = c.(syscall.Conn).SyscallConn()
-	require.NoError(t, err)
-	l.qw.init()
+	l, peer := loopbackLink(t)
 	buf := make([]byte, 64)
 
-	_, err = peer.Write([]byte("abc"))
+	_, err := peer.Write([]byte("abc"))
 	require.NoError(t, err)
 	// The bytes are queued here once the socket says so.
 	require.Eventually(t, func() bool { n, ok := l.socketQueued(); return ok && n == 3 }, 10*time.Second, time.Millisecond)
-	require.NoError(t, c.SetReadDeadline(aLongTimeAgo))
+	require.NoError(t, l.c.SetReadDeadline(aLongTimeAgo))
 	n, err := l.readQueued(buf)
 	require.NoError(t, err, "a stale interrupt failed the read")
 	require.Equal(t, "abc", string(buf[:n]))
 	// The deadline is gone: a blocking read waits for more again.
 	_, err = peer.Write([]byte("d"))
 	require.NoError(t, err)
-	n, err = c.Read(buf)
+	n, err = l.c.Read(buf)
 	require.NoError(t, err)
 	require.Equal(t, "d", string(buf[:n]))
 }
