@@ -467,15 +467,10 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 	l.sr.drained = false
 	for {
 		if !l.frameBuffered() {
-			need := HeaderLen
-			if l.br.Buffered() >= HeaderLen {
-				b, _ := l.br.Peek(HeaderLen)
-				h, derr := DecodeHeader(b, l.fs.maxMsg)
-				if derr != nil {
-					err = derr
-					break
-				}
-				need += h.PayloadLen()
+			need, _, derr := l.nextFrameLen()
+			if derr != nil {
+				err = derr
+				break
 			}
 			if need > l.br.Size() {
 				l.handoff.Store(true) // as Drive leaves a large frame (errLarge)
@@ -548,13 +543,12 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	var spinEnd time.Time // when polling the socket stops (Options.PollSpin)
 	hit, missed := false, false
 	for {
-		if !sized && l.br.Buffered() >= HeaderLen {
-			b, _ := l.br.Peek(HeaderLen)
-			h, err := DecodeHeader(b, l.fs.maxMsg)
-			if err != nil {
+		if !sized {
+			var err error
+			if need, sized, err = l.nextFrameLen(); err != nil {
 				return err
 			}
-			if need, sized = HeaderLen+h.PayloadLen(), true; need > pollFrameMax {
+			if sized && need > pollFrameMax {
 				return errLarge
 			}
 		}
@@ -753,14 +747,24 @@ func (l *link) graceFired() {
 
 // frameBuffered reports whether a whole frame is buffered.
 func (l *link) frameBuffered() bool {
-	n := l.br.Buffered()
-	if n < HeaderLen {
-		return false
+	need, sized, err := l.nextFrameLen()
+	// A malformed header is the reader's to report (readFrame would too).
+	return err == nil && sized && l.br.Buffered() >= need
+}
+
+// nextFrameLen is the length of the next frame, its header included, once
+// that header is buffered (sized); before, HeaderLen. err reports a
+// malformed header.
+func (l *link) nextFrameLen() (need int, sized bool, err error) {
+	if l.br.Buffered() < HeaderLen {
+		return HeaderLen, false, nil
 	}
 	b, _ := l.br.Peek(HeaderLen)
 	h, err := DecodeHeader(b, l.fs.maxMsg)
-	// A malformed header is the reader's to report (readFrame would too).
-	return err == nil && n >= HeaderLen+h.PayloadLen()
+	if err != nil {
+		return HeaderLen, false, err
+	}
+	return HeaderLen + h.PayloadLen(), true, nil
 }
 
 // watch makes sure ctx's end interrupts a poller's blocked read, until

@@ -141,12 +141,7 @@ func (s *arrivalSet) arrived(ctx context.Context, c *CQ) (took, waiting, ok bool
 	clear(s.ready[:k])
 	s.wait.Unlock()
 	for _, d := range ready[:k] {
-		q, isQ := d.(QueuedDriver)
-		if !isQ {
-			waiting = true
-			continue
-		}
-		t, l := q.DriveQueued(ctx, c)
+		t, l := c.take(ctx, d)
 		took, waiting = took || t, waiting || l
 	}
 	return took, waiting, true

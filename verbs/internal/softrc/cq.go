@@ -287,19 +287,23 @@ func (c *CQ) Arrived(ctx context.Context) (took, waiting bool) {
 	ds := c.drivers
 	c.mu.Unlock()
 	for _, d := range ds {
-		a, ok := d.(Arriver)
-		if !ok || !a.Incoming() {
-			continue
+		if a, ok := d.(Arriver); ok && a.Incoming() {
+			t, l := c.take(ctx, a)
+			took, waiting = took || t, waiting || l
 		}
-		q, ok := d.(QueuedDriver)
-		if !ok {
-			waiting = true
-			continue
-		}
-		t, l := q.DriveQueued(ctx, c)
-		took, waiting = took || t, waiting || l
 	}
 	return took, waiting
+}
+
+// take has link a handle what has arrived for it on this goroutine
+// (QueuedDriver); left reports work only the link's own goroutines can do,
+// all of it when a cannot take anything itself.
+func (c *CQ) take(ctx context.Context, a Arriver) (took, left bool) {
+	q, ok := a.(QueuedDriver)
+	if !ok {
+		return false, true
+	}
+	return q.DriveQueued(ctx, c)
 }
 
 // spinIncoming polls the CQ and its links for Config.YieldSpin, yielding
