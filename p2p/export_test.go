@@ -147,3 +147,17 @@ func (ep *Endpoint) IncomingProviders() []string {
 // other processes between polls (the crowded policy over several
 // devices), for TestCrowdedIncoming.
 func (ep *Endpoint) PollsWithOSYield() bool { return ep.policy.OSYield }
+
+// RingLines is the depth, in lines, of this endpoint's ring in peer's
+// window (0 without one), for TestDefaultRingHoldsWindow.
+func (ep *Endpoint) RingLines(peer int) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if o := ep.peers[peer].rout; o != nil {
+		return int(o.n)
+	}
+	return 0
+}
+
+// RingMaxLinesPerMessage is how many lines the largest ring message takes.
+const RingMaxLinesPerMessage = ringLines

@@ -87,7 +87,10 @@ type Options struct {
 	// RingLines is the size, in 64-byte lines, of the ring each sender
 	// writes small messages into over shm (up to 528 bytes, without a
 	// work request: see ring.go), a power of two from 64 to 65536. Zero
-	// means 256 (16 KiB per peer); negative means no rings. Ranks must agree.
+	// means 1024 (64 KiB per peer, room for 64 of the largest messages in
+	// flight) up to 16 ranks, fewer lines above so that a rank's rings stay
+	// near 1 MiB, and never under 256; negative means no rings. Ranks must
+	// agree.
 	RingLines int
 	// RegCacheEntries and RegCacheBytes bound the registration cache of
 	// rendezvous buffers (LRU). Defaults 64 entries and 1 GiB.

@@ -179,3 +179,21 @@ func TestWaitPolicyCrowded(t *testing.T) {
 		assert.Equal(t, c.want, waitPolicy(c.o, c.devs, c.local, c.cpus), c.name)
 	}
 }
+
+// The default ring depth: deep enough for a window of 64 of the largest
+// ring messages while the ranks are few, shallower as they grow so that a
+// rank's ring window (one ring per rank) stays near ringWinBudget, and
+// never below minDefaultRingLines.
+func TestDefaultRingLines(t *testing.T) {
+	for _, c := range []struct{ ranks, lines int }{
+		{2, 1024}, {8, 1024}, {16, 1024}, {17, 512}, {32, 512}, {64, 256}, {1000, 256},
+	} {
+		n := defaultRingLines(c.ranks)
+		assert.Equal(t, c.lines, n, "%d ranks", c.ranks)
+		assert.Zero(t, n&(n-1), "%d ranks: %d lines is not a power of two", c.ranks, n)
+		if n > minDefaultRingLines {
+			assert.LessOrEqual(t, c.ranks*n*ringLine, ringWinBudget, "%d ranks", c.ranks)
+		}
+	}
+	assert.GreaterOrEqual(t, defaultRingLines(2), 64*ringLines, "a window of 64 of the largest ring messages")
+}

@@ -69,8 +69,31 @@ const (
 	// with its tail word and its ring of entries lines.
 	ringWinHdr = ringLine
 
-	defaultRingLines = 256
+	// The default ring (RingLines zero) is the deepest of maxRingLines
+	// that keeps a rank's ring window within ringWinBudget, and at least
+	// minDefaultRingLines.
+	maxRingLines        = 1024
+	minDefaultRingLines = 256
+	ringWinBudget       = 1 << 20
 )
+
+// defaultRingLines is the ring depth of an endpoint of ranks ranks. An OSU
+// window (64 messages in flight, as the bw and bibw loops and the
+// collectives' bursts of Isends post them) of the largest ring messages
+// takes 576 lines: with 256, both ranks of a bibw window filled each
+// other's ring with the first 28 of 528 bytes (51 of 256) while neither
+// was reading, and the rest paid the queue pair's path, several times
+// the ring's software (BenchmarkWindowOverhead). 1024 lines hold such a
+// window; the depth shrinks with the rank count so that the window, one
+// ring per rank, stays near 1 MiB, and untouched lines of the sparse heap
+// cost no memory.
+func defaultRingLines(ranks int) int {
+	n := maxRingLines
+	for n > minDefaultRingLines && ranks*n*ringLine > ringWinBudget {
+		n /= 2
+	}
+	return n
+}
 
 // ringBlock is the bytes of one sender's ring of n lines in the window.
 func ringBlock(n int) int { return ringLine + n*ringLine }
@@ -136,7 +159,7 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 		return nil
 	}
 	if n == 0 {
-		n = defaultRingLines
+		n = defaultRingLines(ep.size)
 	}
 	blk := ringBlock(n)
 	size := ringWinHdr + ep.size*blk

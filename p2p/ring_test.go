@@ -383,3 +383,16 @@ func TestRingMessageOrdersMemory(t *testing.T) {
 		return nil
 	})
 }
+
+// The default ring holds an OSU window (64 messages in flight) of the
+// largest ring messages: in the bw and bibw loops, and in a collective's
+// burst of Isends, a sender posts the whole window before the receiver
+// reads, and what does not fit pays the queue pair's path. With 256
+// lines, 28 of 64 528-byte messages fitted.
+func TestDefaultRingHoldsWindow(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		assert.GreaterOrEqual(t, ep.RingLines(1-ep.Rank()), 64*p2p.RingMaxLinesPerMessage)
+		return nil
+	})
+}
