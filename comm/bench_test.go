@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -166,5 +167,50 @@ func BenchmarkGeneralPath(b *testing.B) {
 				benchPair(b, tr, cl.step, n)
 			})
 		}
+	}
+}
+
+// BenchmarkWindowOverhead is the software cost of one window of the OSU
+// message-rate loop through comm (bench's bw row): rank 1 posts 64 Irecvs,
+// rank 0 64 Isends of 8 bytes, and one goroutine waits for all and
+// releases them (ReleaseAll), over shm, so that no cache line crosses
+// cores: cpu-ns/op / 64 (the thread's CPU time, which a busy machine
+// disturbs less than ns/op) is one message's software on both sides, comm's
+// wrapping included (compare p2p's BenchmarkWindowOverhead).
+//
+//	go test -run '^$' -bench WindowOverhead -benchtime 20000x ./comm
+func BenchmarkWindowOverhead(b *testing.B) {
+	const window = 64
+	ctx := context.Background()
+	comms := initPair(b, "shm")
+	s, r := make([]byte, 8), make([]byte, 8)
+	reqs := make([]*Request, 0, 2*window)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	cpu0 := threadCPU()
+	for b.Loop() {
+		reqs = reqs[:0]
+		for range window {
+			rq, err := Irecv(ctx, comms[1], r, 0, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs = append(reqs, rq)
+		}
+		for range window {
+			rq, err := Isend(ctx, comms[0], s, 1, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs = append(reqs, rq)
+		}
+		if err := WaitAll(ctx, reqs...); err != nil {
+			b.Fatal(err)
+		}
+		ReleaseAll(reqs...)
+	}
+	if cpu0 >= 0 {
+		b.ReportMetric(float64(threadCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"io"
 
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/p2p"
 )
 
 // WithExit returns o with Abort's way to end the process replaced by exit,
@@ -59,3 +60,6 @@ func (p *Persistent) WorkerAsleep() bool {
 	defer p.mu.Unlock()
 	return p.asleep
 }
+
+// P2P is the point-to-point request r wraps (nil for a collective's).
+func (r *Request) P2P() *p2p.Request { return r.p }

@@ -333,15 +333,13 @@ func (r *Request) Release() {
 	}
 	// A cancel hook that has already started may still be about to call
 	// Cancel on the p2p request: leave that one to the garbage collector
-	// rather than recycle it under the hook.
-	if !r.disarm() {
-		r.p.Release()
+	// rather than recycle it under the hook. r goes back with its p2p
+	// request (see newP2PRequest), so nothing may touch it after that.
+	if p := r.p; !r.disarm() {
+		r.ctx = nil // let it go while r waits for reuse
+		p.Release()
 	}
-	*r = Request{}
-	reqPool.Put(r)
 }
-
-var reqPool = sync.Pool{New: func() any { return new(Request) }}
 
 // ReleaseAll is Release for every request of reqs (nil entries, requests
 // that have not completed and non-blocking collectives' are left alone),
@@ -356,24 +354,30 @@ func ReleaseAll(reqs ...*Request) {
 			continue
 		}
 		if !r.disarm() {
+			r.ctx = nil
 			batch[n] = r.p
 			if n++; n == len(batch) {
 				p2p.ReleaseAll(batch[:n])
 				n = 0
 			}
 		}
-		*r = Request{}
-		reqPool.Put(r)
 	}
 	p2p.ReleaseAll(batch[:n])
 }
 
-// newP2PRequest is a point-to-point request, recycled if one was released.
+// newP2PRequest is the request wrapping p2p request p: the one that came
+// with p if p was recycled (p2p.Request.SetExt: the endpoint recycles
+// both under the lock it takes anyway, where a sync.Pool of our own cost
+// an atomic read-modify-write in each of Get and Put), else a new one.
 // Its start ctx is enforced by Wait and Test (see startCtx), not by a
 // callback registered here: that would allocate for every message of a
 // loop of Isend/Irecv/Release.
 func newP2PRequest(ctx context.Context, c *Comm, op string, peer, tag, esize int, p *p2p.Request) *Request {
-	r := reqPool.Get().(*Request)
+	r, _ := p.Ext().(*Request)
+	if r == nil {
+		r = new(Request)
+		p.SetExt(r)
+	}
 	*r = Request{c: c, op: op, peer: peer, tag: tag, esize: esize, p: p, ctx: ctx}
 	return r
 }

@@ -214,6 +214,43 @@ func TestP2PContextDeadline(t *testing.T) {
 	})
 }
 
+// TestRequestTravelsWithP2P: a point-to-point request is kept with the
+// p2p request it wraps, so that Release hands both back to the endpoint
+// in one step and the next request built on that p2p request is the same
+// object, with nothing left of its previous use.
+func TestRequestTravelsWithP2P(t *testing.T) {
+	runOK(t, 2, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+		peer := 1 - c.Rank()
+		for i := range 4 {
+			s, err := comm.Isend(ctx, c, []int32{int32(i)}, peer, 3+i)
+			if err != nil {
+				return err
+			}
+			r, err := comm.Irecv(ctx, c, make([]int32, 1), peer, 3+i)
+			if err != nil {
+				return err
+			}
+			require.Same(t, s, s.P2P().Ext(), "the send request rides with its p2p request")
+			require.Same(t, r, r.P2P().Ext(), "the receive request rides with its p2p request")
+			st, err := r.Wait(ctx)
+			if err != nil {
+				return err
+			}
+			require.Equal(t, comm.Status{Source: peer, Tag: 3 + i, Count: 1}, st)
+			if err := comm.WaitAll(ctx, s); err != nil {
+				return err
+			}
+			p := s.P2P()
+			comm.ReleaseAll(s)
+			r.Release()
+			if p.Ext() != s {
+				return fmt.Errorf("rank %d: a released request left its p2p request", c.Rank())
+			}
+		}
+		return nil
+	})
+}
+
 // TestRequestRelease: Release (and ReleaseAll) of a request that has not
 // completed does nothing (it still completes and reports its status);
 // released requests are reused, so a loop of Isend/Irecv/WaitAll/Release,

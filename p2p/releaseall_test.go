@@ -76,3 +76,48 @@ func cmpErr(a, b error) error {
 	}
 	return b
 }
+
+// TestRequestExt: what SetExt attaches to a request comes back with it
+// when the endpoint recycles it (Release, ReleaseAll, in any order), so
+// that a layer above can keep its own request object with ours; a request
+// never recycled has none.
+func TestRequestExt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "shm"})
+	require.NoError(t, err)
+	defer p2ptest.Close(eps)
+
+	const window = 8
+	s, in := pattern(8, 5), make([]byte, 8)
+	post := func() []*p2p.Request {
+		var reqs []*p2p.Request
+		for range window {
+			rr, err := eps[1].Irecv(0, 1, in)
+			require.NoError(t, err)
+			rs, err := eps[0].Isend(1, 1, s)
+			require.NoError(t, err)
+			reqs = append(reqs, rr, rs)
+		}
+		require.NoError(t, p2p.WaitAll(ctx, reqs...))
+		return reqs
+	}
+	reqs := post()
+	want := map[any]bool{}
+	for i, r := range reqs {
+		require.Nil(t, r.Ext(), "a new request")
+		v := new(int)
+		*v = i
+		r.SetExt(v)
+		want[v] = true
+	}
+	p2p.ReleaseAll(reqs[:window])
+	for _, r := range reqs[window:] {
+		r.Release()
+	}
+	got := map[any]bool{}
+	for _, r := range post() {
+		got[r.Ext()] = true
+	}
+	require.Equal(t, want, got, "the recycled requests' values")
+}
