@@ -214,3 +214,37 @@ func BenchmarkWindowOverhead(b *testing.B) {
 		b.ReportMetric(float64(threadCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 }
+
+// BenchmarkOverhead is the software cost of one 8-byte ping-pong round
+// through comm (two Sends, two Recvs) with both ranks driven by one
+// goroutine over shm: no cache line crosses cores, so cpu-ns/op is comm's,
+// p2p's and the provider's own instructions, the floor under the
+// cross-process latency (compare p2p's BenchmarkOverhead).
+//
+//	go test -run '^$' -bench '^BenchmarkOverhead$' -benchtime 200000x ./comm
+func BenchmarkOverhead(b *testing.B) {
+	ctx := context.Background()
+	comms := initPair(b, "shm")
+	s, r := make([]byte, 8), make([]byte, 8)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	cpu0 := threadCPU()
+	for b.Loop() {
+		if err := Send(ctx, comms[0], s, 1, 1); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Recv(ctx, comms[1], r, 0, 1); err != nil {
+			b.Fatal(err)
+		}
+		if err := Send(ctx, comms[1], r, 0, 1); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Recv(ctx, comms[0], s, 1, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if cpu0 >= 0 {
+		b.ReportMetric(float64(threadCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+}

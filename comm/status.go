@@ -342,16 +342,22 @@ func statusHost(transportListen string, hosts int) string {
 // Recv, a request's Wait), in a few atomics per call. With several
 // goroutines it shows the call started last; it is for a person reading a
 // stuck job, not for synchronisation.
+//
+// A call reads no clock: on a VM's kvm-clock that read (about 50 ns) was
+// a fifth of a comm ping-pong's software, paid by every Send and Recv
+// on the latency path, almost all of which end before anybody looks. The
+// time a call is reported running since is when a reader first found it
+// running instead; rank 0's stuck-job watch asks every rank a few times per
+// StuckAfter, so a stuck call's age is short by at most one of its rounds.
 type p2pRecord struct {
-	seq   atomic.Uint64 // calls begun
-	done  atomic.Uint64 // the latest call that ended
-	what  atomic.Uint64 // p2pOp | world rank (-1 any) <<32
-	since atomic.Int64  // time since statusEpoch
-}
+	seq  atomic.Uint64 // calls begun
+	done atomic.Uint64 // the latest call that ended
+	what atomic.Uint64 // p2pOp | world rank (-1 any) <<32
 
-// statusEpoch anchors p2pRecord's times: time.Since reads the monotonic
-// clock alone, half the cost of time.Now.
-var statusEpoch = time.Now()
+	mu     sync.Mutex // readers' side
+	seen   uint64     // the call a reader last found running
+	seenAt time.Time  // when a reader first found it running
+}
 
 type p2pOp uint32
 
@@ -365,7 +371,6 @@ var p2pNames = [...]string{p2pSend: "send", p2pRecv: "recv", p2pWait: "wait"}
 
 func (r *p2pRecord) begin(op p2pOp, worldPeer int) uint64 {
 	r.what.Store(uint64(op) | uint64(uint32(int32(worldPeer)))<<32)
-	r.since.Store(int64(time.Since(statusEpoch)))
 	return r.seq.Add(1)
 }
 
@@ -393,6 +398,13 @@ func (r *p2pRecord) opStatus(name string) bootstrap.OpStatus {
 	}
 	o.Op, o.Seq, o.Running = p2pNames[w], seq, r.done.Load() < seq
 	o.Peer = int(int32(uint32(what >> 32)))
-	o.Since = statusEpoch.Add(time.Duration(r.since.Load()))
+	if o.Running {
+		r.mu.Lock()
+		if r.seen != seq {
+			r.seen, r.seenAt = seq, time.Now()
+		}
+		o.Since = r.seenAt
+		r.mu.Unlock()
+	}
 	return o
 }

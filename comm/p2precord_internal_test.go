@@ -1,0 +1,39 @@
+package comm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A point-to-point call's record reads no clock when the call begins: a
+// call is reported running since a reader first found it running, every
+// later look at the same call reports that same time, and the next call
+// is timed afresh. Before, begin read the clock (time.Since) for every
+// Send and Recv, and the record reported when the call began, earlier
+// than any look.
+func TestP2PRecordTimesFromFirstLook(t *testing.T) {
+	var r p2pRecord
+	seq := r.begin(p2pRecv, 2)
+	time.Sleep(5 * time.Millisecond) // the call began well before the look
+	first := time.Now()
+	o := r.opStatus("world")
+	require.True(t, o.Running)
+	require.Equal(t, "recv", o.Op)
+	require.Equal(t, 2, o.Peer)
+	require.False(t, o.Since.Before(first), "since %v, first look at %v", o.Since, first)
+	time.Sleep(5 * time.Millisecond)
+	again := r.opStatus("world")
+	require.True(t, again.Since.Equal(o.Since), "a second look moved the time: %v, then %v", o.Since, again.Since)
+
+	r.end(seq)
+	require.False(t, r.opStatus("world").Running)
+	seq = r.begin(p2pSend, 1)
+	next := time.Now()
+	o = r.opStatus("world")
+	require.True(t, o.Running)
+	require.Equal(t, "send", o.Op)
+	require.False(t, o.Since.Before(next), "the next call kept the last one's time")
+	r.end(seq)
+}
