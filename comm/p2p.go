@@ -250,8 +250,9 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 		if r.p.Done() {
 			// Nothing to wait for, so nothing for the start ctx to cancel
 			// and no blocking call to record: a window of Isends finds
-			// most of its requests done, and the record's clock read and
-			// atomics were a tenth of such a message's cost.
+			// most of its requests done, and the record's atomics (and
+			// the clock it read then) were a tenth of such a message's
+			// cost.
 			st, err := r.p.Wait(ctx)
 			return r.p2pStatus(st, err)
 		}
