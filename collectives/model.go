@@ -629,10 +629,13 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 // crowd is how many times over a step in which every rank of a host
 // sends pays its latency (Model.Crowd): 1 in a group within one host.
 func (e *Engine) crowd() float64 {
+	if e.model.Crowd <= 1 {
+		return 1
+	}
 	if _, hosts := e.hostShape(); hosts < 2 {
 		return 1
 	}
-	return max(e.model.Crowd, 1)
+	return e.model.Crowd
 }
 
 // sharedLink is how much longer a flat alltoall's bytes take on the
