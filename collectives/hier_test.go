@@ -2,7 +2,6 @@ package collectives_test
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,67 +96,4 @@ func flatOf(c collectives.Collective) collectives.Algorithm {
 		return collectives.Pairwise
 	}
 	return collectives.Linear
-}
-
-// localBytes is a Group with a topology that counts the bytes it sends to
-// ranks on its own host.
-type localBytes struct {
-	collectives.Group
-	topo  collectives.Topology
-	bytes *atomic.Int64
-}
-
-func (g localBytes) HostOf(r int) int { return g.topo.HostOf(r) }
-
-func (g localBytes) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
-	if g.topo.HostOf(peer) == g.topo.HostOf(g.Rank()) {
-		g.bytes.Add(int64(len(buf)))
-	}
-	return g.Group.Isend(peer, tag, buf)
-}
-
-// TestHierarchicalAlltoallKeepsOwnBlock: in the hierarchical alltoall a
-// rank keeps its own block: its leader gets and returns the p−1 others
-// (the ranks of a host interleaved, so that a rank's others lie before
-// and after its block), and every result is right. The bytes are compared
-// between two block sizes, so that the messages' headers cancel out.
-func TestHierarchicalAlltoallKeepsOwnBlock(t *testing.T) {
-	t.Parallel()
-	hosts := []int{0, 1, 0, 1, 2, 1, 0}
-	p := len(hosts)
-	run := func(count int) int64 {
-		var sent atomic.Int64
-		w := coltest.NewWorld(p, coltest.Options{Hosts: hosts})
-		errs := w.Run(func(rank int, g collectives.Group) error {
-			lg := localBytes{Group: g, topo: g.(collectives.Topology), bytes: &sent}
-			e, err := collectives.New(lg, noProbe(force(collectives.CollAlltoall, collectives.Hierarchical)))
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			send, recv := make([]float64, count*p), make([]float64, count*p)
-			for d := range p {
-				for k := range count {
-					send[d*count+k] = float64(rank*1000 + d*10 + k)
-				}
-			}
-			if err := collectives.Alltoall(ctx, e, send, recv); err != nil {
-				return err
-			}
-			for s := range p {
-				for k := range count {
-					if want := float64(s*1000 + rank*10 + k); recv[s*count+k] != want {
-						return fmt.Errorf("rank %d: element %d from rank %d is %v, want %v", rank, k, s, recv[s*count+k], want)
-					}
-				}
-			}
-			return nil
-		})
-		requireAllOK(t, errs)
-		return sent.Load()
-	}
-	// 4 ranks are not leaders (2, 3, 5, 6): p−1 blocks each way each.
-	require.EqualValues(t, 2*4*(p-1)*(5-3)*8, run(5)-run(3))
 }

@@ -433,15 +433,13 @@ func (m *Model) hierAllgatherCost(local, hosts, p int, n float64, inline int) fl
 }
 
 // hierAlltoallCost is the hierarchical alltoall of n bytes per rank over p
-// ranks: every rank's buffer but its own block to its leader at once (the
-// blocks before and after its own, two messages), the leaders' bundles
-// (local² blocks) to each other at once, every rank's result but its own
-// block from its leader at once.
+// ranks: every rank's buffer to its leader at once, the leaders' bundles
+// (local² blocks) to each other at once, every rank's result from its
+// leader at once.
 func (m *Model) hierAlltoallCost(local, hosts, p int, n float64, inline int) float64 {
 	ia, ib, a := m.IntraAlpha.Seconds(), m.IntraBeta, m.Alpha.Seconds()
 	bundle := float64(local*local) * n / float64(p)
-	others := n * float64(p-1) / float64(p)
-	fan := m.fanCost(2*(local-1), others/2, inline, ia) + float64(local-1)*others*ib
+	fan := m.fanCost(local-1, n, inline, ia) + float64(local-1)*n*ib
 	return 2*fan + m.fanCost(hosts-1, bundle, inline, a) + float64(hosts-1)*bundle*m.Beta
 }
 

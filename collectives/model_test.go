@@ -330,16 +330,3 @@ func TestCostModelCrowding(t *testing.T) {
 	require.Equal(t, engineFor(t, 4, wo(one, 1), collectives.Options{}).Cost(collectives.CollAllgather, collectives.Ring, n),
 		engineFor(t, 4, wo(one, 2), collectives.Options{}).Cost(collectives.CollAllgather, collectives.Ring, n))
 }
-
-// TestCostModelHierAlltoallOwnBlock: the hierarchical alltoall's cost
-// counts the p−1 blocks a rank sends its leader and gets back, not its
-// whole buffer (its own block stays): at 2 hosts of 2 ranks, each byte a
-// rank adds costs 2·(3/4) bytes inside the host and one bundle byte (4
-// blocks over 4 ranks) on the network.
-func TestCostModelHierAlltoallOwnBlock(t *testing.T) {
-	t.Parallel()
-	wo := coltest.Options{Hosts: []int{0, 0, 1, 1}, Latency: time.Nanosecond, Bandwidth: 1e6}
-	e := engineFor(t, 4, wo, collectives.Options{Model: &collectives.Model{Beta: 1e-12, IntraBeta: 1e-6}})
-	grow := e.Cost(collectives.CollAlltoall, collectives.Hierarchical, 8192) - e.Cost(collectives.CollAlltoall, collectives.Hierarchical, 4096)
-	require.InDelta(t, 4096*(2*0.75/1e6+1/1e12), grow, 1e-12)
-}
