@@ -33,8 +33,17 @@ type config struct {
 	JSON      string        // --json FILE
 	Plot      string        // --plot FILE.png|svg
 	Budget    time.Duration // time per size that caps the default iteration counts
+	Warm      time.Duration // --warmup-budget: caps the default warm-up; 0 = Budget/5
 	Quiet     bool          // -q: no progress on stderr
 	CPUProf   string        // --cpuprofile PREFIX: each rank writes PREFIX.RANK
+}
+
+// warmBudget is the time per size that caps the default warm-up.
+func (cfg *config) warmBudget() time.Duration {
+	if cfg.Warm > 0 {
+		return cfg.Warm
+	}
+	return cfg.Budget / 5
 }
 
 // isP2P reports whether the test is a point-to-point one (bytes, 2 ranks).
@@ -80,6 +89,8 @@ Flags:
   --plot FILE      draw the sweep into FILE (.png or .svg), log axes; with --busbw
                    the bus bandwidth too, in a second panel
   --budget D       time per size that caps the default iteration counts (default 250ms)
+  --warmup-budget D  time per size that caps the default warm-up (default: a fifth of
+                   --budget; mpibench's -w, so that both warm up alike at any budget)
   -q               no progress lines on stderr
   --cpuprofile P   write each rank's CPU profile to P.RANK (go tool pprof reads it)
 `
@@ -109,6 +120,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.JSON, "json", "", "")
 	fs.StringVar(&cfg.Plot, "plot", "", "")
 	fs.DurationVar(&cfg.Budget, "budget", cfg.Budget, "")
+	fs.DurationVar(&cfg.Warm, "warmup-budget", 0, "")
 	fs.BoolVar(&cfg.Quiet, "q", false, "")
 	fs.StringVar(&cfg.CPUProf, "cpuprofile", "", "")
 
@@ -145,6 +157,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.Budget <= 0 {
 		return cfg, fmt.Errorf("--budget %v: must be positive", cfg.Budget)
+	}
+	if cfg.Warm < 0 {
+		return cfg, fmt.Errorf("--warmup-budget %v: must not be negative", cfg.Warm)
 	}
 	switch cfg.Transport {
 	case "", "auto", "shm", "tcp", "ibv":

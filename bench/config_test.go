@@ -29,10 +29,10 @@ func TestParseArgsDefaults(t *testing.T) {
 
 func TestParseArgsFlags(t *testing.T) {
 	cfg, err := parseArgs([]string{"-m", "8:64K", "allreduce", "-i", "7", "-x", "2", "-c", "-t", "int64",
-		"--algo", "ring", "--transport", "tcp", "--busbw", "--json", "a.json", "--plot=a.svg", "--budget", "1s", "-q"}, io.Discard)
+		"--algo", "ring", "--transport", "tcp", "--busbw", "--json", "a.json", "--plot=a.svg", "--budget", "1s", "--warmup-budget", "30ms", "-q"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, config{Test: "allreduce", Min: 8, Max: 64 << 10, Iters: 7, Warmup: 2, Validate: true, Type: "int64",
-		Algo: "ring", Transport: "tcp", BusBW: true, JSON: "a.json", Plot: "a.svg", Budget: time.Second, Quiet: true}, cfg)
+		Algo: "ring", Transport: "tcp", BusBW: true, JSON: "a.json", Plot: "a.svg", Budget: time.Second, Warm: 30 * time.Millisecond, Quiet: true}, cfg)
 
 	for _, tc := range []struct {
 		m        string
@@ -70,6 +70,7 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"bcast", "--transport", "udp"}, `--transport "udp"`},
 		{[]string{"bcast", "--plot", "x.jpg"}, `--plot "x.jpg": the file name must end in .png or .svg`},
 		{[]string{"bcast", "--budget", "0s"}, "--budget 0s"},
+		{[]string{"bcast", "--warmup-budget", "-1s"}, "--warmup-budget -1s"},
 		{[]string{"bcast", "--nope"}, "flag provided but not defined: -nope"},
 		{[]string{"bcast", "--api", "persistent"}, `--api "persistent": only allreduce has other forms, not bcast`},
 		{[]string{"allreduce", "--api", "lazy"}, `--api "lazy": want into, inplace or persistent`},
@@ -85,4 +86,29 @@ func TestSizeList(t *testing.T) {
 	assert.Equal(t, []int{4, 8, 16}, sizeList(3, 31))
 	assert.Equal(t, []int{0}, sizeList(0, 0))
 	assert.Empty(t, sizeList(5, 7))
+}
+
+// TestCounts: the warm-up is OSU's count, capped by the warm-up budget (a
+// fifth of the budget unless --warmup-budget sets it, as mpibench's -w
+// does whatever its -t), and the timed loop by the budget; -x and -i fix
+// them.
+func TestCounts(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name              string
+		cfg               config
+		osuIters, osuSkip int
+		w1                int
+		per               float64
+		rest, it          int
+	}{
+		{"OSU's counts fit", config{Budget: 250 * ms, Warmup: -1}, 1000, 100, 4, 1e-6, 95, 1000},
+		{"a fifth of the budget", config{Budget: 50 * ms, Warmup: -1}, 1000, 100, 4, 1e-3, 10, 50},
+		{"the warm-up budget", config{Budget: 50 * ms, Warm: 50 * ms, Warmup: -1}, 1000, 100, 4, 1e-3, 50, 50},
+		{"at least 5 timed", config{Budget: 50 * ms, Warmup: -1}, 100, 10, 1, 0.1, 0, 5},
+		{"-x and -i", config{Budget: 50 * ms, Warm: 50 * ms, Warmup: 20, Iters: 7}, 1000, 100, 4, 1e-3, 15, 7},
+	} {
+		rest, it := c.cfg.counts(c.osuIters, c.osuSkip, c.w1, c.per)
+		assert.Equal(t, [2]int{c.rest, c.it}, [2]int{rest, it}, c.name)
+	}
 }

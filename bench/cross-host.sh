@@ -41,6 +41,12 @@ MPIBENCH_SRC=${MPIBENCH_SRC:-$root/../shared/tools/mpibench/mpibench.c}
 OSUCMP=${OSUCMP:-$root/../shared/tools/osu-compare}
 ROUNDS=${ROUNDS:-5}
 BUDGET=${BUDGET:-0.1} # seconds of timed loop per size, both sides
+# Seconds of warm-up per size, both sides: mpibench's own default (its -w
+# does not follow -t), which rdmabench would otherwise take as a fifth of
+# its budget, 10 ms at BUDGET=0.05: a fifth of Open MPI's warm-up, where a
+# crowded 4x2 job's first tens of calls of a size still run up to twice as
+# slow as the rest.
+WARM=${WARM:-0.05}
 MAXC=${MAXC:-1048576} # largest collective size, bytes
 SHAPES=${SHAPES:-none 10gbit}
 LAYOUTS=${LAYOUTS:-2x1 2x2 4x2}
@@ -117,15 +123,15 @@ row() { # NAME MODE RDMABENCH_ARGS MPIBENCH_ARGS HOSTS SLOTS SHAPE
 	1) yield="--mca mpi_yield_when_idle 1" ;;
 	auto) [ "$np" -gt "$(nproc)" ] && yield="--mca mpi_yield_when_idle 1" ;;
 	esac
-	a="$out/inhost $prefix-h0 $out/rdmarun --stdin none --oversubscribe -np $np --host $list --launch-agent '$agent' --iface $subnet $out/rdmabench $rargs -q --budget ${BUDGET}s"
-	b="$out/inhost $prefix-h0 mpirun.openmpi --oversubscribe -np $np --host $list --mca plm_rsh_agent $out/agent --mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet --mca btl self,vader,tcp --bind-to none $yield $out/mpibench $margs -t $BUDGET"
+	a="$out/inhost $prefix-h0 $out/rdmarun --stdin none --oversubscribe -np $np --host $list --launch-agent '$agent' --iface $subnet $out/rdmabench $rargs -q --budget ${BUDGET}s --warmup-budget ${WARM}s"
+	b="$out/inhost $prefix-h0 mpirun.openmpi --oversubscribe -np $np --host $list --mca plm_rsh_agent $out/agent --mca oob_tcp_if_include $subnet --mca btl_tcp_if_include $subnet --mca btl self,vader,tcp --bind-to none $yield $out/mpibench $margs -t $BUDGET -w $WARM"
 	echo "## $name ${h}x$s $shape ($(uptime | sed 's/.*load/load/'))"
 	echo "A: $a"
 	echo "B: $b"
 	"$OSUCMP" --rounds "$ROUNDS" --mode "$mode" --a "$(retry "$a")" --b "$b" | tee "$file.txt"
 	if [ "$MPICH" = 1 ]; then
 		hl=$(echo "$list" | sed 's/:[0-9]*//g')
-		m="$out/inhost $prefix-h0 mpirun.mpich -np $np -ppn $s -hosts $hl -launcher rsh -launcher-exec $out/agent -iface eth0 $out/mpibench.mpich $margs -t $BUDGET"
+		m="$out/inhost $prefix-h0 mpirun.mpich -np $np -ppn $s -hosts $hl -launcher rsh -launcher-exec $out/agent -iface eth0 $out/mpibench.mpich $margs -t $BUDGET -w $WARM"
 		echo "MPICH (report only): $m"
 		sh -c "$m" >"$file.mpich.txt" 2>&1 || echo "cross-host.sh: MPICH failed for $name, see $file.mpich.txt"
 	fi

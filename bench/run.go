@@ -299,22 +299,7 @@ func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int
 		}
 	}
 	if b.c.Rank() == 0 {
-		budget := b.cfg.Budget.Seconds()
-		rest := max(osuSkip-1-w1, 0)
-		if per > 0 && float64(rest)*per > budget/5 {
-			rest = int(budget / 5 / per)
-		}
-		if b.cfg.Warmup >= 0 {
-			rest = max(b.cfg.Warmup-1-w1, 0)
-		}
-		it := osuIters
-		if per > 0 && float64(it)*per > budget {
-			it = int(budget / per)
-		}
-		it = max(it, 5)
-		if b.cfg.Iters > 0 {
-			it = b.cfg.Iters
-		}
+		rest, it := b.cfg.counts(osuIters, osuSkip, w1, per)
 		plan[1], plan[2] = int64(rest), int64(it)
 	}
 	if err := comm.Bcast(ctx, b.c, plan[1:], 0); err != nil {
@@ -332,6 +317,30 @@ func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int
 	t, err := k(ctx, int(plan[2]))
 	b.warmed = true
 	return t, int(plan[2]), err
+}
+
+// counts decides a size's further warm-up and timed iterations from OSU's
+// counts, the w1 calls of the calibration batch and the time per call it
+// measured: the warm-up capped by the warm-up budget, the timed loop by
+// the budget (at least 5 calls); -x and -i fix them instead.
+func (cfg *config) counts(osuIters, osuSkip, w1 int, per float64) (rest, it int) {
+	rest = max(osuSkip-1-w1, 0)
+	if warm := cfg.warmBudget().Seconds(); per > 0 && float64(rest)*per > warm {
+		rest = int(warm / per)
+	}
+	if cfg.Warmup >= 0 {
+		rest = max(cfg.Warmup-1-w1, 0)
+	}
+	budget := cfg.Budget.Seconds()
+	it = osuIters
+	if per > 0 && float64(it)*per > budget {
+		it = int(budget / per)
+	}
+	it = max(it, 5)
+	if cfg.Iters > 0 {
+		it = cfg.Iters
+	}
+	return rest, it
 }
 
 // gcAfterBytes is how much the set-up and warm-up of a size may allocate

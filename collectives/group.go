@@ -174,6 +174,16 @@ type LinkInfo interface {
 	Link(peer int) (latency time.Duration, bandwidth float64)
 }
 
+// Crowding is an optional Group capability feeding the cost model:
+// Crowding reports the ranks per CPU on the job's most crowded host (at
+// least 1; the ranks of every group on that host count, not only this
+// group's), the same on every rank of the group. Where ranks outnumber
+// CPUs they take turns, so the messages that every rank of a host sends
+// at once are paid one after another.
+type Crowding interface {
+	Crowding() float64
+}
+
 // AnySourceReceiver is an optional Group capability: a receive that
 // matches a message from any peer. With it an Engine watches for mismatch
 // aborts and stall probes with one goroutine and one posted receive,

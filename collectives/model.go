@@ -36,6 +36,15 @@ type Model struct {
 	// fraction of α: the messages travel together, and each adds only its
 	// sender's and receiver's software.
 	PostOverlap float64
+	// Crowd is the ranks per CPU on the job's most crowded host (the
+	// group's Crowding; at most 1 means none). Where ranks outnumber CPUs
+	// they take turns, so a step in which every rank of a host sends pays
+	// its messages' latency Crowd times over, in a group spanning hosts:
+	// the flat algorithms' every step and the hierarchical ones' steps
+	// inside a host, but not the exchange among the hosts' leaders, one
+	// rank a host. (In one host the shared-memory algorithms and the
+	// measured thresholds decide, so it changes nothing there.)
+	Crowd float64
 
 	// The shared-memory algorithms send no messages, so α and β do not
 	// describe them: the model counts them as free inside the bands below
@@ -174,6 +183,7 @@ func (m Model) withDefaults() Model {
 	setF(&m.Beta, d.Beta)
 	setF(&m.Gamma, d.Gamma)
 	setF(&m.PostOverlap, d.PostOverlap)
+	setF(&m.Crowd, 1)
 	for _, f := range [...]struct{ v, d *int }{
 		{&m.ShmSmallBytes, &d.ShmSmallBytes}, {&m.ShmAllreduceMax, &d.ShmAllreduceMax},
 		{&m.ShmReduceMax, &d.ShmReduceMax}, {&m.ShmReduceFoldBytes, &d.ShmReduceFoldBytes},
@@ -235,6 +245,9 @@ func newModel(g Group, o *Model, segment int) Model {
 		if m.IntraBeta <= 0 && bestBW > 0 {
 			m.IntraBeta = 1 / bestBW
 		}
+	}
+	if cr, ok := g.(Crowding); ok && m.Crowd <= 0 {
+		m.Crowd = cr.Crowding()
 	}
 	return m.withDefaults()
 }
@@ -587,6 +600,11 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 		if hosts < 2 || local < 2 {
 			return math.Inf(1)
 		}
+		// Every rank of a host runs the steps inside it; only the
+		// leaders cross the network.
+		crowded := *m
+		crowded.IntraAlpha = time.Duration(float64(m.IntraAlpha) * e.crowd())
+		m := &crowded
 		switch c {
 		case CollBcast:
 			return m.hierBcastCost(local, hosts, float64(nbytes))
@@ -601,9 +619,21 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 		}
 		return m.hierCost(local, hosts, float64(nbytes))
 	case c == CollAlltoall || c == CollAlltoallv:
-		return m.cost(c, a, e.size, float64(nbytes), m.Alpha.Seconds(), m.Beta*e.sharedLink())
+		return m.cost(c, a, e.size, float64(nbytes), m.Alpha.Seconds()*e.crowd(), m.Beta*e.sharedLink())
 	}
-	return m.cost(c, a, e.size, float64(nbytes), m.Alpha.Seconds(), m.Beta)
+	return m.cost(c, a, e.size, float64(nbytes), m.Alpha.Seconds()*e.crowd(), m.Beta)
+}
+
+// crowd is how many times over a step in which every rank of a host
+// sends pays its latency (Model.Crowd): 1 in a group within one host.
+func (e *Engine) crowd() float64 {
+	if e.model.Crowd <= 1 {
+		return 1
+	}
+	if _, hosts := e.hostShape(); hosts < 2 {
+		return 1
+	}
+	return e.model.Crowd
 }
 
 // sharedLink is how much longer a flat alltoall's bytes take on the

@@ -62,6 +62,8 @@ var tunables = []Tunable{
 		modelField(func(m *Model) *time.Duration { return &m.OneSidedAlpha }), "alpha"},
 	{"post_overlap", "cost of each further message of a batch posted at once, as a fraction of alpha (linear allgather and alltoall, pairwise reduce_scatter)", tuneFloat,
 		modelField(func(m *Model) *float64 { return &m.PostOverlap }), fmt.Sprint(defModel.PostOverlap)},
+	{"crowd", "ranks per CPU on the job's most crowded host: in a group spanning hosts, the flat algorithms pay their messages' latency this many times over, the hierarchical ones only their steps inside a host", tuneFloat,
+		modelField(func(m *Model) *float64 { return &m.Crowd }), "the group's Crowding, else 1"},
 	{"shm_small_bytes", "every shared-memory collective up to this size", tuneBytes,
 		modelField(func(m *Model) *int { return &m.ShmSmallBytes }), bytesDef(defModel.ShmSmallBytes)},
 	{"shm_allreduce_max", "the shared-memory allreduce up to this size", tuneBytes,

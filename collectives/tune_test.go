@@ -24,10 +24,10 @@ func TestParseTuning(t *testing.T) {
 			if got, ok := tu.Value(collectives.Options{Model: &def}); ok {
 				require.Equal(t, tu.Default(), got)
 			} else {
-				require.Contains(t, []string{"inline_bytes", "segment_bytes", "intra_alpha", "intra_beta", "onesided_alpha"}, tu.Name)
+				require.Contains(t, []string{"inline_bytes", "segment_bytes", "intra_alpha", "intra_beta", "onesided_alpha", "crowd"}, tu.Name)
 			}
 			val := map[bool]string{true: "3K", false: "7us"}[strings.HasSuffix(tu.Name, "_bytes") || strings.HasPrefix(tu.Name, "shm_")]
-			if strings.Contains(tu.Name, "beta") || strings.Contains(tu.Name, "gamma") || tu.Name == "post_overlap" {
+			if strings.Contains(tu.Name, "beta") || strings.Contains(tu.Name, "gamma") || tu.Name == "post_overlap" || tu.Name == "crowd" {
 				val = "0.375"
 			}
 			var o collectives.Options

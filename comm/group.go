@@ -11,7 +11,7 @@ import (
 // group adapts a communicator's collective channel (context 2id+1 of the
 // endpoint) to collectives.Group, translating communicator ranks to world
 // ranks. It also offers Topology (host of each rank), LinkInfo (the
-// device's estimate of latency and bandwidth to each peer) and
+// device's estimate of latency and bandwidth to each peer), Crowding and
 // AnySourceReceiver.
 type group struct{ c *Comm }
 
@@ -19,6 +19,7 @@ var (
 	_ collectives.Group             = (*group)(nil)
 	_ collectives.Topology          = (*group)(nil)
 	_ collectives.LinkInfo          = (*group)(nil)
+	_ collectives.Crowding          = (*group)(nil)
 	_ collectives.AnySourceReceiver = (*group)(nil)
 	_ collectives.OneSided          = (*worldGroup)(nil)
 	_ collectives.SharedMemoryGroup = (*worldGroup)(nil)
@@ -50,6 +51,10 @@ func (g *group) HostOf(rank int) int { return g.c.w.hostIdx[g.c.members[rank]] }
 func (g *group) Link(peer int) (time.Duration, float64) {
 	return g.c.w.ep.Link(g.c.members[peer])
 }
+
+// Crowding is the job's: the processes of every communicator share the
+// hosts' CPUs, and every rank reads it from the same host records.
+func (g *group) Crowding() float64 { return g.c.w.ep.Crowding() }
 
 // IrecvAny receives from any rank of the communicator: only its members
 // send on its collective context (see Split), so AnySource cannot match a

@@ -119,13 +119,14 @@ func TestCrowdedIncoming(t *testing.T) {
 		oneCPU    bool
 		o         p2p.Options
 		crowded   bool
+		crowding  float64 // ranks per CPU on the worst host
 		osYield   bool
 		incoming  []string
 		needsCPUs int
 	}{
-		{"crowded", true, p2p.Options{}, true, true, []string{"tcp"}, 1},
-		{"crowded, explicit spin", true, p2p.Options{Spin: 5 * time.Microsecond}, true, false, nil, 1},
-		{"a CPU each", false, p2p.Options{}, false, false, nil, 2},
+		{"crowded", true, p2p.Options{}, true, 2, true, []string{"tcp"}, 1},
+		{"crowded, explicit spin", true, p2p.Options{Spin: 5 * time.Microsecond}, true, 2, false, nil, 1},
+		{"a CPU each", false, p2p.Options{}, false, 1, false, nil, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if len(cpus) < c.needsCPUs {
@@ -135,6 +136,7 @@ func TestCrowdedIncoming(t *testing.T) {
 			defer cancel()
 			for _, ep := range startTwoHosts(t, ctx, c.oneCPU, c.o) {
 				assert.Equal(t, c.crowded, ep.Crowded(), "rank %d", ep.Rank())
+				assert.Equal(t, c.crowding, ep.Crowding(), "rank %d", ep.Rank())
 				assert.Equal(t, c.osYield, ep.PollsWithOSYield(), "rank %d", ep.Rank())
 				assert.Equal(t, c.incoming, ep.IncomingProviders(), "rank %d", ep.Rank())
 			}

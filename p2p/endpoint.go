@@ -65,6 +65,7 @@ type Endpoint struct {
 	policy     shmsync.Policy // how a blocking call polls before it blocks (waitPolicy)
 	localCPUs  int            // CPUs the ranks on this host may run on together (0: unknown)
 	localRanks int            // ranks of this endpoint on this host, this one included
+	crowding   float64        // ranks per CPU on the job's most crowded host (Crowding)
 	windowSeq  uint32
 	winSlots   map[uint32]*Window // live windows by signal slot (window_signal.go)
 	opSeq      uint32
@@ -590,6 +591,14 @@ func (ep *Endpoint) hostCPUs() int {
 // rank's affinity mask): then a rank that waits for another holds a CPU
 // that one needs, and the waits default to a short spin.
 func (ep *Endpoint) Crowded() bool { return ep.localRanks > ep.hostCPUs() }
+
+// Crowding reports the ranks per CPU on the job's most crowded host: for
+// every host, its ranks over the CPUs of their affinity masks together,
+// the largest of these, at least 1. Every rank computes it from the same
+// host records, so every rank reports the same figure (a host whose ranks
+// published no mask counts as not crowded: a rank cannot count another
+// host's CPUs).
+func (ep *Endpoint) Crowding() float64 { return max(ep.crowding, 1) }
 
 // WaitPolicy reports the effective Options.Spin and Yield (the defaults
 // resolved for this endpoint's transports and CPUs), for layers that wait

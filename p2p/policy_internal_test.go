@@ -197,3 +197,33 @@ func TestDefaultRingLines(t *testing.T) {
 	}
 	assert.GreaterOrEqual(t, defaultRingLines(2), 64*ringLines, "a window of 64 of the largest ring messages")
 }
+
+// TestHostLoadCrowding: the job's crowding is the worst host's ranks per
+// CPU of their masks together; hosts whose ranks published no mask, and
+// ranks of unknown host (each a host of its own), count as not crowded.
+func TestHostLoadCrowding(t *testing.T) {
+	rank := func(host string, mask ...byte) hostInfo {
+		return hostInfo{PeerInfo: verbs.PeerInfo{Host: host}, mask: mask}
+	}
+	for _, c := range []struct {
+		name  string
+		ranks []hostInfo
+		want  float64
+	}{
+		{"one rank", []hostInfo{rank("a", 1)}, 1},
+		{"two ranks, one CPU", []hostInfo{rank("a", 1), rank("a", 1)}, 2},
+		{"two ranks, a CPU each", []hostInfo{rank("a", 1), rank("a", 2)}, 1},
+		{"the worst host", []hostInfo{rank("a", 3), rank("a", 3), rank("b", 1), rank("b", 1), rank("b", 1), rank("b", 1)}, 4},
+		{"a host without masks", []hostInfo{rank("a"), rank("a"), rank("a")}, 0},
+		{"one rank without a mask", []hostInfo{rank("a", 1), rank("a"), rank("b", 1)}, 1},
+		{"unknown hosts", []hostInfo{rank("", 1), rank("", 1), rank("", 1)}, 1},
+		{"4 hosts of 2 ranks, a CPU a host", []hostInfo{rank("h0", 1), rank("h0", 1), rank("h1", 2), rank("h1", 2),
+			rank("h2", 1), rank("h2", 1), rank("h3", 2), rank("h3", 2)}, 2},
+	} {
+		l := hostLoad{}
+		for _, h := range c.ranks {
+			l.add(h)
+		}
+		assert.Equal(t, c.want, l.crowding(), c.name)
+	}
+}

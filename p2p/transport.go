@@ -92,6 +92,8 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 	}
 	union := mine
 	prefs := verbs.Preferred()
+	load := hostLoad{}
+	load.add(me)
 	for r := range ep.provider {
 		if r == ep.rank {
 			continue
@@ -101,6 +103,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 			return err
 		}
 		peer := decodeHostInfo(v)
+		load.add(peer)
 		switch {
 		case forced == nil:
 			if ep.provider[r] = pickProvider(prefs, me, peer); ep.provider[r] == nil {
@@ -118,7 +121,45 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 		}
 	}
 	ep.localCPUs = onesIn(union)
+	ep.crowding = load.crowding()
 	return nil
+}
+
+// hostLoad counts, for every host of the job, its ranks and the union of
+// their CPU masks (a rank of unknown host is a host of its own).
+type hostLoad map[string]*hostCount
+
+type hostCount struct {
+	ranks int
+	mask  []byte
+	blind bool // a rank published no mask: its host's CPUs are unknown
+}
+
+func (l hostLoad) add(h hostInfo) {
+	key := h.Host
+	if key == "" {
+		key = fmt.Sprintf("\x00%d", len(l))
+	}
+	e := l[key]
+	if e == nil {
+		e = &hostCount{}
+		l[key] = e
+	}
+	e.ranks++
+	e.mask = orMask(e.mask, h.mask)
+	e.blind = e.blind || len(h.mask) == 0
+}
+
+// crowding is the largest ratio of ranks to CPUs over the hosts whose
+// CPUs are known (Endpoint.Crowding); 0 when there is none.
+func (l hostLoad) crowding() float64 {
+	worst := 0.0
+	for _, e := range l {
+		if cpus := onesIn(e.mask); !e.blind && cpus > 0 {
+			worst = max(worst, float64(e.ranks)/float64(cpus))
+		}
+	}
+	return worst
 }
 
 // hostInfo is what a rank publishes about itself for the transport choice.

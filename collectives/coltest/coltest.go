@@ -64,6 +64,10 @@ type Options struct {
 	// Crowded is what the shared region's Crowded reports (ranks that
 	// outnumber their CPUs).
 	Crowded bool
+	// Crowding, when > 0 with Hosts and Latency, makes groups implement
+	// collectives.Crowding, reporting it (ranks per CPU on the most
+	// crowded host).
+	Crowding float64
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
@@ -134,6 +138,13 @@ func (w *World) Group(rank int) collectives.Group {
 			*oneSided
 			*link
 		}{g, &oneSided{g}, &link{g}}
+	case hasTopo && hasLink && w.opts.Crowding > 0:
+		return struct {
+			*group
+			*topo
+			*link
+			*crowding
+		}{g, &topo{g}, &link{g}, &crowding{g}}
 	case hasTopo && hasLink:
 		return struct {
 			*group
@@ -509,6 +520,10 @@ func (t *topo) HostOf(rank int) int {
 }
 
 type link struct{ g *group }
+
+type crowding struct{ g *group }
+
+func (c *crowding) Crowding() float64 { return c.g.w.opts.Crowding }
 
 func (l *link) Link(peer int) (time.Duration, float64) {
 	o := &l.g.w.opts
