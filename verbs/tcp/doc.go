@@ -71,8 +71,9 @@
 // it is all here: buffered, for one that fits the 160 KiB read buffer, or
 // queued in the socket, for one of up to 1 MiB (SO_RCVLOWAT wakes the
 // waiter once when it is; its payload then goes straight from the socket
-// into memory without blocking). A larger READ response (a rendezvous's
-// data) the waiter streams into memory itself as it arrives, in reads its
+// into memory without blocking). A READ response larger than the read
+// buffer (a rendezvous's data; one READ per message, so the two kernels'
+// copies overlap) it streams into memory instead, as it arrives, in reads its
 // ctx and its CQ's other completions interrupt: then the frame is
 // suspended where it is (softrc.ErrSuspended) and whoever reads the socket
 // next finishes it before anything else, the reader goroutine at once.

@@ -305,11 +305,12 @@ func (l *link) resumeFrame() error {
 	return l.endFrame(err)
 }
 
-// streamFrame has a waiter handle a READ response larger than it can wait
-// for whole (pollFrameMax) itself, reading the payload straight into place
-// as it arrives, as the reader goroutine would, without the two hand-offs
-// (to the reader goroutine and back with the completion) and the token's
-// return that leaving it to the reader costs. Its reads are interruptible:
+// streamFrame has a waiter handle a READ response larger than its read
+// buffer itself, reading the payload straight into place as it arrives:
+// the copy out of the receiver's socket overlaps the copy into the
+// sender's, which waiting for the frame whole (awaitQueued) serializes, and
+// unlike leaving it to the reader goroutine it costs no hand-offs (to the
+// reader goroutine and back with the completion, and the token's return). Its reads are interruptible:
 // when its ctx ends or its CQ gets a completion, the frame is suspended
 // where it is (l.mid) and the next holder of the token finishes it, so a
 // waiter still returns when its ctx ends whatever the peer does.
@@ -635,7 +636,7 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 // it blocks only while nothing of the next frame has been handled, in an
 // interruptible wait, until the whole frame is buffered (or, if larger than
 // the buffer, queued in the socket: awaitQueued), and then handles it
-// without blocking. A READ response larger than pollFrameMax it streams
+// without blocking. A READ response larger than the buffer it streams
 // (streamFrame). Another frame larger than pollFrameMax, or one larger
 // than awaitQueued can wait for, is left to the reader goroutine
 // (errLarge): its payload
@@ -651,10 +652,10 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			if need, sized, err = l.nextFrameLen(); err != nil {
 				return err
 			}
+			if sized && need > l.br.Size() && l.streamable() {
+				return l.streamFrame(ctx, cq)
+			}
 			if sized && need > pollFrameMax {
-				if l.streamable() {
-					return l.streamFrame(ctx, cq)
-				}
 				return errLarge
 			}
 		}

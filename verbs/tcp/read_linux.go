@@ -16,9 +16,10 @@ import (
 )
 
 // pollFrameMax is the largest frame a poller waits for whole (see
-// awaitQueued); a larger READ response it streams (streamFrame), other
-// larger frames go to the reader goroutine: for those sizes reading while
-// the transfer goes on matters more than one system call or wake-up.
+// awaitQueued; READ responses larger than the read buffer it streams
+// instead: streamFrame); larger frames go to the reader goroutine: for
+// those sizes reading while the transfer goes on matters more than one
+// hand-off.
 const pollFrameMax = 1 << 20
 
 // awaitQueued blocks, interruptibly, until the next need bytes of the

@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -49,11 +50,17 @@ func checkRead(t *testing.T, a *side, mr verbs.MR, f []byte) {
 	require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:len(f)-HeaderLen]), "READ data not placed intact")
 }
 
-// TestWaiterStreamsLargeReadResponse: a READ response larger than a waiter
-// waits for whole (pollFrameMax) is read into place by the waiter itself as
-// it arrives, in pieces with pauses, not left to the reader goroutine.
+// TestWaiterStreamsLargeReadResponse: a READ response larger than the read
+// buffer is read into place by the waiter itself as it arrives, in pieces
+// with pauses: neither waited for whole (awaitQueued) nor, when larger than
+// a waiter waits for whole (pollFrameMax), left to the reader goroutine.
 func TestWaiterStreamsLargeReadResponse(t *testing.T) {
-	const n = pollFrameMax + 256<<10
+	for _, n := range []int{readBufSize + 40<<10, pollFrameMax + 256<<10} {
+		t.Run(fmt.Sprintf("bytes=%d", n), func(t *testing.T) { testWaiterStreams(t, n) })
+	}
+}
+
+func testWaiterStreams(t *testing.T, n int) {
 	a, mr, c, f, l := streamSetup(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
