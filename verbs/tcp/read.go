@@ -310,10 +310,11 @@ func (l *link) resumeFrame() error {
 // the copy out of the receiver's socket overlaps the copy into the
 // sender's, which waiting for the frame whole (awaitQueued) serializes, and
 // unlike leaving it to the reader goroutine it costs no hand-offs (to the
-// reader goroutine and back with the completion, and the token's return). Its reads are interruptible:
-// when its ctx ends or its CQ gets a completion, the frame is suspended
-// where it is (l.mid) and the next holder of the token finishes it, so a
-// waiter still returns when its ctx ends whatever the peer does.
+// reader goroutine and back with the completion, and the token's return).
+// Its reads are interruptible: when its ctx ends or its CQ gets a
+// completion, the frame is suspended where it is (l.mid) and the next
+// holder of the token finishes it, so a waiter still returns when its ctx
+// ends whatever the peer does.
 func (l *link) streamFrame(ctx context.Context, cq *softrc.CQ) error {
 	if l.nresps.Load() > 0 {
 		l.sendResps() // about to block: nothing may wait on them longer
@@ -485,17 +486,18 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	}
 	l.unwatchDrive()
 	buffered := l.br.Buffered() > 0
+	if l.mid {
+		// A suspended frame: the reader goroutine finishes it at once (its
+		// sender is writing it now). Set before the token goes back, as
+		// for a large frame.
+		l.handoff.Store(true)
+		large = true
+	}
 	l.holder.Store(holderNone)
 	l.lastPoll.Store(l.now())
 	l.tok <- struct{}{}
 	// Load parked after storing holder (Parked does the opposite), so that
 	// a waiter parking now is seen here or sees no driver there.
-	if l.mid {
-		// A suspended frame: the reader goroutine finishes it at once (its
-		// sender is writing it now).
-		l.handoff.Store(true)
-		large = true
-	}
 	urgent := buffered || large || l.parked.Load() > 0
 	if err != nil {
 		l.fail(err)
