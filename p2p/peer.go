@@ -143,12 +143,17 @@ type peer struct {
 }
 
 // readChunk is the largest READ a rendezvous under readWholeMin posts over
-// d: the provider's hint (verbs.Traits.ReadChunk), else the device's
-// largest; a larger message is read in several, all posted at once.
+// d: the provider's hint (verbs.Traits.ReadChunk, or ReadChunkCrowded
+// where the host's ranks outnumber its CPUs), else the device's largest; a
+// larger message is read in several, all posted at once.
 func readChunk(d *device) int {
 	c := maxRead(d)
-	if d.traits.ReadChunk > 0 {
-		c = min(c, d.traits.ReadChunk)
+	hint := d.traits.ReadChunk
+	if d.crowded && d.traits.ReadChunkCrowded > 0 {
+		hint = d.traits.ReadChunkCrowded
+	}
+	if hint > 0 {
+		c = min(c, hint)
 	}
 	return c
 }

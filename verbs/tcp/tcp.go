@@ -42,6 +42,11 @@ func (provider) Traits() verbs.Traits {
 		// kernels' copies as pieces did, without their extra frames and
 		// wake-ups (16 futex calls per 512 KiB message in 128 KiB pieces,
 		// 9 in one READ).
+		// Where ranks outnumber the CPUs, a waiter takes only whole frames
+		// that fit its read buffer (DriveQueued) and leaves larger ones to
+		// the link's reader goroutine, a hand-off each: there 128 KiB
+		// pieces, as before waiters streamed.
+		ReadChunkCrowded: 128 << 10,
 		// Long enough to catch a loopback reply, which a shorter poll mostly
 		// misses.
 		PollSpin: 100 * time.Microsecond,
