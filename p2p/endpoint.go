@@ -114,6 +114,7 @@ type device struct {
 	caps     verbs.Caps
 	cache    *regCache
 	wakeCh   chan struct{}
+	crowded  bool // the host's ranks outnumber its CPUs (Endpoint.Crowded)
 }
 
 // New creates this rank's endpoint: it opens the device, creates a queue
@@ -202,7 +203,7 @@ func (ep *Endpoint) device(ctx context.Context, p verbs.Provider) (*device, erro
 	if err != nil {
 		return nil, err
 	}
-	d := &device{provider: p.Name(), traits: t, dev: dev, caps: dev.Caps(), wakeCh: make(chan struct{}, 1)}
+	d := &device{provider: p.Name(), traits: t, dev: dev, caps: dev.Caps(), wakeCh: make(chan struct{}, 1), crowded: ep.Crowded()}
 	ep.devs = append(ep.devs, d)
 	if d.pd, err = dev.AllocPD(); err != nil {
 		return nil, err

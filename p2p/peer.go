@@ -143,12 +143,17 @@ type peer struct {
 }
 
 // readChunk is the largest READ a rendezvous under readWholeMin posts over
-// d: the provider's hint (verbs.Traits.ReadChunk), else the device's
-// largest; a larger message is read in several, all posted at once.
+// d: the provider's hint (verbs.Traits.ReadChunk, or ReadChunkCrowded
+// where the host's ranks outnumber its CPUs), else the device's largest; a
+// larger message is read in several, all posted at once.
 func readChunk(d *device) int {
 	c := maxRead(d)
-	if d.traits.ReadChunk > 0 {
-		c = min(c, d.traits.ReadChunk)
+	hint := d.traits.ReadChunk
+	if d.crowded && d.traits.ReadChunkCrowded > 0 {
+		hint = d.traits.ReadChunkCrowded
+	}
+	if hint > 0 {
+		c = min(c, hint)
 	}
 	return c
 }
@@ -165,11 +170,10 @@ func (p *peer) chunkFor(n int) int {
 }
 
 // readWholeMin: messages under 1 MiB are read in the provider's chunks
-// (over tcp 128 KiB pieces cut their latency), larger ones whole, since
-// from 1 MiB pieces halve the bandwidth of a window of sends over tcp: a
-// waiting receiver reads a frame smaller than its read limit only once it
-// is all queued, while the reader goroutine streams a larger one as it
-// comes.
+// (verbs.Traits.ReadChunk), larger ones whole, since from 1 MiB pieces
+// halved the bandwidth of a window of sends over tcp when its waiters read
+// a frame only once it was all queued (tcp now streams one READ per
+// message and asks for no chunks).
 const readWholeMin = 1 << 20
 
 // slotLen is the size of the receive (and staging) buffers of a peer whose

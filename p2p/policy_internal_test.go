@@ -67,7 +67,7 @@ func TestProviderDefaults(t *testing.T) {
 		chunkOf1GiB, readChunk int
 	}{
 		{"shm", 16 << 10, 0, 128, true, 1 << 30, 1 << 30},
-		{"tcp", 64 << 10, 256 << 10, 32, false, 1 << 30, 128 << 10},
+		{"tcp", 64 << 10, 256 << 10, 32, false, 1 << 30, 1 << 30}, // one READ: its waiter streams the response
 		{"ibv", 8 << 10, 0, 32, false, 1 << 30, 1 << 30},
 		{"loop", 32 << 10, 0, 32, false, 1 << 30, 1 << 30},
 	} {
@@ -79,6 +79,14 @@ func TestProviderDefaults(t *testing.T) {
 		assert.Equal(t, c.inline, d.traits.InlineSends, "%s inline", c.name)
 		assert.Equal(t, c.readChunk, readChunk(d), "%s READ chunk", c.name)
 	}
+	// Where ranks outnumber the CPUs, tcp's waiters take only whole frames
+	// that fit their read buffer: a rendezvous there is read in pieces.
+	d := devOf(t, "tcp")
+	d.caps.MaxMsgSize = 1 << 40
+	d.crowded = true
+	assert.Equal(t, 128<<10, readChunk(d), "tcp READ chunk, crowded")
+	d.traits.ReadChunkCrowded = 0
+	assert.Equal(t, 1<<30, readChunk(d), "no crowded hint: the uncrowded one")
 	// A provider with no hints gets the caller's defaults.
 	assert.Equal(t, 32<<10, eagerDefault(verbs.Traits{}))
 	assert.Equal(t, 0, pipelineDefault(verbs.Traits{}))

@@ -47,6 +47,9 @@ type Traits struct {
 	// a MiB; a larger one is read in several, posted at once (0: no limit
 	// below the device's).
 	ReadChunk int
+	// ReadChunkCrowded replaces ReadChunk where the host's ranks outnumber
+	// its CPUs (0: ReadChunk there too).
+	ReadChunkCrowded int
 	// SlotGrowth is how many times its initial receive buffers a peer may
 	// grow to when its sender waits for credits (0 or 1: no growth).
 	SlotGrowth int

@@ -71,11 +71,17 @@
 // it is all here: buffered, for one that fits the 160 KiB read buffer, or
 // queued in the socket, for one of up to 1 MiB (SO_RCVLOWAT wakes the
 // waiter once when it is; its payload then goes straight from the socket
-// into memory without blocking). Larger frames, and frames larger than the
+// into memory without blocking). A READ response larger than the read
+// buffer (a rendezvous's data; one READ per message, so the two kernels'
+// copies overlap) it streams into memory instead, as it arrives, in reads its
+// ctx and its CQ's other completions interrupt: then the frame is
+// suspended where it is (softrc.ErrSuspended) and whoever reads the socket
+// next finishes it before anything else, the reader goroutine at once.
+// Other larger frames, and frames larger than the
 // receive window the connection has grown so far (the peer could not send
 // them whole before we read), are left to the reader goroutine, which
 // streams them into memory as they arrive. So a Wait returns when its ctx
-// ends whatever the peer does, and a frame is never left half handled.
+// ends whatever the peer does, and a frame is never lost half handled.
 // A payload goes through the read buffer only as far as it was read with
 // what came before it: the rest of one of 16 KiB or more is read from the
 // socket straight into its destination. While frames larger than the

@@ -62,6 +62,10 @@ type link struct {
 	spinBackoff int          // how many waits the last miss made skip their spin (see spinMissed)
 	spinSkip    int          // waits still to skip their spin (see spinMissed)
 	spinMisses  atomic.Int32 // spins that ran out (for tests)
+	mid         bool         // a READ response's handling is suspended mid-payload (streamFrame)
+	streamed    atomic.Int32 // READ responses a waiter streamed to their end (for tests)
+	suspends    atomic.Int32 // streamed READ responses suspended mid-payload (for tests)
+	streamBytes atomic.Int64 // payload bytes waiters streamed (for tests)
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
@@ -91,7 +95,7 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQ
 	pre, _ := hbr.Peek(hbr.Buffered())
 	l.sr = sockReader{l: l, pre: pre}
 	l.br = bufio.NewReaderSize(&l.sr, readBufSize)
-	l.fs.pl = payload{br: l.br, sr: &l.sr, progress: l.progress, copied: &l.bufCopied}
+	l.fs.pl = payload{br: l.br, sr: &l.sr, progress: l.progress, copied: &l.bufCopied, streamed: &l.streamBytes}
 	l.fs.maxMsg = t.dev.Caps().MaxMsgSize
 	l.interruptFn = l.Interrupt
 	l.ws.init(l)

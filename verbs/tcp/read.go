@@ -118,6 +118,18 @@ type payload struct {
 	left     int
 	progress func()
 	copied   *atomic.Int64 // payload bytes copied out of the read buffer (for tests)
+	// A waiter streaming a READ response (streamFrame): its ctx and CQ.
+	// While stopCQ is set, ReadFull's reads are interruptible, and one
+	// that is interrupted, or finds ctx ended or the CQ with a completion,
+	// suspends the frame (softrc.SuspendError) instead of blocking on.
+	stopCtx  context.Context
+	stopCQ   *softrc.CQ
+	streamed *atomic.Int64 // payload bytes a streaming waiter read (for tests)
+}
+
+// stop reports whether a streaming waiter must return.
+func (p *payload) stop() bool {
+	return p.stopCQ != nil && (p.stopCQ.Pending() || p.stopCtx.Err() != nil)
 }
 
 // directMin is the least a payload read takes straight from the socket into
@@ -138,6 +150,11 @@ func (p *payload) ReadFull(dst []byte) error {
 		}
 	}()
 	direct := false // the rest goes straight from the socket
+	filled := 0     // bytes of dst placed so far
+	if p.stopCQ != nil {
+		p.sr.intr = true
+		defer func() { p.sr.intr = false }()
+	}
 	for len(dst) > 0 {
 		k := min(len(dst), softrc.ProgressChunk)
 		for got := 0; got < k; {
@@ -156,6 +173,12 @@ func (p *payload) ReadFull(dst []byte) error {
 			}
 			got += n
 			p.left -= n
+			if p.stopCQ != nil && n > 0 && p.streamed != nil {
+				p.streamed.Add(int64(n))
+			}
+			if p.stopCQ != nil && (err == errInterrupted || err == nil && got < len(dst) && p.stop()) {
+				return &softrc.SuspendError{Filled: filled + got}
+			}
 			if err != nil {
 				if err == io.EOF && got < k {
 					err = io.ErrUnexpectedEOF
@@ -163,6 +186,7 @@ func (p *payload) ReadFull(dst []byte) error {
 				return err
 			}
 		}
+		filled += k
 		dst = dst[k:]
 		if p.progress != nil && len(dst) > 0 {
 			p.progress()
@@ -184,6 +208,9 @@ func (p *payload) Skip(n int) error {
 // nothing buffered it first blocks for the frame's first byte, and returns
 // errInterrupted, having consumed nothing, if that read is interrupted.
 func (l *link) readFrame() error {
+	if l.mid {
+		return l.resumeFrame()
+	}
 	fs := &l.fs
 	// Lately frames came larger than the read buffer: read the next header
 	// alone, so that a large payload after it goes from the socket straight
@@ -240,7 +267,22 @@ func (l *link) readFrame() error {
 		}
 	} else {
 		err = l.q.HandleResponse(&h, pl)
+		if err == softrc.ErrSuspended {
+			// A streaming waiter must return mid-payload: whoever reads
+			// next finishes the frame first (resumeFrame).
+			l.mid = true
+			l.suspends.Add(1)
+			return errInterrupted
+		}
 	}
+	return l.endFrame(err)
+}
+
+// endFrame finishes a frame whose handling returned err: the payload left
+// unread is skipped, and held responses go once no whole frame is
+// buffered.
+func (l *link) endFrame(err error) error {
+	pl := &l.fs.pl
 	if err == nil && pl.left > 0 {
 		err = pl.Skip(pl.left)
 	}
@@ -250,6 +292,61 @@ func (l *link) readFrame() error {
 		l.sendUrgent()
 	}
 	return err
+}
+
+// resumeFrame goes on with a READ response a streaming waiter suspended
+// (l.mid): its payload's rest comes next on the connection.
+func (l *link) resumeFrame() error {
+	err := l.q.ResumeResponse(&l.fs.pl)
+	if err == softrc.ErrSuspended {
+		return errInterrupted // suspended again (streamFrame)
+	}
+	l.mid = false
+	return l.endFrame(err)
+}
+
+// streamFrame has a waiter handle a READ response larger than its read
+// buffer itself, reading the payload straight into place as it arrives:
+// the copy out of the receiver's socket overlaps the copy into the
+// sender's, which waiting for the frame whole (awaitQueued) serializes, and
+// unlike leaving it to the reader goroutine it costs no hand-offs (to the
+// reader goroutine and back with the completion, and the token's return).
+// Its reads are interruptible: when its ctx ends or its CQ gets a
+// completion, the frame is suspended where it is (l.mid) and the next
+// holder of the token finishes it, so a waiter still returns when its ctx
+// ends whatever the peer does.
+func (l *link) streamFrame(ctx context.Context, cq *softrc.CQ) error {
+	if l.nresps.Load() > 0 {
+		l.sendResps() // about to block: nothing may wait on them longer
+	}
+	l.watch(ctx)
+	l.pblocked.Store(true)
+	defer l.pblocked.Store(false)
+	if cq.Pending() || ctx.Err() != nil {
+		return errInterrupted
+	}
+	pl := &l.fs.pl
+	pl.stopCtx, pl.stopCQ = ctx, cq
+	err := l.readFrame()
+	pl.stopCtx, pl.stopCQ = nil, nil
+	if !l.mid {
+		l.streamed.Add(1)
+	}
+	return err
+}
+
+// streamable reports whether the next frame is one a waiter may stream
+// (streamFrame): a READ response, or the rest of one suspended.
+func (l *link) streamable() bool {
+	if l.mid {
+		return true
+	}
+	if l.br.Buffered() < HeaderLen {
+		return false
+	}
+	b, _ := l.br.Peek(HeaderLen)
+	h, err := DecodeHeader(b, l.fs.maxMsg)
+	return err == nil && h.Op == softrc.FrameReadResp
 }
 
 // respond queues a response. A plain ACK is held back: it leaves with the
@@ -389,6 +486,13 @@ func (l *link) Drive(ctx context.Context, cq *softrc.CQ) bool {
 	}
 	l.unwatchDrive()
 	buffered := l.br.Buffered() > 0
+	if l.mid {
+		// A suspended frame: the reader goroutine finishes it at once (its
+		// sender is writing it now). Set before the token goes back, as
+		// for a large frame.
+		l.handoff.Store(true)
+		large = true
+	}
 	l.holder.Store(holderNone)
 	l.lastPoll.Store(l.now())
 	l.tok <- struct{}{}
@@ -534,8 +638,10 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 // it blocks only while nothing of the next frame has been handled, in an
 // interruptible wait, until the whole frame is buffered (or, if larger than
 // the buffer, queued in the socket: awaitQueued), and then handles it
-// without blocking. A frame larger than pollFrameMax, or than awaitQueued
-// can wait for, is left to the reader goroutine (errLarge): its payload
+// without blocking. A READ response larger than the buffer it streams
+// (streamFrame). Another frame larger than pollFrameMax, or one larger
+// than awaitQueued can wait for, is left to the reader goroutine
+// (errLarge): its payload
 // goes straight to memory as it arrives, in reads that are not
 // interruptible, and it takes long enough that the hand-off matters less.
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
@@ -547,6 +653,9 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			var err error
 			if need, sized, err = l.nextFrameLen(); err != nil {
 				return err
+			}
+			if sized && need > l.br.Size() && l.streamable() {
+				return l.streamFrame(ctx, cq)
 			}
 			if sized && need > pollFrameMax {
 				return errLarge
@@ -754,8 +863,12 @@ func (l *link) frameBuffered() bool {
 
 // nextFrameLen is the length of the next frame, its header included, once
 // that header is buffered (sized); before, HeaderLen. err reports a
-// malformed header.
+// malformed header. Mid-frame (a suspended READ response), it is what is
+// left of that frame's payload.
 func (l *link) nextFrameLen() (need int, sized bool, err error) {
+	if l.mid {
+		return l.fs.pl.left, true, nil // the rest of a suspended frame
+	}
 	if l.br.Buffered() < HeaderLen {
 		return HeaderLen, false, nil
 	}

@@ -15,9 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pollFrameMax is the largest frame a poller receives itself (see
-// awaitQueued); larger ones go to the reader goroutine, whose read
-// overlaps the transfer, which matters more than one hand-off there.
+// pollFrameMax is the largest frame a poller waits for whole (see
+// awaitQueued; READ responses larger than the read buffer it streams
+// instead: streamFrame); larger frames go to the reader goroutine: for
+// those sizes reading while the transfer goes on matters more than one
+// hand-off.
 const pollFrameMax = 1 << 20
 
 // awaitQueued blocks, interruptibly, until the next need bytes of the

@@ -120,6 +120,9 @@ type QP struct {
 	// scratch owned by the one goroutine that runs HandleResponse
 	respSegs [][]byte
 	respRefs []*MR
+	// susp is a READ response whose payload read was suspended mid-frame
+	// (ErrSuspended): what is left to read, and the completion it makes.
+	susp suspendedRead
 
 	link Link
 	lost bool // the link was lost: the next send completion is RETRY_EXC_ERR
@@ -572,10 +575,12 @@ func (q *QP) HasWork() bool {
 }
 
 // detachLocked drops the QP's link (and its CQs' reference to it) and
-// returns it.
+// returns it. A READ response suspended on that link can no longer be
+// finished: the memory it held is released.
 func (q *QP) detachLocked() Link {
 	l := q.link
 	q.link = nil
+	q.dropSuspendedLocked()
 	if d, ok := l.(Driver); ok {
 		q.sendCQ.removeDriver(d)
 		if q.recvCQ != q.sendCQ {

@@ -2,6 +2,8 @@ package softrc
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -363,24 +365,7 @@ func (q *QP) handleResponseLocked(h *Header, p Payload) error {
 			q.completeLocked(verbs.StatusLocProtErr)
 			return skip()
 		}
-		comp, epoch := q.comp, q.epoch
-		q.mu.Unlock()
-		var err error
-		for _, seg := range q.respSegs {
-			if err = p.ReadFull(seg); err != nil {
-				break
-			}
-		}
-		for _, m := range q.respRefs {
-			m.release()
-		}
-		q.mu.Lock()
-		if err != nil {
-			return err
-		}
-		if q.epoch == epoch && q.comp == comp && q.state == verbs.QPRTS {
-			q.completeLocked(verbs.StatusSuccess)
-		}
+		return q.readRespLocked(p, q.respSegs, q.respRefs, q.comp, q.epoch)
 	default:
 		q.completeLocked(verbs.StatusBadRespErr)
 		return skip()
@@ -393,4 +378,85 @@ func maxInt(a, b int) int {
 		return a
 	}
 	return b
+}
+
+// suspendedRead is a READ response's handling suspended mid-payload.
+type suspendedRead struct {
+	active      bool
+	segs        [][]byte // the rest of the local buffers, in order
+	refs        []*MR    // held until the payload is all read
+	comp, epoch uint64   // the request it completes, as when it began
+}
+
+// readRespLocked reads a READ response's payload into segs without the
+// lock (refs keep the memory registered meanwhile), then completes the
+// request at comp unless the queues moved on (a flush, a reset). A read
+// suspended part way (*SuspendError) keeps the rest for ResumeResponse and
+// returns ErrSuspended.
+func (q *QP) readRespLocked(p Payload, segs [][]byte, refs []*MR, comp, epoch uint64) error {
+	q.mu.Unlock()
+	var err error
+	i := 0
+	for ; i < len(segs); i++ {
+		if err = p.ReadFull(segs[i]); err != nil {
+			break
+		}
+	}
+	var se *SuspendError
+	if err != nil && errors.As(err, &se) && se.Filled >= 0 && se.Filled < len(segs[i]) {
+		// Copies: segs and refs may be the QP's scratch, which the next
+		// response reuses.
+		rest := append([][]byte{segs[i][se.Filled:]}, segs[i+1:]...)
+		q.mu.Lock()
+		q.susp = suspendedRead{active: true, segs: rest, refs: append([]*MR(nil), refs...), comp: comp, epoch: epoch}
+		return ErrSuspended
+	}
+	for _, m := range refs {
+		m.release()
+	}
+	q.mu.Lock()
+	if err != nil {
+		return err
+	}
+	if q.epoch == epoch && q.comp == comp && q.state == verbs.QPRTS {
+		q.completeLocked(verbs.StatusSuccess)
+	}
+	return nil
+}
+
+// ResumeResponse goes on with the READ response whose payload read was
+// suspended (ErrSuspended), reading the rest from p, which is positioned
+// where the suspended read stopped; it may be suspended again. A returned
+// error other than ErrSuspended means the payload could not be read.
+func (q *QP) ResumeResponse(p Payload) error {
+	q.mu.Lock()
+	s := q.susp
+	q.susp = suspendedRead{}
+	var err error
+	if !s.active {
+		err = fmt.Errorf("%w: no suspended READ response to resume", ErrProtocol)
+	} else {
+		err = q.readRespLocked(p, s.segs, s.refs, s.comp, s.epoch)
+	}
+	l, k := q.takeKicksLocked()
+	q.mu.Unlock()
+	q.doKicks(l, k)
+	return err
+}
+
+// Suspended reports whether a READ response's handling is suspended
+// mid-payload (ResumeResponse finishes it).
+func (q *QP) Suspended() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.susp.active
+}
+
+// dropSuspendedLocked forgets a suspended READ response (its connection is
+// gone), releasing the memory it held.
+func (q *QP) dropSuspendedLocked() {
+	for _, m := range q.susp.refs {
+		m.release()
+	}
+	q.susp = suspendedRead{}
 }

@@ -1,6 +1,7 @@
 package softrc
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -140,6 +141,25 @@ var ErrProtocol = verbs.ErrProtocol
 type Payload interface {
 	ReadFull(dst []byte) error
 	Skip(n int) error
+}
+
+// ErrSuspended is what a READ response's handling returns when its
+// Payload's ReadFull stopped part way with a *SuspendError: the rest of
+// the frame is still to come, and whoever reads the connection next
+// finishes it with QP.ResumeResponse before anything else. (A transport
+// whose waiter streams a large response itself suspends it when the
+// waiter must return; see verbs/tcp.)
+var ErrSuspended = errors.New("softrc: payload read suspended mid-frame")
+
+// SuspendError is a Payload.ReadFull's answer when it stopped before dst
+// was full and the frame's handling is to be resumed later: Filled bytes
+// of dst hold data. Only the READ response's handling accepts it (the
+// transport suspends no other frame); anywhere else it is an error like
+// any other, and the connection is dropped.
+type SuspendError struct{ Filled int }
+
+func (e *SuspendError) Error() string {
+	return fmt.Sprintf("softrc: payload read suspended after %d bytes", e.Filled)
 }
 
 // BytesPayload is a Payload over in-memory segments (the loop provider hands

@@ -1,0 +1,127 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
+	"github.com/stretchr/testify/require"
+)
+
+// streamSetup posts a READ of n bytes from a fake peer into a fresh MR and
+// returns the side, its MR, the peer's connection, the READ response frame
+// the peer is to write (a pattern) and the link. The ACK timeout is far
+// beyond the test, whose peer pauses mid-frame on purpose.
+func streamSetup(t *testing.T, n int) (*side, verbs.MR, net.Conn, []byte, *link) {
+	t.Helper()
+	o := testOptions()
+	o.MinAckTimeout = time.Minute
+	a, mr, c := fakeTargetWith(t, o, n, 0)
+	l := attachedLink(t, a.qp)
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 9, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{verbs.SGEOf(mr, 0, n)}, RemoteAddr: 1 << 20, RKey: 7}))
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	hb := make([]byte, HeaderLen)
+	_, err := io.ReadFull(c, hb)
+	require.NoError(t, err)
+	req, err := DecodeHeader(hb, 1<<30)
+	require.NoError(t, err)
+	require.Equal(t, softrc.FrameReadReq, req.Op)
+	f := make([]byte, HeaderLen+n)
+	EncodeHeader(f, &softrc.Header{Op: softrc.FrameReadResp, QPN: a.qp.Num(), Seq: req.Seq, Len: uint32(n)})
+	for i := range n {
+		f[HeaderLen+i] = byte(i*11 + i>>12)
+	}
+	return a, mr, c, f, l
+}
+
+// checkRead waits for the READ's completion and checks the bytes placed.
+func checkRead(t *testing.T, a *side, mr verbs.MR, f []byte) {
+	t.Helper()
+	wc := wait(t, a.cq)
+	require.Equal(t, verbs.StatusSuccess, wc.Status)
+	require.Equal(t, uint64(9), wc.ID)
+	require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:len(f)-HeaderLen]), "READ data not placed intact")
+}
+
+// TestWaiterStreamsLargeReadResponse: a READ response larger than the read
+// buffer is read into place by the waiter itself as it arrives, in pieces
+// with pauses: neither waited for whole (awaitQueued) nor, when larger than
+// a waiter waits for whole (pollFrameMax), left to the reader goroutine.
+func TestWaiterStreamsLargeReadResponse(t *testing.T) {
+	for _, n := range []int{readBufSize + 40<<10, pollFrameMax + 256<<10} {
+		t.Run(fmt.Sprintf("bytes=%d", n), func(t *testing.T) { testWaiterStreams(t, n) })
+	}
+}
+
+func testWaiterStreams(t *testing.T, n int) {
+	a, mr, c, f, l := streamSetup(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- a.cq.Wait(ctx) }()
+	awaitPoller(t, a.qp) // it holds the read token until its completion
+	third := HeaderLen + n/3
+	_, err := c.Write(f[:third])
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
+		"the waiter did not stream the response")
+	_, err = c.Write(f[third:])
+	require.NoError(t, err)
+	require.NoError(t, <-res)
+	checkRead(t, a, mr, f)
+	require.Equal(t, int32(1), l.streamed.Load(), "the response was not streamed to its end by the waiter")
+	require.Equal(t, int32(0), l.suspends.Load())
+}
+
+// TestStreamedReadSuspends: a waiter streaming a READ response returns when
+// its ctx ends mid-payload, the peer stalled; the frame is suspended where
+// it is and finished once the rest arrives, intact; and a connection lost
+// mid-frame fails the READ rather than leaving it waiting.
+func TestStreamedReadSuspends(t *testing.T) {
+	const n = 2 * pollFrameMax
+	for _, lose := range []bool{false, true} {
+		name := "rest arrives"
+		if lose {
+			name = "connection lost"
+		}
+		t.Run(name, func(t *testing.T) {
+			a, mr, c, f, l := streamSetup(t, n)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			res := make(chan error, 1)
+			go func() { res <- a.cq.Wait(ctx) }()
+			awaitPoller(t, a.qp)
+			half := HeaderLen + n/2
+			_, err := c.Write(f[:half])
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
+				"the waiter did not stream the response")
+			cancel()
+			select {
+			case err := <-res:
+				require.ErrorIs(t, err, context.Canceled)
+			case <-time.After(10 * time.Second):
+				t.Fatal("Wait overran its ctx while streaming a frame")
+			}
+			require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
+			if lose {
+				require.NoError(t, c.Close())
+				wc := wait(t, a.cq)
+				require.Equal(t, uint64(9), wc.ID)
+				require.NotEqual(t, verbs.StatusSuccess, wc.Status)
+				require.False(t, a.qp.(*softrc.QP).Suspended(), "the lost link left its READ suspended")
+				return
+			}
+			_, err = c.Write(f[half:])
+			require.NoError(t, err)
+			checkRead(t, a, mr, f)
+		})
+	}
+}
