@@ -33,7 +33,8 @@
 #   ROUNDS=1 MAX=1M ONLY="latency-np2-defaults-shm barrier-np2-bound" sh bench/compare.sh /tmp/try
 #
 # Variables: ROUNDS (7), BUDGET (0.1 s of timed loop per size, both sides),
-# MAX (largest size, 64M), NPS ("2 4 8"), MODES ("defaults bound"), ONLY (row
+# WARM (0.05 s of warm-up per size, both sides, where B is mpibench), MAX
+# (largest size, 64M), NPS ("2 4 8"), MODES ("defaults bound"), ONLY (row
 # names), MPIBENCH (a built mpibench; default: built here from MPIBENCH_SRC,
 # the shared OSU-style MPI benchmark, ../shared/tools/mpibench/mpibench.c
 # beside the checkout), OSUCMP (../shared/tools/osu-compare beside the
@@ -48,6 +49,10 @@ BUDGET=${BUDGET:-0.1}
 MAX=${MAX:-64M}
 NPS=${NPS:-2 4 8}
 MODES=${MODES:-defaults bound}
+# Seconds of warm-up per size for the rows against mpibench, both sides:
+# mpibench's own -w default; rdmabench would otherwise warm up for a fifth
+# of BUDGET (10 ms at 0.05 s against Open MPI's 50 ms).
+WARM=${WARM:-0.05}
 ONLY=${ONLY:-}
 HOG=${HOG:-0}
 OSUCMP=${OSUCMP:-$root/../shared/tools/osu-compare}
@@ -151,11 +156,11 @@ for pm in $MODES; do
 		btl=""
 		[ $t = tcp ] && btl="--mca btl tcp,self"
 		compare latency-np2-$pm-$t time "latency, 2 ranks, $t, $pm" \
-			"$R -np 2 $f --transport $t $B latency -m 0:$p2pmax -q --budget ${BUDGET}s" \
-			"$M -np 2 $f $btl $MPIBENCH -b lat -m $p2pmax -t $BUDGET"
+			"$R -np 2 $f --transport $t $B latency -m 0:$p2pmax -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
+			"$M -np 2 $f $btl $MPIBENCH -b lat -m $p2pmax -t $BUDGET -w $WARM"
 		compare bw-np2-$pm-$t bw "bandwidth, 2 ranks, $t, $pm" \
-			"$R -np 2 $f --transport $t $B bw -m 1:$p2pmax -q --budget ${BUDGET}s" \
-			"$M -np 2 $f $btl $MPIBENCH -b bw -m $p2pmax -t $BUDGET"
+			"$R -np 2 $f --transport $t $B bw -m 1:$p2pmax -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
+			"$M -np 2 $f $btl $MPIBENCH -b bw -m $p2pmax -t $BUDGET -w $WARM"
 		compare bibw-np2-$pm-$t bw "bidirectional bandwidth, 2 ranks, $t, $pm" \
 			"$R -np 2 $f --transport $t $B bibw -m 1:$p2pmax -q --budget ${BUDGET}s" \
 			"$M -np 2 $f $btl $out/mpibibw -m $p2pmax -t $BUDGET"
@@ -180,12 +185,12 @@ for np in $NPS; do
 		[ "$f" = skip ] && continue
 		for row in allreduce bcast reduce allgather reduce_scatter alltoall; do
 			compare $row-np$np-$pm time "$row, $np ranks, $pm" \
-				"$R -np $np $f $B $row -m 4:$MAX -q --budget ${BUDGET}s" \
-				"$M -np $np $f $MPIBENCH -b $row -M $maxb -t $BUDGET"
+				"$R -np $np $f $B $row -m 4:$MAX -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
+				"$M -np $np $f $MPIBENCH -b $row -M $maxb -t $BUDGET -w $WARM"
 		done
 		compare barrier-np$np-$pm time "barrier, $np ranks, $pm" \
-			"$R -np $np $f $B barrier -q --budget ${BUDGET}s" \
-			"$M -np $np $f $MPIBENCH -b barrier -t $BUDGET"
+			"$R -np $np $f $B barrier -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
+			"$M -np $np $f $MPIBENCH -b barrier -t $BUDGET -w $WARM"
 		compare iallreduce-np$np-$pm time "iallreduce (overall time of start+compute+wait), $np ranks, $pm" \
 			"$R -np $np $f $B iallreduce -m 4:$MAX -q --budget ${BUDGET}s" \
 			"$M -np $np $f $out/mpiiallreduce -m $maxb -t $BUDGET"
@@ -193,8 +198,8 @@ for np in $NPS; do
 			"$R -np $np $f $B allreduce --api persistent -m 4:$MAX -q --budget ${BUDGET}s" \
 			"$R -np $np $f $B allreduce --api inplace -m 4:$MAX -q --budget ${BUDGET}s" "rdmago Allreduce (in place)"
 		compare allreduce-np$np-$pm-tcp time "allreduce, $np ranks, tcp, $pm" \
-			"$R -np $np $f --transport tcp $B allreduce -m 4:$MAX -q --budget ${BUDGET}s" \
-			"$M -np $np $f --mca btl tcp,self $MPIBENCH -b allreduce -M $maxb -t $BUDGET"
+			"$R -np $np $f --transport tcp $B allreduce -m 4:$MAX -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
+			"$M -np $np $f --mca btl tcp,self $MPIBENCH -b allreduce -M $maxb -t $BUDGET -w $WARM"
 	done
 done
 echo "== summary (ratio = rdmago / Open MPI for times, rdmago / Open MPI for bandwidth)"
