@@ -431,23 +431,38 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 		return q.opErr("PostRecv", 0, fmt.Errorf("%w: PostRecv in RESET", verbs.ErrInvalidState))
 	}
 	racesync.Release()
+	// The receives are published with one store of the head after the
+	// last (or before a bad one, whose predecessors stay posted): a store
+	// per receive drained the store buffer once per descriptor, each time
+	// waiting for the line the sender last read it from.
 	head := word64(q.seg, qsHead)
+	h0 := atomic.LoadUint64(head)
+	h := h0
+	publish := func() {
+		if h != h0 {
+			racesync.Release()
+			atomic.StoreUint64(head, h)
+		}
+	}
 	for i := range wrs {
 		wr := &wrs[i]
 		if err := verbs.ValidateRecvWR(wr, q.cap); err != nil {
+			publish()
 			return q.opErr("PostRecv", i, err)
 		}
 		for j, s := range wr.SGL {
 			m := q.d.localMR(s.LKey)
 			if m == nil || m.pd != q.pd {
+				publish()
 				return q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d lkey %#x names no memory region of this PD", verbs.ErrBadKey, j, s.LKey))
 			}
 			if !m.contains(s.Addr, uint64(s.Length)) {
+				publish()
 				return q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d [%#x, +%d) is outside region %#x [%#x, +%d)", verbs.ErrBadKey, j, s.Addr, s.Length, s.LKey, m.addr, len(m.buf)))
 			}
 		}
-		h := atomic.LoadUint64(head)
 		if h-q.rqPolled.Load() >= q.depth {
+			publish()
 			return q.opErr("PostRecv", i, fmt.Errorf("%w: %d receives outstanding", verbs.ErrQueueFull, q.depth))
 		}
 		var n uint64
@@ -469,9 +484,9 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 			binary.LittleEndian.PutUint32(e[o+8:], s.Length)
 			binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
 		}
-		racesync.Release()
-		atomic.StoreUint64(head, h+1)
+		h++
 	}
+	publish()
 	if q.st() == verbs.QPErr {
 		q.rcq.db.kick()
 	}

@@ -687,3 +687,37 @@ func TestCloseWithStalledClient(t *testing.T) {
 	go func() { done <- d.Close() }()
 	require.NoError(t, within(t, done, "Device.Close waited for a stalled handshake"))
 }
+
+// TestPostRecvBatchStopsAtBadOne: a PostRecv batch whose third receive
+// names no memory region posts the two before it (they take the next two
+// SENDs, in order) and reports the bad one, which takes nothing: the
+// batch is published with one store of the head, so the error path must
+// publish what went before it.
+func TestPostRecvBatchStopsAtBadOne(t *testing.T) {
+	a, b := newEnd(t, Options{}), newEnd(t, Options{})
+	connectPair(t, a, b)
+	err := b.qp.PostRecv(
+		verbs.RecvWR{ID: 1, SGL: []verbs.SGE{verbs.SGEOf(b.mr, 0, 256)}},
+		verbs.RecvWR{ID: 2, SGL: []verbs.SGE{verbs.SGEOf(b.mr, 256, 256)}},
+		verbs.RecvWR{ID: 3, SGL: []verbs.SGE{{Addr: 0, Length: 8, LKey: 0xdead}}})
+	require.ErrorIs(t, err, verbs.ErrBadKey)
+	require.ErrorContains(t, err, "0xdead")
+	send := func(id uint64, data []byte) {
+		copy(a.mr.Bytes()[:len(data)], data)
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, len(data))}}))
+		okWC(t, a.scq, id)
+	}
+	one, two, three := pattern(200, 1), pattern(100, 2), pattern(50, 3)
+	send(11, one)
+	send(12, two)
+	require.Equal(t, 200, int(okWC(t, b.rcq, 1).ByteLen))
+	require.Equal(t, one, b.mr.Bytes()[:200])
+	require.Equal(t, 100, int(okWC(t, b.rcq, 2).ByteLen))
+	require.Equal(t, two, b.mr.Bytes()[256:356])
+	// Nothing else was posted: the next SEND takes the next receive posted.
+	require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 4, SGL: []verbs.SGE{verbs.SGEOf(b.mr, 1024, 256)}}))
+	send(13, three)
+	require.Equal(t, 50, int(okWC(t, b.rcq, 4).ByteLen))
+	require.Equal(t, three, b.mr.Bytes()[1024:1074])
+}
