@@ -42,6 +42,7 @@ type QP struct {
 	segOff, segN uint64
 	depth        uint64 // RQ entries (power of two)
 	dsz          uint64 // RQ descriptor size
+	descWrites   uint64 // receive descriptors written (not found in place already); recvMu
 	cqeOff       uint64 // where the RQ completions start
 
 	state atomic.Uint32
@@ -415,6 +416,27 @@ func (q *QP) desc(i uint64) []byte {
 	return q.seg[off : off+q.dsz : off+q.dsz]
 }
 
+// descHolds reports whether descriptor e already describes wr, as it
+// does when a caller reposts its buffers in the order they were consumed
+// and their number divides the ring's depth (p2p's eager buffers). Such a
+// descriptor is not rewritten: the sender only reads descriptors, so the
+// line stays shared by both cores, where a rewrite made the receiver take
+// it from the sender's cache and the sender take it back when it claimed
+// the receive, two line transfers per message.
+func descHolds(e []byte, wr *verbs.RecvWR) bool {
+	if binary.LittleEndian.Uint64(e[rdWRID:]) != wr.ID || binary.LittleEndian.Uint32(e[rdNSGE:]) != uint32(len(wr.SGL)) {
+		return false
+	}
+	for j, s := range wr.SGL {
+		o := rdSGEs + j*sgeSize
+		if binary.LittleEndian.Uint64(e[o:]) != s.Addr || binary.LittleEndian.Uint32(e[o+8:]) != s.Length ||
+			binary.LittleEndian.Uint32(e[o+12:]) != s.LKey {
+			return false
+		}
+	}
+	return true
+}
+
 func (q *QP) cqe(i uint64) []byte {
 	off := q.cqeOff + (i&(q.depth-1))*rcSize
 	return q.seg[off : off+rcSize : off+rcSize]
@@ -475,14 +497,16 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 			q.minRecv, q.minPosted = n, true
 			atomic.StoreUint32(q.hdr32(qsMinRecv), n)
 		}
-		e := q.desc(h)
-		binary.LittleEndian.PutUint64(e[rdWRID:], wr.ID)
-		binary.LittleEndian.PutUint32(e[rdNSGE:], uint32(len(wr.SGL)))
-		for j, s := range wr.SGL {
-			o := rdSGEs + j*sgeSize
-			binary.LittleEndian.PutUint64(e[o:], s.Addr)
-			binary.LittleEndian.PutUint32(e[o+8:], s.Length)
-			binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
+		if e := q.desc(h); !descHolds(e, wr) {
+			binary.LittleEndian.PutUint64(e[rdWRID:], wr.ID)
+			binary.LittleEndian.PutUint32(e[rdNSGE:], uint32(len(wr.SGL)))
+			for j, s := range wr.SGL {
+				o := rdSGEs + j*sgeSize
+				binary.LittleEndian.PutUint64(e[o:], s.Addr)
+				binary.LittleEndian.PutUint32(e[o+8:], s.Length)
+				binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
+			}
+			q.descWrites++
 		}
 		h++
 	}
