@@ -105,6 +105,7 @@ type peer struct {
 	ackPending   bool // the peer's CREDIT frame occupied ours; tell it it is free
 	sqOut, sqCap int
 	queue        []*outItem
+	qbuf         []*outItem // the array queue lives in, from its start (enqueue)
 	inDirty      bool
 
 	noWrite  bool // a split rendezvous write into the peer failed: do not offer again
@@ -443,7 +444,7 @@ func (p *peer) send(ep *Endpoint, it *outItem) error {
 		it.req.queued = true
 	}
 	p.noteWait()
-	p.queue = append(p.queue, it)
+	p.enqueue(it)
 	ep.markDirty(p)
 	return nil
 }
@@ -465,7 +466,7 @@ func (p *peer) sendCtl(ep *Endpoint, h header) {
 		return
 	}
 	p.noteWait()
-	p.queue = append(p.queue, &outItem{h: h})
+	p.enqueue(&outItem{h: h})
 	ep.markDirty(p)
 }
 
@@ -478,7 +479,7 @@ func (p *peer) sendUncredited(ep *Endpoint, h *header) {
 		}
 		return
 	}
-	p.queue = append(p.queue, it)
+	p.enqueue(it)
 	ep.markDirty(p)
 }
 
@@ -501,8 +502,7 @@ func (p *peer) flush(ep *Endpoint) {
 			p.noteWait()
 			break
 		}
-		p.queue[0] = nil
-		p.queue = p.queue[1:]
+		p.popQueue()
 		if it.req != nil {
 			it.req.queued = false
 		}
@@ -511,9 +511,6 @@ func (p *peer) flush(ep *Endpoint) {
 			return
 		}
 	}
-	if len(p.queue) == 0 {
-		p.queue = p.queue[:0:0]
-	}
 	if p.owed >= max(1, p.nrecv/2) && !p.ctrlInFlight && p.frameRoom(false) && !p.broken {
 		h := header{kind: kCredit}
 		if err := p.postFrame(ep, &h, nil, false); err != nil {
@@ -521,6 +518,42 @@ func (p *peer) flush(ep *Endpoint) {
 			return
 		}
 		p.ctrlInFlight = true
+	}
+}
+
+// queueKeep is the most queue entries a peer keeps room for once its
+// queue empties; a longer burst's array goes back to the garbage collector.
+const queueKeep = 1024
+
+// enqueue appends it to p's send queue. The queue is consumed from its
+// front (popQueue) and starts again at the front of its array (qbuf) when
+// it empties, so a peer whose sends queue in every window (a burst beyond
+// its credits) reuses one array: restarting with a fresh one cost a few
+// allocations per window of 64 queue-pair messages. A queue that reaches
+// the end of its array slides back to the front when that leaves it half
+// free, else append moves it to a larger one.
+func (p *peer) enqueue(it *outItem) {
+	if n := len(p.queue); n == cap(p.queue) && n > 0 && n <= cap(p.qbuf)/2 {
+		copy(p.qbuf[:n], p.queue)
+		clear(p.qbuf[n:cap(p.qbuf)])
+		p.queue = p.qbuf[:n]
+	}
+	moved := len(p.queue) == cap(p.queue)
+	p.queue = append(p.queue, it)
+	if moved {
+		p.qbuf = p.queue[:0]
+	}
+}
+
+// popQueue drops the queue's first item (the caller has it).
+func (p *peer) popQueue() {
+	p.queue[0] = nil
+	p.queue = p.queue[1:]
+	if len(p.queue) == 0 {
+		if cap(p.qbuf) > queueKeep {
+			p.qbuf = nil
+		}
+		p.queue = p.qbuf[:0]
 	}
 }
 

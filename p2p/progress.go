@@ -584,7 +584,8 @@ func (ep *Endpoint) departLocked(p *peer) {
 			ep.completeLocked(it.req, ep.opErr(it.req, gone.Err))
 		}
 	}
-	p.queue = nil
+	clear(p.queue)
+	p.queue, p.qbuf = nil, nil
 }
 
 // deliverEagerLocked copies an eager payload into a matched receive.

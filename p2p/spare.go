@@ -16,7 +16,11 @@ type spareBufs struct {
 }
 
 const (
-	spareMinShift = 12 // smaller copies are cheap to allocate
+	// Copies of up to 256 bytes are cheap to allocate; from 512 bytes up
+	// (the queue-pair messages over shm start at 529) one per unexpected
+	// message was a few percent of a 2-process bibw's CPU in growslice
+	// and the garbage collector.
+	spareMinShift = 9
 	spareMaxShift = 20
 	spareClasses  = spareMaxShift - spareMinShift + 1
 	// spareMaxBytes bounds what an endpoint keeps: a burst of unexpected

@@ -24,6 +24,18 @@ func TestSpareBufsReuse(t *testing.T) {
 	require.Same(t, &a[:1][0], &b[:1][0], "the buffer given back is reused")
 	require.Zero(t, s.held)
 
+	// Queue-pair sizes over shm (above the 528-byte ring) are pooled too.
+	for _, n := range []int{529, 1024, 2048, 4096} {
+		c := s.get(data[:n])
+		require.Equal(t, data[:n], c)
+		s.put(c)
+		require.Equal(t, cap(c), s.held, "a %d-byte copy is kept", n)
+		d := s.get(data[n-1 : 2*n-1])
+		require.Equal(t, data[n-1:2*n-1], d)
+		require.Same(t, &c[:1][0], &d[:1][0], "a %d-byte copy given back is reused", n)
+		require.Zero(t, s.held)
+	}
+
 	small := s.get(data[:100])
 	require.Equal(t, data[:100], small)
 	s.put(small)

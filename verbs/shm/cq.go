@@ -42,6 +42,12 @@ type cq struct {
 	parkMake   sync.Mutex // makes park; guards parkFailed
 	parkFailed bool
 	parkTurn   chan struct{} // one parked sleeper at a time
+	// The parked sleeper's drain of its socket (drainPark), its buffer and
+	// what it found: kept here, under parkTurn, so that a sleep allocates
+	// no closure.
+	parkDrain func(fd uintptr) bool
+	parkBuf   [16]byte
+	parkGot   bool
 }
 
 func (d *Device) CreateCQ(depth int) (verbs.CQ, error) {

@@ -122,6 +122,23 @@ func (c *cq) closePark() {
 	}
 }
 
+// drainPark reads every queued wake-up datagram from the parking socket
+// fd (non-blocking, as the runtime's sockets are); it reports done once it
+// read one, or on an error other than EAGAIN. A plain read, which drops
+// the sender's address: recvfrom's allocated one per wake-up.
+func (c *cq) drainPark(fd uintptr) bool {
+	for {
+		_, err := unix.Read(int(fd), c.parkBuf[:])
+		switch {
+		case err == nil:
+			c.parkGot = true // drain every queued wake-up
+		case err == unix.EINTR:
+		default:
+			return c.parkGot || err != unix.EAGAIN
+		}
+	}
+}
+
 // WaitSleep is Wait without the spin and the yield (verbs.SleepWaiter),
 // parked in the network poller (see above). Its callers take turns: one
 // sleeps on the socket at a time.
@@ -152,7 +169,9 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 		stop := context.AfterFunc(ctx, func() { p.SetReadDeadline(time.Unix(1, 0)) })
 		defer stop()
 	}
-	var buf [16]byte
+	if c.parkDrain == nil {
+		c.parkDrain = c.drainPark
+	}
 	for {
 		// Cleared before the announcement, so that a producer that sees
 		// the sleeper sends again.
@@ -166,21 +185,10 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 			shmsync.Withdraw(c.db.parked)
 			return err
 		}
-		got := false
-		err := rc.Read(func(fd uintptr) bool {
-			for {
-				_, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_DONTWAIT)
-				switch {
-				case err == nil:
-					got = true // drain every queued wake-up
-				case err == unix.EINTR:
-				default:
-					return got || err != unix.EAGAIN
-				}
-			}
-		})
+		c.parkGot = false
+		err := rc.Read(c.parkDrain)
 		shmsync.Withdraw(c.db.parked)
-		if got {
+		if c.parkGot {
 			parkWakes.Add(1)
 		}
 		switch {

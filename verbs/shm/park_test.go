@@ -4,6 +4,7 @@ package shm
 
 import (
 	"context"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/internal/stacks"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -142,4 +144,70 @@ func TestParkedWakeOnce(t *testing.T) {
 	atomic.AddUint32(c.db.parked, ^uint32(0))
 	c.db.ring()
 	require.Equal(t, 0, queued(), "datagrams with nobody parked")
+}
+
+// TestWaitSleepAllocatesNothing: a parked sleep and its wake-up allocate
+// nothing (the socket is drained by a read kept on the CQ, not a closure
+// and a recvfrom that returned the sender's address each time), so a
+// rank that sleeps between messages makes no garbage.
+func TestWaitSleepAllocatesNothing(t *testing.T) {
+	a, b := newEnd(t, Options{}), newEnd(t, Options{})
+	connectPair(t, a, b)
+	sw := a.rcq.(verbs.SleepWaiter)
+	c := a.rcq.(*cq)
+	var turn atomic.Int64 // odd: the sleeper's turn to sleep; even: it woke
+	var sleepErr atomic.Value
+	go func() {
+		for i := int64(1); ; i += 2 {
+			for turn.Load() < i {
+				if turn.Load() < 0 {
+					return
+				}
+				runtime.Gosched()
+			}
+			if err := sw.WaitSleep(context.Background()); err != nil {
+				sleepErr.Store(err)
+			}
+			turn.Store(i + 1)
+		}
+	}()
+	defer turn.Store(-1 << 40)
+	rwrs := []verbs.RecvWR{{ID: 1}}
+	swrs := []verbs.SendWR{{ID: 2, Opcode: verbs.OpSend}}
+	var wc [1]verbs.WC
+	next := int64(1)
+	deadline := time.Now().Add(time.Minute)
+	cycle := func() {
+		if err := a.qp.PostRecv(rwrs...); err != nil {
+			t.Fatal(err)
+		}
+		turn.Store(next)
+		for !shmsync.Asleep(c.db.parked) { // parked (or about to read the socket)
+			if time.Now().After(deadline) {
+				t.Fatal("the sleeper never parked")
+			}
+			runtime.Gosched()
+		}
+		if err := b.qp.PostSend(swrs...); err != nil {
+			t.Fatal(err)
+		}
+		for turn.Load() != next+1 {
+			if time.Now().After(deadline) {
+				t.Fatal("the sleeper was not woken")
+			}
+			runtime.Gosched()
+		}
+		next += 2
+		if n := a.rcq.Poll(wc[:]); n != 1 || wc[0].Status != verbs.StatusSuccess {
+			t.Fatalf("poll after the wake-up: %d completions, %v", n, wc[0].Status)
+		}
+	}
+	for range 3 {
+		cycle()
+	}
+	wakes := parkWakes.Load()
+	allocs := testing.AllocsPerRun(20, cycle)
+	require.Nil(t, sleepErr.Load())
+	require.Greater(t, parkWakes.Load(), wakes, "the sleeps were not woken by datagrams")
+	require.Zero(t, allocs, "allocations per sleep and wake-up")
 }

@@ -42,6 +42,7 @@ type QP struct {
 	segOff, segN uint64
 	depth        uint64 // RQ entries (power of two)
 	dsz          uint64 // RQ descriptor size
+	descWrites   uint64 // receive descriptors written (not found in place already); recvMu
 	cqeOff       uint64 // where the RQ completions start
 
 	state atomic.Uint32
@@ -415,6 +416,27 @@ func (q *QP) desc(i uint64) []byte {
 	return q.seg[off : off+q.dsz : off+q.dsz]
 }
 
+// descHolds reports whether descriptor e already describes wr, as it
+// does when a caller reposts its buffers in the order they were consumed
+// and their number divides the ring's depth (p2p's eager buffers). Such a
+// descriptor is not rewritten: the sender only reads descriptors, so the
+// line stays shared by both cores, where a rewrite made the receiver take
+// it from the sender's cache and the sender take it back when it claimed
+// the receive, two line transfers per message.
+func descHolds(e []byte, wr *verbs.RecvWR) bool {
+	if binary.LittleEndian.Uint64(e[rdWRID:]) != wr.ID || binary.LittleEndian.Uint32(e[rdNSGE:]) != uint32(len(wr.SGL)) {
+		return false
+	}
+	for j, s := range wr.SGL {
+		o := rdSGEs + j*sgeSize
+		if binary.LittleEndian.Uint64(e[o:]) != s.Addr || binary.LittleEndian.Uint32(e[o+8:]) != s.Length ||
+			binary.LittleEndian.Uint32(e[o+12:]) != s.LKey {
+			return false
+		}
+	}
+	return true
+}
+
 func (q *QP) cqe(i uint64) []byte {
 	off := q.cqeOff + (i&(q.depth-1))*rcSize
 	return q.seg[off : off+rcSize : off+rcSize]
@@ -431,23 +453,38 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 		return q.opErr("PostRecv", 0, fmt.Errorf("%w: PostRecv in RESET", verbs.ErrInvalidState))
 	}
 	racesync.Release()
+	// The receives are published with one store of the head after the
+	// last (or before a bad one, whose predecessors stay posted): a store
+	// per receive drained the store buffer once per descriptor, each time
+	// waiting for the line the sender last read it from.
 	head := word64(q.seg, qsHead)
+	h0 := atomic.LoadUint64(head)
+	h := h0
+	publish := func() {
+		if h != h0 {
+			racesync.Release()
+			atomic.StoreUint64(head, h)
+		}
+	}
 	for i := range wrs {
 		wr := &wrs[i]
 		if err := verbs.ValidateRecvWR(wr, q.cap); err != nil {
+			publish()
 			return q.opErr("PostRecv", i, err)
 		}
 		for j, s := range wr.SGL {
 			m := q.d.localMR(s.LKey)
 			if m == nil || m.pd != q.pd {
+				publish()
 				return q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d lkey %#x names no memory region of this PD", verbs.ErrBadKey, j, s.LKey))
 			}
 			if !m.contains(s.Addr, uint64(s.Length)) {
+				publish()
 				return q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d [%#x, +%d) is outside region %#x [%#x, +%d)", verbs.ErrBadKey, j, s.Addr, s.Length, s.LKey, m.addr, len(m.buf)))
 			}
 		}
-		h := atomic.LoadUint64(head)
 		if h-q.rqPolled.Load() >= q.depth {
+			publish()
 			return q.opErr("PostRecv", i, fmt.Errorf("%w: %d receives outstanding", verbs.ErrQueueFull, q.depth))
 		}
 		var n uint64
@@ -460,18 +497,20 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 			q.minRecv, q.minPosted = n, true
 			atomic.StoreUint32(q.hdr32(qsMinRecv), n)
 		}
-		e := q.desc(h)
-		binary.LittleEndian.PutUint64(e[rdWRID:], wr.ID)
-		binary.LittleEndian.PutUint32(e[rdNSGE:], uint32(len(wr.SGL)))
-		for j, s := range wr.SGL {
-			o := rdSGEs + j*sgeSize
-			binary.LittleEndian.PutUint64(e[o:], s.Addr)
-			binary.LittleEndian.PutUint32(e[o+8:], s.Length)
-			binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
+		if e := q.desc(h); !descHolds(e, wr) {
+			binary.LittleEndian.PutUint64(e[rdWRID:], wr.ID)
+			binary.LittleEndian.PutUint32(e[rdNSGE:], uint32(len(wr.SGL)))
+			for j, s := range wr.SGL {
+				o := rdSGEs + j*sgeSize
+				binary.LittleEndian.PutUint64(e[o:], s.Addr)
+				binary.LittleEndian.PutUint32(e[o+8:], s.Length)
+				binary.LittleEndian.PutUint32(e[o+12:], s.LKey)
+			}
+			q.descWrites++
 		}
-		racesync.Release()
-		atomic.StoreUint64(head, h+1)
+		h++
 	}
+	publish()
 	if q.st() == verbs.QPErr {
 		q.rcq.db.kick()
 	}

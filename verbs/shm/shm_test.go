@@ -687,3 +687,90 @@ func TestCloseWithStalledClient(t *testing.T) {
 	go func() { done <- d.Close() }()
 	require.NoError(t, within(t, done, "Device.Close waited for a stalled handshake"))
 }
+
+// TestPostRecvBatchStopsAtBadOne: a PostRecv batch whose third receive
+// names no memory region posts the two before it (they take the next two
+// SENDs, in order) and reports the bad one, which takes nothing: the
+// batch is published with one store of the head, so the error path must
+// publish what went before it.
+func TestPostRecvBatchStopsAtBadOne(t *testing.T) {
+	a, b := newEnd(t, Options{}), newEnd(t, Options{})
+	connectPair(t, a, b)
+	err := b.qp.PostRecv(
+		verbs.RecvWR{ID: 1, SGL: []verbs.SGE{verbs.SGEOf(b.mr, 0, 256)}},
+		verbs.RecvWR{ID: 2, SGL: []verbs.SGE{verbs.SGEOf(b.mr, 256, 256)}},
+		verbs.RecvWR{ID: 3, SGL: []verbs.SGE{{Addr: 0, Length: 8, LKey: 0xdead}}})
+	require.ErrorIs(t, err, verbs.ErrBadKey)
+	require.ErrorContains(t, err, "0xdead")
+	send := func(id uint64, data []byte) {
+		copy(a.mr.Bytes()[:len(data)], data)
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: id, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, len(data))}}))
+		okWC(t, a.scq, id)
+	}
+	one, two, three := pattern(200, 1), pattern(100, 2), pattern(50, 3)
+	send(11, one)
+	send(12, two)
+	require.Equal(t, 200, int(okWC(t, b.rcq, 1).ByteLen))
+	require.Equal(t, one, b.mr.Bytes()[:200])
+	require.Equal(t, 100, int(okWC(t, b.rcq, 2).ByteLen))
+	require.Equal(t, two, b.mr.Bytes()[256:356])
+	// Nothing else was posted: the next SEND takes the next receive posted.
+	require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 4, SGL: []verbs.SGE{verbs.SGEOf(b.mr, 1024, 256)}}))
+	send(13, three)
+	require.Equal(t, 50, int(okWC(t, b.rcq, 4).ByteLen))
+	require.Equal(t, three, b.mr.Bytes()[1024:1074])
+}
+
+// TestRepostedDescriptorNotRewritten: receives reposted in the order they
+// complete, whose number divides the receive queue's depth, find their
+// descriptors in place after the first trip round the ring, and PostRecv
+// leaves those lines alone; a receive that differs (another buffer) is
+// written, and its SEND lands in the new buffer.
+func TestRepostedDescriptorNotRewritten(t *testing.T) {
+	a, b := newEnd(t, Options{}), newEnd(t, Options{})
+	connectPair(t, a, b)
+	const slots, depth = 8, 16 // newEnd's MaxRecvWR
+	wr := func(slot int, off int) verbs.RecvWR {
+		return verbs.RecvWR{ID: uint64(100 + slot), SGL: []verbs.SGE{verbs.SGEOf(b.mr, off, 256)}}
+	}
+	for s := range slots {
+		require.NoError(t, b.qp.PostRecv(wr(s, s*256)))
+	}
+	send := func(k int, off int) {
+		data := pattern(64+k, byte(k))
+		copy(a.mr.Bytes(), data)
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(k), Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, len(data))}}))
+		okWC(t, a.scq, uint64(k))
+		wc := okWC(t, b.rcq, uint64(100+k%slots))
+		require.Equal(t, len(data), int(wc.ByteLen))
+		require.Equal(t, data, b.mr.Bytes()[off:off+len(data)], "message %d", k)
+	}
+	const msgs = 5 * depth
+	for k := range msgs {
+		send(k, k%slots*256)
+		require.NoError(t, b.qp.PostRecv(wr(k%slots, k%slots*256)))
+	}
+	b.qp.recvMu.Lock()
+	writes := b.qp.descWrites
+	b.qp.recvMu.Unlock()
+	require.Equal(t, uint64(depth), writes, "descriptors written for %d receives", slots+msgs)
+
+	// The next receive to complete is slot msgs%slots; repost it with
+	// another buffer before its SEND comes.
+	k := msgs
+	s := k % slots
+	for i := range slots { // complete the receives ahead of it in the ring
+		send(k+i, (k+i)%slots*256)
+		if (k+i)%slots != s {
+			require.NoError(t, b.qp.PostRecv(wr((k+i)%slots, (k+i)%slots*256)))
+		} else {
+			require.NoError(t, b.qp.PostRecv(wr(s, 8192)))
+		}
+	}
+	send(k+slots, 8192)
+	b.qp.recvMu.Lock()
+	require.Equal(t, uint64(depth+1), b.qp.descWrites, "the changed receive was written, the others were not")
+	b.qp.recvMu.Unlock()
+}
