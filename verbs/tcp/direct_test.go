@@ -3,7 +3,9 @@ package tcp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"testing"
 	"time"
@@ -232,4 +234,87 @@ func TestSpinBacksOffPerWait(t *testing.T) {
 	// One wait in 1, 2, 4, ... spins (a few more if a busy machine delays
 	// a waiter until its frames are in).
 	assert.LessOrEqual(t, misses, int32(waits/2), "waits kept spinning in vain")
+}
+
+// answerWhenBlocked writes f to c once the link's polling waiter has
+// stopped spinning and is about to sleep in the kernel (pblocked): for a
+// waiter that spun, its spin has just run out, so the frame comes a little
+// after PollSpin. It reports an error if no waiter got there in time.
+func answerWhenBlocked(l *link, c net.Conn, f []byte) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(20 * time.Second)
+		for !l.pblocked.Load() {
+			if time.Now().After(deadline) {
+				done <- errors.New("no waiter came to sleep on the link")
+				return
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+		_, err := c.Write(f)
+		done <- err
+	}()
+	return done
+}
+
+// TestSpinNearMissKeepsSpinning: a wait whose spin runs out shortly before
+// its frame comes, as when the peer slept rather than spun before it
+// answered, does not make the next waits sleep at once (waitEnded): in a
+// ping-pong such sleeps made the peer's spins run out in turn, and both
+// ranks slept on most waits.
+func TestSpinNearMissKeepsSpinning(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the spin is Linux-only")
+	}
+	o := testOptions()
+	// Long enough that a frame written as the waiter goes to sleep wakes it
+	// well within 2*PollSpin of the wait's start, however busy the machine.
+	o.PollSpin = 100 * time.Millisecond
+	a, mr, c := fakeTargetWith(t, o, 4096, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
+	const waits = 6
+	near := 0
+	for i := range waits {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+		f := writeImmFrame(a.qp, mr, uint32(i), 100, uint32(i))
+		wrote := answerWhenBlocked(l, c, f)
+		began := time.Now()
+		wc := wait(t, a.cq)
+		took := time.Since(began)
+		require.NoError(t, <-wrote)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, uint32(i), wc.Imm)
+		if took > 2*o.PollSpin {
+			// A busy machine held the waiter up: that is a miss by far.
+			t.Logf("wait %d took %v", i, took)
+			continue
+		}
+		near++
+		require.Zero(t, l.spinSkip, "wait %d (%v): a spin that ran out just before its frame made the next waits sleep", i, took)
+	}
+	require.GreaterOrEqual(t, near, waits/2, "too few waits ended soon after their spin to tell")
+}
+
+// TestSpinSkipEndsOnShortWait: a wait that skipped its spin after earlier
+// misses but got its frame within 2*PollSpin ends the skipping: the next
+// wait spins again rather than sleeping through the rest of the backoff.
+func TestSpinSkipEndsOnShortWait(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the spin is Linux-only")
+	}
+	o := testOptions()
+	o.PollSpin = 100 * time.Millisecond
+	a, mr, c := fakeTargetWith(t, o, 4096, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
+	// As after a few waits in a row that outlasted their spins by far
+	// (set here by the goroutine that drives the link below).
+	l.spinBackoff, l.spinSkip = 8, 8
+	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
+	f := writeImmFrame(a.qp, mr, 0, 100, 7)
+	wrote := answerWhenBlocked(l, c, f)
+	wc := wait(t, a.cq)
+	require.NoError(t, <-wrote)
+	require.Equal(t, verbs.StatusSuccess, wc.Status)
+	require.Equal(t, uint32(7), wc.Imm)
+	assert.Zero(t, l.spinSkip, "a wait that skipped its spin and got its frame at once left the next waits skipping theirs")
 }

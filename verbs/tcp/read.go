@@ -646,8 +646,13 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 // interruptible, and it takes long enough that the hand-off matters less.
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 	need, sized := HeaderLen, false
-	var spinEnd time.Time // when polling the socket stops (Options.PollSpin)
-	hit, missed := false, false
+	var start, spinEnd time.Time // when the wait began, when polling the socket stops (Options.PollSpin)
+	hit, missed, skipped := false, false, false
+	defer func() {
+		if !start.IsZero() {
+			l.waitEnded(time.Since(start), skipped, missed)
+		}
+	}()
 	for {
 		if !sized {
 			var err error
@@ -685,12 +690,12 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			// which costs more than the message.
 			now := time.Now()
 			if spinEnd.IsZero() {
-				spinEnd = now.Add(l.t.opts.PollSpin)
+				start, spinEnd = now, now.Add(l.t.opts.PollSpin)
 				if l.spinSkip > 0 && !l.t.opts.PollYield {
-					// Recent spins ran out before their frame came: sleep
-					// at once (see spinMissed).
+					// Recent spins ran out long before their frame came:
+					// sleep at once (see spinMissed).
 					l.spinSkip--
-					spinEnd = now
+					spinEnd, skipped = now, true
 				}
 			}
 			var got bool
@@ -705,10 +710,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				} else {
 					got = l.spinFill(ctx, cq, need, spinEnd)
 				}
-				if !got && !missed {
-					missed = true
-					l.spinMissed()
-				}
+				missed = missed || !got // the backoff is decided once the frame is here (waitEnded)
 				hit = hit || got
 			}
 			if got {
@@ -770,13 +772,32 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 // that ran out (spinMissed).
 const spinBackoffMax = 64
 
-// spinMissed notes a spin that ran out before its frame came: the next waits
-// sleep at once, twice as many after each miss in a row (up to
+// waitEnded updates the spin backoff once a wait of pollFrame is over (took
+// is how long it waited). Only a wait that outlasted twice PollSpin counts
+// as a miss (spinMissed): one that ran out by less is as likely to have
+// waited on a peer that slept, because its own spin had run out, as on a
+// peer that computes. Counted as misses, such waits kept both ranks of a
+// ping-pong sleeping in turn, each wake-up making the other's next spin
+// run out, as soon as a half round trip and a wake-up together took longer
+// than PollSpin. For the same reason a wait that skipped its spin and
+// still ended within twice PollSpin makes the next wait spin again.
+func (l *link) waitEnded(took time.Duration, skipped, missed bool) {
+	near := took <= 2*l.t.opts.PollSpin
+	switch {
+	case skipped && near:
+		l.spinSkip = 0
+	case missed && !near:
+		l.spinMissed()
+	}
+}
+
+// spinMissed notes a wait that outlasted its spin by far (waitEnded): the
+// next waits sleep at once, twice as many after each miss in a row (up to
 // spinBackoffMax), until a spin finds its frame again. Waits that outlast
-// PollSpin (the peer computes, or moves a large message through both
-// kernels) gain nothing from a spin, and on a busy machine it takes the
-// CPU the peer or the other goroutines need; the waits of a ping-pong of
-// small messages, which the spin is for, keep finding their frames.
+// PollSpin by far (the peer computes, or moves a large message through
+// both kernels) gain nothing from a spin, and on a busy machine it takes
+// the CPU the peer or the other goroutines need; the waits of a ping-pong
+// of small messages, which the spin is for, keep finding their frames.
 func (l *link) spinMissed() {
 	l.spinBackoff = min(max(1, 2*l.spinBackoff), spinBackoffMax)
 	l.spinSkip = l.spinBackoff
