@@ -7,10 +7,9 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/internal/cputime"
 )
 
 // echoGroup is rank 0 of two whose peer behaves exactly like it: a message
@@ -103,16 +102,6 @@ func (r *echoReq) Release() {
 	r.g.mu.Unlock()
 }
 
-// threadCPU is the calling thread's CPU time in ns: unlike wall time it
-// does not grow while other jobs on a busy machine hold the CPU.
-func threadCPU(b *testing.B) int64 {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
-		b.Skipf("getrusage: %v", err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
 // BenchmarkEngineOverhead measures the collectives Engine's own software
 // per call of a 16-byte two-rank allgather, alltoall and reduce_scatter
 // (one message each way) and reduce (one message), with the peer and the transport replaced by
@@ -131,13 +120,16 @@ func BenchmarkEngineOverhead(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
-			cpu0 := threadCPU(b)
+			cpu0 := cputime.Thread()
+			if cpu0 < 0 {
+				b.Skip("the thread's CPU time cannot be read here")
+			}
 			for b.Loop() {
 				if err := tc.call(e); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(threadCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			cputime.Report(b, cpu0)
 		})
 	}
 }

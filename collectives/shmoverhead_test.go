@@ -8,6 +8,7 @@ import (
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/collectives/coltest"
 	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/internal/cputime"
 )
 
 // BenchmarkShmCallOverhead measures the Engine's fixed software per
@@ -45,13 +46,16 @@ func BenchmarkShmCallOverhead(b *testing.B) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			b.ReportAllocs()
-			cpu0 := threadCPU(b)
+			cpu0 := cputime.Thread()
+			if cpu0 < 0 {
+				b.Skip("the thread's CPU time cannot be read here")
+			}
 			for b.Loop() {
 				if err := tc.call(e); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(threadCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			cputime.Report(b, cpu0)
 		})
 	}
 }

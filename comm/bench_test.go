@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/internal/cputime"
 )
 
 // BenchmarkAllreduce measures what the comm layer adds to a collective:
@@ -188,7 +189,7 @@ func BenchmarkWindowOverhead(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
-	cpu0 := threadCPU()
+	cpu0 := cputime.Thread()
 	for b.Loop() {
 		reqs = reqs[:0]
 		for range window {
@@ -210,9 +211,7 @@ func BenchmarkWindowOverhead(b *testing.B) {
 		}
 		ReleaseAll(reqs...)
 	}
-	if cpu0 >= 0 {
-		b.ReportMetric(float64(threadCPU()-cpu0)/float64(b.N), "cpu-ns/op")
-	}
+	cputime.Report(b, cpu0)
 }
 
 // BenchmarkOverhead is the software cost of one 8-byte ping-pong round
@@ -229,7 +228,7 @@ func BenchmarkOverhead(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
-	cpu0 := threadCPU()
+	cpu0 := cputime.Thread()
 	for b.Loop() {
 		if err := Send(ctx, comms[0], s, 1, 1); err != nil {
 			b.Fatal(err)
@@ -244,7 +243,5 @@ func BenchmarkOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	if cpu0 >= 0 {
-		b.ReportMetric(float64(threadCPU()-cpu0)/float64(b.N), "cpu-ns/op")
-	}
+	cputime.Report(b, cpu0)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/cputime"
 	"github.com/rdmago/rdmago/p2p"
 	"github.com/rdmago/rdmago/p2p/p2ptest"
 )
@@ -138,7 +139,7 @@ func BenchmarkOverhead(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
-	cpu0 := threadCPU()
+	cpu0 := cputime.Thread()
 	for b.Loop() {
 		if err := eps[0].Send(ctx, 1, 1, s); err != nil {
 			b.Fatal(err)
@@ -153,15 +154,7 @@ func BenchmarkOverhead(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	reportCPU(b, cpu0)
-}
-
-// reportCPU reports the thread's CPU time per op since cpu0 (threadCPU),
-// which a loaded machine disturbs much less than ns/op.
-func reportCPU(b *testing.B, cpu0 int64) {
-	if cpu0 >= 0 {
-		b.ReportMetric(float64(threadCPU()-cpu0)/float64(b.N), "cpu-ns/op")
-	}
+	cputime.Report(b, cpu0)
 }
 
 // BenchmarkWindowOverhead is the software cost of one window of the OSU
@@ -191,7 +184,7 @@ func benchWindowOverhead(b *testing.B, size int, all bool) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
-	cpu0 := threadCPU()
+	cpu0 := cputime.Thread()
 	for b.Loop() {
 		reqs = reqs[:0]
 		for range window {
@@ -221,5 +214,5 @@ func benchWindowOverhead(b *testing.B, size int, all bool) {
 			}
 		}
 	}
-	reportCPU(b, cpu0)
+	cputime.Report(b, cpu0)
 }

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package cputime
+
+// Thread is -1: a thread's CPU time is read on Linux only.
+func Thread() int64 { return -1 }
