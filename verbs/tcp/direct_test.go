@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
@@ -118,13 +117,7 @@ func TestPayloadsReadInPlace(t *testing.T) {
 // waits (spinMissed), so it no longer burns a CPU the peer may need; every
 // frame still arrives.
 func TestSpinBacksOff(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the spin is Linux-only")
-	}
-	o := testOptions()
-	o.PollSpin = 200 * time.Microsecond
-	a, mr, c := fakeTargetWith(t, o, 4096, verbs.AccessRemoteWrite)
-	l := attachedLink(t, a.qp)
+	a, mr, c, l := spinningTarget(t, 200*time.Microsecond, 4096)
 	const waits = 24
 	before := l.spinMisses.Load()
 	for i := range waits {
@@ -156,14 +149,8 @@ func TestSpinBacksOff(t *testing.T) {
 // start of a large frame and finds the rest queued in the socket reads that
 // rest straight into place: only the start is copied out of the buffer.
 func TestSpinningWaiterReadsRestInPlace(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the spin is Linux-only")
-	}
-	o := testOptions()
-	o.PollSpin = time.Hour
 	const n, first = 48 << 10, 1000 // over spinFillMax, within a new connection's window
-	a, mr, c := fakeTargetWith(t, o, n, verbs.AccessRemoteWrite)
-	l := attachedLink(t, a.qp)
+	a, mr, c, l := spinningTarget(t, time.Hour, n)
 	require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: 1}))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -197,14 +184,8 @@ func TestSpinningWaiterReadsRestInPlace(t *testing.T) {
 // that answers far later than PollSpin still makes most waits skip their
 // spin, however the two frames' polls count.
 func TestSpinBacksOffPerWait(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the spin is Linux-only")
-	}
-	o := testOptions()
-	o.PollSpin = 200 * time.Microsecond
 	const n = 40 << 10 // over spinFillMax: its payload is polled for after its header
-	a, mr, c := fakeTargetWith(t, o, 2*n, verbs.AccessRemoteWrite)
-	l := attachedLink(t, a.qp)
+	a, mr, c, l := spinningTarget(t, 200*time.Microsecond, 2*n)
 	const waits = 24
 	before := l.spinMisses.Load()
 	for i := range waits {
@@ -263,15 +244,10 @@ func answerWhenBlocked(l *link, c net.Conn, f []byte) <-chan error {
 // ping-pong such sleeps made the peer's spins run out in turn, and both
 // ranks slept on most waits.
 func TestSpinNearMissKeepsSpinning(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the spin is Linux-only")
-	}
-	o := testOptions()
 	// Long enough that a frame written as the waiter goes to sleep wakes it
-	// well within 2*PollSpin of the wait's start, however busy the machine.
-	o.PollSpin = 100 * time.Millisecond
-	a, mr, c := fakeTargetWith(t, o, 4096, verbs.AccessRemoteWrite)
-	l := attachedLink(t, a.qp)
+	// well within 2*spin of the wait's start, however busy the machine.
+	const spin = 100 * time.Millisecond
+	a, mr, c, l := spinningTarget(t, spin, 4096)
 	const waits = 6
 	near := 0
 	for i := range waits {
@@ -284,7 +260,7 @@ func TestSpinNearMissKeepsSpinning(t *testing.T) {
 		require.NoError(t, <-wrote)
 		require.Equal(t, verbs.StatusSuccess, wc.Status)
 		require.Equal(t, uint32(i), wc.Imm)
-		if took > 2*o.PollSpin {
+		if took > 2*spin {
 			// A busy machine held the waiter up: that is a miss by far.
 			t.Logf("wait %d took %v", i, took)
 			continue
@@ -299,13 +275,7 @@ func TestSpinNearMissKeepsSpinning(t *testing.T) {
 // misses but got its frame within 2*PollSpin ends the skipping: the next
 // wait spins again rather than sleeping through the rest of the backoff.
 func TestSpinSkipEndsOnShortWait(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the spin is Linux-only")
-	}
-	o := testOptions()
-	o.PollSpin = 100 * time.Millisecond
-	a, mr, c := fakeTargetWith(t, o, 4096, verbs.AccessRemoteWrite)
-	l := attachedLink(t, a.qp)
+	a, mr, c, l := spinningTarget(t, 100*time.Millisecond, 4096)
 	// As after a few waits in a row that outlasted their spins by far
 	// (set here by the goroutine that drives the link below).
 	l.spinBackoff, l.spinSkip = 8, 8

@@ -556,6 +556,20 @@ func attachedLink(t *testing.T, q verbs.QP) *link {
 	return l
 }
 
+// spinningTarget is fakeTargetWith over a device whose waiters poll their
+// sockets for spin (Options.PollSpin), with its attached link. The spin is
+// Linux-only: elsewhere the test is skipped.
+func spinningTarget(t *testing.T, spin time.Duration, n int) (*side, verbs.MR, net.Conn, *link) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the spin is Linux-only")
+	}
+	o := testOptions()
+	o.PollSpin = spin
+	a, mr, c := fakeTargetWith(t, o, n, verbs.AccessRemoteWrite)
+	return a, mr, c, attachedLink(t, a.qp)
+}
+
 // awaitPoller waits until a CQ waiter drives q's link itself (the state the
 // sleeps of these tests used to hope for) and returns the link.
 func awaitPoller(t *testing.T, q verbs.QP) *link {
@@ -939,13 +953,7 @@ func TestReadResponsesLeaveTogether(t *testing.T) {
 // in pieces, and a peer that closes the connection while it polls fails
 // the wait rather than leaving it polling.
 func TestDriveSpinReadsFrames(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("spinFill is Linux-only")
-	}
-	o := testOptions()
-	o.PollSpin = time.Hour
-	a, mr, c := fakeTargetWith(t, o, 4096, verbs.AccessRemoteWrite)
-	l := attachedLink(t, a.qp)
+	a, mr, c, l := spinningTarget(t, time.Hour, 4096)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
