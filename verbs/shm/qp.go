@@ -459,33 +459,40 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 	// waiting for the line the sender last read it from.
 	head := word64(q.seg, qsHead)
 	h0 := atomic.LoadUint64(head)
-	h := h0
-	publish := func() {
-		if h != h0 {
-			racesync.Release()
-			atomic.StoreUint64(head, h)
-		}
+	h, err := q.writeRecvs(h0, wrs)
+	if h != h0 {
+		racesync.Release()
+		atomic.StoreUint64(head, h)
 	}
+	if err != nil {
+		return err
+	}
+	if q.st() == verbs.QPErr {
+		q.rcq.db.kick()
+	}
+	return nil
+}
+
+// writeRecvs writes the descriptors of wrs from head h on, unpublished,
+// and returns the head after the last one written: all of them, or those
+// before the first bad one, whose error it returns too. Called with recvMu.
+func (q *QP) writeRecvs(h uint64, wrs []verbs.RecvWR) (uint64, error) {
 	for i := range wrs {
 		wr := &wrs[i]
 		if err := verbs.ValidateRecvWR(wr, q.cap); err != nil {
-			publish()
-			return q.opErr("PostRecv", i, err)
+			return h, q.opErr("PostRecv", i, err)
 		}
 		for j, s := range wr.SGL {
 			m := q.d.localMR(s.LKey)
 			if m == nil || m.pd != q.pd {
-				publish()
-				return q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d lkey %#x names no memory region of this PD", verbs.ErrBadKey, j, s.LKey))
+				return h, q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d lkey %#x names no memory region of this PD", verbs.ErrBadKey, j, s.LKey))
 			}
 			if !m.contains(s.Addr, uint64(s.Length)) {
-				publish()
-				return q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d [%#x, +%d) is outside region %#x [%#x, +%d)", verbs.ErrBadKey, j, s.Addr, s.Length, s.LKey, m.addr, len(m.buf)))
+				return h, q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d [%#x, +%d) is outside region %#x [%#x, +%d)", verbs.ErrBadKey, j, s.Addr, s.Length, s.LKey, m.addr, len(m.buf)))
 			}
 		}
 		if h-q.rqPolled.Load() >= q.depth {
-			publish()
-			return q.opErr("PostRecv", i, fmt.Errorf("%w: %d receives outstanding", verbs.ErrQueueFull, q.depth))
+			return h, q.opErr("PostRecv", i, fmt.Errorf("%w: %d receives outstanding", verbs.ErrQueueFull, q.depth))
 		}
 		var n uint64
 		for _, s := range wr.SGL {
@@ -510,11 +517,7 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 		}
 		h++
 	}
-	publish()
-	if q.st() == verbs.QPErr {
-		q.rcq.db.kick()
-	}
-	return nil
+	return h, nil
 }
 
 // recvReady reports whether the next receive has completed (or flushes).
