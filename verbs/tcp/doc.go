@@ -34,11 +34,15 @@
 //   - Sending: PostSend writes its frames itself when no other goroutine is
 //     writing to the connection (a try-lock) and the payload is at most
 //     4 MiB, with one non-blocking write (writev, or write for a few
-//     small pieces). What the socket does not take at once, larger requests,
-//     and posts that find a write in progress are left to the link's writer
-//     goroutine, which owns the queue then; the requester hands out requests
-//     in posting order to whoever holds the write lock, so order per QP is
-//     kept whoever writes.
+//     small pieces). A completion that lets queued requests go (the next
+//     READ of a window, once an earlier one's response is in) has the
+//     reading side write them the same way, and a request that may not go
+//     yet (a READ beyond the peer's outstanding-READ limit) is no work for
+//     anyone until then. What the socket does not take at once, larger
+//     requests, and posts that find a write in progress are left to the
+//     link's writer goroutine, which owns the queue then; the requester
+//     hands out requests in posting order to whoever holds the write lock,
+//     so order per QP is kept whoever writes.
 //   - Receiving: a goroutine in CQ.Wait whose CQ gets completions from one
 //     connected QP only (a CQ per QP, or per peer) reads that QP's socket
 //     itself: it handles frames on its own goroutine until its completion

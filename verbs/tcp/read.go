@@ -401,7 +401,7 @@ func (l *link) sendResps() {
 	if inlineNeverBlocks {
 		l.KickPost()
 	} else {
-		l.Kick()
+		l.wakeWriter()
 	}
 }
 

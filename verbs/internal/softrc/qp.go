@@ -571,7 +571,24 @@ func (q *QP) ConnectError() error {
 func (q *QP) HasWork() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.state == verbs.QPRTS && q.link != nil && q.next < q.tail && q.rnrUntil.IsZero()
+	return q.sendableLocked()
+}
+
+// sendableLocked reports whether the next request waiting to be sent may
+// go now (NextRequestMax would give it, size aside): not while it is a READ
+// or atomic and as many are outstanding as the peer takes, nor while it is
+// fenced and a READ or atomic is outstanding. Such a request waits for a
+// response, whose completion kicks the link again (completeLocked); kicking
+// it before only woke a writer with nothing it could write.
+func (q *QP) sendableLocked() bool {
+	if q.state != verbs.QPRTS || q.link == nil || q.next >= q.tail || !q.rnrUntil.IsZero() {
+		return false
+	}
+	e := &q.sq[q.next%uint64(len(q.sq))]
+	if e.flags&verbs.SendFence != 0 && q.rdOut > 0 {
+		return false // IBTA: a fenced request waits for every earlier READ and atomic
+	}
+	return !e.readLike() || q.rdOut < maxInt(1, int(q.maxQPRdAtomic))
 }
 
 // detachLocked drops the QP's link (and its CQs' reference to it) and

@@ -22,18 +22,10 @@ func (q *QP) NextRequest(r *Request) bool { return q.NextRequestMax(r, ^uint32(0
 func (q *QP) NextRequestMax(r *Request, max uint32) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := uint64(len(q.sq))
-	if q.state != verbs.QPRTS || q.link == nil || q.next == q.tail || !q.rnrUntil.IsZero() {
+	if !q.sendableLocked() {
 		return false
 	}
-	e := &q.sq[q.next%n]
-	if e.flags&verbs.SendFence != 0 && q.rdOut > 0 {
-		// IBTA: a fenced request waits for every earlier READ and atomic.
-		return false
-	}
-	if e.readLike() && q.rdOut >= maxInt(1, int(q.maxQPRdAtomic)) {
-		return false
-	}
+	e := &q.sq[q.next%uint64(len(q.sq))]
 	if !e.readLike() && e.length > max {
 		return false
 	}
@@ -237,7 +229,7 @@ func (q *QP) completeLocked(st verbs.Status) {
 			q.ackDeadline = time.Now().Add(t)
 		}
 	}
-	if q.next < q.tail {
+	if q.sendableLocked() {
 		q.kicks++
 	}
 }

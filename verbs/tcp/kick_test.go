@@ -1,0 +1,91 @@
+package tcp
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
+)
+
+// readFrameFrom reads one frame the QP sent to the fake peer c.
+func readFrameFrom(t *testing.T, c net.Conn) (softrc.Header, []byte) {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	hb := make([]byte, HeaderLen)
+	_, err := io.ReadFull(c, hb)
+	require.NoError(t, err)
+	h, err := DecodeHeader(hb, 1<<30)
+	require.NoError(t, err)
+	body := make([]byte, h.PayloadLen())
+	_, err = io.ReadFull(c, body)
+	require.NoError(t, err)
+	return h, body
+}
+
+// TestReadLimitedRequestWakesNoWriter: a READ that must wait because as
+// many READs are outstanding as the peer takes (MaxQPRdAtomic 1) is no work
+// the link can do: neither the post that queued it nor the completion of an
+// earlier request while it waits hands anything to the writer goroutine;
+// the response that lets it go has the reading side write it at once
+// (Kick writes inline); and both READs complete intact.
+func TestReadLimitedRequestWakesNoWriter(t *testing.T) {
+	const n = 4096
+	a, mr, c := fakeTargetWith(t, testOptions(), 2*n, 0)
+	l := attachedLink(t, a.qp)
+	q := a.qp.(*softrc.QP)
+	copy(mr.Bytes()[2*n-8:], "written!")
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{verbs.SGEOf(mr, 2*n-8, 8)}, RemoteAddr: 1 << 30, RKey: 5}))
+	for i := range 2 {
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(10 + i), Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(mr, i*n, n-8)}, RemoteAddr: uint64(1<<20 + i*n), RKey: 7}))
+	}
+	w, body := readFrameFrom(t, c)
+	require.Equal(t, softrc.FrameWrite, w.Op)
+	require.Equal(t, "written!", string(body))
+	r1, _ := readFrameFrom(t, c)
+	require.Equal(t, softrc.FrameReadReq, r1.Op)
+	require.Equal(t, uint64(1<<20), r1.RAddr)
+	require.False(t, q.HasWork(), "a READ beyond the outstanding-READ limit counts as work that could go")
+
+	// The WRITE's ACK completes it while the second READ still waits.
+	ack := make([]byte, HeaderLen)
+	EncodeHeader(ack, &softrc.Header{Op: softrc.FrameAck, QPN: a.qp.Num(), Seq: w.Seq})
+	_, err := c.Write(ack)
+	require.NoError(t, err)
+	wc := wait(t, a.cq)
+	require.Equal(t, verbs.StatusSuccess, wc.Status)
+	require.Equal(t, uint64(1), wc.ID)
+
+	// The first READ's response lets the second go.
+	resp := func(h softrc.Header, seed byte) []byte {
+		f := make([]byte, HeaderLen+n-8)
+		EncodeHeader(f, &softrc.Header{Op: softrc.FrameReadResp, QPN: a.qp.Num(), Seq: h.Seq, Len: n - 8})
+		for i := range n - 8 {
+			f[HeaderLen+i] = byte(i) ^ seed
+		}
+		return f
+	}
+	f1 := resp(r1, 0x5a)
+	_, err = c.Write(f1)
+	require.NoError(t, err)
+	r2, _ := readFrameFrom(t, c)
+	require.Equal(t, softrc.FrameReadReq, r2.Op)
+	require.Equal(t, uint64(1<<20+n), r2.RAddr)
+	f2 := resp(r2, 0xa5)
+	_, err = c.Write(f2)
+	require.NoError(t, err)
+	for i, f := range [][]byte{f1, f2} {
+		wc := wait(t, a.cq)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, uint64(10+i), wc.ID)
+		require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[i*n:i*n+n-8]), "READ %d not placed intact", i)
+	}
+	require.Zero(t, l.writerKicks.Load(), "work went to the writer goroutine")
+}
