@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -88,4 +89,31 @@ func TestReadLimitedRequestWakesNoWriter(t *testing.T) {
 		require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[i*n:i*n+n-8]), "READ %d not placed intact", i)
 	}
 	require.Zero(t, l.writerKicks.Load(), "work went to the writer goroutine")
+}
+
+// TestKickPostWritesWholePost: a post of more requests than one batch
+// takes (maxBatch) is written by the posting goroutine in several batches,
+// in order, none of it left to the writer goroutine.
+func TestKickPostWritesWholePost(t *testing.T) {
+	const count = maxBatch + 8
+	o := testOptions()
+	dev := openDev(t, o)
+	s := bigSide(t, dev, 4096)
+	c := fakePeer(t, dev, s.qp, o.Token)
+	t.Cleanup(func() { c.Close() })
+	l := attachedLink(t, s.qp)
+	wrs := make([]verbs.SendWR, count)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWrite,
+			SGL: []verbs.SGE{verbs.SGEOf(s.mr, 8*i, 8)}, RemoteAddr: uint64(1<<20 + 8*i), RKey: 5}
+		copy(s.mr.Bytes()[8*i:], fmt.Sprintf("write%03d", i))
+	}
+	require.NoError(t, s.qp.PostSend(wrs...))
+	for i := range count {
+		h, body := readFrameFrom(t, c)
+		require.Equal(t, softrc.FrameWrite, h.Op)
+		require.Equal(t, uint64(1<<20+8*i), h.RAddr, "frame %d out of order", i)
+		require.Equal(t, fmt.Sprintf("write%03d", i), string(body))
+	}
+	require.Zero(t, l.writerKicks.Load(), "part of the post went to the writer goroutine")
 }
