@@ -18,3 +18,12 @@ func ShmWaitPolicy(e *Engine) shmsync.Policy { return e.shm.policy }
 
 // ShmWaitPolicyFor is shmWaitPolicy: how a region's policy p is adapted.
 var ShmWaitPolicyFor = shmWaitPolicy
+
+// ShmPublished is the data of the chunk e published last (the slot it
+// wrote last, as its header sizes it).
+func ShmPublished(e *Engine) []byte {
+	s := e.shm
+	slot := s.mem[e.rank][s.slotOff(s.next^1):]
+	n := int(getShmHeader(slot[8:40]).payload)
+	return append([]byte(nil), dataOf(slot, n)...)
+}
