@@ -398,6 +398,11 @@ type callState struct {
 	probeArmed bool // the Engine's probe timer runs for this call; under e.mu
 	waitPeer   int  // 1 + the group rank the call waited for last (noteWait); 0: none yet
 
+	// shmLast: the round running is the call's last (shmChunksOf), whose
+	// shmDone marks the whole call read; shmFinished: that happened, and
+	// end need not store the done word again.
+	shmLast, shmFinished bool
+
 	// waited is the Background flag of the caller's ctx (nil: a blocking
 	// call): while it is false, the call's waits sleep instead of spinning.
 	waited *Waited
@@ -459,6 +464,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	}
 	st.e, st.parent, st.ctx, st.cancelFn = e, ctx, ctx, nil
 	st.stopped, st.calls, st.shmHeld, st.seq = false, e.calls, false, e.seq
+	st.shmLast, st.shmFinished = false, false
 	st.op, st.alg, st.abort = coll.String(), alg, nil
 	st.pending, st.scratch, st.batch, st.batching = st.pending[:0], st.scratch[:0], st.batch[:0], false
 	st.nout, st.nin, st.probeArmed, st.waitPeer = 0, 0, false, 0
@@ -575,7 +581,9 @@ func (c *call) end(err error) error {
 	// shared-memory call does it before it lets Close go on; another takes
 	// shmMu unless Close is under way.
 	if st.shmHeld {
-		e.shm.finish(e.rank, st.calls)
+		if !st.shmFinished {
+			e.shm.finish(e.rank, st.calls)
+		}
 		e.shmCall = false
 		if e.shmIdle != nil {
 			close(e.shmIdle)

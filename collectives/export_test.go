@@ -13,6 +13,9 @@ func ShmClaimWaits(e *Engine) int { return e.shm.waits }
 // ShmRounds is how many rounds e has published through its slots.
 func ShmRounds(e *Engine) int { return e.shm.rounds }
 
+// ShmDoneStores is how many times e has stored its done word.
+func ShmDoneStores(e *Engine) int { return e.shm.stores }
+
 // ShmWaitPolicy is the policy of the Engine's shared-memory waits.
 func ShmWaitPolicy(e *Engine) shmsync.Policy { return e.shm.policy }
 

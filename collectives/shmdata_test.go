@@ -329,3 +329,72 @@ func TestSharedMemoryPiecesPacked(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedMemoryDoneOncePerRound: a shared-memory call stores its done
+// word once per round it reads, its last round's store marking the whole
+// call read: end adds no second store (and bell look) of its own.
+func TestSharedMemoryDoneOncePerRound(t *testing.T) {
+	t.Parallel()
+	const calls = 5
+	colls := []struct {
+		c   collectives.Collective
+		run func(ctx context.Context, e *collectives.Engine, r, p, n int) error
+	}{
+		{collectives.CollBarrier, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Barrier(ctx, e)
+		}},
+		{collectives.CollAllreduce, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Allreduce(ctx, e, make([]float32, n), reduce.Sum)
+		}},
+		{collectives.CollBcast, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Bcast(ctx, e, make([]float32, n), p-1)
+		}},
+		{collectives.CollReduce, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Reduce(ctx, e, make([]float32, n), reduce.Sum, 0)
+		}},
+		{collectives.CollAllgather, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Allgather(ctx, e, make([]float32, n), make([]float32, p*n))
+		}},
+		{collectives.CollAlltoall, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Alltoall(ctx, e, make([]float32, p*n), make([]float32, p*n))
+		}},
+		{collectives.CollReduceScatter, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.ReduceScatter(ctx, e, make([]float32, p*n), make([]float32, n), reduce.Sum)
+		}},
+	}
+	for _, p := range []int{2, 3} {
+		for _, cl := range colls {
+			// 4 floats: one round; 5000 floats (20 KB): several rounds of
+			// the test region's slots for the allreduce.
+			for _, n := range []int{4, 5000} {
+				if n > 4 && cl.c != collectives.CollAllreduce {
+					continue
+				}
+				t.Run(name("coll", cl.c, "p", p, "n", n), func(t *testing.T) {
+					errs := world(t, p, coltest.Options{Shared: true}, force(cl.c, collectives.SharedMemory),
+						func(ctx context.Context, e *collectives.Engine, r int) error {
+							stores0, rounds0 := collectives.ShmDoneStores(e), collectives.ShmRounds(e)
+							for range calls {
+								if err := cl.run(ctx, e, r, p, n); err != nil {
+									return err
+								}
+							}
+							if a := e.LastAlgorithm(); a != collectives.SharedMemory {
+								return fmt.Errorf("ran %v, want shared_memory", a)
+							}
+							stores, rounds := collectives.ShmDoneStores(e)-stores0, collectives.ShmRounds(e)-rounds0
+							want := calls
+							if n > 4 {
+								want = rounds // allreduce: every rank publishes and reads each round
+							}
+							if stores != want || want < calls || n > 4 && rounds <= calls {
+								return fmt.Errorf("rank %d: %d stores of the done word in %d calls (%d rounds published), want %d", r, stores, calls, rounds, want)
+							}
+							return nil
+						})
+					requireAllOK(t, errs)
+				})
+			}
+		}
+	}
+}
