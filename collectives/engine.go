@@ -430,7 +430,7 @@ type call struct {
 
 // begin starts a call: it takes the next sequence number, checks that no
 // other call runs and that no peer already aborted this one.
-func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern reduce.Kernel, esize int, root int, count int64) (*call, error) {
+func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern *reduce.Kernel, esize int, root int, count int64) (*call, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -507,7 +507,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	e.mu.Unlock()
 	e.act.begin(st.seq, coll, alg)
 	c.callState, c.ranks, c.me, c.n = st, nil, e.rank, e.size
-	c.kern, c.esize, c.vec = kern, esize, int(count)
+	c.kern, c.esize, c.vec = *kern, esize, int(count)
 	c.h = st.hdr
 	c.tag = int(st.seq&(1<<29-1)) << 1
 	if early != nil {
