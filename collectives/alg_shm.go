@@ -144,6 +144,7 @@ type shmState struct {
 	failed   <-chan struct{} // r.Failed(), without two interface calls per call
 	policy   shmsync.Policy  // r's, as shmWaitPolicy adapts it
 	mem      [][]byte        // per rank, its part of the region
+	bells    []shmsync.Bell  // per rank, its bell (made once: every publish rings one)
 	slot     int             // data bytes per slot
 	slotSize int             // bytes per slot, header included
 	next     int             // the slot this rank writes next
@@ -174,6 +175,10 @@ func newShmState(r SharedRegion, size int) *shmState {
 		return nil
 	}
 	s.slotSize = shmSlotHdr + s.slot
+	s.bells = make([]shmsync.Bell, size)
+	for p, m := range s.mem {
+		s.bells[p] = shmsync.BellAt(m, shmBell)
+	}
 	if cr, ok := r.(Crowded); ok {
 		s.crowded = cr.Crowded()
 	}
@@ -246,7 +251,7 @@ const (
 )
 
 // bell is rank r's bell.
-func (s *shmState) bell(r int) shmsync.Bell { return shmsync.BellAt(s.mem[r], shmBell) }
+func (s *shmState) bell(r int) shmsync.Bell { return s.bells[r] }
 
 // announce writes the header of the call with counter calls into rank
 // me's entry and rings its bell for peers waiting to compare. A refusal
