@@ -138,11 +138,13 @@ type shmState struct {
 	seen     []uint64   // per rank, the latest call this rank has seen it publish a round of or announce (look)
 	waits    int        // claims that looked at a reader's done word (for tests)
 	rounds   int        // rounds this rank published (for tests)
+	stores   int        // stores of this rank's done word (for tests)
 	crowded  bool       // the region is Crowded
 	r        SharedRegion
 	failed   <-chan struct{} // r.Failed(), without two interface calls per call
 	policy   shmsync.Policy  // r's, as shmWaitPolicy adapts it
 	mem      [][]byte        // per rank, its part of the region
+	bells    []shmsync.Bell  // per rank, its bell (made once: every publish rings one)
 	slot     int             // data bytes per slot
 	slotSize int             // bytes per slot, header included
 	next     int             // the slot this rank writes next
@@ -173,6 +175,10 @@ func newShmState(r SharedRegion, size int) *shmState {
 		return nil
 	}
 	s.slotSize = shmSlotHdr + s.slot
+	s.bells = make([]shmsync.Bell, size)
+	for p, m := range s.mem {
+		s.bells[p] = shmsync.BellAt(m, shmBell)
+	}
 	if cr, ok := r.(Crowded); ok {
 		s.crowded = cr.Crowded()
 	}
@@ -245,7 +251,7 @@ const (
 )
 
 // bell is rank r's bell.
-func (s *shmState) bell(r int) shmsync.Bell { return shmsync.BellAt(s.mem[r], shmBell) }
+func (s *shmState) bell(r int) shmsync.Bell { return s.bells[r] }
 
 // announce writes the header of the call with counter calls into rank
 // me's entry and rings its bell for peers waiting to compare. A refusal
@@ -531,6 +537,7 @@ func roundID(calls uint64, i int) uint64 { return calls<<shmChunkBits | uint64(i
 
 // setDone stores round id into rank me's done word and rings its bell.
 func (s *shmState) setDone(me int, id uint64) {
+	s.stores++
 	atomic.StoreUint64(word(s.mem[me], 0), id)
 	s.ring(me)
 }
@@ -762,8 +769,23 @@ func (c *call) shmSlot(peer, i int, n int) ([]byte, error) {
 	return slot[:s.slotSize:s.slotSize], nil
 }
 
-// shmDone marks chunk i read.
-func (c *call) shmDone(i int) { c.e.shm.setDone(c.e.rank, roundID(c.calls, i)) }
+// shmDone marks chunk i read. In the call's last round (shmLast) it
+// marks the whole call read instead, as end would right after: one store
+// of the done word, and one look at the bell, a call fewer.
+func (c *call) shmDone(i int) {
+	if c.shmLast {
+		c.shmDoneAll()
+		return
+	}
+	c.e.shm.setDone(c.e.rank, roundID(c.calls, i))
+}
+
+// shmDoneAll marks every round of the call read (end's finish), for a
+// rank that reads nothing more of it.
+func (c *call) shmDoneAll() {
+	c.e.shm.finish(c.e.rank, c.calls)
+	c.shmFinished = true
+}
 
 // waitDone waits until rank p's done word has reached round id.
 func (c *call) waitDone(p int, id uint64) error {
@@ -797,7 +819,10 @@ func (c *call) shmChunksOf(nbytes, per int, f func(i, off, n int) error) error {
 	}
 	for i, off := 0, 0; i == 0 || off < nbytes; i++ {
 		n := min(per, nbytes-off)
-		if err := f(i, off, n); err != nil {
+		c.shmLast = off+n >= nbytes
+		err := f(i, off, n)
+		c.shmLast = false
+		if err != nil {
 			return err
 		}
 		off += n
@@ -967,7 +992,7 @@ func (c *call) barrierShm() error {
 			return err
 		}
 	}
-	c.shmDone(0)
+	c.shmDoneAll()
 	return nil
 }
 

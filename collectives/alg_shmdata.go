@@ -128,8 +128,8 @@ func (c *call) reduceShmRS(buf []byte, root int) error { return c.foldBlocksShm(
 // reduceScatterShm is the shared-memory reduce-scatter: send is p blocks
 // of len(recv) bytes, block r being rank r's to reduce. As in alltoallShm
 // a round moves a piece of every block: each rank publishes piece k of
-// its block j at j·n in its slot (n bytes each, p·n at most a slot; its
-// own block stays in send), then folds piece k of block me of every
+// every other rank's block (n bytes each, shmPublishPieces; its own block
+// stays in send), then folds piece k of block me of every
 // rank, in rank order, into recv. Nobody gathers the reduced blocks, so a
 // round takes one synchronisation, not foldBlocksShm's two. Rank 0, and
 // rank 1 of two when the op commutes and Deterministic is off, start
@@ -156,13 +156,6 @@ func (c *call) reduceScatterShm(send, recv []byte) error {
 			return err
 		}
 		dst, own := recv[off:off+n], send[me*m+off:me*m+off+n]
-		piece := func(q int) ([]byte, error) {
-			s, err := c.shmSlot(q, i, p*n)
-			if err != nil {
-				return nil, err
-			}
-			return dataOf(s, p*n)[me*n : (me+1)*n], nil
-		}
 		if inPlace {
 			copy(dst, own) // nothing to do when recv is send's first block on rank 0
 		}
@@ -173,7 +166,7 @@ func (c *call) reduceScatterShm(send, recv []byte) error {
 			x := own
 			if q != me {
 				var err error
-				if x, err = piece(q); err != nil {
+				if x, err = c.shmPiece(q, i, n); err != nil {
 					return err
 				}
 			}
@@ -224,26 +217,53 @@ func (c *call) allgatherShm(send, recv []byte) error {
 
 // shmPublishPieces publishes round i of a form that moves a piece of
 // every block (reduceScatterShm, alltoallShm): bytes off..off+n of each
-// other rank's block of send (blocks of m bytes) at j·n in this rank's slot.
+// other rank's block of send (blocks of m bytes), packed in rank order
+// without this rank's own (pieceAt), (p−1)·n bytes in all: nobody reads
+// that one, and leaving out its hole halves what two ranks move through
+// the caches (a 16-byte block fits the slot's first line with its round
+// word and header, as it did not with the hole).
 func (c *call) shmPublishPieces(i int, send []byte, m, off, n int) error {
 	p, me := c.e.size, c.e.rank
 	slot, err := c.shmClaim()
 	if err != nil {
 		return err
 	}
-	out := dataOf(slot, p*n)
+	out := dataOf(slot, (p-1)*n)
 	for j := 0; j < p; j++ {
 		if j != me {
-			ntcopy.Copy(out[j*n:(j+1)*n], send[j*m+off:j*m+off+n])
+			k := pieceAt(j, me)
+			ntcopy.Copy(out[k*n:(k+1)*n], send[j*m+off:j*m+off+n])
 		}
 	}
-	c.shmPublish(slot, i, p*n)
+	c.shmPublish(slot, i, (p-1)*n)
 	return nil
 }
 
+// pieceAt is where rank q's piece sits among those rank from publishes
+// (shmPublishPieces): in rank order, from's own left out.
+func pieceAt(q, from int) int {
+	if q > from {
+		return q - 1
+	}
+	return q
+}
+
+// shmPiece waits for rank from's round i of a piece-moving form and
+// returns the piece of n bytes it published for this rank.
+func (c *call) shmPiece(from, i, n int) ([]byte, error) {
+	size := (c.e.size - 1) * n
+	s, err := c.shmSlot(from, i, size)
+	if err != nil {
+		return nil, err
+	}
+	k := pieceAt(c.e.rank, from)
+	return dataOf(s, size)[k*n : (k+1)*n], nil
+}
+
 // alltoallShm: a round moves a piece of every block: each rank publishes
-// piece k of its block j at j·n in its slot (n bytes each, p·n at most a
-// slot; its own block goes straight from send to recv), and copies piece
+// piece k of every other rank's block (n bytes each, at most a slot in
+// all; shmPublishPieces; its own block goes straight from send to recv),
+// and copies piece
 // k of block me out of every other rank's slot into that rank's block of
 // recv.
 func (c *call) alltoallShm(send, recv []byte) error {
@@ -257,11 +277,11 @@ func (c *call) alltoallShm(send, recv []byte) error {
 		}
 		for k := 1; k < p; k++ {
 			q := (me + k) % p
-			s, err := c.shmSlot(q, i, p*n)
+			x, err := c.shmPiece(q, i, n)
 			if err != nil {
 				return err
 			}
-			copy(recv[q*m+off:q*m+off+n], dataOf(s, p*n)[me*n:(me+1)*n])
+			copy(recv[q*m+off:q*m+off+n], x)
 		}
 		c.shmDone(i)
 		return nil

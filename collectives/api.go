@@ -26,18 +26,18 @@ type spec struct {
 // the call (which keeps the sequence numbers of all ranks in step even when
 // this rank's arguments are bad: it then tells the others instead of
 // leaving them waiting), cross-check fingerprints in Debug mode, run.
-func (e *Engine) run(ctx context.Context, s spec, fn func(c *call, alg Algorithm) error) error {
+func (e *Engine) run(ctx context.Context, s *spec, fn func(c *call, alg Algorithm) error) error {
 	if ctx == nil {
 		return &Error{Op: s.coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
 	kern, alg, bad := e.prepare(s)
-	return e.execute(ctx, s, kern, alg, bad, fn)
+	return e.execute(ctx, s, &kern, alg, bad, fn)
 }
 
 // prepare is the part of run that depends only on the call's arguments:
 // the reduction kernel, the argument checks and the algorithm (a Plan
 // does it once for many runs). bad is what was wrong with the arguments.
-func (e *Engine) prepare(s spec) (kern reduce.Kernel, alg Algorithm, bad error) {
+func (e *Engine) prepare(s *spec) (kern reduce.Kernel, alg Algorithm, bad error) {
 	kern = reduce.Kernel{Op: s.op, DType: s.dt}
 	if s.op.Valid() || s.coll == CollReduce || s.coll == CollAllreduce || s.coll == CollReduceScatter || s.coll == CollScan || s.coll == CollExscan {
 		var err error
@@ -66,7 +66,7 @@ func (e *Engine) prepare(s spec) (kern reduce.Kernel, alg Algorithm, bad error) 
 
 // execute is the part of run that communicates: begin, the shared-memory
 // agreement's entry (shmEnter), fingerprints, fn.
-func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Algorithm, bad error, fn func(c *call, alg Algorithm) error) error {
+func (e *Engine) execute(ctx context.Context, s *spec, kern *reduce.Kernel, alg Algorithm, bad error, fn func(c *call, alg Algorithm) error) error {
 	c, err := e.begin(ctx, s.coll, alg, kern, max(s.dt.Size(), 1), s.root, s.count)
 	if err != nil {
 		return err
@@ -125,7 +125,7 @@ func (e *Engine) execute(ctx context.Context, s spec, kern reduce.Kernel, alg Al
 // allgather, an alltoall, a reduce-scatter and of an allreduce with data,
 // a reduce root or any rank of a block-folding reduce, a bcast reader of
 // two ranks), else seen, one of them (a bcast reader's root), or -1.
-func (e *Engine) shmReads(s spec) (all bool, seen int) {
+func (e *Engine) shmReads(s *spec) (all bool, seen int) {
 	me, size := e.rank, e.size
 	switch s.coll {
 	case CollBarrier, CollAllgather, CollAlltoall, CollReduceScatter:
@@ -149,7 +149,7 @@ func lenErr(what string, got, want int) error {
 
 // Barrier returns once every rank of the group has entered it.
 func Barrier(ctx context.Context, e *Engine) error {
-	return e.run(ctx, spec{coll: CollBarrier, dt: reduce.Uint8}, func(c *call, alg Algorithm) error {
+	return e.run(ctx, &spec{coll: CollBarrier, dt: reduce.Uint8}, func(c *call, alg Algorithm) error {
 		switch alg {
 		case SharedMemory:
 			return c.barrierShm()
@@ -164,7 +164,7 @@ func Barrier(ctx context.Context, e *Engine) error {
 // same everywhere.
 func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) error {
 	b := reduce.Bytes(buf)
-	return e.run(ctx, spec{coll: CollBcast, dt: reduce.DTypeOf[T](), root: root, count: int64(len(buf)), nbytes: len(b)},
+	return e.run(ctx, &spec{coll: CollBcast, dt: reduce.DTypeOf[T](), root: root, count: int64(len(buf)), nbytes: len(b)},
 		func(c *call, alg Algorithm) error {
 			switch alg {
 			case ScatterAllgather:
@@ -196,7 +196,7 @@ func Bcast[T reduce.Element](ctx context.Context, e *Engine, buf []T, root int) 
 // all ranks' buf under op. Every rank gets the same bits.
 func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op) error {
 	b := reduce.Bytes(buf)
-	return e.run(ctx, spec{coll: CollAllreduce, dt: reduce.DTypeOf[T](), op: op, count: int64(len(buf)), nbytes: len(b)},
+	return e.run(ctx, &spec{coll: CollAllreduce, dt: reduce.DTypeOf[T](), op: op, count: int64(len(buf)), nbytes: len(b)},
 		func(c *call, alg Algorithm) error { return c.allreduce(b, alg) })
 }
 
@@ -233,7 +233,7 @@ func (c *call) allreduce(b []byte, alg Algorithm) error {
 // Other ranks' buf is left unchanged.
 func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op, root int) error {
 	b := reduce.Bytes(buf)
-	return e.run(ctx, spec{coll: CollReduce, dt: reduce.DTypeOf[T](), op: op, root: root, count: int64(len(buf)), nbytes: len(b)},
+	return e.run(ctx, &spec{coll: CollReduce, dt: reduce.DTypeOf[T](), op: op, root: root, count: int64(len(buf)), nbytes: len(b)},
 		func(c *call, alg Algorithm) error {
 			// The message-based algorithms reduce in place: a non-root
 			// works on a copy, so that its buf stays unchanged. (The
@@ -275,7 +275,7 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, op reduce.Op) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
-	return e.run(ctx, spec{coll: CollReduceScatter, dt: reduce.DTypeOf[T](), op: op, count: int64(len(recv)), nbytes: len(sb),
+	return e.run(ctx, &spec{coll: CollReduceScatter, dt: reduce.DTypeOf[T](), op: op, count: int64(len(recv)), nbytes: len(sb),
 		argErr: func() error {
 			if len(send) != p*len(recv) {
 				return lenErr("send", len(send), p*len(recv))
@@ -345,7 +345,7 @@ func (c *call) unfoldBlock(f fold, work, recv []byte) error {
 func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
-	return e.run(ctx, spec{coll: CollAllgather, dt: reduce.DTypeOf[T](), count: int64(len(send)), nbytes: len(rb),
+	return e.run(ctx, &spec{coll: CollAllgather, dt: reduce.DTypeOf[T](), count: int64(len(send)), nbytes: len(rb),
 		argErr: func() error {
 			if len(recv) != p*len(send) {
 				return lenErr("recv", len(recv), p*len(send))
@@ -383,7 +383,7 @@ func Allgatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T
 	for _, n := range counts {
 		total += n
 	}
-	return e.run(ctx, spec{coll: CollAllgatherv, dt: reduce.DTypeOf[T](), count: int64(total), nbytes: len(rb),
+	return e.run(ctx, &spec{coll: CollAllgatherv, dt: reduce.DTypeOf[T](), count: int64(total), nbytes: len(rb),
 		argErr: func() error {
 			if err := checkCounts(counts, p); err != nil {
 				return err
@@ -420,7 +420,7 @@ func checkCounts(counts []int, p int) error {
 func Gather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, root int) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
-	return e.run(ctx, spec{coll: CollGather, dt: reduce.DTypeOf[T](), root: root, count: int64(len(send)), nbytes: p * len(sb),
+	return e.run(ctx, &spec{coll: CollGather, dt: reduce.DTypeOf[T](), root: root, count: int64(len(send)), nbytes: p * len(sb),
 		argErr: func() error {
 			if e.rank == root && len(recv) != p*len(send) {
 				return lenErr("recv", len(recv), p*len(send))
@@ -441,7 +441,7 @@ func Gather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, ro
 func Gatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, counts []int, root int) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
-	return e.run(ctx, spec{coll: CollGatherv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(sb),
+	return e.run(ctx, &spec{coll: CollGatherv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(sb),
 		argErr: func() error {
 			if e.rank != root {
 				return nil
@@ -465,7 +465,7 @@ func Gatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, c
 func Scatter[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, root int) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
-	return e.run(ctx, spec{coll: CollScatter, dt: reduce.DTypeOf[T](), root: root, count: int64(len(recv)), nbytes: p * len(rb),
+	return e.run(ctx, &spec{coll: CollScatter, dt: reduce.DTypeOf[T](), root: root, count: int64(len(recv)), nbytes: p * len(rb),
 		argErr: func() error {
 			if e.rank == root && len(send) != p*len(recv) {
 				return lenErr("send", len(send), p*len(recv))
@@ -485,7 +485,7 @@ func Scatter[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, r
 func Scatterv[T reduce.Element](ctx context.Context, e *Engine, send []T, counts []int, recv []T, root int) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
-	return e.run(ctx, spec{coll: CollScatterv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(rb),
+	return e.run(ctx, &spec{coll: CollScatterv, dt: reduce.DTypeOf[T](), root: root, nbytes: p * len(rb),
 		argErr: func() error {
 			if e.rank != root {
 				return nil
@@ -509,7 +509,7 @@ func Scatterv[T reduce.Element](ctx context.Context, e *Engine, send []T, counts
 func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
-	return e.run(ctx, spec{coll: CollAlltoall, dt: reduce.DTypeOf[T](), count: int64(len(send) / p), nbytes: len(sb),
+	return e.run(ctx, &spec{coll: CollAlltoall, dt: reduce.DTypeOf[T](), count: int64(len(send) / p), nbytes: len(sb),
 		argErr: func() error {
 			if len(send)%p != 0 {
 				return fmt.Errorf("%w: send has %d elements, not a multiple of %d ranks", ErrInvalidArgument, len(send), p)
@@ -543,7 +543,7 @@ func Alltoall[T reduce.Element](ctx context.Context, e *Engine, send, recv []T) 
 func Alltoallv[T reduce.Element](ctx context.Context, e *Engine, send []T, scounts []int, recv []T, rcounts []int) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	p := e.size
-	return e.run(ctx, spec{coll: CollAlltoallv, dt: reduce.DTypeOf[T](), nbytes: len(sb),
+	return e.run(ctx, &spec{coll: CollAlltoallv, dt: reduce.DTypeOf[T](), nbytes: len(sb),
 		argErr: func() error {
 			if err := checkCounts(scounts, p); err != nil {
 				return err
@@ -581,7 +581,7 @@ func scan[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.O
 	if exclusive {
 		coll = CollExscan
 	}
-	return e.run(ctx, spec{coll: coll, dt: reduce.DTypeOf[T](), op: op, count: int64(len(buf)), nbytes: len(b)},
+	return e.run(ctx, &spec{coll: coll, dt: reduce.DTypeOf[T](), op: op, count: int64(len(buf)), nbytes: len(b)},
 		func(c *call, _ Algorithm) error {
 			have, err := c.scanRD(b, exclusive)
 			if err == nil && have && c.kern.Finish != nil {

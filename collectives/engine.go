@@ -398,6 +398,11 @@ type callState struct {
 	probeArmed bool // the Engine's probe timer runs for this call; under e.mu
 	waitPeer   int  // 1 + the group rank the call waited for last (noteWait); 0: none yet
 
+	// shmLast: the round running is the call's last (shmChunksOf), whose
+	// shmDone marks the whole call read; shmFinished: that happened, and
+	// end need not store the done word again.
+	shmLast, shmFinished bool
+
 	// waited is the Background flag of the caller's ctx (nil: a blocking
 	// call): while it is false, the call's waits sleep instead of spinning.
 	waited *Waited
@@ -425,7 +430,7 @@ type call struct {
 
 // begin starts a call: it takes the next sequence number, checks that no
 // other call runs and that no peer already aborted this one.
-func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern reduce.Kernel, esize int, root int, count int64) (*call, error) {
+func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern *reduce.Kernel, esize int, root int, count int64) (*call, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -459,6 +464,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	}
 	st.e, st.parent, st.ctx, st.cancelFn = e, ctx, ctx, nil
 	st.stopped, st.calls, st.shmHeld, st.seq = false, e.calls, false, e.seq
+	st.shmLast, st.shmFinished = false, false
 	st.op, st.alg, st.abort = coll.String(), alg, nil
 	st.pending, st.scratch, st.batch, st.batching = st.pending[:0], st.scratch[:0], st.batch[:0], false
 	st.nout, st.nin, st.probeArmed, st.waitPeer = 0, 0, false, 0
@@ -501,7 +507,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	e.mu.Unlock()
 	e.act.begin(st.seq, coll, alg)
 	c.callState, c.ranks, c.me, c.n = st, nil, e.rank, e.size
-	c.kern, c.esize, c.vec = kern, esize, int(count)
+	c.kern, c.esize, c.vec = *kern, esize, int(count)
 	c.h = st.hdr
 	c.tag = int(st.seq&(1<<29-1)) << 1
 	if early != nil {
@@ -575,7 +581,9 @@ func (c *call) end(err error) error {
 	// shared-memory call does it before it lets Close go on; another takes
 	// shmMu unless Close is under way.
 	if st.shmHeld {
-		e.shm.finish(e.rank, st.calls)
+		if !st.shmFinished {
+			e.shm.finish(e.rank, st.calls)
+		}
 		e.shmCall = false
 		if e.shmIdle != nil {
 			close(e.shmIdle)

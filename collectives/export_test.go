@@ -13,8 +13,20 @@ func ShmClaimWaits(e *Engine) int { return e.shm.waits }
 // ShmRounds is how many rounds e has published through its slots.
 func ShmRounds(e *Engine) int { return e.shm.rounds }
 
+// ShmDoneStores is how many times e has stored its done word.
+func ShmDoneStores(e *Engine) int { return e.shm.stores }
+
 // ShmWaitPolicy is the policy of the Engine's shared-memory waits.
 func ShmWaitPolicy(e *Engine) shmsync.Policy { return e.shm.policy }
 
 // ShmWaitPolicyFor is shmWaitPolicy: how a region's policy p is adapted.
 var ShmWaitPolicyFor = shmWaitPolicy
+
+// ShmPublished is the data of the chunk e published last (the slot it
+// wrote last, as its header sizes it).
+func ShmPublished(e *Engine) []byte {
+	s := e.shm
+	slot := s.mem[e.rank][s.slotOff(s.next^1):]
+	n := int(getShmHeader(slot[8:40]).payload)
+	return append([]byte(nil), dataOf(slot, n)...)
+}

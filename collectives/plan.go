@@ -34,7 +34,7 @@ func PlanAllreduce[T reduce.Element](e *Engine, buf []T, op reduce.Op) *Plan {
 	b := reduce.Bytes(buf)
 	p := &Plan{e: e, s: spec{coll: CollAllreduce, dt: reduce.DTypeOf[T](), op: op, count: int64(len(buf)), nbytes: len(b)}}
 	p.fn = func(c *call, alg Algorithm) error { return c.allreduce(b, alg) }
-	p.kern, p.alg, p.bad = e.prepare(p.s)
+	p.kern, p.alg, p.bad = e.prepare(&p.s)
 	return p
 }
 
@@ -56,5 +56,5 @@ func (p *Plan) Run(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: p.s.coll.String(), Rank: p.e.rank, Peer: -1, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
-	return p.e.execute(ctx, p.s, p.kern, p.alg, p.bad, p.fn)
+	return p.e.execute(ctx, &p.s, &p.kern, p.alg, p.bad, p.fn)
 }

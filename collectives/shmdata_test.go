@@ -258,3 +258,143 @@ func oddBlocks(ctx context.Context, e *collectives.Engine, coll collectives.Coll
 	}
 	return nil
 }
+
+// TestSharedMemoryPiecesPacked: the shared-memory alltoall and
+// reduce-scatter publish, per round, only the pieces the other ranks read,
+// in rank order without the publisher's own ((p−1)·n bytes, not p·n with
+// a hole), and still deliver every block where it belongs.
+func TestSharedMemoryPiecesPacked(t *testing.T) {
+	t.Parallel()
+	for _, p := range []int{2, 3, 4} {
+		for _, n := range []int{1, 4, 7, 64} { // float32s per block: 4, 16, 28, 256 bytes
+			t.Run(name("p", p, "n", n), func(t *testing.T) {
+				errs := world(t, p, coltest.Options{Shared: true}, force(collectives.CollAlltoall, collectives.SharedMemory),
+					func(ctx context.Context, e *collectives.Engine, r int) error {
+						send, recv := make([]float32, p*n), make([]float32, p*n)
+						for i := range send {
+							send[i] = float32(r*1000 + i)
+						}
+						if err := collectives.Alltoall(ctx, e, send, recv); err != nil {
+							return err
+						}
+						for q := range p {
+							for k := range n {
+								if want := float32(q*1000 + r*n + k); recv[q*n+k] != want {
+									return fmt.Errorf("rank %d: element %d of block %d is %v, want %v", r, k, q, recv[q*n+k], want)
+								}
+							}
+						}
+						var want []float32
+						for j := range p {
+							if j != r {
+								want = append(want, send[j*n:(j+1)*n]...)
+							}
+						}
+						if got := collectives.ShmPublished(e); string(got) != string(reduce.Bytes(want)) {
+							return fmt.Errorf("rank %d published %d bytes %v, want the other ranks' blocks packed, %d bytes", r, len(got), got, 4*len(want))
+						}
+						return nil
+					})
+				requireAllOK(t, errs)
+			})
+		}
+	}
+	for _, p := range []int{2, 3} {
+		t.Run(name("coll", "reduce_scatter", "p", p), func(t *testing.T) {
+			const n = 4
+			errs := world(t, p, coltest.Options{Shared: true}, force(collectives.CollReduceScatter, collectives.SharedMemory),
+				func(ctx context.Context, e *collectives.Engine, r int) error {
+					send, recv := make([]float32, p*n), make([]float32, n)
+					for i := range send {
+						send[i] = float32(r + i)
+					}
+					if err := collectives.ReduceScatter(ctx, e, send, recv, reduce.Sum); err != nil {
+						return err
+					}
+					for k := range n {
+						var want float32
+						for q := range p {
+							want += float32(q + r*n + k)
+						}
+						if recv[k] != want {
+							return fmt.Errorf("rank %d: element %d is %v, want %v", r, k, recv[k], want)
+						}
+					}
+					if got := collectives.ShmPublished(e); len(got) != 4*(p-1)*n {
+						return fmt.Errorf("rank %d published %d bytes, want %d", r, len(got), 4*(p-1)*n)
+					}
+					return nil
+				})
+			requireAllOK(t, errs)
+		})
+	}
+}
+
+// TestSharedMemoryDoneOncePerRound: a shared-memory call stores its done
+// word once per round it reads, its last round's store marking the whole
+// call read: end adds no second store (and bell look) of its own.
+func TestSharedMemoryDoneOncePerRound(t *testing.T) {
+	t.Parallel()
+	const calls = 5
+	colls := []struct {
+		c   collectives.Collective
+		run func(ctx context.Context, e *collectives.Engine, r, p, n int) error
+	}{
+		{collectives.CollBarrier, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Barrier(ctx, e)
+		}},
+		{collectives.CollAllreduce, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Allreduce(ctx, e, make([]float32, n), reduce.Sum)
+		}},
+		{collectives.CollBcast, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Bcast(ctx, e, make([]float32, n), p-1)
+		}},
+		{collectives.CollReduce, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Reduce(ctx, e, make([]float32, n), reduce.Sum, 0)
+		}},
+		{collectives.CollAllgather, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Allgather(ctx, e, make([]float32, n), make([]float32, p*n))
+		}},
+		{collectives.CollAlltoall, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.Alltoall(ctx, e, make([]float32, p*n), make([]float32, p*n))
+		}},
+		{collectives.CollReduceScatter, func(ctx context.Context, e *collectives.Engine, r, p, n int) error {
+			return collectives.ReduceScatter(ctx, e, make([]float32, p*n), make([]float32, n), reduce.Sum)
+		}},
+	}
+	for _, p := range []int{2, 3} {
+		for _, cl := range colls {
+			// 4 floats: one round; 5000 floats (20 KB): several rounds of
+			// the test region's slots for the allreduce.
+			for _, n := range []int{4, 5000} {
+				if n > 4 && cl.c != collectives.CollAllreduce {
+					continue
+				}
+				t.Run(name("coll", cl.c, "p", p, "n", n), func(t *testing.T) {
+					errs := world(t, p, coltest.Options{Shared: true}, force(cl.c, collectives.SharedMemory),
+						func(ctx context.Context, e *collectives.Engine, r int) error {
+							stores0, rounds0 := collectives.ShmDoneStores(e), collectives.ShmRounds(e)
+							for range calls {
+								if err := cl.run(ctx, e, r, p, n); err != nil {
+									return err
+								}
+							}
+							if a := e.LastAlgorithm(); a != collectives.SharedMemory {
+								return fmt.Errorf("ran %v, want shared_memory", a)
+							}
+							stores, rounds := collectives.ShmDoneStores(e)-stores0, collectives.ShmRounds(e)-rounds0
+							want := calls
+							if n > 4 {
+								want = rounds // allreduce: every rank publishes and reads each round
+							}
+							if stores != want || want < calls || n > 4 && rounds <= calls {
+								return fmt.Errorf("rank %d: %d stores of the done word in %d calls (%d rounds published), want %d", r, stores, calls, rounds, want)
+							}
+							return nil
+						})
+					requireAllOK(t, errs)
+				})
+			}
+		}
+	}
+}

@@ -12,7 +12,8 @@ import (
 )
 
 // BenchmarkShmCallOverhead measures the Engine's fixed software per
-// shared-memory call: an 8-byte allreduce and bcast forced onto the
+// shared-memory call: an 8-byte allreduce, bcast, alltoall and
+// reduce-scatter forced onto the
 // shared-memory algorithm on a one-rank group, which runs begin, the
 // call's publish and done words, and end with no peer to wait for (a
 // two-rank call's time is mostly the peer's hand-off and, on a busy
@@ -21,7 +22,7 @@ import (
 //	go test -run '^$' -bench ShmCallOverhead -benchtime 200000x ./collectives
 func BenchmarkShmCallOverhead(b *testing.B) {
 	ctx := context.Background()
-	buf := make([]float32, 2)
+	buf, out := make([]float32, 2), make([]float32, 2)
 	for _, tc := range []struct {
 		name string
 		coll collectives.Collective
@@ -29,6 +30,10 @@ func BenchmarkShmCallOverhead(b *testing.B) {
 	}{
 		{"allreduce", collectives.CollAllreduce, func(e *collectives.Engine) error { return collectives.Allreduce(ctx, e, buf, reduce.Sum) }},
 		{"bcast", collectives.CollBcast, func(e *collectives.Engine) error { return collectives.Bcast(ctx, e, buf, 0) }},
+		{"alltoall", collectives.CollAlltoall, func(e *collectives.Engine) error { return collectives.Alltoall(ctx, e, buf, out) }},
+		{"reduce_scatter", collectives.CollReduceScatter, func(e *collectives.Engine) error {
+			return collectives.ReduceScatter(ctx, e, buf, out, reduce.Sum)
+		}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			w := coltest.NewWorld(1, coltest.Options{Shared: true})

@@ -40,7 +40,7 @@ func BenchmarkAllreduce(b *testing.B) {
 
 // initPair joins two ranks of a communicator in this process over
 // transport; they are closed when the benchmark ends.
-func initPair(b *testing.B, transport string) []*Comm {
+func initPair(b testing.TB, transport string) []*Comm {
 	b.Helper()
 	ctx := context.Background()
 	stores, err := bootstrap.NewMemory(2)
@@ -244,4 +244,46 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	}
 	cputime.Report(b, cpu0)
+}
+
+// BenchmarkPutFlush is the software cost of bench's put_latency kernel
+// over shm: rank 0 Puts 8 bytes into rank 1's AllocWin window and Flushes,
+// in this process (a Put into a window this process maps is a plain copy,
+// so cpu-ns/op is comm's and p2p's own instructions per Put+Flush).
+//
+//	go test -run '^$' -bench PutFlush -benchtime 1000000x ./comm
+func BenchmarkPutFlush(b *testing.B) {
+	ctx := context.Background()
+	comms := initPair(b, "shm")
+	wins := make([]*Win[byte], 2)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		wg.Go(func() { wins[r], errs[r] = AllocWin[byte](ctx, comms[r], 64) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	src := make([]byte, 8)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	cpu0 := cputime.Thread()
+	for b.Loop() {
+		if err := wins[0].Put(1, 0, src); err != nil {
+			b.Fatal(err)
+		}
+		if err := wins[0].Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cputime.Report(b, cpu0)
+	b.StopTimer()
+	for r := range 2 {
+		wg.Go(func() { errs[r] = wins[r].Close(ctx) })
+	}
+	wg.Wait()
 }

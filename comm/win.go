@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmago/rdmago/collectives/reduce"
 	"github.com/rdmago/rdmago/p2p"
@@ -54,6 +55,10 @@ type Win[T Element] struct {
 
 	mu      sync.Mutex
 	pending []transfer
+	// npend is len(pending), kept under mu and read without it by Flush:
+	// Puts copied straight into a mapped window leave nothing pending, and
+	// a Flush after them then takes no lock.
+	npend atomic.Int32
 }
 
 type transfer struct {
@@ -157,9 +162,7 @@ func (w *Win[T]) Put(target, off int, src []T) error {
 		}
 		return nil
 	}
-	w.mu.Lock()
-	w.pending = append(w.pending, transfer{r, "Put", target})
-	w.mu.Unlock()
+	w.addPending(transfer{r, "Put", target})
 	return nil
 }
 
@@ -173,9 +176,7 @@ func (w *Win[T]) Get(target, off int, dst []T) error {
 	if err != nil {
 		return w.c.wrap("Get", target, NoTag, err)
 	}
-	w.mu.Lock()
-	w.pending = append(w.pending, transfer{r, "Get", target})
-	w.mu.Unlock()
+	w.addPending(transfer{r, "Get", target})
 	return nil
 }
 
@@ -190,9 +191,15 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 	if ctx == nil {
 		return w.c.opErr("Flush", NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
+	if w.npend.Load() == 0 {
+		// Every transfer this rank started before this call is complete
+		// (it was a copy) or taken by another Flush, which waits for it.
+		return nil
+	}
 	w.mu.Lock()
 	reqs := w.pending
 	w.pending = nil
+	w.npend.Store(0)
 	w.mu.Unlock()
 	var first error
 	for i, t := range reqs {
@@ -203,6 +210,7 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 			if _, _, err := p2p.WaitAny(ctx, t.r); err != nil && ctx.Err() != nil {
 				w.mu.Lock()
 				w.pending = append(reqs[i:], w.pending...)
+				w.npend.Store(int32(len(w.pending)))
 				w.mu.Unlock()
 				return w.c.opErr("Flush", NoPeer, NoTag, fmt.Errorf("waiting for %d transfers: %w", len(reqs)-i, ctx.Err()))
 			}
@@ -220,6 +228,14 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	return first
+}
+
+// addPending records t for the next Flush.
+func (w *Win[T]) addPending(t transfer) {
+	w.mu.Lock()
+	w.pending = append(w.pending, t)
+	w.npend.Store(int32(len(w.pending)))
+	w.mu.Unlock()
 }
 
 // Fence flushes this rank's transfers and waits until every rank has
@@ -301,9 +317,7 @@ func (w *Win[T]) PutSignal(target, off int, src []T, sig int) error {
 	if err != nil {
 		return w.c.wrap("PutSignal", target, NoTag, err)
 	}
-	w.mu.Lock()
-	w.pending = append(w.pending, transfer{r, "PutSignal", target})
-	w.mu.Unlock()
+	w.addPending(transfer{r, "PutSignal", target})
 	return nil
 }
 

@@ -353,6 +353,21 @@ func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 // this process, see writeDirect) gives no request (nil, and no error):
 // there is nothing to wait for or release.
 func (w *Window) IwriteNow(peer, off int, src []byte) (*Request, error) {
+	// A copy into a mapped window first, with only the checks it needs
+	// (a member, a peer, off not negative; the mapping bounds the rest):
+	// this is a Put over shm, whose whole cost is this software. Anything
+	// else, errors included, takes iwrite and its full checks.
+	ep := w.ep
+	if n := len(src); n > 0 && n <= directWriteMax && off >= 0 && peer >= 0 && peer < ep.size && peer != ep.rank && w.member[peer] {
+		if p := ep.peers[peer]; p != nil {
+			ep.mu.Lock()
+			done, err := w.copyDirectLocked(p, off, src)
+			ep.mu.Unlock()
+			if done && err == nil {
+				return nil, nil
+			}
+		}
+	}
 	return w.iwrite(peer, off, src, false, 0, true)
 }
 

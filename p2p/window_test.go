@@ -250,6 +250,28 @@ func TestWriteDirect(t *testing.T) {
 			if _, err := wa.IwriteNow(1, big+64, pattern(8, 1)); !errors.Is(err, p2p.ErrInvalidArgument) {
 				return fmt.Errorf("IwriteNow past the window: %v, want ErrInvalidArgument", err)
 			}
+			// Its direct path leaves every error to Iwrite's checks: a write
+			// that straddles the end, a negative offset, a rank out of
+			// range; a write to this rank is Iwrite's copy, with a request.
+			if _, err := wa.IwriteNow(1, big+60, pattern(8, 1)); !errors.Is(err, p2p.ErrInvalidArgument) {
+				return fmt.Errorf("IwriteNow across the window's end: %v, want ErrInvalidArgument", err)
+			}
+			if _, err := wa.IwriteNow(1, -8, pattern(8, 1)); !errors.Is(err, p2p.ErrInvalidArgument) {
+				return fmt.Errorf("IwriteNow at offset -8: %v, want ErrInvalidArgument", err)
+			}
+			if _, err := wa.IwriteNow(2, 0, pattern(8, 1)); !errors.Is(err, p2p.ErrInvalidRank) {
+				return fmt.Errorf("IwriteNow to rank 2 of 2: %v, want ErrInvalidRank", err)
+			}
+			rs, err := wa.IwriteNow(0, 0, pattern(8, 3))
+			if err != nil || rs == nil {
+				return fmt.Errorf("IwriteNow into this rank's window: request %v, error %v; want a request", rs, err)
+			}
+			if _, err := rs.Wait(ctx); err != nil {
+				return err
+			}
+			if !bytes.Equal(wa.Bytes()[:8], pattern(8, 3)) {
+				return fmt.Errorf("IwriteNow into this rank's window left %v", wa.Bytes()[:8])
+			}
 			if err := wa.Write(ctx, 1, 64, pattern(big, 7)); err != nil {
 				return err
 			}

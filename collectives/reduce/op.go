@@ -115,6 +115,13 @@ type Kernel struct {
 
 // Resolve finds o's kernel for dt, or an error wrapping ErrUnsupported.
 func (o Op) Resolve(dt DType) (Kernel, error) {
+	// Built-in ops on the types they take are a table look-up (every
+	// reducing collective call resolves its op).
+	if o.code > OpNone && o.code < OpUser && dt < numDTypes {
+		if k := &kernels[o.code][dt]; k.Combine != nil && k.Op == o {
+			return *k, nil
+		}
+	}
 	k := Kernel{Op: o, DType: dt}
 	if !o.Valid() {
 		return k, fmt.Errorf("%w: invalid (zero) op", ErrUnsupported)
@@ -160,6 +167,23 @@ type userFunc struct {
 	dt      DType
 	combine func(inout, in []byte)
 }
+
+// kernels is Resolve's result for every built-in op and element type it
+// takes (zero elsewhere), made once from builtins.
+var kernels = func() (t [OpUser][numDTypes]Kernel) {
+	for _, o := range []Op{Sum, Prod, Min, Max, Avg, BAnd, BOr, BXor, LAnd, LOr} {
+		for d := Int8; d < numDTypes; d++ {
+			if d.IsFloat() && (o.code == OpBAnd || o.code == OpBOr || o.code == OpBXor) || builtins[o.code][d] == nil {
+				continue
+			}
+			t[o.code][d] = Kernel{Combine: builtins[o.code][d], Op: o, DType: d}
+			if o.code == OpAvg {
+				t[o.code][d].Finish = divider(d)
+			}
+		}
+	}
+	return t
+}()
 
 // builtins holds every built-in kernel, made once: Resolve runs on every
 // collective call and must not allocate.

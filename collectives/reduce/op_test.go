@@ -217,3 +217,29 @@ func TestUserOp(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, ErrUnsupported))
 }
+
+// TestResolveEveryBuiltin: Resolve gives every built-in op on every
+// element type its kernel (Finish for Avg alone), refuses bitwise ops on
+// floats, and allocates nothing: every reducing collective call resolves.
+func TestResolveEveryBuiltin(t *testing.T) {
+	for _, o := range Builtins {
+		for d := Int8; d < numDTypes; d++ {
+			k, err := o.Resolve(d)
+			bitwise := o == BAnd || o == BOr || o == BXor
+			if bitwise && d.IsFloat() {
+				require.ErrorIs(t, err, ErrUnsupported, "%v on %v", o, d)
+				continue
+			}
+			require.NoError(t, err, "%v on %v", o, d)
+			require.NotNil(t, k.Combine, "%v on %v", o, d)
+			require.Equal(t, o, k.Op)
+			require.Equal(t, d, k.DType)
+			require.Equal(t, o == Avg, k.Finish != nil, "%v on %v: Finish", o, d)
+		}
+	}
+	_, err := Sum.Resolve(numDTypes)
+	require.ErrorIs(t, err, ErrUnsupported)
+	_, err = Op{}.Resolve(Float32)
+	require.ErrorIs(t, err, ErrUnsupported)
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = Avg.Resolve(Float64) }))
+}

@@ -86,7 +86,19 @@ func (d DType) IsFloat() bool { return d == Float32 || d == Float64 || d == BF16
 // BFloat16 and Float16.
 func DTypeOf[T Element]() DType {
 	var z T
+	// The predeclared types first: every collective call asks, and a type
+	// switch is a few compares where reflect costs a call and a lookup.
 	switch any(z).(type) {
+	case float32:
+		return Float32
+	case float64:
+		return Float64
+	case int32:
+		return Int32
+	case int64:
+		return Int64
+	case uint8:
+		return Uint8
 	case BFloat16:
 		return BF16
 	case Float16:

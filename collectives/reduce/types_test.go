@@ -122,6 +122,13 @@ func TestDTypeOf(t *testing.T) {
 	require.Equal(t, F16, DTypeOf[Float16]())
 	require.Equal(t, Uint16, DTypeOf[uint16]())
 	require.Equal(t, Uint8, DTypeOf[byte]())
+	type myFloat64 float64
+	require.Equal(t, Float64, DTypeOf[float64]())
+	require.Equal(t, Float64, DTypeOf[myFloat64]())
+	require.Equal(t, Int32, DTypeOf[int32]())
+	require.Equal(t, Int64, DTypeOf[int64]())
+	require.Equal(t, Int8, DTypeOf[int8]())
+	require.Equal(t, Uint32, DTypeOf[uint32]())
 	for d := Int8; d < numDTypes; d++ {
 		require.NotZero(t, d.Size(), d.String())
 	}
