@@ -55,7 +55,7 @@ func (c *call) allreduceHier(buf []byte) error {
 		case Ring:
 			err = lead.allreduceRing(buf)
 		case Rabenseifner:
-			err = lead.allreduceRabenseifner(buf)
+			err = lead.allreduceRabenseifner(nil, buf)
 		default:
 			err = lead.allreduceRD(buf)
 		}

@@ -200,6 +200,41 @@ func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op red
 		func(c *call, alg Algorithm) error { return c.allreduce(b, alg) })
 }
 
+// AllreduceInto leaves in recv, on every rank, the element-wise reduction
+// of all ranks' send under op; send is not modified. len(recv) must be
+// len(send). Every rank gets the same bits. The ring and Rabenseifner's
+// algorithm reduce straight from send into recv, without copying send
+// first (the others copy it and run in place); with an op that is
+// commutative but not down to the bits, their result may differ from
+// Allreduce's in place.
+func AllreduceInto[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, op reduce.Op) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	var argErr error
+	if len(recv) != len(send) {
+		argErr = lenErr("recv", len(recv), len(send))
+	}
+	return e.run(ctx, spec{coll: CollAllreduce, dt: reduce.DTypeOf[T](), op: op, count: int64(len(send)), nbytes: len(sb), argErr: argErr},
+		func(c *call, alg Algorithm) error { return c.allreduceInto(sb, rb, alg) })
+}
+
+// allreduceInto runs AllreduceInto's algorithm alg from send into recv.
+func (c *call) allreduceInto(send, recv []byte, alg Algorithm) error {
+	if alg != Ring && alg != Rabenseifner || overlap(send, recv) {
+		copy(recv, send)
+		return c.allreduce(recv, alg)
+	}
+	var err error
+	if alg == Ring {
+		err = c.ringPipe(send, recv, c.e.model.ringPiece(c.esize))
+	} else {
+		err = c.allreduceRabenseifner(send, recv)
+	}
+	if err == nil && c.kern.Finish != nil {
+		c.kern.Finish(recv, c.n)
+	}
+	return err
+}
+
 // allreduce runs Allreduce's algorithm alg over b.
 func (c *call) allreduce(b []byte, alg Algorithm) error {
 	var err error
@@ -207,7 +242,7 @@ func (c *call) allreduce(b []byte, alg Algorithm) error {
 	case Ring:
 		err = c.allreduceRing(b)
 	case Rabenseifner:
-		err = c.allreduceRabenseifner(b)
+		err = c.allreduceRabenseifner(nil, b)
 	case RingOneSided:
 		err = c.allreduceRingOneSided(b)
 	case Ordered:
@@ -291,7 +326,9 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 				return err
 			}
 			work := c.get(len(sb))
-			copy(work, sb)
+			if alg != RecursiveHalving { // which reads sb itself
+				copy(work, sb)
+			}
 			// The block helpers split c.vec elements; here the vector has
 			// p·m of them, in blocks of exactly m (messages still announce m).
 			c.vec = p * len(recv)
@@ -299,7 +336,7 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 			switch alg {
 			case RecursiveHalving:
 				var f fold
-				if f, err = c.halvingReduceScatter(work); err == nil {
+				if f, err = c.halvingReduceScatter(sb, work); err == nil {
 					err = c.unfoldBlock(f, work, rb)
 				}
 			case Ring:
