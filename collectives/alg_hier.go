@@ -57,7 +57,7 @@ func (c *call) allreduceHier(buf []byte) error {
 		case Rabenseifner:
 			err = lead.allreduceRabenseifner(nil, buf)
 		default:
-			err = lead.allreduceRD(buf)
+			err = lead.allreduceRD(nil, buf)
 		}
 		if err != nil {
 			return err

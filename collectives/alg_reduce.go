@@ -6,38 +6,74 @@ package collectives
 // usable for non-commutative ops). For p not a power of two the first 2·rem
 // ranks fold pairwise first and get the result back at the end. log2 p
 // rounds of n bytes: the small-message algorithm.
-func (c *call) allreduceRD(buf []byte) error {
+//
+// With send not nil the input is send and buf only the output: the first
+// step sends send itself, and a rank whose partner there is the lower one
+// receives the partner's vector straight into buf and combines send into
+// it (the same operands, in the same order, as combineLower), so it copies
+// nothing; one whose partner is higher copies send into buf, as the caller
+// would have.
+func (c *call) allreduceRD(send, buf []byte) error {
 	f := newFold(c.n)
 	me := c.me
 	tmp := c.get(len(buf))
 	if me < 2*f.rem {
-		if me%2 == 0 {
-			r, err := c.send(me+1, buf, c.h.count)
+		switch {
+		case me%2 == 0:
+			from := buf
+			if send != nil {
+				from = send
+			}
+			r, err := c.send(me+1, from, c.h.count)
 			if err != nil {
 				return err
 			}
 			if err := r.wait(); err != nil {
 				return err
 			}
-		} else {
+		case send != nil:
+			if err := c.recvWait(me-1, buf); err != nil {
+				return err
+			}
+			c.kern.Combine(buf, send)
+		default:
 			if err := c.recvWait(me-1, tmp); err != nil {
 				return err
 			}
 			c.combineLower(buf, tmp)
 		}
+		send = nil
 	}
 	if nr := f.newRank(me); nr >= 0 {
 		for mask := 1; mask < f.pof2; mask <<= 1 {
 			dst := f.old(nr ^ mask)
-			if err := c.exchange(dst, buf, dst, tmp); err != nil {
-				return err
-			}
-			if dst < me {
-				c.combineLower(buf, tmp)
-			} else {
+			switch {
+			case send != nil && dst < me:
+				if err := c.exchange(dst, send, dst, buf); err != nil {
+					return err
+				}
+				c.kern.Combine(buf, send)
+			case send != nil:
+				if err := c.exchange(dst, send, dst, tmp); err != nil {
+					return err
+				}
+				copy(buf, send)
 				c.kern.Combine(buf, tmp)
+			default:
+				if err := c.exchange(dst, buf, dst, tmp); err != nil {
+					return err
+				}
+				if dst < me {
+					c.combineLower(buf, tmp)
+				} else {
+					c.kern.Combine(buf, tmp)
+				}
 			}
+			send = nil
 		}
+	}
+	if send != nil { // one rank: no step read it
+		copy(buf, send)
 	}
 	return c.unfold(f, buf)
 }

@@ -202,11 +202,12 @@ func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op red
 
 // AllreduceInto leaves in recv, on every rank, the element-wise reduction
 // of all ranks' send under op; send is not modified. len(recv) must be
-// len(send). Every rank gets the same bits. The ring and Rabenseifner's
-// algorithm reduce straight from send into recv, without copying send
-// first (the others copy it and run in place); with an op that is
-// commutative but not down to the bits, their result may differ from
-// Allreduce's in place.
+// len(send). Every rank gets the same bits. Recursive doubling, the ring
+// and Rabenseifner's algorithm reduce straight from send into recv,
+// without copying send first (the others copy it and run in place);
+// recursive doubling gets Allreduce's bits, the other two (commutative
+// ops only) may not with an op that is commutative but not down to the
+// bits.
 func AllreduceInto[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, op reduce.Op) error {
 	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
 	var argErr error
@@ -219,15 +220,18 @@ func AllreduceInto[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 
 // allreduceInto runs AllreduceInto's algorithm alg from send into recv.
 func (c *call) allreduceInto(send, recv []byte, alg Algorithm) error {
-	if alg != Ring && alg != Rabenseifner || overlap(send, recv) {
+	if alg != Ring && alg != Rabenseifner && alg != RecursiveDoubling || overlap(send, recv) {
 		copy(recv, send)
 		return c.allreduce(recv, alg)
 	}
 	var err error
-	if alg == Ring {
+	switch alg {
+	case Ring:
 		err = c.ringPipe(send, recv, c.e.model.ringPiece(c.esize))
-	} else {
+	case Rabenseifner:
 		err = c.allreduceRabenseifner(send, recv)
+	default:
+		err = c.allreduceRD(send, recv)
 	}
 	if err == nil && c.kern.Finish != nil {
 		c.kern.Finish(recv, c.n)
@@ -256,7 +260,7 @@ func (c *call) allreduce(b []byte, alg Algorithm) error {
 			err = c.allreduceShm(b)
 		}
 	default:
-		err = c.allreduceRD(b)
+		err = c.allreduceRD(nil, b)
 	}
 	if err == nil && c.kern.Finish != nil {
 		c.kern.Finish(b, c.n)

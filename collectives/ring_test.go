@@ -233,3 +233,43 @@ func TestAllreduceIntoLengths(t *testing.T) {
 	require.ErrorContains(t, errs[1], "recv has 3 elements, want 4")
 	require.Error(t, errs[0])
 }
+
+// TestAllreduceIntoRecursiveDoublingKeepsOrder: recursive doubling into a
+// separate buffer keeps rank order for an op that is not commutative, and
+// gives the very bits of the in-place call (it combines the same operands
+// in the same order), on powers of two and on ranks that fold.
+func TestAllreduceIntoRecursiveDoublingKeepsOrder(t *testing.T) {
+	t.Parallel()
+	for _, p := range []int{1, 2, 3, 4, 5, 8} {
+		for _, n := range []int{0, 1, 7, 1000} {
+			t.Run(name("p", p, "n", n), func(t *testing.T) {
+				into, inPlace := make([][]float32, p), make([][]float32, p)
+				errs := world(t, p, coltest.Options{}, force(collectives.CollAllreduce, collectives.RecursiveDoubling), func(ctx context.Context, e *collectives.Engine, r int) error {
+					// Every call runs before any check, so that a wrong
+					// result fails the test at once instead of leaving the
+					// other ranks waiting for this one's next call.
+					send, recv := ncInput(r, n), make([]int32, n)
+					if err := collectives.AllreduceInto(ctx, e, send, recv, lastNonZero); err != nil {
+						return err
+					}
+					into[r] = make([]float32, n)
+					if err := collectives.AllreduceInto(ctx, e, randInput(r, n), into[r], reduce.Sum); err != nil {
+						return err
+					}
+					inPlace[r] = randInput(r, n)
+					if err := collectives.Allreduce(ctx, e, inPlace[r], reduce.Sum); err != nil {
+						return err
+					}
+					if err := eq32("into", recv, ncFold(0, p, n)); err != nil {
+						return err
+					}
+					return eq32("send", send, ncInput(r, n))
+				})
+				requireAllOK(t, errs)
+				for r := range p {
+					require.NoError(t, bitsEqual(into[r], inPlace[0]), "rank %d into vs rank 0 in place", r)
+				}
+			})
+		}
+	}
+}
