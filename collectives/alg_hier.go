@@ -55,9 +55,9 @@ func (c *call) allreduceHier(buf []byte) error {
 		case Ring:
 			err = lead.allreduceRing(buf)
 		case Rabenseifner:
-			err = lead.allreduceRabenseifner(buf)
+			err = lead.allreduceRabenseifner(nil, buf)
 		default:
-			err = lead.allreduceRD(buf)
+			err = lead.allreduceRD(nil, buf)
 		}
 		if err != nil {
 			return err

@@ -6,38 +6,74 @@ package collectives
 // usable for non-commutative ops). For p not a power of two the first 2·rem
 // ranks fold pairwise first and get the result back at the end. log2 p
 // rounds of n bytes: the small-message algorithm.
-func (c *call) allreduceRD(buf []byte) error {
+//
+// With send not nil the input is send and buf only the output: the first
+// step sends send itself, and a rank whose partner there is the lower one
+// receives the partner's vector straight into buf and combines send into
+// it (the same operands, in the same order, as combineLower), so it copies
+// nothing; one whose partner is higher copies send into buf, as the caller
+// would have.
+func (c *call) allreduceRD(send, buf []byte) error {
 	f := newFold(c.n)
 	me := c.me
 	tmp := c.get(len(buf))
 	if me < 2*f.rem {
-		if me%2 == 0 {
-			r, err := c.send(me+1, buf, c.h.count)
+		switch {
+		case me%2 == 0:
+			from := buf
+			if send != nil {
+				from = send
+			}
+			r, err := c.send(me+1, from, c.h.count)
 			if err != nil {
 				return err
 			}
 			if err := r.wait(); err != nil {
 				return err
 			}
-		} else {
+		case send != nil:
+			if err := c.recvWait(me-1, buf); err != nil {
+				return err
+			}
+			c.kern.Combine(buf, send)
+		default:
 			if err := c.recvWait(me-1, tmp); err != nil {
 				return err
 			}
 			c.combineLower(buf, tmp)
 		}
+		send = nil
 	}
 	if nr := f.newRank(me); nr >= 0 {
 		for mask := 1; mask < f.pof2; mask <<= 1 {
 			dst := f.old(nr ^ mask)
-			if err := c.exchange(dst, buf, dst, tmp); err != nil {
-				return err
-			}
-			if dst < me {
-				c.combineLower(buf, tmp)
-			} else {
+			switch {
+			case send != nil && dst < me:
+				if err := c.exchange(dst, send, dst, buf); err != nil {
+					return err
+				}
+				c.kern.Combine(buf, send)
+			case send != nil:
+				if err := c.exchange(dst, send, dst, tmp); err != nil {
+					return err
+				}
+				copy(buf, send)
 				c.kern.Combine(buf, tmp)
+			default:
+				if err := c.exchange(dst, buf, dst, tmp); err != nil {
+					return err
+				}
+				if dst < me {
+					c.combineLower(buf, tmp)
+				} else {
+					c.kern.Combine(buf, tmp)
+				}
 			}
+			send = nil
 		}
+	}
+	if send != nil { // one rank: no step read it
+		copy(buf, send)
 	}
 	return c.unfold(f, buf)
 }
@@ -107,12 +143,136 @@ func (c *call) ringAllgather(buf []byte) error {
 }
 
 // allreduceRing is the bandwidth-optimal ring: reduce-scatter then
-// allgather, 2(p−1) steps of n/p bytes.
+// allgather, 2(p−1) steps of n/p bytes, pipelined in pieces (ringPipe).
 func (c *call) allreduceRing(buf []byte) error {
-	if err := c.ringReduceScatter(buf); err != nil {
+	return c.ringPipe(nil, buf, c.e.model.ringPiece(c.esize))
+}
+
+// ringPipe is the ring allreduce of send into buf (send nil: buf in
+// place) with every block moved in pieces of at most piece bytes, all of a
+// step's pieces posted at once: a rank reduces each piece as it arrives,
+// while the next ones are still on the wire, and forwards it at once, so
+// the next step's transfer starts before this step's has ended. One
+// message per block would leave the reduction waiting for the whole block
+// and the link idle while it runs.
+//
+// The 2(p−1) steps are those of ringReduceScatter and ringAllgather: in
+// reduce-scatter step s rank r sends block r−s−1 and reduces block r−s−2
+// with what arrives; in allgather step s it forwards block r−s and receives
+// block r−s−1 in place. What a step sends is what the step before
+// received, piece for piece, so piece j of step t+1 leaves as soon as
+// piece j of step t is in. Each block is reduced along one path, as in the
+// unpiped ring, so every rank gets the same bits. Receives are posted one
+// step ahead. In place, the reduce-scatter receives into the other half of
+// a two-block scratch; with a separate send it receives straight into
+// buf's block and reduces send's into it, and buf is never copied. The
+// allgather receives straight into buf: a block received there was sent
+// in the reduce-scatter, and its new contents depend on that send having
+// arrived.
+func (c *call) ringPipe(send, buf []byte, piece int) error {
+	p, es, cnt := c.n, c.esize, c.vec
+	if p == 1 {
+		if send != nil {
+			copy(buf, send)
+		}
+		return nil
+	}
+	me := c.me
+	right, left := mod(me+1, p), mod(me-1, p)
+	steps := 2 * (p - 1)
+	// sendBlk and recvBlk are the blocks step t sends and receives;
+	// sendBlk(t+1) == recvBlk(t).
+	sendBlk := func(t int) int {
+		if t < p-1 {
+			return mod(me-t-1, p)
+		}
+		return mod(me-(t-p+1), p)
+	}
+	recvBlk := func(t int) int { return sendBlk(t + 1) }
+	pieces := func(b []byte) int { return max(1, (len(b)+piece-1)/piece) }
+	cut := func(b []byte, j int) []byte { return b[min(j*piece, len(b)):min((j+1)*piece, len(b))] }
+	var tmp []byte
+	bl := len(block(buf, es, cnt, p, 0)) // block 0 is the largest
+	if send == nil {
+		tmp = c.get(2 * bl)
+	}
+	// dst is where step t's receives land: scratch while reducing in
+	// place, else buf's block.
+	dst := func(t int) []byte {
+		b := block(buf, es, cnt, p, recvBlk(t))
+		if t < p-1 && send == nil {
+			return tmp[(t%2)*bl:][:len(b)]
+		}
+		return b
+	}
+	ins := make([][]*inMsg, 2) // step t's receives, by t%2
+	postRecvs := func(t int) error {
+		d := dst(t)
+		ins[t%2] = ins[t%2][:0]
+		for j, k := 0, pieces(d); j < k; j++ {
+			m, err := c.recv(left, cut(d, j), c.h.count)
+			if err != nil {
+				return err
+			}
+			ins[t%2] = append(ins[t%2], m)
+		}
+		return nil
+	}
+	var outs []*outMsg
+	sendPiece := func(t, j int) error {
+		from := buf
+		if t == 0 && send != nil {
+			from = send
+		}
+		m, err := c.send(right, cut(block(from, es, cnt, p, sendBlk(t)), j), c.h.count)
+		if err == nil {
+			outs = append(outs, m)
+		}
 		return err
 	}
-	return c.ringAllgather(buf)
+	c.beginBatch()
+	err := postRecvs(0)
+	for j, k := 0, pieces(block(buf, es, cnt, p, sendBlk(0))); err == nil && j < k; j++ {
+		err = sendPiece(0, j)
+	}
+	c.endBatch()
+	if err != nil {
+		return err
+	}
+	for t := 0; t < steps; t++ {
+		if t+1 < steps {
+			c.beginBatch()
+			err := postRecvs(t + 1)
+			c.endBatch()
+			if err != nil {
+				return err
+			}
+		}
+		d := dst(t)
+		for j, m := range ins[t%2] {
+			if err := m.wait(); err != nil {
+				return err
+			}
+			if t < p-1 {
+				if send == nil {
+					c.kern.Combine(cut(block(buf, es, cnt, p, recvBlk(t)), j), cut(d, j))
+				} else {
+					c.kern.Combine(cut(d, j), cut(block(send, es, cnt, p, recvBlk(t)), j))
+				}
+			}
+			if t+1 < steps {
+				if err := sendPiece(t+1, j); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, m := range outs {
+		if err := m.wait(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // halvingReduceScatter is the recursive-halving half of Rabenseifner's
@@ -122,11 +282,25 @@ func (c *call) allreduceRing(buf []byte) error {
 // rank j holds the reduced blocks of old ranks first(j)..last(j). Blocks
 // are the p blocks of buf, so the ranges line up with the old ranks.
 // Returns the fold (even ranks that folded away hold nothing).
-func (c *call) halvingReduceScatter(buf []byte) (fold, error) {
+//
+// With send not nil the input is send and buf only the output (the ranges
+// this rank does not end up holding are left as they were): the first
+// round sends send's half and receives the partner's straight into buf's
+// kept half, which it then reduces with send's, so neither send nor a
+// scratch copy of it is needed. (A rank that folds copies send into buf
+// first and runs in place.)
+func (c *call) halvingReduceScatter(send, buf []byte) (fold, error) {
 	p, es, cnt := c.n, c.esize, c.vec
 	f := newFold(p)
 	me := c.me
-	tmp := c.get(len(buf))
+	if send != nil && (me < 2*f.rem || f.pof2 == 1) {
+		copy(buf, send)
+		send = nil
+	}
+	var tmp []byte
+	if send == nil || f.pof2 > 2 {
+		tmp = c.get(len(buf))
+	}
 	if me < 2*f.rem {
 		if me%2 == 0 {
 			s, err := c.send(me+1, buf, c.h.count)
@@ -149,14 +323,26 @@ func (c *call) halvingReduceScatter(buf []byte) (fold, error) {
 		if nr >= mid {
 			keepLo, keepHi, sendLo, sendHi = mid, hi, lo, mid
 		}
-		sb := blocks(buf, es, cnt, p, f.first(sendLo), f.last(sendHi-1)+1)
-		kb := blocks(buf, es, cnt, p, f.first(keepLo), f.last(keepHi-1)+1)
-		t := tmp[:len(kb)]
-		dst := f.old(partner)
-		if err := c.exchange(dst, sb, dst, t); err != nil {
-			return f, err
+		from := buf
+		if send != nil {
+			from = send
 		}
-		c.kern.Combine(kb, t)
+		sb := blocks(from, es, cnt, p, f.first(sendLo), f.last(sendHi-1)+1)
+		kb := blocks(buf, es, cnt, p, f.first(keepLo), f.last(keepHi-1)+1)
+		dst := f.old(partner)
+		if send != nil {
+			if err := c.exchange(dst, sb, dst, kb); err != nil {
+				return f, err
+			}
+			c.kern.Combine(kb, blocks(send, es, cnt, p, f.first(keepLo), f.last(keepHi-1)+1))
+			send = nil
+		} else {
+			t := tmp[:len(kb)]
+			if err := c.exchange(dst, sb, dst, t); err != nil {
+				return f, err
+			}
+			c.kern.Combine(kb, t)
+		}
 		lo, hi = keepLo, keepHi
 	}
 	return f, nil
@@ -165,8 +351,9 @@ func (c *call) halvingReduceScatter(buf []byte) (fold, error) {
 // allreduceRabenseifner: recursive-halving reduce-scatter, then
 // recursive-doubling allgather of the same ranges, then unfold. 2·log2 p
 // rounds moving 2·n·(p−1)/p bytes: large messages, few ranks' latency.
-func (c *call) allreduceRabenseifner(buf []byte) error {
-	f, err := c.halvingReduceScatter(buf)
+// With send not nil it reduces send into buf (see halvingReduceScatter).
+func (c *call) allreduceRabenseifner(send, buf []byte) error {
+	f, err := c.halvingReduceScatter(send, buf)
 	if err != nil {
 		return err
 	}

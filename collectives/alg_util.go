@@ -1,5 +1,7 @@
 package collectives
 
+import "unsafe"
+
 // blockStart is where block i of count elements split into p nearly equal
 // blocks begins (the first count%p blocks get one element more).
 func blockStart(count, p, i int) int {
@@ -17,6 +19,15 @@ func block(buf []byte, esize, count, p, i int) []byte {
 func blocks(buf []byte, esize, count, p, i, j int) []byte {
 	s, e := blockStart(count, p, i), blockStart(count, p, j)
 	return buf[s*esize : e*esize]
+}
+
+// overlap says whether a and b share any byte.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
 // mod is a mod p in [0, p), with one division.

@@ -200,6 +200,45 @@ func Allreduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op red
 		func(c *call, alg Algorithm) error { return c.allreduce(b, alg) })
 }
 
+// AllreduceInto leaves in recv, on every rank, the element-wise reduction
+// of all ranks' send under op; send is not modified. len(recv) must be
+// len(send). Every rank gets the same bits. Recursive doubling, the ring
+// and Rabenseifner's algorithm reduce straight from send into recv,
+// without copying send first (the others copy it and run in place);
+// recursive doubling gets Allreduce's bits, the other two (commutative
+// ops only) may not with an op that is commutative but not down to the
+// bits.
+func AllreduceInto[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, op reduce.Op) error {
+	sb, rb := reduce.Bytes(send), reduce.Bytes(recv)
+	var argErr error
+	if len(recv) != len(send) {
+		argErr = lenErr("recv", len(recv), len(send))
+	}
+	return e.run(ctx, &spec{coll: CollAllreduce, dt: reduce.DTypeOf[T](), op: op, count: int64(len(send)), nbytes: len(sb), argErr: argErr},
+		func(c *call, alg Algorithm) error { return c.allreduceInto(sb, rb, alg) })
+}
+
+// allreduceInto runs AllreduceInto's algorithm alg from send into recv.
+func (c *call) allreduceInto(send, recv []byte, alg Algorithm) error {
+	if alg != Ring && alg != Rabenseifner && alg != RecursiveDoubling || overlap(send, recv) {
+		copy(recv, send)
+		return c.allreduce(recv, alg)
+	}
+	var err error
+	switch alg {
+	case Ring:
+		err = c.ringPipe(send, recv, c.e.model.ringPiece(c.esize))
+	case Rabenseifner:
+		err = c.allreduceRabenseifner(send, recv)
+	default:
+		err = c.allreduceRD(send, recv)
+	}
+	if err == nil && c.kern.Finish != nil {
+		c.kern.Finish(recv, c.n)
+	}
+	return err
+}
+
 // allreduce runs Allreduce's algorithm alg over b.
 func (c *call) allreduce(b []byte, alg Algorithm) error {
 	var err error
@@ -207,7 +246,7 @@ func (c *call) allreduce(b []byte, alg Algorithm) error {
 	case Ring:
 		err = c.allreduceRing(b)
 	case Rabenseifner:
-		err = c.allreduceRabenseifner(b)
+		err = c.allreduceRabenseifner(nil, b)
 	case RingOneSided:
 		err = c.allreduceRingOneSided(b)
 	case Ordered:
@@ -221,7 +260,7 @@ func (c *call) allreduce(b []byte, alg Algorithm) error {
 			err = c.allreduceShm(b)
 		}
 	default:
-		err = c.allreduceRD(b)
+		err = c.allreduceRD(nil, b)
 	}
 	if err == nil && c.kern.Finish != nil {
 		c.kern.Finish(b, c.n)
@@ -291,7 +330,9 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 				return err
 			}
 			work := c.get(len(sb))
-			copy(work, sb)
+			if alg != RecursiveHalving { // which reads sb itself
+				copy(work, sb)
+			}
 			// The block helpers split c.vec elements; here the vector has
 			// p·m of them, in blocks of exactly m (messages still announce m).
 			c.vec = p * len(recv)
@@ -299,7 +340,7 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 			switch alg {
 			case RecursiveHalving:
 				var f fold
-				if f, err = c.halvingReduceScatter(work); err == nil {
+				if f, err = c.halvingReduceScatter(sb, work); err == nil {
 					err = c.unfoldBlock(f, work, rb)
 				}
 			case Ring:

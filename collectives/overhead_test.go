@@ -147,6 +147,9 @@ func smallCalls() []smallCall {
 	return []smallCall{
 		{"allgather", func(e *collectives.Engine) error { return collectives.Allgather(ctx, e, send[:4], recv) }},
 		{"alltoall", func(e *collectives.Engine) error { return collectives.Alltoall(ctx, e, send, recv) }},
+		{"allreduce_into", func(e *collectives.Engine) error {
+			return collectives.AllreduceInto(ctx, e, send[:4], recv[:4], reduce.Sum)
+		}},
 		{"reduce_scatter", func(e *collectives.Engine) error {
 			return collectives.ReduceScatter(ctx, e, send, recv[:4], reduce.Sum)
 		}},
@@ -156,7 +159,8 @@ func smallCalls() []smallCall {
 }
 
 // TestGeneralPathAllocatesNothing: once an Engine has run a call, a
-// 16-byte two-rank allgather, alltoall, reduce_scatter and reduce over
+// 16-byte two-rank allgather, alltoall, allreduce into a separate buffer,
+// reduce_scatter and reduce over
 // messages allocate nothing per call (the call records, message records,
 // their staging buffers and the request tracking are all recycled).
 func TestGeneralPathAllocatesNothing(t *testing.T) {

@@ -107,7 +107,7 @@ func Allreduce[T Element](ctx context.Context, c *Comm, buf []T, op Op) error {
 // AllreduceInto is Allreduce from send into recv (same length); send is
 // not modified.
 func AllreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) error {
-	return c.collective(ctx, "Allreduce", into(c, send, recv, op, collectives.Allreduce[T]))
+	return c.collective(ctx, "Allreduce", allreduceInto(c, send, recv, op))
 }
 
 // Iallreduce starts an Allreduce; buf belongs to the request until it
@@ -319,6 +319,21 @@ func into[T Element](c *Comm, send, recv []T, op Op, run func(context.Context, *
 		}
 		copy(recv, send)
 		return run(ctx, c.eng, recv, op)
+	}
+}
+
+// allreduceInto is the body of AllreduceInto and IallreduceInto: the
+// engine's own AllreduceInto, which can reduce from send without copying
+// it into recv first.
+func allreduceInto[T Element](c *Comm, send, recv []T, op Op) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := sameLen(send, recv); err != nil {
+			// Still take part (with an op the engine refuses), so that the
+			// other ranks fail at once instead of waiting for this one.
+			collectives.Allreduce(ctx, c.eng, recv[:0:0], Op{})
+			return err
+		}
+		return collectives.AllreduceInto(ctx, c.eng, send, recv, op)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 
 // IallreduceInto starts an AllreduceInto.
 func IallreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
-	return c.start(ctx, "IallreduceInto", into(c, send, recv, op, collectives.Allreduce[T]))
+	return c.start(ctx, "IallreduceInto", allreduceInto(c, send, recv, op))
 }
 
 // IreduceInto starts a ReduceInto.
