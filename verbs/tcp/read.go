@@ -319,6 +319,7 @@ func (l *link) streamFrame(ctx context.Context, cq *softrc.CQ) error {
 	if l.nresps.Load() > 0 {
 		l.sendResps() // about to block: nothing may wait on them longer
 	}
+	l.loud()
 	l.watch(ctx)
 	l.pblocked.Store(true)
 	defer l.pblocked.Store(false)
@@ -429,6 +430,7 @@ func (l *link) reader() {
 			continue // a poller has it; it wakes us, or the grace timer does
 		}
 		l.holder.Store(holderReader)
+		l.loud() // its reads wait in the network poller (a poller leaves it quiet)
 		var err error
 		for l.handoff.Load() || l.want.Load() == 0 {
 			err = l.readFrame()
@@ -705,6 +707,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				// bytes do not say how long it is until its header is in,
 				// and a large message's frames come with small ones: credits,
 				// FINs).
+				l.quiet()
 				if need > spinFillMax || (!sized && l.largeSeen > 0) {
 					got = l.spinUntilQueued(ctx, cq, need-l.br.Buffered(), spinEnd)
 				} else {
@@ -731,8 +734,11 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				return l.readFrame()
 			}
 		}
-		if !queued && l.nresps.Load() > 0 {
-			l.sendResps() // about to sleep: nothing may wait on them longer
+		if !queued {
+			if l.nresps.Load() > 0 {
+				l.sendResps() // about to sleep: nothing may wait on them longer
+			}
+			l.loud() // the wait below needs the kernel's wake-up
 		}
 		l.watch(ctx)
 		l.pblocked.Store(true)
