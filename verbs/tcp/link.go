@@ -63,6 +63,7 @@ type link struct {
 	spinSkip    int          // waits still to skip their spin (see spinMissed)
 	spinMisses  atomic.Int32 // spins that ran out (for tests)
 	lowatHigh   bool         // SO_RCVLOWAT is raised while a poller polls (quiet)
+	spinLost    bool         // the last spin ran out before its frame came: do not quiet the next
 	mid         bool         // a READ response's handling is suspended mid-payload (streamFrame)
 	streamed    atomic.Int32 // READ responses a waiter streamed to their end (for tests)
 	suspends    atomic.Int32 // streamed READ responses suspended mid-payload (for tests)

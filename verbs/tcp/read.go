@@ -707,13 +707,19 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				// bytes do not say how long it is until its header is in,
 				// and a large message's frames come with small ones: credits,
 				// FINs).
-				l.quiet()
+				if !l.spinLost {
+					l.quiet()
+				}
 				if need > spinFillMax || (!sized && l.largeSeen > 0) {
 					got = l.spinUntilQueued(ctx, cq, need-l.br.Buffered(), spinEnd)
 				} else {
 					got = l.spinFill(ctx, cq, need, spinEnd)
 				}
 				missed = missed || !got // the backoff is decided once the frame is here (waitEnded)
+				// Only while spins find their frames does quieting the
+				// socket pay: when they run out, each wait would pay the
+				// raise and the reset (two system calls) for nothing.
+				l.spinLost = !got
 				hit = hit || got
 			}
 			if got {
