@@ -100,7 +100,13 @@
 // finds one has read it too (cheaper than probing with ioctl(SIOCINQ) and
 // then reading), and that ioctl for frames over
 // 32 KiB, or after a frame that large, whose bytes it waits for whole
-// instead of reading them in the pieces they arrive in. It polls the socket
+// instead of reading them in the pieces they arrive in. While it polls,
+// the socket's low-water mark (SO_RCVLOWAT) stays above any frame that
+// fits the read buffer, so that what arrives does not wake Go's network
+// poller (an idle thread in epoll_wait) for bytes the waiter reads itself:
+// on 2 CPUs that wake-up took a CPU from the polling ranks of a ping-pong
+// about once per round trip. It stays raised between waits; whoever next
+// waits for the socket in the network poller lowers it first. It polls the socket
 // only, never the CQ's other producers' work: it stops when its CQ has a
 // completion or its ctx ends. Without a CPU to itself (Options.PollYield,
 // which p2p sets when the ranks on the host outnumber its CPUs) it gives

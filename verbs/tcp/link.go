@@ -62,6 +62,8 @@ type link struct {
 	spinBackoff int          // how many waits the last miss made skip their spin (see spinMissed)
 	spinSkip    int          // waits still to skip their spin (see spinMissed)
 	spinMisses  atomic.Int32 // spins that ran out (for tests)
+	lowatHigh   bool         // SO_RCVLOWAT is raised while a poller polls (quiet)
+	spinLost    bool         // the last spin ran out before its frame came: do not quiet the next
 	mid         bool         // a READ response's handling is suspended mid-payload (streamFrame)
 	streamed    atomic.Int32 // READ responses a waiter streamed to their end (for tests)
 	suspends    atomic.Int32 // streamed READ responses suspended mid-payload (for tests)

@@ -319,6 +319,7 @@ func (l *link) streamFrame(ctx context.Context, cq *softrc.CQ) error {
 	if l.nresps.Load() > 0 {
 		l.sendResps() // about to block: nothing may wait on them longer
 	}
+	l.loud()
 	l.watch(ctx)
 	l.pblocked.Store(true)
 	defer l.pblocked.Store(false)
@@ -429,6 +430,7 @@ func (l *link) reader() {
 			continue // a poller has it; it wakes us, or the grace timer does
 		}
 		l.holder.Store(holderReader)
+		l.loud() // its reads wait in the network poller (a poller leaves it quiet)
 		var err error
 		for l.handoff.Load() || l.want.Load() == 0 {
 			err = l.readFrame()
@@ -705,12 +707,19 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				// bytes do not say how long it is until its header is in,
 				// and a large message's frames come with small ones: credits,
 				// FINs).
+				if !l.spinLost {
+					l.quiet()
+				}
 				if need > spinFillMax || (!sized && l.largeSeen > 0) {
 					got = l.spinUntilQueued(ctx, cq, need-l.br.Buffered(), spinEnd)
 				} else {
 					got = l.spinFill(ctx, cq, need, spinEnd)
 				}
 				missed = missed || !got // the backoff is decided once the frame is here (waitEnded)
+				// Only while spins find their frames does quieting the
+				// socket pay: when they run out, each wait would pay the
+				// raise and the reset (two system calls) for nothing.
+				l.spinLost = !got
 				hit = hit || got
 			}
 			if got {
@@ -731,8 +740,11 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 				return l.readFrame()
 			}
 		}
-		if !queued && l.nresps.Load() > 0 {
-			l.sendResps() // about to sleep: nothing may wait on them longer
+		if !queued {
+			if l.nresps.Load() > 0 {
+				l.sendResps() // about to sleep: nothing may wait on them longer
+			}
+			l.loud() // the wait below needs the kernel's wake-up
 		}
 		l.watch(ctx)
 		l.pblocked.Store(true)

@@ -47,6 +47,7 @@ func (l *link) awaitQueued(need int) error {
 	err := l.rc.Read(w.fn)
 	if w.lowat {
 		_ = l.rc.Control(resetLowat)
+		l.lowatHigh = false
 	}
 	switch {
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
@@ -180,6 +181,52 @@ func (w *queueWait) check(fd uintptr) bool {
 
 func resetLowat(fd uintptr) {
 	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1)
+}
+
+// quietLowat is the socket's low-water mark while a poller polls it
+// (quiet): above any frame that fits the read buffer, so that such a
+// frame's arrival does not make the socket readable to epoll.
+const quietLowat = readBufSize + 1
+
+func raiseLowat(fd uintptr) {
+	_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, quietLowat)
+}
+
+// quiet keeps arrivals from waking the network poller while the holder of
+// the read token polls the socket itself (pollFrame's spin). Go registers
+// every socket with its epoll set, and while some goroutine waits in the
+// network poller or a timer is pending (always, in a process that serves
+// connections), an idle P's thread sleeps in epoll_wait: each frame that
+// arrives wakes that thread, which finds nobody to run, because the poller
+// reads the frame itself. That thread then needs a CPU the two polling
+// ranks of a ping-pong hold: on 2 CPUs a 32 KiB ping-pong ran about one
+// context switch per round trip, and a poller it delays may spin out and
+// sleep, which costs the next round trips wake-ups too. SO_RCVLOWAT above
+// the frame keeps the kernel from signalling readability (tcp_data_ready
+// and poll look at it), while the poll's own reads and SIOCINQ see every
+// byte. It stays raised between waits (a ping-pong's waiter is back within
+// microseconds): whoever next waits for the socket in the network poller
+// lowers it first (loud), the reader goroutine too when it resumes, at the
+// latest PollGrace after the last waiter left. (So a crowded poll of
+// another CQ that this link also feeds, which looks for arrivals with
+// epoll, sees them only then: as for traffic nobody polls for.)
+func (l *link) quiet() {
+	if l.lowatHigh || l.rc == nil {
+		return
+	}
+	if l.rc.Control(raiseLowat) == nil {
+		l.lowatHigh = true
+	}
+}
+
+// loud restores the low-water mark of 1 that quiet raised; the kernel then
+// signals what is already queued at once.
+func (l *link) loud() {
+	if !l.lowatHigh {
+		return
+	}
+	l.lowatHigh = false
+	_ = l.rc.Control(resetLowat)
 }
 
 // arriving reports whether bytes of the next frame are here: buffered, or
