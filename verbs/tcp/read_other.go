@@ -21,6 +21,9 @@ func (l *link) awaitQueued(int) error { return errLarge }
 // no portable way to look into the socket.
 func (l *link) arriving() bool { return l.br.Buffered() > 0 }
 
+// socketQueued cannot look into the socket elsewhere than on Linux.
+func (l *link) socketQueued() (int, bool) { return 0, false }
+
 // Incoming implements softrc.Arriver: elsewhere than on Linux a waiter
 // cannot look into the socket.
 func (l *link) Incoming() bool { return false }
