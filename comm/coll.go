@@ -324,17 +324,12 @@ func into[T Element](c *Comm, send, recv []T, op Op, run func(context.Context, *
 
 // allreduceInto is the body of AllreduceInto and IallreduceInto: the
 // engine's own AllreduceInto, which can reduce from send without copying
-// it into recv first.
+// it into recv first. Lengths that differ take into's way of failing.
 func allreduceInto[T Element](c *Comm, send, recv []T, op Op) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if err := sameLen(send, recv); err != nil {
-			// Still take part (with an op the engine refuses), so that the
-			// other ranks fail at once instead of waiting for this one.
-			collectives.Allreduce(ctx, c.eng, recv[:0:0], Op{})
-			return err
-		}
-		return collectives.AllreduceInto(ctx, c.eng, send, recv, op)
+	if len(send) != len(recv) {
+		return into(c, send, recv, op, collectives.Allreduce[T])
 	}
+	return func(ctx context.Context) error { return collectives.AllreduceInto(ctx, c.eng, send, recv, op) }
 }
 
 func sameLen[T any](send, recv []T) error {
