@@ -316,10 +316,7 @@ func (l *link) resumeFrame() error {
 // holder of the token finishes it, so a waiter still returns when its ctx
 // ends whatever the peer does.
 func (l *link) streamFrame(ctx context.Context, cq *softrc.CQ) error {
-	if l.nresps.Load() > 0 {
-		l.sendResps() // about to block: nothing may wait on them longer
-	}
-	l.loud()
+	l.beforeBlock()
 	l.watch(ctx)
 	l.pblocked.Store(true)
 	defer l.pblocked.Store(false)
@@ -399,11 +396,17 @@ func (l *link) sendUrgent() {
 // the link is idle and that cannot block, else by the writer goroutine.
 func (l *link) sendResps() {
 	l.respSends.Add(1)
-	if inlineNeverBlocks {
-		l.KickPost()
-	} else {
-		l.wakeWriter()
+	l.Kick()
+}
+
+// beforeBlock readies the link for a wait in the kernel: the responses
+// held back go now, as nothing may wait on them longer, and the socket
+// signals arrivals again (loud).
+func (l *link) beforeBlock() {
+	if l.nresps.Load() > 0 {
+		l.sendResps()
 	}
+	l.loud()
 }
 
 // largeMemory is how many small frames with data after a large one a
@@ -741,10 +744,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			}
 		}
 		if !queued {
-			if l.nresps.Load() > 0 {
-				l.sendResps() // about to sleep: nothing may wait on them longer
-			}
-			l.loud() // the wait below needs the kernel's wake-up
+			l.beforeBlock()
 		}
 		l.watch(ctx)
 		l.pblocked.Store(true)
