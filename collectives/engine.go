@@ -60,6 +60,10 @@ type Engine struct {
 
 	hosts []int // host index per rank, nil without Topology
 
+	// inl is the largest payload sent in its header's message to each
+	// rank, nil when it is Options.inline() for all (see inlineLimits).
+	inl []int
+
 	// autoMemo holds, per collective, Auto's latest choice (see autoKey):
 	// it depends only on the size and the op's commutativity once the
 	// Engine is made, and a program calls one collective with one size
@@ -130,6 +134,7 @@ func New(g Group, opts Options) (*Engine, error) {
 			e.hosts[r] = t.HostOf(r)
 		}
 	}
+	e.inl = inlineLimits(g, &opts)
 	if sm, ok := g.(SharedMemoryGroup); ok {
 		if r := sm.Shared(); r != nil {
 			e.shm = newShmState(r, e.size)

@@ -184,6 +184,16 @@ type Crowding interface {
 	Crowding() float64
 }
 
+// EagerLimiter is an optional Group capability: EagerLimit reports the
+// largest message the group's transport sends to peer in one piece,
+// copied through buffers the receiver posted in advance (p2p's eager
+// protocol), or 0 when it cannot say. It must be the same figure on both
+// ranks of a pair, since it decides how a payload travels between them
+// (see Options.InlineBytes).
+type EagerLimiter interface {
+	EagerLimit(peer int) int
+}
+
 // AnySourceReceiver is an optional Group capability: a receive that
 // matches a message from any peer. With it an Engine watches for mismatch
 // aborts and stall probes with one goroutine and one posted receive,

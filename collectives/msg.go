@@ -31,7 +31,7 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	h := c.h
 	h.count = count
 	h.payload = int64(len(payload))
-	h.split = len(payload) > c.e.opts.inline()
+	h.split = len(payload) > c.e.inlineTo(wp)
 	n := dataHdrLen
 	if !h.split {
 		n += len(payload)
@@ -192,14 +192,17 @@ type inMsg struct {
 // recv starts receiving from view rank peer into dst; the sender must
 // announce count elements and len(dst) bytes.
 func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
-	// Room for a peer's 64-byte fingerprint too (Debug on that rank only),
-	// so that it is reported as what it is rather than truncated.
-	n := hdrLen + c.e.opts.inline()
+	// Room for any payload the peer sends inline, whatever its count, and
+	// for a peer's 64-byte fingerprint (Debug on that rank only), so that
+	// a disagreement is reported as what it is rather than truncated.
+	wp := c.world(peer)
+	inline := c.e.inlineTo(wp)
+	n := hdrLen + inline
 	m := c.newIn()
 	var stage, pooled []byte
 	switch {
-	case len(m.own) == n:
-		stage = m.own
+	case cap(m.own) >= n:
+		stage = m.own[:n]
 	case c.nin <= ownRecvRecords:
 		m.own = make([]byte, n)
 		stage = m.own
@@ -207,14 +210,14 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 		stage = scratch.get(n)
 		pooled = stage
 	}
-	r, err := c.e.g.Irecv(c.world(peer), c.tag, stage)
+	r, err := c.e.g.Irecv(wp, c.tag, stage)
 	if err != nil {
 		scratch.put(pooled)
 		return nil, c.fail(peer, err)
 	}
 	m.c, m.peer, m.dst, m.count, m.stage = c, peer, dst, count, stage
 	m.hr = c.trackIn(&m.req, r, pooled)
-	if len(dst) > c.e.opts.inline() {
+	if len(dst) > inline {
 		// The sender splits a payload this large (every rank has the same
 		// InlineBytes; a sender that disagrees on the size is caught by
 		// the header's check, and end cancels this receive). Posted now,
@@ -222,7 +225,7 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 		// once the header is in found it arrived already: an unexpected
 		// message, copied twice, and for a rendezvous one a wait for the
 		// receiver's next turn before the transfer could start.
-		r, err := c.e.g.Irecv(c.world(peer), c.tag|1, dst)
+		r, err := c.e.g.Irecv(wp, c.tag|1, dst)
 		if err != nil {
 			return nil, c.fail(peer, err)
 		}

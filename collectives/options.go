@@ -140,7 +140,15 @@ type Options struct {
 	Debug bool
 	// InlineBytes is the largest payload sent in the same message as its
 	// header (copied through a staging buffer; every receive posts one of
-	// this size). Zero means 8 KiB; values above 1 MiB are clamped.
+	// this size). Zero means 8 KiB, and for a peer whose transport sends
+	// larger messages in one eager copy (EagerLimiter), as much as fits
+	// one with the header: over tcp, where every message is a system call
+	// on both sides, a 16 KiB payload in its own message cost the 2-rank
+	// bcast a second write and a second wake-up of the receiver, more
+	// than the two copies of the payload it saves. Values above 1 MiB are
+	// clamped; a value set here applies to every peer (and to the choice
+	// of the linear allgather and alltoall, which the default's 8 KiB
+	// decides whatever the links).
 	InlineBytes int
 	// SegmentBytes is the pipelining unit of the chain broadcast and the
 	// one-sided ring. Zero means 256 KiB.
@@ -235,6 +243,43 @@ func (o *Options) inline() int {
 		return min(o.InlineBytes, 1<<20)
 	}
 	return 8 << 10
+}
+
+// inlineLimits returns the largest payload sent in its header's message to
+// each rank of g (see InlineBytes), or nil when that is o.inline() for
+// every rank. Both ranks of a pair compute the same figure (EagerLimiter
+// says so), since the sender splits exactly the payloads the receiver
+// expects as a second message.
+func inlineLimits(g Group, o *Options) []int {
+	el, ok := g.(EagerLimiter)
+	if !ok || o.InlineBytes > 0 {
+		return nil
+	}
+	def := o.inline()
+	var lim []int
+	for p := 0; p < g.Size(); p++ {
+		n := min(el.EagerLimit(p)-dataHdrLen, 1<<20)
+		if p == g.Rank() || n <= def {
+			continue
+		}
+		if lim == nil {
+			lim = make([]int, g.Size())
+			for i := range lim {
+				lim[i] = def
+			}
+		}
+		lim[p] = n
+	}
+	return lim
+}
+
+// inlineTo is the largest payload sent in its header's message to group
+// rank peer.
+func (e *Engine) inlineTo(peer int) int {
+	if e.inl == nil {
+		return e.opts.inline()
+	}
+	return e.inl[peer]
 }
 
 func (o *Options) segment() int {

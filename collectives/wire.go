@@ -35,8 +35,9 @@ import (
 // 48-byte line of a p2p shm ring message, one cache line to move instead
 // of two.
 //
-// Payloads of at most Options.InlineBytes travel in the same message, right
-// after the header; larger ones follow as a second message on tag|1, whose
+// Payloads of at most the pair's inline limit (Options.InlineBytes, or
+// what fits one eager message with the header: see inlineLimits) travel
+// in the same message, right after the header; larger ones follow as a second message on tag|1, whose
 // receive is posted once the header has said how large it is (so a
 // receive never truncates, whatever the peer's count).
 const (

@@ -11,8 +11,8 @@ import (
 // group adapts a communicator's collective channel (context 2id+1 of the
 // endpoint) to collectives.Group, translating communicator ranks to world
 // ranks. It also offers Topology (host of each rank), LinkInfo (the
-// device's estimate of latency and bandwidth to each peer), Crowding and
-// AnySourceReceiver.
+// device's estimate of latency and bandwidth to each peer), Crowding,
+// EagerLimiter and AnySourceReceiver.
 type group struct{ c *Comm }
 
 var (
@@ -21,6 +21,7 @@ var (
 	_ collectives.LinkInfo          = (*group)(nil)
 	_ collectives.Crowding          = (*group)(nil)
 	_ collectives.AnySourceReceiver = (*group)(nil)
+	_ collectives.EagerLimiter      = (*group)(nil)
 	_ collectives.OneSided          = (*worldGroup)(nil)
 	_ collectives.SharedMemoryGroup = (*worldGroup)(nil)
 	_ collectives.PassiveWaiter     = groupReq{}
@@ -51,6 +52,11 @@ func (g *group) HostOf(rank int) int { return g.c.w.hostIdx[g.c.members[rank]] }
 func (g *group) Link(peer int) (time.Duration, float64) {
 	return g.c.w.ep.Link(g.c.members[peer])
 }
+
+// EagerLimit is p2p's, the same on both ranks of a pair: the collectives
+// send a payload that fits one eager message with its header in that
+// message.
+func (g *group) EagerLimit(peer int) int { return g.c.w.ep.EagerLimit(g.c.members[peer]) }
 
 // Crowding is the job's: the processes of every communicator share the
 // hosts' CPUs, and every rank reads it from the same host records.
