@@ -258,7 +258,10 @@ func inlineLimits(g Group, o *Options) []int {
 	def := o.inline()
 	var lim []int
 	for p := 0; p < g.Size(); p++ {
-		n := min(el.EagerLimit(p)-dataHdrLen, 1<<20)
+		// Less the whole header a receive stages (hdrLen), not only a data
+		// message's: the stage is then the eager limit itself, for a power
+		// of two a pool class of its own rather than twice that.
+		n := min(el.EagerLimit(p)-hdrLen, 1<<20)
 		if p == g.Rank() || n <= def {
 			continue
 		}
