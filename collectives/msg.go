@@ -202,6 +202,9 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 	var stage, pooled []byte
 	switch {
 	case cap(m.own) >= n:
+		// Kept at its largest (up to 64 KiB a record over tcp, so 512 KiB
+		// an Engine), so that calls mixing peers of both limits do not
+		// allocate.
 		stage = m.own[:n]
 	case c.nin <= ownRecvRecords:
 		m.own = make([]byte, n)
@@ -218,8 +221,8 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 	m.c, m.peer, m.dst, m.count, m.stage = c, peer, dst, count, stage
 	m.hr = c.trackIn(&m.req, r, pooled)
 	if len(dst) > inline {
-		// The sender splits a payload this large (every rank has the same
-		// InlineBytes; a sender that disagrees on the size is caught by
+		// The sender splits a payload this large (both ranks of a pair
+		// have the same inline limit; a sender that disagrees on the size is caught by
 		// the header's check, and end cancels this receive). Posted now,
 		// the payload lands in dst as it arrives, where a receive posted
 		// once the header is in found it arrived already: an unexpected
