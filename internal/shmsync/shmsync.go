@@ -213,14 +213,19 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 	if el >= w.spin || (w.yieldInSpin > 0 && w.checks%w.yieldInSpin == 0) {
 		w.yields++
 		switch {
+		case w.keepCPU:
+			// Only the goroutines of this process get the CPU: one of
+			// them may be what the waiter waits for.
+			w.goscheds++
+			runtime.Gosched()
 		case w.gosched:
-			if w.osYield && !w.keepCPU {
+			if w.osYield {
 				w.osYields++
 				futex.Yield()
 			}
 			w.goscheds++
 			runtime.Gosched()
-		case !w.keepCPU:
+		default:
 			w.osYields++
 			futex.Yield()
 		}
