@@ -46,7 +46,8 @@ type Policy struct {
 	// Contended is how long the waiter polls before it sleeps, and polls
 	// without yielding the CPU to other processes, once its CPU is found
 	// shared with another runnable thread (Contended reports it); only
-	// the time it polled counts. Giving the CPU away then costs the rest
+	// the time it polled counts, and a waiter that loses the CPU while it
+	// keeps it this way sleeps at once. Giving the CPU away then costs the rest
 	// of the other thread's time slice (milliseconds) before the waiter
 	// runs again, far more than a wake-up on an idle CPU, and Open MPI's
 	// ranks that have a CPU each never give it away. For waiters whose
@@ -194,6 +195,12 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 		// The waiter did not poll for a while: another thread had its
 		// CPU (a preemption, or a sched_yield that gave the CPU away).
 		noteContended(now)
+		if w.keepCPU {
+			// Kept past its spin, it lost the CPU anyway: its polling
+			// only spent its share of the CPU, which the work it waits
+			// for will want (both ranks' CPUs busy). Sleep now.
+			return true, nil
+		}
 		if w.contended > 0 {
 			w.start = w.start.Add(gap) // time it did not poll does not count
 		}

@@ -332,7 +332,8 @@ func withContendedAt(t *testing.T, at int64) {
 // until Contended of polled time, giving the CPU only to goroutines of
 // this process (Gosched, no sched_yield); the time it did not poll does
 // not count. The same waiter with no Contended sleeps after Spin+Yield
-// and yields with sched_yield.
+// and yields with sched_yield. A waiter that keeps its CPU this way and
+// loses it anyway sleeps at once.
 func TestPollerKeepsContendedCPU(t *testing.T) {
 	ctx := context.Background()
 	withContendedAt(t, 0)
@@ -353,6 +354,18 @@ func TestPollerKeepsContendedCPU(t *testing.T) {
 	require.NoError(t, w.Err(ctx))
 	require.Zero(t, w.osYields, "a contended waiter gave its CPU to other processes")
 	require.NotZero(t, w.goscheds, "a contended waiter gave no turn to its own goroutines")
+
+	// Kept past Spin+Yield, it loses the CPU: it sleeps at once.
+	w = p.Poller(nil)
+	w.clock = clk.now
+	polls = 0
+	for ; polls < 20; polls++ {
+		clk.advance(10 * time.Microsecond)
+		require.False(t, w.Over(ctx))
+	}
+	clk.advance(2 * time.Millisecond)
+	require.True(t, w.Over(ctx), "a waiter that kept its CPU and lost it anyway polls on")
+	require.NoError(t, w.Err(ctx))
 
 	// Without Contended: sleep after Spin+Yield, sched_yield past Spin.
 	p.Contended = 0
