@@ -215,6 +215,7 @@ func shmWaitPolicy(p shmsync.Policy, crowded bool) shmsync.Policy {
 			p.Yield += p.Spin // the spin's time goes to yields
 		}
 		p.Spin, p.YieldInSpin, p.CheckEvery = 0, 0, shmCrowdedCheckEvery
+		p.Contended = 0 // the rank waited for may need this CPU
 	}
 	return p
 }

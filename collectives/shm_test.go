@@ -343,19 +343,24 @@ func TestCrowdedReducePipelineIsWholeSlots(t *testing.T) {
 // TestCrowdedWaitYieldsAtOnce: when the ranks outnumber their CPUs
 // (Crowded) a shared-memory wait does not spin: it yields from its first
 // look, after a few polls, and keeps the region's yield phase and nap, so
-// a short wait never sleeps on a futex. Otherwise the region's spin
-// stands and stop is looked at every 256 polls.
+// a short wait never sleeps on a futex, and it never keeps a CPU that
+// others want (Contended: the rank it waits for may need it). Otherwise
+// the region's spin and Contended stand and stop is looked at every 256
+// polls.
 func TestCrowdedWaitYieldsAtOnce(t *testing.T) {
 	t.Parallel()
-	region := shmsync.Policy{Spin: 2 * time.Microsecond, Yield: 2 * time.Millisecond, Nap: time.Millisecond, YieldInSpin: 16}
+	region := shmsync.Policy{Spin: 2 * time.Microsecond, Yield: 2 * time.Millisecond, Nap: time.Millisecond, YieldInSpin: 16,
+		Contended: 3 * time.Millisecond}
 	got := collectives.ShmWaitPolicyFor(region, true)
 	require.Equal(t, time.Duration(0), got.Spin, "crowded: no spin")
 	require.Equal(t, 0, got.YieldInSpin)
 	require.Equal(t, 4, got.CheckEvery, "crowded: the first yield comes after a few polls")
 	require.Equal(t, region.SleepsAfter(), got.SleepsAfter(), "crowded: sleeps no sooner than the region says")
 	require.Equal(t, region.Nap, got.Nap)
+	require.Zero(t, got.Contended, "crowded: keeps a contended CPU")
 	got = collectives.ShmWaitPolicyFor(region, false)
 	require.Equal(t, region.Spin, got.Spin, "not crowded: the region's spin")
+	require.Equal(t, region.Contended, got.Contended, "not crowded: the region's Contended")
 	require.Equal(t, 256, got.CheckEvery)
 
 	// An Engine over a region takes the adapted policy.

@@ -33,7 +33,10 @@ type sharedRegion struct {
 	ep   *p2p.Endpoint
 	mem  [][]byte
 	spin time.Duration
-	cma  bool // every rank can read every other's memory (ReadPeer)
+	// contended is the endpoint's ContendedPoll: how long a waiter polls
+	// on a CPU other threads want before it sleeps.
+	contended time.Duration
+	cma       bool // every rank can read every other's memory (ReadPeer)
 	// crowded: the ranks outnumber the CPUs of some rank's host view
 	// (p2p.Endpoint.Crowded), agreed by every rank.
 	crowded bool
@@ -62,6 +65,7 @@ func newSharedRegion(ctx context.Context, ep *p2p.Endpoint, store bootstrap.Stor
 	}
 	s := &sharedRegion{ep: ep, mem: make([][]byte, n)}
 	s.spin, _ = ep.WaitPolicy()
+	s.contended = ep.ContendedPoll()
 	ok := byte(1)
 	for r := range n {
 		if s.mem[r] = win.Direct(r); len(s.mem[r]) < size {
@@ -145,7 +149,7 @@ func (s *sharedRegion) Err() error              { return s.ep.Err() }
 // sleep on the bell (collectives.SharedRegion). The sleep is bounded so
 // that the waiter re-checks ctx and the group's failure.
 func (s *sharedRegion) WaitPolicy() shmsync.Policy {
-	return shmsync.Policy{Spin: s.spin, Yield: sharedYield, Nap: sharedSleep}
+	return shmsync.Policy{Spin: s.spin, Yield: sharedYield, Nap: sharedSleep, Contended: s.contended}
 }
 
 const (

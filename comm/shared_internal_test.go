@@ -16,7 +16,9 @@ import (
 // TestSharedRegionCrowded: the world's shared region says it is crowded
 // (collectives.Crowded) exactly when its ranks outnumber the CPUs this
 // process may run on, and every rank says the same; the communicators'
-// groups report the ranks per CPU (collectives.Crowding).
+// groups report the ranks per CPU (collectives.Crowding). Its waits keep a
+// contended CPU (shmsync.Policy.Contended) as the endpoint's do: not when
+// crowded.
 func TestSharedRegionCrowded(t *testing.T) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
@@ -43,6 +45,8 @@ func TestSharedRegionCrowded(t *testing.T) {
 		for r, c := range comms {
 			require.NotNil(t, c.w.shared, "rank %d of %d has no shared region", r, n)
 			require.Equal(t, n > cpus, c.w.shared.Crowded(), "rank %d of %d ranks on %d CPUs", r, n, cpus)
+			require.Equal(t, c.w.ep.ContendedPoll(), c.w.shared.WaitPolicy().Contended, "rank %d of %d", r, n)
+			require.Equal(t, n <= cpus, c.w.shared.WaitPolicy().Contended > 0, "rank %d of %d ranks on %d CPUs", r, n, cpus)
 			// The collectives' cost model sees the same as ranks per CPU.
 			require.Equal(t, max(float64(n)/float64(cpus), 1), (&group{c: c}).Crowding(), "rank %d of %d ranks on %d CPUs", r, n, cpus)
 		}

@@ -577,6 +577,11 @@ const (
 	// and the sleeps then cost a 4x2 alltoall or allgather up to 3x; Open
 	// MPI's oversubscribed ranks yield without end.
 	crowdedYield = 20 * time.Millisecond
+	// contendedPoll is Options.Contended's default where every rank has a
+	// CPU: about two of the scheduler's time slices (0.75 ms times 1 +
+	// log2 of the CPUs, up to 8), what giving the CPU away to a busy
+	// thread costs before it comes back.
+	contendedPoll = 3 * time.Millisecond
 )
 
 // hostCPUs is the number of CPUs the ranks on this host may run on together.
@@ -606,6 +611,10 @@ func (ep *Endpoint) Crowding() float64 { return max(ep.crowding, 1) }
 // on something other than requests (shared-memory flags) and should poll
 // the same way.
 func (ep *Endpoint) WaitPolicy() (spin, yield time.Duration) { return ep.policy.Spin, ep.policy.Yield }
+
+// ContendedPoll reports the effective Options.Contended, for the same
+// layers as WaitPolicy.
+func (ep *Endpoint) ContendedPoll() time.Duration { return ep.policy.Contended }
 
 // Every how many polls a blocking call looks at the clock and ctx, and
 // every how many looks it yields within its spin too (every 256 polls).
@@ -650,7 +659,8 @@ func waitPolicy(o Options, devs []*device, local, cpus int) shmsync.Policy {
 			defSpin = w.Spin
 		}
 	case len(devs) > 1 && local > cpus && o.Spin == 0 && o.Yield == 0:
-		return shmsync.Policy{Yield: crowdedYield, Gosched: true, OSYield: true, CheckEvery: 1}
+		return shmsync.Policy{Yield: crowdedYield, Gosched: true, OSYield: true, CheckEvery: 1,
+			Contended: pick(o.Contended, 0)}
 	case len(devs) > 1:
 		defSpin, defYield = mixedSpin, mixedYield
 		for _, d := range devs {
@@ -659,17 +669,25 @@ func waitPolicy(o Options, devs []*device, local, cpus int) shmsync.Policy {
 			}
 		}
 	}
-	pick := func(v, def time.Duration) time.Duration {
-		switch {
-		case v < 0:
-			return 0
-		case v == 0:
-			return def
-		}
-		return v
+	defContended := time.Duration(0)
+	if local <= cpus {
+		defContended = contendedPoll
 	}
 	return shmsync.Policy{Spin: pick(o.Spin, defSpin), Yield: pick(o.Yield, defYield),
-		Gosched: true, CheckEvery: pollCheckEvery, YieldInSpin: pollYieldInSpin}
+		Gosched: true, CheckEvery: pollCheckEvery, YieldInSpin: pollYieldInSpin,
+		Contended: pick(o.Contended, defContended)}
+}
+
+// pick is an Options duration: v, or def when v is zero, or none when v is
+// negative.
+func pick(v, def time.Duration) time.Duration {
+	switch {
+	case v < 0:
+		return 0
+	case v == 0:
+		return def
+	}
+	return v
 }
 
 // Link is the device's estimate of the one-way latency of a small message to

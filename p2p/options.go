@@ -120,6 +120,14 @@ type Options struct {
 	// Traits.PollSpin, 100 µs for tcp, when every rank on this host has a
 	// CPU, else to none). Negative means none.
 	Spin, Yield time.Duration
+	// Contended is how long a blocking wait polls, without giving its CPU
+	// to other processes, once this process finds its CPU shared with
+	// another runnable thread (a CPU hog, another job): a CPU given away
+	// then comes back only after the other's time slice (shmsync.Policy.
+	// Contended). Zero means 3 ms where every rank on this host has a CPU,
+	// none where the ranks outnumber the CPUs (the peer may need this
+	// very CPU); negative means none.
+	Contended time.Duration
 	// CloseTimeout bounds how long Close waits for messages still in flight
 	// (a receiver still reading a rendezvous buffer). Default 5 s.
 	CloseTimeout time.Duration

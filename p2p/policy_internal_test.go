@@ -53,6 +53,13 @@ func TestWaitPolicy(t *testing.T) {
 		// yields are Gosched, within the spin too.
 		assert.True(t, p.Gosched, c.name)
 		assert.Positive(t, p.YieldInSpin, c.name)
+		// A waiter keeps a CPU that others want (shmsync.Policy.Contended)
+		// only where every rank has one: elsewhere the peer may need it.
+		if c.local <= c.cpus {
+			assert.Equal(t, contendedPoll, p.Contended, c.name)
+		} else {
+			assert.Zero(t, p.Contended, c.name)
+		}
 	}
 }
 
@@ -164,8 +171,12 @@ func TestPickProvider(t *testing.T) {
 func TestWaitPolicyCrowded(t *testing.T) {
 	shm, tcp, ibv := devOf(t, "shm"), devOf(t, "tcp"), devOf(t, "ibv")
 	crowded := shmsync.Policy{Yield: crowdedYield, Gosched: true, OSYield: true, CheckEvery: 1}
-	usual := func(spin, yield time.Duration) shmsync.Policy {
-		return shmsync.Policy{Spin: spin, Yield: yield, Gosched: true, CheckEvery: pollCheckEvery, YieldInSpin: pollYieldInSpin}
+	usual := func(spin, yield time.Duration, contended bool) shmsync.Policy {
+		p := shmsync.Policy{Spin: spin, Yield: yield, Gosched: true, CheckEvery: pollCheckEvery, YieldInSpin: pollYieldInSpin}
+		if contended {
+			p.Contended = contendedPoll
+		}
+		return p
 	}
 	for _, c := range []struct {
 		name        string
@@ -176,13 +187,20 @@ func TestWaitPolicyCrowded(t *testing.T) {
 	}{
 		{"shm and tcp, crowded", Options{}, []*device{shm, tcp}, 4, 2, crowded},
 		{"shm and ibv, crowded", Options{}, []*device{shm, ibv}, 3, 2, crowded},
-		{"shm and tcp, crowded, explicit spin", Options{Spin: 5 * time.Microsecond}, []*device{shm, tcp}, 4, 2, usual(5*time.Microsecond, 0)},
-		{"shm and tcp, crowded, explicit yield", Options{Yield: time.Millisecond}, []*device{shm, tcp}, 4, 2, usual(0, time.Millisecond)},
-		{"shm and ibv, crowded, no spin", Options{Spin: -1}, []*device{shm, ibv}, 4, 2, usual(0, mixedYield)},
-		{"shm and tcp, a CPU each", Options{}, []*device{shm, tcp}, 2, 2, usual(0, 0)},
-		{"shm and ibv, a CPU each", Options{}, []*device{shm, ibv}, 2, 2, usual(mixedSpin, mixedYield)},
-		{"shm alone, crowded", Options{}, []*device{shm}, 4, 2, usual(shm.traits.Wait.SpinShared, shm.traits.Wait.Yield)},
-		{"tcp alone, crowded", Options{}, []*device{tcp}, 4, 2, usual(tcp.traits.Wait.SpinShared, tcp.traits.Wait.Yield)},
+		{"shm and tcp, crowded, explicit spin", Options{Spin: 5 * time.Microsecond}, []*device{shm, tcp}, 4, 2, usual(5*time.Microsecond, 0, false)},
+		{"shm and tcp, crowded, explicit yield", Options{Yield: time.Millisecond}, []*device{shm, tcp}, 4, 2, usual(0, time.Millisecond, false)},
+		{"shm and ibv, crowded, no spin", Options{Spin: -1}, []*device{shm, ibv}, 4, 2, usual(0, mixedYield, false)},
+		{"shm and tcp, a CPU each", Options{}, []*device{shm, tcp}, 2, 2, usual(0, 0, true)},
+		{"shm and ibv, a CPU each", Options{}, []*device{shm, ibv}, 2, 2, usual(mixedSpin, mixedYield, true)},
+		{"shm alone, crowded", Options{}, []*device{shm}, 4, 2, usual(shm.traits.Wait.SpinShared, shm.traits.Wait.Yield, false)},
+		{"tcp alone, crowded", Options{}, []*device{tcp}, 4, 2, usual(tcp.traits.Wait.SpinShared, tcp.traits.Wait.Yield, false)},
+		{"shm alone, a CPU each, explicit contended", Options{Contended: time.Millisecond}, []*device{shm}, 2, 2,
+			func() shmsync.Policy {
+				p := usual(shm.traits.Wait.Spin, 0, false)
+				p.Contended = time.Millisecond
+				return p
+			}()},
+		{"shm alone, a CPU each, contended none", Options{Contended: -1}, []*device{shm}, 2, 2, usual(shm.traits.Wait.Spin, 0, false)},
 	} {
 		assert.Equal(t, c.want, waitPolicy(c.o, c.devs, c.local, c.cpus), c.name)
 	}

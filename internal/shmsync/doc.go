@@ -79,6 +79,12 @@
 // re-check (A2 before A3: loading it after would let B3 slip in between
 // and the waiter sleep on the new value).
 //
+// A waiter that finds it was off its CPU between two looks at the clock
+// marks this process's CPUs contended for a while (Contended); waiters
+// whose Policy.Contended is set then keep their CPU past their spin (no
+// sched_yield, a later sleep), because on a CPU shared with a busy thread
+// both a yield and a sleep cost that thread's time slice.
+//
 // Every sleep is also bounded (Policy.Nap), so a waiter re-checks
 // conditions no writer rings for (a peer that died, a deadline).
 // Cancelling the waiter's context rings its bell unconditionally (Kick),

@@ -43,6 +43,17 @@ type Policy struct {
 	// another rank of this process under GOMAXPROCS=1), where a Gosched
 	// costs little when nothing else is runnable.
 	YieldInSpin int
+	// Contended is how long the waiter polls before it sleeps, and polls
+	// without yielding the CPU to other processes, once its CPU is found
+	// shared with another runnable thread (Contended reports it); only
+	// the time it polled counts, and a waiter that loses the CPU while it
+	// keeps it this way sleeps at once. Giving the CPU away then costs the rest
+	// of the other thread's time slice (milliseconds) before the waiter
+	// runs again, far more than a wake-up on an idle CPU, and Open MPI's
+	// ranks that have a CPU each never give it away. For waiters whose
+	// writer runs on another CPU (ranks no more than CPUs); 0 leaves the
+	// policy as it is.
+	Contended time.Duration
 }
 
 // Forever as Policy.Yield makes a waiter that never sleeps.
@@ -111,9 +122,13 @@ type Poller struct {
 	every       int
 	checks      int // looks so far, for yieldInSpin
 	yieldInSpin int
-	yields      int // yields so far (for tests)
-	osYields    int // sched_yields so far (for tests)
-	goscheds    int // runtime.Goscheds so far (for tests)
+	yields      int              // yields so far (for tests)
+	last        time.Time        // the previous look at the clock
+	contended   time.Duration    // Policy.Contended
+	clock       func() time.Time // time.Now, unless a test sets it
+	keepCPU     bool             // past the spin on a contended CPU: poll on, no sched_yield
+	osYields    int              // sched_yields so far (for tests)
+	goscheds    int              // runtime.Goscheds so far (for tests)
 	spin        time.Duration
 	sleepAt     time.Duration
 	gosched     bool
@@ -137,7 +152,7 @@ func (p *Policy) Poller(stop func() error) Poller {
 		left = 1
 	}
 	return Poller{stop: stop, left: left, every: every, yieldInSpin: p.YieldInSpin,
-		spin: p.Spin, sleepAt: sleepAt, gosched: p.Gosched, osYield: p.OSYield}
+		spin: p.Spin, sleepAt: sleepAt, gosched: p.Gosched, osYield: p.OSYield, contended: p.Contended}
 }
 
 // Over counts a poll that found the condition false and reports whether
@@ -172,29 +187,95 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 	}
 	// A wait that ends within CheckEvery polls (the common one) never
 	// reads the clock.
+	now := w.now()
 	if w.start.IsZero() {
-		w.start = time.Now()
+		w.start, w.last = now, now
 	}
-	el := time.Since(w.start)
+	if gap := now.Sub(w.last); gap >= lostGap {
+		// The waiter did not poll for a while: another thread had its
+		// CPU (a preemption, or a sched_yield that gave the CPU away).
+		noteContended(now)
+		if w.keepCPU {
+			// Kept past its spin, it lost the CPU anyway: its polling
+			// only spent its share of the CPU, which the work it waits
+			// for will want (both ranks' CPUs busy). Sleep now.
+			return true, nil
+		}
+		if w.contended > 0 {
+			w.start = w.start.Add(gap) // time it did not poll does not count
+		}
+	}
+	w.last = now
+	el := now.Sub(w.start)
+	if el >= w.spin && w.contended > 0 && !w.keepCPU && Contended(now) {
+		// Past the spin, on a CPU that others want: keep it, and poll for
+		// Contended before sleeping (see Policy.Contended).
+		w.keepCPU = true
+		w.sleepAt = max(w.sleepAt, w.contended)
+	}
 	if el >= w.sleepAt {
 		return true, nil
 	}
 	w.checks++
 	if el >= w.spin || (w.yieldInSpin > 0 && w.checks%w.yieldInSpin == 0) {
 		w.yields++
-		if w.gosched {
+		switch {
+		case w.keepCPU:
+			// Only the goroutines of this process get the CPU: one of
+			// them may be what the waiter waits for.
+			w.goscheds++
+			runtime.Gosched()
+		case w.gosched:
 			if w.osYield {
 				w.osYields++
 				futex.Yield()
 			}
 			w.goscheds++
 			runtime.Gosched()
-		} else {
+		default:
 			w.osYields++
 			futex.Yield()
 		}
 	}
 	return false, nil
+}
+
+// now reads the clock (a test's, when it set one).
+func (w *Poller) now() time.Time {
+	if w.clock != nil {
+		return w.clock()
+	}
+	return time.Now()
+}
+
+// lostGap is how long a waiter may go between two looks at the clock
+// before it counts as having lost its CPU to another thread: far longer
+// than CheckEvery polls and a yield on an idle CPU (a microsecond or
+// two), shorter than the scheduler's time slices (0.75 ms and up).
+const lostGap = 200 * time.Microsecond
+
+// contendedFor is how long a lost CPU marks this process's CPUs as
+// contended (Contended): a process that keeps its CPU busy (a CPU hog, a
+// computing rank) takes the CPU every few time slices, so waits keep
+// seeing it while it lasts.
+const contendedFor = 100 * time.Millisecond
+
+// epoch is what contendedAt counts from (monotonic).
+var epoch = time.Now()
+
+// contendedAt is when a waiter of this process last lost its CPU, in ns
+// since epoch plus one (0: never).
+var contendedAt atomic.Int64
+
+func noteContended(now time.Time) { contendedAt.Store(int64(now.Sub(epoch)) + 1) }
+
+// Contended reports whether a waiter of this process lost its CPU to
+// another thread within the last contendedFor before now: its CPUs are
+// shared with other runnable threads, and a waiter that gives its CPU
+// away gets it back only after their time slice.
+func Contended(now time.Time) bool {
+	at := contendedAt.Load()
+	return at != 0 && now.Sub(epoch) < time.Duration(at-1)+contendedFor
 }
 
 // over is why a wait must end other than by its condition, or nil.

@@ -312,3 +312,91 @@ func TestPollerYieldKinds(t *testing.T) {
 		require.Equal(t, polls/max(1, c.p.CheckEvery), w.yields, "%s: yields", c.name)
 	}
 }
+
+// fakeClock is a Poller clock that moves only when told to.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// withContendedAt sets when this process last lost a CPU (0: never) for
+// one test, and restores it after.
+func withContendedAt(t *testing.T, at int64) {
+	old := contendedAt.Load()
+	contendedAt.Store(at)
+	t.Cleanup(func() { contendedAt.Store(old) })
+}
+
+// TestPollerKeepsContendedCPU: a waiter that lost its CPU (a gap of
+// lostGap between two looks at the clock) polls on past Spin+Yield
+// until Contended of polled time, giving the CPU only to goroutines of
+// this process (Gosched, no sched_yield); the time it did not poll does
+// not count. The same waiter with no Contended sleeps after Spin+Yield
+// and yields with sched_yield. A waiter that keeps its CPU this way and
+// loses it anyway sleeps at once.
+func TestPollerKeepsContendedCPU(t *testing.T) {
+	ctx := context.Background()
+	withContendedAt(t, 0)
+	p := Policy{Spin: 10 * time.Microsecond, Yield: 100 * time.Microsecond, CheckEvery: 1, Contended: 3 * time.Millisecond}
+	clk := &fakeClock{t: time.Now()}
+	w := p.Poller(nil)
+	w.clock = clk.now
+	require.False(t, w.Over(ctx))
+	clk.advance(5 * time.Millisecond) // preempted: another thread ran
+	require.False(t, w.Over(ctx), "the time it did not poll counted")
+	require.True(t, Contended(clk.t), "a lost CPU did not mark the process contended")
+	polls := 1
+	for ; !w.Over(ctx); polls++ {
+		clk.advance(10 * time.Microsecond)
+		require.Less(t, polls, 1000, "a contended waiter never sleeps")
+	}
+	require.InDelta(t, 300, polls, 2, "a contended waiter polls for Contended (3 ms in 10 µs steps)")
+	require.NoError(t, w.Err(ctx))
+	require.Zero(t, w.osYields, "a contended waiter gave its CPU to other processes")
+	require.NotZero(t, w.goscheds, "a contended waiter gave no turn to its own goroutines")
+
+	// Kept past Spin+Yield, it loses the CPU: it sleeps at once.
+	w = p.Poller(nil)
+	w.clock = clk.now
+	polls = 0
+	for ; polls < 20; polls++ {
+		clk.advance(10 * time.Microsecond)
+		require.False(t, w.Over(ctx))
+	}
+	clk.advance(2 * time.Millisecond)
+	require.True(t, w.Over(ctx), "a waiter that kept its CPU and lost it anyway polls on")
+	require.NoError(t, w.Err(ctx))
+
+	// Without Contended: sleep after Spin+Yield, sched_yield past Spin.
+	p.Contended = 0
+	w = p.Poller(nil)
+	w.clock = clk.now
+	require.False(t, w.Over(ctx))
+	polls = 1
+	for ; !w.Over(ctx); polls++ {
+		clk.advance(10 * time.Microsecond)
+	}
+	require.InDelta(t, 11, polls, 1, "without Contended the wait sleeps after Spin+Yield")
+	require.NotZero(t, w.osYields)
+}
+
+// TestPollerUncontended: with no CPU lost recently, Contended changes
+// nothing: the waiter sleeps after Spin+Yield and yields with sched_yield;
+// a lost CPU is forgotten after contendedFor.
+func TestPollerUncontended(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{t: time.Now()}
+	// Never lost, and lost just over contendedFor ago.
+	for _, at := range []int64{0, int64(clk.t.Sub(epoch) - contendedFor)} {
+		withContendedAt(t, at)
+		require.False(t, Contended(clk.t))
+		w := (&Policy{Spin: 10 * time.Microsecond, Yield: 100 * time.Microsecond, CheckEvery: 1, Contended: 3 * time.Millisecond}).Poller(nil)
+		w.clock = clk.now
+		polls := 1
+		for require.False(t, w.Over(ctx)); !w.Over(ctx); polls++ {
+			clk.advance(10 * time.Microsecond)
+		}
+		require.InDelta(t, 11, polls, 1, "an uncontended waiter sleeps after Spin+Yield")
+		require.NotZero(t, w.osYields, "an uncontended waiter gives its CPU away past Spin")
+	}
+}

@@ -187,11 +187,12 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 // waits for may need this very core: a spin there only delays the sender
 // until the scheduler preempts the spinner.
 func waitPolicy(o Options) shmsync.Policy {
-	spin, yield := 20*time.Microsecond, 200*time.Microsecond
+	spin, yield, contended := 20*time.Microsecond, 200*time.Microsecond, 3*time.Millisecond
 	if o.PollYield {
-		spin = 0
+		spin, contended = 0, 0
 	}
-	return shmsync.Policy{Spin: defDur(o.SpinDuration, spin), Yield: defDur(o.YieldDuration, yield), Nap: time.Second}
+	return shmsync.Policy{Spin: defDur(o.SpinDuration, spin), Yield: defDur(o.YieldDuration, yield), Nap: time.Second,
+		Contended: defDur(o.ContendedDuration, contended)}
 }
 
 func defDur(d, def time.Duration) time.Duration {

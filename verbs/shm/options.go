@@ -68,6 +68,12 @@ type Options struct {
 	// rank at zero CPU. Zero means 20 µs and 200 µs; negative means none.
 	SpinDuration  time.Duration
 	YieldDuration time.Duration
+	// ContendedDuration is how long CQ.Wait polls, without sched_yield,
+	// once the process finds its CPU shared with another runnable thread
+	// (shmsync.Policy.Contended): a CPU given away then comes back only
+	// after the other thread's time slice. Zero means 3 ms, or none with
+	// PollYield (the peer may need this CPU); negative means none.
+	ContendedDuration time.Duration
 }
 
 // ErrNotSameHost is returned (wrapped, with verbs.ErrInvalidArgument) when a
