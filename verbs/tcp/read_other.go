@@ -43,3 +43,5 @@ func (l *link) readQueued([]byte) (int, error) { return 0, errWouldBlock }
 func (l *link) quiet() {}
 
 func (l *link) loud() {}
+
+func (l *link) spinRead([]byte) (int, bool) { return 0, false }
