@@ -288,3 +288,40 @@ func TestSpinSkipEndsOnShortWait(t *testing.T) {
 	require.Equal(t, uint32(7), wc.Imm)
 	assert.Zero(t, l.spinSkip, "a wait that skipped its spin and got its frame at once left the next waits skipping theirs")
 }
+
+// TestHeadersReadTogether: after frames larger than the read buffer, when
+// headers are read alone, a waiter that finds a few small frames queued
+// together reads them in one system call (sockReader.hdrOnly, takeQueued)
+// and completes them all.
+func TestHeadersReadTogether(t *testing.T) {
+	const big = readBufSize + 1
+	a, mr, c, l := spinningTarget(t, time.Hour, big) // the waiter polls until its frame comes
+	for i := range 4 {
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
+	}
+	_, err := c.Write(writeImmFrame(a.qp, mr, 0, big, 1))
+	require.NoError(t, err)
+	wc := wait(t, a.cq)
+	require.Equal(t, verbs.StatusSuccess, wc.Status)
+	before := l.hdrBatches.Load()
+	var small []byte
+	for i := range 3 {
+		small = append(small, writeImmFrame(a.qp, mr, uint32(1+i), 8, uint32(2+i))...)
+	}
+	// The frames must come while a waiter polls the socket: the reader
+	// goroutine reads each header alone.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- a.cq.Wait(ctx) }()
+	awaitPoller(t, a.qp)
+	_, err = c.Write(small)
+	require.NoError(t, err)
+	require.NoError(t, <-res)
+	for i := range 3 {
+		wc := wait(t, a.cq)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, uint32(2+i), wc.Imm)
+	}
+	require.Greater(t, l.hdrBatches.Load(), before, "the small frames queued together were read a header at a time")
+}

@@ -73,6 +73,7 @@ type link struct {
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
 	emptyReads  atomic.Int32 // non-blocking reads that found nothing (for tests)
 	spinWaits   atomic.Int32 // payload reads spinRead polled for until bytes came (for tests)
+	hdrBatches  atomic.Int32 // header reads that took the small frames queued with it (for tests)
 	incomings   atomic.Int32 // Incoming's looks at the socket (for tests)
 	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
 	bufCopied   atomic.Int64 // payload bytes copied out of the read buffer rather than read in place (for tests)

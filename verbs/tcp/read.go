@@ -75,7 +75,19 @@ var errWouldBlock = errors.New("tcp: nothing queued")
 
 func (r *sockReader) Read(p []byte) (int, error) {
 	if r.hdrOnly && len(p) > HeaderLen {
-		p = p[:HeaderLen]
+		// What the last look into the socket found queued, if a few small
+		// frames' worth (smallQueued), holds no large payload's bulk: a
+		// large frame is written whole, so it arrives as a large queue.
+		// Reading it all takes the ACKs and READ requests that come
+		// together in one system call instead of one (and a look) each.
+		lim := HeaderLen
+		if q := r.l.takeQueued(); q > HeaderLen && q <= smallQueued {
+			lim = q
+		}
+		p = p[:min(len(p), lim)]
+		if lim > HeaderLen {
+			r.l.hdrBatches.Add(1)
+		}
 	}
 	if len(r.pre) > 0 {
 		n := copy(p, r.pre)
