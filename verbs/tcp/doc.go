@@ -77,7 +77,10 @@
 // waiter once when it is; its payload then goes straight from the socket
 // into memory without blocking). A READ response larger than the read
 // buffer (a rendezvous's data; one READ per message, so the two kernels'
-// copies overlap) it streams into memory instead, as it arrives, in reads its
+// copies overlap) it streams into memory instead, as it arrives, polling the
+// socket between the pieces for up to PollSpin rather than parking in the
+// network poller (each park let Go's sysmon wake into 20 µs ticks that
+// preempted the copy of a rank bound to one CPU), in reads its
 // ctx and its CQ's other completions interrupt: then the frame is
 // suspended where it is (softrc.ErrSuspended) and whoever reads the socket
 // next finishes it before anything else, the reader goroutine at once.
@@ -90,7 +93,9 @@
 // what came before it: the rest of one of 16 KiB or more is read from the
 // socket straight into its destination. While frames larger than the
 // buffer come, each header is read alone, so that none of such a payload
-// is copied twice; smaller frames are read with whatever follows them,
+// is copied twice, unless a look into the socket has just found no more
+// than a few small frames' worth queued (1 KiB), which is read whole;
+// smaller frames are read with whatever follows them,
 // which saves more system calls than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs), so that a reply
