@@ -67,7 +67,7 @@ type sockReader struct {
 	noBlock bool // the read takes what is queued and never waits (errWouldBlock)
 	drained bool // the last noBlock read took less than it had room for: all that was queued
 	hdrOnly bool // read no more than a header: a large payload may follow (see readFrame)
-	spin    bool // a waiter streams a payload into place: poll the socket before blocking (spinRead)
+	spin    bool // a payload read straight into place: poll the socket before blocking (spinRead)
 }
 
 // errWouldBlock is a sockReader.noBlock read's answer when nothing is queued.
@@ -184,10 +184,7 @@ func (p *payload) ReadFull(dst []byte) error {
 				direct = true
 			}
 			if direct {
-				// A waiter streaming the frame polls for the rest; the
-				// reader goroutine parks, as the waiters of this process
-				// may need its CPU.
-				p.sr.spin = p.stopCQ != nil
+				p.sr.spin = true
 				n, err = p.sr.Read(dst[got:k])
 				p.sr.spin = false
 			} else {
