@@ -77,10 +77,7 @@
 // waiter once when it is; its payload then goes straight from the socket
 // into memory without blocking). A READ response larger than the read
 // buffer (a rendezvous's data; one READ per message, so the two kernels'
-// copies overlap) it streams into memory instead, as it arrives, polling the
-// socket between the pieces for up to PollSpin rather than parking in the
-// network poller (each park let Go's sysmon wake into 20 µs ticks that
-// preempted the copy of a rank bound to one CPU), in reads its
+// copies overlap) it streams into memory instead, as it arrives, in reads its
 // ctx and its CQ's other completions interrupt: then the frame is
 // suspended where it is (softrc.ErrSuspended) and whoever reads the socket
 // next finishes it before anything else, the reader goroutine at once.

@@ -72,7 +72,6 @@ type link struct {
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
 	emptyReads  atomic.Int32 // non-blocking reads that found nothing (for tests)
-	spinWaits   atomic.Int32 // payload reads spinRead polled for until bytes came (for tests)
 	hdrBatches  atomic.Int32 // header reads that took the small frames queued with it (for tests)
 	incomings   atomic.Int32 // Incoming's looks at the socket (for tests)
 	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)

@@ -67,7 +67,6 @@ type sockReader struct {
 	noBlock bool // the read takes what is queued and never waits (errWouldBlock)
 	drained bool // the last noBlock read took less than it had room for: all that was queued
 	hdrOnly bool // read no more than a header: a large payload may follow (see readFrame)
-	spin    bool // a payload read straight into place: poll the socket before blocking (spinRead)
 }
 
 // errWouldBlock is a sockReader.noBlock read's answer when nothing is queued.
@@ -98,11 +97,6 @@ func (r *sockReader) Read(p []byte) (int, error) {
 		n, err := r.l.readQueued(p)
 		r.drained = err == nil && n < len(p)
 		return n, err
-	}
-	if r.spin {
-		if n, ok := r.l.spinRead(p); ok {
-			return n, nil
-		}
 	}
 	for {
 		n, err := r.l.c.Read(p)
@@ -184,9 +178,7 @@ func (p *payload) ReadFull(dst []byte) error {
 				direct = true
 			}
 			if direct {
-				p.sr.spin = true
 				n, err = p.sr.Read(dst[got:k])
-				p.sr.spin = false
 			} else {
 				n, err = p.br.Read(dst[got:k])
 				copied += int64(n)

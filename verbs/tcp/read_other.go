@@ -44,8 +44,6 @@ func (l *link) quiet() {}
 
 func (l *link) loud() {}
 
-func (l *link) spinRead([]byte) (int, bool) { return 0, false }
-
 func (l *link) takeQueued() int { return 0 }
 
 const smallQueued = 0

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
@@ -21,12 +20,7 @@ import (
 // beyond the test, whose peer pauses mid-frame on purpose.
 func streamSetup(t *testing.T, n int) (*side, verbs.MR, net.Conn, []byte, *link) {
 	t.Helper()
-	return streamSetupWith(t, testOptions(), n)
-}
-
-// streamSetupWith is streamSetup on a device opened with o.
-func streamSetupWith(t *testing.T, o Options, n int) (*side, verbs.MR, net.Conn, []byte, *link) {
-	t.Helper()
+	o := testOptions()
 	o.MinAckTimeout = time.Minute
 	a, mr, c := fakeTargetWith(t, o, n, 0)
 	l := attachedLink(t, a.qp)
@@ -90,82 +84,44 @@ func testWaiterStreams(t *testing.T, n int) {
 // its ctx ends mid-payload, the peer stalled; the frame is suspended where
 // it is and finished once the rest arrives, intact; and a connection lost
 // mid-frame fails the READ rather than leaving it waiting.
-// With a spin (PollSpin) far longer than the test, the waiter polls the
-// socket between the pieces (spinRead) and must still return at once.
 func TestStreamedReadSuspends(t *testing.T) {
 	const n = 2 * pollFrameMax
-	for _, spin := range []time.Duration{0, time.Hour} {
-		for _, lose := range []bool{false, true} {
-			name := fmt.Sprintf("spin=%v/rest arrives", spin)
-			if lose {
-				name = fmt.Sprintf("spin=%v/connection lost", spin)
-			}
-			t.Run(name, func(t *testing.T) { testStreamedReadSuspends(t, n, spin, lose) })
+	for _, lose := range []bool{false, true} {
+		name := "rest arrives"
+		if lose {
+			name = "connection lost"
 		}
+		t.Run(name, func(t *testing.T) {
+			a, mr, c, f, l := streamSetup(t, n)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			res := make(chan error, 1)
+			go func() { res <- a.cq.Wait(ctx) }()
+			awaitPoller(t, a.qp)
+			half := HeaderLen + n/2
+			_, err := c.Write(f[:half])
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
+				"the waiter did not stream the response")
+			cancel()
+			select {
+			case err := <-res:
+				require.ErrorIs(t, err, context.Canceled)
+			case <-time.After(10 * time.Second):
+				t.Fatal("Wait overran its ctx while streaming a frame")
+			}
+			require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
+			if lose {
+				require.NoError(t, c.Close())
+				wc := wait(t, a.cq)
+				require.Equal(t, uint64(9), wc.ID)
+				require.NotEqual(t, verbs.StatusSuccess, wc.Status)
+				require.False(t, a.qp.(*softrc.QP).Suspended(), "the lost link left its READ suspended")
+				return
+			}
+			_, err = c.Write(f[half:])
+			require.NoError(t, err)
+			checkRead(t, a, mr, f)
+		})
 	}
-}
-
-func testStreamedReadSuspends(t *testing.T, n int, spin time.Duration, lose bool) {
-	o := testOptions()
-	o.PollSpin = spin
-	a, mr, c, f, l := streamSetupWith(t, o, n)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	res := make(chan error, 1)
-	go func() { res <- a.cq.Wait(ctx) }()
-	awaitPoller(t, a.qp)
-	half := HeaderLen + n/2
-	_, err := c.Write(f[:half])
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
-		"the waiter did not stream the response")
-	cancel()
-	select {
-	case err := <-res:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wait overran its ctx while streaming a frame")
-	}
-	require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
-	if lose {
-		require.NoError(t, c.Close())
-		wc := wait(t, a.cq)
-		require.Equal(t, uint64(9), wc.ID)
-		require.NotEqual(t, verbs.StatusSuccess, wc.Status)
-		require.False(t, a.qp.(*softrc.QP).Suspended(), "the lost link left its READ suspended")
-		return
-	}
-	_, err = c.Write(f[half:])
-	require.NoError(t, err)
-	checkRead(t, a, mr, f)
-}
-
-// TestStreamingWaiterPollsForSegments: a waiter with a spin (PollSpin)
-// streaming a READ response polls the socket for the rest of the payload
-// when it has read all that came (spinRead) rather than parking in the
-// network poller between the pieces; the data lands intact.
-func TestStreamingWaiterPollsForSegments(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the spin is Linux-only")
-	}
-	const n = 2 * pollFrameMax
-	o := testOptions()
-	o.PollSpin = time.Hour // longer than the test: the waiter polls until the rest comes
-	a, mr, c, f, l := streamSetupWith(t, o, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	res := make(chan error, 1)
-	go func() { res <- a.cq.Wait(ctx) }()
-	awaitPoller(t, a.qp)
-	half := HeaderLen + n/2
-	_, err := c.Write(f[:half])
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return l.streamBytes.Load() >= int64(half-HeaderLen) }, 10*time.Second, time.Millisecond,
-		"the waiter did not stream the first half")
-	_, err = c.Write(f[half:])
-	require.NoError(t, err)
-	require.NoError(t, <-res)
-	checkRead(t, a, mr, f)
-	require.Equal(t, int32(1), l.streamed.Load(), "the response was not streamed to its end by the waiter")
-	require.Positive(t, l.spinWaits.Load(), "the waiter did not poll the socket for the rest of the payload")
 }
