@@ -59,6 +59,8 @@ type link struct {
 	fs          frameState
 	largeSeen   int          // small frames with data to go before spinFill (pollFrame)
 	hugeSeen    int          // small frames with data to go before headers are read with what follows (readFrame)
+	aloneSeen   int          // frames with data under Options.HeaderAloneMin to go before the same (readFrame)
+	knownQueued int          // bytes still queued in the socket after the last read, when a look just before it told (sockReader)
 	spinBackoff int          // how many waits the last miss made skip their spin (see spinMissed)
 	spinSkip    int          // waits still to skip their spin (see spinMissed)
 	spinMisses  atomic.Int32 // spins that ran out (for tests)
