@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -91,8 +92,9 @@ func TestPayloadsReadInPlace(t *testing.T) {
 
 			// A stream of frames larger than the read buffer (with small
 			// ones between, as a rendezvous sends them): after the first,
-			// nothing of their payloads may pass through the buffer; each
-			// header is read alone, and only the 8-byte frames are copied.
+			// nothing of their payloads may pass through the buffer but
+			// what came with its header (at most headerRead bytes: see
+			// sockReader.hdrOnly), and the 8-byte frames.
 			const n, rounds = 256 << 10, 20
 			imm++
 			send(n, imm, false)
@@ -105,9 +107,7 @@ func TestPayloadsReadInPlace(t *testing.T) {
 			}
 			copied := l.bufCopied.Load() - before
 			t.Logf("%d of %d payload bytes copied out of the read buffer", copied, rounds*(n+8))
-			// (A header that arrives in pieces may bring up to a header's
-			// worth of payload into the buffer with it.)
-			assert.LessOrEqual(t, copied, int64(rounds*(8+2*HeaderLen)), "large payloads went through the read buffer")
+			assert.LessOrEqual(t, copied, int64(rounds*(8+headerRead)), "large payloads went through the read buffer")
 		})
 	}
 }
@@ -296,7 +296,8 @@ func TestSpinSkipEndsOnShortWait(t *testing.T) {
 func TestHeadersReadTogether(t *testing.T) {
 	const big = readBufSize + 1
 	a, mr, c, l := spinningTarget(t, time.Hour, big) // the waiter polls until its frame comes
-	for i := range 4 {
+	const smalls = 5 // more than a header read takes when nothing is known (headerRead)
+	for i := range smalls + 1 {
 		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
 	}
 	_, err := c.Write(writeImmFrame(a.qp, mr, 0, big, 1))
@@ -305,7 +306,7 @@ func TestHeadersReadTogether(t *testing.T) {
 	require.Equal(t, verbs.StatusSuccess, wc.Status)
 	before := l.hdrBatches.Load()
 	var small []byte
-	for i := range 3 {
+	for i := range smalls {
 		small = append(small, writeImmFrame(a.qp, mr, uint32(1+i), 8, uint32(2+i))...)
 	}
 	// The frames must come while a waiter polls the socket: the reader
@@ -318,10 +319,69 @@ func TestHeadersReadTogether(t *testing.T) {
 	_, err = c.Write(small)
 	require.NoError(t, err)
 	require.NoError(t, <-res)
-	for i := range 3 {
+	for i := range smalls {
 		wc := wait(t, a.cq)
 		require.Equal(t, verbs.StatusSuccess, wc.Status)
 		require.Equal(t, uint32(2+i), wc.Imm)
 	}
 	require.Greater(t, l.hdrBatches.Load(), before, "the small frames queued together were read a header at a time")
+}
+
+// TestMidFramesReadInPlace: after a frame with a payload of at least
+// Options.HeaderAloneMin, the next headers are read alone, so that the
+// payloads of frames that fit the read buffer (64 KiB eager messages) go
+// from the socket straight into place as well, whether the reader goroutine
+// or a polling waiter reads; with HeaderAloneMin negative they go through
+// the buffer, as only frames larger than it do not.
+func TestMidFramesReadInPlace(t *testing.T) {
+	const n, rounds = 64 << 10, 20
+	for _, mode := range []string{"reader", "waiter", "off"} {
+		t.Run(mode, func(t *testing.T) {
+			if runtime.GOOS != "linux" {
+				t.Skip("the header's look into the socket is Linux-only")
+			}
+			o := testOptions()
+			switch mode {
+			case "reader":
+				o.PollGrace = -1 // the reader goroutine reads every frame
+			case "waiter":
+				o.PollSpin = time.Hour // the waiter polls until its frame comes
+			case "off":
+				o.PollSpin = time.Hour
+				o.HeaderAloneMin = -1
+			}
+			a, mr, c := fakeTargetWith(t, o, n, verbs.AccessRemoteWrite)
+			l := attachedLink(t, a.qp)
+			seq, imm := uint32(0), uint32(0)
+			send := func(size int) {
+				t.Helper()
+				imm++
+				require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(imm)}))
+				f := writeImmFrame(a.qp, mr, seq, size, imm)
+				seq++
+				wrote := make(chan error, 1)
+				go func() { _, err := c.Write(f); wrote <- err }()
+				wc := wait(t, a.cq)
+				require.NoError(t, <-wrote)
+				require.Equal(t, verbs.StatusSuccess, wc.Status)
+				require.Equal(t, imm, wc.Imm)
+				require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:size]), "frame of %d bytes not placed intact", size)
+			}
+			send(n)
+			before := l.bufCopied.Load()
+			for range rounds {
+				send(n)
+				send(8)
+			}
+			copied := l.bufCopied.Load() - before
+			t.Logf("%d of %d payload bytes copied out of the read buffer", copied, rounds*(n+8))
+			if mode == "off" {
+				assert.Greater(t, copied, int64(rounds*n/2), "HeaderAloneMin < 0: 64 KiB payloads should go through the buffer")
+				return
+			}
+			// A header read alone takes up to headerRead bytes, some of
+			// them the payload's first bytes.
+			assert.LessOrEqual(t, copied, int64(rounds*(8+headerRead)), "64 KiB payloads went through the read buffer")
+		})
+	}
 }

@@ -118,7 +118,7 @@ type Options struct {
 	// into its destination (a posted receive, a WRITE's target) instead
 	// of through the read buffer with what follows it: one more system
 	// call per frame, one copy fewer. Frames larger than the read buffer
-	// always do. Zero means 16 KiB; negative means only those.
+	// always do. Zero means 32 KiB; negative means only those.
 	HeaderAloneMin int
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil is silent.
