@@ -296,7 +296,9 @@ func TestSpinSkipEndsOnShortWait(t *testing.T) {
 func TestHeadersReadTogether(t *testing.T) {
 	const big = readBufSize + 1
 	a, mr, c, l := spinningTarget(t, time.Hour, big) // the waiter polls until its frame comes
-	const smalls = 5                                 // more than a header read takes when nothing is known (headerRead)
+	// More small frames than a header read takes when nothing tells how
+	// much is queued (headerRead).
+	const smalls = 5
 	for i := range smalls + 1 {
 		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(i)}))
 	}
