@@ -89,10 +89,15 @@
 // A payload goes through the read buffer only as far as it was read with
 // what came before it: the rest of one of 16 KiB or more is read from the
 // socket straight into its destination. While frames larger than the
-// buffer come, each header is read alone, so that none of such a payload
-// is copied twice, unless a look into the socket has just found no more
-// than a few small frames' worth queued (1 KiB), which is read whole;
-// smaller frames are read with whatever follows them,
+// buffer come, or frames with payloads of Options.HeaderAloneMin (32 KiB)
+// or more, such as 64 KiB eager messages, each header is read alone (with
+// up to 192 bytes, so that an ACK sent ahead of it comes along), so that
+// such a payload is not copied twice, unless a look into the socket has
+// just found no more than a few small frames' worth queued (1 KiB), which
+// is read whole; a waiter then reads the payload once it is queued, at
+// once if that look found it there. (For frames that fit the buffer only
+// a waiter that polls does; one that blocks buffers what arrives.)
+// Smaller frames are read with whatever follows them,
 // which saves more system calls than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs), so that a reply
