@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
@@ -327,63 +326,4 @@ func TestHeadersReadTogether(t *testing.T) {
 		require.Equal(t, uint32(2+i), wc.Imm)
 	}
 	require.Greater(t, l.hdrBatches.Load(), before, "the small frames queued together were read a header at a time")
-}
-
-// TestMidFramesReadInPlace: after a frame with a payload of at least
-// Options.HeaderAloneMin, the next headers are read alone, so that the
-// payloads of frames that fit the read buffer (64 KiB eager messages) go
-// from the socket straight into place as well, whether the reader goroutine
-// or a polling waiter reads; with HeaderAloneMin negative they go through
-// the buffer, as only frames larger than it do not.
-func TestMidFramesReadInPlace(t *testing.T) {
-	const n, rounds = 64 << 10, 20
-	for _, mode := range []string{"reader", "waiter", "off"} {
-		t.Run(mode, func(t *testing.T) {
-			if runtime.GOOS != "linux" {
-				t.Skip("the header's look into the socket is Linux-only")
-			}
-			o := testOptions()
-			switch mode {
-			case "reader":
-				o.PollGrace = -1 // the reader goroutine reads every frame
-			case "waiter":
-				o.PollSpin = time.Hour // the waiter polls until its frame comes
-			case "off":
-				o.PollSpin = time.Hour
-				o.HeaderAloneMin = -1
-			}
-			a, mr, c := fakeTargetWith(t, o, n, verbs.AccessRemoteWrite)
-			l := attachedLink(t, a.qp)
-			seq, imm := uint32(0), uint32(0)
-			send := func(size int) {
-				t.Helper()
-				imm++
-				require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(imm)}))
-				f := writeImmFrame(a.qp, mr, seq, size, imm)
-				seq++
-				wrote := make(chan error, 1)
-				go func() { _, err := c.Write(f); wrote <- err }()
-				wc := wait(t, a.cq)
-				require.NoError(t, <-wrote)
-				require.Equal(t, verbs.StatusSuccess, wc.Status)
-				require.Equal(t, imm, wc.Imm)
-				require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:size]), "frame of %d bytes not placed intact", size)
-			}
-			send(n)
-			before := l.bufCopied.Load()
-			for range rounds {
-				send(n)
-				send(8)
-			}
-			copied := l.bufCopied.Load() - before
-			t.Logf("%d of %d payload bytes copied out of the read buffer", copied, rounds*(n+8))
-			if mode == "off" {
-				assert.Greater(t, copied, int64(rounds*n/2), "HeaderAloneMin < 0: 64 KiB payloads should go through the buffer")
-				return
-			}
-			// A header read alone takes up to headerRead bytes, some of
-			// them the payload's first bytes.
-			assert.LessOrEqual(t, copied, int64(rounds*(8+headerRead)), "64 KiB payloads went through the read buffer")
-		})
-	}
 }

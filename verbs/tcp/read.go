@@ -257,7 +257,7 @@ func (l *link) readFrame() error {
 	// alone, so that a large payload after it goes from the socket straight
 	// into place (payload.ReadFull) rather than through the buffer. (For
 	// smaller frames the extra system call costs more than the copy.)
-	l.sr.hdrOnly = l.br.Buffered() < HeaderLen && (l.hugeSeen > 0 || l.aloneSeen > 0)
+	l.sr.hdrOnly = l.br.Buffered() < HeaderLen && l.hugeSeen > 0
 	if l.br.Buffered() == 0 {
 		if l.nresps.Load() > 0 {
 			// About to block: send the ACKs held back (see respond).
@@ -730,6 +730,7 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 		if direct && l.knownQueued >= need-l.br.Buffered() {
 			// The look before the header's read found it queued already.
 			l.knownQueued = 0
+			l.aheadReads.Add(1)
 			if hit && !missed {
 				l.spinBackoff = 0
 			}
@@ -821,10 +822,13 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 			err = l.awaitQueued(need)
 		} else {
 			l.sr.intr = true
-			// As in readFrame; after frames that fit the buffer, only
-			// when the spin found the header queued: a waiter that
-			// blocks then buffers the payload as it arrives anyway.
-			l.sr.hdrOnly = !sized && (l.hugeSeen > 0 || queued && l.aloneSeen > 0)
+			// As in readFrame; after frames that fit the buffer
+			// (aloneSeen), only when the spin found the header queued,
+			// with less than a buffer's worth: a waiter that blocks
+			// buffers the payload as it arrives anyway, and a stream of
+			// such frames (a window of eager messages) costs fewer system
+			// calls read a buffer at a time than two per frame.
+			l.sr.hdrOnly = !sized && (l.hugeSeen > 0 || queued && l.aloneSeen > 0 && l.lastQueued() < l.br.Size())
 			_, err = l.br.Peek(need)
 			l.sr.intr, l.sr.hdrOnly = false, false
 		}

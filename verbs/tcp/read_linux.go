@@ -146,6 +146,10 @@ func (l *link) takeQueued() int {
 	return q
 }
 
+// lastQueued is what the last look into the socket found queued, if no
+// read has taken any of it since; else 0.
+func (l *link) lastQueued() int { return l.qw.queued }
+
 // socketQueued reports how many bytes are queued in the socket, and false
 // when it cannot tell.
 func (l *link) socketQueued() (int, bool) {

@@ -46,4 +46,6 @@ func (l *link) loud() {}
 
 func (l *link) takeQueued() int { return 0 }
 
+func (l *link) lastQueued() int { return 0 }
+
 const smallQueued = 0
