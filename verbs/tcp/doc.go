@@ -89,9 +89,18 @@
 // A payload goes through the read buffer only as far as it was read with
 // what came before it: the rest of one of 16 KiB or more is read from the
 // socket straight into its destination. While frames larger than the
-// buffer come, each header is read alone, so that none of such a payload
-// is copied twice; smaller frames are read with whatever follows them,
-// which saves more system calls than copies.
+// buffer come, each header is read alone (with up to 192 bytes, so that
+// an ACK sent ahead of it comes along), so that none of such a payload is
+// copied twice, unless a look into the socket has just found no more than
+// a few small frames' worth queued (1 KiB), which is read whole. A waiter
+// that polls does the same while frames with payloads of
+// Options.HeaderAloneMin (32 KiB) or more come, such as 64 KiB eager
+// messages, when its look finds less than a buffer's worth queued, and
+// reads the payload once it is queued (at once if that look found it
+// there): one system call more, one copy fewer. A stream of such frames
+// (a window of eager messages), which a look finds queued a buffer's worth
+// at a time, is read through the buffer, as are smaller frames, read with
+// whatever follows them, which saves more system calls than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
 // (verbs.DeviceOptions.PollSpin; p2p sets 100 µs), so that a reply
 // arriving within it is read without a wake-up through futex, epoll and the scheduler, which on a VM costs more

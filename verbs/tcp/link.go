@@ -59,6 +59,8 @@ type link struct {
 	fs          frameState
 	largeSeen   int          // small frames with data to go before spinFill (pollFrame)
 	hugeSeen    int          // small frames with data to go before headers are read with what follows (readFrame)
+	aloneSeen   int          // frames with data under Options.HeaderAloneMin to go before a poller reads headers with what follows (pollFrame)
+	knownQueued int          // bytes still queued in the socket after the last read, when a look just before it told (sockReader)
 	spinBackoff int          // how many waits the last miss made skip their spin (see spinMissed)
 	spinSkip    int          // waits still to skip their spin (see spinMissed)
 	spinMisses  atomic.Int32 // spins that ran out (for tests)
@@ -72,6 +74,8 @@ type link struct {
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
 	emptyReads  atomic.Int32 // non-blocking reads that found nothing (for tests)
+	hdrBatches  atomic.Int32 // header reads that took the small frames queued with it (for tests)
+	aheadReads  atomic.Int32 // payloads a poller read without a look, the look before their header's read having found them (for tests)
 	incomings   atomic.Int32 // Incoming's looks at the socket (for tests)
 	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
 	bufCopied   atomic.Int64 // payload bytes copied out of the read buffer rather than read in place (for tests)

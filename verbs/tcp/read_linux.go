@@ -134,6 +134,22 @@ func (l *link) ControlFD(f func(fd int)) error {
 // Writing implements softrc.Writer.
 func (l *link) Writing() bool { return l.writing.Load() }
 
+// smallQueued is the most a header read (sockReader.hdrOnly) takes when the
+// last look into the socket found that much queued (takeQueued).
+const smallQueued = 1 << 10
+
+// takeQueued returns what the last look into the socket (socketQueued)
+// found queued, once: later reads must look again.
+func (l *link) takeQueued() int {
+	q := l.qw.queued
+	l.qw.queued = 0
+	return q
+}
+
+// lastQueued is what the last look into the socket found queued, if no
+// read has taken any of it since; else 0.
+func (l *link) lastQueued() int { return l.qw.queued }
+
 // socketQueued reports how many bytes are queued in the socket, and false
 // when it cannot tell.
 func (l *link) socketQueued() (int, bool) {

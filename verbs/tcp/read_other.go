@@ -43,3 +43,9 @@ func (l *link) readQueued([]byte) (int, error) { return 0, errWouldBlock }
 func (l *link) quiet() {}
 
 func (l *link) loud() {}
+
+func (l *link) takeQueued() int { return 0 }
+
+func (l *link) lastQueued() int { return 0 }
+
+const smallQueued = 0

@@ -112,6 +112,15 @@ type Options struct {
 	// that outnumber the CPUs, which must not hold a core the sender of
 	// their reply needs, yet should not pay a sleep and wake-up per message.
 	PollYield bool
+	// HeaderAloneMin is the payload size from which a frame makes a
+	// polling waiter read the headers after it alone (see doc.go), so
+	// that a payload of at least 16 KiB behind such a header goes from the
+	// socket straight into its destination (a posted receive, a WRITE's
+	// target) instead of through the read buffer with what follows it:
+	// one more system call per frame, one copy fewer. Frames larger than
+	// the read buffer always do. Zero means 32 KiB; negative means only
+	// those.
+	HeaderAloneMin int
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil is silent.
 	Logger *slog.Logger
@@ -179,6 +188,11 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	o.PollGrace = min(o.PollGrace, maxPollGrace)
 	if o.DialRetry <= 0 {
 		o.DialRetry = 20 * time.Millisecond
+	}
+	if o.HeaderAloneMin == 0 {
+		o.HeaderAloneMin = headerAloneDefault
+	} else if o.HeaderAloneMin < 0 {
+		o.HeaderAloneMin = readBufSize // what does not fit the buffer
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", o.Listen)
