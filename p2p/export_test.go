@@ -161,3 +161,17 @@ func (ep *Endpoint) RingLines(peer int) int {
 
 // RingMaxLinesPerMessage is how many lines the largest ring message takes.
 const RingMaxLinesPerMessage = ringLines
+
+// InlineStaged reports whether any byte past the largest header of the
+// inline frame buffer to peer is non-zero: whether a payload was ever
+// copied there rather than posted from the caller's buffer.
+func (ep *Endpoint) InlineStaged(peer int) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, c := range ep.peers[peer].iframe[min(hdrLen, len(ep.peers[peer].iframe)):] {
+		if c != 0 {
+			return true
+		}
+	}
+	return false
+}
