@@ -20,7 +20,7 @@ func IgnoredCTS() int64 { return testIgnoredCTS.Load() }
 func (ep *Endpoint) PostedRecvs() int {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return len(ep.m.posted)
+	return ep.m.posted.len()
 }
 
 // Unposted reports how many consumed receive buffers from peer wait to be
