@@ -617,11 +617,11 @@ func TestEagerInline(t *testing.T) {
 }
 
 // TestEagerInlinePair: over shm an inline eager frame's payload (of at
-// least 256 bytes) goes from the caller's buffer to the provider beside
+// least 2 KiB) goes from the caller's buffer to the provider beside
 // its header, never through the endpoint's inline frame buffer, and
 // arrives intact.
 func TestEagerInlinePair(t *testing.T) {
-	sizes := []int{256, 1000, 4096, 9000}
+	sizes := []int{2048, 4096, 9000, 16384}
 	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{RingLines: -1}}, func(ctx context.Context, ep *p2p.Endpoint) error {
 		peer := 1 - ep.Rank()
 		if ep.Rank() == 0 {
