@@ -376,10 +376,18 @@ func ReleaseAll(reqs ...*Request) {
 func newP2PRequest(ctx context.Context, c *Comm, op string, peer, tag, esize int, p *p2p.Request) *Request {
 	r, _ := p.Ext().(*Request)
 	if r == nil {
-		r = new(Request)
+		r = &Request{c: c, op: op, peer: peer, tag: tag, esize: esize, p: p, ctx: ctx}
 		p.SetExt(r)
+		return r
 	}
-	*r = Request{c: c, op: op, peer: peer, tag: tag, esize: esize, p: p, ctx: ctx}
+	// A recycled wrapper is a point-to-point one whose Release cleared
+	// what this does not set (ctx, stop, ran; the other kinds' fields
+	// never held anything): set only the fields each message changes,
+	// rather than clear and rewrite all of its three cache lines.
+	r.c, r.op, r.peer, r.tag, r.esize, r.p, r.ctx = c, op, peer, tag, esize, p, ctx
+	if r.armed.Load() {
+		r.armed.Store(false)
+	}
 	return r
 }
 

@@ -71,6 +71,7 @@ type Endpoint struct {
 	opSeq      uint32
 	selfStats  PeerStats
 	freeReqs   []*Request // recycled requests (putReq)
+	freeColds  []*reqCold // their cold parts, recycled apart (coldLocked)
 
 	// The progress engine.
 	pollMu    sync.Mutex

@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"encoding/binary"
+	"reflect"
 	"sync/atomic"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -174,4 +175,21 @@ func (ep *Endpoint) InlineStaged(peer int) bool {
 		}
 	}
 	return false
+}
+
+// HasCold reports whether r carries a rendezvous receive's or window
+// operation's state, for TestRequestColdState.
+func (r *Request) HasCold() bool { return r.reqCold != nil }
+
+// FreeColds reports how many such states wait for reuse, and whether
+// they are all cleared.
+func (ep *Endpoint) FreeColds() (n int, clear bool) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, c := range ep.freeColds {
+		if !reflect.ValueOf(*c).IsZero() {
+			return len(ep.freeColds), false
+		}
+	}
+	return len(ep.freeColds), true
 }

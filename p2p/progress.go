@@ -626,6 +626,7 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 		return
 	}
 	r.reg, r.dev = reg, p.dev
+	ep.coldLocked(r)
 	r.rts = *in
 	r.readOff, r.readLen = 0, in.size
 	if in.canWrite && in.size >= rndvSplitMin && !p.departed && !p.broken {
