@@ -433,7 +433,7 @@ func (r *Request) disarm() (ran bool) {
 // that its start ctx canceled reports that ctx's error too.
 func (r *Request) p2pStatus(st p2p.Status, err error) (Status, error) {
 	r.disarm()
-	if errors.Is(err, p2p.ErrCanceled) && r.ctx != nil && r.ctx.Err() != nil {
+	if err != nil && errors.Is(err, p2p.ErrCanceled) && r.ctx != nil && r.ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", r.ctx.Err(), err)
 	}
 	return r.c.status(r.op, r.peer, r.tag, r.esize, st, err)
