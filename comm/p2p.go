@@ -376,10 +376,18 @@ func ReleaseAll(reqs ...*Request) {
 func newP2PRequest(ctx context.Context, c *Comm, op string, peer, tag, esize int, p *p2p.Request) *Request {
 	r, _ := p.Ext().(*Request)
 	if r == nil {
-		r = new(Request)
+		r = &Request{c: c, op: op, peer: peer, tag: tag, esize: esize, p: p, ctx: ctx}
 		p.SetExt(r)
+		return r
 	}
-	*r = Request{c: c, op: op, peer: peer, tag: tag, esize: esize, p: p, ctx: ctx}
+	// A recycled wrapper is a point-to-point one whose Release cleared
+	// what this does not set (ctx, stop, ran; the other kinds' fields
+	// never held anything): set only the fields each message changes,
+	// rather than clear and rewrite all of its three cache lines.
+	r.c, r.op, r.peer, r.tag, r.esize, r.p, r.ctx = c, op, peer, tag, esize, p, ctx
+	if r.armed.Load() {
+		r.armed.Store(false)
+	}
 	return r
 }
 
@@ -425,7 +433,7 @@ func (r *Request) disarm() (ran bool) {
 // that its start ctx canceled reports that ctx's error too.
 func (r *Request) p2pStatus(st p2p.Status, err error) (Status, error) {
 	r.disarm()
-	if errors.Is(err, p2p.ErrCanceled) && r.ctx != nil && r.ctx.Err() != nil {
+	if err != nil && errors.Is(err, p2p.ErrCanceled) && r.ctx != nil && r.ctx.Err() != nil {
 		err = fmt.Errorf("%w: %w", r.ctx.Err(), err)
 	}
 	return r.c.status(r.op, r.peer, r.tag, r.esize, st, err)

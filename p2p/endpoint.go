@@ -71,6 +71,7 @@ type Endpoint struct {
 	opSeq      uint32
 	selfStats  PeerStats
 	freeReqs   []*Request // recycled requests (putReq)
+	freeColds  []*reqCold // their cold parts, recycled apart (coldLocked)
 
 	// The progress engine.
 	pollMu    sync.Mutex
@@ -467,13 +468,11 @@ func (ep *Endpoint) failLocked(err error) {
 		}
 	}
 	err = ep.failErr
-	for _, r := range ep.m.posted {
+	for _, r := range ep.m.posted.items() {
 		ep.completeLocked(r, ep.opErr(r, err))
 	}
-	clear(ep.m.posted)
-	ep.m.posted = ep.m.posted[:0]
-	clear(ep.m.unexp)
-	ep.m.unexp = ep.m.unexp[:0]
+	ep.m.posted.reset()
+	ep.m.unexp.reset()
 	for _, p := range ep.peers {
 		if p == nil {
 			continue

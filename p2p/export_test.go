@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"encoding/binary"
+	"reflect"
 	"sync/atomic"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -20,7 +21,7 @@ func IgnoredCTS() int64 { return testIgnoredCTS.Load() }
 func (ep *Endpoint) PostedRecvs() int {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return len(ep.m.posted)
+	return ep.m.posted.len()
 }
 
 // Unposted reports how many consumed receive buffers from peer wait to be
@@ -161,3 +162,34 @@ func (ep *Endpoint) RingLines(peer int) int {
 
 // RingMaxLinesPerMessage is how many lines the largest ring message takes.
 const RingMaxLinesPerMessage = ringLines
+
+// InlineStaged reports whether any byte past the largest header of the
+// inline frame buffer to peer is non-zero: whether a payload was ever
+// copied there rather than posted from the caller's buffer.
+func (ep *Endpoint) InlineStaged(peer int) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, c := range ep.peers[peer].iframe[min(hdrLen, len(ep.peers[peer].iframe)):] {
+		if c != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// HasCold reports whether r carries a rendezvous receive's or window
+// operation's state, for TestRequestColdState.
+func (r *Request) HasCold() bool { return r.reqCold != nil }
+
+// FreeColds reports how many such states wait for reuse, and whether
+// they are all cleared.
+func (ep *Endpoint) FreeColds() (n int, clear bool) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, c := range ep.freeColds {
+		if !reflect.ValueOf(*c).IsZero() {
+			return len(ep.freeColds), false
+		}
+	}
+	return len(ep.freeColds), true
+}

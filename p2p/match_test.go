@@ -133,5 +133,58 @@ func TestMatcherUnpostAndProbe(t *testing.T) {
 	assert.Same(t, in, m.find(envelope{src: AnySource, tag: AnyTag}, false))
 	assert.Same(t, in, m.find(envelope{src: 2, tag: 3}, true))
 	assert.Nil(t, m.find(envelope{src: AnySource, tag: AnyTag}, false))
-	assert.Empty(t, m.unexp)
+	assert.Zero(t, m.unexp.len())
+}
+
+// TestFifo: the matcher's queues keep order through removals anywhere,
+// take the oldest entry without moving the others (a window of receives
+// would otherwise copy the whole queue per message), and cycle through a
+// steady window without allocating.
+func TestFifo(t *testing.T) {
+	var q fifo[int]
+	var model []*int
+	vals := make([]int, 1000)
+	check := func() {
+		t.Helper()
+		require.Equal(t, len(model), q.len())
+		for i, p := range q.items() {
+			require.Same(t, model[i], p, "entry %d", i)
+		}
+	}
+	next := 0
+	for step := range 3000 {
+		switch {
+		case step%7 == 3 && q.len() > 2: // from the middle
+			i := q.len() / 2
+			q.removeAt(i)
+			model = append(model[:i:i], model[i+1:]...)
+		case step%3 == 2 && q.len() > 0: // the oldest
+			q.removeAt(0)
+			model = model[1:]
+		default:
+			p := &vals[next%len(vals)]
+			next++
+			q.push(p)
+			model = append(model, p)
+		}
+		check()
+	}
+
+	q.reset()
+	for i := range 64 {
+		q.push(&vals[i])
+	}
+	second := &q.items()[1]
+	q.removeAt(0)
+	require.Same(t, second, &q.items()[0], "taking the oldest moved the others")
+
+	allocs := testing.AllocsPerRun(100, func() {
+		for i := range 64 {
+			q.push(&vals[i])
+		}
+		for range 64 {
+			q.removeAt(0)
+		}
+	})
+	require.Zero(t, allocs)
 }

@@ -63,7 +63,7 @@ func TestDropPipes(t *testing.T) {
 
 	require.True(t, matched.done.Load())
 	require.ErrorIs(t, matched.err, ErrPeerLost)
-	require.Empty(t, ep.m.unexp, "half a message stayed matchable")
+	require.Zero(t, ep.m.unexp.len(), "half a message stayed matchable")
 	late := recv(0)
 	ep.deliverLocked(late, claimed.in)
 	require.True(t, late.done.Load())

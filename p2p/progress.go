@@ -569,10 +569,10 @@ func (ep *Endpoint) departLocked(p *peer) {
 	gone := &Error{Op: "", Rank: ep.rank, Peer: p.rank, Err: &PeerClosedError{Rank: p.rank}}
 	ep.dropSplitsLocked(p, gone.Err)
 	ep.dropPipesLocked(p, gone.Err)
-	for i := 0; i < len(ep.m.posted); {
-		r := ep.m.posted[i]
+	for i := 0; i < ep.m.posted.len(); {
+		r := ep.m.posted.items()[i]
 		if r.pattern.src == p.rank {
-			ep.m.posted = removeAt(ep.m.posted, i)
+			ep.m.posted.removeAt(i)
 			ep.completeLocked(r, ep.opErr(r, gone.Err))
 			continue
 		}
@@ -626,6 +626,7 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 		return
 	}
 	r.reg, r.dev = reg, p.dev
+	ep.coldLocked(r)
 	r.rts = *in
 	r.readOff, r.readLen = 0, in.size
 	if in.canWrite && in.size >= rndvSplitMin && !p.departed && !p.broken {

@@ -616,6 +616,42 @@ func TestEagerInline(t *testing.T) {
 	})
 }
 
+// TestEagerInlinePair: over shm an inline eager frame's payload (of at
+// least 2 KiB) goes from the caller's buffer to the provider beside
+// its header, never through the endpoint's inline frame buffer, and
+// arrives intact.
+func TestEagerInlinePair(t *testing.T) {
+	sizes := []int{2048, 4096, 9000, 16384}
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{RingLines: -1}}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		peer := 1 - ep.Rank()
+		if ep.Rank() == 0 {
+			for i, n := range sizes {
+				if err := ep.Send(ctx, peer, 5, pattern(min(n, ep.EagerLimit(peer)), byte(i+1))); err != nil {
+					return err
+				}
+			}
+			if _, err := ep.Recv(ctx, peer, 6, nil); err != nil {
+				return err
+			}
+			if ep.InlineStaged(peer) {
+				return fmt.Errorf("a payload was copied into the inline frame buffer")
+			}
+			return nil
+		}
+		buf := make([]byte, ep.EagerLimit(peer))
+		for i, n := range sizes {
+			st, err := ep.Recv(ctx, peer, 5, buf)
+			if err != nil {
+				return err
+			}
+			if want := pattern(min(n, ep.EagerLimit(peer)), byte(i+1)); !bytes.Equal(buf[:st.Count], want) {
+				return fmt.Errorf("message %d: got %d bytes (or other data), want %d", i, st.Count, len(want))
+			}
+		}
+		return ep.Send(ctx, peer, 6, nil)
+	})
+}
+
 // A request given back with Release is the next one the endpoint hands
 // out, zeroed: a loop of Isend/Irecv/Wait/Release cycles the same few
 // requests instead of allocating, and nothing of the previous use (status,

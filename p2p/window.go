@@ -411,7 +411,8 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 			return r, nil
 		}
 	}
-	r := &Request{ep: ep, op: opWrite, peer: peer, pattern: envelope{tag: NoTag}, buf: src, notify32: notify}
+	r := newWinRequest()
+	r.ep, r.op, r.peer, r.pattern, r.buf, r.notify32 = ep, opWrite, peer, envelope{tag: NoTag}, src, notify
 	r.status = Status{Source: ep.rank, Count: len(src)}
 	if peer == ep.rank {
 		copy(w.buf[off:], src)
@@ -580,7 +581,8 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	if err != nil {
 		return bad(err)
 	}
-	r := &Request{ep: ep, op: opWinRead, peer: peer, pattern: envelope{tag: NoTag}, buf: dst}
+	r := newWinRequest()
+	r.ep, r.op, r.peer, r.pattern, r.buf = ep, opWinRead, peer, envelope{tag: NoTag}, dst
 	r.status = Status{Source: peer, Count: len(dst)}
 	if peer == ep.rank || len(dst) == 0 {
 		if peer == ep.rank {

@@ -94,8 +94,9 @@ func (w *Window) atomic(ctx context.Context, op string, opcode verbs.Opcode, pee
 	if err != nil {
 		return bad(fmt.Errorf("registering the result word: %w", err))
 	}
-	r := &Request{ep: ep, op: opWinAtomic, peer: peer, pattern: envelope{tag: NoTag}, buf: res,
-		atomic: opcode, cmpAdd: cmpAdd, swap: swap, reg: reg, dev: p.dev}
+	r := newWinRequest()
+	r.ep, r.op, r.peer, r.pattern, r.buf = ep, opWinAtomic, peer, envelope{tag: NoTag}, res
+	r.atomic, r.cmpAdd, r.swap, r.reg, r.dev = opcode, cmpAdd, swap, reg, p.dev
 	r.status = Status{Source: peer, Count: 8}
 	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: 8}
 	if err := ep.startWindowOp(p, r); err != nil {

@@ -252,3 +252,13 @@ type PeerReader interface {
 type PeerWriter interface {
 	WritePeer(addr uint64, src []byte) error
 }
+
+// InlinePairPoster is an optional QP capability: PostSendInlinePair posts
+// one inline request (wr has SendInline, its Inline is the first part)
+// whose payload is wr.Inline followed by tail, both copied at post time,
+// so that a caller with a header and a body in separate buffers need not
+// first join them in one (a copy of the body). Validation, limits
+// (MaxInline bounds both parts together) and errors are PostSend's.
+type InlinePairPoster interface {
+	PostSendInlinePair(wr SendWR, tail []byte) error
+}

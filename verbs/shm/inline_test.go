@@ -121,3 +121,56 @@ func TestInlineSend(t *testing.T) {
 		}
 	})
 }
+
+// TestInlinePair covers verbs.InlinePairPoster: the payload is the
+// request's Inline followed by the tail, in the completion's line or in
+// the receive's buffer; a request that must wait for a receive keeps its
+// own copy of both parts; MaxInline bounds both parts together.
+func TestInlinePair(t *testing.T) {
+	var _ verbs.InlinePairPoster = (*QP)(nil)
+	for _, tc := range []struct {
+		name       string
+		head, tail int
+		queued     bool // no receive is posted until after the post
+	}{
+		{"in-completion", 12, 20, false},
+		{"in-buffer", 12, 52, false},
+		{"no-head", 0, 64, false},
+		{"queued", 16, 48, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newEnd(t, Options{}), newEnd(t, Options{})
+			connectPair(t, a, b)
+			recv := func() {
+				require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 7, SGL: []verbs.SGE{verbs.SGEOf(b.mr, 0, 256)}}))
+			}
+			if !tc.queued {
+				recv()
+			}
+			want := pattern(tc.head+tc.tail, 9)
+			head, tail := append([]byte(nil), want[:tc.head]...), append([]byte(nil), want[tc.head:]...)
+			require.NoError(t, a.qp.PostSendInlinePair(verbs.SendWR{ID: 1, Opcode: verbs.OpSend,
+				Flags: verbs.SendInline | verbs.SendSignaled, Inline: head}, tail))
+			if tc.queued {
+				// Both parts are the caller's again once the post returns.
+				clear(head)
+				clear(tail)
+				recv()
+			}
+			sw, rw := waitWC(t, a.scq), waitWC(t, b.rcq)
+			require.Equal(t, verbs.StatusSuccess, sw.Status)
+			require.Equal(t, uint32(len(want)), sw.ByteLen)
+			require.Equal(t, verbs.StatusSuccess, rw.Status)
+			require.Equal(t, uint32(len(want)), rw.ByteLen)
+			require.Equal(t, want, b.mr.Bytes()[:len(want)])
+		})
+	}
+	t.Run("errors", func(t *testing.T) {
+		a, b := newEnd(t, Options{}), newEnd(t, Options{})
+		connectPair(t, a, b)
+		err := a.qp.PostSendInlinePair(verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendInline, Inline: make([]byte, 12)}, make([]byte, 53))
+		require.ErrorIs(t, err, verbs.ErrInvalidArgument, "65 bytes over a max inline of 64")
+		err = a.qp.PostSendInlinePair(verbs.SendWR{Opcode: verbs.OpSend}, make([]byte, 8))
+		require.ErrorIs(t, err, verbs.ErrInvalidArgument, "no SendInline flag")
+	})
+}

@@ -28,6 +28,26 @@ const (
 // when PostSend returns); one that must wait for the peer is queued with
 // everything after it.
 func (q *QP) PostSend(wrs ...verbs.SendWR) error {
+	return q.postSend(wrs, nil)
+}
+
+// PostSendInlinePair is verbs.InlinePairPoster: the inline request wr
+// with tail after wr.Inline. The payload goes from the two buffers
+// straight into the peer's receive, without being joined first.
+func (q *QP) PostSendInlinePair(wr verbs.SendWR, tail []byte) error {
+	if wr.Flags&verbs.SendInline == 0 {
+		return q.opErr("PostSend", 0, fmt.Errorf("%w: an inline pair without the SendInline flag", verbs.ErrInvalidArgument))
+	}
+	if n := len(wr.Inline) + len(tail); n > q.cap.MaxInline {
+		return q.opErr("PostSend", 0, fmt.Errorf("%w: %d bytes inline exceed the QP's max inline %d", verbs.ErrInvalidArgument, n, q.cap.MaxInline))
+	}
+	wrs := [1]verbs.SendWR{wr}
+	return q.postSend(wrs[:], tail)
+}
+
+// postSend is PostSend; tail, when not nil, follows the inline payload of
+// the only request in wrs (PostSendInlinePair).
+func (q *QP) postSend(wrs []verbs.SendWR, tail []byte) error {
 	q.checkRemoteErr()
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -70,26 +90,26 @@ func (q *QP) PostSend(wrs ...verbs.SendWR) error {
 			if len(q.pending) >= q.cap.MaxSendWR {
 				return q.opErr("PostSend", i, fmt.Errorf("%w: %d requests wait for the peer", verbs.ErrQueueFull, len(q.pending)))
 			}
-			q.enqueue(wr)
+			q.enqueue(wr, tail)
 			continue
 		}
-		st, out := q.exec(wr)
+		st, out := q.exec(wr, tail)
 		if out != outDone {
-			q.enqueue(wr)
+			q.enqueue(wr, tail)
 			q.waited(out)
 			continue
 		}
-		q.complete(wr, st)
+		q.complete(wr, st, len(tail))
 	}
 	return nil
 }
 
-// enqueue keeps a private copy of wr (the caller may reuse its SGL and
-// inline buffer once PostSend returns).
-func (q *QP) enqueue(wr *verbs.SendWR) {
+// enqueue keeps a private copy of wr, with tail joined to its inline
+// payload (the caller may reuse its SGL and buffers once PostSend returns).
+func (q *QP) enqueue(wr *verbs.SendWR, tail []byte) {
 	p := pendingWR{wr: *wr, rnrLeft: int(q.rnrRetry), retryLeft: int(q.retryCnt)}
 	p.wr.SGL = append([]verbs.SGE(nil), wr.SGL...)
-	p.wr.Inline = append([]byte(nil), wr.Inline...)
+	p.wr.Inline = append(append([]byte(nil), wr.Inline...), tail...)
 	q.pending = append(q.pending, p)
 }
 
@@ -144,22 +164,23 @@ func (q *QP) retry() {
 	racesync.Acquire()
 	defer racesync.Release()
 	for len(q.pending) > 0 && q.st() == verbs.QPRTS {
-		st, out := q.exec(&q.pending[0].wr)
+		st, out := q.exec(&q.pending[0].wr, nil)
 		if out != outDone {
 			q.waited(out)
 			return
 		}
 		wr := q.pending[0].wr
 		q.pending = q.pending[1:]
-		q.complete(&wr, st)
+		q.complete(&wr, st, 0)
 	}
 }
 
-// complete queues the requester's completion; an error moves the QP to ERR.
-func (q *QP) complete(wr *verbs.SendWR, st verbs.Status) {
+// complete queues the requester's completion (extra: the bytes of an
+// inline pair's tail); an error moves the QP to ERR.
+func (q *QP) complete(wr *verbs.SendWR, st verbs.Status, extra int) {
 	if st == verbs.StatusSuccess {
 		if wr.Flags&verbs.SendSignaled != 0 || q.sigAll {
-			q.scq.push(verbs.WC{ID: wr.ID, Status: st, Opcode: verbs.WCOpcodeFor(wr.Opcode), ByteLen: uint32(wr.Len()), QPNum: q.qpn})
+			q.scq.push(verbs.WC{ID: wr.ID, Status: st, Opcode: verbs.WCOpcodeFor(wr.Opcode), ByteLen: uint32(wr.Len()) + uint32(extra), QPNum: q.qpn})
 		}
 		return
 	}
@@ -168,7 +189,7 @@ func (q *QP) complete(wr *verbs.SendWR, st verbs.Status) {
 }
 
 // exec carries out one request as the initiator. q.mu is held.
-func (q *QP) exec(wr *verbs.SendWR) (verbs.Status, outcome) {
+func (q *QP) exec(wr *verbs.SendWR, tail []byte) (verbs.Status, outcome) {
 	l := q.lnk.Load()
 	if l == nil || l.dead.Load() {
 		return verbs.StatusRetryExcErr, outDone
@@ -189,7 +210,10 @@ func (q *QP) exec(wr *verbs.SendWR) (verbs.Status, outcome) {
 		if len(wr.Inline) > 0 {
 			locals = append(locals, wr.Inline)
 		}
-		total = uint64(len(wr.Inline))
+		if len(tail) > 0 {
+			locals = append(locals, tail)
+		}
+		total = uint64(len(wr.Inline) + len(tail))
 	} else {
 		for _, s := range wr.SGL {
 			m := q.d.localMR(s.LKey)
