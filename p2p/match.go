@@ -137,9 +137,13 @@ func (q *fifo[T]) push(x *T) {
 }
 
 // removeAt removes items()[i], keeping the order of the rest, and clears
-// the vacated slot so that the backing array keeps nothing alive.
+// the vacated slot so that the backing array keeps nothing alive. It
+// moves the shorter side: comm keeps the collectives' any-source receive
+// posted at the head of the queue, so a window of user receives matches
+// at index 1, which would otherwise copy the whole window per message.
 func (q *fifo[T]) removeAt(i int) {
-	if i == 0 {
+	if i < q.len()/2 {
+		copy(q.s[q.head+1:q.head+i+1], q.s[q.head:q.head+i])
 		q.s[q.head] = nil
 		q.head++
 	} else {

@@ -138,7 +138,8 @@ func TestMatcherUnpostAndProbe(t *testing.T) {
 
 // TestFifo: the matcher's queues keep order through removals anywhere,
 // take the oldest entry without moving the others (a window of receives
-// would otherwise copy the whole queue per message), and cycle through a
+// would otherwise copy the whole queue per message), take one near the
+// front by moving only those in front of it, and cycle through a
 // steady window without allocating.
 func TestFifo(t *testing.T) {
 	var q fifo[int]
@@ -161,6 +162,9 @@ func TestFifo(t *testing.T) {
 		case step%3 == 2 && q.len() > 0: // the oldest
 			q.removeAt(0)
 			model = model[1:]
+		case step%11 == 5 && q.len() > 3: // the second oldest
+			q.removeAt(1)
+			model = append(model[:1:1], model[2:]...)
 		default:
 			p := &vals[next%len(vals)]
 			next++
@@ -177,6 +181,11 @@ func TestFifo(t *testing.T) {
 	second := &q.items()[1]
 	q.removeAt(0)
 	require.Same(t, second, &q.items()[0], "taking the oldest moved the others")
+	// The second oldest (a user receive behind comm's any-source one)
+	// moves only the oldest, not the rest of the window.
+	third := &q.items()[2]
+	q.removeAt(1)
+	require.Same(t, third, &q.items()[1], "taking the second oldest moved the ones behind it")
 
 	allocs := testing.AllocsPerRun(100, func() {
 		for i := range 64 {
