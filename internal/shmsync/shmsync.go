@@ -124,6 +124,7 @@ type Poller struct {
 	yieldInSpin int
 	yields      int              // yields so far (for tests)
 	last        time.Time        // the previous look at the clock
+	off         time.Duration    // time off the CPU since start, not counted (Contended); moving start instead leaks w to the heap, and every stop closure with it
 	contended   time.Duration    // Policy.Contended
 	clock       func() time.Time // time.Now, unless a test sets it
 	keepCPU     bool             // past the spin on a contended CPU: poll on, no sched_yield
@@ -202,11 +203,11 @@ func (w *Poller) check(ctx context.Context) (bool, error) {
 			return true, nil
 		}
 		if w.contended > 0 {
-			w.start = w.start.Add(gap) // time it did not poll does not count
+			w.off += gap // time it did not poll does not count
 		}
 	}
 	w.last = now
-	el := now.Sub(w.start)
+	el := now.Sub(w.start) - w.off
 	if el >= w.spin && w.contended > 0 && !w.keepCPU && Contended(now) {
 		// Past the spin, on a CPU that others want: keep it, and poll for
 		// Contended before sleeping (see Policy.Contended).
