@@ -3,6 +3,7 @@ package p2p
 import (
 	"encoding/binary"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -161,3 +162,16 @@ func (ep *Endpoint) RingLines(peer int) int {
 
 // RingMaxLinesPerMessage is how many lines the largest ring message takes.
 const RingMaxLinesPerMessage = ringLines
+
+// LivenessTick runs one look of the liveness goroutine as if its ticker
+// fired at now, for TestHeartbeatEveryTick.
+func (ep *Endpoint) LivenessTick(now time.Time) bool {
+	return ep.livenessTick(now, ep.livenessPeriod())
+}
+
+// PingsSent reports how many heartbeats this endpoint sent to peer.
+func (ep *Endpoint) PingsSent(peer int) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.peers[peer].pings
+}
