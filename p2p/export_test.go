@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"reflect"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -192,4 +193,17 @@ func (ep *Endpoint) FreeColds() (n int, clear bool) {
 		}
 	}
 	return len(ep.freeColds), true
+}
+
+// LivenessTick runs one look of the liveness goroutine as if its ticker
+// fired at now, for TestHeartbeatEveryTick.
+func (ep *Endpoint) LivenessTick(now time.Time) bool {
+	return ep.livenessTick(now, ep.livenessPeriod())
+}
+
+// PingsSent reports how many heartbeats this endpoint sent to peer.
+func (ep *Endpoint) PingsSent(peer int) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.peers[peer].pings
 }

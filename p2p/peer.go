@@ -129,6 +129,7 @@ type peer struct {
 	// tick): a flag instead of time.Now on every frame, which cost a tenth
 	// of an 8-byte round trip.
 	heard, sent bool
+	pings       int // heartbeats sent (for tests)
 
 	stats PeerStats
 

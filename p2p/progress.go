@@ -239,7 +239,7 @@ func (ep *Endpoint) background(d *device) {
 // liveness sends heartbeats on idle links and declares silent peers lost.
 func (ep *Endpoint) liveness() {
 	defer ep.wg.Done()
-	period := min(ep.opts.Heartbeat, ep.opts.LivenessTimeout/4)
+	period := ep.livenessPeriod()
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -248,33 +248,56 @@ func (ep *Endpoint) liveness() {
 			return
 		case <-t.C:
 		}
-		ep.mu.Lock()
-		if ep.failErr != nil || ep.closing {
-			ep.mu.Unlock()
+		if !ep.livenessTick(time.Now(), period) {
 			return
 		}
-		now := time.Now()
-		for _, p := range ep.peers {
-			if p == nil || p.departed || p.broken {
-				continue
-			}
-			if p.heard {
-				p.lastHeard, p.heard = now, false
-			}
-			if p.sent {
-				p.lastSent, p.sent = now, false
-			}
-			if silent := now.Sub(p.lastHeard); silent > ep.opts.LivenessTimeout {
-				ep.loseLocked(p.rank, fmt.Errorf("no frame for %v (liveness timeout %v)", silent.Round(time.Millisecond), ep.opts.LivenessTimeout))
-				break
-			}
-			if now.Sub(p.lastSent) >= ep.opts.Heartbeat && len(p.queue) == 0 && p.credits > 0 {
-				p.sendCtl(ep, header{kind: kPing})
-			}
-		}
-		ep.flushDirtyLocked()
-		ep.mu.Unlock()
 	}
+}
+
+// livenessPeriod is how often the liveness goroutine looks at the links.
+func (ep *Endpoint) livenessPeriod() time.Duration {
+	return min(ep.opts.Heartbeat, ep.opts.LivenessTimeout/4)
+}
+
+// livenessTick is one look of the liveness goroutine at now (its ticks
+// come every period): it notes the frames heard and sent since the last,
+// declares peers silent for LivenessTimeout lost, and pings the links
+// idle for Heartbeat. It reports false once the endpoint failed or closes.
+//
+// A link counts as idle from half a period before Heartbeat is up, and a
+// ping it sends counts as sent now: ticks jitter on a busy machine, and
+// with the exact comparison, and the ping noted at the next tick (a period
+// late), an idle link pinged only every second or third tick, so the peer
+// heard from it every 2 to 3 Heartbeats instead of every one, and a few
+// seconds of lateness on top used up the LivenessTimeout.
+func (ep *Endpoint) livenessTick(now time.Time, period time.Duration) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.failErr != nil || ep.closing {
+		return false
+	}
+	for _, p := range ep.peers {
+		if p == nil || p.departed || p.broken {
+			continue
+		}
+		if p.heard {
+			p.lastHeard, p.heard = now, false
+		}
+		if p.sent {
+			p.lastSent, p.sent = now, false
+		}
+		if silent := now.Sub(p.lastHeard); silent > ep.opts.LivenessTimeout {
+			ep.loseLocked(p.rank, fmt.Errorf("no frame for %v (liveness timeout %v)", silent.Round(time.Millisecond), ep.opts.LivenessTimeout))
+			break
+		}
+		if now.Sub(p.lastSent) >= ep.opts.Heartbeat-period/2 && len(p.queue) == 0 && p.credits > 0 {
+			p.sendCtl(ep, header{kind: kPing})
+			p.lastSent, p.sent = now, false
+			p.pings++
+		}
+	}
+	ep.flushDirtyLocked()
+	return true
 }
 
 func (ep *Endpoint) handleWC(wc *verbs.WC) {

@@ -86,7 +86,8 @@ type Options struct {
 	// RETRY_EXC_ERR: the peer's progress goroutine is at the mercy of its
 	// scheduler, so a loaded machine must not look like a dead peer. A peer
 	// whose process dies is noticed at once through the connection, not by
-	// this timer. Zero means 250 ms; negative means no floor.
+	// this timer. Zero means 4 s (see defaultMinAckTimeout); negative means
+	// no floor.
 	MinAckTimeout time.Duration
 	// DialRetry is the pause between connection attempts while the peer's
 	// listener refuses. Zero means 20 ms.
@@ -139,6 +140,17 @@ func yieldSpin(o Options) time.Duration {
 // maxPollGrace bounds Options.PollGrace.
 const maxPollGrace = 10 * time.Millisecond
 
+// defaultMinAckTimeout is Options.MinAckTimeout's default. Over TCP the
+// ACK timer only catches a peer that is alive but stuck (the kernel
+// retransmits, and a peer that dies closes the connection), so a long
+// floor delays nothing else. Short ones mistook load for a dead peer: on
+// 2 CPUs at load 19, rdmabench runs saw ACKs 100-440 ms late, the peer's
+// process waiting for a CPU, where the floor was 250 ms. This is ten times
+// that, still below p2p's 8.6 s (timeout 18, retry_cnt 7) and far below
+// the 30-odd seconds of InfiniBand stacks' defaults (timeout 20, 4.3 s a
+// try, retried 7 times).
+const defaultMinAckTimeout = 4 * time.Second
+
 // ErrDisconnected is the cause recorded when a link is dropped on purpose.
 var ErrDisconnected = verbs.ErrDisconnected
 
@@ -180,7 +192,7 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 		o.HandshakeTimeout = 10 * time.Second
 	}
 	if o.MinAckTimeout == 0 {
-		o.MinAckTimeout = 250 * time.Millisecond
+		o.MinAckTimeout = defaultMinAckTimeout
 	}
 	if o.PollGrace == 0 {
 		o.PollGrace = 500 * time.Microsecond

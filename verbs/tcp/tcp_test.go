@@ -369,6 +369,22 @@ func TestSilentPeer(t *testing.T) {
 	require.Equal(t, verbs.StatusWRFlushErr, wait(t, a.cq).Status)
 }
 
+// TestSilentPeerDefaultFloor: by default a silent peer fails a QP whose own
+// ACK timeout is milliseconds (~4 ms × 3) only after MinAckTimeout's
+// default floor, which must outlast the stalls of a loaded machine (see
+// defaultMinAckTimeout), and then it does fail.
+func TestSilentPeerDefaultFloor(t *testing.T) {
+	t.Parallel()
+	a, b := newSide(t), newSide(t) // testOptions leaves MinAckTimeout zero
+	connectPair(t, a, b, shortConnect())
+	requireWorks(t, a, b)
+	require.NoError(t, b.qp.Modify(&verbs.QPAttr{State: verbs.QPErr}, verbs.AttrState))
+	start := time.Now()
+	require.NoError(t, a.qp.PostSend(writeWR(5, a, b, 8)))
+	require.Equal(t, verbs.StatusRetryExcErr, wait(t, a.cq).Status)
+	require.GreaterOrEqual(t, time.Since(start), 4*time.Second, "failed before the default floor")
+}
+
 // TestRNRRetryExceeded: SEND with no receive and rnr_retry 2 fails with
 // RNR_RETRY_EXC_ERR after three RNR NAKs (10 µs timer).
 func TestRNRRetryExceeded(t *testing.T) {
