@@ -577,10 +577,8 @@ const (
 	// MPI's oversubscribed ranks yield without end.
 	crowdedYield = 20 * time.Millisecond
 	// contendedPoll is Options.Contended's default where every rank has a
-	// CPU: about two of the scheduler's time slices (0.75 ms times 1 +
-	// log2 of the CPUs, up to 8), what giving the CPU away to a busy
-	// thread costs before it comes back.
-	contendedPoll = 3 * time.Millisecond
+	// CPU (see shmsync.ContendedPoll).
+	contendedPoll = shmsync.ContendedPoll
 )
 
 // hostCPUs is the number of CPUs the ranks on this host may run on together.

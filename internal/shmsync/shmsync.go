@@ -261,6 +261,12 @@ const lostGap = 200 * time.Microsecond
 // seeing it while it lasts.
 const contendedFor = 100 * time.Millisecond
 
+// ContendedPoll is the Policy.Contended the layers above use by default
+// where every rank has a CPU: about two of the scheduler's time slices
+// (0.75 ms times 1 + log2 of the CPUs, up to 8), what giving the CPU away
+// to a busy thread costs before it comes back.
+const ContendedPoll = 3 * time.Millisecond
+
 // epoch is what contendedAt counts from (monotonic).
 var epoch = time.Now()
 

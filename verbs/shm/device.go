@@ -187,7 +187,7 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 // waits for may need this very core: a spin there only delays the sender
 // until the scheduler preempts the spinner.
 func waitPolicy(o Options) shmsync.Policy {
-	spin, yield, contended := 20*time.Microsecond, 200*time.Microsecond, 3*time.Millisecond
+	spin, yield, contended := 20*time.Microsecond, 200*time.Microsecond, shmsync.ContendedPoll
 	if o.PollYield {
 		spin, contended = 0, 0
 	}
