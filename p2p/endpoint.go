@@ -196,9 +196,16 @@ func (ep *Endpoint) device(ctx context.Context, p verbs.Provider) (*device, erro
 	if o.PollSpin == 0 {
 		// Waiters that read their connections themselves poll them before
 		// they sleep; where the ranks here outnumber the CPUs, they give the
-		// core away between polls, as the reply's sender may need it.
+		// core away between polls, as the reply's sender may need it, and
+		// go on doing so for crowdedYield, as a waiter over several devices
+		// does (see waitPolicy): there the sender of a reply is often a rank
+		// that shares this core and computes first, so a 100 µs poll ran
+		// out and every step paid a sleep and a wake-up.
 		o.PollSpin = t.PollSpin
 		o.PollYield = ep.Crowded()
+		if o.PollYield && o.PollSpin > 0 {
+			o.PollSpin = max(o.PollSpin, crowdedYield)
+		}
 	}
 	dev, err := ep.openDevice(ctx, p, o)
 	if err != nil {

@@ -118,7 +118,9 @@ type Options struct {
 	// busy machine; over tcp the waiter in the CQ polls its socket instead
 	// (verbs.DeviceOptions.PollSpin, which defaults to the provider's
 	// Traits.PollSpin, 100 µs for tcp, when every rank on this host has a
-	// CPU, else to none). Negative means none.
+	// CPU; where they outnumber the CPUs it gives the CPU away between
+	// polls, PollYield, for 20 ms, as a crowded waiter over several devices
+	// yields). Negative means none.
 	Spin, Yield time.Duration
 	// Contended is how long a blocking wait polls, without giving its CPU
 	// to other processes, once this process finds its CPU shared with
