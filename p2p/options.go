@@ -85,10 +85,10 @@ type Options struct {
 	// reserved up front but only touched as buffers come into use.
 	EagerSlotsMax int
 	// RingLines is the size, in 64-byte lines, of the ring each sender
-	// writes small messages into over shm (up to 528 bytes, without a
+	// writes small messages into over shm (up to 1072 bytes, without a
 	// work request: see ring.go), a power of two from 64 to 65536. Zero
-	// means 1024 (64 KiB per peer, room for 64 of the largest messages in
-	// flight) up to 16 ranks, fewer lines above so that a rank's rings stay
+	// means 2048 (128 KiB per peer, room for 64 of the largest messages in
+	// flight) up to 8 ranks, fewer lines above so that a rank's rings stay
 	// near 1 MiB, and never under 256; negative means no rings. Ranks must
 	// agree.
 	RingLines int

@@ -212,7 +212,7 @@ func TestWaitPolicyCrowded(t *testing.T) {
 // never below minDefaultRingLines.
 func TestDefaultRingLines(t *testing.T) {
 	for _, c := range []struct{ ranks, lines int }{
-		{2, 1024}, {8, 1024}, {16, 1024}, {17, 512}, {32, 512}, {64, 256}, {1000, 256},
+		{2, 2048}, {8, 2048}, {9, 1024}, {16, 1024}, {17, 512}, {32, 512}, {64, 256}, {1000, 256},
 	} {
 		n := defaultRingLines(c.ranks)
 		assert.Equal(t, c.lines, n, "%d ranks", c.ranks)

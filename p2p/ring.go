@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/internal/racesync"
 	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
@@ -21,13 +22,16 @@ import (
 // time (p2p's BenchmarkOverhead). So each endpoint on shm also exposes a
 // window with one ring per sender, and a sender writes a small message
 // straight into its ring in the receiver's memory: a 16-byte header and
-// 48 bytes of payload in the first cache line, 60 more bytes in each of up
-// to ringLines-1 further lines (528 bytes in all), each line stamped with
-// its position. The
-// first line's stamp (position+1) is stored last and publishes the
-// message; the receiver polls the stamp of the next line it expects.
-// Stamps from the previous lap differ by the ring's size, so a stale line
-// never looks published.
+// 48 bytes of payload in the first cache line, the rest of the payload in
+// up to ringLines-1 further whole lines (1072 bytes in all). The first
+// line's stamp (position+1) is stored last and publishes the message (the
+// lines before it are visible once it is); the receiver polls the stamp
+// of the next line it expects. Stamps from the previous lap differ by the
+// ring's size, so a stale line never looks published. The further lines
+// carry payload only, contiguous but for the wrap at the ring's end, so
+// that each side moves them with one copy: with a stamp and 60 bytes per
+// line, copied line by line, every further line cost a 2-process
+// ping-pong about 20 ns more (256 B: 5 lines, 0.08 µs more than 2).
 //
 // Order. A message that does not fit the ring (too large, or the ring is
 // full) goes through the queue pair as before, and MPI's rule that two
@@ -61,9 +65,8 @@ const (
 	ringLine     = 64
 	ringHdr      = 16 // stamp, context, tag, size
 	ringFirst    = ringLine - ringHdr
-	ringNext     = ringLine - 4                       // a further line: its stamp, then payload
-	ringLines    = 9                                  // the most lines one message takes
-	ringMaxBytes = ringFirst + (ringLines-1)*ringNext // 528
+	ringLines    = 17                                 // the most lines one message takes
+	ringMaxBytes = ringFirst + (ringLines-1)*ringLine // 1072
 	ringMinLines = 64                                 // the smallest ring: a power of two of at least 2*ringLines
 	// The window: a line with the sleepers word, then per sender a line
 	// with its tail word and its ring of entries lines.
@@ -72,7 +75,7 @@ const (
 	// The default ring (RingLines zero) is the deepest of maxRingLines
 	// that keeps a rank's ring window within ringWinBudget, and at least
 	// minDefaultRingLines.
-	maxRingLines        = 1024
+	maxRingLines        = 2048
 	minDefaultRingLines = 256
 	ringWinBudget       = 1 << 20
 )
@@ -80,13 +83,13 @@ const (
 // defaultRingLines is the ring depth of an endpoint of ranks ranks. An OSU
 // window (64 messages in flight, as the bw and bibw loops and the
 // collectives' bursts of Isends post them) of the largest ring messages
-// takes 576 lines: with 256, both ranks of a bibw window filled each
-// other's ring with the first 28 of 528 bytes (51 of 256) while neither
-// was reading, and the rest paid the queue pair's path, several times
-// the ring's software (BenchmarkWindowOverhead). 1024 lines hold such a
-// window; the depth shrinks with the rank count so that the window, one
-// ring per rank, stays near 1 MiB, and untouched lines of the sparse heap
-// cost no memory.
+// takes 1088 lines: with 256 lines and 9-line messages, both ranks of a
+// bibw window filled each other's ring with the first 28 of 528 bytes (51
+// of 256) while neither was reading, and the rest paid the queue pair's
+// path, several times the ring's software (BenchmarkWindowOverhead). 2048
+// lines hold such a window; the depth shrinks with the rank count so that
+// the window, one ring per rank, stays near 1 MiB, and untouched lines of
+// the sparse heap cost no memory.
 func defaultRingLines(ranks int) int {
 	n := maxRingLines
 	for n > minDefaultRingLines && ranks*n*ringLine > ringWinBudget {
@@ -103,7 +106,7 @@ func ringLinesFor(n int) uint32 {
 	if n <= ringFirst {
 		return 1
 	}
-	return 1 + uint32((n-ringFirst+ringNext-1)/ringNext)
+	return 1 + uint32((n-ringFirst+ringLine-1)/ringLine)
 }
 
 // ringMem is a ring's lines, as either end maps them.
@@ -116,6 +119,31 @@ type ringMem struct {
 func (m *ringMem) line(i uint32) []byte {
 	off := int(i&(m.n-1)) * ringLine
 	return m.mem[off : off+ringLine : off+ringLine]
+}
+
+// put copies src into the lines from line i on, wrapping at the ring's end.
+func (m *ringMem) put(i uint32, src []byte) {
+	if n := copy(m.mem[int(i&(m.n-1))*ringLine:], src); n < len(src) {
+		copy(m.mem, src[n:])
+	}
+}
+
+// prefetch starts the transfer of the n bytes from line i on (see
+// scanEnd).
+func (m *ringMem) prefetch(i uint32, n int) {
+	off := int(i&(m.n-1)) * ringLine
+	b := m.mem[off:min(off+n, len(m.mem))]
+	ntcopy.Prefetch(b)
+	if len(b) < n {
+		ntcopy.Prefetch(m.mem[:n-len(b)])
+	}
+}
+
+// get fills dst from the lines from line i on, wrapping at the ring's end.
+func (m *ringMem) get(dst []byte, i uint32) {
+	if n := copy(dst, m.mem[int(i&(m.n-1))*ringLine:]); n < len(dst) {
+		copy(dst[n:], m.mem)
+	}
 }
 
 // ringOut is this rank's ring in a peer's window. Guarded by ep.mu.
@@ -216,18 +244,8 @@ func (ep *Endpoint) ringSend(p *peer, ctxID uint32, tag int32, buf []byte) bool 
 		}
 	}
 	pos := o.sent
-	rest := buf[min(len(buf), ringFirst):]
-	for i := uint32(1); i < k; i++ {
-		l := o.line(pos + i)
-		binary.LittleEndian.PutUint32(l, pos+i+1)
-		if len(rest) >= ringNext {
-			// A whole line's worth as one array copy: moves the compiler
-			// inlines, where copy calls memmove for every line.
-			*(*[ringNext]byte)(l[4:]) = *(*[ringNext]byte)(rest)
-			rest = rest[ringNext:]
-		} else {
-			rest = rest[copy(l[4:], rest):]
-		}
+	if len(buf) > ringFirst {
+		o.put(pos+1, buf[ringFirst:])
 	}
 	l := o.line(pos)
 	binary.LittleEndian.PutUint32(l[4:], ctxID)
@@ -278,6 +296,13 @@ func (in *ringIn) scanEnd() uint32 {
 		if size > ringMaxBytes {
 			e++ // so that ringTo reaches it and breaks the link
 			break
+		}
+		if size > ringFirst {
+			// The further lines come from the sender's core only when
+			// read: start that now, and the CQ poll, the matching and
+			// the locks before ringTo copies them overlap it (a 2-line
+			// message took 0.06 µs longer when the copy fetched them).
+			in.prefetch(e+1, int(size)-ringFirst)
 		}
 		e += ringLinesFor(int(size))
 	}
@@ -360,12 +385,6 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 		if stamp != in.head+1 || size > ringMaxBytes || int32(mark-in.head) < int32(k) {
 			ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring line %d is not the start of a message before mark %d", in.head, mark)})
 			return n
-		}
-		for i := uint32(1); i < k; i++ {
-			if binary.LittleEndian.Uint32(in.line(in.head+i)) != in.head+i+1 {
-				ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring line %d does not continue the message at %d", in.head+i, in.head)})
-				return n
-			}
 		}
 		racesync.Acquire()
 		env := envelope{ctx: binary.LittleEndian.Uint32(l[4:]), src: p.rank, tag: int32(binary.LittleEndian.Uint32(l[8:]))}
@@ -459,17 +478,9 @@ func (ep *Endpoint) setSleepers(s *uint32) {
 	}
 }
 
-// copyOut copies the message at line pos (len(dst) bytes, its lines
-// checked) into dst.
+// copyOut copies the message at line pos (len(dst) bytes) into dst.
 func (in *ringIn) copyOut(dst []byte, pos uint32) {
-	n := copy(dst, in.line(pos)[ringHdr:])
-	for i := uint32(1); n < len(dst); i++ {
-		l := in.line(pos + i)
-		if len(dst)-n >= ringNext {
-			*(*[ringNext]byte)(dst[n:]) = *(*[ringNext]byte)(l[4:])
-			n += ringNext
-		} else {
-			n += copy(dst[n:], l[4:])
-		}
+	if n := copy(dst, in.line(pos)[ringHdr:]); n < len(dst) {
+		in.get(dst[n:], pos+1)
 	}
 }

@@ -25,7 +25,7 @@ import (
 // boundary: the ring's one- and two-line messages and its largest, one
 // byte beyond it, the rendezvous.
 func TestRingOrder(t *testing.T) {
-	sizes := []int{0, 8, 48, 49, 108, 109, 528, 529, 1000, 5000, 1, 200}
+	sizes := []int{0, 8, 48, 49, 112, 113, 1072, 1073, 1000, 5000, 1, 200}
 	for _, lines := range []int{64, 1024} {
 		t.Run(fmt.Sprint("lines=", lines), func(t *testing.T) {
 			o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
@@ -52,9 +52,9 @@ func TestRingPingPong(t *testing.T) {
 	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		peer := 1 - ep.Rank()
-		buf := make([]byte, 600)
+		buf := make([]byte, 1100)
 		for i := range 3000 {
-			n := i % 529
+			n := i % 1073
 			if (i+ep.Rank())%2 == 0 {
 				if err := ep.Send(ctx, peer, i%3, pattern(n, byte(i))); err != nil {
 					return err
@@ -143,7 +143,7 @@ func TestRingSemantics(t *testing.T) {
 			if _, err := ep.Recv(ctx, 1, 99, nil); err != nil { // rank 1 has posted its receives
 				return err
 			}
-			for i, n := range []int{400, 400, 500, 60, 528} {
+			for i, n := range []int{400, 400, 500, 60, 1072} {
 				if err := ep.Send(ctx, 1, i, pattern(n, byte(i))); err != nil {
 					return err
 				}
@@ -177,13 +177,13 @@ func TestRingSemantics(t *testing.T) {
 		m, err := ep.Mprobe(ctx, p2p.AnySource, p2p.AnyTag)
 		require.NoError(t, err)
 		assert.Equal(t, p2p.Status{Source: 0, Tag: 3, Count: 60}, m.Status())
-		buf := make([]byte, 600)
+		buf := make([]byte, 1100)
 		st, err = m.Recv(ctx, buf)
 		require.NoError(t, err)
 		assert.Equal(t, pattern(60, 3), buf[:st.Count])
 		st, err = ep.Recv(ctx, 0, 4, buf)
 		require.NoError(t, err)
-		assert.Equal(t, pattern(528, 4), buf[:st.Count])
+		assert.Equal(t, pattern(1072, 4), buf[:st.Count])
 		return nil
 	})
 }
@@ -324,7 +324,7 @@ func TestRingWakesEarlySleeper(t *testing.T) {
 			}
 			// Too large for the ring: a frame, which wakes rank 1's
 			// background goroutine, which then blocks again, uncounted.
-			if err := ep.Send(ctx, 1, 1, make([]byte, 1000)); err != nil {
+			if err := ep.Send(ctx, 1, 1, make([]byte, 2000)); err != nil {
 				return err
 			}
 			if err := await(2); err != nil {
@@ -348,7 +348,7 @@ func TestRingWakesEarlySleeper(t *testing.T) {
 		if _, err := r.WaitPassive(rctx); err != nil {
 			return fmt.Errorf("the ring message did not wake the background goroutine: %w", err)
 		}
-		_, err = ep.Recv(ctx, 0, 1, make([]byte, 1000))
+		_, err = ep.Recv(ctx, 0, 1, make([]byte, 2000))
 		return err
 	})
 }
@@ -388,7 +388,7 @@ func TestRingMessageOrdersMemory(t *testing.T) {
 // largest ring messages: in the bw and bibw loops, and in a collective's
 // burst of Isends, a sender posts the whole window before the receiver
 // reads, and what does not fit pays the queue pair's path. With 256
-// lines, 28 of 64 528-byte messages fitted.
+// lines, 28 of 64 528-byte messages (9 lines each) fitted.
 func TestDefaultRingHoldsWindow(t *testing.T) {
 	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {

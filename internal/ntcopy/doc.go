@@ -18,4 +18,8 @@
 // on disjoint memory; dst and src must not overlap. The stores are fenced
 // (SFENCE) before Copy returns, so a release store after it (an atomic
 // round id) publishes the data.
+//
+// Prefetch is the reader's side for small data: it starts the transfer
+// of lines another core wrote, so that they arrive while the reader does
+// other work before copying them.
 package ntcopy

@@ -29,3 +29,17 @@ func Copy(dst, src []byte) int {
 	copy(dst[off:n], src[off:n])
 	return n
 }
+
+// Prefetch starts loading the cache lines that b spans into this core's
+// caches and returns without waiting for them, so that a reader that knows
+// what it will copy soon (lines another core wrote) can overlap their
+// transfer with other work: a load would hold up the next locked
+// instruction until the line arrived, a prefetch does not.
+func Prefetch(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	first := p &^ 63
+	prefetch(unsafe.Pointer(unsafe.SliceData(b)), (p+uintptr(len(b))-first+63)>>6)
+}

@@ -10,3 +10,9 @@ const haveNT = true
 //
 //go:noescape
 func ntcopy(dst, src unsafe.Pointer, n uintptr)
+
+// prefetch asks for the lines cache lines from p on to be loaded into
+// this core's caches, without waiting for them.
+//
+//go:noescape
+func prefetch(p unsafe.Pointer, lines uintptr)

@@ -25,3 +25,19 @@ loop:
 
 done:
 	RET
+
+// func prefetch(p unsafe.Pointer, lines uintptr)
+TEXT ·prefetch(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), AX
+	MOVQ lines+8(FP), CX
+	TESTQ CX, CX
+	JZ   pdone
+
+ploop:
+	PREFETCHT0 0(AX)
+	ADDQ $64, AX
+	DECQ CX
+	JNZ  ploop
+
+pdone:
+	RET

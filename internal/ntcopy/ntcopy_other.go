@@ -9,3 +9,5 @@ const haveNT = false
 func ntcopy(dst, src unsafe.Pointer, n uintptr) {
 	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
 }
+
+func prefetch(p unsafe.Pointer, lines uintptr) {}

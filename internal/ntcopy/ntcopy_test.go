@@ -41,6 +41,34 @@ func TestCopy(t *testing.T) {
 	require.Equal(t, 4100, Copy(make([]byte, 9000), src[:4100]))
 }
 
+// TestPrefetch: Prefetch accepts any slice, empty or not, at any
+// alignment, up to the last byte of a mapping, and changes nothing.
+func TestPrefetch(t *testing.T) {
+	page := unix.Getpagesize()
+	m, err := unix.Mmap(-1, 0, 2*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	require.NoError(t, err)
+	defer unix.Munmap(m)
+	// The second page is inaccessible: a prefetch past the slice's last
+	// line would be harmless, but a load there would fault.
+	require.NoError(t, unix.Mprotect(m[page:], unix.PROT_NONE))
+	buf := m[:page]
+	for i := range buf {
+		buf[i] = byte(i * 3)
+	}
+	want := append([]byte(nil), buf...)
+	Prefetch(nil)
+	for _, n := range []int{0, 1, 63, 64, 65, 127, 1072, page} {
+		for _, off := range []int{0, 1, 17, 63} {
+			if off+n > page {
+				continue
+			}
+			Prefetch(buf[off : off+n])
+			Prefetch(buf[page-n-off : page-off])
+		}
+	}
+	require.Equal(t, want, buf)
+}
+
 func pin(cpu int) error {
 	runtime.LockOSThread()
 	var s unix.CPUSet
