@@ -407,6 +407,13 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 				}
 			}
 		}
+		// The further lines held payload, which a later lap's scan could
+		// read as a first line's stamp (any four bytes equal to the line's
+		// position+1+n would publish garbage): give each its own
+		// position+1 back, which no later lap's scan takes for its own.
+		for i := uint32(1); i < k; i++ {
+			binary.LittleEndian.PutUint32(in.line(in.head+i), in.head+i+1)
+		}
 		in.head += k
 		n++
 		if in.head-in.pub >= in.n/4 {

@@ -2,6 +2,7 @@ package p2p_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -394,5 +395,65 @@ func TestDefaultRingHoldsWindow(t *testing.T) {
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		assert.GreaterOrEqual(t, ep.RingLines(1-ep.Rank()), 64*p2p.RingMaxLinesPerMessage)
 		return nil
+	})
+}
+
+// A ring message's further lines carry payload only, and a later lap's
+// scan polls them as first lines: payload bytes that read as the stamp of
+// the line's next-lap position (with a context, tag and size after it)
+// must not publish a message. Rank 0 sends, in lockstep so that nothing
+// falls back to the queue pair, a 1072-byte message whose last line looks
+// like the first line of a message at position 80 of a 64-line ring, then
+// 1-line messages up to position 80; rank 1, with nothing more sent,
+// must find no message there.
+func TestRingStaleLineNotPublished(t *testing.T) {
+	const lines, pos, tag = 64, 80, 77
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
+		P2P: p2p.Options{RingLines: lines}}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 0 {
+			big := pattern(1072, 9)
+			// Line 16 (the last further line) starts at payload byte
+			// 48 + 15*64: stamp pos+1, context 0, tag, size 8.
+			l := big[48+15*64:]
+			binary.LittleEndian.PutUint32(l, pos+1)
+			binary.LittleEndian.PutUint32(l[4:], 0)
+			binary.LittleEndian.PutUint32(l[8:], tag)
+			binary.LittleEndian.PutUint32(l[12:], 8)
+			msgs := [][]byte{big}
+			for range pos - 17 {
+				msgs = append(msgs, pattern(8, 1))
+			}
+			for i, m := range msgs {
+				if err := ep.Send(ctx, 1, 1, m); err != nil {
+					return err
+				}
+				if _, err := ep.Recv(ctx, 1, 2, nil); err != nil {
+					return fmt.Errorf("ack %d: %w", i, err)
+				}
+			}
+			assert.Equal(t, uint64(pos-16), ep.Stats().Peers[1].RingSent.Msgs, "every message went through the ring")
+			return ep.Send(ctx, 1, 3, nil)
+		}
+		buf := make([]byte, 1072)
+		for i := range pos - 16 {
+			if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
+				return fmt.Errorf("message %d: %w", i, err)
+			}
+			if i == pos-17 {
+				// Rank 0 waits for this ack: the ring's line at pos holds
+				// only what the big message left there.
+				for range 100 {
+					if st, ok, err := ep.Iprobe(p2p.AnySource, p2p.AnyTag); err != nil || ok {
+						return fmt.Errorf("a message that was never sent: %+v, %v", st, err)
+					}
+				}
+			}
+			if err := ep.Send(ctx, 0, 2, nil); err != nil {
+				return err
+			}
+		}
+		_, err := ep.Recv(ctx, 0, 3, nil)
+		return err
 	})
 }
