@@ -217,7 +217,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	}
 	pipe := ep.opts.PipelineLimit
 	if pipe == 0 {
-		pipe = pipelineDefault(d.traits)
+		pipe = pipelineFor(d)
 	}
 	if pipe <= eager || n < 2 {
 		pipe = 0

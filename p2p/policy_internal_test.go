@@ -92,8 +92,15 @@ func TestProviderDefaults(t *testing.T) {
 	d.caps.MaxMsgSize = 1 << 40
 	d.crowded = true
 	assert.Equal(t, 128<<10, readChunk(d), "tcp READ chunk, crowded")
+	assert.Equal(t, 256<<10, pipelineFor(d), "tcp pipeline, crowded: its own")
 	d.traits.ReadChunkCrowded = 0
 	assert.Equal(t, 1<<30, readChunk(d), "no crowded hint: the uncrowded one")
+	// Over shm, where ranks outnumber the CPUs, messages up to 256 KiB go
+	// as eager fragments rather than by rendezvous.
+	d = devOf(t, "shm")
+	assert.Equal(t, 0, pipelineFor(d), "shm pipeline")
+	d.crowded = true
+	assert.Equal(t, 256<<10, pipelineFor(d), "shm pipeline, crowded")
 	// A provider with no hints gets the caller's defaults.
 	assert.Equal(t, 32<<10, eagerDefault(verbs.Traits{}))
 	assert.Equal(t, 0, pipelineDefault(verbs.Traits{}))
