@@ -93,8 +93,9 @@
 // an ACK sent ahead of it comes along), so that none of such a payload is
 // copied twice, unless a look into the socket has just found no more than
 // a few small frames' worth queued (1 KiB), which is read whole. A waiter
-// that polls does the same while frames with payloads of
-// Options.HeaderAloneMin (32 KiB) or more come, such as 64 KiB eager
+// that polls can do the same while frames with payloads of
+// Options.HeaderAloneMin or more come (by default it does not: that cost
+// 32 KiB ping-pongs twice their time), such as 64 KiB eager
 // messages, when its look finds less than a buffer's worth queued, and
 // reads the payload once it is queued (at once if that look found it
 // there): one system call more, one copy fewer. A stream of such frames

@@ -20,14 +20,17 @@ import (
 // larger than it do not.
 func TestMidFramesReadInPlace(t *testing.T) {
 	const n, rounds = 64 << 10, 20
-	for _, mode := range []string{"waiter", "off"} {
+	for _, mode := range []string{"waiter", "off", "default"} {
 		t.Run(mode, func(t *testing.T) {
 			o := testOptions()
 			o.PollSpin = time.Hour // the waiter polls until its frame comes
 			// The reader goroutine, which buffers frames that fit, takes
 			// the socket back only after a pause this long between waits.
 			o.PollGrace = 10 * time.Millisecond
-			if mode == "off" {
+			switch mode {
+			case "waiter":
+				o.HeaderAloneMin = 32 << 10
+			case "off":
 				o.HeaderAloneMin = -1
 			}
 			a, mr, c := fakeTargetWith(t, o, n, verbs.AccessRemoteWrite)
@@ -55,8 +58,10 @@ func TestMidFramesReadInPlace(t *testing.T) {
 			}
 			copied := l.bufCopied.Load() - before
 			t.Logf("%d of %d payload bytes copied out of the read buffer", copied, rounds*(n+8))
-			if mode == "off" {
-				assert.Greater(t, copied, int64(rounds*n/2), "HeaderAloneMin < 0: 64 KiB payloads should go through the buffer")
+			if mode != "waiter" {
+				// By default too: reading a header alone cost 32 KiB
+				// ping-pongs twice their time (headerAloneDefault).
+				assert.Greater(t, copied, int64(rounds*n/2), "HeaderAloneMin %s: 64 KiB payloads should go through the buffer", mode)
 				return
 			}
 			// A header read alone takes up to headerRead bytes, some of

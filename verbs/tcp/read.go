@@ -173,12 +173,17 @@ func (p *payload) stop() bool {
 // more than a system call.
 const directMin = 16 << 10
 
-// headerAloneDefault is Options.HeaderAloneMin's default. From 32 KiB the
-// copy a header read alone saves outweighs its system call; at 16 KiB it
-// did not (p2pbench -bind -median latency, osu-compare 9 rounds against
-// reading headers with what follows: 64 KiB 0.81x, 16 KiB 1.16x with a
-// 16 KiB threshold, 0.94x with this one).
-const headerAloneDefault = 32 << 10
+// headerAloneDefault is Options.HeaderAloneMin's default: only frames
+// larger than the read buffer. A 32 KiB threshold once measured 0.81x the
+// time of a bound 64 KiB p2pbench ping-pong, but in rdmabench latency
+// between two ranks (unbound, one host and across network namespaces) a
+// header read alone, and the wait for its payload to be queued whole, cost
+// 32 KiB messages twice their time: reading headers with what follows took
+// 32 KiB to 0.51x / 0.54x / 0.60x the time and 64 KiB to 0.76x / 0.80x /
+// 0.96x (osu-compare 7-9 rounds, one host / two cross-host runs, load
+// average 2), with bw and bibw at 16-256 KiB unchanged (0.84-1.18,
+// within their noise).
+const headerAloneDefault = readBufSize
 
 func (p *payload) ReadFull(dst []byte) error {
 	if len(dst) > p.left {

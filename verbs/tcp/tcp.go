@@ -119,8 +119,8 @@ type Options struct {
 	// socket straight into its destination (a posted receive, a WRITE's
 	// target) instead of through the read buffer with what follows it:
 	// one more system call per frame, one copy fewer. Frames larger than
-	// the read buffer always do. Zero means 32 KiB; negative means only
-	// those.
+	// the read buffer always do. Zero and negative mean only those (see
+	// headerAloneDefault for why that is the default).
 	HeaderAloneMin int
 	// Logger receives diagnostics (dropped connections, failed handshakes).
 	// Nil is silent.
