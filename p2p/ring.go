@@ -27,7 +27,9 @@ import (
 // line's stamp (position+1) is stored last and publishes the message (the
 // lines before it are visible once it is); the receiver polls the stamp
 // of the next line it expects. Stamps from the previous lap differ by the
-// ring's size, so a stale line never looks published. The further lines
+// ring's size, so a stale line never looks published (the receiver writes
+// a consumed message's further lines their own stamps back, see ringTo,
+// so that payload never reads as one). The further lines
 // carry payload only, contiguous but for the wrap at the ring's end, so
 // that each side moves them with one copy: with a stamp and 60 bytes per
 // line, copied line by line, every further line cost a 2-process
