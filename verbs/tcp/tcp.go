@@ -201,10 +201,8 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	if o.DialRetry <= 0 {
 		o.DialRetry = 20 * time.Millisecond
 	}
-	if o.HeaderAloneMin == 0 {
-		o.HeaderAloneMin = headerAloneDefault
-	} else if o.HeaderAloneMin < 0 {
-		o.HeaderAloneMin = readBufSize // what does not fit the buffer
+	if o.HeaderAloneMin <= 0 {
+		o.HeaderAloneMin = headerAloneDefault // what does not fit the buffer
 	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", o.Listen)
