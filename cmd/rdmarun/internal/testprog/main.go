@@ -216,6 +216,16 @@ func run() error {
 		if err := c.Put(ctx, bootstrap.FailureKey(rank), f.Encode()); err != nil {
 			return err
 		}
+		// Exit only once every survivor has reported: on a loaded host a
+		// slow survivor could otherwise still be starting when the first
+		// exit makes rdmarun stop the job, and go unnamed.
+		for r := 0; r < size; r++ {
+			if r != rank && r != *stopRank {
+				if _, err := c.Get(ctx, bootstrap.FailureKey(r)); err != nil {
+					return err
+				}
+			}
+		}
 		time.Sleep(time.Duration(size-1-rank) * 200 * time.Millisecond)
 		return fmt.Errorf("rank %d: rank %d lost", rank, *stopRank)
 	}
