@@ -67,8 +67,9 @@ func TestMidFramesReadInPlace(t *testing.T) {
 			// A header read alone takes up to headerRead bytes, some of
 			// them the payload's first bytes. (A few frames may still find
 			// the reader goroutine reading, after a pause on a busy
-			// machine.)
-			assert.LessOrEqual(t, copied, int64(rounds*(8+headerRead)+3*n), "64 KiB payloads went through the read buffer")
+			// machine: CI under -race on 2 loaded cores saw 4 of 20; a
+			// quarter is allowed, which is still far from all of them.)
+			assert.LessOrEqual(t, copied, int64(rounds*(8+headerRead)+rounds/4*n), "64 KiB payloads went through the read buffer")
 
 			// A frame all queued before the waiter looks: the look before
 			// its header's read tells the payload is there, so it is read
