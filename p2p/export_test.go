@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -206,4 +207,39 @@ func (ep *Endpoint) PingsSent(peer int) int {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	return ep.peers[peer].pings
+}
+
+// AnnounceSleeper counts a sleeper in this endpoint's rings' sleepers
+// word, as a goroutine about to block in the CQ does, so that a peer's
+// ring messages come with a PING, until the returned function withdraws
+// it; nil when the endpoint has no rings. For TestRingPingStaleScan.
+func (ep *Endpoint) AnnounceSleeper() (withdraw func()) {
+	ep.pollMu.Lock()
+	defer ep.pollMu.Unlock()
+	s := ep.sleepers
+	if s == nil {
+		return nil
+	}
+	shmsync.Announce(s)
+	return func() { shmsync.Withdraw(s) }
+}
+
+// StalePoll is one poll whose look at the rings comes before between
+// runs and whose CQ poll after it, as when the poller loses its CPU
+// between the two; then runs before any other goroutine can poll. For
+// TestRingPingStaleScan.
+func (ep *Endpoint) StalePoll(between func(cq verbs.CQ), then func()) {
+	ep.pollMu.Lock()
+	defer ep.pollMu.Unlock()
+	d := ep.devs[0]
+	if ep.wcs == nil {
+		ep.wcs = make([]verbs.WC, 32)
+	}
+	ring := ep.sleepers != nil && ep.ringScan()
+	between(d.cq)
+	n := d.cq.Poll(ep.wcs)
+	ep.mu.Lock()
+	ep.handlePolledLocked(n, ring)
+	ep.mu.Unlock()
+	then()
 }

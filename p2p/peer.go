@@ -344,7 +344,11 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		h.flags |= flagStarved
 		p.starved = false
 	}
-	if p.rout != nil && (h.kind == kEager || h.kind == kRTS || h.kind == kPipe || h.kind == kBye) {
+	// A PING is marked too: it may announce a ring message to a peer
+	// asleep in its CQ, and whoever polls it there, maybe not that
+	// sleeper and maybe after a look at the rings that came before the
+	// message, must handle the message rather than swallow the wake-up.
+	if p.rout != nil && (h.kind == kEager || h.kind == kRTS || h.kind == kPipe || h.kind == kBye || h.kind == kPing) {
 		h.flags |= flagMarked
 		h.aux = p.rout.sent
 	}

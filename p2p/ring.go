@@ -59,7 +59,11 @@ import (
 // the word non-zero after publishing also sends a PING through the queue
 // pair, which rings the CQ. Both sides write, then read, with sequentially
 // consistent atomics, so at least one of them sees the other: the protocol
-// of internal/shmsync, with the PING in the futex wake-up's place. A
+// of internal/shmsync, with the PING in the futex wake-up's place. The
+// PING is marked like the matchable frames: another goroutine may poll
+// it (the background one, woken by an earlier completion), after a look
+// at the rings from before the message, and must then handle the message
+// itself, or the sleeper, its wake-up gone from the CQ, sleeps on. A
 // goroutine that blocked before the rings existed is counted in the word
 // when it is installed (setSleepers).
 

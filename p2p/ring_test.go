@@ -457,3 +457,49 @@ func TestRingStaleLineNotPublished(t *testing.T) {
 		return err
 	})
 }
+
+// A PING that announces a ring message to a sleeper may be polled by
+// another goroutine (the background one, woken by an earlier completion)
+// whose look at the rings came before the message: that poll must handle
+// the message, or the sleeper, its wake-up gone from the CQ, sleeps on
+// with the message in the ring (TestRingPingPong hung so under load,
+// about once in 50 runs). Rank 0 plays both: a counted sleeper, and a
+// poll that scans the rings, lets rank 1 send, then takes the PING.
+func TestRingPingStaleScan(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
+	send, sent := make(chan struct{}), make(chan error, 1)
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 1 {
+			select {
+			case <-send:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			sent <- ep.Send(ctx, 0, 5, []byte("after the scan"))
+			return nil
+		}
+		buf := make([]byte, 32)
+		r, err := ep.Irecv(1, 5, buf)
+		require.NoError(t, err)
+		withdraw := ep.AnnounceSleeper()
+		require.NotNil(t, withdraw, "no rings")
+		done := false
+		var sendErr, waitErr error
+		ep.StalePoll(func(cq verbs.CQ) {
+			close(send)
+			if sendErr = <-sent; sendErr == nil {
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				waitErr = cq.Wait(wctx) // the PING is there
+				cancel()
+			}
+		}, func() { done = r.Done() })
+		withdraw()
+		require.NoError(t, sendErr)
+		require.NoError(t, waitErr)
+		assert.True(t, done, "the poll that took the PING left its ring message unhandled")
+		st, err := r.Wait(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, "after the scan", string(buf[:st.Count]))
+		return nil
+	})
+}

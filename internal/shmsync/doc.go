@@ -101,7 +101,9 @@
 // queue adds itself to the sleepers word of its ring window (A1) and looks
 // at the rings (A3); a sender stores the message's stamp (B1), loads the
 // sleepers word (B2) and, when it is set, sends a frame through the queue
-// pair (B3, B4), whose completion rings the receiver's CQ bell. A waiter
+// pair (B3, B4), whose completion rings the receiver's CQ bell. Another
+// goroutine may poll that frame, not the waiter, so its poller handles the
+// messages it announces (p2p marks it with the ring position). A waiter
 // that blocked before the sleepers word existed never announced itself:
 // whoever installs the word counts such waiters in it, before any writer
 // can publish.
