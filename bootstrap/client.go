@@ -471,6 +471,19 @@ func (c *Client) replyErr(op, key string, m msg) error {
 		cause = ErrServerLost
 	}
 	e := &Error{Op: op, Key: key, Detail: m.key, Err: cause}
+	if cause == ErrAborted {
+		// The server sends the abort itself before any reply it refuses
+		// for it, and readLoop handles frames in order: the reply carries
+		// the AbortError then, as every other failed operation does,
+		// rather than the bare sentinel (a request the server took after
+		// the abort, though sent before this rank learned of it).
+		c.mu.Lock()
+		var ae *AbortError
+		if errors.As(c.err, &ae) {
+			e.Err, e.Detail = ae, ""
+		}
+		c.mu.Unlock()
+	}
 	for _, r := range m.ranks {
 		e.Ranks = append(e.Ranks, int(r))
 	}

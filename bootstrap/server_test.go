@@ -913,3 +913,17 @@ func TestSpansHostsByIdentity(t *testing.T) {
 		})
 	}
 }
+
+// A request the server takes after an abort, though the rank sent it
+// before it learned of the abort, is refused with the abort's code; its
+// error carries the AbortError all the same (TestAbort failed so once in
+// CI-like runs: the pending Get's error had only the sentinel).
+func TestAbortRefusalCarriesAbortError(t *testing.T) {
+	c := &Client{err: &AbortError{Info: AbortInfo{Rank: 1, Code: 3, Reason: "out of memory"}}}
+	err := c.replyErr("get", "never", msg{typ: tError, ecode: ecAborted, ranks: []uint32{1}, key: "rank 1 aborted the job with code 3: out of memory"})
+	require.ErrorIs(t, err, ErrAborted)
+	var ae *AbortError
+	require.ErrorAs(t, err, &ae)
+	assert.Equal(t, AbortInfo{Rank: 1, Code: 3, Reason: "out of memory"}, ae.Info)
+	assert.Contains(t, err.Error(), "job aborted by rank 1 with code 3: out of memory")
+}
