@@ -243,3 +243,17 @@ func (ep *Endpoint) StalePoll(between func(cq verbs.CQ), then func()) {
 	ep.mu.Unlock()
 	then()
 }
+
+// StagingUsed reports whether any byte of the staging slots to peer is
+// non-zero: whether a frame was ever copied there rather than posted
+// inline.
+func (ep *Endpoint) StagingUsed(peer int) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, c := range ep.peers[peer].sendMR.Bytes() {
+		if c != 0 {
+			return true
+		}
+	}
+	return false
+}

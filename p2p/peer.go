@@ -226,7 +226,8 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: slotLen(eager), nrecv: n, maxRecv: most,
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
 	if d.traits.InlineSends && d.caps.MaxInline >= inlineMax {
-		// An eager frame the device takes inline skips the staging slot
+		// An eager frame (or pipelined fragment) the device takes inline
+		// skips the staging slot
 		// and, unsignaled, the send completion and its handling: on a
 		// provider whose inline SEND is copied like any other, that is
 		// the same copies for less work, so frames go inline up to the
@@ -354,7 +355,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	}
 	slot := int32(-1) // the staging slot, if the frame does not go inline
 	var tail []byte   // the payload, when it goes as an inline pair's tail
-	if n := h.frameLen() + len(payload); n <= p.inline && (h.kind == kEager || len(payload) == 0) {
+	if n := h.frameLen() + len(payload); n <= p.inline && (h.kind == kEager || h.kind == kPipe || len(payload) == 0) {
 		if p.pair != nil && len(payload) >= pairMin {
 			// Only the header into iframe: the provider copies the
 			// payload from the caller's buffer into the peer's receive,

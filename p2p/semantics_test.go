@@ -616,6 +616,44 @@ func TestEagerInline(t *testing.T) {
 	})
 }
 
+// TestPipeFragmentsInline: over shm the fragments of a pipelined message
+// go inline from the caller's buffer, as eager frames do, never through a
+// staging slot (a copy more each), and arrive intact.
+func TestPipeFragmentsInline(t *testing.T) {
+	sizes := []int{20000, 32 << 10, 64 << 10, 40000}
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{PipelineLimit: 64 << 10}}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		peer := 1 - ep.Rank()
+		if ep.Rank() == 0 {
+			for i, n := range sizes {
+				if err := ep.Send(ctx, peer, 5, pattern(n, byte(i+1))); err != nil {
+					return err
+				}
+			}
+			if _, err := ep.Recv(ctx, peer, 6, nil); err != nil {
+				return err
+			}
+			if s := ep.Stats().Peers[peer].PipeSent; s.Msgs != uint64(len(sizes)) {
+				return fmt.Errorf("%d of %d messages went pipelined", s.Msgs, len(sizes))
+			}
+			if ep.StagingUsed(peer) {
+				return fmt.Errorf("a pipelined fragment was copied into a staging slot")
+			}
+			return nil
+		}
+		buf := make([]byte, 64<<10)
+		for i, n := range sizes {
+			st, err := ep.Recv(ctx, peer, 5, buf)
+			if err != nil {
+				return err
+			}
+			if want := pattern(n, byte(i+1)); !bytes.Equal(buf[:st.Count], want) {
+				return fmt.Errorf("message %d: got %d bytes (or other data), want %d", i, st.Count, len(want))
+			}
+		}
+		return ep.Send(ctx, peer, 6, nil)
+	})
+}
+
 // TestEagerInlinePair: over shm an inline eager frame's payload (of at
 // least 2 KiB) goes from the caller's buffer to the provider beside
 // its header, never through the endpoint's inline frame buffer, and
