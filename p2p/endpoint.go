@@ -385,12 +385,14 @@ func pipelineDefault(t verbs.Traits) int { return max(t.PipelineSize, 0) }
 // of 9-11 rounds, load 10-18; single rounds range 0.2-7).
 const crowdedShmPipe = 256 << 10
 
-// pipelineFor is pipelineDefault for device d, which may be crowded.
+// pipelineFor is pipelineDefault for device d, which may be crowded: over
+// shared memory there it is at least crowdedShmPipe.
 func pipelineFor(d *device) int {
-	if p := pipelineDefault(d.traits); p > 0 || !d.crowded || !d.traits.SharesMemory {
-		return p
+	p := pipelineDefault(d.traits)
+	if d.crowded && d.traits.SharesMemory {
+		p = max(p, crowdedShmPipe)
 	}
-	return crowdedShmPipe
+	return p
 }
 
 // Err returns the error the endpoint failed with (a *PeerLostError, or
