@@ -1,6 +1,7 @@
 package p2p_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -504,4 +505,51 @@ func TestRingPingStaleScan(t *testing.T) {
 		assert.Equal(t, "after the scan", string(buf[:st.Count]))
 		return nil
 	})
+}
+
+// The ring takes messages of up to 2096 bytes (33 lines), or half its
+// lines in a smaller ring: a 2 KiB message, the weak size of the queue
+// pair's path, goes through the default ring, 2097 bytes through the
+// queue pair; in a 64-line ring 2032 bytes (32 lines) go through the
+// ring and 2033 through the queue pair.
+func TestRingLargestMessage(t *testing.T) {
+	for _, c := range []struct {
+		lines         int
+		ring, notRing int
+	}{{0, 2096, 2097}, {64, 2032, 2033}} {
+		t.Run(fmt.Sprint("lines=", c.lines), func(t *testing.T) {
+			o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second, P2P: p2p.Options{RingLines: c.lines}}
+			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+				sizes := []int{c.ring, c.notRing}
+				if ep.Rank() == 0 {
+					for i, n := range sizes {
+						if err := ep.Send(ctx, 1, 1, pattern(n, byte(i))); err != nil {
+							return err
+						}
+						if _, err := ep.Recv(ctx, 1, 2, nil); err != nil {
+							return err
+						}
+						if got, want := ep.Stats().Peers[1].RingSent.Msgs, uint64(1); got != want {
+							return fmt.Errorf("after %d bytes: %d messages through the ring, want %d", n, got, want)
+						}
+					}
+					return nil
+				}
+				buf := make([]byte, 4096)
+				for i, n := range sizes {
+					st, err := ep.Recv(ctx, 0, 1, buf)
+					if err != nil {
+						return err
+					}
+					if !bytes.Equal(buf[:st.Count], pattern(n, byte(i))) {
+						return fmt.Errorf("message %d: got %d bytes (or other data), want %d", i, st.Count, n)
+					}
+					if err := ep.Send(ctx, 0, 2, nil); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
 }
