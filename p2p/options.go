@@ -88,12 +88,12 @@ type Options struct {
 	// reserved up front but only touched as buffers come into use.
 	EagerSlotsMax int
 	// RingLines is the size, in 64-byte lines, of the ring each sender
-	// writes small messages into over shm (up to 1072 bytes, without a
-	// work request: see ring.go), a power of two from 64 to 65536. Zero
-	// means 2048 (128 KiB per peer, room for 64 of the largest messages in
-	// flight) up to 8 ranks, fewer lines above so that a rank's rings stay
-	// near 1 MiB, and never under 256; negative means no rings. Ranks must
-	// agree.
+	// writes small messages into over shm (up to 2096 bytes, and half
+	// the ring, without a work request: see ring.go), a power of two from
+	// 64 to 65536. Zero means 2048 (128 KiB per peer, room for 64
+	// messages of up to 2000 bytes in flight) up to 8 ranks, fewer lines
+	// above so that a rank's rings stay near 1 MiB, and never under 256;
+	// negative means no rings. Ranks must agree.
 	RingLines int
 	// RegCacheEntries and RegCacheBytes bound the registration cache of
 	// rendezvous buffers (LRU). Defaults 64 entries and 1 GiB.

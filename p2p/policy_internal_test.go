@@ -228,7 +228,8 @@ func TestDefaultRingLines(t *testing.T) {
 			assert.LessOrEqual(t, c.ranks*n*ringLine, ringWinBudget, "%d ranks", c.ranks)
 		}
 	}
-	assert.GreaterOrEqual(t, defaultRingLines(2), 64*ringLines, "a window of 64 of the largest ring messages")
+	assert.GreaterOrEqual(t, defaultRingLines(2), 64*int(ringLinesFor(2000)), "a window of 64 ring messages of 2000 bytes")
+	assert.GreaterOrEqual(t, defaultRingLines(2), 62*ringLines, "62 of the largest")
 }
 
 // TestHostLoadCrowding: the job's crowding is the worst host's ranks per

@@ -23,7 +23,8 @@ import (
 // window with one ring per sender, and a sender writes a small message
 // straight into its ring in the receiver's memory: a 16-byte header and
 // 48 bytes of payload in the first cache line, the rest of the payload in
-// up to ringLines-1 further whole lines (1072 bytes in all). The first
+// up to ringLines-1 further whole lines (2096 bytes in all, and at most
+// half the ring). The first
 // line's stamp (position+1) is stored last and publishes the message (the
 // lines before it are visible once it is); the receiver polls the stamp
 // of the next line it expects. Stamps from the previous lap differ by the
@@ -71,9 +72,9 @@ const (
 	ringLine     = 64
 	ringHdr      = 16 // stamp, context, tag, size
 	ringFirst    = ringLine - ringHdr
-	ringLines    = 17                                 // the most lines one message takes
-	ringMaxBytes = ringFirst + (ringLines-1)*ringLine // 1072
-	ringMinLines = 64                                 // the smallest ring: a power of two of at least 2*ringLines
+	ringLines    = 33                                 // the most lines one message takes
+	ringMaxBytes = ringFirst + (ringLines-1)*ringLine // 2096
+	ringMinLines = 64                                 // the smallest ring (messages there take at most half: ringMaxFor)
 	// The window: a line with the sleepers word, then per sender a line
 	// with its tail word and its ring of entries lines.
 	ringWinHdr = ringLine
@@ -88,12 +89,13 @@ const (
 
 // defaultRingLines is the ring depth of an endpoint of ranks ranks. An OSU
 // window (64 messages in flight, as the bw and bibw loops and the
-// collectives' bursts of Isends post them) of the largest ring messages
-// takes 1088 lines: with 256 lines and 9-line messages, both ranks of a
+// collectives' bursts of Isends post them) of 1 KiB messages takes 1088
+// lines, of the largest 2112: with 256 lines and 9-line messages, both ranks of a
 // bibw window filled each other's ring with the first 28 of 528 bytes (51
 // of 256) while neither was reading, and the rest paid the queue pair's
 // path, several times the ring's software (BenchmarkWindowOverhead). 2048
-// lines hold such a window; the depth shrinks with the rank count so that
+// lines hold a window of messages up to 2000 bytes (4096 cost 256 B-1 KiB
+// message rate 0.8-0.9, the ring's lines spanning more cache); the depth shrinks with the rank count so that
 // the window, one ring per rank, stays near 1 MiB, and untouched lines of
 // the sparse heap cost no memory.
 func defaultRingLines(ranks int) int {
@@ -102,6 +104,12 @@ func defaultRingLines(ranks int) int {
 		n /= 2
 	}
 	return n
+}
+
+// ringMaxFor is the largest message a ring of n lines takes: ringMaxBytes,
+// or what half of the ring holds, whichever is smaller.
+func ringMaxFor(n uint32) int {
+	return ringFirst + (min(ringLines, int(n)/2)-1)*ringLine
 }
 
 // ringBlock is the bytes of one sender's ring of n lines in the window.
@@ -229,7 +237,7 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 		}
 		b := m[ringWinHdr+ep.rank*blk : ringWinHdr+(ep.rank+1)*blk]
 		ep.mu.Lock()
-		p.rout = &ringOut{ringMem: ringMem{mem: b[ringLine:], n: uint32(n)}, tailW: ringWord(b), sleepers: ringWord(m), max: min(ringMaxBytes, p.eager)}
+		p.rout = &ringOut{ringMem: ringMem{mem: b[ringLine:], n: uint32(n)}, tailW: ringWord(b), sleepers: ringWord(m), max: min(ringMaxFor(uint32(n)), p.eager)}
 		ep.mu.Unlock()
 	}
 	return nil
@@ -299,7 +307,7 @@ func (in *ringIn) scanEnd() uint32 {
 			break
 		}
 		size := binary.LittleEndian.Uint32(l[12:])
-		if size > ringMaxBytes {
+		if int(size) > ringMaxFor(in.n) {
 			e++ // so that ringTo reaches it and breaks the link
 			break
 		}
@@ -388,7 +396,7 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 		stamp := atomic.LoadUint32(ringWord(l)) // before the fields it publishes
 		size := int(binary.LittleEndian.Uint32(l[12:]))
 		k := ringLinesFor(size)
-		if stamp != in.head+1 || size > ringMaxBytes || int32(mark-in.head) < int32(k) {
+		if stamp != in.head+1 || size > ringMaxFor(in.n) || int32(mark-in.head) < int32(k) {
 			ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("ring line %d is not the start of a message before mark %d", in.head, mark)})
 			return n
 		}

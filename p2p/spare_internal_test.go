@@ -24,7 +24,7 @@ func TestSpareBufsReuse(t *testing.T) {
 	require.Same(t, &a[:1][0], &b[:1][0], "the buffer given back is reused")
 	require.Zero(t, s.held)
 
-	// Queue-pair sizes over shm (above the 1072-byte ring) are pooled too.
+	// Queue-pair sizes over shm (above the 2096-byte ring) are pooled too.
 	for _, n := range []int{529, 1024, 2048, 4096} {
 		c := s.get(data[:n])
 		require.Equal(t, data[:n], c)

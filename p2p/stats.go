@@ -19,7 +19,7 @@ type PeerStats struct {
 
 	EagerSent, EagerRecv Counter // messages up to EagerLimit
 	// Of those, the ones that went through the shared-memory ring (shm,
-	// up to 1072 bytes, see Options.RingLines) rather than the queue pair.
+	// up to 2096 bytes, see Options.RingLines) rather than the queue pair.
 	RingSent, RingRecv Counter
 	PipeSent, PipeRecv Counter // messages above EagerLimit sent as eager fragments (PipelineLimit)
 	RndvSent, RndvRecv Counter // rendezvous messages (counted when the data has moved)
