@@ -917,7 +917,7 @@ func (c *call) shmFold(i int, dst []byte) error {
 		}
 		switch {
 		case p == 0:
-			copy(dst, x)
+			ntcopy.Plain(dst, x)
 		case n > 0:
 			c.kern.Combine(dst, x)
 		}
@@ -973,7 +973,7 @@ func (c *call) bcastShm(buf []byte, root int) error {
 			if err != nil {
 				return err
 			}
-			copy(buf[off:off+n], x)
+			ntcopy.Plain(buf[off:off+n], x)
 		}
 		c.shmDone(i)
 		return nil

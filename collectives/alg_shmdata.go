@@ -82,13 +82,13 @@ func (c *call) foldBlocksShm(buf []byte, root int) error {
 				}
 				switch {
 				case q == 0:
-					copy(red, x)
+					ntcopy.Plain(red, x)
 				case len(red) > 0:
 					c.kern.Combine(red, x)
 				}
 			}
 			if wants {
-				copy(own, red)
+				ntcopy.Plain(own, red)
 			}
 		}
 		if gathered {
@@ -110,7 +110,7 @@ func (c *call) foldBlocksShm(buf []byte, root int) error {
 					return err
 				}
 				qs, qe := blockStart(cnt, p, q)*c.esize, blockStart(cnt, p, q+1)*c.esize
-				copy(chunk[qs:qe], slot[shmSlotHdr+qs:shmSlotHdr+qe])
+				ntcopy.Plain(chunk[qs:qe], slot[shmSlotHdr+qs:shmSlotHdr+qe])
 			}
 		}
 		c.shmDone(i)
@@ -146,7 +146,7 @@ func (c *call) reduceScatterShm(send, recv []byte) error {
 	m := len(recv)
 	if overlaps(send, recv) && unsafe.SliceData(send) != unsafe.SliceData(recv) {
 		work := c.get(len(send))
-		copy(work, send)
+		ntcopy.Plain(work, send)
 		send = work
 	}
 	per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize)
@@ -157,7 +157,7 @@ func (c *call) reduceScatterShm(send, recv []byte) error {
 		}
 		dst, own := recv[off:off+n], send[me*m+off:me*m+off+n]
 		if inPlace {
-			copy(dst, own) // nothing to do when recv is send's first block on rank 0
+			ntcopy.Plain(dst, own) // nothing to do when recv is send's first block on rank 0
 		}
 		for q := 0; q < p; q++ {
 			if inPlace && q == me {
@@ -172,7 +172,7 @@ func (c *call) reduceScatterShm(send, recv []byte) error {
 			}
 			switch {
 			case q == 0 && !inPlace:
-				copy(dst, x)
+				ntcopy.Plain(dst, x)
 			case n > 0:
 				c.kern.Combine(dst, x)
 			}
@@ -208,7 +208,7 @@ func (c *call) allgatherShm(send, recv []byte) error {
 			if err != nil {
 				return err
 			}
-			copy(recv[q*blk+off:q*blk+off+n], x)
+			ntcopy.Plain(recv[q*blk+off:q*blk+off+n], x)
 		}
 		c.shmDone(i)
 		return nil
@@ -269,7 +269,7 @@ func (c *call) shmPiece(from, i, n int) ([]byte, error) {
 func (c *call) alltoallShm(send, recv []byte) error {
 	p, me := c.e.size, c.e.rank
 	m := len(send) / p
-	copy(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
+	ntcopy.Plain(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
 	per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize)
 	return c.shmChunksOf(m, per, func(i, off, n int) error {
 		if err := c.shmPublishPieces(i, send, m, off, n); err != nil {
@@ -281,7 +281,7 @@ func (c *call) alltoallShm(send, recv []byte) error {
 			if err != nil {
 				return err
 			}
-			copy(recv[q*m+off:q*m+off+n], x)
+			ntcopy.Plain(recv[q*m+off:q*m+off+n], x)
 		}
 		c.shmDone(i)
 		return nil
@@ -306,7 +306,7 @@ func (c *call) allgatherShmRead(send, recv []byte) error {
 func (c *call) alltoallShmRead(send, recv []byte) error {
 	me := c.e.rank
 	m := len(send) / c.e.size
-	copy(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
+	ntcopy.Plain(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
 	return c.readBlocks(send, func(q int, addr uint64) error {
 		return c.e.shm.pr.ReadPeer(q, addr+uint64(me*m), recv[q*m:(q+1)*m])
 	})

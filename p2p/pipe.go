@@ -1,6 +1,10 @@
 package p2p
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/rdmago/rdmago/internal/ntcopy"
+)
 
 // The pipelined eager protocol (Options.PipelineLimit).
 //
@@ -88,9 +92,9 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 	}
 	switch {
 	case pi.r != nil:
-		copy(pi.r.buf[pi.got:], data)
+		ntcopy.Plain(pi.r.buf[pi.got:], data)
 	case pi.in != nil:
-		copy(pi.in.data[pi.got:], data)
+		ntcopy.Plain(pi.in.data[pi.got:], data)
 	}
 	pi.got += len(data)
 	if pi.got < pi.size {
@@ -119,7 +123,7 @@ func (ep *Endpoint) matchPipeLocked(r *Request, env envelope, pi *pipeIn) {
 		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: pi.size, Cap: len(r.buf)}))
 	default:
 		if in != nil {
-			copy(r.buf, in.data[:pi.got])
+			ntcopy.Plain(r.buf, in.data[:pi.got])
 			ep.spare.put(in.data) // the rest goes to r.buf directly
 			in.data = nil
 		}

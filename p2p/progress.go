@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -614,7 +615,7 @@ func (ep *Endpoint) departLocked(p *peer) {
 // deliverEagerLocked copies an eager payload into a matched receive.
 func (ep *Endpoint) deliverEagerLocked(r *Request, env envelope, data []byte) {
 	r.status = Status{Source: env.src, Tag: int(env.tag), Count: len(data)}
-	n := copy(r.buf, data)
+	n := ntcopy.Plain(r.buf, data)
 	if n < len(data) {
 		r.status.Count = n
 		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: len(data), Cap: len(r.buf)}))

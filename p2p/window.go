@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -415,7 +416,7 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 	r.ep, r.op, r.peer, r.pattern, r.buf, r.notify32 = ep, opWrite, peer, envelope{tag: NoTag}, src, notify
 	r.status = Status{Source: ep.rank, Count: len(src)}
 	if peer == ep.rank {
-		copy(w.buf[off:], src)
+		ntcopy.Plain(w.buf[off:], src)
 		ep.mu.Lock()
 		defer ep.mu.Unlock()
 		if err := ep.checkLocked(); err != nil {
@@ -488,7 +489,7 @@ func (w *Window) copyDirectLocked(p *peer, off int, src []byte) (bool, error) {
 	if w.closed || p.broken || p.departed || len(p.queue) > 0 || len(ep.writes) > 0 {
 		return false, nil
 	}
-	copy(m[off:], src)
+	ntcopy.Plain(m[off:], src)
 	p.stats.WriteSent.add(len(src))
 	return true, nil
 }
@@ -586,7 +587,7 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	r.status = Status{Source: peer, Count: len(dst)}
 	if peer == ep.rank || len(dst) == 0 {
 		if peer == ep.rank {
-			copy(dst, w.buf[off:])
+			ntcopy.Plain(dst, w.buf[off:])
 		}
 		ep.mu.Lock()
 		defer ep.mu.Unlock()

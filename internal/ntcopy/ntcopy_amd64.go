@@ -1,6 +1,10 @@
 package ntcopy
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/klauspost/cpuid/v2"
+)
 
 // haveNT: MOVNTDQ is SSE2, part of every amd64 CPU.
 const haveNT = true
@@ -16,3 +20,12 @@ func ntcopy(dst, src unsafe.Pointer, n uintptr)
 //
 //go:noescape
 func prefetch(p unsafe.Pointer, lines uintptr)
+
+// haveMovs: the CPU copies fast with REP MOVSB (ERMS).
+var haveMovs = cpuid.CPU.Supports(cpuid.ERMS)
+
+// movs copies n bytes from src to dst with REP MOVSB; they must not
+// overlap.
+//
+//go:noescape
+func movs(dst, src unsafe.Pointer, n uintptr)

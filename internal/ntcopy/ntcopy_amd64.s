@@ -41,3 +41,11 @@ ploop:
 
 pdone:
 	RET
+
+// func movs(dst, src unsafe.Pointer, n uintptr)
+TEXT ·movs(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	REP; MOVSB
+	RET

@@ -4,10 +4,17 @@ package ntcopy
 
 import "unsafe"
 
-const haveNT = false
+const (
+	haveNT   = false
+	haveMovs = false
+)
 
 func ntcopy(dst, src unsafe.Pointer, n uintptr) {
 	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
 }
 
 func prefetch(p unsafe.Pointer, lines uintptr) {}
+
+func movs(dst, src unsafe.Pointer, n uintptr) {
+	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
+}

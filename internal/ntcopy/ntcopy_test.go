@@ -6,7 +6,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -128,6 +130,88 @@ func BenchmarkCrossCoreRewrite(b *testing.B) {
 				b.ReportMetric(float64(wt.Nanoseconds())/float64(iters), "ns/op")
 				b.ReportMetric(float64(rt.Nanoseconds())/float64(iters), "read-ns/op")
 				b.SetBytes(int64(n))
+			})
+		}
+	}
+}
+
+// TestPlain: every length and alignment copies exactly the bytes copy
+// does, and nothing around them.
+func TestPlain(t *testing.T) {
+	src := make([]byte, 1<<20+300)
+	for i := range src {
+		src[i] = byte(i*5 + i>>9)
+	}
+	for _, n := range []int{0, 1, 63, PlainMin - 1, PlainMin, PlainMin + 1, 100000, piece, piece + 64 + 5, PlainMax, PlainMax + 1, 1<<20 + 17} {
+		for _, dOff := range []int{0, 1, 15, 33} {
+			for _, sOff := range []int{0, 3} {
+				dst := make([]byte, n+100)
+				for i := range dst {
+					dst[i] = 0xEE
+				}
+				require.Equal(t, n, Plain(dst[dOff:dOff+n], src[sOff:sOff+n]))
+				require.Equal(t, src[sOff:sOff+n], dst[dOff:dOff+n], "n=%d dst+%d src+%d", n, dOff, sOff)
+				for i, b := range dst {
+					if i < dOff || i >= dOff+n {
+						require.Equal(t, byte(0xEE), b, "n=%d dst+%d: byte %d outside the copy changed", n, dOff, i)
+					}
+				}
+			}
+		}
+	}
+	// Overlapping slices, either way, and the same slice: as copy.
+	for _, d := range []int{-4096, -1, 0, 1, 4096} {
+		buf := append([]byte(nil), src[:300000]...)
+		want := append([]byte(nil), buf...)
+		copy(want[100000+d:200000+d], want[100000:200000])
+		require.Equal(t, 100000, Plain(buf[100000+d:200000+d], buf[100000:200000]))
+		require.Equal(t, want, buf, "overlap by %d", d)
+	}
+	require.Equal(t, 5000, Plain(make([]byte, 5000), src[:9000]))
+	require.Equal(t, 4100, Plain(make([]byte, 9000), src[:4100]))
+}
+
+// TestPlainUsesMovs: Plain moves PlainMin to PlainMax bytes with REP
+// MOVSB where the CPU has ERMS, in pieces of at most piece bytes, and
+// leaves other sizes and overlapping slices to copy.
+func TestPlainUsesMovs(t *testing.T) {
+	if !haveMovs {
+		t.Skip("no ERMS")
+	}
+	var calls int
+	movsCopy = func(dst, src unsafe.Pointer, n uintptr) {
+		calls++
+		require.LessOrEqual(t, n, uintptr(piece))
+		movs(dst, src, n)
+	}
+	defer func() { movsCopy = movs }()
+	buf := make([]byte, 2*PlainMax+2)
+	for _, c := range []struct {
+		n, calls int
+	}{{PlainMin - 1, 0}, {PlainMin, 1}, {piece + 1, 2}, {PlainMax, (PlainMax + piece - 1) / piece}, {PlainMax + 1, 0}} {
+		calls = 0
+		Plain(buf[:c.n], buf[PlainMax+1:PlainMax+1+c.n])
+		assert.Equal(t, c.calls, calls, "%d bytes", c.n)
+	}
+	calls = 0
+	Plain(buf[1:PlainMin+1], buf[:PlainMin])
+	assert.Zero(t, calls, "overlapping")
+}
+
+// BenchmarkPlain: Plain against the built-in copy, in cache and beyond.
+func BenchmarkPlain(b *testing.B) {
+	for _, n := range []int{4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20} {
+		src, dst := make([]byte, n), make([]byte, n)
+		for _, name := range []string{"copy", "plain"} {
+			b.Run(fmt.Sprintf("bytes=%d/%s", n, name), func(b *testing.B) {
+				b.SetBytes(int64(n))
+				for range b.N {
+					if name == "copy" {
+						copy(dst, src)
+					} else {
+						Plain(dst, src)
+					}
+				}
 			})
 		}
 	}
