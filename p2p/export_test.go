@@ -171,7 +171,12 @@ const RingMaxLinesPerMessage = ringLines
 func (ep *Endpoint) InlineStaged(peer int) bool {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	for _, c := range ep.peers[peer].iframe[min(hdrLen, len(ep.peers[peer].iframe)):] {
+	return nonZero(ep.peers[peer].iframe[min(hdrLen, len(ep.peers[peer].iframe)):])
+}
+
+// nonZero reports whether any byte of b is non-zero.
+func nonZero(b []byte) bool {
+	for _, c := range b {
 		if c != 0 {
 			return true
 		}
@@ -250,10 +255,5 @@ func (ep *Endpoint) StalePoll(between func(cq verbs.CQ), then func()) {
 func (ep *Endpoint) StagingUsed(peer int) bool {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	for _, c := range ep.peers[peer].sendMR.Bytes() {
-		if c != 0 {
-			return true
-		}
-	}
-	return false
+	return nonZero(ep.peers[peer].sendMR.Bytes())
 }

@@ -227,11 +227,10 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
 	if d.traits.InlineSends && d.caps.MaxInline >= inlineMax {
 		// An eager frame (or pipelined fragment) the device takes inline
-		// skips the staging slot
-		// and, unsignaled, the send completion and its handling: on a
-		// provider whose inline SEND is copied like any other, that is
-		// the same copies for less work, so frames go inline up to the
-		// device's limit.
+		// skips the staging slot and, unsignaled, the send completion and
+		// its handling: on a provider whose inline SEND is copied like any
+		// other, that is the same copies for less work, so frames go
+		// inline up to the device's limit.
 		p.inline = min(d.caps.MaxInline, p.slot)
 		p.iframe = make([]byte, p.inline)
 	}

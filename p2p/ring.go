@@ -24,9 +24,9 @@ import (
 // straight into its ring in the receiver's memory: a 16-byte header and
 // 48 bytes of payload in the first cache line, the rest of the payload in
 // up to ringLines-1 further whole lines (2096 bytes in all, and at most
-// half the ring). The first
-// line's stamp (position+1) is stored last and publishes the message (the
-// lines before it are visible once it is); the receiver polls the stamp
+// half the ring). The first line's stamp (position+1) is stored last and
+// publishes the message (the lines before it are visible once it is); the
+// receiver polls the stamp
 // of the next line it expects. Stamps from the previous lap differ by the
 // ring's size, so a stale line never looks published (the receiver writes
 // a consumed message's further lines their own stamps back, see ringTo,
@@ -90,14 +90,14 @@ const (
 // defaultRingLines is the ring depth of an endpoint of ranks ranks. An OSU
 // window (64 messages in flight, as the bw and bibw loops and the
 // collectives' bursts of Isends post them) of 1 KiB messages takes 1088
-// lines, of the largest 2112: with 256 lines and 9-line messages, both ranks of a
-// bibw window filled each other's ring with the first 28 of 528 bytes (51
-// of 256) while neither was reading, and the rest paid the queue pair's
-// path, several times the ring's software (BenchmarkWindowOverhead). 2048
-// lines hold a window of messages up to 2000 bytes (4096 cost 256 B-1 KiB
-// message rate 0.8-0.9, the ring's lines spanning more cache); the depth shrinks with the rank count so that
-// the window, one ring per rank, stays near 1 MiB, and untouched lines of
-// the sparse heap cost no memory.
+// lines, of the largest 2112: with 256 lines and 9-line messages, both
+// ranks of a bibw window filled each other's ring with the first 28 of 528
+// bytes (51 of 256) while neither was reading, and the rest paid the queue
+// pair's path, several times the ring's software (BenchmarkWindowOverhead).
+// 2048 lines hold a window of messages up to 2000 bytes (4096 cost 256 B-1
+// KiB message rate 0.8-0.9, the ring's lines spanning more cache); the
+// depth shrinks with the rank count so that the window, one ring per rank,
+// stays near 1 MiB, and untouched lines of the sparse heap cost no memory.
 func defaultRingLines(ranks int) int {
 	n := maxRingLines
 	for n > minDefaultRingLines && ranks*n*ringLine > ringWinBudget {
@@ -109,7 +109,7 @@ func defaultRingLines(ranks int) int {
 // ringMaxFor is the largest message a ring of n lines takes: ringMaxBytes,
 // or what half of the ring holds, whichever is smaller.
 func ringMaxFor(n uint32) int {
-	return ringFirst + (min(ringLines, int(n)/2)-1)*ringLine
+	return min(ringMaxBytes, ringFirst+(int(n)/2-1)*ringLine)
 }
 
 // ringBlock is the bytes of one sender's ring of n lines in the window.

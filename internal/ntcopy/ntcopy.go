@@ -57,12 +57,13 @@ const (
 var movsCopy = movs
 
 // Plain copies min(len(dst), len(src)) bytes from src to dst, as copy
-// does (overlapping slices included), and returns that count. From PlainMin to PlainMax bytes,
-// where the CPU has fast REP MOVSB (ERMS), it uses that instruction, as
-// C's memcpy does: Go's copy took 1.3-1.6 times as long there on the
-// machine measured (32 KiB 0.39-0.40 us against 0.25-0.28, 512 KiB 7.9-8.3
-// against 6.4-6.6; BenchmarkPlain), which made a Put of 32 KiB-128 KiB
-// into a mapped window 1.4-1.6 times MPI_Put's time.
+// does (overlapping slices included), and returns that count. From
+// PlainMin to PlainMax bytes, where the CPU has fast REP MOVSB (ERMS), it
+// uses that instruction, as C's memcpy does: Go's copy took 1.3-1.6 times
+// as long there on the machine measured (32 KiB 0.39-0.40 us against
+// 0.25-0.28, 512 KiB 7.9-8.3 against 6.4-6.6; BenchmarkPlain), which made
+// a Put of 32 KiB-128 KiB into a mapped window 1.4-1.6 times MPI_Put's
+// time.
 func Plain(dst, src []byte) int {
 	n := min(len(dst), len(src))
 	if n < PlainMin || n > PlainMax || !haveMovs {
