@@ -130,7 +130,16 @@
 // goroutines must do (softrc.Config.YieldSpin). Without PollYield, it does not poll while
 // its polls keep running out before their frame comes (a peer that computes, a busy
 // machine): after each such miss in a row, twice as many waits (1, 2, 4,
-// up to 64) sleep at once, until a poll finds its frame again.
+// up to 64) sleep at once, until a poll finds its frame again. A waiter
+// streaming a READ response polls the same way between the reads that
+// take its payload, for as long as bytes keep coming within PollSpin of
+// each other: asleep in the network poller, it made every segment its
+// sender hands the kernel wake it, an inter-processor interrupt on the
+// sender's CPU (on a VM, an exit), which doubled the time the sender took
+// to write 1 MiB. It probes with poll(2), which does not take the socket's
+// lock (a read does, and kept the kernel from handling arriving segments),
+// and not at all while a writer goroutine of the device writes, which may
+// wait for the network poller that a polling goroutine keeps from running.
 //
 // A waiter over several devices on a crowded host (p2p's crowded poll)
 // looks for arrived bytes through its CQ's Arrived after each empty poll:

@@ -70,6 +70,8 @@ type link struct {
 	streamed    atomic.Int32 // READ responses a waiter streamed to their end (for tests)
 	suspends    atomic.Int32 // streamed READ responses suspended mid-payload (for tests)
 	streamBytes atomic.Int64 // payload bytes waiters streamed (for tests)
+	spinGaveUp  atomic.Int32 // streaming reads that polled the socket for Options.PollSpin in vain and slept (for tests)
+	spinStream  atomic.Int64 // payload bytes streaming reads took by polling the socket (spinRead; for tests)
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)
@@ -224,6 +226,7 @@ func (l *link) writer() {
 		}
 		l.wmu.Lock()
 		l.writing.Store(true)
+		l.t.writers.Add(1)
 		var err error
 		if len(l.ss.carry) > 0 {
 			err = l.write(l.ss.carry)
@@ -240,6 +243,7 @@ func (l *link) writer() {
 				l.finishBatch()
 			}
 		}
+		l.t.writers.Add(-1)
 		l.writing.Store(false)
 		l.wmu.Unlock()
 		if err != nil {

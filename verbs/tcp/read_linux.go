@@ -78,6 +78,10 @@ type queueWait struct {
 	rn          int              // and its result
 	rerr        error
 	read        func(fd uintptr) bool // readQueued's RawConn.Read callback
+	// pollReadable's probe: poll(2) with no timeout.
+	pollFds []unix.PollFd
+	pollN   int
+	pollFn  func(fd uintptr)
 	// Incoming's probe, for waiters that do not hold the read token: a
 	// spinner that finds peekMu taken sees nothing arriving.
 	peekMu sync.Mutex
@@ -93,6 +97,15 @@ func (w *queueWait) init() {
 	w.fn = w.check
 	w.probe = func(fd uintptr) { w.queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
 	w.peek = func(fd uintptr) { w.peekN, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
+	w.pollFds = make([]unix.PollFd, 1)
+	w.pollFn = func(fd uintptr) {
+		w.pollFds[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+		n, err := unix.Poll(w.pollFds, 0)
+		if err != nil || w.pollFds[0].Revents != 0 {
+			n = 1 // readable, hung up or failed: the read tells which
+		}
+		w.pollN = n
+	}
 	w.read = func(fd uintptr) bool {
 		w.rn, w.rerr = unix.Read(int(fd), w.rbuf)
 		return true
@@ -323,6 +336,19 @@ func (l *link) spinFill(ctx context.Context, cq *softrc.CQ, want int, deadline t
 			runtime.Gosched() // as in spinUntilQueued
 		}
 	}
+}
+
+// pollReadable reports whether the socket is readable, without taking the
+// socket's lock as a read or SIOCINQ does (tcp_poll reads its state
+// locklessly): a reader that probes in a loop then does not hold off the
+// kernel's handling of the segments arriving meanwhile.
+func (l *link) pollReadable() bool {
+	w := &l.qw
+	w.pollN = 0
+	if l.rc == nil || l.rc.Control(w.pollFn) != nil {
+		return true // let the read tell
+	}
+	return w.pollN > 0
 }
 
 // readQueued reads what is queued in the socket into p without waiting:

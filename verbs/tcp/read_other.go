@@ -40,6 +40,8 @@ func (l *link) spinFill(context.Context, *softrc.CQ, int, time.Time) bool { retu
 
 func (l *link) readQueued([]byte) (int, error) { return 0, errWouldBlock }
 
+func (l *link) pollReadable() bool { return true }
+
 func (l *link) quiet() {}
 
 func (l *link) loud() {}

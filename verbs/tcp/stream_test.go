@@ -20,7 +20,11 @@ import (
 // beyond the test, whose peer pauses mid-frame on purpose.
 func streamSetup(t *testing.T, n int) (*side, verbs.MR, net.Conn, []byte, *link) {
 	t.Helper()
-	o := testOptions()
+	return streamSetupWith(t, testOptions(), n)
+}
+
+func streamSetupWith(t *testing.T, o Options, n int) (*side, verbs.MR, net.Conn, []byte, *link) {
+	t.Helper()
 	o.MinAckTimeout = time.Minute
 	a, mr, c := fakeTargetWith(t, o, n, 0)
 	l := attachedLink(t, a.qp)
@@ -84,15 +88,27 @@ func testWaiterStreams(t *testing.T, n int) {
 // its ctx ends mid-payload, the peer stalled; the frame is suspended where
 // it is and finished once the rest arrives, intact; and a connection lost
 // mid-frame fails the READ rather than leaving it waiting.
+// With a long PollSpin the ctx's end finds the waiter polling the socket
+// (spinRead) rather than asleep in a read.
 func TestStreamedReadSuspends(t *testing.T) {
 	const n = 2 * pollFrameMax
-	for _, lose := range []bool{false, true} {
-		name := "rest arrives"
-		if lose {
-			name = "connection lost"
+	for _, spin := range []time.Duration{0, time.Minute} {
+		for _, lose := range []bool{false, true} {
+			name := "rest arrives"
+			if lose {
+				name = "connection lost"
+			}
+			t.Run(fmt.Sprintf("%s/spin=%v", name, spin), func(t *testing.T) { testStreamedReadSuspends(t, n, spin, lose) })
 		}
-		t.Run(name, func(t *testing.T) {
-			a, mr, c, f, l := streamSetup(t, n)
+	}
+}
+
+func testStreamedReadSuspends(t *testing.T, n int, spin time.Duration, lose bool) {
+	{
+		{
+			o := testOptions()
+			o.PollSpin = spin
+			a, mr, c, f, l := streamSetupWith(t, o, n)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			res := make(chan error, 1)
@@ -101,8 +117,10 @@ func TestStreamedReadSuspends(t *testing.T) {
 			half := HeaderLen + n/2
 			_, err := c.Write(f[:half])
 			require.NoError(t, err)
-			require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
-				"the waiter did not stream the response")
+			// All that came is placed: the waiter waits on a stalled
+			// socket (polls it, with a spin) when its ctx ends.
+			require.Eventually(t, func() bool { return l.streamBytes.Load() == int64(n/2) }, 10*time.Second, time.Millisecond,
+				"the waiter did not stream what came of the response")
 			cancel()
 			select {
 			case err := <-res:
@@ -111,6 +129,10 @@ func TestStreamedReadSuspends(t *testing.T) {
 				t.Fatal("Wait overran its ctx while streaming a frame")
 			}
 			require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
+			if spin > 0 {
+				require.Positive(t, l.spinStream.Load(), "the waiter did not poll the socket for the payload")
+				require.Zero(t, l.spinGaveUp.Load(), "a minute's spin gave up")
+			}
 			if lose {
 				require.NoError(t, c.Close())
 				wc := wait(t, a.cq)
@@ -122,6 +144,66 @@ func TestStreamedReadSuspends(t *testing.T) {
 			_, err = c.Write(f[half:])
 			require.NoError(t, err)
 			checkRead(t, a, mr, f)
+		}
+	}
+}
+
+// TestStreamingReadPolls: with PollSpin, a waiter streaming a READ response
+// takes its payload by polling the socket while bytes keep coming (no
+// wake-up per segment for the sender to pay); it sleeps once nothing came
+// for PollSpin, and does not poll at all while a writer goroutine of the
+// transport writes (that may need the network poller this goroutine would
+// keep from running); without PollSpin it never polls.
+func TestStreamingReadPolls(t *testing.T) {
+	const n = pollFrameMax + 256<<10
+	for _, tc := range []struct {
+		name    string
+		spin    time.Duration
+		writing bool
+	}{
+		{"spin", time.Minute, false},
+		{"spin runs out", time.Millisecond, false},
+		{"writer writing", time.Minute, true},
+		{"no spin", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions()
+			o.PollSpin = tc.spin
+			a, mr, c, f, l := streamSetupWith(t, o, n)
+			if tc.writing {
+				l.t.writers.Add(1)
+				defer l.t.writers.Add(-1)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res := make(chan error, 1)
+			go func() { res <- a.cq.Wait(ctx) }()
+			awaitPoller(t, a.qp)
+			third := HeaderLen + n/3
+			_, err := c.Write(f[:third])
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
+				"the waiter did not stream the response")
+			if tc.spin == time.Millisecond {
+				require.Eventually(t, func() bool { return l.spinGaveUp.Load() > 0 }, 10*time.Second, time.Millisecond,
+					"the waiter polled a stalled socket past PollSpin")
+			}
+			_, err = c.Write(f[third:])
+			require.NoError(t, err)
+			require.NoError(t, <-res)
+			checkRead(t, a, mr, f)
+			require.Equal(t, int32(1), l.streamed.Load())
+			switch {
+			case tc.spin == time.Minute && !tc.writing:
+				// All but what came with the header's read and the read
+				// that started the frame was polled for.
+				require.Greater(t, l.spinStream.Load(), int64(n/2), "the payload was not taken by polling the socket")
+				require.Zero(t, l.spinGaveUp.Load())
+			case tc.spin == time.Millisecond:
+				require.Positive(t, l.spinGaveUp.Load())
+			default:
+				require.Zero(t, l.spinStream.Load(), "the waiter polled the socket")
+			}
 		})
 	}
 }

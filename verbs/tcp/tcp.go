@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -105,8 +106,10 @@ type Options struct {
 	// waits on the QP's CQ (see doc.go) polls the socket without blocking
 	// before it sleeps in the network poller: a reply within it is read
 	// without the wake-up (futex, epoll, scheduler), which on a VM costs
-	// more than the message. Each poll is a system call, so it only pays
-	// when this process has a CPU to itself. Zero or negative: no polling.
+	// more than the message. A waiter streaming a large READ response
+	// polls between its reads while bytes keep coming within PollSpin of
+	// each other. Each poll is a system call, so it only pays when this
+	// process has a CPU to itself. Zero or negative: no polling.
 	PollSpin time.Duration
 	// PollYield makes the polling of PollSpin give the CPU to other
 	// processes (sched_yield) after each poll that finds nothing: for ranks
@@ -164,6 +167,10 @@ type transport struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	// writers counts the links whose writer goroutine is writing: a write
+	// the socket did not take waits for the network poller, which a
+	// streaming read that polls the socket keeps from running (spinRead).
+	writers atomic.Int32
 
 	mu      sync.Mutex
 	closed  bool
