@@ -47,31 +47,37 @@ type Endpoint struct {
 	provider []verbs.Provider // per rank
 	peers    []*peer          // peers[rank]; nil for this rank
 
-	mu         sync.Mutex
-	m          matcher
-	spare      spareBufs // copies of unexpected eager payloads, for reuse
-	nextID     uint64
-	rndvSends  map[uint64]*Request   // RTS sent, waiting for FIN
-	splits     map[splitKey]*Request // split rendezvous receives waiting for WDONE
-	pipes      map[splitKey]*pipeIn  // pipelined messages whose fragments are arriving
-	reads      map[uint32]*Request   // READ posted, waiting for completion
-	writes     map[uint32]*Request   // window writes waiting for completion
-	notes      []Notification
-	arrivals   []chan struct{} // Probe / WaitNotify waiters, woken on arrival
-	dirty      []*peer         // peers whose queues or credits changed
-	failErr    error           // set once: *PeerLostError or closedErr
-	failed     chan struct{}   // closed when failErr is set
-	closing    bool
-	policy     shmsync.Policy // how a blocking call polls before it blocks (waitPolicy)
-	localCPUs  int            // CPUs the ranks on this host may run on together (0: unknown)
-	localRanks int            // ranks of this endpoint on this host, this one included
-	crowding   float64        // ranks per CPU on the job's most crowded host (Crowding)
-	windowSeq  uint32
-	winSlots   map[uint32]*Window // live windows by signal slot (window_signal.go)
-	opSeq      uint32
-	selfStats  PeerStats
-	freeReqs   []*Request // recycled requests (putReq)
-	freeColds  []*reqCold // their cold parts, recycled apart (coldLocked)
+	mu        sync.Mutex
+	m         matcher
+	spare     spareBufs // copies of unexpected eager payloads, for reuse
+	nextID    uint64
+	rndvSends map[uint64]*Request   // RTS sent, waiting for FIN
+	splits    map[splitKey]*Request // split rendezvous receives waiting for WDONE
+	pipes     map[splitKey]*pipeIn  // pipelined messages whose fragments are arriving
+	reads     map[uint32]*Request   // READ posted, waiting for completion
+	writes    map[uint32]*Request   // window writes waiting for completion
+	notes     []Notification
+	arrivals  []chan struct{} // Probe / WaitNotify waiters, woken on arrival
+	dirty     []*peer         // peers whose queues or credits changed
+	// While batching (handlePolledLocked), the posts to a peer whose QP
+	// can hold them (verbs.PostBatcher) wait until the completions polled
+	// are all handled, so that the frames they answer with leave together.
+	batching    bool
+	heldQPs     []*peer
+	noPollBatch bool          // tests: handlePolledLocked does not batch (see SetPollBatching)
+	failErr     error         // set once: *PeerLostError or closedErr
+	failed      chan struct{} // closed when failErr is set
+	closing     bool
+	policy      shmsync.Policy // how a blocking call polls before it blocks (waitPolicy)
+	localCPUs   int            // CPUs the ranks on this host may run on together (0: unknown)
+	localRanks  int            // ranks of this endpoint on this host, this one included
+	crowding    float64        // ranks per CPU on the job's most crowded host (Crowding)
+	windowSeq   uint32
+	winSlots    map[uint32]*Window // live windows by signal slot (window_signal.go)
+	opSeq       uint32
+	selfStats   PeerStats
+	freeReqs    []*Request // recycled requests (putReq)
+	freeColds   []*reqCold // their cold parts, recycled apart (coldLocked)
 
 	// The progress engine.
 	pollMu    sync.Mutex

@@ -257,3 +257,12 @@ func (ep *Endpoint) StagingUsed(peer int) bool {
 	defer ep.mu.Unlock()
 	return nonZero(ep.peers[peer].sendMR.Bytes())
 }
+
+// SetPollBatching turns off (or back on) the holding of posts while a
+// poll's completions are handled, so that a test can tell the batching of
+// queued frames (peer.flush) from it.
+func (ep *Endpoint) SetPollBatching(on bool) {
+	ep.mu.Lock()
+	ep.noPollBatch = !on
+	ep.mu.Unlock()
+}

@@ -103,8 +103,10 @@ type peer struct {
 	iframe []byte // the inline frame being posted (p.inline bytes)
 	// pair posts an inline frame's header and payload from their own
 	// buffers (nil: the QP cannot, and the payload is copied into iframe).
-	pair  verbs.InlinePairPoster
-	grows bool // buffers grow on demand (maxRecv > EagerSlots; symmetric)
+	pair    verbs.InlinePairPoster
+	batcher verbs.PostBatcher // the QP's, when it has the capability (see flush)
+	held    bool              // batcher holds posts for the endpoint (Endpoint.holdPosts)
+	grows   bool              // buffers grow on demand (maxRecv > EagerSlots; symmetric)
 
 	sendFree     []int32
 	credits      int
@@ -246,6 +248,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	if pp, ok := p.qp.(verbs.InlinePairPoster); ok && p.inline > 0 {
 		p.pair = pp
 	}
+	p.batcher, _ = p.qp.(verbs.PostBatcher)
 	co := ep.connectOptions(d)
 	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPInit, Port: 1, AccessFlags: co.Access},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
@@ -379,6 +382,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 			Flags: verbs.SendSignaled, SGL: p.sge[:]}
 	}
 	var err error
+	ep.holdPosts(p)
 	if tail != nil {
 		err = p.pair.PostSendInlinePair(p.swr[0], tail)
 	} else {
@@ -526,6 +530,12 @@ func (p *peer) flush(ep *Endpoint) {
 			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", h.kind, err))
 			return
 		}
+	}
+	if p.batcher != nil && len(p.queue) > 1 {
+		// The frames that waited for credits leave together: one write
+		// for all of them over tcp rather than one each.
+		p.batcher.HoldPosts()
+		defer p.batcher.ReleasePosts()
 	}
 	for len(p.queue) > 0 && !p.broken {
 		it := p.queue[0]

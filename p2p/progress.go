@@ -118,6 +118,10 @@ func (ep *Endpoint) pollDev(d *device) (n int, ring, ok bool) {
 // when ring says so, the ring messages; the caller holds ep.pollMu and ep.mu.
 func (ep *Endpoint) handlePolledLocked(n int, ring bool) int {
 	total := n
+	// What the completions make us post to a peer goes in one write (READ
+	// requests for a window of RTSs, FINs, credits) rather than one each
+	// over tcp.
+	ep.batching = !ep.noPollBatch
 	for i := range ep.wcs[:n] {
 		ep.handleWC(&ep.wcs[i])
 	}
@@ -128,7 +132,30 @@ func (ep *Endpoint) handlePolledLocked(n int, ring bool) int {
 		ep.settleLinksLocked()
 	}
 	ep.flushDirtyLocked()
+	ep.batching = false
+	ep.releasePostsLocked()
 	return total
+}
+
+// holdPosts makes p's QP hold what is posted to it until releasePostsLocked,
+// while the endpoint is batching.
+func (ep *Endpoint) holdPosts(p *peer) {
+	if !ep.batching || p.batcher == nil || p.held {
+		return
+	}
+	p.held = true
+	p.batcher.HoldPosts()
+	ep.heldQPs = append(ep.heldQPs, p)
+}
+
+// releasePostsLocked sends what the held QPs hold.
+func (ep *Endpoint) releasePostsLocked() {
+	for _, p := range ep.heldQPs {
+		p.held = false
+		p.batcher.ReleasePosts()
+	}
+	clear(ep.heldQPs)
+	ep.heldQPs = ep.heldQPs[:0]
 }
 
 // progressHeldLocked is progress for a caller that holds ep.mu (and may
@@ -773,6 +800,7 @@ func (ep *Endpoint) postReadLocked(p *peer, r *Request) error {
 		p.sge[0] = verbs.SGE{Addr: r.reg.addr(r.buf[r.readOff:]), Length: uint32(r.readLen), LKey: r.reg.mr.LKey()}
 		p.swr[0] = verbs.SendWR{ID: id, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
 			SGL: p.sge[:], RemoteAddr: r.rts.addr + uint64(r.readOff), RKey: r.rts.rkey}
+		ep.holdPosts(p)
 		if err := p.qp.PostSend(p.swr[:]...); err != nil {
 			return err
 		}
@@ -786,6 +814,7 @@ func (ep *Endpoint) postReadLocked(p *peer, r *Request) error {
 			SGL:        []verbs.SGE{{Addr: r.reg.addr(r.buf[off:]), Length: uint32(n), LKey: r.reg.mr.LKey()}},
 			RemoteAddr: r.rts.addr + uint64(off), RKey: r.rts.rkey})
 	}
+	ep.holdPosts(p)
 	err := p.qp.PostSend(wrs...)
 	if err != nil {
 		var ve *verbs.Error

@@ -556,6 +556,7 @@ func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
 		}
 		p.swr[0].SGL = p.sge[:]
 	}
+	ep.holdPosts(p)
 	if err := p.qp.PostSend(p.swr[:]...); err != nil {
 		return err
 	}

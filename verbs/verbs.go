@@ -253,6 +253,20 @@ type PeerWriter interface {
 	WritePeer(addr uint64, src []byte) error
 }
 
+// PostBatcher is an optional QP capability of providers whose doorbell is
+// a system call (software transports): between HoldPosts and ReleasePosts
+// the send requests posted are handed to the transport together, at
+// ReleasePosts, as one ibv_post_send of a list would be: a stream of small
+// frames then costs one write instead of one each. Holds nest; every
+// HoldPosts must be followed by its ReleasePosts on the same goroutine
+// before it waits for anything, or the requests held never leave. Posts
+// from other goroutines meanwhile are held too. Validation and errors are
+// PostSend's, at post time.
+type PostBatcher interface {
+	HoldPosts()
+	ReleasePosts()
+}
+
 // InlinePairPoster is an optional QP capability: PostSendInlinePair posts
 // one inline request (wr has SendInline, its Inline is the first part)
 // whose payload is wr.Inline followed by tail, both copied at post time,

@@ -136,6 +136,7 @@ type qp struct {
 	lost      bool     // the next flushed send completion is reported as RETRY_EXC_ERR
 	remoteNum uint32
 	closed    bool
+	holds     int // HoldPosts not yet released (verbs.PostBatcher)
 }
 
 func (q *qp) Num() uint32          { return q.num }
@@ -175,7 +176,11 @@ func (q *qp) PostSend(wrs ...verbs.SendWR) error {
 	for i := range wrs {
 		q.sends = append(q.sends, wrs[i].ID)
 	}
+	held := q.holds > 0
 	q.mu.Unlock()
+	if held {
+		q.inj.noteHeld(len(wrs))
+	}
 	err := q.inner.PostSend(wrs...)
 	if err != nil {
 		n := 0
@@ -195,6 +200,30 @@ func (q *qp) PostSend(wrs ...verbs.SendWR) error {
 		q.mu.Unlock()
 	}
 	return err
+}
+
+// HoldPosts implements verbs.PostBatcher: it passes the hold on when the
+// wrapped QP holds posts itself (else posts go as they come) and counts
+// the sends posted under it (Stats.SendsHeld).
+func (q *qp) HoldPosts() {
+	q.mu.Lock()
+	q.holds++
+	q.mu.Unlock()
+	if b, ok := q.inner.(verbs.PostBatcher); ok {
+		b.HoldPosts()
+	}
+}
+
+// ReleasePosts implements verbs.PostBatcher.
+func (q *qp) ReleasePosts() {
+	q.mu.Lock()
+	if q.holds > 0 {
+		q.holds--
+	}
+	q.mu.Unlock()
+	if b, ok := q.inner.(verbs.PostBatcher); ok {
+		b.ReleasePosts()
+	}
 }
 
 func (q *qp) PostRecv(wrs ...verbs.RecvWR) error {

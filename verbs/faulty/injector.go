@@ -27,6 +27,16 @@ type Stats struct {
 	Disconnects          int
 	SynthesizedLoss      int // QPs moved to ERR by the wrapper itself
 	RetryExcReported     int // flushed send completions reported as RETRY_EXC_ERR
+	// SendsHeld counts the send requests posted while their QP's posts
+	// were held (verbs.PostBatcher): not a fault, what the layer above
+	// batched.
+	SendsHeld int
+}
+
+func (i *Injector) noteHeld(n int) {
+	i.mu.Lock()
+	i.stats.SendsHeld += n
+	i.mu.Unlock()
 }
 
 type postRule struct {

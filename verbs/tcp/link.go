@@ -72,6 +72,7 @@ type link struct {
 	streamBytes atomic.Int64 // payload bytes waiters streamed (for tests)
 	spinGaveUp  atomic.Int32 // streaming reads that polled the socket for Options.PollSpin in vain and slept (for tests)
 	spinStream  atomic.Int64 // payload bytes streaming reads took by polling the socket (spinRead; for tests)
+	writes      atomic.Int32 // write system calls of the posting side (writeNow; for tests)
 	urgentHeld  bool         // resps holds more than ACKs, sent once no whole frame is buffered (see respond)
 	urgentSends atomic.Int32 // how often the reading side sent such responses (for tests)
 	spinReads   atomic.Int32 // non-blocking reads that found bytes (spinFill; for tests)

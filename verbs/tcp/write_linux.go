@@ -27,10 +27,12 @@ type rawWriteState struct {
 	bufs net.Buffers // what is left to write, consumed by write
 	err  error
 	fn   func(fd uintptr) bool
+	l    *link
 }
 
-func (w *rawWriteState) init(*link) {
+func (w *rawWriteState) init(l *link) {
 	w.fn = w.write
+	w.l = l
 }
 
 // write is the RawConn.Write callback: writev until the socket is full or
@@ -72,6 +74,7 @@ func (w *rawWriteState) write(fd uintptr) bool {
 		} else {
 			n, _, e = syscall.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
 		}
+		w.l.writes.Add(1)
 		if e == syscall.EINTR {
 			continue
 		}

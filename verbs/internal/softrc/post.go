@@ -35,12 +35,39 @@ func (q *QP) PostSend(wrs ...verbs.SendWR) error {
 	err := q.postSendLocked(wrs)
 	l, k := q.takeKicksLocked()
 	q.mu.Unlock()
+	q.kickPosted(l, k)
+	return err
+}
+
+// kickPosted makes the kicks owed for posted requests: the link's
+// KickPost when it has one (the poster writes them itself if it can).
+func (q *QP) kickPosted(l Link, k int) {
 	if pk, ok := l.(PostKicker); ok && k > 0 {
 		pk.KickPost()
 	} else {
 		q.doKicks(l, k)
 	}
-	return err
+}
+
+// HoldPosts implements verbs.PostBatcher: the kicks of the requests posted
+// from now on wait for the matching ReleasePosts, so that the link writes
+// them together.
+func (q *QP) HoldPosts() {
+	q.mu.Lock()
+	q.holds++
+	q.mu.Unlock()
+}
+
+// ReleasePosts implements verbs.PostBatcher: the last release makes the
+// kicks the holds kept back.
+func (q *QP) ReleasePosts() {
+	q.mu.Lock()
+	if q.holds > 0 {
+		q.holds--
+	}
+	l, k := q.takeKicksLocked()
+	q.mu.Unlock()
+	q.kickPosted(l, k)
 }
 
 func (q *QP) postSendLocked(wrs []verbs.SendWR) error {

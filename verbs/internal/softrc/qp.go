@@ -130,6 +130,7 @@ type QP struct {
 	// goes to ERR when it reaches RTS.
 	linkFailed bool
 	kicks      int    // Kick calls owed (counted under mu, made after unlock)
+	holds      int    // HoldPosts not yet released: kicks wait for the last ReleasePosts
 	epoch      uint64 // bumped when the queues are flushed or reset
 
 	rnrUntil    time.Time
@@ -332,6 +333,9 @@ func (q *QP) stopTimersLocked() {
 // takeKicksLocked hands the owed kicks to the caller, who makes them after
 // unlocking.
 func (q *QP) takeKicksLocked() (Link, int) {
+	if q.holds > 0 {
+		return nil, 0 // ReleasePosts makes them
+	}
 	k := q.kicks
 	q.kicks = 0
 	if q.link == nil {

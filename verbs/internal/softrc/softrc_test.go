@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
 	"github.com/rdmago/rdmago/verbs/loop"
 )
 
@@ -352,4 +353,41 @@ func TestModifyFailureChangesNothing(t *testing.T) {
 	err = e.qp.Modify(&verbs.QPAttr{State: verbs.QPRTS}, verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
 	require.ErrorIs(t, err, verbs.ErrInvalidState)
 	require.Equal(t, verbs.QPInit, e.qp.State())
+}
+
+// TestHoldPostsBatchesKicks: sends posted while their QP's posts are held
+// (verbs.PostBatcher) reach the transport only at the last ReleasePosts,
+// together (one kick owed per post until then); nested holds count, and
+// the sends then complete as usual.
+func TestHoldPostsBatchesKicks(t *testing.T) {
+	a, b := pair(t, cfg{}, cfg{}, opts(), opts())
+	for i := range 4 {
+		require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: uint64(100 + i), SGL: []verbs.SGE{verbs.SGEOf(b.mr, i*8, 8)}}))
+	}
+	pb, ok := a.qp.(verbs.PostBatcher)
+	require.True(t, ok, "the engine's QPs hold posts")
+	pb.HoldPosts()
+	pb.HoldPosts()
+	for i := range 3 {
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, Flags: verbs.SendInline | verbs.SendSignaled,
+			Inline: []byte{byte(i), 1, 2, 3, 4, 5, 6, 7}}))
+	}
+	require.Equal(t, 3, softrc.OwedKicks(a.qp), "held posts kicked the link")
+	pb.ReleasePosts()
+	require.Equal(t, 3, softrc.OwedKicks(a.qp), "an inner release let held posts go")
+	pb.ReleasePosts()
+	require.Zero(t, softrc.OwedKicks(a.qp), "the last release kept posts back")
+	for i := range 3 {
+		wc := wait(t, a.scq)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, uint64(i), wc.ID)
+		wc = wait(t, b.rcq)
+		require.Equal(t, verbs.StatusSuccess, wc.Status)
+		require.Equal(t, uint64(100+i), wc.ID)
+		require.Equal(t, byte(i), b.mr.Bytes()[i*8])
+	}
+	// Without a hold, a post kicks at once.
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 9, Opcode: verbs.OpSend, Flags: verbs.SendInline | verbs.SendSignaled, Inline: []byte{9}}))
+	require.Zero(t, softrc.OwedKicks(a.qp))
+	require.Equal(t, uint64(103), wait(t, b.rcq).ID)
 }

@@ -1,0 +1,55 @@
+package tcp
+
+import (
+	"io"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/verbs"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHeldPostsLeaveInOneWrite: small sends posted while the QP's posts
+// are held (verbs.PostBatcher) leave in one write system call at the last
+// ReleasePosts; posted one by one without a hold, they take several.
+func TestHeldPostsLeaveInOneWrite(t *testing.T) {
+	const n = 5
+	o := testOptions()
+	o.MinAckTimeout = time.Minute // the fake peer never acknowledges
+	a, _, c := fakeTargetWith(t, o, 64, 0)
+	l := attachedLink(t, a.qp)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	post := func(i int) {
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(i), Opcode: verbs.OpSend, Flags: verbs.SendInline,
+			Inline: []byte{byte(i), 2, 3, 4, 5, 6, 7, 8}}))
+	}
+	// readFrames reads k SEND frames from the fake peer's end.
+	readFrames := func(k int) {
+		for range k {
+			hb := make([]byte, HeaderLen)
+			_, err := io.ReadFull(c, hb)
+			require.NoError(t, err)
+			h, err := DecodeHeader(hb, 1<<20)
+			require.NoError(t, err)
+			_, err = io.ReadFull(c, make([]byte, h.PayloadLen()))
+			require.NoError(t, err)
+		}
+	}
+	pb := a.qp.(verbs.PostBatcher)
+	w0 := l.writes.Load()
+	pb.HoldPosts()
+	for i := range n {
+		post(i)
+	}
+	require.Equal(t, w0, l.writes.Load(), "a held post was written")
+	pb.ReleasePosts()
+	readFrames(n)
+	require.Equal(t, w0+1, l.writes.Load(), "held posts did not leave in one write")
+
+	w0 = l.writes.Load()
+	for i := range n {
+		post(n + i)
+	}
+	readFrames(n)
+	require.Greater(t, l.writes.Load(), w0+1, "posts without a hold went in one write")
+}
