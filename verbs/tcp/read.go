@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/futex"
-
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
 
@@ -434,7 +433,9 @@ func (l *link) streamFrame(ctx context.Context, cq *softrc.CQ) error {
 	}
 	pl := &l.fs.pl
 	pl.stopCtx, pl.stopCQ = ctx, cq
-	l.sr.spin = l.t.opts.PollSpin
+	if streamSpins {
+		l.sr.spin = l.t.opts.PollSpin
+	}
 	err := l.readFrame()
 	l.sr.spin = 0
 	pl.stopCtx, pl.stopCQ = nil, nil

@@ -338,6 +338,10 @@ func (l *link) spinFill(ctx context.Context, cq *softrc.CQ, want int, deadline t
 	}
 }
 
+// streamSpins says a streaming waiter may poll the socket between its
+// reads (spinRead): readQueued and pollReadable look into it here.
+const streamSpins = true
+
 // pollReadable reports whether the socket is readable, without taking the
 // socket's lock as a read or SIOCINQ does (tcp_poll reads its state
 // locklessly): a reader that probes in a loop then does not hold off the

@@ -40,6 +40,10 @@ func (l *link) spinFill(context.Context, *softrc.CQ, int, time.Time) bool { retu
 
 func (l *link) readQueued([]byte) (int, error) { return 0, errWouldBlock }
 
+// streamSpins is false: without readQueued a streaming waiter's poll
+// would find nothing, so it blocks in its reads at once.
+const streamSpins = false
+
 func (l *link) pollReadable() bool { return true }
 
 func (l *link) quiet() {}

@@ -129,7 +129,7 @@ func testStreamedReadSuspends(t *testing.T, n int, spin time.Duration, lose bool
 				t.Fatal("Wait overran its ctx while streaming a frame")
 			}
 			require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
-			if spin > 0 {
+			if spin > 0 && streamSpins {
 				require.Positive(t, l.spinStream.Load(), "the waiter did not poll the socket for the payload")
 				require.Zero(t, l.spinGaveUp.Load(), "a minute's spin gave up")
 			}
@@ -167,6 +167,9 @@ func TestStreamingReadPolls(t *testing.T) {
 		{"no spin", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.spin > 0 && !streamSpins {
+				t.Skip("a streaming waiter polls only where it can look into the socket (Linux)")
+			}
 			o := testOptions()
 			o.PollSpin = tc.spin
 			a, mr, c, f, l := streamSetupWith(t, o, n)
