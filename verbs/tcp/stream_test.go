@@ -45,6 +45,20 @@ func streamSetupWith(t *testing.T, o Options, n int) (*side, verbs.MR, net.Conn,
 	return a, mr, c, f, l
 }
 
+// waitAndSend starts a Wait on a's CQ, waits until that waiter drives the
+// link itself (it holds the read token until its completion), then has the
+// fake peer write the first upto bytes of the frame f; the Wait's result
+// comes on the channel returned.
+func waitAndSend(t *testing.T, ctx context.Context, a *side, c net.Conn, f []byte, upto int) <-chan error {
+	t.Helper()
+	res := make(chan error, 1)
+	go func() { res <- a.cq.Wait(ctx) }()
+	awaitPoller(t, a.qp)
+	_, err := c.Write(f[:upto])
+	require.NoError(t, err)
+	return res
+}
+
 // checkRead waits for the READ's completion and checks the bytes placed.
 func checkRead(t *testing.T, a *side, mr verbs.MR, f []byte) {
 	t.Helper()
@@ -68,15 +82,11 @@ func testWaiterStreams(t *testing.T, n int) {
 	a, mr, c, f, l := streamSetup(t, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res := make(chan error, 1)
-	go func() { res <- a.cq.Wait(ctx) }()
-	awaitPoller(t, a.qp) // it holds the read token until its completion
 	third := HeaderLen + n/3
-	_, err := c.Write(f[:third])
-	require.NoError(t, err)
+	res := waitAndSend(t, ctx, a, c, f, third)
 	require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
 		"the waiter did not stream the response")
-	_, err = c.Write(f[third:])
+	_, err := c.Write(f[third:])
 	require.NoError(t, err)
 	require.NoError(t, <-res)
 	checkRead(t, a, mr, f)
@@ -104,48 +114,40 @@ func TestStreamedReadSuspends(t *testing.T) {
 }
 
 func testStreamedReadSuspends(t *testing.T, n int, spin time.Duration, lose bool) {
-	{
-		{
-			o := testOptions()
-			o.PollSpin = spin
-			a, mr, c, f, l := streamSetupWith(t, o, n)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			res := make(chan error, 1)
-			go func() { res <- a.cq.Wait(ctx) }()
-			awaitPoller(t, a.qp)
-			half := HeaderLen + n/2
-			_, err := c.Write(f[:half])
-			require.NoError(t, err)
-			// All that came is placed: the waiter waits on a stalled
-			// socket (polls it, with a spin) when its ctx ends.
-			require.Eventually(t, func() bool { return l.streamBytes.Load() == int64(n/2) }, 10*time.Second, time.Millisecond,
-				"the waiter did not stream what came of the response")
-			cancel()
-			select {
-			case err := <-res:
-				require.ErrorIs(t, err, context.Canceled)
-			case <-time.After(10 * time.Second):
-				t.Fatal("Wait overran its ctx while streaming a frame")
-			}
-			require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
-			if spin > 0 && streamSpins {
-				require.Positive(t, l.spinStream.Load(), "the waiter did not poll the socket for the payload")
-				require.Zero(t, l.spinGaveUp.Load(), "a minute's spin gave up")
-			}
-			if lose {
-				require.NoError(t, c.Close())
-				wc := wait(t, a.cq)
-				require.Equal(t, uint64(9), wc.ID)
-				require.NotEqual(t, verbs.StatusSuccess, wc.Status)
-				require.False(t, a.qp.(*softrc.QP).Suspended(), "the lost link left its READ suspended")
-				return
-			}
-			_, err = c.Write(f[half:])
-			require.NoError(t, err)
-			checkRead(t, a, mr, f)
-		}
+	o := testOptions()
+	o.PollSpin = spin
+	a, mr, c, f, l := streamSetupWith(t, o, n)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	half := HeaderLen + n/2
+	res := waitAndSend(t, ctx, a, c, f, half)
+	// All that came is placed: the waiter waits on a stalled socket
+	// (polls it, with a spin) when its ctx ends.
+	require.Eventually(t, func() bool { return l.streamBytes.Load() == int64(n/2) }, 10*time.Second, time.Millisecond,
+		"the waiter did not stream what came of the response")
+	cancel()
+	select {
+	case err := <-res:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait overran its ctx while streaming a frame")
 	}
+	require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
+	if spin > 0 && streamSpins {
+		require.Positive(t, l.spinStream.Load(), "the waiter did not poll the socket for the payload")
+		require.Zero(t, l.spinGaveUp.Load(), "a minute's spin gave up")
+	}
+	if lose {
+		require.NoError(t, c.Close())
+		wc := wait(t, a.cq)
+		require.Equal(t, uint64(9), wc.ID)
+		require.NotEqual(t, verbs.StatusSuccess, wc.Status)
+		require.False(t, a.qp.(*softrc.QP).Suspended(), "the lost link left its READ suspended")
+		return
+	}
+	_, err := c.Write(f[half:])
+	require.NoError(t, err)
+	checkRead(t, a, mr, f)
 }
 
 // TestStreamingReadPolls: with PollSpin, a waiter streaming a READ response
@@ -179,19 +181,15 @@ func TestStreamingReadPolls(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			res := make(chan error, 1)
-			go func() { res <- a.cq.Wait(ctx) }()
-			awaitPoller(t, a.qp)
 			third := HeaderLen + n/3
-			_, err := c.Write(f[:third])
-			require.NoError(t, err)
+			res := waitAndSend(t, ctx, a, c, f, third)
 			require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
 				"the waiter did not stream the response")
 			if tc.spin == time.Millisecond {
 				require.Eventually(t, func() bool { return l.spinGaveUp.Load() > 0 }, 10*time.Second, time.Millisecond,
 					"the waiter polled a stalled socket past PollSpin")
 			}
-			_, err = c.Write(f[third:])
+			_, err := c.Write(f[third:])
 			require.NoError(t, err)
 			require.NoError(t, <-res)
 			checkRead(t, a, mr, f)
