@@ -23,7 +23,7 @@ func sendsHeld(inj []*faulty.Injector) int {
 
 // TestQueuedSendsLeaveTogether: eager sends that queue for want of credits
 // are posted under one hold of their QP's posts when credits come back
-// (peer.flush), so that a software transport writes them together, and
+// (flushDirtyLocked), so that a software transport writes them together, and
 // arrive intact and in order. The poll's own batching is off, so only the
 // flush can have held them.
 func TestQueuedSendsLeaveTogether(t *testing.T) {

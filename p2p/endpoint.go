@@ -59,12 +59,12 @@ type Endpoint struct {
 	notes     []Notification
 	arrivals  []chan struct{} // Probe / WaitNotify waiters, woken on arrival
 	dirty     []*peer         // peers whose queues or credits changed
-	// While batching (handlePolledLocked), the posts to a peer whose QP
-	// can hold them (verbs.PostBatcher) wait until the completions polled
-	// are all handled, so that the frames they answer with leave together.
+	// While batching (handlePolledLocked, flushDirtyLocked), the posts to
+	// a peer whose QP can hold them (verbs.PostBatcher) wait until the
+	// batch ends, so that the frames leave together.
 	batching    bool
 	heldQPs     []*peer
-	noPollBatch bool          // tests: handlePolledLocked does not batch (see SetPollBatching)
+	noPollBatch bool          // tests: handlePolledLocked does not batch, flushDirtyLocked still does (see SetPollBatching)
 	failErr     error         // set once: *PeerLostError or closedErr
 	failed      chan struct{} // closed when failErr is set
 	closing     bool

@@ -260,7 +260,7 @@ func (ep *Endpoint) StagingUsed(peer int) bool {
 
 // SetPollBatching turns off (or back on) the holding of posts while a
 // poll's completions are handled, so that a test can tell the batching of
-// queued frames (peer.flush) from it.
+// queued frames (flushDirtyLocked) from it.
 func (ep *Endpoint) SetPollBatching(on bool) {
 	ep.mu.Lock()
 	ep.noPollBatch = !on

@@ -104,7 +104,7 @@ type peer struct {
 	// pair posts an inline frame's header and payload from their own
 	// buffers (nil: the QP cannot, and the payload is copied into iframe).
 	pair    verbs.InlinePairPoster
-	batcher verbs.PostBatcher // the QP's, when it has the capability (see flush)
+	batcher verbs.PostBatcher // the QP's, when it has the capability (Endpoint.holdPosts)
 	held    bool              // batcher holds posts for the endpoint (Endpoint.holdPosts)
 	grows   bool              // buffers grow on demand (maxRecv > EagerSlots; symmetric)
 
@@ -531,12 +531,6 @@ func (p *peer) flush(ep *Endpoint) {
 			return
 		}
 	}
-	if p.batcher != nil && len(p.queue) > 1 {
-		// The frames that waited for credits leave together: one write
-		// for all of them over tcp rather than one each.
-		p.batcher.HoldPosts()
-		defer p.batcher.ReleasePosts()
-	}
 	for len(p.queue) > 0 && !p.broken {
 		it := p.queue[0]
 		if !p.canPost(it) {
@@ -606,6 +600,13 @@ func (ep *Endpoint) markDirty(p *peer) {
 }
 
 func (ep *Endpoint) flushDirtyLocked() {
+	if len(ep.dirty) == 0 {
+		return
+	}
+	// The frames that waited for credits leave together: one write per
+	// peer over tcp rather than one each.
+	outer := ep.beginBatchLocked()
+	defer ep.endBatchLocked(outer)
 	for i := 0; i < len(ep.dirty); i++ {
 		p := ep.dirty[i]
 		p.inDirty = false

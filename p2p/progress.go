@@ -121,7 +121,10 @@ func (ep *Endpoint) handlePolledLocked(n int, ring bool) int {
 	// What the completions make us post to a peer goes in one write (READ
 	// requests for a window of RTSs, FINs, credits) rather than one each
 	// over tcp.
-	ep.batching = !ep.noPollBatch
+	outer := ep.batching
+	if !ep.noPollBatch {
+		ep.batching = true
+	}
 	for i := range ep.wcs[:n] {
 		ep.handleWC(&ep.wcs[i])
 	}
@@ -132,9 +135,27 @@ func (ep *Endpoint) handlePolledLocked(n int, ring bool) int {
 		ep.settleLinksLocked()
 	}
 	ep.flushDirtyLocked()
+	ep.endBatchLocked(outer)
+	return total
+}
+
+// beginBatchLocked starts holding the posts to every peer whose QP can
+// hold them (holdPosts) and reports whether a batch was already under way,
+// for endBatchLocked.
+func (ep *Endpoint) beginBatchLocked() (outer bool) {
+	outer = ep.batching
+	ep.batching = true
+	return outer
+}
+
+// endBatchLocked sends what the batch held, unless it runs inside another
+// (outer), whose end sends it.
+func (ep *Endpoint) endBatchLocked(outer bool) {
+	if outer {
+		return
+	}
 	ep.batching = false
 	ep.releasePostsLocked()
-	return total
 }
 
 // holdPosts makes p's QP hold what is posted to it until releasePostsLocked,
