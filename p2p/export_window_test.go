@@ -8,3 +8,11 @@ func (w *Window) ForgeLen(peer, n int) { w.remote[peer].len = n }
 // DirectWriteMax is the largest window write that is a plain copy into a
 // peer's mapped window.
 const DirectWriteMax = directWriteMax
+
+// DirectPiece is the most a direct write copies under one hold of the
+// endpoint's lock.
+const DirectPiece = directPiece
+
+// SetBetweenPieces has f run between the pieces of every direct write
+// (nil: nothing), as another goroutine's operation might.
+func SetBetweenPieces(f func()) { betweenPieces = f }

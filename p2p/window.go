@@ -346,7 +346,7 @@ func (w *Window) Iwrite(peer, off int, src []byte, notify bool, value uint32) (*
 		return nil, &Error{Op: "Write", Rank: w.ep.rank, Peer: peer, Tag: NoTag,
 			Err: fmt.Errorf("%w: notification value %#x has bit 30 set, which window signals reserve", ErrInvalidArgument, value)}
 	}
-	return w.iwrite(peer, off, src, notify, value, false)
+	return w.iwrite(peer, off, src, notify, value, false, 0)
 }
 
 // IwriteNow is Iwrite without a notification, except that a write which
@@ -361,15 +361,19 @@ func (w *Window) IwriteNow(peer, off int, src []byte) (*Request, error) {
 	ep := w.ep
 	if n := len(src); n > 0 && n <= directWriteMax && off >= 0 && peer >= 0 && peer < ep.size && peer != ep.rank && w.member[peer] {
 		if p := ep.peers[peer]; p != nil {
-			ep.mu.Lock()
-			done, err := w.copyDirectLocked(p, off, src)
-			ep.mu.Unlock()
-			if done && err == nil {
+			c, err := w.copyDirect(p, off, src)
+			if err == nil && c == n {
 				return nil, nil
+			}
+			if err == nil && c > 0 {
+				// The pieces copied are in place; the rest takes the
+				// queue pair (a write queued meanwhile must not be
+				// overtaken).
+				return w.iwrite(peer, off+c, src[c:], false, 0, true, c)
 			}
 		}
 	}
-	return w.iwrite(peer, off, src, false, 0, true)
+	return w.iwrite(peer, off, src, false, 0, true, 0)
 }
 
 // target checks an access of n bytes at off in peer's part of the window
@@ -395,7 +399,7 @@ func (w *Window) target(peer, off, n int, verb string) (winKey, error) {
 	return rk, nil
 }
 
-func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, bare bool) (*Request, error) {
+func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, bare bool, copied int) (*Request, error) {
 	ep := w.ep
 	bad := func(err error) (*Request, error) {
 		return nil, &Error{Op: "Write", Rank: ep.rank, Peer: peer, Tag: NoTag, Err: err}
@@ -404,17 +408,21 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 	if err != nil {
 		return bad(err)
 	}
+	count := copied + len(src)
 	if peer != ep.rank && !notify && len(src) > 0 && len(src) <= directWriteMax {
-		if r, done, err := w.writeDirect(ep.peers[peer], off, src, !bare); done {
-			if err != nil {
-				return bad(err)
-			}
+		r, c, err := w.writeDirect(ep.peers[peer], off, src, !bare)
+		if err != nil {
+			return bad(err)
+		}
+		if c == len(src) {
 			return r, nil
 		}
+		// What was copied is in place; the rest takes the queue pair.
+		off, src = off+c, src[c:]
 	}
 	r := newWinRequest()
 	r.ep, r.op, r.peer, r.pattern, r.buf, r.notify32 = ep, opWrite, peer, envelope{tag: NoTag}, src, notify
-	r.status = Status{Source: ep.rank, Count: len(src)}
+	r.status = Status{Source: ep.rank, Count: count}
 	if peer == ep.rank {
 		ntcopy.Plain(w.buf[off:], src)
 		ep.mu.Lock()
@@ -447,32 +455,73 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 // completion or the poll that finds it, which made a small Put and Flush
 // over shm many times MPI_Put's. The provider's copy of larger writes
 // bypasses the caches (non-temporal stores), which took a Put and Flush
-// of 128 KiB–512 KiB 5–14 times as long as this plain copy, and 1–2 MiB up
-// to twice; the copy holds the endpoint's lock, so the limit keeps that
-// hold short (tens of µs).
-const directWriteMax = 1 << 20
+// of 128 KiB–512 KiB 5–14 times as long as this plain copy, 1 MiB twice,
+// and 2–8 MiB 1.5–1.6 times MPI_Put's (a cached copy, as glibc's memcpy
+// makes up to a large part of the last-level cache). Beyond this the data
+// outgrows what caches keep, and the provider's streaming copy does as
+// well.
+const directWriteMax = 16 << 20
+
+// directPiece bounds the copy made under one hold of the endpoint's lock
+// (about 10 µs): a larger direct write takes the lock once per piece. It
+// is also the most ntcopy.Plain copies with REP MOVSB: Go's copy streams
+// past the caches from 1 MiB.
+const directPiece = ntcopy.PlainMax
 
 // writeDirect writes src at off of p's part of the window with a plain
 // copy when this process maps that part (Direct: the provider shares the
-// peer's window memory) and returns the completed request (a recycled
-// one: Release gives it back); it reports false, having done nothing,
-// when the write must take the queue pair: no mapping, a link that is
-// down or closing, or window operations still queued or posted (to any
-// peer: their order must hold, and one map lookup is cheaper than a count
-// per peer), which a copy now would overtake.
-func (w *Window) writeDirect(p *peer, off int, src []byte, req bool) (*Request, bool, error) {
+// peer's window memory), a piece at a time (copyDirect), and returns how
+// many bytes it copied: all of src, and then, if req, the completed
+// request (a recycled one: Release gives it back), or fewer, when the rest
+// must take the queue pair: no mapping, a link that is down or closing, or
+// window operations still queued or posted (to any peer: their order must
+// hold, and one map lookup is cheaper than a count per peer), which a copy
+// now would overtake.
+func (w *Window) writeDirect(p *peer, off int, src []byte, req bool) (*Request, int, error) {
+	c, err := w.copyDirect(p, off, src)
+	if err != nil || c < len(src) || !req {
+		return nil, c, err
+	}
 	ep := w.ep
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if done, err := w.copyDirectLocked(p, off, src); !done || err != nil || !req {
-		return nil, done, err
-	}
 	r := ep.newReqLocked()
 	r.op, r.peer, r.pattern, r.buf = opWrite, p.rank, envelope{tag: NoTag}, src
 	r.status = Status{Source: ep.rank, Count: len(src)}
 	ep.completeLocked(r, nil)
-	return r, true, nil
+	return r, c, nil
 }
+
+// copyDirect copies src to p's mapped part of the window at off, up to
+// directPiece bytes per hold of the endpoint's lock, and returns how many
+// bytes it copied: it stops at the first piece copyDirectLocked refuses,
+// and at the endpoint's error.
+func (w *Window) copyDirect(p *peer, off int, src []byte) (int, error) {
+	ep := w.ep
+	c := 0
+	for c < len(src) {
+		k := min(len(src)-c, directPiece)
+		ep.mu.Lock()
+		done, err := w.copyDirectLocked(p, off+c, src[c:c+k])
+		ep.mu.Unlock()
+		if err != nil {
+			return c, err
+		}
+		if !done {
+			break
+		}
+		c += k
+		if betweenPieces != nil && c < len(src) {
+			betweenPieces()
+		}
+	}
+	return c, nil
+}
+
+// betweenPieces, when set (tests), runs between two pieces of a direct
+// write, with the endpoint's lock free, as another goroutine's operation
+// might.
+var betweenPieces func()
 
 // copyDirectLocked is writeDirect's copy (see there): false, having done
 // nothing, when the write must take the queue pair; true with the

@@ -120,7 +120,7 @@ func (w *Window) IwriteSignal(peer, off int, src []byte, sig int) (*Request, err
 		return nil, &Error{Op: "Write", Rank: w.ep.rank, Peer: peer, Tag: NoTag, Err: err}
 	}
 	slot := w.remote[peer].slot
-	return w.iwrite(peer, off, src, true, signalBit|slot<<slotShift|uint32(sig), false)
+	return w.iwrite(peer, off, src, true, signalBit|slot<<slotShift|uint32(sig), false, 0)
 }
 
 // TestSignal takes count arrivals of signal sig from src on w if that many

@@ -193,14 +193,14 @@ func TestPeerIOErrors(t *testing.T) {
 	}
 }
 
-// Over shm a small write into a peer's provider-memory window is a copy
-// into the mapping of that window: the request is complete when Iwrite
+// Over shm a write into a peer's provider-memory window is a copy into
+// the mapping of that window: the request is complete when Iwrite
 // returns, with no completion to poll for, and the bytes are there for
-// the peer after any later message, up to the direct limit (1 MiB). A
-// write into user memory, or one above the direct limit, takes the queue
-// pair and arrives too.
+// the peer after any later message, up to the direct limit (16 MiB; a
+// piece at a time, so this one takes several). A write into user memory,
+// or one above the direct limit, takes the queue pair and arrives too.
 func TestWriteDirect(t *testing.T) {
-	const direct = 1 << 20
+	const direct = 3*p2p.DirectPiece + 100
 	big := max(p2p.DirectWriteMax+1, direct)
 	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
 		wa, err := ep.AllocWindow(ctx, big+64)
@@ -224,7 +224,7 @@ func TestWriteDirect(t *testing.T) {
 					return err
 				}
 			}
-			// A direct write of 1 MiB (which the next one overwrites).
+			// A direct write of several pieces (which the next one overwrites).
 			r, err := wa.Iwrite(1, 64, pattern(direct, 5), false, 0)
 			if err != nil {
 				return err
@@ -290,6 +290,89 @@ func TestWriteDirect(t *testing.T) {
 		}
 		require.Equal(t, pattern(big, 7), wa.Bytes()[64:64+big])
 		require.Equal(t, pattern(64, 9), wu.Bytes())
+		return nil
+	})
+}
+
+// A direct write whose copy another operation interrupts (a write posted
+// to the queue pair between two of its pieces) leaves the rest to the
+// queue pair, behind that write, and still places every byte: IwriteNow
+// then returns a request for the rest, and Iwrite's request completes
+// once the rest is in, with the whole write's count.
+func TestWriteDirectInterrupted(t *testing.T) {
+	size := 3*p2p.DirectPiece + 100
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		wa, err := ep.AllocWindow(ctx, size)
+		if err != nil {
+			return err
+		}
+		wu, err := ep.NewWindow(ctx, make([]byte, 64))
+		if err != nil {
+			return err
+		}
+		for round, now := range []bool{true, false} {
+			fill := byte(5 + round)
+			if ep.Rank() != 0 {
+				if _, err := ep.Recv(ctx, 0, round, nil); err != nil {
+					return err
+				}
+				if !bytes.Equal(wa.Bytes(), pattern(size, fill)) {
+					want := pattern(size, fill)
+					i := 0
+					for i < size && wa.Bytes()[i] == want[i] {
+						i++
+					}
+					return fmt.Errorf("round %d: the interrupted write left wrong bytes in the window, from byte %d: %v want %v", round, i, wa.Bytes()[i:i+8], want[i:i+8])
+				}
+				if !bytes.Equal(wu.Bytes(), pattern(64, fill)) {
+					return fmt.Errorf("round %d: the write queued between the pieces left wrong bytes", round)
+				}
+				if err := ep.Send(ctx, 0, round, nil); err != nil { // checked: the next round may write
+					return err
+				}
+				continue
+			}
+			var queued *p2p.Request
+			var qerr error
+			p2p.SetBetweenPieces(func() {
+				if queued == nil && qerr == nil {
+					// Into user memory: the queue pair's path.
+					queued, qerr = wu.Iwrite(1, 0, pattern(64, fill), false, 0)
+				}
+			})
+			var r *p2p.Request
+			if now {
+				r, err = wa.IwriteNow(1, 0, pattern(size, fill))
+			} else {
+				r, err = wa.Iwrite(1, 0, pattern(size, fill), false, 0)
+			}
+			p2p.SetBetweenPieces(nil)
+			if err != nil || qerr != nil {
+				return fmt.Errorf("round %d: writes: %v, %v", round, err, qerr)
+			}
+			if queued == nil {
+				return fmt.Errorf("round %d: the write of %d bytes was not copied in pieces", round, size)
+			}
+			if r == nil {
+				return fmt.Errorf("round %d: no request for a write of %d bytes, though a write was queued between its pieces", round, size)
+			}
+			if _, err := queued.Wait(ctx); err != nil {
+				return err
+			}
+			st, err := r.Wait(ctx)
+			if err != nil {
+				return err
+			}
+			if st.Count != size {
+				return fmt.Errorf("round %d: the interrupted write's count is %d, want %d", round, st.Count, size)
+			}
+			if err := ep.Send(ctx, 1, round, nil); err != nil {
+				return err
+			}
+			if _, err := ep.Recv(ctx, 1, round, nil); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 }
