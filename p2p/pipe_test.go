@@ -113,8 +113,8 @@ func TestPipelined(t *testing.T) {
 	}
 }
 
-// The default: pipelined over tcp up to 256 KiB, not at all over shm; a
-// negative limit turns it off.
+// The default: pipelined over tcp up to 256 KiB, over shm up to 64 KiB
+// (with a CPU per rank); a negative limit turns it off.
 func TestPipelineDefaults(t *testing.T) {
 	for _, c := range []struct {
 		prov  string
@@ -125,6 +125,8 @@ func TestPipelineDefaults(t *testing.T) {
 		{"tcp", 0, 256 << 10, true},
 		{"tcp", 0, 256<<10 + 1, false},
 		{"tcp", -1, 128 << 10, false},
+		{"shm", 0, 64 << 10, true},
+		{"shm", 0, 64<<10 + 1, false},
 		{"shm", 0, 128 << 10, false},
 		{"shm", 256 << 10, 128 << 10, true},
 	} {

@@ -73,7 +73,7 @@ func TestProviderDefaults(t *testing.T) {
 		inline                 bool
 		chunkOf1GiB, readChunk int
 	}{
-		{"shm", 16 << 10, 32 << 10, 128, true, 1 << 30, 1 << 30},
+		{"shm", 16 << 10, 64 << 10, 128, true, 1 << 30, 1 << 30},
 		{"tcp", 64 << 10, 256 << 10, 32, false, 1 << 30, 1 << 30}, // one READ: its waiter streams the response
 		{"ibv", 8 << 10, 0, 32, false, 1 << 30, 1 << 30},
 		{"loop", 32 << 10, 0, 32, false, 1 << 30, 1 << 30},
@@ -95,10 +95,10 @@ func TestProviderDefaults(t *testing.T) {
 	assert.Equal(t, 256<<10, pipelineFor(d), "tcp pipeline, crowded: its own")
 	d.traits.ReadChunkCrowded = 0
 	assert.Equal(t, 1<<30, readChunk(d), "no crowded hint: the uncrowded one")
-	// Over shm messages up to 32 KiB go as eager fragments, and up to
+	// Over shm messages up to 64 KiB go as eager fragments, and up to
 	// 256 KiB where ranks outnumber the CPUs, rather than by rendezvous.
 	d = devOf(t, "shm")
-	assert.Equal(t, 32<<10, pipelineFor(d), "shm pipeline")
+	assert.Equal(t, 64<<10, pipelineFor(d), "shm pipeline")
 	d.crowded = true
 	assert.Equal(t, 256<<10, pipelineFor(d), "shm pipeline, crowded")
 	// A provider with no hints gets the caller's defaults.

@@ -97,12 +97,14 @@ func (provider) Traits() verbs.Traits {
 		// process_vm_readv costs a few µs a call before it copies anything,
 		// so two copies through eager buffers win up to 16 KiB.
 		EagerSize: 16 << 10,
-		// Up to 32 KiB, fragments through those buffers beat the
+		// Up to 64 KiB, fragments through those buffers beat the
 		// rendezvous: process_vm_readv costs about 3 µs a call before it
 		// copies anything (on the VM measured; 4.6 µs for 32 KiB against
-		// 0.4 µs for a copy). At 64 KiB a window of sends each way (OSU
-		// bibw) ran 0.7-0.8 of the rendezvous's rate.
-		PipelineSize: 32 << 10,
+		// 0.4 µs for a copy). At 64 KiB a ping-pong took 0.77 of the
+		// rendezvous's time and a window of sends one way ran 1.37-1.45
+		// times its rate, each way (bibw) 0.97-1.00; at 128 KiB the
+		// fragments lost (latency 1.21, bw 0.90).
+		PipelineSize: 64 << 10,
 		// A window of sends (OSU bw: 64) waits for credits with 32 buffers;
 		// posting more from the start would slow ping-pongs, whose buffers
 		// would then span more cache, hence growth for peers that run out.
