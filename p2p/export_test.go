@@ -14,6 +14,9 @@ import (
 // sender that stopped after its RTS), for TestSplitRendezvousSenderGone.
 func SetIgnoreCTS(on bool) { testIgnoreCTS.Store(on) }
 
+// CTSSent counts the CTS frames every endpoint of the process has sent.
+func CTSSent() int64 { return testCTSSent.Load() }
+
 // IgnoredCTS counts the CTS frames ignored under SetIgnoreCTS, so that a
 // test knows its receiver has sent one.
 func IgnoredCTS() int64 { return testIgnoredCTS.Load() }

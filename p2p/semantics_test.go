@@ -371,6 +371,78 @@ func TestSplitRendezvousFallback(t *testing.T) {
 	})
 }
 
+// A rendezvous receiver over shm splits the copy with an idle sender
+// (CTS), but below 1 MiB not with one that has a large rendezvous of its
+// own in flight to it, which it READs: its core already copies. (Between
+// the devices of one process the sender cannot write and falls back, and
+// offers no more splits: so the idle case comes first, the other way
+// round.)
+func TestSplitRendezvousOnlyWithIdleSender(t *testing.T) {
+	const n, huge = 300 << 10, 1 << 20
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		buf := make([]byte, huge)
+		before := p2p.CTSSent()
+		// Rank 1 to rank 0, nothing else in flight: rank 0 splits.
+		if ep.Rank() == 1 {
+			if err := ep.Send(ctx, 0, 1, pattern(n, 1)); err != nil {
+				return err
+			}
+		} else {
+			if _, err := ep.Recv(ctx, 1, 1, buf); err != nil {
+				return err
+			}
+			if got := p2p.CTSSent() - before; got != 1 {
+				return fmt.Errorf("a receiver with nothing to send asked for %d split(s), want 1", got)
+			}
+		}
+		// Rank 0 to rank 1, while rank 1's own message to rank 0 waits to
+		// be read (rank 0 receives it last): rank 1 does not split.
+		if ep.Rank() == 1 {
+			r, err := ep.Isend(0, 2, pattern(n, 2))
+			if err != nil {
+				return err
+			}
+			if err := ep.Send(ctx, 0, 9, nil); err != nil {
+				return err
+			}
+			for i, size := range []int{n, huge} {
+				st, err := ep.Recv(ctx, 0, 3+i, buf)
+				if err != nil {
+					return err
+				}
+				if !bytes.Equal(buf[:st.Count], pattern(size, byte(3+i))) {
+					return fmt.Errorf("message %d received while sending differs", i)
+				}
+			}
+			_, err = r.Wait(ctx)
+			return err
+		}
+		if _, err := ep.Recv(ctx, 1, 9, nil); err != nil {
+			return err
+		}
+		if err := ep.Send(ctx, 1, 3, pattern(n, 3)); err != nil {
+			return err
+		}
+		if got := p2p.CTSSent() - before; got != 1 {
+			return fmt.Errorf("a receiver with its own large message in flight to the sender asked for a split (%d CTS in all, want 1)", got)
+		}
+		// From 1 MiB the split pays even then.
+		if err := ep.Send(ctx, 1, 4, pattern(huge, 4)); err != nil {
+			return err
+		}
+		if got := p2p.CTSSent() - before; got != 2 {
+			return fmt.Errorf("a receiver of %d bytes with its own message in flight did not split (%d CTS in all, want 2)", huge, got)
+		}
+		if _, err := ep.Recv(ctx, 1, 2, buf); err != nil {
+			return err
+		}
+		if !bytes.Equal(buf[:n], pattern(n, 2)) {
+			return fmt.Errorf("the message sent while receiving differs")
+		}
+		return nil
+	})
+}
+
 // TestSplitRendezvousSenderGone: a receive of a split rendezvous waits for
 // the sender's WDONE after its own READ; if the sender never answers the
 // CTS and then closes its endpoint, the receive fails naming it instead of
