@@ -16,3 +16,19 @@ const DirectPiece = directPiece
 // SetBetweenPieces has f run between the pieces of every direct write
 // (nil: nothing), as another goroutine's operation might.
 func SetBetweenPieces(f func()) { betweenPieces = f }
+
+// HoldWindowOps makes this endpoint's direct writes see a window operation
+// in flight, as one another goroutine posted and nobody has polled the
+// completion of yet, until release is called.
+func (ep *Endpoint) HoldWindowOps() (release func()) {
+	ep.mu.Lock()
+	ep.opSeq++
+	id := ep.opSeq
+	ep.writes[id] = &Request{}
+	ep.mu.Unlock()
+	return func() {
+		ep.mu.Lock()
+		delete(ep.writes, id)
+		ep.mu.Unlock()
+	}
+}

@@ -334,10 +334,14 @@ func TestWriteDirectInterrupted(t *testing.T) {
 			}
 			var queued *p2p.Request
 			var qerr error
+			release := func() {}
 			p2p.SetBetweenPieces(func() {
 				if queued == nil && qerr == nil {
-					// Into user memory: the queue pair's path.
+					// Into user memory: the queue pair's path. A poll may
+					// take its completion at once, so the write is also
+					// held in flight until the direct one returns.
 					queued, qerr = wu.Iwrite(1, 0, pattern(64, fill), false, 0)
+					release = ep.HoldWindowOps()
 				}
 			})
 			var r *p2p.Request
@@ -347,6 +351,7 @@ func TestWriteDirectInterrupted(t *testing.T) {
 				r, err = wa.Iwrite(1, 0, pattern(size, fill), false, 0)
 			}
 			p2p.SetBetweenPieces(nil)
+			release()
 			if err != nil || qerr != nil {
 				return fmt.Errorf("round %d: writes: %v, %v", round, err, qerr)
 			}
