@@ -361,7 +361,7 @@ func (w *Window) IwriteNow(peer, off int, src []byte) (*Request, error) {
 	ep := w.ep
 	if n := len(src); n > 0 && n <= directWriteMax && off >= 0 && peer >= 0 && peer < ep.size && peer != ep.rank && w.member[peer] {
 		if p := ep.peers[peer]; p != nil {
-			c, err := w.copyDirect(p, off, src)
+			_, c, err := w.writeDirect(p, off, src, false)
 			if err == nil && c == n {
 				return nil, nil
 			}
@@ -470,52 +470,40 @@ const directPiece = ntcopy.PlainMax
 
 // writeDirect writes src at off of p's part of the window with a plain
 // copy when this process maps that part (Direct: the provider shares the
-// peer's window memory), a piece at a time (copyDirect), and returns how
-// many bytes it copied: all of src, and then, if req, the completed
-// request (a recycled one: Release gives it back), or fewer, when the rest
-// must take the queue pair: no mapping, a link that is down or closing, or
-// window operations still queued or posted (to any peer: their order must
-// hold, and one map lookup is cheaper than a count per peer), which a copy
-// now would overtake.
+// peer's window memory), up to directPiece bytes per hold of the
+// endpoint's lock, and returns how many bytes it copied: all of src, and
+// then, if req, the completed request (a recycled one: Release gives it
+// back), or fewer, when the rest must take the queue pair: no mapping, a
+// link that is down or closing, or window operations still queued or
+// posted (to any peer: their order must hold, and one map lookup is
+// cheaper than a count per peer), which a copy now would overtake.
 func (w *Window) writeDirect(p *peer, off int, src []byte, req bool) (*Request, int, error) {
-	c, err := w.copyDirect(p, off, src)
-	if err != nil || c < len(src) || !req {
-		return nil, c, err
-	}
 	ep := w.ep
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	r := ep.newReqLocked()
-	r.op, r.peer, r.pattern, r.buf = opWrite, p.rank, envelope{tag: NoTag}, src
-	r.status = Status{Source: ep.rank, Count: len(src)}
-	ep.completeLocked(r, nil)
-	return r, c, nil
-}
-
-// copyDirect copies src to p's mapped part of the window at off, up to
-// directPiece bytes per hold of the endpoint's lock, and returns how many
-// bytes it copied: it stops at the first piece copyDirectLocked refuses,
-// and at the endpoint's error.
-func (w *Window) copyDirect(p *peer, off int, src []byte) (int, error) {
-	ep := w.ep
-	c := 0
-	for c < len(src) {
+	for c := 0; ; {
 		k := min(len(src)-c, directPiece)
 		ep.mu.Lock()
 		done, err := w.copyDirectLocked(p, off+c, src[c:c+k])
+		if err != nil || !done {
+			ep.mu.Unlock()
+			return nil, c, err
+		}
+		if c += k; c == len(src) {
+			// The last piece: the request completes under the same hold.
+			var r *Request
+			if req {
+				r = ep.newReqLocked()
+				r.op, r.peer, r.pattern, r.buf = opWrite, p.rank, envelope{tag: NoTag}, src
+				r.status = Status{Source: ep.rank, Count: len(src)}
+				ep.completeLocked(r, nil)
+			}
+			ep.mu.Unlock()
+			return r, c, nil
+		}
 		ep.mu.Unlock()
-		if err != nil {
-			return c, err
-		}
-		if !done {
-			break
-		}
-		c += k
-		if betweenPieces != nil && c < len(src) {
+		if betweenPieces != nil {
 			betweenPieces()
 		}
 	}
-	return c, nil
 }
 
 // betweenPieces, when set (tests), runs between two pieces of a direct
