@@ -74,7 +74,7 @@ func TestProviderDefaults(t *testing.T) {
 		chunkOf1GiB, readChunk int
 	}{
 		{"shm", 16 << 10, 64 << 10, 128, true, 1 << 30, 1 << 30},
-		{"tcp", 64 << 10, 256 << 10, 32, false, 1 << 30, 1 << 30}, // one READ: its waiter streams the response
+		{"tcp", 64 << 10, 256 << 10, 32, true, 1 << 30, 1 << 30}, // one READ: its waiter streams the response
 		{"ibv", 8 << 10, 0, 32, false, 1 << 30, 1 << 30},
 		{"loop", 32 << 10, 0, 32, false, 1 << 30, 1 << 30},
 	} {

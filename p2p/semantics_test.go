@@ -584,46 +584,54 @@ func TestSlotsGrow(t *testing.T) {
 	}
 }
 
-// TestInlineAccounting: small frames over shm go inline and mostly
+// TestInlineAccounting: small frames over shm and tcp (providers with
+// InlineSends) go inline, never through a staging slot, and mostly
 // unsignaled; the send queue entries they hold are given back when a
 // signaled one completes. Thousands of them, streamed and answered, must
 // neither stall the send queue nor leave more entries counted in use than
 // the unsignaled run between two signaled frames.
 func TestInlineAccounting(t *testing.T) {
 	const n = 3000
-	// No rings, which would carry these messages instead of the QP.
-	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{RingLines: -1}}, func(ctx context.Context, ep *p2p.Endpoint) error {
-		peer := 1 - ep.Rank()
-		buf := make([]byte, 36)
-		for round := range 2 {
-			if ep.Rank() == round {
-				if err := streamTo(ctx, ep, peer, n, 64, func(i int) []byte { return pattern(i%37, byte(i)) }); err != nil {
-					return err
-				}
-			} else {
-				for i := range n {
-					st, err := ep.Recv(ctx, peer, 5, buf)
-					if err != nil {
-						return err
+	for _, prov := range []string{"shm", "tcp"} {
+		t.Run(prov, func(t *testing.T) {
+			// No rings, which would carry these messages over shm instead of the QP.
+			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov, P2P: p2p.Options{RingLines: -1}}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				peer := 1 - ep.Rank()
+				buf := make([]byte, 36)
+				for round := range 2 {
+					if ep.Rank() == round {
+						if err := streamTo(ctx, ep, peer, n, 64, func(i int) []byte { return pattern(i%37, byte(i)) }); err != nil {
+							return err
+						}
+					} else {
+						for i := range n {
+							st, err := ep.Recv(ctx, peer, 5, buf)
+							if err != nil {
+								return err
+							}
+							if st.Count != i%37 || !bytes.Equal(buf[:st.Count], pattern(i%37, byte(i))) {
+								return fmt.Errorf("message %d: got %d bytes, want %d", i, st.Count, i%37)
+							}
+						}
+						if err := ep.Send(ctx, peer, 6, nil); err != nil {
+							return err
+						}
 					}
-					if st.Count != i%37 || !bytes.Equal(buf[:st.Count], pattern(i%37, byte(i))) {
-						return fmt.Errorf("message %d: got %d bytes, want %d", i, st.Count, i%37)
-					}
 				}
-				if err := ep.Send(ctx, peer, 6, nil); err != nil {
-					return err
+				if ep.StagingUsed(peer) {
+					return fmt.Errorf("a small frame to rank %d was copied into a staging slot, not posted inline", peer)
 				}
-			}
-		}
-		// The last signaled completion may still be on its way to the
-		// poller; a leak keeps the count up for good.
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if err := waitUntil(wctx, "the send queue to drain", func() bool { return ep.SendOutstanding(peer) < 16 }); err != nil {
-			return fmt.Errorf("%d send queue entries still counted in use: %w", ep.SendOutstanding(peer), err)
-		}
-		return nil
-	})
+				// The last signaled completion may still be on its way to the
+				// poller; a leak keeps the count up for good.
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				if err := waitUntil(wctx, "the send queue to drain", func() bool { return ep.SendOutstanding(peer) < 16 }); err != nil {
+					return fmt.Errorf("%d send queue entries still counted in use: %w", ep.SendOutstanding(peer), err)
+				}
+				return nil
+			})
+		})
+	}
 }
 
 // streamTo sends msg(0..n-1) to peer with tag 5, at most window in flight,

@@ -32,9 +32,10 @@ type Traits struct {
 	// (p2p.Options.IBDevices) applies to it.
 	Hardware bool
 	// InlineSends: SENDs posted inline cost no more than from registered
-	// memory (small ones travel in the completion's own cache line), so
-	// callers may post control frames, and messages up to the device's
-	// MaxInline, inline, without a staging buffer or a signaled send.
+	// memory (over shm small ones travel in the completion's own cache
+	// line; over tcp the bytes are copied once either way), so callers may
+	// post control frames, and messages up to the device's MaxInline,
+	// inline, without a staging buffer or a signaled send.
 	InlineSends bool
 
 	// EagerSize is the largest message worth copying through pre-posted
