@@ -29,7 +29,7 @@ import (
 //	          (at 72; or its refusal, with the reason text at 128), for
 //	          calls whose counter is 0 mod 4
 //	320  entries 1-3: the same, for 1, 2 and 3 mod 4
-//	1088 slot 0: line 0: round uint64 · call header (32 bytes) · up to 24
+//	1088 slot 0: line 0: round uint64 · call header (24 bytes) · up to 32
 //	          bytes of data; line 1: second round word (allreduceShmRS);
 //	          then the data of larger chunks (the slot size)
 //	…    slot 1: the same
@@ -114,7 +114,8 @@ import (
 
 const (
 	shmSlotHdr   = 128 // lines 0 and 1 of a slot (see above); larger data after
-	shmInline    = 24  // data of at most this many bytes sits in line 0, at 40
+	shmHdrLen    = 24  // a slot's call header, after its round word (putShmHeader)
+	shmInline    = 32  // data of at most this many bytes sits in line 0, after the header
 	shmEntry0    = 64
 	shmEntrySize = entReason + maxReason // the call's line, a refusal's reason
 	shmEntries   = 4                     // entries by call counter mod 4 (see Agreement)
@@ -170,7 +171,8 @@ func newShmState(r SharedRegion, size int) *shmState {
 		}
 		s.mem[p] = m
 	}
-	s.slot = ((least-shmSlot0)/2 - shmSlotHdr) / 64 * 64
+	// At most 1 GiB, so that a chunk's size fits the header's 32 bits.
+	s.slot = min(((least-shmSlot0)/2-shmSlotHdr)/64*64, 1<<30)
 	if s.slot < shmMinSlot {
 		return nil
 	}
@@ -240,7 +242,7 @@ type pendCall struct {
 }
 
 // An entry's first line holds the call word (8 bytes), the call's header
-// as a slot carries it (32 bytes, putShmHeader), and for a refusal a flag,
+// as a slot carries it (24 bytes, putShmHeader), and for a refusal a flag,
 // its sentinel code and the length of its reason, whose text follows in
 // the next lines: one line is what a check reads and an announcement
 // writes.
@@ -262,7 +264,7 @@ func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 	e := s.mem[me][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
 	atomic.StoreUint64(w, 0)
-	putShmHeader(e[8:40], h)
+	putShmHeader(e[8:8+shmHdrLen], h)
 	e[entRefused], e[entCode] = 0, 0
 	if h.kind == kindAbort {
 		n := copy(e[entReason:entReason+maxReason], reason)
@@ -285,7 +287,7 @@ func (s *shmState) entry(r int, calls uint64, h *header) (state int, reason stri
 	case got == calls:
 		var b [entReason]byte
 		copy(b[:], e[:entReason])
-		*h = getShmHeader(b[8:40])
+		*h = getShmHeader(b[8 : 8+shmHdrLen])
 		h.kind = kindFingerprint
 		if b[entRefused] == 1 {
 			n := min(int(binary.LittleEndian.Uint16(b[entLen:])), maxReason)
@@ -694,7 +696,7 @@ func (c *call) shmPublish(slot []byte, i, n int) {
 	s := c.e.shm
 	h := c.h
 	h.payload = int64(n)
-	putShmHeader(slot[8:40], &h)
+	putShmHeader(slot[8:8+shmHdrLen], &h)
 	id := roundID(c.calls, i)
 	s.rounds++
 	s.used[s.next^1] = id
@@ -715,27 +717,31 @@ func (c *call) shmGet(peer, i int, n int) ([]byte, error) {
 // dataOf is where a slot holds a chunk of n bytes.
 func dataOf(slot []byte, n int) []byte {
 	if n <= shmInline {
-		return slot[40 : 40+n]
+		return slot[8+shmHdrLen : 8+shmHdrLen+n]
 	}
 	return slot[shmSlotHdr : shmSlotHdr+n]
 }
 
-// putShmHeader and getShmHeader are the 32-byte header of a slot: the
-// call's fingerprint and the chunk's size, compared like a message header.
+// putShmHeader and getShmHeader are the 24-byte header of a slot: the
+// call's fingerprint and the chunk's size (at most a slot, so 32 bits),
+// compared like a message header. 24 bytes leave 32 of line 0 for data: a
+// 32-byte allreduce then moves one cache line per rank, not two.
 func putShmHeader(b []byte, h *header) {
+	_ = b[shmHdrLen-1]
 	b[0], b[1], b[2], b[3] = h.coll, uint8(h.op), uint8(h.dtype), h.alg
 	binary.LittleEndian.PutUint32(b[4:], uint32(h.root))
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.count))
-	binary.LittleEndian.PutUint64(b[16:], uint64(h.payload))
-	binary.LittleEndian.PutUint32(b[24:], h.seq)
+	binary.LittleEndian.PutUint32(b[16:], uint32(h.payload))
+	binary.LittleEndian.PutUint32(b[20:], h.seq)
 }
 
 func getShmHeader(b []byte) header {
+	_ = b[shmHdrLen-1]
 	return header{kind: kindData, coll: b[0], op: reduce.OpCode(b[1]), dtype: reduce.DType(b[2]), alg: b[3],
 		root:    int32(binary.LittleEndian.Uint32(b[4:])),
 		count:   int64(binary.LittleEndian.Uint64(b[8:])),
-		payload: int64(binary.LittleEndian.Uint64(b[16:])),
-		seq:     binary.LittleEndian.Uint32(b[24:])}
+		payload: int64(binary.LittleEndian.Uint32(b[16:])),
+		seq:     binary.LittleEndian.Uint32(b[20:])}
 }
 
 // shmSlot is shmGet returning peer's whole slot.
@@ -760,7 +766,7 @@ func (c *call) shmSlot(peer, i int, n int) ([]byte, error) {
 	}
 	s.seen[peer] = c.calls
 	slot := m[s.slotOff(k):]
-	h := getShmHeader(slot[8:40])
+	h := getShmHeader(slot[8 : 8+shmHdrLen])
 	if mm := compareCall(c.e.rank, &c.h, peer, &h); mm != nil {
 		return nil, c.mismatch(mm)
 	}

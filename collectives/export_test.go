@@ -1,6 +1,10 @@
 package collectives
 
-import "github.com/rdmago/rdmago/internal/shmsync"
+import (
+	"unsafe"
+
+	"github.com/rdmago/rdmago/internal/shmsync"
+)
 
 // BcastSplits reports whether a two-rank shared-memory bcast of n bytes
 // splits the copy under the default model.
@@ -27,6 +31,16 @@ var ShmWaitPolicyFor = shmWaitPolicy
 func ShmPublished(e *Engine) []byte {
 	s := e.shm
 	slot := s.mem[e.rank][s.slotOff(s.next^1):]
-	n := int(getShmHeader(slot[8:40]).payload)
+	n := int(getShmHeader(slot[8 : 8+shmHdrLen]).payload)
 	return append([]byte(nil), dataOf(slot, n)...)
+}
+
+// ShmPublishedAt is where in its slot the chunk e published last lies
+// (offset from the slot's start, and length).
+func ShmPublishedAt(e *Engine) (off, n int) {
+	s := e.shm
+	slot := s.mem[e.rank][s.slotOff(s.next^1):]
+	n = int(getShmHeader(slot[8 : 8+shmHdrLen]).payload)
+	d := dataOf(slot, n)
+	return int(uintptr(unsafe.Pointer(unsafe.SliceData(d))) - uintptr(unsafe.Pointer(unsafe.SliceData(slot)))), n
 }

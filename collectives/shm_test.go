@@ -118,6 +118,38 @@ func TestSharedMemoryBcastRead(t *testing.T) {
 	}
 }
 
+// TestShmSmallChunkInLineZero: a chunk of up to 32 bytes is published in
+// its slot's first cache line, with the round word and the header, so a
+// reader moves one line; a larger one goes after the slot's two header
+// lines. The allreduce's result is checked too.
+func TestShmSmallChunkInLineZero(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ n, off int }{{1, 32}, {8, 32}, {9, 128}, {64, 128}} {
+		t.Run(name("float32s", c.n), func(t *testing.T) {
+			errs := world(t, 2, coltest.Options{Shared: true}, force(collectives.CollAllreduce, collectives.SharedMemory),
+				func(ctx context.Context, e *collectives.Engine, r int) error {
+					send, recv := make([]float32, c.n), make([]float32, c.n)
+					for i := range send {
+						send[i] = float32(r*100 + i)
+					}
+					if err := collectives.AllreduceInto(ctx, e, send, recv, reduce.Sum); err != nil {
+						return err
+					}
+					for i, v := range recv {
+						if want := float32(100 + 2*i); v != want {
+							return fmt.Errorf("rank %d: element %d is %v, want %v", r, i, v, want)
+						}
+					}
+					if off, n := collectives.ShmPublishedAt(e); off != c.off || n != 4*c.n {
+						return fmt.Errorf("rank %d published %d bytes at offset %d of its slot, want %d at %d", r, n, off, 4*c.n, c.off)
+					}
+					return checkAlg(e, collectives.SharedMemory)
+				})
+			requireAllOK(t, errs)
+		})
+	}
+}
+
 // TestSharedMemoryNonCommutative: a non-commutative op keeps rank order in
 // every form of the shared-memory allreduce and reduce (40000 int32 is
 // past both block-folding thresholds).
