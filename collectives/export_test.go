@@ -1,10 +1,6 @@
 package collectives
 
-import (
-	"unsafe"
-
-	"github.com/rdmago/rdmago/internal/shmsync"
-)
+import "github.com/rdmago/rdmago/internal/shmsync"
 
 // BcastSplits reports whether a two-rank shared-memory bcast of n bytes
 // splits the copy under the default model.
@@ -26,21 +22,23 @@ func ShmWaitPolicy(e *Engine) shmsync.Policy { return e.shm.policy }
 // ShmWaitPolicyFor is shmWaitPolicy: how a region's policy p is adapted.
 var ShmWaitPolicyFor = shmWaitPolicy
 
-// ShmPublished is the data of the chunk e published last (the slot it
-// wrote last, as its header sizes it).
-func ShmPublished(e *Engine) []byte {
+// lastPublished returns the slot e wrote last and its chunk, as the
+// slot's header sizes it.
+func lastPublished(e *Engine) (slot, data []byte) {
 	s := e.shm
-	slot := s.mem[e.rank][s.slotOff(s.next^1):]
-	n := int(getShmHeader(slot[8 : 8+shmHdrLen]).payload)
-	return append([]byte(nil), dataOf(slot, n)...)
+	slot = s.mem[e.rank][s.slotOff(s.next^1):]
+	return slot, dataOf(slot, int(getShmHeader(slot[8:8+shmHdrLen]).payload))
+}
+
+// ShmPublished is the data of the chunk e published last.
+func ShmPublished(e *Engine) []byte {
+	_, d := lastPublished(e)
+	return append([]byte(nil), d...)
 }
 
 // ShmPublishedAt is where in its slot the chunk e published last lies
 // (offset from the slot's start, and length).
 func ShmPublishedAt(e *Engine) (off, n int) {
-	s := e.shm
-	slot := s.mem[e.rank][s.slotOff(s.next^1):]
-	n = int(getShmHeader(slot[8 : 8+shmHdrLen]).payload)
-	d := dataOf(slot, n)
-	return int(uintptr(unsafe.Pointer(unsafe.SliceData(d))) - uintptr(unsafe.Pointer(unsafe.SliceData(slot)))), n
+	slot, d := lastPublished(e)
+	return cap(slot) - cap(d), len(d)
 }
