@@ -74,3 +74,44 @@ func TestArrivedOneLookForAllLinks(t *testing.T) {
 		require.Zero(t, l.incomings.Load(), "link %d was asked by an ioctl of its own", i)
 	}
 }
+
+// TestPollGraceDefault: once a waiter puts the socket back, the link's
+// reader goroutine stays out for 500 µs by default, and for 10 ms where
+// waiters yield their CPU (PollYield: ranks outnumber the CPUs, and a
+// waiter comes back when it gets one); an explicit PollGrace wins. The
+// reader can only resume late on a loaded machine, never early, so the
+// test asserts the lower bound only.
+func TestPollGraceDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		yield bool
+		grace time.Duration
+		want  time.Duration
+	}{
+		{"default", false, 0, defaultPollGrace},
+		{"yield", true, 0, maxPollGrace},
+		{"yield-explicit", true, 2 * time.Millisecond, 2 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions()
+			o.PollYield, o.PollGrace = tc.yield, tc.grace
+			a, b := bigPair(t, o, 4096)
+			l := attachedLink(t, a.qp)
+			require.Eventually(t, func() bool { return l.holder.Load() == holderReader }, 5*time.Second, time.Millisecond,
+				"the reader goroutine never took the socket")
+			cq := a.rcq.(*softrc.CQ)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			took, left := l.DriveQueued(ctx, cq)
+			require.False(t, took, "nothing was sent")
+			require.False(t, left, "the waiter did not get the socket")
+			require.Eventually(t, func() bool { return l.holder.Load() == holderReader }, 5*time.Second, 50*time.Microsecond,
+				"the reader goroutine never resumed")
+			require.GreaterOrEqual(t, time.Since(start), tc.want, "the reader goroutine resumed before the grace")
+			copy(a.mr.Bytes(), "ping")
+			require.NoError(t, a.qp.PostSend(writeWR(1, &a.side, &b.side, 4)))
+			require.Equal(t, verbs.StatusSuccess, wait(t, a.cq).Status)
+		})
+	}
+}

@@ -67,9 +67,11 @@
 // its blocked read (a read deadline in the past), at a frame boundary; when
 // it has its completion it puts the token back without waking the reader
 // goroutine, because a waiter in a loop comes back within microseconds. The
-// reader goroutine resumes Options.PollGrace (500 µs) after the last
-// waiter left, or at once when a waiter needs it, so traffic nobody waits
-// for (the target of RDMA WRITE and READ, say) is served at most that late.
+// reader goroutine resumes Options.PollGrace (500 µs; 10 ms where ranks
+// outnumber the CPUs, whose waiters come back when they get a CPU) after
+// the last waiter left, or at once when a waiter needs it, so traffic
+// nobody waits for (the target of RDMA WRITE and READ, say) is served at
+// most that late.
 // A waiter blocks only between frames or while the rest of a frame
 // arrives, in a wait its ctx can interrupt, and handles a frame only once
 // it is all here: buffered, for one that fits the 160 KiB read buffer, or

@@ -104,7 +104,12 @@ type Options struct {
 	// reading it (see doc.go): a waiter in a loop comes back sooner and
 	// finds its next completion itself, saving two goroutine hand-offs per
 	// message; traffic nobody waits for, and an ACK a waiter held back, go
-	// at most this late. Zero means 500 µs; more than 10 ms means 10 ms (it
+	// at most this late. Zero means 500 µs, or 10 ms with PollYield: a
+	// waiter without a CPU to itself comes back when the scheduler gives
+	// it one, often more than 500 µs later, and the reader goroutine
+	// resumed meanwhile only costs the process that CPU (a timer, a read
+	// that finds nothing, a wait in the network poller, an interrupt when
+	// the waiter takes the socket back). More than 10 ms means 10 ms (it
 	// must stay far below the peer's ACK timeout); negative means waiters
 	// never read the socket themselves.
 	PollGrace time.Duration
@@ -146,8 +151,12 @@ func yieldSpin(o Options) time.Duration {
 	return o.PollSpin
 }
 
-// maxPollGrace bounds Options.PollGrace.
-const maxPollGrace = 10 * time.Millisecond
+// Options.PollGrace's default where a waiter has a CPU to itself, and
+// its bound (the default where it has not).
+const (
+	defaultPollGrace = 500 * time.Microsecond
+	maxPollGrace     = 10 * time.Millisecond
+)
 
 // defaultMinAckTimeout is Options.MinAckTimeout's default. Over TCP the
 // ACK timer only catches a peer that is alive but stuck (the kernel
@@ -208,7 +217,10 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 		o.MinAckTimeout = defaultMinAckTimeout
 	}
 	if o.PollGrace == 0 {
-		o.PollGrace = 500 * time.Microsecond
+		o.PollGrace = defaultPollGrace
+		if o.PollYield {
+			o.PollGrace = maxPollGrace
+		}
 	}
 	o.PollGrace = min(o.PollGrace, maxPollGrace)
 	if o.DialRetry <= 0 {
