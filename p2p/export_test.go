@@ -269,3 +269,12 @@ func (ep *Endpoint) SetPollBatching(on bool) {
 	ep.noPollBatch = !on
 	ep.mu.Unlock()
 }
+
+// RecvBuffers returns the memory of this endpoint's receive buffers for
+// peer and the length of one, for TestRepostWarmsBuffers.
+func (ep *Endpoint) RecvBuffers(peer int) (mem []byte, slot int) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	p := ep.peers[peer]
+	return p.recvMR.Bytes(), p.slot
+}

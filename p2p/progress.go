@@ -425,6 +425,9 @@ func (ep *Endpoint) failErrFor(r *Request) error {
 
 func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 	p.heard = true
+	if n := int(wc.ByteLen); n > p.hot {
+		p.hot = min(n, p.slot) // the buffers repost keeps warm (peer.warm)
+	}
 	if wc.Opcode == verbs.WCRecvRDMAWithImm {
 		ep.noteLocked(p.rank, wc.Imm)
 		p.stats.NotifyRecv.add(0)

@@ -536,6 +536,79 @@ func TestIdleRepost(t *testing.T) {
 	}
 }
 
+// TestRepostWarmsBuffers: a receive buffer that took a small frame is
+// written once per page up to the largest frame its peer has sent before
+// it is posted again (peer.warm), and not beyond, so that the next large
+// frame it takes does not meet cold pages. Without it the marks below
+// the largest frame stay as the test left them.
+func TestRepostWarmsBuffers(t *testing.T) {
+	const large, small = 10000, 16 // large spans pages 0-2 of a buffer
+	opts := p2ptest.Options{P2P: p2p.Options{EagerSlots: 32}}
+	p2ptest.Run(t, 2, opts, func(ctx context.Context, ep *p2p.Endpoint) error {
+		buf := make([]byte, large)
+		if ep.Rank() == 0 {
+			if err := ep.Send(ctx, 1, 1, buf); err != nil {
+				return err
+			}
+			if _, err := ep.Recv(ctx, 1, 2, buf[:1]); err != nil { // rank 1 marked its buffers
+				return err
+			}
+			for range 16 {
+				if err := ep.Send(ctx, 1, 3, buf[:small]); err != nil {
+					return err
+				}
+			}
+			_, err := ep.Recv(ctx, 1, 4, buf[:1]) // rank 1 is done
+			return err
+		}
+		if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
+			return err
+		}
+		mem, slot := ep.RecvBuffers(0)
+		if slot < 4*4096 {
+			return fmt.Errorf("buffers of %d bytes: the test needs four pages", slot)
+		}
+		// Nothing is in flight: mark pages 1-3 of every buffer.
+		for off := 0; off+slot <= len(mem); off += slot {
+			for pg := 1; pg <= 3; pg++ {
+				mem[off+pg*4096] = 0xAA
+			}
+		}
+		if err := ep.Send(ctx, 0, 2, buf[:1]); err != nil {
+			return err
+		}
+		for range 16 {
+			if _, err := ep.Recv(ctx, 0, 3, buf[:small]); err != nil {
+				return err
+			}
+		}
+		// An idle wait reposts the consumed buffers.
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+		_, err := ep.Recv(wctx, 0, 9, buf[:1])
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("the idle receive: %v, want a deadline error", err)
+		}
+		warmed := 0
+		for off := 0; off+slot <= len(mem); off += slot {
+			if mem[off+4096] == 0 && mem[off+2*4096] == 0 {
+				warmed++
+			} else if mem[off+4096] == 0 || mem[off+2*4096] == 0 {
+				return fmt.Errorf("buffer at %d warmed in part: page 1 %#x, page 2 %#x", off/slot, mem[off+4096], mem[off+2*4096])
+			}
+			if mem[off+3*4096] != 0xAA {
+				return fmt.Errorf("buffer %d written at page 3, beyond the largest frame (%d bytes)", off/slot, large)
+			}
+		}
+		// 16 small frames consumed 16 buffers; a batch of them may wait
+		// for more (see TestIdleRepost), the rest went back warm.
+		if warmed < 8 {
+			return fmt.Errorf("%d buffers warmed before their repost, want at least 8 of the 16 the small frames took", warmed)
+		}
+		return ep.Send(ctx, 0, 4, buf[:1])
+	})
+}
+
 // TestSlotsGrow: a receiver whose sender ran out of credits posts more
 // buffers, doubling up to EagerSlotsMax and no further, and every message
 // still arrives whole and in order; a ping-pong, which never runs out,
