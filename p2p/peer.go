@@ -313,22 +313,18 @@ func (p *peer) recvWR(i int, slot uint32) {
 }
 
 // warm writes a byte to every page of buffer slot's first p.hot bytes
-// before the buffer is posted again (nothing else writes it until then).
-// Frames land in the buffers in the order they were posted, so a buffer
-// that last took a small frame may not see a large one until a
-// collective's pattern shifts by one frame, and on a VM a page untouched
-// that long costs about 10 µs at its next write (address translation,
-// not cache): each 16 KiB frame of the first 16 two-rank allgathers after
-// a barrier took 45 µs to copy in instead of 1, so a 100-iteration
-// measurement at 16-32 KiB ran 1.5-2x its steady time. A warm page costs
-// a store.
+// before the buffer is posted again, while nothing else may write it.
+// Frames take the buffers in the order they were posted, so a buffer that
+// has taken only small frames for a while may get a large one next, and on
+// a VM a page left untouched that long costs about 10 µs at its next write
+// (address translation), where a warm one costs a store.
 func (p *peer) warm(slot uint32) {
 	if p.hot == 0 {
 		return
 	}
 	b := p.recvMR.Bytes()
 	if b == nil {
-		return // memory this process cannot see (none of ours so far)
+		return // not mapped in this process: nothing to warm
 	}
 	b = b[int(slot)*p.slot:][:p.hot]
 	for i := 0; i < len(b); i += warmStride {
