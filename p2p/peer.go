@@ -85,22 +85,21 @@ type outItem struct {
 }
 
 type peer struct {
-	rank   int
-	dev    *device
-	qp     verbs.QP
-	eager  int // largest eager message
-	pipe   int // largest pipelined message (0: none)
-	slot   int // bytes per buffer
-	recvMR verbs.MR
-	// hot is how many bytes at the start of a receive buffer repost keeps
-	// warm: the largest frame this peer has sent (see warm).
-	hot     int
+	rank    int
+	dev     *device
+	qp      verbs.QP
+	eager   int // largest eager message
+	pipe    int // largest pipelined message (0: none)
+	slot    int // bytes per buffer
+	recvMR  verbs.MR
+	hot     int // bytes of a receive buffer repost keeps warm: the peer's largest frame (warm)
 	sendMR  verbs.MR
 	nrecv   int  // receive buffers posted (see growLocked)
 	maxRecv int  // the most nrecv may grow to (recvMR holds that many)
 	starved bool // a frame waited for credits since the last frame we sent
-	// Small frames over shm go inline (the WR carries their bytes): no
-	// staging slot, and only every inlineSignal-th is signaled.
+	// Small frames go inline where the provider takes them so
+	// (verbs.Traits.InlineSends; the WR carries their bytes): no staging
+	// slot, and only every inlineSignal-th is signaled.
 	inline int    // largest inline frame (0: none)
 	unsig  int    // inline frames posted unsignaled since the last signaled one
 	iframe []byte // the inline frame being posted (p.inline bytes)
@@ -322,11 +321,7 @@ func (p *peer) warm(slot uint32) {
 	if p.hot == 0 {
 		return
 	}
-	b := p.recvMR.Bytes()
-	if b == nil {
-		return // not mapped in this process: nothing to warm
-	}
-	b = b[int(slot)*p.slot:][:p.hot]
+	b := p.recvBuf(slot, uint32(p.hot))
 	for i := 0; i < len(b); i += warmStride {
 		b[i] = 0
 	}
