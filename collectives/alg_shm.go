@@ -114,7 +114,8 @@ import (
 
 const (
 	shmSlotHdr   = 128 // lines 0 and 1 of a slot (see above); larger data after
-	shmHdrLen    = 24  // a slot's call header, after its round word (putShmHeader)
+	shmHdrOff    = 8   // a slot's call header follows its round word (an entry's: its call word)
+	shmHdrLen    = 24  // the call header's length (putShmHeader)
 	shmInline    = 32  // data of at most this many bytes sits in line 0, after the header
 	shmEntry0    = 64
 	shmEntrySize = entReason + maxReason // the call's line, a refusal's reason
@@ -264,7 +265,7 @@ func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 	e := s.mem[me][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
 	atomic.StoreUint64(w, 0)
-	putShmHeader(e[8:8+shmHdrLen], h)
+	putShmHeader(e, h)
 	e[entRefused], e[entCode] = 0, 0
 	if h.kind == kindAbort {
 		n := copy(e[entReason:entReason+maxReason], reason)
@@ -287,7 +288,7 @@ func (s *shmState) entry(r int, calls uint64, h *header) (state int, reason stri
 	case got == calls:
 		var b [entReason]byte
 		copy(b[:], e[:entReason])
-		*h = getShmHeader(b[8 : 8+shmHdrLen])
+		*h = getShmHeader(b[:])
 		h.kind = kindFingerprint
 		if b[entRefused] == 1 {
 			n := min(int(binary.LittleEndian.Uint16(b[entLen:])), maxReason)
@@ -696,7 +697,7 @@ func (c *call) shmPublish(slot []byte, i, n int) {
 	s := c.e.shm
 	h := c.h
 	h.payload = int64(n)
-	putShmHeader(slot[8:8+shmHdrLen], &h)
+	putShmHeader(slot, &h)
 	id := roundID(c.calls, i)
 	s.rounds++
 	s.used[s.next^1] = id
@@ -717,17 +718,18 @@ func (c *call) shmGet(peer, i int, n int) ([]byte, error) {
 // dataOf is where a slot holds a chunk of n bytes.
 func dataOf(slot []byte, n int) []byte {
 	if n <= shmInline {
-		return slot[8+shmHdrLen : 8+shmHdrLen+n]
+		return slot[shmHdrOff+shmHdrLen : shmHdrOff+shmHdrLen+n]
 	}
 	return slot[shmSlotHdr : shmSlotHdr+n]
 }
 
-// putShmHeader and getShmHeader are the 24-byte header of a slot: the
-// call's fingerprint and the chunk's size (at most a slot, so 32 bits),
-// compared like a message header. 24 bytes leave 32 of line 0 for data: a
-// 32-byte allreduce then moves one cache line per rank, not two.
-func putShmHeader(b []byte, h *header) {
-	_ = b[shmHdrLen-1]
+// putShmHeader and getShmHeader are the 24-byte header of a slot (or an
+// entry), at shmHdrOff of line: the call's fingerprint and the chunk's
+// size (at most a slot, so 32 bits), compared like a message header. 24
+// bytes leave 32 of line 0 for data: a 32-byte allreduce then moves one
+// cache line per rank, not two.
+func putShmHeader(line []byte, h *header) {
+	b := line[shmHdrOff : shmHdrOff+shmHdrLen]
 	b[0], b[1], b[2], b[3] = h.coll, uint8(h.op), uint8(h.dtype), h.alg
 	binary.LittleEndian.PutUint32(b[4:], uint32(h.root))
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.count))
@@ -735,8 +737,8 @@ func putShmHeader(b []byte, h *header) {
 	binary.LittleEndian.PutUint32(b[20:], h.seq)
 }
 
-func getShmHeader(b []byte) header {
-	_ = b[shmHdrLen-1]
+func getShmHeader(line []byte) header {
+	b := line[shmHdrOff : shmHdrOff+shmHdrLen]
 	return header{kind: kindData, coll: b[0], op: reduce.OpCode(b[1]), dtype: reduce.DType(b[2]), alg: b[3],
 		root:    int32(binary.LittleEndian.Uint32(b[4:])),
 		count:   int64(binary.LittleEndian.Uint64(b[8:])),
@@ -766,7 +768,7 @@ func (c *call) shmSlot(peer, i int, n int) ([]byte, error) {
 	}
 	s.seen[peer] = c.calls
 	slot := m[s.slotOff(k):]
-	h := getShmHeader(slot[8 : 8+shmHdrLen])
+	h := getShmHeader(slot)
 	if mm := compareCall(c.e.rank, &c.h, peer, &h); mm != nil {
 		return nil, c.mismatch(mm)
 	}

@@ -27,7 +27,7 @@ var ShmWaitPolicyFor = shmWaitPolicy
 func lastPublished(e *Engine) (slot, data []byte) {
 	s := e.shm
 	slot = s.mem[e.rank][s.slotOff(s.next^1):]
-	return slot, dataOf(slot, int(getShmHeader(slot[8:8+shmHdrLen]).payload))
+	return slot, dataOf(slot, int(getShmHeader(slot).payload))
 }
 
 // ShmPublished is the data of the chunk e published last.
