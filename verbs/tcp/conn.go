@@ -84,7 +84,7 @@ func (t *transport) serveConn(c net.Conn) {
 		return
 	}
 	defer t.untrack(c)
-	setNoDelay(c)
+	t.tune(c)
 	_ = c.SetDeadline(time.Now().Add(t.opts.HandshakeTimeout))
 	br := bufio.NewReaderSize(c, readBufSize)
 	req, err := t.serverHandshake(c, br)
@@ -277,7 +277,7 @@ func (t *transport) abort(ra addrPayload, req connectReq) {
 }
 
 func (t *transport) clientHandshake(c net.Conn, deadline time.Time, req connectReq) (*bufio.Reader, byte, error) {
-	setNoDelay(c)
+	t.tune(c)
 	_ = c.SetDeadline(deadline)
 	br := bufio.NewReaderSize(c, readBufSize)
 	nonceC := make([]byte, nonceLen)
@@ -308,10 +308,42 @@ func (t *transport) clientHandshake(c net.Conn, deadline time.Time, req connectR
 	return br, st, nil
 }
 
-func setNoDelay(c net.Conn) {
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
+// tune readies a new connection: no Nagle delay, and the congestion
+// control of Options.LocalCongestion or Options.Congestion. A congestion
+// control the kernel refuses here leaves the system's (Open checked the
+// names it was given).
+func (t *transport) tune(c net.Conn) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
 	}
+	_ = tc.SetNoDelay(true)
+	cc := t.opts.Congestion
+	if sameHost(tc.LocalAddr(), tc.RemoteAddr()) {
+		cc = t.opts.LocalCongestion
+	}
+	if cc != "" && cc != systemCongestion {
+		if rc, err := tc.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, cc) })
+		}
+	}
+}
+
+// defaultLocalCongestion is Options.LocalCongestion's default: every
+// kernel that can set one allows reno without privileges.
+const defaultLocalCongestion = "reno"
+
+// systemCongestion, as Options.LocalCongestion or Congestion, keeps the
+// system's default congestion control.
+const systemCongestion = "system"
+
+// sameHost reports whether a connection from local to remote stays within
+// this host's network stack: to a loopback address, or to the address it
+// comes from.
+func sameHost(local, remote net.Addr) bool {
+	l, lok := local.(*net.TCPAddr)
+	r, rok := remote.(*net.TCPAddr)
+	return lok && rok && (r.IP.IsLoopback() || r.IP.Equal(l.IP))
 }
 
 // loopbackHint explains a refused loopback address: a peer advertises one

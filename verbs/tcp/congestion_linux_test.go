@@ -1,0 +1,67 @@
+package tcp
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// systemDefaultCongestion is the congestion control a new TCP socket gets.
+func systemDefaultCongestion(t *testing.T) string {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	cc, err := socketCongestion(uintptr(fd))
+	require.NoError(t, err)
+	return cc
+}
+
+// TestLocalCongestion: both ends of a connection within the host run the
+// congestion control of Options.LocalCongestion: reno by default, the
+// system's with "system".
+func TestLocalCongestion(t *testing.T) {
+	for _, tc := range []struct{ opt, want string }{
+		{"", "reno"},
+		{"reno", "reno"},
+		{"system", systemDefaultCongestion(t)},
+	} {
+		t.Run("opt="+tc.opt, func(t *testing.T) {
+			o := testOptions()
+			o.LocalCongestion = tc.opt
+			a, b := newSideOn(t, openDev(t, o)), newSideOn(t, openDev(t, o))
+			connectPair(t, a, b, verbs.DefaultConnectOptions())
+			requireWorks(t, a, b)
+			for _, s := range []*side{a, b} {
+				var got string
+				var gerr error
+				require.NoError(t, attachedLink(t, s.qp).ControlFD(func(fd int) { got, gerr = socketCongestion(uintptr(fd)) }))
+				require.NoError(t, gerr)
+				require.Equal(t, tc.want, got)
+			}
+		})
+	}
+}
+
+// TestCongestionRefused: a congestion control the kernel does not offer
+// fails Open, naming the option and the name.
+func TestCongestionRefused(t *testing.T) {
+	for _, field := range []string{"LocalCongestion", "Congestion"} {
+		o := testOptions()
+		if field == "Congestion" {
+			o.Congestion = "no-such-cc"
+		} else {
+			o.LocalCongestion = "no-such-cc"
+		}
+		dev, err := Open(context.Background(), o)
+		if dev != nil {
+			_ = dev.Close()
+		}
+		require.ErrorIs(t, err, verbs.ErrInvalidArgument)
+		require.ErrorContains(t, err, "Options."+field+` "no-such-cc"`)
+	}
+}
