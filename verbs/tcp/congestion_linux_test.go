@@ -2,6 +2,8 @@ package tcp
 
 import (
 	"context"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +66,20 @@ func TestCongestionRefused(t *testing.T) {
 		require.ErrorIs(t, err, verbs.ErrInvalidArgument)
 		require.ErrorContains(t, err, "Options."+field+` "no-such-cc"`)
 	}
+}
+
+// TestAddressNamesKernel: a QP's address carries the boot id of the
+// kernel its device runs on, which its peer compares with its own
+// (congestionFor).
+func TestAddressNamesKernel(t *testing.T) {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Skip("no boot id here")
+	}
+	a := newSide(t)
+	qa, err := verbs.DecodeAddress(a.qp.Address())
+	require.NoError(t, err)
+	ap, err := decodeAddrPayload(qa.Payload)
+	require.NoError(t, err)
+	require.Equal(t, strings.TrimSpace(string(boot)), ap.kernel)
 }

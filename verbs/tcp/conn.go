@@ -308,25 +308,38 @@ func (t *transport) clientHandshake(c net.Conn, deadline time.Time, req connectR
 	return br, st, nil
 }
 
-// tune readies a new connection: no Nagle delay, and the congestion
-// control of Options.LocalCongestion or Options.Congestion. A congestion
-// control the kernel refuses here leaves the system's (Open checked the
-// names it was given).
+// tune readies a new connection: no Nagle delay.
 func (t *transport) tune(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+}
+
+// congest gives q's connection c the congestion control of
+// Options.LocalCongestion if it stays within this kernel (sameHost, or a
+// peer device whose address names this kernel), else of
+// Options.Congestion. One the kernel refuses here leaves the system's
+// (Open checked the names it was given).
+func (t *transport) congest(c net.Conn, q *softrc.QP) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
 		return
 	}
-	_ = tc.SetNoDelay(true)
-	cc := t.opts.Congestion
-	if sameHost(tc.LocalAddr(), tc.RemoteAddr()) {
-		cc = t.opts.LocalCongestion
-	}
-	if cc != "" && cc != systemCongestion {
+	ra, _ := decodeAddrPayload(q.Remote().Payload) // CheckRemote passed
+	if cc := t.congestionFor(tc.LocalAddr(), tc.RemoteAddr(), ra.kernel); cc != "" && cc != systemCongestion {
 		if rc, err := tc.SyscallConn(); err == nil {
 			_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, cc) })
 		}
 	}
+}
+
+// congestionFor is the congestion control of a connection from local to
+// remote whose peer device runs on kernel (from its QP address).
+func (t *transport) congestionFor(local, remote net.Addr, kernel string) string {
+	if sameHost(local, remote) || t.kernel != "" && kernel == t.kernel {
+		return t.opts.LocalCongestion
+	}
+	return t.opts.Congestion
 }
 
 // defaultLocalCongestion is Options.LocalCongestion's default: every

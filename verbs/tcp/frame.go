@@ -136,19 +136,41 @@ func decodeConnect(b []byte) connectReq {
 //	1  8  device instance id, big-endian
 //	9  n  advertised host:port (the rest)
 type addrPayload struct {
-	dev  uint64
-	host string
+	dev    uint64
+	kernel string // the device's kernel (its boot id), "" where unknown
+	host   string
 }
 
+// addrVersion is the version of the address payload encode writes;
+// decodeAddrPayload also reads version 1, which has no kernel id.
+const addrVersion = 2
+
 func (a addrPayload) encode() []byte {
-	b := append([]byte{1}, make([]byte, 8)...)
+	k := a.kernel[:min(len(a.kernel), 255)]
+	b := make([]byte, 10, 10+len(k)+len(a.host))
+	b[0] = addrVersion
 	binary.BigEndian.PutUint64(b[1:], a.dev)
+	b[9] = byte(len(k))
+	b = append(b, k...)
 	return append(b, a.host...)
 }
 
 func decodeAddrPayload(b []byte) (addrPayload, error) {
-	if len(b) < 10 || b[0] != 1 {
+	bad := func() (addrPayload, error) {
 		return addrPayload{}, fmt.Errorf("malformed tcp address payload (%d bytes)", len(b))
 	}
-	return addrPayload{dev: binary.BigEndian.Uint64(b[1:]), host: string(b[9:])}, nil
+	if len(b) < 10 {
+		return bad()
+	}
+	switch b[0] {
+	case 1:
+		return addrPayload{dev: binary.BigEndian.Uint64(b[1:]), host: string(b[9:])}, nil
+	case 2:
+		k := int(b[9])
+		if len(b) < 10+k+1 {
+			return bad()
+		}
+		return addrPayload{dev: binary.BigEndian.Uint64(b[1:]), kernel: string(b[10 : 10+k]), host: string(b[10+k:])}, nil
+	}
+	return bad()
 }

@@ -96,6 +96,7 @@ type link struct {
 }
 
 func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQP uint32) {
+	t.congest(c, q)
 	l := &link{t: t, q: q, c: c, peerQP: peerQP, kick: make(chan struct{}, 1), done: make(chan struct{}), progress: q.Progress,
 		epoch: time.Now(), tok: make(chan struct{}, 1), bgWake: make(chan struct{}, 1)}
 	if sc, ok := c.(syscall.Conn); ok {

@@ -450,7 +450,7 @@ func TestDisconnect(t *testing.T) {
 func TestBadRemoteAddress(t *testing.T) {
 	a := newSide(t)
 	require.NoError(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPInit, Port: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
-	for _, p := range [][]byte{nil, {2, 0, 0, 0, 0, 0, 0, 0, 0, 'x'}, addrPayload{dev: 1, host: "no-port"}.encode()} {
+	for _, p := range [][]byte{nil, {3, 0, 0, 0, 0, 0, 0, 0, 0, 'x'}, {2, 0, 0, 0, 0, 0, 0, 0, 1, 9, 'k'}, addrPayload{dev: 1, host: "no-port"}.encode()} {
 		addr, err := verbs.QPAddress{Provider: Name, QPNum: 1, Payload: p}.Encode()
 		require.NoError(t, err)
 		err = a.qp.Modify(&verbs.QPAttr{State: verbs.QPRTR, Remote: addr, PathMTU: verbs.MTU1024},
