@@ -84,7 +84,7 @@ func (t *transport) serveConn(c net.Conn) {
 		return
 	}
 	defer t.untrack(c)
-	t.tune(c)
+	setNoDelay(c)
 	_ = c.SetDeadline(time.Now().Add(t.opts.HandshakeTimeout))
 	br := bufio.NewReaderSize(c, readBufSize)
 	req, err := t.serverHandshake(c, br)
@@ -277,7 +277,7 @@ func (t *transport) abort(ra addrPayload, req connectReq) {
 }
 
 func (t *transport) clientHandshake(c net.Conn, deadline time.Time, req connectReq) (*bufio.Reader, byte, error) {
-	t.tune(c)
+	setNoDelay(c)
 	_ = c.SetDeadline(deadline)
 	br := bufio.NewReaderSize(c, readBufSize)
 	nonceC := make([]byte, nonceLen)
@@ -308,8 +308,7 @@ func (t *transport) clientHandshake(c net.Conn, deadline time.Time, req connectR
 	return br, st, nil
 }
 
-// tune readies a new connection: no Nagle delay.
-func (t *transport) tune(c net.Conn) {
+func setNoDelay(c net.Conn) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}

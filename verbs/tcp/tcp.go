@@ -137,7 +137,7 @@ type Options struct {
 	// takes the reordering of segments that two CPUs hand the kernel at
 	// once for loss: it kept a 1 MiB READ response waiting for ACKs
 	// halfway (with reno one-host latency at 1-4 MiB took 0.6 of the time,
-	// between network namespaces 0.25). "system" keeps the system's
+	// between network namespaces 0.3). "system" keeps the system's
 	// default (net.ipv4.tcp_congestion_control); another name must be one
 	// the kernel offers and allows this process
 	// (net.ipv4.tcp_allowed_congestion_control), or Open fails.
