@@ -332,20 +332,29 @@ func TestCrowdedBcastKeepsToSlots(t *testing.T) {
 
 // TestCrowdedReducePipelineIsWholeSlots: when the ranks outnumber their
 // CPUs (Crowded) the shared-memory reduce of a large vector moves it in
-// whole slots, one round per slot, where by default it pipelines pieces
-// of an eighth; the sums are right either way.
+// whole slots, one round per slot, even where shm_pipe_bytes asks for
+// pieces of an eighth, which it then gets without the crowding; by
+// default it moves whole slots either way. The sums are right each time.
 func TestCrowdedReducePipelineIsWholeSlots(t *testing.T) {
 	t.Parallel()
 	const slot, n = 256 << 10, 600004 // bytes; above the 512 KiB where the pieces begin
 	for _, tc := range []struct {
 		crowded bool
+		tune    string
 		rounds  int // a sender's
-	}{{true, 3}, {false, 9}} { // pieces of 75000 bytes by default
-		t.Run(name("crowded", tc.crowded), func(t *testing.T) {
+	}{
+		{true, "shm_pipe_bytes=512K", 3},
+		{false, "shm_pipe_bytes=512K", 9}, // pieces of 75000 bytes
+		{false, "", 3},
+		{true, "", 3},
+	} {
+		t.Run(name("crowded", tc.crowded, "tune", tc.tune), func(t *testing.T) {
 			const p, root, sender = 4, 1, 2
 			wo := coltest.Options{Shared: true, SharedSlot: slot, Crowded: tc.crowded}
 			rounds := 0
-			errs := world(t, p, wo, force(collectives.CollReduce, collectives.SharedMemory), func(ctx context.Context, e *collectives.Engine, r int) error {
+			opts := force(collectives.CollReduce, collectives.SharedMemory)
+			require.NoError(t, collectives.ParseTuning(tc.tune, &opts))
+			errs := world(t, p, wo, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
 				buf := make([]int32, n/4)
 				for i := range buf {
 					buf[i] = int32(r + i)

@@ -38,7 +38,8 @@ func sameBits(what string, got, want []float64) error {
 }
 
 // TestSharedMemoryReduceBits: the shared-memory reduce, in both its forms
-// (the root folds every chunk, in pieces above shm_pipe_bytes; above
+// (the root folds every chunk, in pieces above shm_pipe_bytes, here 64K
+// unless fold is set; above
 // shm_reduce_fold_bytes, here 64K when fold is set, every rank folds a
 // block and the root gathers them), over several rounds of the test
 // region's 8 KiB slots and with the root anywhere, leaves the Ordered
@@ -72,6 +73,8 @@ func TestSharedMemoryReduceBits(t *testing.T) {
 				opts.Deterministic = c.det
 				if c.fold {
 					require.NoError(t, collectives.ParseTuning("shm_reduce_fold_bytes=64K", &opts))
+				} else {
+					require.NoError(t, collectives.ParseTuning("shm_pipe_bytes=64K", &opts))
 				}
 				errs := world(t, p, coltest.Options{Shared: shared}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
 					for k, root := range roots {
