@@ -89,6 +89,9 @@ M="mpirun.openmpi"
 ompi=$($M --version 2>/dev/null | head -1 | sed 's/.*) //')
 : >"$out/summary.txt"
 echo "# compare.sh at $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown), $ROUNDS rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/summary.txt"
+# Open MPI's tcp rows run the system's TCP congestion control; rdmago's
+# loopback connections reno whatever it is (tcp.Options.LocalCongestion).
+echo "# TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null || echo unknown) (rdmago's loopback connections: reno)" >>"$out/summary.txt"
 [ "$HOG" = 1 ] && echo "# HOG=1: CPU $((cores - 1)) kept busy by a spinning shell loop for the whole run" >>"$out/summary.txt"
 
 # retry CMD: the command string for osu-compare that runs CMD up to 3 times
