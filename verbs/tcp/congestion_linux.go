@@ -48,3 +48,13 @@ func kernelID() string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// systemCongestionName is the system's default congestion control, ""
+// if it cannot be read.
+func systemCongestionName() string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -2,8 +2,10 @@ package tcp
 
 import (
 	"context"
+	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -82,4 +84,45 @@ func TestAddressNamesKernel(t *testing.T) {
 	ap, err := decodeAddrPayload(qa.Payload)
 	require.NoError(t, err)
 	require.Equal(t, strings.TrimSpace(string(boot)), ap.kernel)
+}
+
+// TestConnectionsStartWithTheirCongestion: the listener, whose accepted
+// connections inherit it, and a socket about to dial a device on this
+// kernel already have LocalCongestion before any connection exists, so
+// that no connection switches away from the system's (a switch away from
+// BBR leaves its pacing on); a socket dialing another kernel keeps the
+// system's.
+func TestConnectionsStartWithTheirCongestion(t *testing.T) {
+	if systemDefaultCongestion(t) == "reno" {
+		t.Skip("the system's default is reno: nothing to tell apart")
+	}
+	a, _ := connected(t, verbs.DefaultConnectOptions())
+	tr := attachedLink(t, a.qp).t
+	var lcc string
+	rc, err := tr.ln.(*net.TCPListener).SyscallConn()
+	require.NoError(t, err)
+	require.NoError(t, rc.Control(func(fd uintptr) { lcc, _ = socketCongestion(fd) }))
+	require.Equal(t, "reno", lcc, "listener")
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	for _, tc := range []struct {
+		ra   addrPayload
+		want string
+	}{
+		{addrPayload{kernel: tr.kernel, host: "10.9.9.9:1"}, "reno"},
+		{addrPayload{kernel: "another", host: "127.0.0.1:1"}, "reno"},
+		{addrPayload{kernel: "another", host: "10.9.9.9:1"}, systemDefaultCongestion(t)},
+	} {
+		var got string
+		d := net.Dialer{Control: func(network, address string, rc syscall.RawConn) error {
+			require.NoError(t, tr.dialControl(tc.ra)(network, address, rc))
+			return rc.Control(func(fd uintptr) { got, _ = socketCongestion(fd) })
+		}}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		_ = c.Close()
+		require.Equal(t, tc.want, got, "%+v", tc.ra)
+	}
 }

@@ -22,3 +22,6 @@ func checkCongestion(name string) error {
 
 // kernelID is "": no device counts as sharing this kernel.
 func kernelID() string { return "" }
+
+// systemCongestionName is "": nothing is set here.
+func systemCongestionName() string { return "" }

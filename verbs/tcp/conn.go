@@ -218,7 +218,7 @@ func (t *transport) dial(q *softrc.QP, ra addrPayload, remoteQP uint32) {
 			return
 		}
 		ctx, cancel := context.WithDeadline(t.ctx, deadline)
-		var d net.Dialer
+		d := net.Dialer{Control: t.dialControl(ra)}
 		c, err := d.DialContext(ctx, "tcp", ra.host)
 		cancel()
 		if err == nil && !t.track(c) {
@@ -325,10 +325,34 @@ func (t *transport) congest(c net.Conn, q *softrc.QP) {
 		return
 	}
 	ra, _ := decodeAddrPayload(q.Remote().Payload) // CheckRemote passed
-	if cc := t.congestionFor(tc.LocalAddr(), tc.RemoteAddr(), ra.kernel); cc != "" && cc != systemCongestion {
+	cc := t.congestionFor(tc.LocalAddr(), tc.RemoteAddr(), ra.kernel)
+	if cc == "" || cc == systemCongestion {
+		cc = t.sysCongestion
+	}
+	if cc != "" {
 		if rc, err := tc.SyscallConn(); err == nil {
+			// A no-op where the socket started with it (dialControl, the
+			// listener), as most do.
 			_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, cc) })
 		}
+	}
+}
+
+// dialControl gives a socket about to dial the device at ra the
+// congestion control congest will find for the connection, as far as the
+// peer's address tells before the connection has a local address, so that
+// it starts with it rather than switching (see Open's listener).
+func (t *transport) dialControl(ra addrPayload) func(_, _ string, rc syscall.RawConn) error {
+	return func(_, _ string, rc syscall.RawConn) error {
+		var remote net.Addr
+		if ap, err := netip.ParseAddrPort(ra.host); err == nil {
+			remote = net.TCPAddrFromAddrPort(ap)
+		}
+		cc := t.congestionFor(nil, remote, ra.kernel)
+		if cc != "" && cc != systemCongestion {
+			_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, cc) })
+		}
+		return nil
 	}
 }
 
@@ -355,7 +379,7 @@ const systemCongestion = "system"
 func sameHost(local, remote net.Addr) bool {
 	l, lok := local.(*net.TCPAddr)
 	r, rok := remote.(*net.TCPAddr)
-	return lok && rok && (r.IP.IsLoopback() || r.IP.Equal(l.IP))
+	return rok && (r.IP.IsLoopback() || lok && r.IP.Equal(l.IP))
 }
 
 // loopbackHint explains a refused loopback address: a peer advertises one

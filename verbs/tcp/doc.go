@@ -32,9 +32,12 @@
 // segments two CPUs hand the kernel at once for loss; it kept a 1 MiB READ
 // response waiting for ACKs halfway. With reno, latency at 1-4 MiB took
 // 0.6 of the time over loopback and 0.3 between network namespaces, and
-// bw and bibw from 512 KiB went 1.5-4.7 times as fast. Connections to
-// other machines keep the system's default unless Options.Congestion
-// names another.
+// bw and bibw from 512 KiB went 1.5-4.7 times as fast. Connections start
+// with it (the listener has it, and a dialer sets it before it connects
+// when the peer's address tells): a switch away from BBR leaves its pacing
+// on, which between network namespaces (1500-byte segments) made 8-16 KiB
+// ping-pongs 1.7 times as slow. Connections to other machines keep the
+// system's default unless Options.Congestion names another.
 //
 // # Threading
 //
