@@ -9,7 +9,7 @@
 #
 #   sudo sh bench/cross-host.sh /tmp/xhost                     # everything
 #   ROUNDS=1 SHAPES=none LAYOUTS=2x1 ONLY="latency allreduce" sudo sh bench/cross-host.sh /tmp/try
-#   CC=reno SHAPES=none sudo sh bench/cross-host.sh /tmp/reno    # both libraries on reno (see CC below)
+#   TCP_CC=reno SHAPES=none sudo sh bench/cross-host.sh /tmp/reno    # both libraries on reno (see TCP_CC below)
 #
 # Rows: latency and bw (ranks 0 and 1, on two hosts: 2x1 only), allreduce,
 # bcast, reduce, allgather, reduce_scatter, alltoall and barrier at
@@ -62,9 +62,9 @@ OMPI_YIELD=${OMPI_YIELD:-auto}
 # net.ipv4.tcp_congestion_control), which both libraries' sockets get; empty
 # leaves this machine's default. rdmago's connections between the hosts run
 # reno whatever it is, since the hosts share this kernel
-# (tcp.Options.LocalCongestion); CC=reno gives Open MPI the same, for a
+# (tcp.Options.LocalCongestion); TCP_CC=reno gives Open MPI the same, for a
 # comparison of the protocols alone where the default is BBR.
-CC=${CC:-}
+TCP_CC=${TCP_CC:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 (cd "$root" && go build -o "$out/rdmabench" ./bench && go build -o "$out/rdmarun" ./cmd/rdmarun &&
@@ -153,12 +153,12 @@ for shape in $SHAPES; do
 	[ "$shape" = none ] || rate="-rate $shape"
 	# shellcheck disable=SC2086
 	"$C" up -hosts 4 -prefix $prefix $rate >"$out/cluster-$shape.txt"
-	if [ -n "$CC" ]; then
+	if [ -n "$TCP_CC" ]; then
 		for i in 0 1 2 3; do
-			ip netns exec "$prefix-h$i" sysctl -qw net.ipv4.tcp_congestion_control="$CC"
+			ip netns exec "$prefix-h$i" sysctl -qw net.ipv4.tcp_congestion_control="$TCP_CC"
 		done
 	fi
-	echo "# cluster $prefix: 4 hosts, shape $shape; Open MPI $ompi; congestion control ${CC:-$(sysctl -n net.ipv4.tcp_congestion_control)}"
+	echo "# cluster $prefix: 4 hosts, shape $shape; Open MPI $ompi; congestion control ${TCP_CC:-$(sysctl -n net.ipv4.tcp_congestion_control)}"
 	for layout in $LAYOUTS; do
 		h=${layout%x*} s=${layout#*x}
 		if [ "$layout" = 2x1 ]; then
