@@ -20,6 +20,12 @@ var ErrUnavailable = errors.New("host identity unavailable")
 // fails (wrapping ErrUnavailable) where the kernel does not expose it.
 func ID() (string, error) { return identity() }
 
+// Kernel is the identity of the kernel this process runs on (its boot
+// id), the first part of ID: processes in other network namespaces or
+// containers of one machine share it. It fails (wrapping ErrUnavailable)
+// where the kernel does not expose it.
+func Kernel() (string, error) { return kernel() }
+
 // Name is the host name to show for this process (os.Hostname), or
 // "unknown" when it cannot be read.
 func Name() string {

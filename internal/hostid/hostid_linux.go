@@ -8,10 +8,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func identity() (string, error) {
+func kernel() (string, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return "", fmt.Errorf("%w: reading the kernel boot id: %v", ErrUnavailable, err)
+	}
+	return string(bytes.TrimSpace(b)), nil
+}
+
+func identity() (string, error) {
+	k, err := kernel()
+	if err != nil {
+		return "", err
 	}
 	// The calling thread's namespace: a thread locked into another one
 	// (setns) is, for what it dials and listens on, on that other host.
@@ -23,5 +31,5 @@ func identity() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: stat of the network namespace: %v", ErrUnavailable, err)
 	}
-	return fmt.Sprintf("%s/netns:%d:%d", bytes.TrimSpace(b), st.Dev, st.Ino), nil
+	return fmt.Sprintf("%s/netns:%d:%d", k, st.Dev, st.Ino), nil
 }

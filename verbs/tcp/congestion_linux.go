@@ -33,22 +33,6 @@ func checkCongestion(name string) error {
 	return nil
 }
 
-// socketCongestion is the congestion control of TCP socket fd (for tests).
-func socketCongestion(fd uintptr) (string, error) {
-	return unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
-}
-
-// kernelID names the kernel this process runs on (its boot id), "" if it
-// cannot be read: two devices with the same one share the kernel, whatever
-// their network namespaces.
-func kernelID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
 // systemCongestionName is the system's default congestion control, ""
 // if it cannot be read.
 func systemCongestionName() string {

@@ -14,6 +14,11 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
+// socketCongestion is the congestion control of TCP socket fd.
+func socketCongestion(fd uintptr) (string, error) {
+	return unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+}
+
 // systemDefaultCongestion is the congestion control a new TCP socket gets.
 func systemDefaultCongestion(t *testing.T) string {
 	t.Helper()

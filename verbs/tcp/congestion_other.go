@@ -20,8 +20,5 @@ func checkCongestion(name string) error {
 	return fmt.Errorf("the congestion control of a socket cannot be set on %s", runtime.GOOS)
 }
 
-// kernelID is "": no device counts as sharing this kernel.
-func kernelID() string { return "" }
-
 // systemCongestionName is "": nothing is set here.
 func systemCongestionName() string { return "" }

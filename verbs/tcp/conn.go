@@ -317,8 +317,7 @@ func setNoDelay(c net.Conn) {
 // congest gives q's connection c the congestion control of
 // Options.LocalCongestion if it stays within this kernel (sameHost, or a
 // peer device whose address names this kernel), else of
-// Options.Congestion. One the kernel refuses here leaves the system's
-// (Open checked the names it was given).
+// Options.Congestion, the system's default for "system" or empty.
 func (t *transport) congest(c net.Conn, q *softrc.QP) {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
@@ -329,12 +328,20 @@ func (t *transport) congest(c net.Conn, q *softrc.QP) {
 	if cc == "" || cc == systemCongestion {
 		cc = t.sysCongestion
 	}
-	if cc != "" {
-		if rc, err := tc.SyscallConn(); err == nil {
-			// A no-op where the socket started with it (dialControl, the
-			// listener), as most do.
-			_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, cc) })
-		}
+	// A no-op where the socket started with it (dialControl, the
+	// listener), as most do.
+	if rc, err := tc.SyscallConn(); err == nil {
+		setCongestionOn(rc, cc)
+	}
+}
+
+// setCongestionOn gives the socket behind rc congestion control name,
+// unless name is empty or systemCongestion (the socket keeps what it has);
+// one the kernel refuses leaves it as it was (Open checked the names it
+// was given).
+func setCongestionOn(rc syscall.RawConn, name string) {
+	if name != "" && name != systemCongestion {
+		_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, name) })
 	}
 }
 
@@ -348,10 +355,7 @@ func (t *transport) dialControl(ra addrPayload) func(_, _ string, rc syscall.Raw
 		if ap, err := netip.ParseAddrPort(ra.host); err == nil {
 			remote = net.TCPAddrFromAddrPort(ap)
 		}
-		cc := t.congestionFor(nil, remote, ra.kernel)
-		if cc != "" && cc != systemCongestion {
-			_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, cc) })
-		}
+		setCongestionOn(rc, t.congestionFor(nil, remote, ra.kernel))
 		return nil
 	}
 }

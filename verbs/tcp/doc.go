@@ -36,7 +36,7 @@
 // with it (the listener has it, and a dialer sets it before it connects
 // when the peer's address tells): a switch away from BBR leaves its pacing
 // on, which between network namespaces (1500-byte segments) made 8-16 KiB
-// ping-pongs 1.7 times as slow. Connections to other machines keep the
+// ping-pongs 1.4-1.7 times as slow. Connections to other machines keep the
 // system's default unless Options.Congestion names another.
 //
 // # Threading

@@ -130,11 +130,14 @@ func decodeConnect(b []byte) connectReq {
 		dstDev: binary.BigEndian.Uint64(b[12:]), dstQP: binary.BigEndian.Uint32(b[20:])}
 }
 
-// addrPayload is the provider payload of a tcp QP address:
+// addrPayload is the provider payload of a tcp QP address (version 2;
+// version 1 had no kernel id: its host:port starts at 9):
 //
-//	0  1  version (1)
-//	1  8  device instance id, big-endian
-//	9  n  advertised host:port (the rest)
+//	0     1  version (2)
+//	1     8  device instance id, big-endian
+//	9     1  k, length of the kernel id
+//	10    k  kernel id (the device's boot id), empty where unknown
+//	10+k  n  advertised host:port (the rest)
 type addrPayload struct {
 	dev    uint64
 	kernel string // the device's kernel (its boot id), "" where unknown

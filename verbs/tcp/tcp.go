@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/hostid"
 	"github.com/rdmago/rdmago/verbs"
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
@@ -199,7 +200,7 @@ type transport struct {
 	ln        net.Listener
 	id        uint64
 	advertise string
-	kernel    string // this device's kernel (kernelID), in its QP addresses
+	kernel    string // this device's kernel (hostid.Kernel), in its QP addresses
 	// sysCongestion is the system's default congestion control (""
 	// where unknown), which congest gives back to an accepted connection
 	// to another kernel: it started with the listener's LocalCongestion.
@@ -266,11 +267,9 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	// LocalCongestion, as most of a job's are, so that one switched later
 	// (congest) never started another one. A switch away from BBR leaves
 	// its pacing on: between network namespaces, whose veth carries
-	// 1500-byte segments, 8-16 KiB ping-pongs took 1.3-1.6 times as long.
+	// 1500-byte segments, 8-16 KiB ping-pongs took 1.4-1.7 times as long.
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		if cc := o.LocalCongestion; cc != "" && cc != systemCongestion {
-			_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, cc) })
-		}
+		setCongestionOn(rc, o.LocalCongestion)
 		return nil
 	}}
 	ln, err := lc.Listen(ctx, "tcp", o.Listen)
@@ -290,7 +289,8 @@ func Open(ctx context.Context, o Options) (verbs.Device, error) {
 	_, _ = rand.Read(idb[:])
 	t := &transport{opts: o, ln: ln, id: binary.BigEndian.Uint64(idb[:]), advertise: adv,
 		waiting: map[uint32]*softrc.QP{}, pending: map[uint32]*pendingConn{}, links: map[*link]struct{}{}, raw: map[net.Conn]struct{}{}}
-	t.kernel, t.sysCongestion = kernelID(), systemCongestionName()
+	t.kernel, _ = hostid.Kernel() // "" where unknown: no peer counts as sharing it
+	t.sysCongestion = systemCongestionName()
 	t.log = o.Logger
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
