@@ -58,6 +58,7 @@ type Endpoint struct {
 	writes    map[uint32]*Request   // window writes waiting for completion
 	notes     []Notification
 	arrivals  []chan struct{} // Probe / WaitNotify waiters, woken on arrival
+	wakers    []*waker        // spare wakers of blocking waits (waitCQ)
 	dirty     []*peer         // peers whose queues or credits changed
 	// While batching (handlePolledLocked, flushDirtyLocked), the posts to
 	// a peer whose QP can hold them (verbs.PostBatcher) wait until the

@@ -278,3 +278,18 @@ func (ep *Endpoint) RecvBuffers(peer int) (mem []byte, slot int) {
 	p := ep.peers[peer]
 	return p.recvMR.Bytes(), p.slot
 }
+
+// WaitArmed reports whether a goroutine waiting for r has armed its wake-up
+// and blocks in the CQ (waitCQ), for TestCancelWakesBlockedWait.
+func (r *Request) WaitArmed() bool {
+	r.ep.mu.Lock()
+	defer r.ep.mu.Unlock()
+	return r.wake != nil || r.waker != nil
+}
+
+// SpareWakers counts the wakers the endpoint keeps for blocking waits.
+func (ep *Endpoint) SpareWakers() int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return len(ep.wakers)
+}

@@ -919,6 +919,10 @@ func (ep *Endpoint) completeLocked(r *Request, err error) {
 		r.wake()
 		r.wake = nil
 	}
+	if r.waker != nil {
+		r.waker.wake()
+		r.waker = nil
+	}
 	if r.notify != nil {
 		select {
 		case r.notify <- struct{}{}:

@@ -68,6 +68,7 @@ type Request struct {
 	err    error
 	notify chan struct{} // set by a blocked waiter; guarded by ep.mu
 	wake   func()        // cancels a waitCQ; guarded by ep.mu
+	waker  *waker        // or wakes it (waker); guarded by ep.mu
 	waitCh chan struct{}
 
 	canceled   bool
@@ -407,14 +408,22 @@ func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 	d := ep.devs[0]
 	var wctx context.Context
 	var cancel context.CancelFunc
+	var w *waker
 	ep.enterPoll()
 	defer ep.leavePoll()
+	defer func() {
+		if w != nil {
+			ep.mu.Lock()
+			ep.putWakerLocked(w)
+			ep.mu.Unlock()
+		}
+	}()
 	for {
 		ep.progressTurn()
 		if r.done.Load() {
 			break
 		}
-		if wctx == nil {
+		if wctx == nil && ctx.Done() != nil {
 			wctx, cancel = context.WithCancel(ctx)
 			defer cancel()
 		}
@@ -424,11 +433,23 @@ func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 			ep.mu.Unlock()
 			break
 		}
-		r.wake = cancel
+		if cancel != nil {
+			r.wake = cancel
+		} else {
+			// A ctx that never ends: a reused waker instead of a
+			// context.WithCancel per wait (a fresh use each time round,
+			// as the last one may have been woken).
+			if w == nil {
+				w = ep.getWakerLocked(ctx)
+			} else {
+				w.reset(ctx)
+			}
+			wctx, r.waker = w, w
+		}
 		ep.mu.Unlock()
 		err := ep.blockIn(wctx, d, false)
 		ep.mu.Lock()
-		r.wake = nil
+		r.wake, r.waker = nil, nil
 		ep.mu.Unlock()
 		if err != nil {
 			if r.done.Load() { // r.wake cancelled wctx (done is set first)

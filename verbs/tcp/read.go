@@ -870,8 +870,11 @@ func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
 		}
 		if !queued {
 			l.beforeBlock()
+			// Only a read that may sleep needs ctx's end to interrupt it:
+			// what the spin found queued is read without sleeping, and
+			// the registration (context.AfterFunc) allocates.
+			l.watch(ctx)
 		}
-		l.watch(ctx)
 		l.pblocked.Store(true)
 		if cq.Pending() || ctx.Err() != nil {
 			l.pblocked.Store(false)

@@ -1,0 +1,91 @@
+package p2p
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+type wakerKey struct{}
+
+// TestWakerContext checks that a waker behaves as a context cancelled by
+// wake: Done closes and Err says Canceled once woken, AfterFunc
+// registrations (context.AfterFunc's included) run then unless stopped,
+// values and deadline come from the parent, and reset makes it a fresh,
+// unwoken context whose earlier registrations are gone.
+func TestWakerContext(t *testing.T) {
+	parent := context.WithValue(context.Background(), wakerKey{}, "v")
+	ep := &Endpoint{}
+	ep.mu.Lock()
+	w := ep.getWakerLocked(parent)
+	ep.mu.Unlock()
+
+	require.NoError(t, w.Err())
+	require.Equal(t, "v", w.Value(wakerKey{}))
+	_, ok := w.Deadline()
+	require.False(t, ok)
+	done := w.Done()
+	require.Equal(t, done, w.Done(), "Done is one channel per use")
+	select {
+	case <-done:
+		t.Fatal("Done closed before wake")
+	default:
+	}
+
+	ran := make(chan string, 4)
+	stopBefore := w.AfterFunc(func() { ran <- "stopped" })
+	require.True(t, stopBefore(), "stop before wake unregisters")
+	w.AfterFunc(func() { ran <- "direct" })
+	context.AfterFunc(w, func() { ran <- "context" })
+
+	w.wake()
+	w.wake() // a second wake does nothing
+	<-done
+	require.ErrorIs(t, w.Err(), context.Canceled)
+	got := map[string]bool{}
+	for range 2 {
+		select {
+		case s := <-ran:
+			got[s] = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("an AfterFunc registration did not run on wake")
+		}
+	}
+	require.Equal(t, map[string]bool{"direct": true, "context": true}, got)
+	late := make(chan struct{})
+	w.AfterFunc(func() { close(late) }) // registered after the wake: runs at once
+	<-late
+
+	// The next use: not woken, a new channel; then one more, which drops
+	// what the last left registered.
+	w.reset(context.Background())
+	require.NoError(t, w.Err())
+	require.NotEqual(t, done, w.Done())
+	done = w.Done()
+	stale := w.AfterFunc(func() { ran <- "stale" })
+	w.reset(context.Background())
+	require.False(t, stale(), "a stop from an earlier use does nothing")
+	require.NoError(t, w.Err())
+	require.Equal(t, done, w.Done(), "an unwoken use leaves its channel to the next")
+	w.wake()
+	<-w.Done()
+	select {
+	case s := <-ran:
+		t.Fatalf("registration %q ran after reset", s)
+	case <-time.After(10 * time.Millisecond):
+	}
+
+	// Kept for reuse, a bounded number of them.
+	ep.mu.Lock()
+	for range 2 * maxSpareWakers {
+		ep.putWakerLocked(&waker{})
+	}
+	n := len(ep.wakers)
+	w2 := ep.getWakerLocked(parent)
+	ep.mu.Unlock()
+	require.Equal(t, maxSpareWakers, n)
+	require.NoError(t, w2.Err())
+	require.Equal(t, "v", w2.Value(wakerKey{}))
+}
