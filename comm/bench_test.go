@@ -122,7 +122,9 @@ func BenchmarkBcast(b *testing.B) {
 // (the collectives engine's general path, which every collective of a
 // multi-host job takes): a 16-byte call between two ranks is nearly all
 // fixed per-call and per-message cost, which is what the allocation count
-// and a CPU profile of this benchmark show.
+// and a CPU profile of this benchmark show. Over tcp every call blocks in
+// the transport's CQ once per rank (0 allocations; 13 when each such wait
+// made a context).
 //
 //	go test -run '^$' -bench GeneralPath -benchtime 20000x ./comm
 func BenchmarkGeneralPath(b *testing.B) {
@@ -162,7 +164,7 @@ func BenchmarkGeneralPath(b *testing.B) {
 			return nil
 		}},
 	}
-	for _, tr := range []string{"loop", "shm"} {
+	for _, tr := range []string{"loop", "shm", "tcp"} {
 		for _, cl := range colls {
 			b.Run(fmt.Sprintf("transport=%s/coll=%s/bytes=%d", tr, cl.name, 4*n), func(b *testing.B) {
 				benchPair(b, tr, cl.step, n)

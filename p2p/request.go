@@ -402,8 +402,10 @@ func (ep *Endpoint) waitChan(ctx context.Context, r *Request) error {
 // cancels the wait's context. That wake is armed only while the goroutine
 // is inside CQ.Wait: when it completes its own request while polling (the
 // common case), cancelling would make the provider run its ctx watcher (a
-// new goroutine, a scheduler wake-up) for nothing. The context is made on
-// the first block and cancelled once, at the end.
+// new goroutine, a scheduler wake-up) for nothing. Under a ctx that can
+// end, the context is made on the first block and cancelled once, at the
+// end; under one that cannot (Done nil), a reused waker stands in for it,
+// so that the wait allocates nothing.
 func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 	d := ep.devs[0]
 	var wctx context.Context
