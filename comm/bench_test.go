@@ -42,6 +42,12 @@ func BenchmarkAllreduce(b *testing.B) {
 // transport; they are closed when the benchmark ends.
 func initPair(b testing.TB, transport string) []*Comm {
 	b.Helper()
+	return initPairWith(b, Options{Transport: transport})
+}
+
+// initPairWith is initPair with options (Store and NoEnv are set here).
+func initPairWith(b testing.TB, o Options) []*Comm {
+	b.Helper()
 	ctx := context.Background()
 	stores, err := bootstrap.NewMemory(2)
 	if err != nil {
@@ -51,7 +57,11 @@ func initPair(b testing.TB, transport string) []*Comm {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		wg.Go(func() { comms[r], errs[r] = Init(ctx, Options{Store: stores[r], Transport: transport, NoEnv: true}) })
+		wg.Go(func() {
+			o := o
+			o.Store, o.NoEnv = stores[r], true
+			comms[r], errs[r] = Init(ctx, o)
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {

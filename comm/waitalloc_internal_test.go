@@ -8,6 +8,7 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -16,17 +17,24 @@ import (
 // over tcp, whose every call blocks in the transport's CQ once per rank
 // (the general path of a job across hosts), and counts the process's
 // allocations per call: a context.WithCancel per blocking wait and the
-// transport's context.AfterFunc on it made about eight for the two ranks; the
-// reused waker and a watch only before a read that may sleep make none.
+// transport's context.AfterFunc on it made about eight for the two ranks;
+// the reused waker and a watch only before a read that may sleep make
+// none.
 // The bound leaves room for what a call may allocate otherwise (a copy of
 // a small message that arrives before its receive).
 func TestGeneralPathWaitsDoNotAllocate(t *testing.T) {
-	comms := initPair(t, "tcp")
+	// The transport's waiters poll their sockets for 10 s before they
+	// sleep: a wait that sleeps registers on its context, which
+	// allocates, and on a loaded machine some would, whatever the waits
+	// cost otherwise.
+	o := Options{Transport: "tcp"}
+	o.P2P.Device.PollSpin = 10 * time.Second
+	comms := initPairWith(t, o)
 	ctx := context.Background()
 	// The warm-up touches every send queue entry (whose inline buffer is
-	// made on first use) and fills the pools. A wait that a scheduling hiccup sends to sleep in the kernel, or
-	// that another goroutine's poll completes, may allocate: the best of
-	// a few measurements counts.
+	// made on first use) and fills the pools. A wait that another
+	// goroutine's poll completes may allocate (its waker's next use makes
+	// a channel): the best of a few measurements counts.
 	const warm, runs, tries = 2000, 500, 3
 	send := [2][]float32{make([]float32, 4), make([]float32, 4)}
 	recv := [2][]float32{make([]float32, 8), make([]float32, 8)}
