@@ -135,6 +135,17 @@ type Model struct {
 	// from 1 to 8 MiB but 1.56x slower at 16 MiB, 2 MiB pieces 1.6x slower
 	// at 16 and 32 MiB, where whole blocks reached 89% of the link.
 	RingPieceBytes int
+	// PairExchangeBytes: a two-rank allreduce over messages (a group of two
+	// ranks, or the leaders of two hosts) runs recursive doubling, one
+	// exchange of the whole vector, up to this size. The ring and
+	// Rabenseifner move the same bytes there and reduce half as many, at
+	// the price of a second exchange that waits for the first and for
+	// both ranks' folds: over tcp that step cost more than the half
+	// reduction saved up to about 1.5 MiB, far more than α (2 ranks over
+	// loopback, recursive doubling took 0.65 of the ring's time at 512
+	// KiB and 0.86 at 1 MiB, 1.10 at 2 MiB; between two cluster hosts 0.67
+	// and 0.81 at 512 KiB and 1 MiB).
+	PairExchangeBytes int
 
 	segment int // Options.SegmentBytes, for the chain's pipeline
 }
@@ -168,6 +179,7 @@ var defModel = Model{
 	ShmPieceMin:         64 << 10,
 	HierBigBytes:        64 << 10,
 	RingPieceBytes:      math.MaxInt,
+	PairExchangeBytes:     1 << 20,
 	segment:             256 << 10,
 }
 
@@ -210,7 +222,7 @@ func (m Model) withDefaults() Model {
 		{&m.ShmSplitGapMax, &d.ShmSplitGapMax}, {&m.ShmFoldBytes, &d.ShmFoldBytes},
 		{&m.ShmFoldBytes2, &d.ShmFoldBytes2}, {&m.ShmPipeBytes, &d.ShmPipeBytes},
 		{&m.ShmPieceMin, &d.ShmPieceMin}, {&m.HierBigBytes, &d.HierBigBytes},
-		{&m.RingPieceBytes, &d.RingPieceBytes},
+		{&m.RingPieceBytes, &d.RingPieceBytes}, {&m.PairExchangeBytes, &d.PairExchangeBytes},
 		{&m.segment, &d.segment},
 	} {
 		setI(f.v, *f.d)
@@ -331,6 +343,11 @@ func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta fl
 			return (pf-1)*alpha + frac*n*(beta+g) + lg*alpha + frac*n*beta + frac*n*g*0.1
 		}
 	case CollAllreduce:
+		if p == 2 && n <= float64(m.PairExchangeBytes) && (a == Ring || a == Rabenseifner || a == RingOneSided) {
+			// Their second exchange costs more than the half reduction
+			// saves (PairExchangeBytes): recursive doubling plus that step.
+			return m.cost(c, RecursiveDoubling, p, n, alpha, beta) + alpha
+		}
 		switch a {
 		case RecursiveDoubling:
 			return lg*(alpha+n*beta+n*g) + fold

@@ -330,3 +330,42 @@ func TestCostModelCrowding(t *testing.T) {
 	require.Equal(t, engineFor(t, 4, wo(one, 1), collectives.Options{}).Cost(collectives.CollAllgather, collectives.Ring, n),
 		engineFor(t, 4, wo(one, 2), collectives.Options{}).Cost(collectives.CollAllgather, collectives.Ring, n))
 }
+
+// TestCostModelPairExchange: two ranks over messages allreduce up to
+// PairExchangeBytes (1 MiB) by recursive doubling, one exchange, where
+// the α-only model took the ring from about 160 KiB over tcp's links;
+// above it, and with the threshold off, the ring or Rabenseifner; groups
+// of more ranks are not affected. The hierarchical allreduce picks its
+// leaders' algorithm by Model.Cost, so two hosts' leaders follow too.
+func TestCostModelPairExchange(t *testing.T) {
+	t.Parallel()
+	tcp := coltest.Options{Latency: 20 * time.Microsecond, Bandwidth: 1e9}
+	bulk := []collectives.Algorithm{collectives.Ring, collectives.Rabenseifner}
+	choose := func(e *collectives.Engine, n int) collectives.Algorithm {
+		a, err := e.Choose(collectives.CollAllreduce, n, true)
+		require.NoError(t, err)
+		return a
+	}
+	e := engineFor(t, 2, tcp, collectives.Options{})
+	for _, n := range []int{8, 256 << 10, 512 << 10, 1 << 20} {
+		require.Equal(t, collectives.RecursiveDoubling, choose(e, n), "%d bytes", n)
+	}
+	require.Contains(t, bulk, choose(e, 2<<20))
+	require.Contains(t, bulk, choose(e, 64<<20))
+
+	off := engineFor(t, 2, tcp, collectives.Options{Model: &collectives.Model{PairExchangeBytes: -1}})
+	require.Contains(t, bulk, choose(off, 512<<10), "without the threshold the α-only model takes the ring")
+
+	four := engineFor(t, 4, tcp, collectives.Options{})
+	fourOff := engineFor(t, 4, tcp, collectives.Options{Model: &collectives.Model{PairExchangeBytes: -1}})
+	for _, n := range []int{64 << 10, 512 << 10, 1 << 20} {
+		require.Equal(t, choose(fourOff, n), choose(four, n), "4 ranks, %d bytes", n)
+	}
+
+	m := e.Model()
+	for _, a := range bulk {
+		require.Less(t, m.Cost(collectives.CollAllreduce, collectives.RecursiveDoubling, 2, 512<<10), m.Cost(collectives.CollAllreduce, a, 2, 512<<10), "%v", a)
+	}
+	m.PairExchangeBytes = -1
+	require.Less(t, m.Cost(collectives.CollAllreduce, collectives.Ring, 2, 512<<10), m.Cost(collectives.CollAllreduce, collectives.RecursiveDoubling, 2, 512<<10))
+}

@@ -108,6 +108,8 @@ var tunables = []Tunable{
 		modelField(func(m *Model) *int { return &m.HierBigBytes }), bytesDef(defModel.HierBigBytes)},
 	{"ring_piece_bytes", "the ring allreduce moves each block in pieces of at most this size, reducing and forwarding each while the next arrive", tuneBytes,
 		modelField(func(m *Model) *int { return &m.RingPieceBytes }), bytesDef(defModel.RingPieceBytes)},
+	{"pair_exchange_bytes", "a two-rank allreduce over messages (two ranks, or two hosts' leaders) runs recursive doubling up to this size rather than the ring or Rabenseifner", tuneBytes,
+		modelField(func(m *Model) *int { return &m.PairExchangeBytes }), bytesDef(defModel.PairExchangeBytes)},
 	{"inline_bytes", "the largest payload sent in its header's message (Options.InlineBytes, at most 1M; unset, more to peers whose eager messages hold more); linear allgather and alltoall only for blocks up to it", tunePositiveBytes,
 		func(o *Options, _ bool) any { return &o.InlineBytes }, bytesDef((&Options{}).inline())},
 	{"segment_bytes", "the pipelining unit of the chain bcast and the one-sided ring (Options.SegmentBytes)", tunePositiveBytes,
