@@ -179,7 +179,7 @@ var defModel = Model{
 	ShmPieceMin:         64 << 10,
 	HierBigBytes:        64 << 10,
 	RingPieceBytes:      math.MaxInt,
-	PairExchangeBytes:     1 << 20,
+	PairExchangeBytes:   1 << 20,
 	segment:             256 << 10,
 }
 

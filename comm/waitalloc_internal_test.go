@@ -19,9 +19,8 @@ import (
 // allocations per call: a context.WithCancel per blocking wait and the
 // transport's context.AfterFunc on it made about eight for the two ranks;
 // the reused waker and a watch only before a read that may sleep make
-// none.
-// The bound leaves room for what a call may allocate otherwise (a copy of
-// a small message that arrives before its receive).
+// none. The bound leaves room for what a call may allocate otherwise (a
+// copy of a small message that arrives before its receive).
 func TestGeneralPathWaitsDoNotAllocate(t *testing.T) {
 	// The transport's waiters poll their sockets for 10 s before they
 	// sleep: a wait that sleeps registers on its context, which
