@@ -19,21 +19,17 @@ import (
 // called from any goroutine; reset only by its owner, once no CQ Wait
 // holds it. A provider that registers AfterFunc must stop the
 // registration before its Wait returns (the tcp provider's watch does);
-// reset drops what is left, and a stop of an earlier use does nothing.
+// reset drops what is left, so a stop of an earlier use finds nothing.
 type waker struct {
 	parent context.Context
 	mu     sync.Mutex
 	ch     chan struct{} // closed by wake; made on demand, kept across uses
 	woken  bool
-	use    uint64 // counts resets, so that an earlier use's stop does nothing
-	afters map[*afterReg]struct{}
+	afters map[*afterReg]struct{} // this use's registrations
 }
 
 // afterReg is one AfterFunc registration on a waker.
-type afterReg struct {
-	use uint64
-	f   func()
-}
+type afterReg struct{ f func() }
 
 var _ context.Context = (*waker)(nil)
 
@@ -74,7 +70,7 @@ func (w *waker) AfterFunc(f func()) (stop func() bool) {
 		go f()
 		return func() bool { return false }
 	}
-	r := &afterReg{use: w.use, f: f}
+	r := &afterReg{f: f}
 	if w.afters == nil {
 		w.afters = map[*afterReg]struct{}{}
 	}
@@ -82,7 +78,7 @@ func (w *waker) AfterFunc(f func()) (stop func() bool) {
 	return func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		if _, ok := w.afters[r]; !ok || r.use != w.use {
+		if _, ok := w.afters[r]; !ok {
 			return false
 		}
 		delete(w.afters, r)
@@ -120,7 +116,6 @@ func (w *waker) reset(parent context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.parent = parent
-	w.use++
 	clear(w.afters)
 	if w.woken {
 		w.woken, w.ch = false, nil

@@ -15,9 +15,9 @@ func setCongestion(fd uintptr, name string) error {
 
 // checkCongestion reports whether the kernel lets this process give its
 // TCP sockets congestion control name, trying it on a socket of its own;
-// empty and systemCongestion are always fine.
+// a name that keeps the system's is always fine.
 func checkCongestion(name string) error {
-	if name == "" || name == systemCongestion {
+	if keepsSystem(name) {
 		return nil
 	}
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)

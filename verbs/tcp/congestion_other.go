@@ -14,7 +14,7 @@ func setCongestion(uintptr, string) error { return errors.ErrUnsupported }
 // checkCongestion refuses any name but the system's: this provider cannot
 // set one on this system.
 func checkCongestion(name string) error {
-	if name == "" || name == systemCongestion {
+	if keepsSystem(name) {
 		return nil
 	}
 	return fmt.Errorf("the congestion control of a socket cannot be set on %s", runtime.GOOS)

@@ -325,7 +325,7 @@ func (t *transport) congest(c net.Conn, q *softrc.QP) {
 	}
 	ra, _ := decodeAddrPayload(q.Remote().Payload) // CheckRemote passed
 	cc := t.congestionFor(tc.LocalAddr(), tc.RemoteAddr(), ra.kernel)
-	if cc == "" || cc == systemCongestion {
+	if keepsSystem(cc) {
 		cc = t.sysCongestion
 	}
 	// A no-op where the socket started with it (dialControl, the
@@ -336,11 +336,11 @@ func (t *transport) congest(c net.Conn, q *softrc.QP) {
 }
 
 // setCongestionOn gives the socket behind rc congestion control name,
-// unless name is empty or systemCongestion (the socket keeps what it has);
+// unless name keeps the system's (the socket keeps what it has);
 // one the kernel refuses leaves it as it was (Open checked the names it
 // was given).
 func setCongestionOn(rc syscall.RawConn, name string) {
-	if name != "" && name != systemCongestion {
+	if !keepsSystem(name) {
 		_ = rc.Control(func(fd uintptr) { _ = setCongestion(fd, name) })
 	}
 }
@@ -376,6 +376,10 @@ const defaultLocalCongestion = "reno"
 // systemCongestion, as Options.LocalCongestion or Congestion, keeps the
 // system's default congestion control.
 const systemCongestion = "system"
+
+// keepsSystem reports whether name, as Options.LocalCongestion or
+// Congestion, leaves the system's default: empty or systemCongestion.
+func keepsSystem(name string) bool { return name == "" || name == systemCongestion }
 
 // sameHost reports whether a connection from local to remote stays within
 // this host's network stack: to a loopback address, or to the address it
