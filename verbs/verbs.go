@@ -211,6 +211,10 @@ type DirectAccess interface {
 // once. A background goroutine that only keeps things moving while nobody
 // else polls uses it, so that it never holds a CPU (with GOMAXPROCS=1, the
 // only one) that a latency-bound goroutine of the same process needs.
+//
+// WaitSleep may also return once a completion was published that another
+// goroutine polled first (the caller polls, finds nothing, and decides
+// again whether to sleep).
 type SleepWaiter interface {
 	WaitSleep(ctx context.Context) error
 }

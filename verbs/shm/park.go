@@ -192,6 +192,16 @@ func (c *cq) WaitSleep(ctx context.Context) error {
 			parkWakes.Add(1)
 		}
 		switch {
+		case err == nil && c.parkGot:
+			// A producer published: return even if another goroutine has
+			// polled the completion meanwhile (a foreground poller usually
+			// has), so that the caller sees that others poll and stops
+			// sleeping as one who needs waking. Parked again, it stayed
+			// a sleeper to every peer while the foreground handled the
+			// traffic, and p2p's ring senders sent it a PING per message.
+			// Close and ctx wake with a datagram too: say so.
+			_, err := c.sleepOver(ctx)
+			return err
 		case err == nil:
 		case errors.Is(err, net.ErrClosed):
 			return c.d.opErr("CQ.Wait", 0, -1, verbs.ErrClosed)

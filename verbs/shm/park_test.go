@@ -211,3 +211,22 @@ func TestWaitSleepAllocatesNothing(t *testing.T) {
 	require.Greater(t, parkWakes.Load(), wakes, "the sleeps were not woken by datagrams")
 	require.Zero(t, allocs, "allocations per sleep and wake-up")
 }
+
+// TestWaitSleepReturnsOnWake: a wake-up ends a parked sleep even when the
+// completion that rang it is gone by then (a foreground poller took it),
+// so that p2p's background goroutine sees the others poll and stops being
+// a sleeper that every ring message must PING.
+func TestWaitSleepReturnsOnWake(t *testing.T) {
+	e := newEnd(t, Options{})
+	c := e.rcq.(*cq)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- c.WaitSleep(ctx) }()
+	require.Equal(t, "IO wait", sleeperState(t))
+	wakes := parkWakes.Load()
+	c.db.ring() // as a producer whose completion another goroutine polled
+	require.NoError(t, within(t, errc, "a wake-up with nothing left to poll did not end the sleep"))
+	require.Greater(t, parkWakes.Load(), wakes)
+	require.Equal(t, 0, c.Poll(make([]verbs.WC, 1)))
+}
