@@ -104,9 +104,12 @@ type Endpoint struct {
 	// ones peers write to this rank; nil without rings. Set under pollMu
 	// and mu.
 	sleepers *uint32
-	stop     context.CancelFunc
-	bgCtx    context.Context
-	wg       sync.WaitGroup
+	// ringFence: this rank fences heavily before it blocks, and says so
+	// in its window, so that Asymmetric senders publish lightly.
+	ringFence bool
+	stop      context.CancelFunc
+	bgCtx     context.Context
+	wg        sync.WaitGroup
 
 	// Goroutines blocked in a CQ (blockIn) while sleepers was nil, and of
 	// those, how many setSleepers counted in the word. Under pollMu.
@@ -296,6 +299,9 @@ func (ep *Endpoint) teardown() {
 	ep.sleepers = nil
 	for _, p := range ep.peers {
 		if p != nil {
+			if p.rout != nil {
+				p.rout.settle() // a sender may still be writing into it
+			}
 			p.rin, p.rout = nil, nil
 		}
 	}

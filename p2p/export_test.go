@@ -293,3 +293,22 @@ func (ep *Endpoint) SpareWakers() int {
 	defer ep.mu.Unlock()
 	return len(ep.wakers)
 }
+
+// ClaimRing claims room for buf in this endpoint's ring to peer, as a send
+// on context 0 does under the lock, and returns the write the send does
+// after it lets go of the lock, so that a test can keep a message in
+// writing for as long as it likes; false when the ring does not take buf.
+// For TestRingClaimInWriting.
+func (ep *Endpoint) ClaimRing(peer, tag int, buf []byte) (write func(), ok bool) {
+	ep.mu.Lock()
+	p := ep.peers[peer]
+	s, ok := ep.ringClaim(p, len(buf))
+	if ok {
+		p.stats.eagerSent(ep.ch0.id, len(buf), true)
+	}
+	ep.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	return func() { ep.ringWrite(p, s, ep.ch0.id, int32(tag), buf) }, true
+}

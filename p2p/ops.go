@@ -108,6 +108,18 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		}
 	}
 	ep.mu.Lock()
+	if !large && len(buf) <= p.eager && len(p.queue) == 0 && !p.departed && ep.checkLocked() == nil {
+		// The ring: written after the lock is let go (ringClaim).
+		if slot, ok := ep.ringClaim(p, len(buf)); ok {
+			r := ep.newReqLocked()
+			c.initSend(r, peer, tag, buf)
+			p.stats.eagerSent(c.id, len(buf), true)
+			r.done.setUnshared() // no waiter: isend returns r after the write
+			ep.mu.Unlock()
+			ep.ringWrite(p, slot, c.id, int32(tag), buf)
+			return r, nil
+		}
+	}
 	defer ep.mu.Unlock()
 	if err := ep.checkLocked(); err == nil && p.departed {
 		err = &PeerClosedError{Rank: peer}
@@ -128,10 +140,6 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		if err := p.sendPipe(ep, r, c.id, tag, buf); err != nil {
 			return nil, c.argErr(op, peer, tag, err)
 		}
-		return r, nil
-	case !large && len(p.queue) == 0 && ep.ringSend(p, c.id, int32(tag), buf):
-		p.stats.eagerSent(c.id, len(buf), true)
-		ep.completeLocked(r, nil)
 		return r, nil
 	case !large:
 		r.item = outItem{h: header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))},
@@ -176,14 +184,17 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 		return false, nil
 	}
 	ep.mu.Lock()
-	defer ep.mu.Unlock()
 	if ep.checkLocked() != nil || p.departed || len(p.queue) > 0 {
+		ep.mu.Unlock()
 		return false, nil
 	}
-	if ep.ringSend(p, c.id, int32(tag), buf) {
+	if s, ok := ep.ringClaim(p, len(buf)); ok {
 		p.stats.eagerSent(c.id, len(buf), true)
+		ep.mu.Unlock()
+		ep.ringWrite(p, s, c.id, int32(tag), buf)
 		return true, nil
 	}
+	defer ep.mu.Unlock()
 	if !p.frameRoom(true) {
 		return false, nil
 	}

@@ -376,6 +376,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	// message, must handle the message rather than swallow the wake-up.
 	if p.rout != nil && (h.kind == kEager || h.kind == kRTS || h.kind == kPipe || h.kind == kBye || h.kind == kPing) {
 		h.flags |= flagMarked
+		p.rout.settle()
 		h.aux = p.rout.sent
 	}
 	slot := int32(-1) // the staging slot, if the frame does not go inline

@@ -914,7 +914,7 @@ func (ep *Endpoint) completeLocked(r *Request, err error) {
 		return
 	}
 	r.err = err
-	r.done.Store(true)
+	r.done.set()
 	if r.wake != nil {
 		r.wake()
 		r.wake = nil

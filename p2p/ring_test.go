@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -549,6 +550,89 @@ func TestRingLargestMessage(t *testing.T) {
 					}
 				}
 				return nil
+			})
+		})
+	}
+}
+
+// A sender writes its ring message after it has let go of the endpoint's
+// lock, so other goroutines may send to the same peer while messages are
+// still in writing. A frame through the queue pair must not promise the
+// receiver ring messages that are not written yet (its mark: "queue
+// pair"), and a ring claim must not reuse the slot of one in writing
+// ("slots"): both wait. Rank 0 holds claims of tag 5 unwritten, then sends
+// the next message from another goroutine: 3000 bytes (the queue pair,
+// tag 6) after one claim, or a 17th small one of tag 5 after 16. It may
+// not reach rank 1 before the held messages are written, and tag 5
+// arrives in claim order.
+func TestRingClaimInWriting(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		held, tag int
+		size      int
+	}{
+		{"queue pair", 1, 6, 3000},
+		{"slots", 16, 5, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
+			early := make(chan struct{}, 1) // rank 1 received the last message before the writes
+			var written atomic.Bool
+			last := binary.LittleEndian.AppendUint64(make([]byte, 0, tc.size), uint64(tc.held))[:tc.size]
+			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+				if ep.Rank() == 1 {
+					buf := make([]byte, tc.size)
+					n := tc.held
+					if tc.tag == 5 {
+						n++
+					} else if _, err := ep.Recv(ctx, 0, tc.tag, buf); err != nil {
+						return fmt.Errorf("the queue pair's message: %w", err)
+					} else if !written.Load() {
+						early <- struct{}{}
+					}
+					for i := range n {
+						st, err := ep.Recv(ctx, 0, 5, buf)
+						if err != nil {
+							return fmt.Errorf("tag 5's message %d: %w", i, err)
+						}
+						if i == tc.held && !written.Load() {
+							early <- struct{}{}
+						}
+						if got := binary.LittleEndian.Uint64(buf[:st.Count]); got != uint64(i) {
+							return fmt.Errorf("tag 5's message %d carries %d", i, got)
+						}
+					}
+					return nil
+				}
+				var writes []func()
+				for i := range tc.held {
+					w, ok := ep.ClaimRing(1, 5, binary.LittleEndian.AppendUint64(nil, uint64(i)))
+					require.True(t, ok, "claim %d", i)
+					writes = append(writes, w)
+				}
+				sent := make(chan error, 1)
+				go func() { sent <- ep.Send(ctx, 1, tc.tag, last) }()
+				var failed error
+				select {
+				case <-early:
+					failed = errors.New("the last message reached rank 1 before the messages claimed before it were written")
+				case err := <-sent:
+					failed = fmt.Errorf("the last send returned (%v) while the ring held claims in writing", err)
+					sent <- err
+				case <-time.After(200 * time.Millisecond):
+				}
+				written.Store(true)
+				// Written whatever happened (Close waits for claims in
+				// writing), one goroutine each, as senders write: a writer
+				// that finds rank 1 asleep takes the lock for a PING after
+				// its write, which a wait for the next write could hold.
+				for _, w := range writes {
+					go w()
+				}
+				if err := <-sent; failed == nil {
+					failed = err
+				}
+				return failed
 			})
 		})
 	}

@@ -79,6 +79,24 @@
 // re-check (A2 before A3: loading it after would let B3 slip in between
 // and the waiter sleep on the new value).
 //
+// # Light publishing
+//
+// The atomic store of B1 is a full fence on x86 (XCHG): it waits until the
+// line it writes has come over from the waiter's core, which is polling
+// it, and a writer that publishes many small messages in a row (p2p's
+// rings) pays that wait for each of them in turn. Light publishing moves
+// the fence to the waiter, which sleeps seldom: the writer stores with
+// release order only (PublishLight, a plain store on amd64) and loads
+// sleepers with a plain load (AsleepLight), so that the CPU may perform
+// B2 before B1 is visible; the waiter, between A1 and A3, calls
+// membarrier(2) (FenceHeavy), which runs a full barrier in every thread of
+// every process registered for it (Asymmetric). If the writer's B2 loaded
+// before the barrier ran in its thread, the barrier made its earlier B1
+// visible, before membarrier returned and the waiter's A3 looks; if B2
+// loaded after, A1 was visible by then (it came before the call) and B2
+// sees the announcement. Both sides must be registered, or the barrier
+// misses the writer.
+//
 // A waiter that finds it was off its CPU between two looks at the clock
 // marks this process's CPUs contended for a while (Contended); waiters
 // whose Policy.Contended is set then keep their CPU past their spin (no

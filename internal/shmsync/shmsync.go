@@ -318,6 +318,40 @@ func Asleep(sleepers *uint32) bool {
 	return atomic.LoadUint32(sleepers) != 0
 }
 
+// Asymmetric reports whether this process takes both sides of light
+// publishing (see the package doc): as a writer it publishes with
+// PublishLight and looks with AsleepLight, trusting its waiters' heavy
+// fence; as a waiter it fences heavily (FenceHeavy) after it announces
+// itself. True on amd64, outside the race detector, once the process has
+// registered for membarrier(2)'s expedited global barrier (the first call
+// registers it). A writer may publish lightly to a waiter only when both
+// processes report true: the waiter must fence, and its fence reaches only
+// registered processes.
+func Asymmetric() bool { return lightStores && asymmetric() }
+
+// PublishLight stores v at p as a publication (B1) with release order and
+// no fence: a plain store on amd64. Only for a writer and waiters that are
+// both Asymmetric; otherwise it is an atomic store.
+func PublishLight(p *uint32, v uint32) { storeLight(p, v) }
+
+// AsleepLight is Asleep after a PublishLight: a plain load, which the CPU
+// may perform before the store is visible; the waiter's FenceHeavy makes
+// up for that (see the package doc).
+func AsleepLight(sleepers *uint32) bool {
+	if !lightStores {
+		return Asleep(sleepers)
+	}
+	return atomic.LoadUint32(sleepers) != 0
+}
+
+// FenceHeavy is the heavy side of light publishing, for a waiter that is
+// Asymmetric, between its Announce and its re-check: a full barrier in
+// every thread of every registered process (membarrier(2)). It reports
+// false when the kernel refused, and the waiter must then not sleep (it
+// may poll again): a light publication may still be invisible to it and
+// its writer blind to its announcement.
+func FenceHeavy() bool { return fenceHeavy() }
+
 // Bell is a futex word and a count of its sleepers, in memory that the
 // waiters and the writers map (see the package doc for the protocol).
 // The zero Bell is not usable.
