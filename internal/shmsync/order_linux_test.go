@@ -35,56 +35,7 @@ func spinFor(n, x uint64) uint64 {
 // store buffer let exactly that happen (the cross-process ping-pong lost
 // a wake-up about once in 30 runs).
 func TestPublishOrderOutsideHeap(t *testing.T) {
-	mem, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
-	require.NoError(t, err)
-	defer unix.Munmap(mem)
-	data := (*uint32)(unsafe.Pointer(&mem[0]))
-	sleepers := (*uint32)(unsafe.Pointer(&mem[256])) // another cache line
-
-	// ready and finished: the last round the waiter is ready for, and the
-	// last one it has finished; start: the round the writer lets go.
-	var ready, finished, start, seen atomic.Uint32
-	const rounds = 300000
-	budget := time.Now().Add(2 * time.Second)
-	stop := make(chan struct{})
-	done := make(chan uint64, 1)
-	go func() {
-		x := uint64(88172645463325252)
-		for i := uint32(1); ; i++ {
-			ready.Store(i)
-			for start.Load() != i {
-				select {
-				case <-stop:
-					done <- x
-					return
-				default:
-				}
-			}
-			x = spinFor(x%64, x)
-			Announce(sleepers)                  // A1
-			seen.Store(atomic.LoadUint32(data)) // A3
-			finished.Store(i)
-		}
-	}()
-	x := uint64(2463534242)
-	ran, lost := 0, 0
-	for i := uint32(1); i <= rounds && time.Now().Before(budget); i++ {
-		for ready.Load() != i {
-		}
-		atomic.StoreUint32(sleepers, 0)
-		start.Store(i)
-		x = spinFor(x%64, x)
-		atomic.StoreUint32(data, i) // B1
-		asleep := Asleep(sleepers)  // B2
-		for finished.Load() != i {
-		}
-		if !asleep && seen.Load() != i {
-			lost++
-		}
-		ran++
-	}
-	close(stop)
-	spinSink += x + <-done
+	lost, ran := lostWakeups(t, func(p *uint32, v uint32) { atomic.StoreUint32(p, v) }, Asleep, nil, 300000, 2*time.Second)
 	require.Zero(t, lost, "%d of %d rounds lost the wake-up: the writer saw no sleeper, the announced waiter not the data", lost, ran)
 	t.Logf("%d rounds", ran)
 }
@@ -93,29 +44,42 @@ func TestPublishOrderOutsideHeap(t *testing.T) {
 // publishing: the writer stores with PublishLight and looks with
 // AsleepLight (a plain store and a plain load on amd64, which the CPU may
 // reorder), the waiter fences with FenceHeavy between its Announce and its
-// look. The outcome that loses a wake-up must never show. Without the
-// fence it does here: lightLostWithoutFence counts it as a control.
+// look. The outcome that loses a wake-up must never show. With -v the test
+// also runs the rounds without the fence, where it does show (rarely).
 func TestLightPublishHeavyFence(t *testing.T) {
 	if !Asymmetric() {
 		t.Skip("no light publishing here (not amd64, the race detector, or no membarrier(2))")
 	}
-	lost, ran := lightLost(t, true, time.Second)
+	fence := func() {
+		if !FenceHeavy() {
+			t.Error("membarrier(2) failed after registering")
+		}
+	}
+	lost, ran := lostWakeups(t, PublishLight, AsleepLight, fence, 300000, time.Second)
 	require.Zero(t, lost, "%d of %d rounds lost the wake-up: the writer saw no sleeper, the fenced waiter not the data", lost, ran)
 	t.Logf("%d rounds", ran)
 	if testing.Verbose() {
-		lost, ran = lightLost(t, false, 200*time.Millisecond)
+		lost, ran = lostWakeups(t, PublishLight, AsleepLight, nil, 300000, 200*time.Millisecond)
 		t.Logf("without the fence: %d of %d rounds lost the wake-up", lost, ran)
 	}
 }
 
-// lightLost runs rounds of a light writer against a waiter that fences
-// (or not) for up to budget, and counts the rounds that lost the wake-up.
-func lightLost(t *testing.T, fence bool, budget time.Duration) (lost, ran int) {
+// lostWakeups runs up to rounds rounds (within budget) of a writer that
+// publishes (B1) and looks for sleepers (B2) against a waiter that
+// announces itself (A1), fences if fence is not nil, and looks at the data
+// (A3), on memory mapped outside Go's heap as every shared segment is, the
+// two sides let go together each after a random short delay (to sweep the
+// offset between them). It counts the rounds that lost the wake-up: the
+// writer found no sleeper while the waiter, announced, missed the data.
+func lostWakeups(t *testing.T, publish func(*uint32, uint32), asleep func(*uint32) bool, fence func(), rounds int, budget time.Duration) (lost, ran int) {
 	mem, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
 	defer unix.Munmap(mem)
 	data := (*uint32)(unsafe.Pointer(&mem[0]))
-	sleepers := (*uint32)(unsafe.Pointer(&mem[256]))
+	sleepers := (*uint32)(unsafe.Pointer(&mem[256])) // another cache line
+
+	// ready and finished: the last round the waiter is ready for, and the
+	// last one it has finished; start: the round the writer lets go.
 	var ready, finished, start, seen atomic.Uint32
 	end := time.Now().Add(budget)
 	stop := make(chan struct{})
@@ -134,25 +98,25 @@ func lightLost(t *testing.T, fence bool, budget time.Duration) (lost, ran int) {
 			}
 			x = spinFor(x%64, x)
 			Announce(sleepers) // A1
-			if fence && !FenceHeavy() {
-				t.Error("membarrier(2) failed after registering")
+			if fence != nil {
+				fence()
 			}
 			seen.Store(atomic.LoadUint32(data)) // A3
 			finished.Store(i)
 		}
 	}()
 	x := uint64(2463534242)
-	for i := uint32(1); time.Now().Before(end); i++ {
+	for i := uint32(1); i <= uint32(rounds) && time.Now().Before(end); i++ {
 		for ready.Load() != i {
 		}
 		atomic.StoreUint32(sleepers, 0)
 		start.Store(i)
 		x = spinFor(x%64, x)
-		PublishLight(data, i)           // B1
-		asleep := AsleepLight(sleepers) // B2
+		publish(data, i)          // B1
+		found := asleep(sleepers) // B2
 		for finished.Load() != i {
 		}
-		if !asleep && seen.Load() != i {
+		if !found && seen.Load() != i {
 			lost++
 		}
 		ran++
