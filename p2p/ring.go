@@ -382,11 +382,6 @@ func (ep *Endpoint) ringWrite(p *peer, s ringSlot, ctxID uint32, tag int32, buf 
 		atomic.StoreUint32(ringWord(l), s.pos+1)
 		asleep = shmsync.Asleep(o.sleepers)
 	}
-	// Start taking the next message's first line from the receiver's
-	// core now: the next send's lock waits until this one's stores are
-	// out, and a line already here makes that wait short (8-byte bw 1.6
-	// times as fast with it, in the placements where lines move slowly).
-	ntcopy.PrefetchWrite(o.line(s.pos + s.k))
 	// The last touch of the ring's memory: from here settle lets it go.
 	shmsync.PublishLight(&o.written[s.claim%ringClaimSlots].c, s.claim)
 	if asleep {
