@@ -216,9 +216,9 @@ func newRingOut(o ringOut) *ringOut {
 // ringSlot is a message's place in a ring: claimed under ep.mu, written
 // after it.
 type ringSlot struct {
-	o      *ringOut
-	pos, k uint32 // first line, lines
-	claim  uint32 // o.claims after this claim
+	o     *ringOut
+	pos   uint32 // first line
+	claim uint32 // o.claims after this claim
 }
 
 // ringIn is a peer's ring in this rank's window. Guarded by ep.pollMu and
@@ -332,7 +332,7 @@ func (ep *Endpoint) ringClaim(p *peer, n int) (ringSlot, bool) {
 	o.sent = pos + k
 	o.claims = c
 	p.sent = true
-	return ringSlot{o: o, pos: pos, k: k, claim: c}, true
+	return ringSlot{o: o, pos: pos, claim: c}, true
 }
 
 // settleSpins is how often settle looks before it yields between looks.

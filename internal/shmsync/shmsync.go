@@ -329,9 +329,11 @@ func Asleep(sleepers *uint32) bool {
 // registered processes.
 func Asymmetric() bool { return lightStores && asymmetric() }
 
-// PublishLight stores v at p as a publication (B1) with release order and
-// no fence: a plain store on amd64. Only for a writer and waiters that are
-// both Asymmetric; otherwise it is an atomic store.
+// PublishLight stores v at p with release order and no fence: a plain
+// store on amd64 outside the race detector, Go's atomic store elsewhere.
+// As a publication (B1) a waiter may sleep on, it takes the atomic store's
+// place only when the writer and the waiters are all Asymmetric; for a
+// word that is only ever loaded, never slept on, it is right everywhere.
 func PublishLight(p *uint32, v uint32) { storeLight(p, v) }
 
 // AsleepLight is Asleep after a PublishLight: a plain load, which the CPU
