@@ -294,6 +294,16 @@ func (ep *Endpoint) SpareWakers() int {
 	return len(ep.wakers)
 }
 
+// RingBurst says whether the last claim of this endpoint's ring to peer
+// was part of a burst (ringWrite then prefetches the next line). For
+// TestRingBurstOnlyInWindows.
+func (ep *Endpoint) RingBurst(peer int) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	o := ep.peers[peer].rout
+	return o != nil && o.run == 2
+}
+
 // ClaimRing claims room for buf in this endpoint's ring to peer, as a send
 // on context 0 does under the lock, and returns the write the send does
 // after it lets go of the lock, so that a test can keep a message in

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -636,4 +637,68 @@ func TestRingClaimInWriting(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A ring send prefetches the next message's line only in a burst: from the
+// third message in a row with nothing read from the peer in between (a
+// window of Isends). A ping-pong, whose receiver polls that line next,
+// never counts as one, nor does a message sent in two parts.
+func TestRingBurstOnlyInWindows(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
+	const window, rounds = 5, 4
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		buf := make([]byte, 8)
+		if ep.Rank() == 1 {
+			// Nothing reaches rank 0 while it sends its window.
+			for i := range window + rounds {
+				if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
+					return err
+				}
+				if i < window-1 {
+					continue
+				}
+				n := 1
+				if i == window-1 {
+					n = window
+				}
+				for range n {
+					if err := ep.Send(ctx, 0, 2, buf); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}
+		var got []bool
+		send := func() error {
+			if err := ep.Send(ctx, 1, 1, buf); err != nil {
+				return err
+			}
+			got = append(got, ep.RingBurst(1))
+			return nil
+		}
+		for range window { // a window
+			if err := send(); err != nil {
+				return err
+			}
+		}
+		for range window {
+			if _, err := ep.Recv(ctx, 1, 2, buf); err != nil {
+				return err
+			}
+		}
+		for range rounds { // a ping-pong
+			if err := send(); err != nil {
+				return err
+			}
+			if _, err := ep.Recv(ctx, 1, 2, buf); err != nil {
+				return err
+			}
+		}
+		want := []bool{false, false, true, true, true, false, false, false, false}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("bursts by send: got %v, want %v", got, want)
+		}
+		return nil
+	})
 }

@@ -21,6 +21,15 @@ func ntcopy(dst, src unsafe.Pointer, n uintptr)
 //go:noescape
 func prefetch(p unsafe.Pointer, lines uintptr)
 
+//go:noescape
+func prefetchWrite(p unsafe.Pointer)
+
+// extFeatures is CPUID leaf 0x80000001's ECX (0 without that leaf).
+func extFeatures() uint32
+
+// havePrefetchW: CPUID.80000001H:ECX.PRFCHW[bit 8].
+var havePrefetchW = extFeatures()&(1<<8) != 0
+
 // haveMovs: the CPU copies fast with REP MOVSB (ERMS).
 var haveMovs = cpuid.CPU.Supports(cpuid.ERMS)
 

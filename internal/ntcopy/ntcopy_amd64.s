@@ -49,3 +49,24 @@ TEXT ·movs(SB), NOSPLIT, $0-24
 	MOVQ n+16(FP), CX
 	REP; MOVSB
 	RET
+
+// func prefetchWrite(p unsafe.Pointer)
+TEXT ·prefetchWrite(SB), NOSPLIT, $0-8
+	MOVQ p+0(FP), AX
+	BYTE $0x0F; BYTE $0x0D; BYTE $0x08 // PREFETCHW (AX)
+	RET
+
+// func extFeatures() uint32
+TEXT ·extFeatures(SB), NOSPLIT, $0-4
+	MOVL $0x80000000, AX
+	CPUID
+	CMPL AX, $0x80000001
+	JB   none
+	MOVL $0x80000001, AX
+	XORL CX, CX
+	CPUID
+	MOVL CX, ret+0(FP)
+	RET
+none:
+	MOVL $0, ret+0(FP)
+	RET

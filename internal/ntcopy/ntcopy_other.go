@@ -15,6 +15,10 @@ func ntcopy(dst, src unsafe.Pointer, n uintptr) {
 
 func prefetch(p unsafe.Pointer, lines uintptr) {}
 
+func prefetchWrite(p unsafe.Pointer) {}
+
+const havePrefetchW = false
+
 func movs(dst, src unsafe.Pointer, n uintptr) {
 	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
 }
