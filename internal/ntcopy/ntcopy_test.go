@@ -46,14 +46,8 @@ func TestCopy(t *testing.T) {
 // TestPrefetch: Prefetch accepts any slice, empty or not, at any
 // alignment, up to the last byte of a mapping, and changes nothing.
 func TestPrefetch(t *testing.T) {
-	page := unix.Getpagesize()
-	m, err := unix.Mmap(-1, 0, 2*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-	require.NoError(t, err)
-	defer unix.Munmap(m)
-	// The second page is inaccessible: a prefetch past the slice's last
-	// line would be harmless, but a load there would fault.
-	require.NoError(t, unix.Mprotect(m[page:], unix.PROT_NONE))
-	buf := m[:page]
+	buf := guardedPage(t)
+	page := len(buf)
 	for i := range buf {
 		buf[i] = byte(i * 3)
 	}
@@ -221,12 +215,8 @@ func BenchmarkPlain(b *testing.B) {
 // last byte of a mapping), changes nothing, and on amd64 runs PREFETCHW
 // when CPUID says the CPU has it (else it does nothing).
 func TestPrefetchWrite(t *testing.T) {
-	page := unix.Getpagesize()
-	m, err := unix.Mmap(-1, 0, 2*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
-	require.NoError(t, err)
-	defer unix.Munmap(m)
-	require.NoError(t, unix.Mprotect(m[page:], unix.PROT_NONE))
-	buf := m[:page]
+	buf := guardedPage(t)
+	page := len(buf)
 	for i := range buf {
 		buf[i] = byte(i * 5)
 	}
@@ -237,4 +227,16 @@ func TestPrefetchWrite(t *testing.T) {
 	}
 	require.Equal(t, want, buf)
 	t.Logf("PREFETCHW used: %v", havePrefetchW)
+}
+
+// guardedPage is a page of memory whose next page is inaccessible: a
+// prefetch past a slice's last line would be harmless there, but a load
+// or store would fault.
+func guardedPage(t *testing.T) []byte {
+	page := unix.Getpagesize()
+	m, err := unix.Mmap(-1, 0, 2*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	require.NoError(t, err)
+	t.Cleanup(func() { unix.Munmap(m) })
+	require.NoError(t, unix.Mprotect(m[page:], unix.PROT_NONE))
+	return m[:page]
 }
