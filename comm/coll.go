@@ -58,11 +58,11 @@ func (c *Comm) start(ctx context.Context, op string, fn func(ctx context.Context
 		return nil, c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
 	turn := c.q.take()
-	r := &Request{c: c, op: op, done: make(chan struct{}), waited: collectives.NewWaited()}
+	r := &Request{c: c, op: op, done: make(chan struct{}), waited: collectives.NewWaited(), startDone: ctx.Done()}
 	// Until somebody waits for it, the collective sleeps between checks
 	// instead of spinning: the caller is computing (collectives.Background).
 	ctx = collectives.Background(ctx, r.waited)
-	go func() {
+	r.run = func() {
 		defer close(r.done)
 		if err := c.q.wait(ctx, turn); err != nil {
 			r.err = c.opErr(op, NoPeer, NoTag, err)
@@ -73,8 +73,36 @@ func (c *Comm) start(ctx context.Context, op string, fn func(ctx context.Context
 		if err != nil {
 			r.err = c.wrap(op, NoPeer, NoTag, err)
 		}
+	}
+	// The goroutine runs it unless a Wait has taken it first (runInline).
+	go func() {
+		if r.claimed.CompareAndSwap(false, true) {
+			r.run()
+		}
 	}()
 	return r, nil
+}
+
+// runInline runs a non-blocking collective on the goroutine that waits
+// for it when the goroutine started for it has not yet begun and ctx ends
+// no sooner than the collective's own (the ctx it started with, or one
+// that never ends), so that Wait still returns when ctx ends. A call
+// started and waited for at once then costs no goroutine switch and
+// wake-up: an 8-byte Iallreduce and Wait between two ranks took 3.3 µs,
+// a blocking Allreduce 0.6. It reports whether it ran the collective.
+func (r *Request) runInline(ctx context.Context) bool {
+	if r.run == nil {
+		return false
+	}
+	if d := ctx.Done(); d != nil && d != r.startDone {
+		return false
+	}
+	if !r.claimed.CompareAndSwap(false, true) {
+		return false
+	}
+	r.inline = true
+	r.run()
+	return true
 }
 
 // Barrier returns once every rank of the communicator has entered it.

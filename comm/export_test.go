@@ -63,3 +63,7 @@ func (p *Persistent) WorkerAsleep() bool {
 
 // P2P is the point-to-point request r wraps (nil for a collective's).
 func (r *Request) P2P() *p2p.Request { return r.p }
+
+// RanInline says whether a Wait ran the non-blocking collective r on its
+// own goroutine (runInline). For TestNonBlockingWaitRunsInline.
+func RanInline(r *Request) bool { return r.inline }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/comm"
@@ -324,4 +325,68 @@ func TestWaitAnyMixed(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestNonBlockingWaitRunsInline: a Wait with the ctx the collective started
+// with (or one that never ends) runs a collective whose goroutine has not
+// begun on the waiting goroutine; a Wait whose ctx may end sooner leaves
+// it to the goroutine, so that it returns when its ctx ends while the
+// collective goes on (here: until the peer joins).
+func TestNonBlockingWaitRunsInline(t *testing.T) {
+	runOK(t, 2, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+		buf := make([]float64, 4)
+		inline := 0
+		for range 200 {
+			r, err := comm.Iallreduce(ctx, c, buf, comm.Sum)
+			if err != nil {
+				return err
+			}
+			if _, err := r.Wait(ctx); err != nil {
+				return err
+			}
+			if comm.RanInline(r) {
+				inline++
+			}
+		}
+		if inline == 0 {
+			return errors.New("no Wait with the start ctx ran its collective")
+		}
+		for range 20 {
+			r, err := comm.Iallreduce(ctx, c, buf, comm.Sum)
+			if err != nil {
+				return err
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			_, err = r.Wait(wctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			if comm.RanInline(r) {
+				return errors.New("a Wait with a ctx of its own ran the collective")
+			}
+		}
+		// Rank 1 joins only after rank 0's short Wait has given up.
+		if c.Rank() == 0 {
+			r, err := comm.Iallreduce(ctx, c, buf, comm.Sum)
+			if err != nil {
+				return err
+			}
+			short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			_, err = r.Wait(short)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) || comm.RanInline(r) {
+				return fmt.Errorf("a Wait whose ctx ended first: got %v (inline %v), want its deadline", err, comm.RanInline(r))
+			}
+			if err := comm.Send(ctx, c, []int32{1}, 1, 7); err != nil {
+				return err
+			}
+			_, err = r.Wait(ctx)
+			return err
+		}
+		if _, err := comm.Recv(ctx, c, make([]int32, 1), 0, 7); err != nil {
+			return err
+		}
+		return comm.Allreduce(ctx, c, buf, comm.Sum)
+	})
 }

@@ -231,6 +231,12 @@ type Request struct {
 	done   chan struct{} // collectives: closed when err is set
 	err    error
 	waited *collectives.Waited // collectives: set once somebody waits (collectives.Background)
+	// A non-blocking collective's body, run by its goroutine or by a Wait
+	// (runInline), whichever claims it first; the start ctx's Done.
+	run       func()
+	claimed   atomic.Bool
+	startDone <-chan struct{}
+	inline    bool // a Wait ran it (for tests)
 }
 
 // Wait blocks until the request completes or ctx ends, and returns its
@@ -270,6 +276,9 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	}
 	// From now on the collective's waits may spin: its caller waits too.
 	r.waited.Set()
+	if r.runInline(ctx) {
+		return Status{}, r.err
+	}
 	select {
 	case <-r.done:
 		return Status{}, r.err
