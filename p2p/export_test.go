@@ -312,10 +312,7 @@ func (ep *Endpoint) RingBurst(peer int) bool {
 func (ep *Endpoint) ClaimRing(peer, tag int, buf []byte) (write func(), ok bool) {
 	ep.mu.Lock()
 	p := ep.peers[peer]
-	s, ok := ep.ringClaim(p, len(buf))
-	if ok {
-		p.stats.eagerSent(ep.ch0.id, len(buf), true)
-	}
+	s, ok := ep.ringClaim(p, ep.ch0.id, len(buf))
 	ep.mu.Unlock()
 	if !ok {
 		return nil, false

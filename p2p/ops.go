@@ -110,10 +110,9 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 	ep.mu.Lock()
 	if !large && len(buf) <= p.eager && len(p.queue) == 0 && !p.departed && ep.checkLocked() == nil {
 		// The ring: written after the lock is let go (ringClaim).
-		if slot, ok := ep.ringClaim(p, len(buf)); ok {
+		if slot, ok := ep.ringClaim(p, c.id, len(buf)); ok {
 			r := ep.newReqLocked()
 			c.initSend(r, peer, tag, buf)
-			p.stats.eagerSent(c.id, len(buf), true)
 			r.done.setUnshared() // no waiter: isend returns r after the write
 			ep.mu.Unlock()
 			ep.ringWrite(p, slot, c.id, int32(tag), buf)
@@ -188,8 +187,7 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 		ep.mu.Unlock()
 		return false, nil
 	}
-	if s, ok := ep.ringClaim(p, len(buf)); ok {
-		p.stats.eagerSent(c.id, len(buf), true)
+	if s, ok := ep.ringClaim(p, c.id, len(buf)); ok {
 		ep.mu.Unlock()
 		ep.ringWrite(p, s, c.id, int32(tag), buf)
 		return true, nil

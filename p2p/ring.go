@@ -306,10 +306,10 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 	return nil
 }
 
-// ringClaim claims room in p's ring for a message of n bytes, which the
-// caller writes with ringWrite once it has let go of ep.mu (it holds it
-// now, and has checked that nothing is queued to p: order); false when the
-// message does not fit.
+// ringClaim claims room in p's ring for a message of n bytes on context
+// ctxID, which the caller writes with ringWrite once it has let go of
+// ep.mu (it holds it now, and has checked that nothing is queued to p:
+// order), and counts it in p's stats; false when the message does not fit.
 //
 // The write happens outside the lock so that no locked instruction follows
 // the store that publishes it: on x86 any of them (the mutex's release,
@@ -317,7 +317,7 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 // receiver's core, which polls it, and in a window of Isends the sender
 // paid that transfer once per message, in turn. After a light store
 // (ringOut.light) the transfer overlaps the caller's next steps.
-func (ep *Endpoint) ringClaim(p *peer, n int) (ringSlot, bool) {
+func (ep *Endpoint) ringClaim(p *peer, ctxID uint32, n int) (ringSlot, bool) {
 	o := p.rout
 	if o == nil || n > o.max {
 		return ringSlot{}, false
@@ -349,6 +349,7 @@ func (ep *Endpoint) ringClaim(p *peer, n int) (ringSlot, bool) {
 	o.sent = pos + k
 	o.claims = c
 	p.sent = true
+	p.stats.eagerSent(ctxID, n, true)
 	return ringSlot{o: o, pos: pos, claim: c, burst: burst}, true
 }
 
