@@ -295,7 +295,7 @@ func (ep *Endpoint) SpareWakers() int {
 }
 
 // RingBurst says whether the last claim of this endpoint's ring to peer
-// was part of a burst (ringWrite then prefetches the next line). For
+// was part of a burst (ringWrite then prefetches the next message's lines). For
 // TestRingBurstOnlyInWindows.
 func (ep *Endpoint) RingBurst(peer int) bool {
 	ep.mu.Lock()
