@@ -201,20 +201,30 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 	w.pending = nil
 	w.npend.Store(0)
 	w.mu.Unlock()
-	var first error
-	for i, t := range reqs {
-		// p2p.WaitAny does not cancel when ctx ends (WaitAll would try).
-		// A request that is done (a Put copied into a window that this
-		// process maps) needs no poll of the completion queues.
-		if !t.r.Done() {
-			if _, _, err := p2p.WaitAny(ctx, t.r); err != nil && ctx.Err() != nil {
+	// Newest first: the transfers on one link complete in order, so once
+	// the last one has, the others have too, and one blocking wait covers
+	// them all. p2p.WaitAny does not cancel when ctx ends (WaitAll would
+	// try). A request that is done (a Put copied into a window that this
+	// process maps) needs no poll of the completion queues.
+	for i := len(reqs) - 1; i >= 0; i-- {
+		if r := reqs[i].r; !r.Done() {
+			if _, _, err := p2p.WaitAny(ctx, r); err != nil && ctx.Err() != nil {
+				left := 0
+				for _, t := range reqs {
+					if !t.r.Done() {
+						left++
+					}
+				}
 				w.mu.Lock()
-				w.pending = append(reqs[i:], w.pending...)
+				w.pending = append(reqs, w.pending...)
 				w.npend.Store(int32(len(w.pending)))
 				w.mu.Unlock()
-				return w.c.opErr("Flush", NoPeer, NoTag, fmt.Errorf("waiting for %d transfers: %w", len(reqs)-i, ctx.Err()))
+				return w.c.opErr("Flush", NoPeer, NoTag, fmt.Errorf("waiting for %d transfers: %w", left, ctx.Err()))
 			}
 		}
+	}
+	var first error
+	for _, t := range reqs {
 		if _, _, err := t.r.Test(); err != nil && first == nil {
 			first = w.c.wrap(t.op, t.target, NoTag, err)
 		}

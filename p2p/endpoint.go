@@ -63,8 +63,16 @@ type Endpoint struct {
 	// While batching (handlePolledLocked, flushDirtyLocked), the posts to
 	// a peer whose QP can hold them (verbs.PostBatcher) wait until the
 	// batch ends, so that the frames leave together.
-	batching    bool
-	heldQPs     []*peer
+	batching bool
+	heldQPs  []*peer
+	// Posts held past the call that made them (deferPostsLocked): how
+	// many, deferOn set while there are any (read without ep.mu by the
+	// pollers, which release them), and the timer that releases them if
+	// no poll comes.
+	deferred    int
+	deferring   bool // a deferred post is under way (holdPosts leaves the others held)
+	deferOn     atomic.Bool
+	deferTimer  *time.Timer
 	noPollBatch bool          // tests: handlePolledLocked does not batch, flushDirtyLocked still does (see SetPollBatching)
 	failErr     error         // set once: *PeerLostError or closedErr
 	failed      chan struct{} // closed when failErr is set

@@ -10,6 +10,15 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 )
 
+// SetDeferGrace sets how long deferred window writes wait for a poll
+// before they leave by themselves, for endpoints started after it, and
+// returns the previous value.
+func SetDeferGrace(d time.Duration) time.Duration {
+	old := deferGrace
+	deferGrace = d
+	return old
+}
+
 // SetIgnoreCTS makes senders ignore the split rendezvous's CTS frames (a
 // sender that stopped after its RTS), for TestSplitRendezvousSenderGone.
 func SetIgnoreCTS(on bool) { testIgnoreCTS.Store(on) }

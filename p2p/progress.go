@@ -44,6 +44,7 @@ func (d *device) waitSleep(ctx context.Context) error {
 }
 
 func (ep *Endpoint) progress() int {
+	ep.releaseDeferred()
 	if !ep.pollMu.TryLock() {
 		return 0
 	}
@@ -57,6 +58,7 @@ func (ep *Endpoint) progress() int {
 // spin on the CQ's lock and starve the very producers and poller they wait
 // for. The caller must not hold ep.mu.
 func (ep *Endpoint) progressTurn() int {
+	ep.releaseDeferred()
 	ep.pollMu.Lock()
 	return ep.progressLocked()
 }
@@ -81,6 +83,7 @@ func (ep *Endpoint) progressLocked() int {
 // a device's completions completes r, it stops there and returns with ep.mu
 // held (held); the other devices wait for the next poll.
 func (ep *Endpoint) progressFor(r *Request) (total int, held bool) {
+	ep.releaseDeferred()
 	if !ep.pollMu.TryLock() {
 		return 0, false
 	}
@@ -161,7 +164,16 @@ func (ep *Endpoint) endBatchLocked(outer bool) {
 // holdPosts makes p's QP hold what is posted to it until releasePostsLocked,
 // while the endpoint is batching.
 func (ep *Endpoint) holdPosts(p *peer) {
-	if !ep.batching || p.batcher == nil || p.held {
+	if !ep.batching {
+		if ep.deferred > 0 && !ep.deferring {
+			// Any other post sends the deferred ones first: they
+			// were posted before it, and nothing should wait behind
+			// them for a poll.
+			ep.releasePostsLocked()
+		}
+		return
+	}
+	if p.batcher == nil || p.held {
 		return
 	}
 	p.held = true
@@ -169,7 +181,8 @@ func (ep *Endpoint) holdPosts(p *peer) {
 	ep.heldQPs = append(ep.heldQPs, p)
 }
 
-// releasePostsLocked sends what the held QPs hold.
+// releasePostsLocked sends what the held QPs hold, deferred posts
+// included.
 func (ep *Endpoint) releasePostsLocked() {
 	for _, p := range ep.heldQPs {
 		p.held = false
@@ -177,6 +190,71 @@ func (ep *Endpoint) releasePostsLocked() {
 	}
 	clear(ep.heldQPs)
 	ep.heldQPs = ep.heldQPs[:0]
+	if ep.deferred > 0 {
+		ep.deferred = 0
+		ep.deferOn.Store(false)
+		ep.deferTimer.Stop()
+	}
+}
+
+// Deferred posts. A one-sided write that takes the queue pair of a peer
+// whose QP can hold posts (verbs.PostBatcher: a doorbell that is a system
+// call) stays held after Window.IwriteNow returns, so that a burst of small
+// Puts leaves in one write at the Flush that follows instead of a write
+// each (MPI lets a Put wait for its flush). The posts go at the next poll
+// of the endpoint by any goroutine (every wait polls first), at the next
+// batch's end, when deferMaxPosts are held, or deferGrace after the first
+// one if nothing else releases them, so that a program that never polls
+// still sees its writes land.
+const deferMaxPosts = 64
+
+var deferGrace = 100 * time.Microsecond // a var for tests (SetDeferGrace)
+
+// deferPostsLocked holds p's posts past this call (see above) and counts
+// one more deferred post; it reports false, holding nothing, when p's QP
+// cannot hold posts.
+func (ep *Endpoint) deferPostsLocked(p *peer) bool {
+	if p.batcher == nil || ep.batching {
+		return false
+	}
+	if !p.held {
+		p.held = true
+		p.batcher.HoldPosts()
+		ep.heldQPs = append(ep.heldQPs, p)
+	}
+	if ep.deferred == 0 {
+		ep.deferOn.Store(true)
+		if ep.deferTimer == nil {
+			ep.deferTimer = time.AfterFunc(deferGrace, ep.deferExpired)
+		} else {
+			ep.deferTimer.Reset(deferGrace)
+		}
+	}
+	ep.deferred++
+	return true
+}
+
+// deferExpired releases deferred posts that no poll has released.
+func (ep *Endpoint) deferExpired() {
+	ep.mu.Lock()
+	if ep.deferred > 0 {
+		ep.releasePostsLocked()
+	}
+	ep.mu.Unlock()
+}
+
+// releaseDeferred releases the deferred posts, if any, before a poll: a
+// goroutine about to wait for something may be waiting for them. The
+// caller does not hold ep.mu.
+func (ep *Endpoint) releaseDeferred() {
+	if !ep.deferOn.Load() {
+		return
+	}
+	ep.mu.Lock()
+	if ep.deferred > 0 {
+		ep.releasePostsLocked()
+	}
+	ep.mu.Unlock()
 }
 
 // progressHeldLocked is progress for a caller that holds ep.mu (and may
@@ -185,6 +263,9 @@ func (ep *Endpoint) releasePostsLocked() {
 // A blocking receive posts and polls in one hold of the mutex this way
 // instead of taking it again for the poll (see Channel.Recv).
 func (ep *Endpoint) progressHeldLocked() {
+	if ep.deferred > 0 && !ep.batching {
+		ep.releasePostsLocked()
+	}
 	if !ep.pollMu.TryLock() {
 		return
 	}

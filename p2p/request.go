@@ -301,7 +301,7 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 // Cancellation and errors are as for Wait.
 func (r *Request) WaitPassive(ctx context.Context) (Status, error) {
 	if !r.done.Load() {
-		if err := r.ep.waitChan(ctx, r); err != nil {
+		if err := r.ep.waitChan(ctx, r, false); err != nil {
 			return Status{}, err
 		}
 	}
@@ -383,15 +383,30 @@ func (ep *Endpoint) wait(ctx context.Context, r *Request) error {
 
 // block is wait after its polling phase.
 func (ep *Endpoint) block(ctx context.Context, r *Request) error {
+	return ep.blockFor(ctx, r, false)
+}
+
+// blockFor is block; keep leaves r as it is when ctx ends (no cancel,
+// the error is only ctx's), for WaitAny.
+func (ep *Endpoint) blockFor(ctx context.Context, r *Request, keep bool) error {
 	if len(ep.devs) == 1 {
-		return ep.waitCQ(ctx, r)
+		return ep.waitCQ(ctx, r, keep)
 	}
-	return ep.waitChan(ctx, r)
+	return ep.waitChan(ctx, r, keep)
+}
+
+// ended is what a wait for r returns when ctx ends first: r canceled if it
+// can be (expire), or, if keep, untouched.
+func (ep *Endpoint) ended(ctx context.Context, r *Request, keep bool) error {
+	if keep {
+		return &Error{Op: "Wait", Rank: ep.rank, Peer: r.peer, Tag: NoTag, Err: ctx.Err()}
+	}
+	return ep.expire(ctx, []*Request{r})
 }
 
 // waitChan blocks on r's channel and leaves progress to others: the
 // background goroutines (handed off to at once) and any foreground poller.
-func (ep *Endpoint) waitChan(ctx context.Context, r *Request) error {
+func (ep *Endpoint) waitChan(ctx context.Context, r *Request, keep bool) error {
 	ep.mu.Lock()
 	if r.done.Load() {
 		ep.mu.Unlock()
@@ -408,7 +423,7 @@ func (ep *Endpoint) waitChan(ctx context.Context, r *Request) error {
 		return nil
 	case <-ctx.Done():
 	}
-	return ep.expire(ctx, []*Request{r})
+	return ep.ended(ctx, r, keep)
 }
 
 // waitCQ blocks in the completion queue's own Wait, so that the goroutine
@@ -423,7 +438,7 @@ func (ep *Endpoint) waitChan(ctx context.Context, r *Request) error {
 // end, the context is made on the first block and cancelled once, at the
 // end; under one that cannot (Done nil), a reused waker stands in for it,
 // so that the wait allocates nothing.
-func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
+func (ep *Endpoint) waitCQ(ctx context.Context, r *Request, keep bool) error {
 	d := ep.devs[0]
 	var wctx context.Context
 	var cancel context.CancelFunc
@@ -475,7 +490,7 @@ func (ep *Endpoint) waitCQ(ctx context.Context, r *Request) error {
 				break
 			}
 			if ctx.Err() != nil {
-				return ep.expire(ctx, []*Request{r})
+				return ep.ended(ctx, r, keep)
 			}
 			// The CQ is closed: the endpoint is closing and will complete r.
 			time.Sleep(100 * time.Microsecond)
@@ -704,7 +719,15 @@ func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
 		}
 		return false
 	}
-	if !ep.poll(ctx, anyDone) {
+	if len(reqs) == 1 && !ep.poll(ctx, anyDone) {
+		// One request: block as Wait does (in the CQ's own wait, which
+		// drives the provider on this goroutine: no hand-off to the
+		// background goroutine and back), but without its cancel.
+		if err := ep.blockFor(ctx, reqs[0], true); err != nil {
+			return -1, Status{}, &Error{Op: "WaitAny", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: ctx.Err()}
+		}
+		which = 0
+	} else if which < 0 && !ep.poll(ctx, anyDone) {
 		ch := make(chan struct{}, 1)
 		for !anyDone() {
 			ep.mu.Lock()

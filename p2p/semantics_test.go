@@ -318,6 +318,49 @@ func TestWaitAnyAndTest(t *testing.T) {
 	})
 }
 
+// TestWaitAnyLeavesRequestWhenCtxEnds: WaitAny for one request (which
+// blocks as Wait does) returns ctx's error when ctx ends first and leaves
+// the request pending, where Wait would cancel it: the message sent after
+// still completes it. Every provider, as each blocks its own way.
+func TestWaitAnyLeavesRequestWhenCtxEnds(t *testing.T) {
+	for _, prov := range []string{"loop", "tcp", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			p2ptest.Run(t, 2, p2ptest.Options{Provider: prov}, func(ctx context.Context, ep *p2p.Endpoint) error {
+				if ep.Rank() == 1 {
+					if _, err := ep.Recv(ctx, 0, 2, nil); err != nil {
+						return err
+					}
+					return ep.Send(ctx, 0, 1, []byte("late"))
+				}
+				// Errors are returned, not required: Run then ends rank 1's
+				// wait at once instead of at its timeout.
+				buf := make([]byte, 4)
+				r, err := ep.Irecv(1, 1, buf)
+				if err != nil {
+					return err
+				}
+				short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+				i, _, err := p2p.WaitAny(short, r)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) || i != -1 {
+					return fmt.Errorf("WaitAny past its ctx: %d, %v; want -1 and a deadline error", i, err)
+				}
+				if r.Done() {
+					return errors.New("WaitAny completed the request it gave up on")
+				}
+				if err := ep.Send(ctx, 1, 2, nil); err != nil {
+					return err
+				}
+				st, err := r.Wait(ctx)
+				if err != nil || st.Count != 4 || string(buf) != "late" {
+					return fmt.Errorf("the message after WaitAny gave up: %+v, %v, %q", st, err, buf)
+				}
+				return nil
+			})
+		})
+	}
+}
+
 func TestPeerClosedFailsReceive(t *testing.T) {
 	p2ptest.Run(t, 2, small, func(ctx context.Context, ep *p2p.Endpoint) error {
 		if ep.Rank() == 1 {

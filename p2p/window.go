@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
@@ -37,8 +38,9 @@ type Window struct {
 	remote []winKey // per rank: where its window is, as this rank's link to it sees it
 	direct [][]byte // per rank: the Direct mapping, made on first use (under ep.mu)
 	// noDirect: per rank, Direct found no mapping; writes take the queue
-	// pair (under ep.mu, beside direct).
-	noDirect []bool
+	// pair. Set under ep.mu, never cleared, and read without it by
+	// IwriteNow, which then skips the look under the lock.
+	noDirect []atomic.Bool
 	closed   bool
 
 	// A group window (NewGroupWindow) exists on the ranks of group only
@@ -99,7 +101,8 @@ func (ep *Endpoint) newWindowOn(ctx context.Context, buf []byte, alloc bool, reg
 		ep.mu.Unlock()
 		return nil, &Error{Op: "NewWindow", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: err}
 	}
-	w := &Window{ep: ep, buf: buf, mrs: map[*device]verbs.MR{}, remote: make([]winKey, ep.size), group: group, ch: ch, tag: tag}
+	w := &Window{ep: ep, buf: buf, mrs: map[*device]verbs.MR{}, remote: make([]winKey, ep.size), group: group, ch: ch, tag: tag,
+		noDirect: make([]atomic.Bool, ep.size)}
 	if group == nil {
 		// Group windows leave the sequence alone: only their members make
 		// them, and every rank must agree on the world windows' numbers.
@@ -244,20 +247,19 @@ func (w *Window) directLocked(peer int) []byte {
 	}
 	if w.direct == nil {
 		w.direct = make([][]byte, ep.size)
-		w.noDirect = make([]bool, ep.size)
 	}
-	if m := w.direct[peer]; m != nil || w.noDirect[peer] {
+	if m := w.direct[peer]; m != nil || w.noDirect[peer].Load() {
 		return m
 	}
 	p, rk := ep.peers[peer], w.remote[peer]
 	da, ok := p.qp.(verbs.DirectAccess)
 	if !ok || rk.rkey == 0 {
-		w.noDirect[peer] = true
+		w.noDirect[peer].Store(true)
 		return nil
 	}
 	m, err := da.MapRemote(rk.addr, rk.rkey, rk.len, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
 	if err != nil {
-		w.noDirect[peer] = true
+		w.noDirect[peer].Store(true)
 		return nil
 	}
 	w.direct[peer] = m
@@ -359,7 +361,7 @@ func (w *Window) IwriteNow(peer, off int, src []byte) (*Request, error) {
 	// this is a Put over shm, whose whole cost is this software. Anything
 	// else, errors included, takes iwrite and its full checks.
 	ep := w.ep
-	if n := len(src); n > 0 && n <= directWriteMax && off >= 0 && peer >= 0 && peer < ep.size && peer != ep.rank && w.member[peer] {
+	if n := len(src); n > 0 && n <= directWriteMax && off >= 0 && peer >= 0 && peer < ep.size && peer != ep.rank && w.member[peer] && !w.noDirect[peer].Load() {
 		if p := ep.peers[peer]; p != nil {
 			_, c, err := w.writeDirect(p, off, src, false)
 			if err == nil && c == n {
@@ -409,7 +411,8 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 		return bad(err)
 	}
 	count := copied + len(src)
-	if peer != ep.rank && !notify && len(src) > 0 && len(src) <= directWriteMax {
+	// IwriteNow (bare) has tried the direct copy already.
+	if !bare && peer != ep.rank && !notify && len(src) > 0 && len(src) <= directWriteMax && !w.noDirect[peer].Load() {
 		r, c, err := w.writeDirect(ep.peers[peer], off, src, !bare)
 		if err != nil {
 			return bad(err)
@@ -443,7 +446,7 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 			return bad(err)
 		}
 	}
-	if err := ep.startWindowOp(p, r); err != nil {
+	if err := ep.startWindowOp(p, r, bare && !notify); err != nil {
 		return bad(err)
 	}
 	return r, nil
@@ -552,7 +555,7 @@ func (w *Window) localBuf(p *peer, r *Request, b []byte, what string) error {
 // set) to p's send queue, or completes it at once when it moves no bytes
 // and notifies nobody. On a failed endpoint it releases r's registration
 // and returns the failure.
-func (ep *Endpoint) startWindowOp(p *peer, r *Request) error {
+func (ep *Endpoint) startWindowOp(p *peer, r *Request, lazy bool) error {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if err := ep.checkLocked(); err != nil {
@@ -569,7 +572,16 @@ func (ep *Endpoint) startWindowOp(p *peer, r *Request) error {
 	r.readID = ep.opSeq
 	ep.writes[r.readID] = r
 	r.item = outItem{write: true, req: r}
-	return p.send(ep, &r.item)
+	if !lazy || !ep.deferPostsLocked(p) {
+		return p.send(ep, &r.item)
+	}
+	ep.deferring = true
+	err := p.send(ep, &r.item)
+	ep.deferring = false
+	if ep.deferred >= deferMaxPosts {
+		ep.releasePostsLocked()
+	}
+	return err
 }
 
 func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
@@ -640,7 +652,7 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	if err := w.localBuf(p, r, dst, "destination"); err != nil {
 		return bad(err)
 	}
-	if err := ep.startWindowOp(p, r); err != nil {
+	if err := ep.startWindowOp(p, r, false); err != nil {
 		return bad(err)
 	}
 	return r, nil

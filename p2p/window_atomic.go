@@ -99,7 +99,7 @@ func (w *Window) atomic(ctx context.Context, op string, opcode verbs.Opcode, pee
 	r.atomic, r.cmpAdd, r.swap, r.reg, r.dev = opcode, cmpAdd, swap, reg, p.dev
 	r.status = Status{Source: peer, Count: 8}
 	r.rts = inbound{addr: rk.addr + uint64(off), rkey: rk.rkey, size: 8}
-	if err := ep.startWindowOp(p, r); err != nil {
+	if err := ep.startWindowOp(p, r, false); err != nil {
 		return bad(err)
 	}
 	if _, err := r.Wait(ctx); err != nil {

@@ -1,0 +1,110 @@
+package p2p_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+	"github.com/rdmago/rdmago/verbs/faulty"
+)
+
+// deferredPair starts two endpoints over the loop provider (whose QPs can
+// hold posts) behind fault injectors that count held posts, with no
+// liveness traffic, and a window of size bytes on each, rank 1's in bufs.
+func deferredPair(t *testing.T, ctx context.Context, size int) ([]*faulty.Injector, []*p2p.Endpoint, []*p2p.Window, []byte) {
+	t.Helper()
+	inj, open := faultyOpener(2)
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "loop", P2P: p2p.Options{
+		LivenessTimeout: -1, OpenDevice: open}})
+	require.NoError(t, err)
+	t.Cleanup(func() { p2ptest.Close(eps) })
+	bufs := [][]byte{make([]byte, size), make([]byte, size)}
+	wins := make([]*p2p.Window, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() { wins[r], errs[r] = eps[r].NewWindow(ctx, bufs[r]) })
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	return inj, eps, wins, bufs[1]
+}
+
+// TestDeferredWritesLeaveTogether: window writes through IwriteNow to a
+// peer whose QP can hold posts are held after the call returns (nothing
+// reaches the peer), so that a burst of Puts leaves in one write at the
+// wait that follows, which sends them and finds them complete, the data
+// in place.
+func TestDeferredWritesLeaveTogether(t *testing.T) {
+	defer p2p.SetDeferGrace(p2p.SetDeferGrace(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	inj, _, wins, target := deferredPair(t, ctx, 4096)
+	const n = 16
+	src := pattern(n*8, 3)
+	before := sendsHeld(inj)
+	reqs := make([]*p2p.Request, n)
+	for i := range n {
+		r, err := wins[0].IwriteNow(1, i*8, src[i*8:(i+1)*8])
+		require.NoError(t, err)
+		require.NotNil(t, r, "write %d over loop gave no request", i)
+		reqs[i] = r
+	}
+	require.Equal(t, n, sendsHeld(inj)-before, "the writes were not all posted under a hold")
+	require.Equal(t, make([]byte, n*8), target[:n*8], "a deferred write reached the peer before any wait")
+	require.NoError(t, p2p.WaitAll(ctx, reqs...))
+	require.Equal(t, src, target[:n*8])
+}
+
+// TestDeferredWritesLeaveBeforeOtherPosts: a send posted after deferred
+// writes to the same peer is not held behind them: the writes go first,
+// then the send, so the receiver that has the message has the data too.
+func TestDeferredWritesLeaveBeforeOtherPosts(t *testing.T) {
+	defer p2p.SetDeferGrace(p2p.SetDeferGrace(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	inj, eps, wins, target := deferredPair(t, ctx, 4096)
+	const n = 3
+	src := pattern(n*8, 5)
+	before := sendsHeld(inj)
+	reqs := make([]*p2p.Request, n)
+	for i := range n {
+		r, err := wins[0].IwriteNow(1, i*8, src[i*8:(i+1)*8])
+		require.NoError(t, err)
+		reqs[i] = r
+	}
+	s, err := eps[0].Isend(1, 9, []byte("after"))
+	require.NoError(t, err)
+	require.Equal(t, n, sendsHeld(inj)-before, "the send was held with the deferred writes")
+	buf := make([]byte, 5)
+	_, err = eps[1].Recv(ctx, 0, 9, buf)
+	require.NoError(t, err)
+	require.Equal(t, "after", string(buf))
+	require.Equal(t, src, target[:n*8], "the message arrived before the writes posted ahead of it")
+	require.NoError(t, p2p.WaitAll(ctx, append(reqs, s)...))
+}
+
+// TestDeferredWriteLeavesWithoutPoll: a deferred write whose program
+// never polls the endpoint again still lands (the grace timer releases
+// it), and its request completes by the background goroutine's progress.
+func TestDeferredWriteLeavesWithoutPoll(t *testing.T) {
+	defer p2p.SetDeferGrace(p2p.SetDeferGrace(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	inj, _, wins, _ := deferredPair(t, ctx, 64)
+	before := sendsHeld(inj)
+	r, err := wins[0].IwriteNow(1, 0, []byte("lands"))
+	require.NoError(t, err)
+	require.Equal(t, 1, sendsHeld(inj)-before, "the write was not deferred")
+	// Done reads a flag and does not poll.
+	require.Eventually(t, r.Done, 10*time.Second, time.Millisecond, "the deferred write never left")
+	st, err := r.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, st.Count)
+}
