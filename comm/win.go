@@ -228,7 +228,15 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 		if _, _, err := t.r.Test(); err != nil && first == nil {
 			first = w.c.wrap(t.op, t.target, NoTag, err)
 		}
-		t.r.Release() // nothing else holds it: the next Put reuses it
+	}
+	// Nothing else holds them: the next Puts reuse them.
+	rs := make([]*p2p.Request, 0, 64)
+	for i := 0; i < len(reqs); {
+		rs = rs[:0]
+		for ; i < len(reqs) && len(rs) < cap(rs); i++ {
+			rs = append(rs, reqs[i].r)
+		}
+		p2p.ReleaseAll(rs)
 	}
 	// Keep the slice for the next round of Puts, unless some came meanwhile.
 	clear(reqs)

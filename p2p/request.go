@@ -138,6 +138,18 @@ type winRequest struct {
 	cold reqCold
 }
 
+// newWinReq is a window operation's request, its cold state attached,
+// recycled from ep's free lists when they have one: a burst of Puts over
+// tcp whose Flush releases them allocated a request each (a fifth of a
+// Put's software, and the garbage collector's work after it).
+func (ep *Endpoint) newWinReq() *Request {
+	ep.mu.Lock()
+	r := ep.newReqLocked()
+	ep.coldLocked(r)
+	ep.mu.Unlock()
+	return r
+}
+
 // newWinRequest is a window operation's request, its cold state attached.
 func newWinRequest() *Request {
 	w := new(winRequest)

@@ -423,7 +423,7 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 		// What was copied is in place; the rest takes the queue pair.
 		off, src = off+c, src[c:]
 	}
-	r := newWinRequest()
+	r := ep.newWinReq()
 	r.ep, r.op, r.peer, r.pattern, r.buf, r.notify32 = ep, opWrite, peer, envelope{tag: NoTag}, src, notify
 	r.status = Status{Source: ep.rank, Count: count}
 	if peer == ep.rank {
