@@ -56,10 +56,14 @@ type Endpoint struct {
 	pipes     map[splitKey]*pipeIn  // pipelined messages whose fragments are arriving
 	reads     map[uint32]*Request   // READ posted, waiting for completion
 	writes    map[uint32]*Request   // window writes waiting for completion
-	notes     []Notification
-	arrivals  []chan struct{} // Probe / WaitNotify waiters, woken on arrival
-	wakers    []*waker        // spare wakers of blocking waits (waitCQ)
-	dirty     []*peer         // peers whose queues or credits changed
+	// nwrites is len(writes), and down is set once the endpoint fails or
+	// closes, for IwriteNow's copy without ep.mu (see Window.fast).
+	nwrites  atomic.Int32
+	down     atomic.Bool
+	notes    []Notification
+	arrivals []chan struct{} // Probe / WaitNotify waiters, woken on arrival
+	wakers   []*waker        // spare wakers of blocking waits (waitCQ)
+	dirty    []*peer         // peers whose queues or credits changed
 	// While batching (handlePolledLocked, flushDirtyLocked), the posts to
 	// a peer whose QP can hold them (verbs.PostBatcher) wait until the
 	// batch ends, so that the frames leave together.
@@ -440,6 +444,7 @@ func (ep *Endpoint) Close() error {
 		return nil
 	}
 	ep.closing = true
+	ep.down.Store(true)
 	healthy := ep.failErr == nil
 	if healthy {
 		for _, p := range ep.peers {
@@ -484,7 +489,7 @@ func (ep *Endpoint) Close() error {
 		ep.completeLocked(r, ep.opErr(r, errEndpointClosed))
 	}
 	for id, r := range ep.writes {
-		delete(ep.writes, id)
+		ep.dropWriteLocked(id)
 		ep.completeLocked(r, ep.opErr(r, errEndpointClosed))
 	}
 	for k, r := range ep.splits {
@@ -510,6 +515,7 @@ func (ep *Endpoint) opErr(r *Request, cause error) error {
 func (ep *Endpoint) failLocked(err error) {
 	if ep.failErr == nil {
 		ep.failErr = err
+		ep.down.Store(true)
 		close(ep.failed)
 		if !errors.Is(err, ErrClosed) {
 			ep.log.Warn("p2p: endpoint failed", "rank", ep.rank, "err", err)
@@ -747,6 +753,14 @@ func (ep *Endpoint) Link(peer int) (latency time.Duration, bandwidth float64) {
 	return c.Latency, c.Bandwidth
 }
 
+// dropWriteLocked removes window operation id from ep.writes.
+func (ep *Endpoint) dropWriteLocked(id uint32) {
+	if _, ok := ep.writes[id]; ok {
+		delete(ep.writes, id)
+		ep.nwrites.Add(-1)
+	}
+}
+
 // dropQueuedLocked forgets a request whose item is being removed from a
 // peer's queue unposted: nothing refers to it afterwards.
 func (ep *Endpoint) dropQueuedLocked(it *outItem) {
@@ -755,7 +769,7 @@ func (ep *Endpoint) dropQueuedLocked(it *outItem) {
 	case it.read:
 		delete(ep.reads, r.readID)
 	case it.write:
-		delete(ep.writes, r.readID)
+		ep.dropWriteLocked(r.readID)
 	case it.h.kind == kRTS:
 		delete(ep.rndvSends, r.id)
 	}

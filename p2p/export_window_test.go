@@ -25,10 +25,18 @@ func (ep *Endpoint) HoldWindowOps() (release func()) {
 	ep.opSeq++
 	id := ep.opSeq
 	ep.writes[id] = &Request{}
+	ep.nwrites.Add(1)
 	ep.mu.Unlock()
 	return func() {
 		ep.mu.Lock()
-		delete(ep.writes, id)
+		ep.dropWriteLocked(id)
 		ep.mu.Unlock()
 	}
+}
+
+// HoldLock holds the endpoint's mutex until release is called, as a
+// goroutine in the middle of an operation would.
+func (ep *Endpoint) HoldLock() (release func()) {
+	ep.mu.Lock()
+	return ep.mu.Unlock
 }

@@ -3,6 +3,7 @@ package p2p
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -136,6 +137,11 @@ type peer struct {
 	pings       int // heartbeats sent (for tests)
 
 	stats PeerStats
+	// gone mirrors broken || departed for IwriteNow's copy, which does
+	// not take ep.mu; fastWrites counts the writes that copy made (see
+	// countFastWrite), folded into stats.WriteSent under ep.mu.
+	gone       atomic.Bool
+	fastWrites atomic.Uint64
 
 	// Scratch for posting without allocating; guarded by ep.mu.
 	swr  [1]verbs.SendWR
@@ -535,6 +541,7 @@ func (p *peer) sendUncredited(ep *Endpoint, h *header) {
 	if len(p.queue) == 0 && p.canPost(it) {
 		if err := p.postFrame(ep, &it.h, nil, false); err != nil {
 			p.broken = true
+			p.gone.Store(true)
 		}
 		return
 	}
@@ -671,6 +678,7 @@ func (ep *Endpoint) linkErrorLocked(p *peer, cause error) {
 		return
 	}
 	p.broken = true
+	p.gone.Store(true)
 	lost := &PeerLostError{Rank: p.rank, Reporter: ep.rank, Cause: cause}
 	ep.dropSplitsLocked(p, lost)
 	ep.dropPipesLocked(p, lost)

@@ -459,7 +459,7 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 			}
 		case wrWrite:
 			if r := ep.writes[idx]; r != nil {
-				delete(ep.writes, idx)
+				ep.dropWriteLocked(idx)
 				ep.completeLocked(r, ep.opErr(r, &PeerLostError{Rank: p.rank, Reporter: ep.rank, Cause: err}))
 			}
 		}
@@ -484,7 +484,7 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 		}
 	case wrWrite:
 		if r := ep.writes[idx]; r != nil {
-			delete(ep.writes, idx)
+			ep.dropWriteLocked(idx)
 			if r.op == opWrite {
 				p.stats.WriteSent.add(len(r.buf))
 			}
@@ -722,6 +722,7 @@ func (ep *Endpoint) repostNowLocked(p *peer) {
 // queued to it.
 func (ep *Endpoint) departLocked(p *peer) {
 	p.departed = true
+	p.gone.Store(true)
 	gone := &Error{Op: "", Rank: ep.rank, Peer: p.rank, Err: &PeerClosedError{Rank: p.rank}}
 	ep.dropSplitsLocked(p, gone.Err)
 	ep.dropPipesLocked(p, gone.Err)

@@ -47,6 +47,7 @@ func (ep *Endpoint) Stats() Stats {
 		if p == nil {
 			s.Peers[r] = ep.selfStats
 		} else {
+			p.foldFastLocked()
 			s.Peers[r] = p.stats
 		}
 	}
@@ -80,4 +81,31 @@ func (s *PeerStats) eagerRecv(ctx uint32, n int, ring bool) {
 			s.RingRecv.add(n)
 		}
 	}
+}
+
+// Writes counted by writeFast without ep.mu: one atomic word per peer,
+// messages above fastMsgShift and bytes below (a write is at most
+// directPiece bytes), folded into stats.WriteSent under ep.mu when
+// Stats reads them or either part nears its top.
+const (
+	fastMsgShift  = 40
+	fastBytesMask = 1<<fastMsgShift - 1
+	fastFoldAt    = 1<<63 | 1<<(fastMsgShift-1)
+)
+
+// countFastWrite counts a write of n bytes made without ep.mu.
+func (p *peer) countFastWrite(ep *Endpoint, n int) {
+	if v := p.fastWrites.Add(1<<fastMsgShift | uint64(n)); v&fastFoldAt != 0 {
+		ep.mu.Lock()
+		p.foldFastLocked()
+		ep.mu.Unlock()
+	}
+}
+
+// foldFastLocked moves the writes countFastWrite counted into p.stats; the
+// caller holds ep.mu.
+func (p *peer) foldFastLocked() {
+	v := p.fastWrites.Swap(0)
+	p.stats.WriteSent.Msgs += v >> fastMsgShift
+	p.stats.WriteSent.Bytes += v & fastBytesMask
 }

@@ -1,0 +1,78 @@
+package p2p_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+// TestSmallDirectWriteTakesNoLock: once a rank has written into a peer's
+// window memory that it maps (shm, AllocWindow), a small IwriteNow is a
+// copy that does not wait for the endpoint's lock (held here by the test,
+// as another goroutine's operation would hold it), and lands; while a
+// window operation is pending it is not a copy (it would overtake that
+// operation) but takes the queue pair.
+func TestSmallDirectWriteTakesNoLock(t *testing.T) {
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		w, err := ep.AllocWindow(ctx, 64)
+		if err != nil {
+			return err
+		}
+		if ep.Rank() == 1 {
+			if _, err := ep.Recv(ctx, 0, 1, nil); err != nil {
+				return err
+			}
+			if got, want := w.Bytes()[:24], append(pattern(8, 1), append(pattern(8, 2), pattern(8, 3)...)...); !bytes.Equal(got, want) {
+				return fmt.Errorf("rank 1's window holds %v, want %v", got, want)
+			}
+			return w.Close(ctx)
+		}
+		if r, err := w.IwriteNow(1, 0, pattern(8, 1)); err != nil || r != nil {
+			return fmt.Errorf("the first IwriteNow: request %v, error %v; want neither", r, err)
+		}
+		release := ep.HoldLock()
+		done := make(chan error, 1)
+		go func() {
+			r, err := w.IwriteNow(1, 8, pattern(8, 2))
+			if err == nil && r != nil {
+				err = errors.New("a request for a copy into mapped memory")
+			}
+			done <- err
+		}()
+		wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		select {
+		case err = <-done:
+			release()
+		case <-wait.Done():
+			release()
+			<-done
+			return errors.New("IwriteNow into mapped memory waited for the endpoint's lock")
+		}
+		if err != nil {
+			return err
+		}
+		hold := ep.HoldWindowOps()
+		r, err := w.IwriteNow(1, 16, pattern(8, 3))
+		hold()
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return errors.New("IwriteNow copied past a pending window operation (no request)")
+		}
+		if _, err := r.Wait(ctx); err != nil {
+			return err
+		}
+		if err := ep.Send(ctx, 1, 1, nil); err != nil {
+			return err
+		}
+		return w.Close(ctx)
+	})
+}
