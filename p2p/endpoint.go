@@ -445,6 +445,11 @@ func (ep *Endpoint) Close() error {
 	}
 	ep.closing = true
 	ep.down.Store(true)
+	if ep.deferred > 0 {
+		// Deferred writes leave now (and their timer stops): on a failed
+		// endpoint no poll below would release them.
+		ep.releasePostsLocked()
+	}
 	healthy := ep.failErr == nil
 	if healthy {
 		for _, p := range ep.peers {
