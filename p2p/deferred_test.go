@@ -36,6 +36,21 @@ func deferredPair(t *testing.T, ctx context.Context, size int) ([]*faulty.Inject
 	return inj, eps, wins, bufs[1]
 }
 
+// writeBlocks writes src into rank 1's window with n IwriteNows of one
+// block each, at the same offsets, and returns their requests.
+func writeBlocks(t *testing.T, w *p2p.Window, src []byte, n int) []*p2p.Request {
+	t.Helper()
+	k := len(src) / n
+	reqs := make([]*p2p.Request, n)
+	for i := range n {
+		r, err := w.IwriteNow(1, i*k, src[i*k:(i+1)*k])
+		require.NoError(t, err)
+		require.NotNil(t, r, "write %d over loop gave no request", i)
+		reqs[i] = r
+	}
+	return reqs
+}
+
 // TestDeferredWritesLeaveTogether: window writes through IwriteNow to a
 // peer whose QP can hold posts are held after the call returns (nothing
 // reaches the peer), so that a burst of Puts leaves in one write at the
@@ -49,13 +64,7 @@ func TestDeferredWritesLeaveTogether(t *testing.T) {
 	const n = 16
 	src := pattern(n*8, 3)
 	before := sendsHeld(inj)
-	reqs := make([]*p2p.Request, n)
-	for i := range n {
-		r, err := wins[0].IwriteNow(1, i*8, src[i*8:(i+1)*8])
-		require.NoError(t, err)
-		require.NotNil(t, r, "write %d over loop gave no request", i)
-		reqs[i] = r
-	}
+	reqs := writeBlocks(t, wins[0], src, n)
 	require.Equal(t, n, sendsHeld(inj)-before, "the writes were not all posted under a hold")
 	require.Equal(t, make([]byte, n*8), target[:n*8], "a deferred write reached the peer before any wait")
 	require.NoError(t, p2p.WaitAll(ctx, reqs...))
@@ -73,12 +82,7 @@ func TestDeferredWritesLeaveBeforeOtherPosts(t *testing.T) {
 	const n = 3
 	src := pattern(n*8, 5)
 	before := sendsHeld(inj)
-	reqs := make([]*p2p.Request, n)
-	for i := range n {
-		r, err := wins[0].IwriteNow(1, i*8, src[i*8:(i+1)*8])
-		require.NoError(t, err)
-		reqs[i] = r
-	}
+	reqs := writeBlocks(t, wins[0], src, n)
 	s, err := eps[0].Isend(1, 9, []byte("after"))
 	require.NoError(t, err)
 	require.Equal(t, n, sendsHeld(inj)-before, "the send was held with the deferred writes")
