@@ -112,3 +112,28 @@ func TestDeferredWriteLeavesWithoutPoll(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 5, st.Count)
 }
+
+// TestDeferredWritesFailWithTheirLink: writes held for their Flush when
+// the link to their peer breaks complete with an error naming that peer;
+// the wait for them returns instead of hanging.
+func TestDeferredWritesFailWithTheirLink(t *testing.T) {
+	defer p2p.SetDeferGrace(p2p.SetDeferGrace(time.Hour))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	inj, eps, wins, _ := deferredPair(t, ctx, 4096)
+	const n = 8
+	before := sendsHeld(inj)
+	reqs := writeBlocks(t, wins[0], pattern(n*8, 7), n)
+	require.Equal(t, n, sendsHeld(inj)-before, "the writes were not held")
+	disconnect(t, inj, eps[0].Stats().Peers[1].QPNum)
+	err := p2p.WaitAll(ctx, reqs...)
+	require.Error(t, err)
+	require.NoError(t, ctx.Err(), "the wait for the held writes outlasted its ctx")
+	for i, r := range reqs {
+		_, done, err := r.Test()
+		require.True(t, done, "write %d never completed", i)
+		var lost *p2p.PeerLostError
+		require.ErrorAs(t, err, &lost, "write %d: %v", i, err)
+		require.Equal(t, 1, lost.Rank, "write %d", i)
+	}
+}

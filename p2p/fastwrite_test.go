@@ -76,3 +76,46 @@ func TestSmallDirectWriteTakesNoLock(t *testing.T) {
 		return w.Close(ctx)
 	})
 }
+
+// TestDirectWriteToDepartedPeerFails: once a peer has closed its endpoint
+// and this rank has heard so, a small IwriteNow into its mapped window is
+// no silent copy: it fails, or gives a request that fails, naming the
+// peer.
+func TestDirectWriteToDepartedPeerFails(t *testing.T) {
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		w, err := ep.AllocWindow(ctx, 64)
+		if err != nil {
+			return err
+		}
+		if ep.Rank() == 1 {
+			if _, err := ep.Recv(ctx, 0, 1, nil); err != nil {
+				return err
+			}
+			return ep.Close()
+		}
+		if r, err := w.IwriteNow(1, 0, pattern(8, 1)); err != nil || r != nil {
+			return fmt.Errorf("the first IwriteNow: request %v, error %v; want neither", r, err)
+		}
+		if err := ep.Send(ctx, 1, 1, nil); err != nil {
+			return err
+		}
+		// Rank 1's departure reaches this rank as the failure of a
+		// receive that only it could match.
+		var closed *p2p.PeerClosedError
+		if _, err := ep.Recv(ctx, 1, 2, nil); !errors.As(err, &closed) {
+			return fmt.Errorf("a receive from the departed rank 1: %v, want a PeerClosedError", err)
+		}
+		r, err := w.IwriteNow(1, 8, pattern(8, 2))
+		if err == nil && r != nil {
+			_, err = r.Wait(ctx)
+		}
+		if err == nil {
+			return errors.New("IwriteNow into a departed peer's window succeeded")
+		}
+		var gone *p2p.PeerClosedError
+		if !errors.As(err, &gone) || gone.Rank != 1 {
+			return fmt.Errorf("IwriteNow into departed rank 1's window: %v, want a PeerClosedError naming rank 1", err)
+		}
+		return nil
+	})
+}

@@ -566,7 +566,14 @@ func (w *Window) localBuf(p *peer, r *Request, b []byte, what string) error {
 func (ep *Endpoint) startWindowOp(p *peer, r *Request, lazy bool) error {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if err := ep.checkLocked(); err != nil {
+	err := ep.checkLocked()
+	if err == nil && p.departed {
+		// Its endpoint, and the window with it, is gone: a write there
+		// must not look done (over shm the provider could still reach
+		// the memory), as a send to it does not.
+		err = &PeerClosedError{Rank: p.rank}
+	}
+	if err != nil {
 		if r.reg != nil {
 			p.dev.cache.put(r.reg)
 		}
@@ -585,7 +592,7 @@ func (ep *Endpoint) startWindowOp(p *peer, r *Request, lazy bool) error {
 		return p.send(ep, &r.item)
 	}
 	ep.deferring = true
-	err := p.send(ep, &r.item)
+	err = p.send(ep, &r.item)
 	ep.deferring = false
 	if ep.deferred >= deferMaxPosts {
 		ep.releasePostsLocked()
