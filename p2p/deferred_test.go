@@ -36,6 +36,19 @@ func deferredPair(t *testing.T, ctx context.Context, size int) ([]*faulty.Inject
 	return inj, eps, wins, bufs[1]
 }
 
+// deferredRun is deferredPair under a 20 s ctx, with deferred writes
+// leaving after grace if nothing else releases them (restored at the
+// test's end).
+func deferredRun(t *testing.T, grace time.Duration, size int) (context.Context, []*faulty.Injector, []*p2p.Endpoint, []*p2p.Window, []byte) {
+	t.Helper()
+	old := p2p.SetDeferGrace(grace)
+	t.Cleanup(func() { p2p.SetDeferGrace(old) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	inj, eps, wins, target := deferredPair(t, ctx, size)
+	return ctx, inj, eps, wins, target
+}
+
 // writeBlocks writes src into rank 1's window with n IwriteNows of one
 // block each, at the same offsets, and returns their requests.
 func writeBlocks(t *testing.T, w *p2p.Window, src []byte, n int) []*p2p.Request {
@@ -57,10 +70,7 @@ func writeBlocks(t *testing.T, w *p2p.Window, src []byte, n int) []*p2p.Request 
 // wait that follows, which sends them and finds them complete, the data
 // in place.
 func TestDeferredWritesLeaveTogether(t *testing.T) {
-	defer p2p.SetDeferGrace(p2p.SetDeferGrace(time.Hour))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	inj, _, wins, target := deferredPair(t, ctx, 4096)
+	ctx, inj, _, wins, target := deferredRun(t, time.Hour, 4096)
 	const n = 16
 	src := pattern(n*8, 3)
 	before := sendsHeld(inj)
@@ -75,10 +85,7 @@ func TestDeferredWritesLeaveTogether(t *testing.T) {
 // writes to the same peer is not held behind them: the writes go first,
 // then the send, so the receiver that has the message has the data too.
 func TestDeferredWritesLeaveBeforeOtherPosts(t *testing.T) {
-	defer p2p.SetDeferGrace(p2p.SetDeferGrace(time.Hour))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	inj, eps, wins, target := deferredPair(t, ctx, 4096)
+	ctx, inj, eps, wins, target := deferredRun(t, time.Hour, 4096)
 	const n = 3
 	src := pattern(n*8, 5)
 	before := sendsHeld(inj)
@@ -98,10 +105,7 @@ func TestDeferredWritesLeaveBeforeOtherPosts(t *testing.T) {
 // never polls the endpoint again still lands (the grace timer releases
 // it), and its request completes by the background goroutine's progress.
 func TestDeferredWriteLeavesWithoutPoll(t *testing.T) {
-	defer p2p.SetDeferGrace(p2p.SetDeferGrace(time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	inj, _, wins, _ := deferredPair(t, ctx, 64)
+	ctx, inj, _, wins, _ := deferredRun(t, time.Millisecond, 64)
 	before := sendsHeld(inj)
 	r, err := wins[0].IwriteNow(1, 0, []byte("lands"))
 	require.NoError(t, err)
@@ -117,10 +121,7 @@ func TestDeferredWriteLeavesWithoutPoll(t *testing.T) {
 // the link to their peer breaks complete with an error naming that peer;
 // the wait for them returns instead of hanging.
 func TestDeferredWritesFailWithTheirLink(t *testing.T) {
-	defer p2p.SetDeferGrace(p2p.SetDeferGrace(time.Hour))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	inj, eps, wins, _ := deferredPair(t, ctx, 4096)
+	ctx, inj, eps, wins, _ := deferredRun(t, time.Hour, 4096)
 	const n = 8
 	before := sendsHeld(inj)
 	reqs := writeBlocks(t, wins[0], pattern(n*8, 7), n)

@@ -12,6 +12,20 @@ import (
 	"github.com/rdmago/rdmago/p2p/p2ptest"
 )
 
+// mappedWindow makes a 64-byte AllocWindow and, on rank 0, writes pattern
+// 1 at rank 1's offset 0 with IwriteNow, which maps rank 1's part: a copy,
+// with neither a request nor an error.
+func mappedWindow(ctx context.Context, ep *p2p.Endpoint) (*p2p.Window, error) {
+	w, err := ep.AllocWindow(ctx, 64)
+	if err != nil || ep.Rank() != 0 {
+		return w, err
+	}
+	if r, err := w.IwriteNow(1, 0, pattern(8, 1)); err != nil || r != nil {
+		return nil, fmt.Errorf("the first IwriteNow: request %v, error %v; want neither", r, err)
+	}
+	return w, nil
+}
+
 // TestSmallDirectWriteTakesNoLock: once a rank has written into a peer's
 // window memory that it maps (shm, AllocWindow), a small IwriteNow is a
 // copy that does not wait for the endpoint's lock (held here by the test,
@@ -20,7 +34,7 @@ import (
 // operation) but takes the queue pair.
 func TestSmallDirectWriteTakesNoLock(t *testing.T) {
 	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
-		w, err := ep.AllocWindow(ctx, 64)
+		w, err := mappedWindow(ctx, ep)
 		if err != nil {
 			return err
 		}
@@ -32,9 +46,6 @@ func TestSmallDirectWriteTakesNoLock(t *testing.T) {
 				return fmt.Errorf("rank 1's window holds %v, want %v", got, want)
 			}
 			return w.Close(ctx)
-		}
-		if r, err := w.IwriteNow(1, 0, pattern(8, 1)); err != nil || r != nil {
-			return fmt.Errorf("the first IwriteNow: request %v, error %v; want neither", r, err)
 		}
 		release := ep.HoldLock()
 		done := make(chan error, 1)
@@ -83,7 +94,7 @@ func TestSmallDirectWriteTakesNoLock(t *testing.T) {
 // peer.
 func TestDirectWriteToDepartedPeerFails(t *testing.T) {
 	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
-		w, err := ep.AllocWindow(ctx, 64)
+		w, err := mappedWindow(ctx, ep)
 		if err != nil {
 			return err
 		}
@@ -92,9 +103,6 @@ func TestDirectWriteToDepartedPeerFails(t *testing.T) {
 				return err
 			}
 			return ep.Close()
-		}
-		if r, err := w.IwriteNow(1, 0, pattern(8, 1)); err != nil || r != nil {
-			return fmt.Errorf("the first IwriteNow: request %v, error %v; want neither", r, err)
 		}
 		if err := ep.Send(ctx, 1, 1, nil); err != nil {
 			return err
