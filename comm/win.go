@@ -232,20 +232,19 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 			}
 		}
 	}
+	// Then their results, and the requests go back 64 at a time (one hold
+	// of the endpoint's lock each): nothing else holds them, the next
+	// Puts reuse them.
 	var first error
-	for _, t := range reqs {
+	rs := make([]*p2p.Request, 0, 64)
+	for i, t := range reqs {
 		if _, _, err := t.r.Test(); err != nil && first == nil {
 			first = w.c.wrap(t.op, t.target, NoTag, err)
 		}
-	}
-	// Nothing else holds them: the next Puts reuse them.
-	rs := make([]*p2p.Request, 0, 64)
-	for i := 0; i < len(reqs); {
-		rs = rs[:0]
-		for ; i < len(reqs) && len(rs) < cap(rs); i++ {
-			rs = append(rs, reqs[i].r)
+		if rs = append(rs, t.r); len(rs) == cap(rs) || i == len(reqs)-1 {
+			p2p.ReleaseAll(rs)
+			rs = rs[:0]
 		}
-		p2p.ReleaseAll(rs)
 	}
 	// Keep the slice for the next round of Puts, unless some came meanwhile.
 	clear(reqs)

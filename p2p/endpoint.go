@@ -758,6 +758,12 @@ func (ep *Endpoint) Link(peer int) (latency time.Duration, bandwidth float64) {
 	return c.Latency, c.Bandwidth
 }
 
+// addWriteLocked records window operation r, numbered id, in ep.writes.
+func (ep *Endpoint) addWriteLocked(id uint32, r *Request) {
+	ep.writes[id] = r
+	ep.nwrites.Add(1)
+}
+
 // dropWriteLocked removes window operation id from ep.writes.
 func (ep *Endpoint) dropWriteLocked(id uint32) {
 	if _, ok := ep.writes[id]; ok {

@@ -24,8 +24,7 @@ func (ep *Endpoint) HoldWindowOps() (release func()) {
 	ep.mu.Lock()
 	ep.opSeq++
 	id := ep.opSeq
-	ep.writes[id] = &Request{}
-	ep.nwrites.Add(1)
+	ep.addWriteLocked(id, &Request{})
 	ep.mu.Unlock()
 	return func() {
 		ep.mu.Lock()

@@ -173,7 +173,15 @@ func (ep *Endpoint) holdPosts(p *peer) {
 		}
 		return
 	}
-	if p.batcher == nil || p.held {
+	if p.batcher != nil {
+		ep.holdQPLocked(p)
+	}
+}
+
+// holdQPLocked makes p's QP (a PostBatcher) hold its posts until
+// releasePostsLocked, unless it holds them already.
+func (ep *Endpoint) holdQPLocked(p *peer) {
+	if p.held {
 		return
 	}
 	p.held = true
@@ -221,15 +229,11 @@ func (ep *Endpoint) deferPostsLocked(p *peer) bool {
 	if p.batcher == nil || ep.batching {
 		return false
 	}
-	if !p.held {
-		p.held = true
-		p.batcher.HoldPosts()
-		ep.heldQPs = append(ep.heldQPs, p)
-	}
+	ep.holdQPLocked(p)
 	if ep.deferred == 0 {
 		ep.deferOn.Store(true)
 		if ep.deferTimer == nil {
-			ep.deferTimer = time.AfterFunc(deferGrace, ep.deferExpired)
+			ep.deferTimer = time.AfterFunc(deferGrace, ep.releaseDeferred)
 		} else {
 			ep.deferTimer.Reset(deferGrace)
 		}
@@ -238,18 +242,9 @@ func (ep *Endpoint) deferPostsLocked(p *peer) bool {
 	return true
 }
 
-// deferExpired releases deferred posts that no poll has released.
-func (ep *Endpoint) deferExpired() {
-	ep.mu.Lock()
-	if ep.deferred > 0 {
-		ep.releasePostsLocked()
-	}
-	ep.mu.Unlock()
-}
-
-// releaseDeferred releases the deferred posts, if any, before a poll: a
-// goroutine about to wait for something may be waiting for them. The
-// caller does not hold ep.mu.
+// releaseDeferred releases the deferred posts, if any: before a poll (a
+// goroutine about to wait for something may be waiting for them), and
+// from deferTimer. The caller does not hold ep.mu.
 func (ep *Endpoint) releaseDeferred() {
 	if !ep.deferOn.Load() {
 		return

@@ -131,13 +131,6 @@ type reqCold struct {
 	cmpAdd, swap uint64
 }
 
-// winRequest is a window operation's request with its cold state, in one
-// allocation.
-type winRequest struct {
-	Request
-	cold reqCold
-}
-
 // newWinReq is a window operation's request, its cold state attached,
 // recycled from ep's free lists when they have one: a burst of Puts over
 // tcp whose Flush releases them allocated a request each (a fifth of a
@@ -148,13 +141,6 @@ func (ep *Endpoint) newWinReq() *Request {
 	ep.coldLocked(r)
 	ep.mu.Unlock()
 	return r
-}
-
-// newWinRequest is a window operation's request, its cold state attached.
-func newWinRequest() *Request {
-	w := new(winRequest)
-	w.reqCold = &w.cold
-	return &w.Request
 }
 
 // coldLocked attaches cold state to pooled request r (a rendezvous
@@ -408,10 +394,11 @@ func (ep *Endpoint) blockFor(ctx context.Context, r *Request, keep bool) error {
 }
 
 // ended is what a wait for r returns when ctx ends first: r canceled if it
-// can be (expire), or, if keep, untouched.
+// can be (expire), or, if keep, untouched and ctx's error (the caller,
+// WaitAny, says what it waited for).
 func (ep *Endpoint) ended(ctx context.Context, r *Request, keep bool) error {
 	if keep {
-		return &Error{Op: "Wait", Rank: ep.rank, Peer: r.peer, Tag: NoTag, Err: ctx.Err()}
+		return ctx.Err()
 	}
 	return ep.expire(ctx, []*Request{r})
 }
@@ -731,7 +718,9 @@ func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
 		}
 		return false
 	}
-	if len(reqs) == 1 && !ep.poll(ctx, anyDone) {
+	switch {
+	case ep.poll(ctx, anyDone):
+	case len(reqs) == 1:
 		// One request: block as Wait does (in the CQ's own wait, which
 		// drives the provider on this goroutine: no hand-off to the
 		// background goroutine and back), but without its cancel.
@@ -739,7 +728,7 @@ func WaitAny(ctx context.Context, reqs ...*Request) (int, Status, error) {
 			return -1, Status{}, &Error{Op: "WaitAny", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: ctx.Err()}
 		}
 		which = 0
-	} else if which < 0 && !ep.poll(ctx, anyDone) {
+	default:
 		ch := make(chan struct{}, 1)
 		for !anyDone() {
 			ep.mu.Lock()

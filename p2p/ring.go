@@ -220,10 +220,10 @@ func newRingOut(o ringOut) *ringOut {
 // ringSlot is a message's place in a ring: claimed under ep.mu, written
 // after it.
 type ringSlot struct {
-	o     *ringOut
-	pos   uint32 // first line
-	claim uint32 // o.claims after this claim
-	burst bool   // the third or later claim in a row with nothing read from the peer
+	o      *ringOut
+	pos, k uint32 // first line, lines
+	claim  uint32 // o.claims after this claim
+	burst  bool   // the third or later claim in a row with nothing read from the peer
 }
 
 // ringIn is a peer's ring in this rank's window. Guarded by ep.pollMu and
@@ -350,7 +350,7 @@ func (ep *Endpoint) ringClaim(p *peer, ctxID uint32, n int) (ringSlot, bool) {
 	o.claims = c
 	p.sent = true
 	p.stats.eagerSent(ctxID, n, true)
-	return ringSlot{o: o, pos: pos, claim: c, burst: burst}, true
+	return ringSlot{o: o, pos: pos, k: k, claim: c, burst: burst}, true
 }
 
 // settleSpins is how often settle looks before it yields between looks.
@@ -411,9 +411,8 @@ func (ep *Endpoint) ringWrite(p *peer, s ringSlot, ctxID uint32, tag int32, buf 
 		// prefetch would take it away. All of them: the first line alone,
 		// which a longer message stores last, went back to the polling
 		// receiver before its turn (256 B-1 KiB: 0.90-0.93x).
-		k := ringLinesFor(len(buf))
-		for i := range k {
-			ntcopy.PrefetchWrite(o.line(s.pos + k + i))
+		for i := range s.k {
+			ntcopy.PrefetchWrite(o.line(s.pos + s.k + i))
 		}
 	}
 	// The last touch of the ring's memory: from here settle lets it go.

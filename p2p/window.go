@@ -421,7 +421,7 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 	count := copied + len(src)
 	// IwriteNow (bare) has tried the direct copy already.
 	if !bare && peer != ep.rank && !notify && len(src) > 0 && len(src) <= directWriteMax && !w.noDirect[peer].Load() {
-		r, c, err := w.writeDirect(ep.peers[peer], off, src, !bare)
+		r, c, err := w.writeDirect(ep.peers[peer], off, src, true)
 		if err != nil {
 			return bad(err)
 		}
@@ -585,8 +585,7 @@ func (ep *Endpoint) startWindowOp(p *peer, r *Request, lazy bool) error {
 	}
 	ep.opSeq++
 	r.readID = ep.opSeq
-	ep.writes[r.readID] = r
-	ep.nwrites.Add(1)
+	ep.addWriteLocked(r.readID, r)
 	r.item = outItem{write: true, req: r}
 	if !lazy || !ep.deferPostsLocked(p) {
 		return p.send(ep, &r.item)
@@ -648,7 +647,7 @@ func (w *Window) Iread(peer, off int, dst []byte) (*Request, error) {
 	if err != nil {
 		return bad(err)
 	}
-	r := newWinRequest()
+	r := ep.newWinReq()
 	r.ep, r.op, r.peer, r.pattern, r.buf = ep, opWinRead, peer, envelope{tag: NoTag}, dst
 	r.status = Status{Source: peer, Count: len(dst)}
 	if peer == ep.rank || len(dst) == 0 {

@@ -94,7 +94,7 @@ func (w *Window) atomic(ctx context.Context, op string, opcode verbs.Opcode, pee
 	if err != nil {
 		return bad(fmt.Errorf("registering the result word: %w", err))
 	}
-	r := newWinRequest()
+	r := ep.newWinReq()
 	r.ep, r.op, r.peer, r.pattern, r.buf = ep, opWinAtomic, peer, envelope{tag: NoTag}, res
 	r.atomic, r.cmpAdd, r.swap, r.reg, r.dev = opcode, cmpAdd, swap, reg, p.dev
 	r.status = Status{Source: peer, Count: 8}
