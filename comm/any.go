@@ -139,6 +139,7 @@ func (r *Request) watch(ctx context.Context) bool {
 		return r.bat.watch(ctx)
 	default:
 		r.waited.Set()
+		r.launch()
 		done = r.done
 	}
 	select {

@@ -37,7 +37,14 @@ func (c *Comm) collective(ctx context.Context, op string, fn func(ctx context.Co
 	if ctx == nil {
 		return c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
-	if err := c.q.wait(ctx, c.q.take()); err != nil {
+	var turn chan struct{}
+	if c.lazyN.Load() > 0 {
+		// Lazily started calls whose turns come first run now (lazy.go).
+		turn = c.takeAfterLazy(ctx)
+	} else {
+		turn = c.q.take()
+	}
+	if err := c.q.wait(ctx, turn); err != nil {
 		return c.opErr(op, NoPeer, NoTag, err)
 	}
 	defer c.q.done()
@@ -50,21 +57,20 @@ func (c *Comm) collective(ctx context.Context, op string, fn func(ctx context.Co
 // start runs fn as the communicator's next collective in the background
 // and returns its request. Its turn is taken now, so later collectives of
 // this rank run after it.
-func (c *Comm) start(ctx context.Context, op string, fn func(ctx context.Context) error) (*Request, error) {
+func (c *Comm) start(ctx context.Context, op string, nbytes int, fn func(ctx context.Context) error) (*Request, error) {
 	if err := c.check(op); err != nil {
 		return nil, err
 	}
 	if ctx == nil {
 		return nil, c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
-	turn := c.q.take()
 	r := &Request{c: c, op: op, done: make(chan struct{}), waited: collectives.NewWaited(), startDone: ctx.Done()}
 	// Until somebody waits for it, the collective sleeps between checks
 	// instead of spinning: the caller is computing (collectives.Background).
 	ctx = collectives.Background(ctx, r.waited)
 	r.run = func() {
 		defer close(r.done)
-		if err := c.q.wait(ctx, turn); err != nil {
+		if err := c.q.wait(ctx, r.turn); err != nil {
 			r.err = c.opErr(op, NoPeer, NoTag, err)
 			return
 		}
@@ -74,9 +80,16 @@ func (c *Comm) start(ctx context.Context, op string, fn func(ctx context.Context
 			r.err = c.wrap(op, NoPeer, NoTag, err)
 		}
 	}
+	if nbytes <= lazyStartMax {
+		// Queued with its turn: a Wait, a Test or the lazy worker starts
+		// it (lazy.go).
+		c.w.lazy.add(r)
+		return r, nil
+	}
+	r.turn = c.q.take()
 	// The goroutine runs it unless a Wait has taken it first (runInline).
 	go func() {
-		if r.claimed.CompareAndSwap(false, true) {
+		if r.claim() {
 			r.run()
 		}
 	}()
@@ -97,7 +110,10 @@ func (r *Request) runInline(ctx context.Context) bool {
 	if d := ctx.Done(); d != nil && d != r.startDone {
 		return false
 	}
-	if !r.claimed.CompareAndSwap(false, true) {
+	if r.lazy && !r.claimed.Load() {
+		r.c.runAll(ctx, r.c.w.lazy.claimBefore(r.c, r))
+	}
+	if !r.claim() {
 		return false
 	}
 	r.inline = true
@@ -113,7 +129,7 @@ func Barrier(ctx context.Context, c *Comm) error {
 // Ibarrier starts a barrier; its request completes once every rank has
 // entered it.
 func Ibarrier(ctx context.Context, c *Comm) (*Request, error) {
-	return c.start(ctx, "Ibarrier", func(ctx context.Context) error { return collectives.Barrier(ctx, c.eng) })
+	return c.start(ctx, "Ibarrier", 0, func(ctx context.Context) error { return collectives.Barrier(ctx, c.eng) })
 }
 
 // Bcast copies root's buf into buf on every rank (same length everywhere).
@@ -123,7 +139,7 @@ func Bcast[T Element](ctx context.Context, c *Comm, buf []T, root int) error {
 
 // Ibcast starts a Bcast.
 func Ibcast[T Element](ctx context.Context, c *Comm, buf []T, root int) (*Request, error) {
-	return c.start(ctx, "Ibcast", func(ctx context.Context) error { return collectives.Bcast(ctx, c.eng, buf, root) })
+	return c.start(ctx, "Ibcast", nbytes(buf), func(ctx context.Context) error { return collectives.Bcast(ctx, c.eng, buf, root) })
 }
 
 // Allreduce replaces buf on every rank with the element-wise reduction of
@@ -141,7 +157,7 @@ func AllreduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op O
 // Iallreduce starts an Allreduce; buf belongs to the request until it
 // completes.
 func Iallreduce[T Element](ctx context.Context, c *Comm, buf []T, op Op) (*Request, error) {
-	return c.start(ctx, "Iallreduce", func(ctx context.Context) error { return collectives.Allreduce(ctx, c.eng, buf, op) })
+	return c.start(ctx, "Iallreduce", nbytes(buf), func(ctx context.Context) error { return collectives.Allreduce(ctx, c.eng, buf, op) })
 }
 
 // Reduce leaves the reduction of all ranks' buf under op in root's buf;
@@ -173,7 +189,7 @@ func reduceInto[T Element](c *Comm, send, recv []T, op Op, root int) func(contex
 
 // Ireduce starts a Reduce.
 func Ireduce[T Element](ctx context.Context, c *Comm, buf []T, op Op, root int) (*Request, error) {
-	return c.start(ctx, "Ireduce", func(ctx context.Context) error { return collectives.Reduce(ctx, c.eng, buf, op, root) })
+	return c.start(ctx, "Ireduce", nbytes(buf), func(ctx context.Context) error { return collectives.Reduce(ctx, c.eng, buf, op, root) })
 }
 
 // Allgather concatenates every rank's send, in rank order, into every
@@ -203,7 +219,7 @@ func allgatherInPlace[T Element](c *Comm, buf []T) func(context.Context) error {
 
 // Iallgather starts an Allgather.
 func Iallgather[T Element](ctx context.Context, c *Comm, send, recv []T) (*Request, error) {
-	return c.start(ctx, "Iallgather", func(ctx context.Context) error { return collectives.Allgather(ctx, c.eng, send, recv) })
+	return c.start(ctx, "Iallgather", nbytes(recv), func(ctx context.Context) error { return collectives.Allgather(ctx, c.eng, send, recv) })
 }
 
 // Allgatherv gathers counts[r] elements from every rank r into every
@@ -243,7 +259,7 @@ func reduceScatterInPlace[T Element](c *Comm, buf []T, op Op) func(context.Conte
 
 // IreduceScatter starts a ReduceScatter.
 func IreduceScatter[T Element](ctx context.Context, c *Comm, send, recv []T, op Op) (*Request, error) {
-	return c.start(ctx, "IreduceScatter", func(ctx context.Context) error {
+	return c.start(ctx, "IreduceScatter", nbytes(send), func(ctx context.Context) error {
 		return collectives.ReduceScatter(ctx, c.eng, send, recv, op)
 	})
 }
@@ -299,7 +315,7 @@ func alltoallInPlace[T Element](c *Comm, buf []T) func(context.Context) error {
 
 // Ialltoall starts an Alltoall.
 func Ialltoall[T Element](ctx context.Context, c *Comm, send, recv []T) (*Request, error) {
-	return c.start(ctx, "Ialltoall", func(ctx context.Context) error { return collectives.Alltoall(ctx, c.eng, send, recv) })
+	return c.start(ctx, "Ialltoall", nbytes(send), func(ctx context.Context) error { return collectives.Alltoall(ctx, c.eng, send, recv) })
 }
 
 // Alltoallv sends scounts[j] elements to rank j and receives rcounts[i]

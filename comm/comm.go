@@ -148,6 +148,8 @@ type world struct {
 	departures map[int]*departure // world rank → what it reported before it left (departure.go)
 
 	status *statusState // the status endpoint (status.go), nil without Options.Status
+
+	lazy lazyStarts // non-blocking collectives started lazily (lazy.go)
 }
 
 // Comm is a communicator: a group of ranks, numbered 0..Size-1, that
@@ -174,6 +176,7 @@ type Comm struct {
 	q       queue
 	closed  atomic.Bool
 	shrinks atomic.Uint32 // Shrink calls so far, which name their keys
+	lazyN   atomic.Int32  // this communicator's lazily started collectives not yet claimed (lazy.go)
 	agrees  atomic.Uint32 // Agree calls so far, likewise
 	p2p     p2pRecord     // the latest blocking point-to-point call, for status (status.go)
 }
@@ -484,6 +487,7 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 		w.status.run(c)
 	}
 	w.watchAbort()
+	w.startLazyWorker()
 	w.log.Debug("comm: joined", "rank", c.rank, "size", c.size, "transport", transport)
 	return c, nil
 }
@@ -570,6 +574,15 @@ func (w *world) watchAbort() {
 			}
 		}
 	}()
+}
+
+// startLazyWorker starts the goroutine that starts the lazily started
+// collectives nobody claims (lazy.go); it ends when the world closes.
+func (w *world) startLazyWorker() {
+	w.lazy.kick = make(chan struct{}, 1)
+	w.lazy.asleep = true
+	w.watchWG.Add(1)
+	go w.lazyWorker()
 }
 
 // doneStore is a rendezvous that reports its end (bootstrap.Client): an

@@ -236,7 +236,10 @@ type Request struct {
 	run       func()
 	claimed   atomic.Bool
 	startDone <-chan struct{}
-	inline    bool // a Wait ran it (for tests)
+	inline    bool          // a Wait ran it (for tests)
+	turn      chan struct{} // its turn in the communicator's queue (nil: it had it at once)
+	lazy      bool          // started lazily (lazy.go): nobody runs it until claimed
+	seen      bool          // the lazy worker has seen it unclaimed (under the world's lazy.mu)
 }
 
 // Wait blocks until the request completes or ctx ends, and returns its
@@ -279,6 +282,7 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	if r.runInline(ctx) {
 		return Status{}, r.err
 	}
+	r.launch() // a ctx that may end sooner: it runs on a goroutine
 	select {
 	case <-r.done:
 		return Status{}, r.err
@@ -310,6 +314,7 @@ func (r *Request) Test() (Status, bool, error) {
 		done, err := r.bat.test()
 		return Status{}, done, err
 	}
+	r.launch()
 	select {
 	case <-r.done:
 		return Status{}, true, r.err

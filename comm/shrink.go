@@ -290,6 +290,7 @@ func (a *agreement) attempt(ctx context.Context, name string, prev []int) (nc *C
 	}
 	w2.ownStore = w.shareStore()
 	w2.watchAbort()
+	w2.startLazyWorker()
 	w.log.Debug("comm: shrunk", "rank", nc.rank, "size", nc.size, "from", c.size)
 	return nc, members, nil
 }
