@@ -56,7 +56,9 @@ func (c *Comm) collective(ctx context.Context, op string, fn func(ctx context.Co
 
 // start runs fn as the communicator's next collective in the background
 // and returns its request. Its turn is taken now, so later collectives of
-// this rank run after it.
+// this rank run after it. A call of at most lazyStartMax bytes (nbytes,
+// the caller's largest buffer) is only queued, for whoever claims it first
+// (lazy.go); a larger one gets its goroutine now.
 func (c *Comm) start(ctx context.Context, op string, nbytes int, fn func(ctx context.Context) error) (*Request, error) {
 	if err := c.check(op); err != nil {
 		return nil, err
@@ -97,12 +99,14 @@ func (c *Comm) start(ctx context.Context, op string, nbytes int, fn func(ctx con
 }
 
 // runInline runs a non-blocking collective on the goroutine that waits
-// for it when the goroutine started for it has not yet begun and ctx ends
-// no sooner than the collective's own (the ctx it started with, or one
-// that never ends), so that Wait still returns when ctx ends. A call
-// started and waited for at once then costs no goroutine switch and
-// wake-up: an 8-byte Iallreduce and Wait between two ranks took 3.3 µs,
-// a blocking Allreduce 0.6. It reports whether it ran the collective.
+// for it when nobody has begun it (it was queued lazily, or its goroutine
+// has not started) and ctx ends no sooner than the collective's own (the
+// ctx it started with, or one that never ends), so that Wait still
+// returns when ctx ends; the calls of its communicator queued before it
+// run first. A call started and waited for at once then costs no
+// goroutine switch and wake-up: an 8-byte Iallreduce and Wait between two
+// ranks took 3.3 µs, a blocking Allreduce 0.6. It reports whether it ran
+// the collective.
 func (r *Request) runInline(ctx context.Context) bool {
 	if r.run == nil {
 		return false

@@ -9,8 +9,9 @@ import (
 // Non-blocking forms of the rest of the collective set (Ibarrier, Ibcast,
 // Iallreduce, Ireduce, Iallgather, IreduceScatter and Ialltoall are in
 // coll.go). Each starts the collective of the same name without the I as
-// the communicator's next collective, in the background, and returns its
-// request: arguments, results, errors and mismatch detection are those of
+// the communicator's next collective, in the background (a small one
+// starts once waited for, tested or left unclaimed for a moment: see
+// docs/comm.md), and returns its request: arguments, results, errors and mismatch detection are those of
 // the blocking form, reported by the request's Wait or Test. Buffers and
 // counts belong to the request until it completes.
 
