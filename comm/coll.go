@@ -111,7 +111,7 @@ func (r *Request) runInline(ctx context.Context) bool {
 	if r.run == nil {
 		return false
 	}
-	if d := ctx.Done(); d != nil && d != r.startDone {
+	if !r.runsUnder(ctx) {
 		return false
 	}
 	if r.lazy && !r.claimed.Load() {

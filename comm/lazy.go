@@ -67,10 +67,17 @@ func (l *lazyStarts) add(r *Request) {
 	l.asleep = false
 	l.mu.Unlock()
 	if kick {
-		select {
-		case l.kick <- struct{}{}:
-		default:
-		}
+		nudge(l.kick)
+	}
+}
+
+// nudge wakes the worker that waits on kick, a channel of one slot,
+// without blocking when a kick is pending already (the lazy worker's,
+// Persistent's).
+func nudge(kick chan struct{}) {
+	select {
+	case kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -133,7 +140,7 @@ func (c *Comm) takeAfterLazy(ctx context.Context) chan struct{} {
 // (a Wait must return when its ctx ends).
 func (c *Comm) runAll(ctx context.Context, ps []*Request) {
 	for _, p := range ps {
-		if d := ctx.Done(); d == nil || d == p.startDone {
+		if p.runsUnder(ctx) {
 			p.waited.Set()
 			p.inline = true
 			p.run()
@@ -141,6 +148,14 @@ func (c *Comm) runAll(ctx context.Context, ps []*Request) {
 			go p.run()
 		}
 	}
+}
+
+// runsUnder says whether a goroutine waiting under ctx may run r itself:
+// when ctx ends no sooner than r's own start ctx (it is that ctx, or one
+// that never ends), so that the wait still returns when ctx ends.
+func (r *Request) runsUnder(ctx context.Context) bool {
+	d := ctx.Done()
+	return d == nil || d == r.startDone
 }
 
 // claim takes r for running; false when somebody already has.

@@ -120,10 +120,7 @@ func (p *Persistent) Start(ctx context.Context) error {
 	p.asleep = false
 	p.mu.Unlock()
 	if kick {
-		select {
-		case p.kick <- struct{}{}:
-		default: // the worker has a kick pending already
-		}
+		nudge(p.kick)
 	}
 	return nil
 }
