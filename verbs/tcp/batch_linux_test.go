@@ -53,3 +53,34 @@ func TestHeldPostsLeaveInOneWrite(t *testing.T) {
 	readFrames(n)
 	require.Greater(t, l.writes.Load(), w0+1, "posts without a hold went in one write")
 }
+
+// TestAcksMerge: the ACKs a responder holds back together leave as one,
+// the last, which acknowledges the earlier requests too: a window of
+// signaled WRITEs posted at once (one write system call, so the
+// responder reads them together) gets fewer ACK frames than WRITEs, and
+// the requester still completes every WRITE, in order, and its data is
+// in place.
+func TestAcksMerge(t *testing.T) {
+	const n = 12 // within newSide's send queue
+	a, b := connected(t, verbs.DefaultConnectOptions())
+	requireWorks(t, a, b)
+	lb := attachedLink(t, b.qp)
+	m0 := lb.merged.Load()
+	pb := a.qp.(verbs.PostBatcher)
+	pb.HoldPosts()
+	for i := range n {
+		a.mr.Bytes()[64+i] = byte(i + 1)
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: uint64(100 + i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 64+i, 1)}, RemoteAddr: b.mr.Addr() + uint64(64+i), RKey: b.mr.RKey()}))
+	}
+	pb.ReleasePosts()
+	for i := range n {
+		wc := wait(t, a.cq)
+		require.Equal(t, verbs.StatusSuccess, wc.Status, "WRITE %d", i)
+		require.Equal(t, uint64(100+i), wc.ID, "completions out of order")
+	}
+	for i := range n {
+		require.Equal(t, byte(i+1), b.mr.Bytes()[64+i], "byte %d", i)
+	}
+	require.Greater(t, lb.merged.Load(), m0, "every WRITE of the window drew its own ACK frame")
+}

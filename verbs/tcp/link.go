@@ -87,7 +87,8 @@ type link struct {
 
 	mu         sync.Mutex
 	resps      []softrc.Response // responses queued by the reading side
-	nresps     atomic.Int32      // len(resps), read without mu
+	nresps     atomic.Int32      // the responses resps stands for, merged ACKs included (respond); read without mu
+	merged     atomic.Int32      // ACKs merged into a later one (respond; for tests)
 	respClosed bool              // the writer is gone: release, do not queue
 
 	wmu sync.Mutex

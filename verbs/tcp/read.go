@@ -483,8 +483,16 @@ func (l *link) respond(r *softrc.Response) {
 		r.Done()
 		return
 	}
-	l.resps = append(l.resps, *r)
-	l.nresps.Store(int32(len(l.resps)))
+	if k := len(l.resps); r.Op == softrc.FrameAck && k > 0 && l.resps[k-1].Op == softrc.FrameAck {
+		// An ACK acknowledges every earlier request too, so it replaces
+		// the one queued before it: a window of 32 small WRITEs drew 32
+		// ACK frames, and their requester handled each.
+		l.resps[k-1] = *r
+		l.merged.Add(1)
+	} else {
+		l.resps = append(l.resps, *r)
+	}
+	l.nresps.Add(1)
 	l.mu.Unlock()
 	op, n := r.Op, len(r.Data)
 	*r = softrc.Response{}

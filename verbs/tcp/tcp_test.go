@@ -17,6 +17,7 @@ import (
 
 	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/rdmago/rdmago/verbs"
+	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
 
 type side struct {
@@ -518,4 +519,42 @@ func TestCloseRegionsMidTransfer(t *testing.T) {
 		}
 		require.NoError(t, b.dev.Close())
 	}
+}
+
+// TestSlowAcksKeepTheQP: a peer that answers every request, each well
+// within the ACK timeout but all of them together over several timeouts,
+// is not declared lost: every response restarts the timer (it measures a
+// stall, however coarsely), and all the requests complete.
+func TestSlowAcksKeepTheQP(t *testing.T) {
+	const n, gap = 12, 25 * time.Millisecond
+	o := testOptions()
+	o.MinAckTimeout = 100 * time.Millisecond // fakePeer's QP timeout is ~2 ms: this is the timeout
+	a, _, c := fakeTargetWith(t, o, 64, 0)
+	for i := range n {
+		require.NoError(t, a.qp.PostSend(writeWR(uint64(i), a, a, 8)))
+	}
+	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
+	seqs := make([]uint32, n)
+	for i := range n {
+		hb := make([]byte, HeaderLen)
+		_, err := io.ReadFull(c, hb)
+		require.NoError(t, err)
+		h, err := DecodeHeader(hb, 1<<20)
+		require.NoError(t, err)
+		_, err = io.ReadFull(c, make([]byte, h.PayloadLen()))
+		require.NoError(t, err)
+		seqs[i] = h.Seq
+	}
+	start := time.Now()
+	for i := range n {
+		time.Sleep(gap) // the pace of the answers is what this test is about
+		ack := make([]byte, HeaderLen)
+		EncodeHeader(ack, &softrc.Header{Op: softrc.FrameAck, QPN: a.qp.Num(), Seq: seqs[i]})
+		_, err := c.Write(ack)
+		require.NoError(t, err)
+		wc := wait(t, a.cq)
+		require.Equal(t, verbs.StatusSuccess, wc.Status, "WRITE %d, %v after the first answer", i, time.Since(start))
+		require.Equal(t, uint64(i), wc.ID)
+	}
+	require.Equal(t, verbs.QPRTS, a.qp.State())
 }

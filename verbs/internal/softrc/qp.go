@@ -133,14 +133,14 @@ type QP struct {
 	holds      int    // HoldPosts not yet released: kicks wait for the last ReleasePosts
 	epoch      uint64 // bumped when the queues are flushed or reset
 
-	rnrUntil    time.Time
-	rnrTimer    *time.Timer
-	ackDeadline time.Time
-	ackTimer    *time.Timer
-	ackArmed    bool
-	connTimer   *time.Timer
-	connErr     error // why the connection could not be made (ConnectError)
-	executing   atomic.Int32
+	rnrUntil  time.Time
+	rnrTimer  *time.Timer
+	ackTimer  *time.Timer
+	ackArmed  bool
+	ackMoved  bool // a response or a new request since the ACK timer was set (armAckLocked)
+	connTimer *time.Timer
+	connErr   error // why the connection could not be made (ConnectError)
+	executing atomic.Int32
 }
 
 var _ verbs.QP = (*QP)(nil)
