@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -12,22 +13,7 @@ import (
 // mixed job no longer runs at the speed of its slowest link on every step.
 // Needs a commutative op (the intra-host reduction regroups ranks).
 func (c *call) allreduceHier(buf []byte) error {
-	hosts := c.e.hosts
-	var local []int
-	leaderOf := map[int]int{}
-	for r, h := range hosts {
-		if h == hosts[c.me] {
-			local = append(local, r)
-		}
-		if _, ok := leaderOf[h]; !ok {
-			leaderOf[h] = r
-		}
-	}
-	var leaders []int
-	for _, r := range leaderOf {
-		leaders = append(leaders, r)
-	}
-	sort.Ints(leaders)
+	local, leaders := c.hostGroups()
 	big := c.e.model.hierBig(len(buf))
 	lc := c.sub(local, 0)
 	if lc.n > 1 {
@@ -78,22 +64,20 @@ func (c *call) allreduceHier(buf []byte) error {
 // its host. The slow links carry the message once per host.
 func (c *call) bcastHier(buf []byte, root int) error {
 	hosts := c.e.hosts
-	rep := map[int]int{}
-	for r, h := range hosts {
-		if _, ok := rep[h]; !ok {
-			rep[h] = r
+	local, leaders := c.hostGroups()
+	// The representatives: the leaders, with the root in its host's place.
+	reps := append(c.ints[:0], leaders...)
+	for i, r := range reps {
+		if hosts[r] == hosts[root] {
+			reps[i] = root
 		}
 	}
-	rep[hosts[root]] = root
-	var leaders, local []int
-	for _, r := range rep {
-		leaders = append(leaders, r)
-	}
-	sort.Ints(leaders)
-	for r, h := range hosts {
-		if h == hosts[c.me] {
-			local = append(local, r)
-		}
+	slices.Sort(reps)
+	c.ints = reps[:0]
+	leaders = reps
+	myRep := local[0]
+	if hosts[c.me] == hosts[root] {
+		myRep = root
 	}
 	index := func(rs []int, x int) int { return sort.SearchInts(rs, x) }
 	big := c.e.model.hierBig(len(buf))
@@ -103,7 +87,6 @@ func (c *call) bcastHier(buf []byte, root int) error {
 		}
 		return v.bcastBinomial(buf, root)
 	}
-	myRep := rep[hosts[c.me]]
 	if c.me == myRep && len(leaders) > 1 {
 		r := index(leaders, root)
 		if err := bcast(c.sub(leaders, r), r); err != nil {
@@ -117,37 +100,47 @@ func (c *call) bcastHier(buf []byte, root int) error {
 	return nil
 }
 
-// hostGroups returns the world ranks on this rank's host and the leaders
-// (the lowest rank of every host), both sorted.
-func (c *call) hostGroups() (local, leaders []int) {
-	hosts := c.e.hosts
-	seen := map[int]bool{}
-	for r, h := range hosts {
-		if h == hosts[c.me] {
-			local = append(local, r)
-		}
-		if !seen[h] {
-			seen[h] = true
-			leaders = append(leaders, r)
-		}
-	}
-	return local, leaders
+// hostLayout is the group's ranks by host, worked out once (New) for the
+// hierarchical algorithms: every call used to build it in maps and slices
+// of its own. Its slices are shared: nobody may modify them.
+type hostLayout struct {
+	local   []int   // the ranks on this rank's host, sorted
+	leaders []int   // the lowest rank of every host, sorted
+	ranksOf [][]int // per rank, the ranks of its host, sorted
 }
 
-// hostRanks returns, for any rank, the ranks of its host in rank order.
-func (c *call) hostRanks() func(rank int) []int {
+func newHostLayout(hosts []int, me int) hostLayout {
+	var l hostLayout
 	byHost := map[int][]int{}
-	for r, h := range c.e.hosts {
+	for r, h := range hosts {
+		if len(byHost[h]) == 0 {
+			l.leaders = append(l.leaders, r)
+		}
 		byHost[h] = append(byHost[h], r)
 	}
-	return func(rank int) []int { return byHost[c.e.hosts[rank]] }
+	l.local = byHost[hosts[me]]
+	l.ranksOf = make([][]int, len(hosts))
+	for r, h := range hosts {
+		l.ranksOf[r] = byHost[h]
+	}
+	return l
 }
+
+// hostGroups returns the world ranks on this rank's host and the leaders
+// (the lowest rank of every host), both sorted; the caller must not
+// modify them. Hierarchical algorithms run on the whole group (c.me is
+// this rank's group rank).
+func (c *call) hostGroups() (local, leaders []int) { return c.e.hl.local, c.e.hl.leaders }
+
+// hostRanks returns, per rank, the ranks of its host in rank order (not
+// to be modified).
+func (c *call) hostRanks() [][]int { return c.e.hl.ranksOf }
 
 // swapAll has this view rank send sendBuf(v) to every other view rank v
 // and receive recvBuf(v) from it, all posted at once (receives first);
 // it returns the filled receive buffers by view rank, nil for itself.
 func (c *call) swapAll(recvBuf, sendBuf func(v int) []byte) ([][]byte, error) {
-	in := make([][]byte, c.n)
+	in := c.bufList(c.n)
 	err := c.postAll(func() error {
 		for s := 1; s < c.n; s++ {
 			v := mod(c.me-s, c.n)
@@ -270,10 +263,10 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 		return b
 	}
 	lead := c.sub(leaders, 0)
-	mine := ranksOf(c.me)
+	mine := ranksOf[c.me]
 	out := pack(mine)
 	in, err := lead.swapAll(
-		func(v int) []byte { return c.get(len(ranksOf(leaders[v])) * bs) },
+		func(v int) []byte { return c.get(len(ranksOf[leaders[v]]) * bs) },
 		func(int) []byte { return out })
 	if err != nil {
 		return err
@@ -282,7 +275,7 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 		if b == nil {
 			continue
 		}
-		for i, r := range ranksOf(leaders[v]) {
+		for i, r := range ranksOf[leaders[v]] {
 			copy(c.rblock(buf, r), b[i*bs:(i+1)*bs])
 		}
 	}
@@ -312,7 +305,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 		return lc.sendrecv(0, send, c.h.count, 0, recv, c.h.count)
 	}
 	// from[i] is the send buffer of local[i].
-	from := make([][]byte, lc.n)
+	from := c.bufList(lc.n)
 	from[0] = send
 	if err := lc.postAll(func() error {
 		for v := 1; v < lc.n; v++ {
@@ -326,7 +319,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 		return err
 	}
 	// to[i] is the result of local[i].
-	to := make([][]byte, lc.n)
+	to := c.bufList(lc.n)
 	to[0] = recv
 	for v := 1; v < lc.n; v++ {
 		to[v] = c.get(len(recv))
@@ -341,9 +334,9 @@ func (c *call) alltoallHier(send, recv []byte) error {
 		bs := int(c.h.count) * c.esize
 		lead := c.sub(leaders, 0)
 		in, err := lead.swapAll(
-			func(v int) []byte { return c.get(len(ranksOf(leaders[v])) * lc.n * bs) },
+			func(v int) []byte { return c.get(len(ranksOf[leaders[v]]) * lc.n * bs) },
 			func(v int) []byte {
-				dst := ranksOf(leaders[v])
+				dst := ranksOf[leaders[v]]
 				// By source (this host's ranks), then destination.
 				b := c.get(lc.n * len(dst) * bs)
 				for i := range local {
@@ -360,7 +353,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 			if b == nil {
 				continue
 			}
-			for i, src := range ranksOf(leaders[v]) {
+			for i, src := range ranksOf[leaders[v]] {
 				for j := range local {
 					copy(c.rblock(to[j], src), b[(i*lc.n+j)*bs:(i*lc.n+j+1)*bs])
 				}
@@ -404,7 +397,7 @@ func (c *call) reduceScatterHier(work, out []byte) error {
 		in, err := lead.swapAll(
 			func(int) []byte { return c.get(len(local) * bs) },
 			func(v int) []byte {
-				dst := ranksOf(leaders[v])
+				dst := ranksOf[leaders[v]]
 				b := c.get(len(dst) * bs)
 				for i, r := range dst {
 					copy(b[i*bs:(i+1)*bs], blk(work, r))

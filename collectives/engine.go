@@ -59,6 +59,7 @@ type Engine struct {
 	winBuf []byte
 
 	hosts []int // host index per rank, nil without Topology
+	hl    hostLayout
 
 	// inl is the largest payload sent in its header's message to each
 	// rank, nil when it is Options.inline() for all (see inlineLimits).
@@ -133,6 +134,7 @@ func New(g Group, opts Options) (*Engine, error) {
 		for r := range e.hosts {
 			e.hosts[r] = t.HostOf(r)
 		}
+		e.hl = newHostLayout(e.hosts, e.rank)
 	}
 	e.inl = inlineLimits(g, &opts)
 	if sm, ok := g.(SharedMemoryGroup); ok {
@@ -411,6 +413,16 @@ type callState struct {
 	// waited is the Background flag of the caller's ctx (nil: a blocking
 	// call): while it is false, the call's waits sleep instead of spinning.
 	waited *Waited
+
+	// The phases' views (sub), a view's rank list (ints) and lists of
+	// buffers (bufList), recycled with the callState: a hierarchical call
+	// allocated them anew each time, a dozen objects a call on every rank
+	// of a job across hosts.
+	subs  [4]call
+	nsub  int
+	ints  []int
+	bufs  [][]byte
+	nbufs int
 }
 
 type pendingReq struct {
@@ -473,6 +485,11 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	st.op, st.alg, st.abort = coll.String(), alg, nil
 	st.pending, st.scratch, st.batch, st.batching = st.pending[:0], st.scratch[:0], st.batch[:0], false
 	st.nout, st.nin, st.probeArmed, st.waitPeer = 0, 0, false, 0
+	if st.nsub > 0 || st.nbufs > 0 {
+		clear(st.subs[:st.nsub]) // let go of the last call's buffers
+		clear(st.bufs[:st.nbufs])
+		st.nsub, st.nbufs = 0, 0
+	}
 	st.waited, _ = ctx.Value(backgroundKey{}).(*Waited)
 	st.hdr = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
 	var early *MismatchError // a stall probe that arrived before this call began
@@ -678,7 +695,14 @@ func (st *callState) cancelCtx() context.Context {
 // sub returns a phase of the same call over a subset of the group (ranks
 // lists group ranks in view order; this rank must be among them).
 func (c *call) sub(ranks []int, root int) *call {
-	s := *c
+	var s *call
+	if st := c.callState; st.nsub < len(st.subs) {
+		s = &st.subs[st.nsub]
+		st.nsub++
+	} else {
+		s = new(call)
+	}
+	*s = *c
 	s.ranks = ranks
 	s.n = len(ranks)
 	s.me = -1
@@ -688,7 +712,21 @@ func (c *call) sub(ranks []int, root int) *call {
 		}
 	}
 	s.h.root = int32(root)
-	return &s
+	return s
+}
+
+// bufList is an empty list of n buffers, valid for the rest of the call.
+func (c *call) bufList(n int) [][]byte {
+	st := c.callState
+	if st.nbufs+n > cap(st.bufs) {
+		// The lists handed out so far keep the old array.
+		st.bufs = make([][]byte, 0, max(2*cap(st.bufs), n, 8))
+		st.nbufs = 0
+	}
+	st.bufs = st.bufs[:st.nbufs+n]
+	l := st.bufs[st.nbufs : st.nbufs+n : st.nbufs+n]
+	st.nbufs += n
+	return l
 }
 
 func (c *call) world(v int) int {
