@@ -487,6 +487,7 @@ func (l *link) respond(r *softrc.Response) {
 		// An ACK acknowledges every earlier request too, so it replaces
 		// the one queued before it: a window of 32 small WRITEs drew 32
 		// ACK frames, and their requester handled each.
+		l.resps[k-1].Done()
 		l.resps[k-1] = *r
 		l.merged.Add(1)
 	} else {
