@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"io"
 	"testing"
 	"time"
 
@@ -26,13 +25,7 @@ func TestHeldPostsLeaveInOneWrite(t *testing.T) {
 	// readFrames reads k SEND frames from the fake peer's end.
 	readFrames := func(k int) {
 		for range k {
-			hb := make([]byte, HeaderLen)
-			_, err := io.ReadFull(c, hb)
-			require.NoError(t, err)
-			h, err := DecodeHeader(hb, 1<<20)
-			require.NoError(t, err)
-			_, err = io.ReadFull(c, make([]byte, h.PayloadLen()))
-			require.NoError(t, err)
+			readFrame(t, c)
 		}
 	}
 	pb := a.qp.(verbs.PostBatcher)

@@ -536,14 +536,7 @@ func TestSlowAcksKeepTheQP(t *testing.T) {
 	require.NoError(t, c.SetDeadline(time.Now().Add(20*time.Second)))
 	seqs := make([]uint32, n)
 	for i := range n {
-		hb := make([]byte, HeaderLen)
-		_, err := io.ReadFull(c, hb)
-		require.NoError(t, err)
-		h, err := DecodeHeader(hb, 1<<20)
-		require.NoError(t, err)
-		_, err = io.ReadFull(c, make([]byte, h.PayloadLen()))
-		require.NoError(t, err)
-		seqs[i] = h.Seq
+		seqs[i] = readFrame(t, c).Seq
 	}
 	start := time.Now()
 	for i := range n {
@@ -557,4 +550,18 @@ func TestSlowAcksKeepTheQP(t *testing.T) {
 		require.Equal(t, uint64(i), wc.ID)
 	}
 	require.Equal(t, verbs.QPRTS, a.qp.State())
+}
+
+// readFrame reads one frame, header and payload, from a fake peer's end
+// and returns its header.
+func readFrame(t *testing.T, c net.Conn) softrc.Header {
+	t.Helper()
+	hb := make([]byte, HeaderLen)
+	_, err := io.ReadFull(c, hb)
+	require.NoError(t, err)
+	h, err := DecodeHeader(hb, 1<<20)
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, make([]byte, h.PayloadLen()))
+	require.NoError(t, err)
+	return h
 }
