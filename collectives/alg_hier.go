@@ -104,12 +104,11 @@ func (c *call) bcastHier(buf []byte, root int) error {
 // hierarchical algorithms: every call used to build it in maps and slices
 // of its own. Its slices are shared: nobody may modify them.
 type hostLayout struct {
-	local   []int   // the ranks on this rank's host, sorted
 	leaders []int   // the lowest rank of every host, sorted
 	ranksOf [][]int // per rank, the ranks of its host, sorted
 }
 
-func newHostLayout(hosts []int, me int) hostLayout {
+func newHostLayout(hosts []int) hostLayout {
 	var l hostLayout
 	byHost := map[int][]int{}
 	for r, h := range hosts {
@@ -118,7 +117,6 @@ func newHostLayout(hosts []int, me int) hostLayout {
 		}
 		byHost[h] = append(byHost[h], r)
 	}
-	l.local = byHost[hosts[me]]
 	l.ranksOf = make([][]int, len(hosts))
 	for r, h := range hosts {
 		l.ranksOf[r] = byHost[h]
@@ -130,7 +128,9 @@ func newHostLayout(hosts []int, me int) hostLayout {
 // (the lowest rank of every host), both sorted; the caller must not
 // modify them. Hierarchical algorithms run on the whole group (c.me is
 // this rank's group rank).
-func (c *call) hostGroups() (local, leaders []int) { return c.e.hl.local, c.e.hl.leaders }
+func (c *call) hostGroups() (local, leaders []int) {
+	return c.e.hl.ranksOf[c.e.rank], c.e.hl.leaders
+}
 
 // hostRanks returns, per rank, the ranks of its host in rank order (not
 // to be modified).

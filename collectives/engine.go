@@ -134,7 +134,7 @@ func New(g Group, opts Options) (*Engine, error) {
 		for r := range e.hosts {
 			e.hosts[r] = t.HostOf(r)
 		}
-		e.hl = newHostLayout(e.hosts, e.rank)
+		e.hl = newHostLayout(e.hosts)
 	}
 	e.inl = inlineLimits(g, &opts)
 	if sm, ok := g.(SharedMemoryGroup); ok {
@@ -418,11 +418,10 @@ type callState struct {
 	// buffers (bufList), recycled with the callState: a hierarchical call
 	// allocated them anew each time, a dozen objects a call on every rank
 	// of a job across hosts.
-	subs  [4]call
-	nsub  int
-	ints  []int
-	bufs  [][]byte
-	nbufs int
+	subs [4]call
+	nsub int
+	ints []int
+	bufs [][]byte // the lists handed out this call, back to back
 }
 
 type pendingReq struct {
@@ -485,10 +484,10 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	st.op, st.alg, st.abort = coll.String(), alg, nil
 	st.pending, st.scratch, st.batch, st.batching = st.pending[:0], st.scratch[:0], st.batch[:0], false
 	st.nout, st.nin, st.probeArmed, st.waitPeer = 0, 0, false, 0
-	if st.nsub > 0 || st.nbufs > 0 {
+	if st.nsub > 0 || len(st.bufs) > 0 {
 		clear(st.subs[:st.nsub]) // let go of the last call's buffers
-		clear(st.bufs[:st.nbufs])
-		st.nsub, st.nbufs = 0, 0
+		clear(st.bufs)
+		st.nsub, st.bufs = 0, st.bufs[:0]
 	}
 	st.waited, _ = ctx.Value(backgroundKey{}).(*Waited)
 	st.hdr = header{kind: kindData, alg: uint8(alg), seq: st.seq, coll: uint8(coll), op: kern.Op.Code(), dtype: kern.DType, root: int32(root), count: count}
@@ -718,15 +717,13 @@ func (c *call) sub(ranks []int, root int) *call {
 // bufList is an empty list of n buffers, valid for the rest of the call.
 func (c *call) bufList(n int) [][]byte {
 	st := c.callState
-	if st.nbufs+n > cap(st.bufs) {
+	k := len(st.bufs)
+	if k+n > cap(st.bufs) {
 		// The lists handed out so far keep the old array.
-		st.bufs = make([][]byte, 0, max(2*cap(st.bufs), n, 8))
-		st.nbufs = 0
+		st.bufs, k = make([][]byte, 0, max(2*cap(st.bufs), n, 8)), 0
 	}
-	st.bufs = st.bufs[:st.nbufs+n]
-	l := st.bufs[st.nbufs : st.nbufs+n : st.nbufs+n]
-	st.nbufs += n
-	return l
+	st.bufs = st.bufs[:k+n]
+	return st.bufs[k : k+n : k+n]
 }
 
 func (c *call) world(v int) int {
