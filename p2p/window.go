@@ -149,6 +149,10 @@ func (ep *Endpoint) newWindowOn(ctx context.Context, buf []byte, alloc bool, reg
 			mr, err = d.pd.AllocMR(len(buf), access)
 			if err == nil {
 				w.buf = mr.Bytes()
+				// Provider memory may be mapped lazily: map all of it now,
+				// before any peer knows it, rather than a page at a time
+				// at first use (see ntcopy.Touch: the rings' first lap).
+				ntcopy.Touch(w.buf, true)
 			} else if registered != nil {
 				// The caller can do without provider memory (the rings):
 				// register the Go buffer so that the collective exchange

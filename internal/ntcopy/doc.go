@@ -26,4 +26,10 @@
 // Prefetch is the reader's side for small data: it starts the transfer
 // of lines another core wrote, so that they arrive while the reader does
 // other work before copying them.
+//
+// Touch maps the pages of memory that will soon be used (shared-memory
+// slots, receive buffers) into this process now, without changing what
+// they hold, so that their first use does not take a page fault each;
+// Pages does it once per page for memory handed out again and again, within
+// a Budget; Present reports which pages are mapped (for tests).
 package ntcopy

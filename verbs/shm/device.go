@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -48,6 +49,10 @@ type Device struct {
 	log    *slog.Logger
 	caps   verbs.Caps
 	wait   shmsync.Policy // CQ.Wait's
+	// touch bounds the receive buffers mapped ahead of their first
+	// message, in this process and in its mappings of peers' memory
+	// (PostRecv, touchPosted).
+	touch *ntcopy.Budget
 
 	// memGuard keeps the device memory mapped while a CQ waiter sleeps on a
 	// futex word in it or a cancellation kicks one: Close takes it for
@@ -119,6 +124,7 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 		uid:      os.Getuid(),
 		log:      o.Logger,
 		wait:     waitPolicy(o),
+		touch:    ntcopy.NewBudget(PrefaultBytes),
 		cqs:      map[*cq]struct{}{},
 		pds:      map[*pd]struct{}{},
 		qps:      map[uint32]*QP{},
@@ -408,6 +414,15 @@ func (d *Device) freeMem(off, n uint64) {
 	}
 	d.heap.release(off, n)
 }
+
+// PrefaultBytes bounds the memory a device maps ahead of its use: the
+// pages of the receive buffers posted in its provider memory, and of the
+// peers' buffers its QPs will write (see ntcopy.Touch: on the VM measured
+// each page's first access cost about 5 µs in each process, which made
+// the first 32 messages through fresh p2p buffers 10-40 times as slow).
+// p2p posts 32 buffers of 16 KiB a peer over shm, so this covers over a
+// hundred peers; past it, pages are mapped at their first access.
+const PrefaultBytes = 64 << 20
 
 // doorbell is a CQ's wake-up words in the device segment, and the way to
 // its parking socket (park.go).

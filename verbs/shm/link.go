@@ -20,6 +20,7 @@ import (
 
 	"github.com/rdmago/rdmago/verbs"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/internal/racesync"
 )
 
@@ -417,10 +418,39 @@ func (q *QP) connect(remote []byte) (*link, error) {
 		return fail(err)
 	}
 	conn.SetDeadline(time.Time{})
+	l.touchPosted()
 	d.log.Info("shm: queue pair connected", "device", d.name, "qp", q.qpn, "peer_qp", a.QPNum, "peer_pid", p.pid, "usermem", l.path)
 	d.wg.Add(1)
 	go l.readLoop()
 	return l, nil
+}
+
+// touchPosted maps into this process the pages of the receives the peer
+// has posted so far (p2p posts its eager buffers before it hands out its
+// address), which our SENDs will write: at their first access each page
+// would cost as much as the copy of a whole message (see ntcopy.Touch).
+// Receives posted later at new addresses, and those past the device's
+// PrefaultBytes, are mapped at their first use.
+func (l *link) touchPosted() {
+	c := atomic.LoadUint64(word64(l.seg, qsClaim)) &^ claimClosed
+	h := atomic.LoadUint64(word64(l.seg, qsHead))
+	for i := c; i < h && i-c < l.depth; i++ {
+		do := qsEntries + (i&(l.depth-1))*l.dsz
+		rd := l.seg[do : do+l.dsz : do+l.dsz]
+		nsge := min(int(binary.LittleEndian.Uint32(rd[rdNSGE:])), l.peerNSGE)
+		for j := 0; j < nsge; j++ {
+			o := rdSGEs + j*sgeSize
+			addr := binary.LittleEndian.Uint64(rd[o:])
+			n := uint64(binary.LittleEndian.Uint32(rd[o+8:]))
+			key := binary.LittleEndian.Uint32(rd[o+12:])
+			if sp, st := l.resolve(key, addr, n, verbs.AccessLocalWrite); st == verbs.StatusSuccess && sp.kind == kindProvider {
+				if !l.q.d.touch.Take(len(sp.direct)) {
+					return
+				}
+				ntcopy.Touch(sp.direct, true)
+			}
+		}
+	}
 }
 
 // attachSegment checks the peer's QP segment header and reads its shape.

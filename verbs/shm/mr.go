@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -47,6 +48,7 @@ type mr struct {
 	addr   uint64
 	off    uint64 // heap offset (provider memory)
 	heapN  uint64
+	pages  *ntcopy.Pages // provider memory: which pages receives have touched
 	pin    runtime.Pinner
 	closed atomic.Bool
 }
@@ -98,6 +100,7 @@ func (p *pd) AllocMR(n int, access verbs.Access) (verbs.MR, error) {
 	m := &mr{d: d, pd: p, access: access, kind: verbs.MemProvider, off: off, heapN: uint64(n)}
 	m.buf = d.mem[off : off+uint64(n) : off+uint64(n)]
 	m.addr = uint64(uintptr(unsafe.Pointer(&m.buf[0])))
+	m.pages = ntcopy.NewPages(m.buf, d.touch)
 	if err := d.publishMR(m); err != nil {
 		d.freeMem(off, uint64(n))
 		return nil, d.opErr("AllocMR", 0, -1, err)

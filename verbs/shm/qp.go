@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdmago/rdmago/verbs"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/internal/racesync"
 )
 
@@ -490,6 +491,12 @@ func (q *QP) writeRecvs(h uint64, wrs []verbs.RecvWR) (uint64, error) {
 			if !m.contains(s.Addr, uint64(s.Length)) {
 				return h, q.opErr("PostRecv", i, fmt.Errorf("%w: SGE %d [%#x, +%d) is outside region %#x [%#x, +%d)", verbs.ErrBadKey, j, s.Addr, s.Length, s.LKey, m.addr, len(m.buf)))
 			}
+			// A buffer of provider memory posted for the first time: map
+			// its pages into this process now, writable, not at its first
+			// receive (see ntcopy.Touch; touched for reading only, the
+			// first receives still took 2-3 times as long). The sender
+			// does the same in its mapping when it connects (touchPosted).
+			m.pages.TouchOnce(m.slice(s.Addr, uint64(s.Length)), true)
 		}
 		if h-q.rqPolled.Load() >= q.depth {
 			return h, q.opErr("PostRecv", i, fmt.Errorf("%w: %d receives outstanding", verbs.ErrQueueFull, q.depth))
@@ -632,6 +639,9 @@ func (q *QP) MapRemote(addr uint64, rkey uint32, n int, access verbs.Access) ([]
 	if sp.kind != kindProvider {
 		return nil, q.opErr("MapRemote", 0, fmt.Errorf("%w: the peer's region is not provider memory (AllocMR)", verbs.ErrUnsupported))
 	}
+	// The caller maps the range to use it: map its pages now rather than
+	// at each one's first access (see ntcopy.Touch).
+	ntcopy.Touch(sp.direct, access&verbs.AccessRemoteWrite != 0)
 	return sp.direct, nil
 }
 

@@ -2,6 +2,7 @@ package softrc
 
 import (
 	"fmt"
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -26,6 +27,7 @@ type MR struct {
 	closed atomic.Bool
 	free   func()
 	pin    runtime.Pinner
+	pages  *ntcopy.Pages // provider memory: which pages receives have touched
 }
 
 var _ verbs.MR = (*MR)(nil)

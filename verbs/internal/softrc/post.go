@@ -161,6 +161,10 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 				e.releaseRefs()
 				return q.dev.err("PostRecv", q.num, i, err)
 			}
+			// Provider memory is mapped at first access: a buffer posted
+			// for the first time has its pages mapped now rather than at
+			// its first receive (see ntcopy.Touch).
+			m.pages.TouchOnce(b, true)
 			e.segs = append(e.segs, b)
 			e.mrs = append(e.mrs, m)
 		}
