@@ -309,7 +309,7 @@ func randTunableValue(r *rand.Rand, tu collectives.Tunable) string {
 	switch tu.Name {
 	case "alpha", "intra_alpha", "onesided_alpha":
 		return time.Duration(logUniform(r, 50, 200e3)).String()
-	case "beta", "gamma", "intra_beta":
+	case "beta", "gamma", "intra_beta", "copy_beta":
 		return strconv.FormatFloat(logUniform(r, 1e-12, 1e-7), 'g', -1, 64)
 	case "post_overlap":
 		return strconv.FormatFloat(logUniform(r, 0.001, 10), 'g', -1, 64)

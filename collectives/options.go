@@ -146,9 +146,9 @@ type Options struct {
 	// on both sides, a 16 KiB payload in its own message cost the 2-rank
 	// bcast a second write and a second wake-up of the receiver, more
 	// than the two copies of the payload it saves. Values above 1 MiB are
-	// clamped; a value set here applies to every peer (and to the choice
-	// of the linear allgather and alltoall, which the default's 8 KiB
-	// decides whatever the links).
+	// clamped; a value set here applies to every peer (and to the cost
+	// model, which counts a larger block of the linear allgather and
+	// alltoall as two messages: by the default's 8 KiB whatever the links).
 	InlineBytes int
 	// SegmentBytes is the pipelining unit of the chain broadcast and the
 	// one-sided ring. Zero means 256 KiB.
