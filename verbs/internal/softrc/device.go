@@ -4,13 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"github.com/rdmago/rdmago/internal/ntcopy"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
 )
 

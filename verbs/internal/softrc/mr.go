@@ -2,11 +2,11 @@ package softrc
 
 import (
 	"fmt"
-	"github.com/rdmago/rdmago/internal/ntcopy"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
 )
 
