@@ -435,15 +435,10 @@ func (l *link) touchPosted() {
 	c := atomic.LoadUint64(word64(l.seg, qsClaim)) &^ claimClosed
 	h := atomic.LoadUint64(word64(l.seg, qsHead))
 	for i := c; i < h && i-c < l.depth; i++ {
-		do := qsEntries + (i&(l.depth-1))*l.dsz
-		rd := l.seg[do : do+l.dsz : do+l.dsz]
-		nsge := min(int(binary.LittleEndian.Uint32(rd[rdNSGE:])), l.peerNSGE)
-		for j := 0; j < nsge; j++ {
-			o := rdSGEs + j*sgeSize
-			addr := binary.LittleEndian.Uint64(rd[o:])
-			n := uint64(binary.LittleEndian.Uint32(rd[o+8:]))
-			key := binary.LittleEndian.Uint32(rd[o+12:])
-			if sp, st := l.resolve(key, addr, n, verbs.AccessLocalWrite); st == verbs.StatusSuccess && sp.kind == kindProvider {
+		rd := l.desc(i)
+		for j := range l.descSGEs(rd) {
+			addr, n, key := descSGE(rd, j)
+			if sp, st := l.resolve(key, addr, uint64(n), verbs.AccessLocalWrite); st == verbs.StatusSuccess && sp.kind == kindProvider {
 				if !l.q.d.touch.Take(len(sp.direct)) {
 					return
 				}
@@ -451,6 +446,24 @@ func (l *link) touchPosted() {
 			}
 		}
 	}
+}
+
+// desc is the descriptor of the peer's receive i (see QP.desc).
+func (l *link) desc(i uint64) []byte {
+	off := qsEntries + (i&(l.depth-1))*l.dsz
+	return l.seg[off : off+l.dsz : off+l.dsz]
+}
+
+// descSGEs is how many SGEs the peer's receive descriptor rd has, at most
+// the peer's limit.
+func (l *link) descSGEs(rd []byte) int {
+	return min(int(binary.LittleEndian.Uint32(rd[rdNSGE:])), l.peerNSGE)
+}
+
+// descSGE reads SGE j of receive descriptor rd.
+func descSGE(rd []byte, j int) (addr uint64, n, key uint32) {
+	o := rdSGEs + j*sgeSize
+	return binary.LittleEndian.Uint64(rd[o:]), binary.LittleEndian.Uint32(rd[o+8:]), binary.LittleEndian.Uint32(rd[o+12:])
 }
 
 // attachSegment checks the peer's QP segment header and reads its shape.

@@ -279,11 +279,7 @@ func (q *QP) exec(wr *verbs.SendWR, tail []byte) (verbs.Status, outcome) {
 			return st, out
 		}
 		// Resolve the receive's SGEs in the peer's region table.
-		do := qsEntries + (idx&(l.depth-1))*l.dsz
-		rd := l.seg[do : do+l.dsz : do+l.dsz]
-		sges := func() int { // the receive's SGE count (reads its descriptor)
-			return min(int(binary.LittleEndian.Uint32(rd[rdNSGE:])), l.peerNSGE)
-		}
+		rd := l.desc(idx)
 		var imm uint32
 		var flags verbs.WCFlags
 		if op == verbs.OpSendWithImm {
@@ -297,9 +293,10 @@ func (q *QP) exec(wr *verbs.SendWR, tail []byte) (verbs.Status, outcome) {
 			room := uint64(atomic.LoadUint32(l.hdr(qsMinRecv)))
 			if room < total {
 				room = 0
-				nsge := sges()
+				nsge := l.descSGEs(rd)
 				for j := 0; j < nsge && room < total; j++ {
-					room += uint64(binary.LittleEndian.Uint32(rd[rdSGEs+j*sgeSize+8:]))
+					_, n, _ := descSGE(rd, j)
+					room += uint64(n)
 				}
 			}
 			if room < total {
@@ -317,16 +314,13 @@ func (q *QP) exec(wr *verbs.SendWR, tail []byte) (verbs.Status, outcome) {
 		spans := q.spans[:0]
 		var room uint64
 		bad := false
-		nsge := sges()
+		nsge := l.descSGEs(rd)
 		for j := 0; j < nsge && room < total; j++ {
-			o := rdSGEs + j*sgeSize
-			addr := binary.LittleEndian.Uint64(rd[o:])
-			n := uint64(binary.LittleEndian.Uint32(rd[o+8:]))
-			key := binary.LittleEndian.Uint32(rd[o+12:])
-			if n == 0 {
+			addr, n32, key := descSGE(rd, j)
+			if n32 == 0 {
 				continue
 			}
-			n = min(n, total-room)
+			n := min(uint64(n32), total-room)
 			sp, st := l.resolve(key, addr, n, verbs.AccessLocalWrite)
 			if st != verbs.StatusSuccess {
 				bad = true

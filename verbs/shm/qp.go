@@ -429,9 +429,7 @@ func descHolds(e []byte, wr *verbs.RecvWR) bool {
 		return false
 	}
 	for j, s := range wr.SGL {
-		o := rdSGEs + j*sgeSize
-		if binary.LittleEndian.Uint64(e[o:]) != s.Addr || binary.LittleEndian.Uint32(e[o+8:]) != s.Length ||
-			binary.LittleEndian.Uint32(e[o+12:]) != s.LKey {
+		if addr, n, key := descSGE(e, j); addr != s.Addr || n != s.Length || key != s.LKey {
 			return false
 		}
 	}
