@@ -182,7 +182,10 @@ func (l *link) fail(err error) {
 }
 
 const (
-	maxBatch = 32
+	// maxBatch is the most requests one writev takes: a window of 64
+	// small Puts and their fence is one system call (put_bw over tcp
+	// 1.2-1.5x the rate of batches of 32, three calls).
+	maxBatch = 128
 	// inlineMax is the largest request payload PostSend writes itself (as
 	// much as the socket takes at once; the writer goroutine writes the
 	// rest). A hand-off to the writer costs more than the copy into the
@@ -193,10 +196,13 @@ const (
 // The send side is guarded by wmu: whoever holds it (the writer goroutine,
 // or PostSend writing small requests itself) owns the batch state below.
 type sendState struct {
-	reqs  [maxBatch]softrc.Request
-	nreq  int               // reqs[:nreq] are written (or in carry) and await Done
-	out   []softrc.Response // responses being written; await Done
-	hdrs  []byte
+	reqs [maxBatch]softrc.Request
+	nreq int               // reqs[:nreq] are written (or in carry) and await Done
+	out  []softrc.Response // responses being written; await Done
+	// stage holds the batch's headers and small payloads, in frame order;
+	// stage[start:] is the run not yet in bufs (see addPayload).
+	stage []byte
+	start int
 	bufs  net.Buffers
 	carry net.Buffers // the unwritten rest of a batch whose inline write timed out
 	chunk net.Buffers
@@ -333,36 +339,64 @@ func (l *link) batch(limit uint32, inline bool) (int, error) {
 		l.nresps.Store(0)
 	}
 	l.mu.Unlock()
-	if need := (len(ss.out) + maxBatch) * HeaderLen; cap(ss.hdrs) < need {
-		ss.hdrs = make([]byte, need)
-	}
-	hdrs := ss.hdrs[:cap(ss.hdrs)]
+	ss.stage, ss.start = ss.stage[:0], 0
 	ss.bufs = ss.bufs[:0]
-	h := 0
 	for i := range ss.out {
-		b := hdrs[h : h+HeaderLen : h+HeaderLen]
-		h += HeaderLen
-		EncodeHeader(b, &ss.out[i].Header)
-		ss.bufs = append(ss.bufs, b)
-		if len(ss.out[i].Data) > 0 {
-			ss.bufs = append(ss.bufs, ss.out[i].Data)
-		}
+		EncodeHeader(ss.reserve(HeaderLen), &ss.out[i].Header)
+		ss.addPayload(ss.out[i].Data)
 	}
 	n := 0
 	for n < maxBatch && l.q.NextRequestMax(&ss.reqs[n], limit) {
-		b := hdrs[h : h+HeaderLen : h+HeaderLen]
-		h += HeaderLen
-		EncodeHeader(b, &ss.reqs[n].Header)
-		ss.bufs = append(ss.bufs, b)
+		EncodeHeader(ss.reserve(HeaderLen), &ss.reqs[n].Header)
 		for _, d := range ss.reqs[n].Data {
-			if len(d) > 0 {
-				ss.bufs = append(ss.bufs, d)
-			}
+			ss.addPayload(d)
 		}
 		n++
 	}
+	ss.cut()
 	ss.nreq = n
 	return len(ss.out) + n, nil
+}
+
+// Payloads up to stageMax bytes are copied into the stage after their
+// header, so that a run of small frames is one buffer of the writev: the
+// kernel's cost per buffer made a writev of 65 one-byte writes (a header
+// and a payload each) take 15.6 µs here, and of the same bytes in one
+// buffer 7.3.
+const stageMax = 512
+
+// reserve appends n bytes to the stage and returns them. When the stage
+// is full, the run so far goes into bufs and a larger stage starts; bufs
+// keeps the old one alive until the batch is written.
+func (ss *sendState) reserve(n int) []byte {
+	at := len(ss.stage)
+	if at+n > cap(ss.stage) {
+		ss.cut()
+		ss.stage, ss.start, at = make([]byte, 0, max(2*cap(ss.stage), n, 4096)), 0, 0
+	}
+	ss.stage = ss.stage[:at+n]
+	return ss.stage[at : at+n : at+n]
+}
+
+// addPayload adds d to the batch after its header: copied into the stage
+// when small, else as a buffer of its own (the writev reads it in place).
+func (ss *sendState) addPayload(d []byte) {
+	switch {
+	case len(d) == 0:
+	case len(d) <= stageMax:
+		copy(ss.reserve(len(d)), d)
+	default:
+		ss.cut()
+		ss.bufs = append(ss.bufs, d)
+	}
+}
+
+// cut ends the stage's current run: it goes into bufs as one buffer.
+func (ss *sendState) cut() {
+	if end := len(ss.stage); end > ss.start {
+		ss.bufs = append(ss.bufs, ss.stage[ss.start:end:end])
+		ss.start = end
+	}
 }
 
 // finishBatch releases what the last batch pointed into.
