@@ -200,7 +200,7 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 	if ctx == nil {
 		return w.c.opErr("Flush", NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
-	if w.npend.Load() == 0 {
+	if w.npend.Load() == 0 && !w.w.Unfenced() {
 		// Every transfer this rank started before this call is complete
 		// (it was a copy) or taken by another Flush, which waits for it.
 		return nil
@@ -210,6 +210,20 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 	w.pending = nil
 	w.npend.Store(0)
 	w.mu.Unlock()
+	// Puts that p2p posted inline have no request of their own: one
+	// fence per target completes after them (and after every transfer
+	// before it on that link), so it goes last.
+	var fenceErr error
+	if w.w.Unfenced() {
+		var fences []*p2p.Request
+		fences, fenceErr = w.w.Ifence(nil)
+		for _, r := range fences {
+			reqs = append(reqs, transfer{r, "Flush", w.c.rankOfWorld(r.Peer())})
+		}
+		if fenceErr != nil {
+			fenceErr = w.c.opErr("Flush", NoPeer, NoTag, fenceErr)
+		}
+	}
 	// Newest first: the transfers on one link complete in order, so once
 	// the last one has, the others have too, and one blocking wait covers
 	// them all. p2p.WaitAny does not cancel when ctx ends (WaitAll would
@@ -235,7 +249,7 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 	// Then their results, and the requests go back 64 at a time (one hold
 	// of the endpoint's lock each): nothing else holds them, the next
 	// Puts reuse them.
-	var first error
+	first := fenceErr
 	rs := make([]*p2p.Request, 0, 64)
 	for i, t := range reqs {
 		if _, _, err := t.r.Test(); err != nil && first == nil {

@@ -213,12 +213,20 @@ func (ep *Endpoint) releasePostsLocked() {
 // of the endpoint by any goroutine (every wait polls first), at the next
 // batch's end, when deferMaxPosts are held, or deferGrace after the first
 // one if nothing else releases them, so that a program that never polls
-// still sees its writes land. Releasing every 32 lets the peer place the
-// first of a window of 64 small Puts while this rank posts the rest:
-// put_bw over tcp 1.04-1.12x the rate of releasing every 64 at 1 B-8 KiB,
-// 1.05-1.11x that of every 48, and every 16 0.80-0.93x of 32's (one write
-// a batch costs more than the overlap saves).
-const deferMaxPosts = 32
+// still sees its writes land. A write with a request of its own goes
+// after deferMaxPosts are held: releasing every 32 lets the peer place the
+// first of a window of 64 Puts of 1-8 KiB while this rank posts the rest
+// (put_bw over tcp 1.04-1.12x the rate of releasing every 64, 1.05-1.11x
+// that of every 48; every 16 0.80-0.93x of 32's). Small Puts go inline
+// (window_inline.go) and cost little to post, while each write of a batch
+// costs the kernel several µs here: they go after deferMaxInline, so that
+// a window of 64 and its fence leave in one write (the transport takes
+// 128 requests a batch, verbs/tcp maxBatch), at 1.3-1.7x the rate of
+// releasing every 32.
+const (
+	deferMaxPosts  = 32
+	deferMaxInline = 128
+)
 
 var deferGrace = 100 * time.Microsecond // a var for tests (SetDeferGrace)
 
@@ -446,6 +454,11 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 		ep.markDirty(p)
 	case wrRead, wrWrite:
 		p.sqOut--
+		if kind == wrWrite {
+			if r := ep.writes[idx]; r != nil {
+				p.sqOut -= r.covers
+			}
+		}
 		ep.markDirty(p)
 	}
 	if wc.Status != verbs.StatusSuccess {

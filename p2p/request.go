@@ -125,6 +125,10 @@ type reqCold struct {
 	// Window writes.
 	notify32 bool
 	winMR    verbs.MR
+	fence    bool // a write of no bytes that orders the ones before it (Ifence)
+	// covers: the unsignaled inline requests posted before this fence,
+	// whose send-queue entries its completion frees (see peer.inlineWR).
+	covers int
 
 	// Window atomics: the opcode and its operands.
 	atomic       verbs.Opcode
@@ -258,6 +262,10 @@ func (r *Request) Ext() any { return r.ext }
 
 // Done reports whether the request has completed (without progressing it).
 func (r *Request) Done() bool { return r.done.Load() }
+
+// Peer is the rank r exchanges with: a send's destination, a receive's
+// source as posted (AnySource for a wildcard), a window operation's target.
+func (r *Request) Peer() int { return r.peer }
 
 // Test progresses the endpoint once and reports whether r has completed;
 // when it has, it returns the status and error as Wait would.

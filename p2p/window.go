@@ -57,6 +57,8 @@ type Window struct {
 	// signals that arrived, per source and index (under ep.mu).
 	slot uint32
 	sigs map[sigKey]int
+	// inl: the ranks written to inline since their last fence (Ifence).
+	inl unfenced
 }
 
 type winKey struct {
@@ -105,7 +107,7 @@ func (ep *Endpoint) newWindowOn(ctx context.Context, buf []byte, alloc bool, reg
 		ep.mu.Unlock()
 		return nil, &Error{Op: "NewWindow", Rank: ep.rank, Peer: NoPeer, Tag: NoTag, Err: err}
 	}
-	w := &Window{ep: ep, buf: buf, mrs: map[*device]verbs.MR{}, remote: make([]winKey, ep.size), group: group, ch: ch, tag: tag,
+	w := &Window{ep: ep, buf: buf, mrs: map[*device]verbs.MR{}, remote: make([]winKey, ep.size), inl: unfenced{to: make([]bool, ep.size)}, group: group, ch: ch, tag: tag,
 		noDirect: make([]atomic.Bool, ep.size), fast: make([]atomic.Pointer[[]byte], ep.size)}
 	if group == nil {
 		// Group windows leave the sequence alone: only their members make
@@ -435,6 +437,15 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 		// What was copied is in place; the rest takes the queue pair.
 		off, src = off+c, src[c:]
 	}
+	if bare && peer != ep.rank && len(src) > 0 && len(src) <= ep.peers[peer].inline && ep.peers[peer].batcher != nil {
+		// IwriteNow's small writes go inline, without a request, where
+		// the doorbell is a system call (window_inline.go).
+		if ok, err := w.writeInline(ep.peers[peer], rk.addr+uint64(off), rk.rkey, src); err != nil {
+			return bad(err)
+		} else if ok {
+			return nil, nil
+		}
+	}
 	r := ep.newWinReq()
 	r.ep, r.op, r.peer, r.pattern, r.buf, r.notify32 = ep, opWrite, peer, envelope{tag: NoTag}, src, notify
 	r.status = Status{Source: ep.rank, Count: count}
@@ -583,7 +594,7 @@ func (ep *Endpoint) startWindowOp(p *peer, r *Request, lazy bool) error {
 		}
 		return err
 	}
-	if len(r.buf) == 0 && !r.notify32 {
+	if len(r.buf) == 0 && !r.notify32 && !r.fence {
 		ep.completeLocked(r, nil)
 		return nil
 	}
@@ -627,6 +638,12 @@ func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
 	ep.holdPosts(p)
 	if err := p.qp.PostSend(p.swr[:]...); err != nil {
 		return err
+	}
+	if r.fence {
+		// Signaled, it completes after every unsignaled request before
+		// it: without this, their entries stayed taken until the next
+		// signaled inline one, which a run of larger writes never posts.
+		r.covers, p.unsig = p.unsig, 0
 	}
 	if r.notify32 {
 		p.credits--
