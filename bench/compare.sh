@@ -33,7 +33,8 @@
 #   ROUNDS=1 MAX=1M ONLY="latency-np2-defaults-shm barrier-np2-bound" sh bench/compare.sh /tmp/try
 #
 # Variables: ROUNDS (7), BUDGET (0.1 s of timed loop per size, both sides),
-# WARM (0.05 s of warm-up per size, both sides, where B is mpibench), MAX
+# WARM (0.05 s of warm-up per size, both sides, where B is mpibench or
+# bench/mpiref/iallreduce.c, and on both sides of allreduce_init), MAX
 # (largest size, 64M), NPS ("2 4 8"), MODES ("defaults bound"), ONLY (row
 # names), MPIBENCH (a built mpibench; default: built here from MPIBENCH_SRC,
 # the shared OSU-style MPI benchmark, ../shared/tools/mpibench/mpibench.c
@@ -199,11 +200,11 @@ for np in $NPS; do
 			"$R -np $np $f $B barrier -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
 			"$M -np $np $f $MPIBENCH -b barrier -t $BUDGET -w $WARM"
 		compare iallreduce-np$np-$pm time "iallreduce (overall time of start+compute+wait), $np ranks, $pm" \
-			"$R -np $np $f $B iallreduce -m 4:$MAX -q --budget ${BUDGET}s" \
-			"$M -np $np $f $out/mpiiallreduce -m $maxb -t $BUDGET"
+			"$R -np $np $f $B iallreduce -m 4:$MAX -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
+			"$M -np $np $f $out/mpiiallreduce -m $maxb -t $BUDGET -w $WARM"
 		compare allreduce_init-np$np-$pm time "persistent allreduce vs Allreduce in place, $np ranks, $pm" \
-			"$R -np $np $f $B allreduce --api persistent -m 4:$MAX -q --budget ${BUDGET}s" \
-			"$R -np $np $f $B allreduce --api inplace -m 4:$MAX -q --budget ${BUDGET}s" "rdmago Allreduce (in place)"
+			"$R -np $np $f $B allreduce --api persistent -m 4:$MAX -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
+			"$R -np $np $f $B allreduce --api inplace -m 4:$MAX -q --budget ${BUDGET}s --warmup-budget ${WARM}s" "rdmago Allreduce (in place)"
 		compare allreduce-np$np-$pm-tcp time "allreduce, $np ranks, tcp, $pm" \
 			"$R -np $np $f --transport tcp $B allreduce -m 4:$MAX -q --budget ${BUDGET}s --warmup-budget ${WARM}s" \
 			"$M -np $np $f --mca btl tcp,self $MPIBENCH -b allreduce -M $maxb -t $BUDGET -w $WARM"

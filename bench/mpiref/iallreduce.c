@@ -9,10 +9,12 @@
  *   overlap % = max(0, 100 * (1 - (Overall - Compute) / Pure)).
  * float elements, MPI_SUM, sizes 4 bytes to -m MAX in powers of two.
  * Iterations follow OSU (1000/100 warm-up, 100/10 above 8 KiB), capped so
- * that a size's t_pure loop takes about -t seconds (at least 5).
+ * that a size's t_pure loop takes about -t seconds (at least 5). With -w,
+ * each size first runs about that many seconds of plain calls, as
+ * rdmabench's --warmup-budget does (and mpibench's -w).
  *
  *   mpicc -O2 -o iallreduce iallreduce.c
- *   mpirun -np 2 ./iallreduce [-m MAX_BYTES] [-t SECONDS]
+ *   mpirun -np 2 ./iallreduce [-m MAX_BYTES] [-t SECONDS] [-w SECONDS]
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -51,7 +53,7 @@ static void call(float *s, float *r, int n, double d, double *total, double *com
 int main(int argc, char **argv)
 {
     long max = 1L << 20;
-    double budget = 0.25;
+    double budget = 0.25, warm = 0;
     int rank, nprocs;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -61,18 +63,23 @@ int main(int argc, char **argv)
             max = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "-t"))
             budget = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "-w"))
+            warm = atof(argv[i + 1]);
     }
     float *s = calloc(max / 4 + 1, 4), *r = calloc(max / 4 + 1, 4);
     if (rank == 0)
         printf("# %-10s %18s %17s %17s %11s %11s\n", "Size", "Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)", "Iters");
     for (long size = 4; size <= max; size *= 2) {
         int n = size / 4, iters = size > 8192 ? 100 : 1000, skip = size > 8192 ? 10 : 100;
-        double tot = 0, comp = 0;
+        double tot = 0, comp = 0, dummy0 = 0;
         /* calibrate: a few calls set the count so that the pure loop fits the budget */
         for (int i = 0; i < 5; i++)
             call(s, r, n, 0, &tot, &comp);
         double per[1] = {tot / 5};
         MPI_Bcast(per, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        /* every rank makes the same number of warm-up calls (rank 0's estimate) */
+        for (long i = 0, w = per[0] > 0 ? (long)(warm / per[0]) : 0; i < w; i++)
+            call(s, r, n, 0, &dummy0, &dummy0);
         if (per[0] * iters > budget)
             iters = (int)(budget / per[0]);
         if (iters < 5)
