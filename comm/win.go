@@ -215,8 +215,9 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 	// before it on that link), so it goes last.
 	var fenceErr error
 	if w.w.Unfenced() {
+		var buf [4]*p2p.Request // most Flushes fence a few targets: no allocation
 		var fences []*p2p.Request
-		fences, fenceErr = w.w.Ifence(nil)
+		fences, fenceErr = w.w.Ifence(buf[:0])
 		for _, r := range fences {
 			reqs = append(reqs, transfer{r, "Flush", w.c.rankOfWorld(r.Peer())})
 		}

@@ -96,25 +96,28 @@ func (w *Window) Ifence(dst []*Request) ([]*Request, error) {
 		return dst, nil
 	}
 	ep := w.ep
-	ep.mu.Lock()
-	if w.closed {
-		// Close's messages followed the writes on every link: nothing
-		// is left to fence, and no window to write to.
-		clear(w.inl.to)
-		w.inl.n.Store(0)
-		ep.mu.Unlock()
-		return dst, nil
-	}
-	var ranks []int
-	for rank, on := range w.inl.to {
-		if on {
-			w.inl.to[rank] = false
-			w.inl.n.Add(-1)
-			ranks = append(ranks, rank)
+	// One hold of the lock a fence (startWindowOp takes it to post), and
+	// no list of the ranks to allocate.
+	for rank := 0; ; rank++ {
+		ep.mu.Lock()
+		if w.closed {
+			// Close's messages followed the writes on every link: nothing
+			// is left to fence, and no window to write to.
+			clear(w.inl.to)
+			w.inl.n.Store(0)
+			ep.mu.Unlock()
+			return dst, nil
 		}
-	}
-	ep.mu.Unlock()
-	for _, rank := range ranks {
+		for rank < len(w.inl.to) && !w.inl.to[rank] {
+			rank++
+		}
+		if rank == len(w.inl.to) {
+			ep.mu.Unlock()
+			return dst, nil
+		}
+		w.inl.to[rank] = false
+		w.inl.n.Add(-1)
+		ep.mu.Unlock()
 		r := ep.newWinReq()
 		r.ep, r.op, r.peer, r.pattern, r.fence = ep, opWrite, rank, envelope{tag: NoTag}, true
 		r.status = Status{Source: ep.rank}
@@ -125,5 +128,4 @@ func (w *Window) Ifence(dst []*Request) ([]*Request, error) {
 		}
 		dst = append(dst, r)
 	}
-	return dst, nil
 }
