@@ -658,16 +658,6 @@ func (c *Comm) WorldRank(r int) int {
 	return c.members[r]
 }
 
-// rankOfWorld is the communicator rank of world rank wr, or NoPeer.
-func (c *Comm) rankOfWorld(wr int) int {
-	for r, m := range c.members {
-		if m == wr {
-			return r
-		}
-	}
-	return NoPeer
-}
-
 // LocalRank is this rank's index among the communicator's ranks on its
 // host, and LocalSize their number. On the world communicator of a job
 // that rdmarun started they are RDMARUN_LOCAL_RANK and _SIZE; elsewhere

@@ -219,7 +219,7 @@ func (w *Win[T]) Flush(ctx context.Context) error {
 		var fences []*p2p.Request
 		fences, fenceErr = w.w.Ifence(buf[:0])
 		for _, r := range fences {
-			reqs = append(reqs, transfer{r, "Flush", w.c.rankOfWorld(r.Peer())})
+			reqs = append(reqs, transfer{r, "Flush", w.c.inv[r.Peer()]}) // a window target: a member of c
 		}
 		if fenceErr != nil {
 			fenceErr = w.c.opErr("Flush", NoPeer, NoTag, fenceErr)

@@ -426,11 +426,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		return err
 	}
 	if slot < 0 {
-		if p.swr[0].Flags&verbs.SendSignaled != 0 {
-			p.unsig = 0
-		} else {
-			p.unsig++
-		}
+		p.postedInline()
 	}
 	if credited {
 		p.credits--
@@ -448,11 +444,28 @@ func (p *peer) inlineWR(h *header, payload []byte, n int) {
 	h.put(b)
 	copy(b[h.frameLen():], payload)
 	p.swr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendInline, Inline: b}
-	if p.unsig+1 >= inlineSignal || p.sqOut+1 >= p.sqCap || h.kind == kBye {
+	p.signalInline(p.sqOut+1 >= p.sqCap || h.kind == kBye)
+}
+
+// signalInline gives p.swr[0], an inline request, its id, and signals it
+// when force is set or every inlineSignal-th time: the id of a signaled
+// one carries the count of entries its completion frees (itself and the
+// unsignaled ones before it).
+func (p *peer) signalInline(force bool) {
+	if force || p.unsig+1 >= inlineSignal {
 		p.swr[0].Flags |= verbs.SendSignaled
 		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark|uint32(p.unsig+1))
 	} else {
 		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark)
+	}
+}
+
+// postedInline counts the inline request p.swr[0] once it is posted.
+func (p *peer) postedInline() {
+	if p.swr[0].Flags&verbs.SendSignaled != 0 {
+		p.unsig = 0
+	} else {
+		p.unsig++
 	}
 }
 

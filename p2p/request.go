@@ -127,7 +127,7 @@ type reqCold struct {
 	winMR    verbs.MR
 	fence    bool // a write of no bytes that orders the ones before it (Ifence)
 	// covers: the unsignaled inline requests posted before this fence,
-	// whose send-queue entries its completion frees (see peer.inlineWR).
+	// whose send-queue entries its completion frees (peer.signalInline).
 	covers int
 
 	// Window atomics: the opcode and its operands.

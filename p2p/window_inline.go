@@ -9,7 +9,7 @@ import (
 // Inline writes. Over a queue pair whose doorbell is a system call
 // (verbs.PostBatcher), a small write from IwriteNow travels in its work
 // request (verbs.SendInline: the provider copies src when it is posted),
-// unsignaled like an inline frame (see peer.inlineWR), and gets no
+// unsignaled like an inline frame (peer.signalInline), and gets no
 // Request: the next Ifence to its peer posts one signaled write of no
 // bytes, whose completion, on a reliable connection that completes in
 // order, says every write before it was placed. A window of 64 small
@@ -47,13 +47,7 @@ func (w *Window) writeInline(p *peer, addr uint64, rkey uint32, src []byte) (boo
 	}
 	lazy := ep.deferPostsLocked(p)
 	p.swr[0] = verbs.SendWR{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendInline, Inline: src, RemoteAddr: addr, RKey: rkey}
-	signaled := p.unsig+1 >= inlineSignal
-	if signaled {
-		p.swr[0].Flags |= verbs.SendSignaled
-		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark|uint32(p.unsig+1))
-	} else {
-		p.swr[0].ID = wrID(wrSend, p.rank, inlineMark)
-	}
+	p.signalInline(false)
 	ep.deferring = lazy
 	ep.holdPosts(p)
 	err := p.qp.PostSend(p.swr[:]...)
@@ -62,11 +56,7 @@ func (w *Window) writeInline(p *peer, addr uint64, rkey uint32, src []byte) (boo
 	if err != nil {
 		return false, err
 	}
-	if signaled {
-		p.unsig = 0
-	} else {
-		p.unsig++
-	}
+	p.postedInline()
 	p.sqOut++
 	p.stats.WriteSent.add(len(src))
 	if !w.inl.to[p.rank] {

@@ -14,6 +14,18 @@ import (
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
 
+// fakeLinkedSide is a side with an n-byte region whose QP is connected to
+// a fake peer (the returned conn, closed at the test's end), and its link.
+func fakeLinkedSide(t *testing.T, n int) (*side2, net.Conn, *link) {
+	t.Helper()
+	o := testOptions()
+	dev := openDev(t, o)
+	s := bigSide(t, dev, n)
+	c := fakePeer(t, dev, s.qp, o.Token)
+	t.Cleanup(func() { c.Close() })
+	return s, c, attachedLink(t, s.qp)
+}
+
 // readFrameFrom reads one frame the QP sent to the fake peer c.
 func readFrameFrom(t *testing.T, c net.Conn) (softrc.Header, []byte) {
 	t.Helper()
@@ -96,12 +108,7 @@ func TestReadLimitedRequestWakesNoWriter(t *testing.T) {
 // in order, none of it left to the writer goroutine.
 func TestKickPostWritesWholePost(t *testing.T) {
 	const count = maxBatch + 8
-	o := testOptions()
-	dev := openDev(t, o)
-	s := bigSide(t, dev, 4096)
-	c := fakePeer(t, dev, s.qp, o.Token)
-	t.Cleanup(func() { c.Close() })
-	l := attachedLink(t, s.qp)
+	s, c, l := fakeLinkedSide(t, 4096)
 	wrs := make([]verbs.SendWR, count)
 	for i := range wrs {
 		wrs[i] = verbs.SendWR{ID: uint64(i), Opcode: verbs.OpRDMAWrite,

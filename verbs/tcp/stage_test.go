@@ -15,12 +15,7 @@ import (
 // buffer of the writev, and a larger payload is a buffer of its own
 // between two runs; the frames arrive intact and in order.
 func TestBatchStagesSmallPayloads(t *testing.T) {
-	o := testOptions()
-	dev := openDev(t, o)
-	s := bigSide(t, dev, 8192)
-	c := fakePeer(t, dev, s.qp, o.Token)
-	t.Cleanup(func() { c.Close() })
-	l := attachedLink(t, s.qp)
+	s, c, l := fakeLinkedSide(t, 8192)
 	const big = stageMax + 1
 	sizes := []int{8, 1, stageMax, big, 8, 16}
 	wrs := make([]verbs.SendWR, len(sizes))
