@@ -160,6 +160,9 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 	if r := opts.RingLines; r > 0 && (r&(r-1) != 0 || r < ringMinLines || r > 1<<16) {
 		return fail(fmt.Errorf("%w: RingLines %d is not a power of two from %d to 65536", ErrInvalidArgument, r, ringMinLines))
 	}
+	if opts.RingAhead > maxRingAhead {
+		return fail(fmt.Errorf("%w: RingAhead %d exceeds %d", ErrInvalidArgument, opts.RingAhead, maxRingAhead))
+	}
 	if opts.EagerSlots > 4096 || opts.EagerSlotsMax > 4096 {
 		return fail(fmt.Errorf("%w: EagerSlots %d or EagerSlotsMax %d exceeds 4096", ErrInvalidArgument, opts.EagerSlots, opts.EagerSlotsMax))
 	}

@@ -174,6 +174,17 @@ func (ep *Endpoint) RingLines(peer int) int {
 	return 0
 }
 
+// RingAhead is Options.RingAhead as this endpoint's ring to peer resolved
+// it (0 without a ring), for TestRingAheadOption.
+func (ep *Endpoint) RingAhead(peer int) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if o := ep.peers[peer].rout; o != nil {
+		return int(o.ahead)
+	}
+	return 0
+}
+
 // RingMaxLinesPerMessage is how many lines the largest ring message takes.
 const RingMaxLinesPerMessage = ringLines
 

@@ -232,6 +232,20 @@ func TestDefaultRingLines(t *testing.T) {
 	assert.GreaterOrEqual(t, defaultRingLines(2), 62*ringLines, "62 of the largest")
 }
 
+// How far ahead a burst's writer prefetches: RingAhead messages of one or
+// two lines, two of three lines, the next one from four lines on, and
+// never nothing, whatever the setting.
+func TestRingAheadFor(t *testing.T) {
+	for _, c := range []struct{ ahead, lines, want uint32 }{
+		{3, 1, 3}, {3, 2, 3}, {3, 3, 2}, {3, 4, 1}, {3, 5, 1}, {3, ringLines, 1},
+		{1, 1, 1}, {1, 2, 1}, {1, ringLines, 1},
+		{maxRingAhead, 1, maxRingAhead}, {maxRingAhead, 8, 4}, {maxRingAhead, ringLines, 1},
+	} {
+		assert.Equal(t, c.want, ringAheadFor(c.ahead, c.lines), "RingAhead %d, %d-line messages", c.ahead, c.lines)
+	}
+	assert.EqualValues(t, 3, ringAheadFor(defaultRingAhead, ringLinesFor(8)), "the default for 8 bytes")
+}
+
 // TestHostLoadCrowding: the job's crowding is the worst host's ranks per
 // CPU of their masks together; hosts whose ranks published no mask, and
 // ranks of unknown host (each a host of its own), count as not crowded.

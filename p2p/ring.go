@@ -101,6 +101,11 @@ const (
 	maxRingLines        = 2048
 	minDefaultRingLines = 256
 	ringWinBudget       = 1 << 20
+
+	// defaultRingAhead is Options.RingAhead's default, maxRingAhead its
+	// largest value (a quarter of the smallest ring).
+	defaultRingAhead = 3
+	maxRingAhead     = ringMinLines / 4
 )
 
 // defaultRingLines is the ring depth of an endpoint of ranks ranks. An OSU
@@ -187,6 +192,7 @@ type ringOut struct {
 	sent     uint32  // lines claimed
 	tail     uint32  // *tailW at our last look
 	light    bool    // publish with shmsync.PublishLight (both ends Asymmetric)
+	ahead    uint32  // Options.RingAhead, resolved
 	claims   uint32  // messages claimed
 	settled  uint32  // claims known written (settle)
 	// seen is how far this rank had read the peer's ring into it at the
@@ -223,7 +229,9 @@ type ringSlot struct {
 	o      *ringOut
 	pos, k uint32 // first line, lines
 	claim  uint32 // o.claims after this claim
-	burst  bool   // the third or later claim in a row with nothing read from the peer
+	// ahead is how many messages of this one's length ahead its writer
+	// prefetches the lines (0: none, not a burst; see ringWrite).
+	ahead uint32
 }
 
 // ringIn is a peer's ring in this rank's window. Guarded by ep.pollMu and
@@ -260,6 +268,10 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 		n = defaultRingLines(ep.size)
 	}
 	blk := ringBlock(n)
+	ahead := uint32(defaultRingAhead)
+	if a := ep.opts.RingAhead; a != 0 {
+		ahead = uint32(max(a, 1)) // negative: the next message only
+	}
 	size := ringWinHdr + ep.size*blk
 	w, err := ep.newWindowWith(ctx, make([]byte, size), true, func(w *Window) {
 		if mr := w.mrs[ep.devs[0]]; mr == nil || mr.Kind() != verbs.MemProvider {
@@ -300,7 +312,7 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 		b := m[ringWinHdr+ep.rank*blk : ringWinHdr+(ep.rank+1)*blk]
 		light := shmsync.Asymmetric() && binary.LittleEndian.Uint32(m[ringFlagsOff:])&ringFlagFences != 0
 		ep.mu.Lock()
-		p.rout = newRingOut(ringOut{ringMem: ringMem{mem: b[ringLine:], n: uint32(n)}, tailW: ringWord(b), sleepers: ringWord(m), max: min(ringMaxFor(uint32(n)), p.eager), light: light})
+		p.rout = newRingOut(ringOut{ringMem: ringMem{mem: b[ringLine:], n: uint32(n)}, tailW: ringWord(b), sleepers: ringWord(m), max: min(ringMaxFor(uint32(n)), p.eager), light: light, ahead: ahead})
 		ep.mu.Unlock()
 	}
 	return nil
@@ -344,14 +356,24 @@ func (ep *Endpoint) ringClaim(p *peer, ctxID uint32, n int) (ringSlot, bool) {
 	} else if o.run < 2 {
 		o.run++
 	}
-	burst := o.run == 2
+	var ahead uint32
+	if o.run == 2 {
+		ahead = ringAheadFor(o.ahead, k)
+	}
 	pos := o.sent
 	o.sent = pos + k
 	o.claims = c
 	p.sent = true
 	p.stats.eagerSent(ctxID, n, true)
-	return ringSlot{o: o, pos: pos, k: k, claim: c, burst: burst}, true
+	return ringSlot{o: o, pos: pos, k: k, claim: c, ahead: ahead}, true
 }
+
+// ringAheadFor is how many messages of k lines ahead the writer of one in
+// a burst prefetches, by Options.RingAhead ahead: ahead messages of one or
+// two lines, fewer of longer ones, never less than the next. At 128 B (3
+// lines) two ahead ran 1.2x the rate of one; from 256 B (5 lines) one was
+// as fast as two or three (osu-compare bw, 7 rounds).
+func ringAheadFor(ahead, k uint32) uint32 { return max(1, min(ahead, 2*ahead/k)) }
 
 // settleSpins is how often settle looks before it yields between looks.
 const settleSpins = 64
@@ -400,19 +422,22 @@ func (ep *Endpoint) ringWrite(p *peer, s ringSlot, ctxID uint32, tag int32, buf 
 		atomic.StoreUint32(ringWord(l), s.pos+1)
 		asleep = shmsync.Asleep(o.sleepers)
 	}
-	if s.burst {
+	if s.ahead > 0 {
 		// A burst of sends (nothing read from the peer in between, as in
-		// a window of Isends): start taking the lines of the next message,
+		// a window of Isends): start taking the lines of a message ahead,
 		// if it is as long as this one, from the receiver's core now. The
 		// next claim's lock waits until this message's stores are out, and
 		// each would otherwise wait for its own lines in turn (1.4-1.6x
-		// the rate at 8 B-2 KiB where lines move slowly). Not in a
-		// ping-pong, where the receiver polls the next first line and the
-		// prefetch would take it away. All of them: the first line alone,
-		// which a longer message stores last, went back to the polling
-		// receiver before its turn (256 B-1 KiB: 0.90-0.93x).
+		// the rate at 8 B-2 KiB where lines move slowly); the next
+		// message's lines alone came too late for short messages, whose
+		// turns are shorter than a line's trip (Options.RingAhead). Not
+		// in a ping-pong, where the receiver polls the next first line and
+		// the prefetch would take it away. All of them: the first line
+		// alone, which a longer message stores last, went back to the
+		// polling receiver before its turn (256 B-1 KiB: 0.90-0.93x).
+		next := s.pos + s.k*s.ahead
 		for i := range s.k {
-			ntcopy.PrefetchWrite(o.line(s.pos + s.k + i))
+			ntcopy.PrefetchWrite(o.line(next + i))
 		}
 	}
 	// The last touch of the ring's memory: from here settle lets it go.

@@ -702,3 +702,23 @@ func TestRingBurstOnlyInWindows(t *testing.T) {
 		return nil
 	})
 }
+
+// Options.RingAhead reaches every ring: the default, the next message only
+// (negative), an explicit depth; one beyond the largest fails New with an
+// error that names it.
+func TestRingAheadOption(t *testing.T) {
+	for _, c := range []struct{ set, want int }{{0, 3}, {-1, 1}, {5, 5}} {
+		o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second, P2P: p2p.Options{RingAhead: c.set}}
+		p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+			if got := ep.RingAhead(1 - ep.Rank()); got != c.want {
+				return fmt.Errorf("RingAhead %d: the ring to rank %d prefetches %d ahead, want %d", c.set, 1-ep.Rank(), got, c.want)
+			}
+			return nil
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{RingAhead: 17}})
+	require.ErrorIs(t, err, p2p.ErrInvalidArgument)
+	require.ErrorContains(t, err, "RingAhead 17")
+}
