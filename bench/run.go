@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"runtime/metrics"
 	"time"
@@ -305,12 +306,14 @@ func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int
 	if err := comm.Bcast(ctx, b.c, plan[1:], 0); err != nil {
 		return 0, 0, err
 	}
+	// The calibration's garbage goes before the rest of the warm-up, which
+	// then absorbs the collection's after-effects (see settleAfterGC).
+	b.collectIfAllocated()
 	if plan[1] > 0 {
 		if _, err := k(ctx, int(plan[1])); err != nil {
 			return 0, 0, err
 		}
 	}
-	b.collectIfAllocated()
 	if err := comm.Barrier(ctx, b.c); err != nil {
 		return 0, 0, err
 	}
@@ -325,6 +328,9 @@ func (b *runner[T]) measure(ctx context.Context, k kernel, osuIters, osuSkip int
 // the budget (at least 5 calls); -x and -i fix them instead.
 func (cfg *config) counts(osuIters, osuSkip, w1 int, per float64) (rest, it int) {
 	rest = max(osuSkip-1-w1, 0)
+	if per > 0 {
+		rest = max(rest, int(math.Ceil(settleAfterGC.Seconds()/per-1e-9)))
+	}
 	if warm := cfg.warmBudget().Seconds(); per > 0 && float64(rest)*per > warm {
 		rest = int(warm / per)
 	}
@@ -342,6 +348,13 @@ func (cfg *config) counts(osuIters, osuSkip, w1 int, per float64) (rest, it int)
 	}
 	return rest, it
 }
+
+// settleAfterGC is the least warm-up a size runs after measure's
+// collection, before its timed loop: a loop of 1000 small calls started
+// right after one ran about 1 ms slower in all (the 2-rank iallreduce's
+// first size, whose set-up allocates the most, measured 1.3-2.3 µs for a
+// 0.6 µs call in two of three runs), as after any pause on a VM.
+const settleAfterGC = 2 * time.Millisecond
 
 // gcAfterBytes is how much the set-up and warm-up of a size may allocate
 // before measure collects garbage ahead of the timed loop.
