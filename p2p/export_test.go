@@ -166,20 +166,24 @@ func (ep *Endpoint) PollsWithOSYield() bool { return ep.policy.OSYield }
 // RingLines is the depth, in lines, of this endpoint's ring in peer's
 // window (0 without one), for TestDefaultRingHoldsWindow.
 func (ep *Endpoint) RingLines(peer int) int {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if o := ep.peers[peer].rout; o != nil {
+	if o := ep.routOf(peer); o != nil {
 		return int(o.n)
 	}
 	return 0
 }
 
+// routOf is this endpoint's ring in peer's window, nil without one; its
+// depth and RingAhead do not change once it is set.
+func (ep *Endpoint) routOf(peer int) *ringOut {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.peers[peer].rout
+}
+
 // RingAhead is Options.RingAhead as this endpoint's ring to peer resolved
 // it (0 without a ring), for TestRingAheadOption.
 func (ep *Endpoint) RingAhead(peer int) int {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	if o := ep.peers[peer].rout; o != nil {
+	if o := ep.routOf(peer); o != nil {
 		return int(o.ahead)
 	}
 	return 0
