@@ -255,6 +255,61 @@ func (c *CQ) Wait(ctx context.Context) error {
 	}
 }
 
+// WaitSleep implements verbs.SleepWaiter: Wait that neither drives a link
+// nor spins. It parks until a completion is queued, ctx ends or the CQ
+// closes, with every link marked parked (Driver.Parked), so that the
+// links' own goroutines read, asleep in Go's network poller, whenever no
+// poller holds a link. A background goroutine that drove a link here kept
+// reading its socket while the foreground came back to poll: with
+// GOMAXPROCS=1 the foreground then got the P only between its reads, and
+// the link's token not at all (a 2x2 hierarchical alltoall over hosts
+// whose ranks share cores took 4x its time for as long as that lasted).
+func (c *CQ) WaitSleep(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		if c.head < len(c.buf) {
+			c.mu.Unlock()
+			return nil
+		}
+		if c.closed {
+			c.mu.Unlock()
+			return c.dev.err("CQ.Wait", 0, -1, verbs.ErrClosed)
+		}
+		if err := ctx.Err(); err != nil {
+			c.mu.Unlock()
+			return err
+		}
+		c.waiters++
+		ds := c.drivers
+		c.mu.Unlock()
+		for _, d := range ds {
+			d.Parked(true)
+		}
+		var err error
+		select {
+		case <-c.sig:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		c.mu.Lock()
+		c.waiters--
+		if err == nil && c.head < len(c.buf) && c.waiters > 0 && !c.closed {
+			// Pass the wake-up on, as Wait does.
+			select {
+			case c.sig <- struct{}{}:
+			default:
+			}
+		}
+		c.mu.Unlock()
+		for _, d := range ds {
+			d.Parked(false)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
 // Arriver is a Driver that can tell, without reading, whether bytes for
 // it have arrived (a socket's queue), or its own goroutines have work that
 // waits for Go's network poller (a write the socket did not take); Wait's

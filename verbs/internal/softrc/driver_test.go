@@ -156,3 +156,47 @@ func TestNoDriverAfterLinkLost(t *testing.T) {
 	require.ErrorIs(t, cq.Wait(ctx), context.DeadlineExceeded)
 	require.Zero(t, d.drives.Load())
 }
+
+// WaitSleep never drives the link, even when nobody else does: it parks
+// with the link marked parked (its own goroutine reads), returns the
+// completion another goroutine pushes, and unmarks the link.
+func TestWaitSleepParksWithoutDriving(t *testing.T) {
+	d := &fakeDriver{intr: make(chan struct{}, 1)}
+	qp, cq := driven(t, d)
+	sw, ok := cq.(verbs.SleepWaiter)
+	require.True(t, ok, "softrc's CQ is a verbs.SleepWaiter")
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res <- sw.WaitSleep(ctx)
+	}()
+	require.Eventually(t, func() bool { return d.parked.Load() == 1 }, 5*time.Second, time.Millisecond)
+	toErr(t, qp)
+	require.NoError(t, <-res)
+	require.Zero(t, d.drives.Load(), "WaitSleep drove the link")
+	require.Zero(t, d.parked.Load(), "Parked(true) without Parked(false)")
+	var wc [1]verbs.WC
+	require.Equal(t, 1, cq.Poll(wc[:]))
+}
+
+func TestWaitSleepEnds(t *testing.T) {
+	d := &fakeDriver{intr: make(chan struct{}, 1)}
+	_, cq := driven(t, d)
+	sw := cq.(verbs.SleepWaiter)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, sw.WaitSleep(ctx), context.DeadlineExceeded)
+	require.Zero(t, d.parked.Load())
+
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res <- sw.WaitSleep(ctx)
+	}()
+	require.Eventually(t, func() bool { return d.parked.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, cq.Close())
+	require.ErrorIs(t, <-res, verbs.ErrClosed)
+	require.Zero(t, d.drives.Load())
+}
