@@ -72,7 +72,16 @@ func (fakeTransport) Close() error                 { return nil }
 // a completion that reaches the CQ by another way than the driver.
 func driven(t *testing.T, d *fakeDriver) (verbs.QP, verbs.CQ) {
 	t.Helper()
-	dev := softrc.NewDevice(softrc.Config{Provider: "fake", Name: "fake", Caps: softrc.DefaultCaps()}, fakeTransport{d})
+	return drivenWith(t, d, softrc.Config{Provider: "fake", Name: "fake", Caps: softrc.DefaultCaps()})
+}
+
+// crowded is the config of a device whose ranks outnumber the CPUs.
+var crowded = softrc.Config{Provider: "fake", Name: "fake", Caps: softrc.DefaultCaps(), YieldSpin: time.Millisecond}
+
+// drivenWith is driven on a device made with cfg.
+func drivenWith(t *testing.T, d *fakeDriver, cfg softrc.Config) (verbs.QP, verbs.CQ) {
+	t.Helper()
+	dev := softrc.NewDevice(cfg, fakeTransport{d})
 	t.Cleanup(func() { _ = dev.Close() })
 	pd, err := dev.AllocPD()
 	require.NoError(t, err)
@@ -157,12 +166,13 @@ func TestNoDriverAfterLinkLost(t *testing.T) {
 	require.Zero(t, d.drives.Load())
 }
 
-// WaitSleep never drives the link, even when nobody else does: it parks
-// with the link marked parked (its own goroutine reads), returns the
-// completion another goroutine pushes, and unmarks the link.
+// Where the ranks outnumber the CPUs, WaitSleep never drives the link,
+// even when nobody else does: it parks with the link marked parked (its
+// own goroutine reads), returns the completion another goroutine pushes,
+// and unmarks the link.
 func TestWaitSleepParksWithoutDriving(t *testing.T) {
 	d := &fakeDriver{intr: make(chan struct{}, 1)}
-	qp, cq := driven(t, d)
+	qp, cq := drivenWith(t, d, crowded)
 	sw, ok := cq.(verbs.SleepWaiter)
 	require.True(t, ok, "softrc's CQ is a verbs.SleepWaiter")
 	res := make(chan error, 1)
@@ -182,7 +192,7 @@ func TestWaitSleepParksWithoutDriving(t *testing.T) {
 
 func TestWaitSleepEnds(t *testing.T) {
 	d := &fakeDriver{intr: make(chan struct{}, 1)}
-	_, cq := driven(t, d)
+	_, cq := drivenWith(t, d, crowded)
 	sw := cq.(verbs.SleepWaiter)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -199,4 +209,20 @@ func TestWaitSleepEnds(t *testing.T) {
 	require.NoError(t, cq.Close())
 	require.ErrorIs(t, <-res, verbs.ErrClosed)
 	require.Zero(t, d.drives.Load())
+}
+
+// With a CPU a rank, WaitSleep is Wait: it drives the link, which serves
+// the traffic nobody polls for.
+func TestWaitSleepDrivesWithACPUEach(t *testing.T) {
+	d := &fakeDriver{intr: make(chan struct{}, 1)}
+	qp, cq := driven(t, d)
+	res := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res <- cq.(verbs.SleepWaiter).WaitSleep(ctx)
+	}()
+	require.Eventually(t, func() bool { return d.drives.Load() == 1 }, 5*time.Second, time.Millisecond)
+	toErr(t, qp)
+	require.NoError(t, <-res)
 }
