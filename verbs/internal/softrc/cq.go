@@ -171,20 +171,27 @@ func (c *CQ) Poll(wc []verbs.WC) int {
 	return n
 }
 
+// waitOverLocked reports whether a wait is over (a completion is queued,
+// the CQ closed or ctx ended) and with what; the caller holds c.mu.
+func (c *CQ) waitOverLocked(ctx context.Context) (bool, error) {
+	switch {
+	case c.head < len(c.buf):
+		return true, nil
+	case c.closed:
+		return true, c.dev.err("CQ.Wait", 0, -1, verbs.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return true, err
+	}
+	return false, nil
+}
+
 // Wait blocks until a completion is available, ctx ends or the CQ closes.
 func (c *CQ) Wait(ctx context.Context) error {
 	spun := false
 	for {
 		c.mu.Lock()
-		if c.head < len(c.buf) {
-			c.mu.Unlock()
-			return nil
-		}
-		if c.closed {
-			c.mu.Unlock()
-			return c.dev.err("CQ.Wait", 0, -1, verbs.ErrClosed)
-		}
-		if err := ctx.Err(); err != nil {
+		if done, err := c.waitOverLocked(ctx); done {
 			c.mu.Unlock()
 			return err
 		}
@@ -275,15 +282,7 @@ func (c *CQ) WaitSleep(ctx context.Context) error {
 	}
 	for {
 		c.mu.Lock()
-		if c.head < len(c.buf) {
-			c.mu.Unlock()
-			return nil
-		}
-		if c.closed {
-			c.mu.Unlock()
-			return c.dev.err("CQ.Wait", 0, -1, verbs.ErrClosed)
-		}
-		if err := ctx.Err(); err != nil {
+		if done, err := c.waitOverLocked(ctx); done {
 			c.mu.Unlock()
 			return err
 		}
