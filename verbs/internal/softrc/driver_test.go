@@ -99,12 +99,18 @@ func toErr(t *testing.T, qp verbs.QP) {
 	require.NoError(t, qp.Modify(&verbs.QPAttr{State: verbs.QPErr}, verbs.AttrState))
 }
 
-func waitAsync(cq verbs.CQ) chan error {
+func waitAsync(cq verbs.CQ) chan error { return async(cq.Wait) }
+
+// sleepAsync is waitAsync with the CQ's WaitSleep.
+func sleepAsync(cq verbs.CQ) chan error { return async(cq.(verbs.SleepWaiter).WaitSleep) }
+
+// async runs wait under a 10 s timeout on a goroutine of its own.
+func async(wait func(context.Context) error) chan error {
 	res := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		res <- cq.Wait(ctx)
+		res <- wait(ctx)
 	}()
 	return res
 }
@@ -173,14 +179,9 @@ func TestNoDriverAfterLinkLost(t *testing.T) {
 func TestWaitSleepParksWithoutDriving(t *testing.T) {
 	d := &fakeDriver{intr: make(chan struct{}, 1)}
 	qp, cq := drivenWith(t, d, crowded)
-	sw, ok := cq.(verbs.SleepWaiter)
+	_, ok := cq.(verbs.SleepWaiter)
 	require.True(t, ok, "softrc's CQ is a verbs.SleepWaiter")
-	res := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		res <- sw.WaitSleep(ctx)
-	}()
+	res := sleepAsync(cq)
 	require.Eventually(t, func() bool { return d.parked.Load() == 1 }, 5*time.Second, time.Millisecond)
 	toErr(t, qp)
 	require.NoError(t, <-res)
@@ -199,12 +200,7 @@ func TestWaitSleepEnds(t *testing.T) {
 	require.ErrorIs(t, sw.WaitSleep(ctx), context.DeadlineExceeded)
 	require.Zero(t, d.parked.Load())
 
-	res := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		res <- sw.WaitSleep(ctx)
-	}()
+	res := sleepAsync(cq)
 	require.Eventually(t, func() bool { return d.parked.Load() == 1 }, 5*time.Second, time.Millisecond)
 	require.NoError(t, cq.Close())
 	require.ErrorIs(t, <-res, verbs.ErrClosed)
@@ -216,12 +212,7 @@ func TestWaitSleepEnds(t *testing.T) {
 func TestWaitSleepDrivesWithACPUEach(t *testing.T) {
 	d := &fakeDriver{intr: make(chan struct{}, 1)}
 	qp, cq := driven(t, d)
-	res := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		res <- cq.(verbs.SleepWaiter).WaitSleep(ctx)
-	}()
+	res := sleepAsync(cq)
 	require.Eventually(t, func() bool { return d.drives.Load() == 1 }, 5*time.Second, time.Millisecond)
 	toErr(t, qp)
 	require.NoError(t, <-res)
