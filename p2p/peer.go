@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -405,7 +406,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		n := h.frameLen()
 		h.put(b)
 		if h.kind == kEager || h.kind == kPipe {
-			n += copy(b[n:], payload)
+			n += ntcopy.Plain(b[n:], payload)
 		}
 		p.sge[0] = verbs.SGEOf(p.sendMR, off, n)
 		p.swr[0] = verbs.SendWR{ID: wrID(wrSend, p.rank, uint32(slot)), Opcode: verbs.OpSend,

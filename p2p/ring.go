@@ -156,10 +156,19 @@ func (m *ringMem) line(i uint32) []byte {
 	return m.mem[off : off+ringLine : off+ringLine]
 }
 
-// put copies src into the lines from line i on, wrapping at the ring's end.
+// put copies src into the lines from line i on, wrapping at the ring's end
+// (ntcopy.Plain: 256 B and more move in 64-byte instructions where the
+// CPU has them).
 func (m *ringMem) put(i uint32, src []byte) {
-	if n := copy(m.mem[int(i&(m.n-1))*ringLine:], src); n < len(src) {
-		copy(m.mem, src[n:])
+	dst := m.mem[int(i&(m.n-1))*ringLine:]
+	if len(src) < ntcopy.WideMin {
+		if n := copy(dst, src); n < len(src) {
+			copy(m.mem, src[n:])
+		}
+		return
+	}
+	if n := ntcopy.Plain(dst, src); n < len(src) {
+		ntcopy.Plain(m.mem, src[n:])
 	}
 }
 
@@ -176,8 +185,15 @@ func (m *ringMem) prefetch(i uint32, n int) {
 
 // get fills dst from the lines from line i on, wrapping at the ring's end.
 func (m *ringMem) get(dst []byte, i uint32) {
-	if n := copy(dst, m.mem[int(i&(m.n-1))*ringLine:]); n < len(dst) {
-		copy(dst[n:], m.mem)
+	src := m.mem[int(i&(m.n-1))*ringLine:]
+	if len(dst) < ntcopy.WideMin {
+		if n := copy(dst, src); n < len(dst) {
+			copy(dst[n:], m.mem)
+		}
+		return
+	}
+	if n := ntcopy.Plain(dst, src); n < len(dst) {
+		ntcopy.Plain(dst[n:], m.mem)
 	}
 }
 

@@ -38,3 +38,16 @@ var haveMovs = cpuid.CPU.Supports(cpuid.ERMS)
 //
 //go:noescape
 func movs(dst, src unsafe.Pointer, n uintptr)
+
+// wide copies n >= 64 bytes from src to dst, which must not overlap,
+// with 64-byte AVX-512 moves.
+//
+//go:noescape
+func wide(dst, src unsafe.Pointer, n uintptr)
+
+// haveWide: the CPU and the OS support AVX-512 (wide), and the CPU is not
+// one of Intel's first AVX-512 generations (Skylake to Cooper Lake server
+// parts, which lack VBMI2), which slow the core's clock while 512-bit
+// registers are in use, as C libraries avoid them there too.
+var haveWide = cpuid.CPU.Supports(cpuid.AVX512F) &&
+	(cpuid.CPU.VendorID != cpuid.Intel || cpuid.CPU.Supports(cpuid.AVX512VBMI2))

@@ -70,3 +70,46 @@ TEXT ·extFeatures(SB), NOSPLIT, $0-4
 none:
 	MOVL $0, ret+0(FP)
 	RET
+
+// func wide(dst, src unsafe.Pointer, n uintptr)
+// n >= 64; dst and src do not overlap. 64-byte AVX-512 moves, four a
+// round; the last 64 bytes, loaded first, are stored last (overlapping
+// what the rounds wrote, with the same bytes).
+TEXT ·wide(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	VMOVDQU64 -64(SI)(CX*1), Z4
+	LEAQ -64(DI)(CX*1), R8
+	CMPQ CX, $256
+	JB   wsmall
+
+wloop:
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VMOVDQU64 Z0, 0(DI)
+	VMOVDQU64 Z1, 64(DI)
+	VMOVDQU64 Z2, 128(DI)
+	VMOVDQU64 Z3, 192(DI)
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $256, CX
+	CMPQ CX, $256
+	JAE  wloop
+
+wsmall:
+	CMPQ CX, $64
+	JBE  wtail
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 Z0, 0(DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $64, CX
+	JMP  wsmall
+
+wtail:
+	VMOVDQU64 Z4, 0(R8)
+	VZEROUPPER
+	RET

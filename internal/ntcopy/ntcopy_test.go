@@ -1,6 +1,7 @@
 package ntcopy
 
 import (
+	"bytes"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -136,7 +137,8 @@ func TestPlain(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*5 + i>>9)
 	}
-	for _, n := range []int{0, 1, 63, PlainMin - 1, PlainMin, PlainMin + 1, 100000, piece, piece + 64 + 5, PlainMax, PlainMax + 1, 1<<20 + 17} {
+	for _, n := range []int{0, 1, 63, 64, 65, WideMin - 1, WideMin, WideMin + 1, 319, 320, 511, 512, 513, 1000, 2048, 4099,
+		PlainMin - 1, PlainMin, PlainMin + 1, 100000, piece, piece + 64 + 5, PlainMax, PlainMax + 1, 1<<20 + 17} {
 		for _, dOff := range []int{0, 1, 15, 33} {
 			for _, sOff := range []int{0, 3} {
 				dst := make([]byte, n+100)
@@ -192,9 +194,61 @@ func TestPlainUsesMovs(t *testing.T) {
 	assert.Zero(t, calls, "overlapping")
 }
 
+// TestPlainUsesWide: Plain moves WideMin up to PlainMin bytes with wide
+// where the CPU has AVX-512 (haveWide), in one call, and leaves smaller
+// copies, larger ones and overlapping slices to the other paths; every
+// length from 64 to 1 KiB and a spread above, at odd offsets, copies
+// exactly its bytes.
+func TestPlainUsesWide(t *testing.T) {
+	if !haveWide {
+		t.Skip("no AVX-512 (or one of the CPUs that slow down with it)")
+	}
+	var calls int
+	wideCopy = func(dst, src unsafe.Pointer, n uintptr) {
+		calls++
+		wide(dst, src, n)
+	}
+	defer func() { wideCopy = wide }()
+	buf := make([]byte, 2*PlainMin+2)
+	for _, c := range []struct {
+		n, calls int
+	}{{WideMin - 1, 0}, {WideMin, 1}, {4096 + 3, 1}, {PlainMin - 1, 1}, {PlainMin, 0}} {
+		calls = 0
+		Plain(buf[:c.n], buf[PlainMin+1:PlainMin+1+c.n])
+		assert.Equal(t, c.calls, calls, "%d bytes", c.n)
+	}
+	calls = 0
+	Plain(buf[1:WideMin+1], buf[:WideMin])
+	assert.Zero(t, calls, "overlapping")
+
+	src := make([]byte, PlainMin+64)
+	for i := range src {
+		src[i] = byte(i*7 + i>>8)
+	}
+	sizes := []int{}
+	for n := 64; n <= 1024; n++ {
+		sizes = append(sizes, n)
+	}
+	sizes = append(sizes, 4095, 4096, 4097, 8191, 16384+77, PlainMin-1)
+	for _, n := range sizes {
+		for _, off := range []int{0, 1, 33} {
+			dst := make([]byte, n+2*64)
+			wide(unsafe.Pointer(&dst[64+off%64]), unsafe.Pointer(&src[off]), uintptr(n))
+			if !bytes.Equal(dst[64+off%64:64+off%64+n], src[off:off+n]) {
+				t.Fatalf("wide of %d bytes at +%d: wrong bytes", n, off)
+			}
+			for i, b := range dst {
+				if (i < 64+off%64 || i >= 64+off%64+n) && b != 0 {
+					t.Fatalf("wide of %d bytes at +%d wrote byte %d outside the copy", n, off, i)
+				}
+			}
+		}
+	}
+}
+
 // BenchmarkPlain: Plain against the built-in copy, in cache and beyond.
 func BenchmarkPlain(b *testing.B) {
-	for _, n := range []int{4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20} {
+	for _, n := range []int{256, 512, 1 << 10, 2 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20} {
 		src, dst := make([]byte, n), make([]byte, n)
 		for _, name := range []string{"copy", "plain"} {
 			b.Run(fmt.Sprintf("bytes=%d/%s", n, name), func(b *testing.B) {
