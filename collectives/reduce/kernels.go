@@ -8,9 +8,9 @@ import (
 	"gonum.org/v1/gonum/floats"
 )
 
-// Kernel choice. Go has no SIMD intrinsics, so the fast paths are: gonum's
-// SSE assembly for float32/float64 sums (axpy with α = 1, exact since
-// 1·x == x), word-parallel bitwise ops (eight bytes per step whatever the
+// Kernel choice. Go has no SIMD intrinsics, so the fast paths are: our
+// AVX-512 loops for float32/float64 sums where the CPU has them (useWide),
+// else gonum's SSE assembly (axpy with α = 1, exact since 1·x == x), word-parallel bitwise ops (eight bytes per step whatever the
 // element width), and 8-way unrolled loops elsewhere, which let the CPU
 // overlap independent operations. BenchmarkKernels measures each against
 // the plain loop; useAsm records whether the machine has the SSE2 baseline
@@ -23,6 +23,9 @@ func Features() string {
 	s := cpuid.CPU.BrandName
 	if useAsm {
 		s += " [gonum asm: sse2]"
+	}
+	if useWide {
+		s += " [avx512 sums]"
 	}
 	if cpuid.CPU.Supports(cpuid.AVX2) {
 		s += " [avx2]"
@@ -81,7 +84,7 @@ func numeric[T number](code OpCode, dt DType) func(inout, in []byte) {
 		case dt == Float32 && useAsm:
 			return func(inout, in []byte) { SumFloat32Asm(View[float32](inout), View[float32](in)) }
 		case dt == Float64 && useAsm:
-			return func(inout, in []byte) { floats.Add(View[float64](inout), View[float64](in)) }
+			return func(inout, in []byte) { SumFloat64Asm(View[float64](inout), View[float64](in)) }
 		}
 		f = SumUnrolled[T]
 	case OpProd:
@@ -117,12 +120,33 @@ func boolTo[T number](b bool) T {
 	return 0
 }
 
-// SumFloat32Asm is a += b through gonum's saxpy assembly.
+// SumFloat32Asm is a += b: 64 elements at a time with AVX-512 where the
+// CPU has it (useWide), the rest through gonum's saxpy assembly. Each
+// element is one addition either way, so the bits are the same.
 func SumFloat32Asm(a, b []float32) {
+	b = b[:len(a)]
+	if w := len(a) &^ 63; useWide && w > 0 {
+		addF32Wide(&a[0], &b[0], w)
+		a, b = a[w:], b[w:]
+	}
 	if len(a) == 0 {
 		return
 	}
-	gonum.Implementation{}.Saxpy(len(a), 1, b[:len(a)], 1, a, 1)
+	gonum.Implementation{}.Saxpy(len(a), 1, b, 1, a, 1)
+}
+
+// SumFloat64Asm is a += b: 32 elements at a time with AVX-512 where the
+// CPU has it (useWide), the rest through gonum's assembly.
+func SumFloat64Asm(a, b []float64) {
+	b = b[:len(a)]
+	if w := len(a) &^ 31; useWide && w > 0 {
+		addF64Wide(&a[0], &b[0], w)
+		a, b = a[w:], b[w:]
+	}
+	if len(a) == 0 {
+		return
+	}
+	floats.Add(a, b)
 }
 
 // SumPlain is the plain loop a[i] += b[i], the baseline of the benchmarks.
