@@ -11,12 +11,12 @@ import "github.com/klauspost/cpuid/v2"
 var useWide = cpuid.CPU.Supports(cpuid.AVX512F) &&
 	(cpuid.CPU.VendorID != cpuid.Intel || cpuid.CPU.Supports(cpuid.AVX512VBMI2))
 
-// addF32Wide sets a[i] += b[i] for i < n, a multiple of 64.
+// addF32Wide sets a[i] += b[i] for i < n, a positive multiple of 64.
 //
 //go:noescape
 func addF32Wide(a, b *float32, n int)
 
-// addF64Wide sets a[i] += b[i] for i < n, a multiple of 32.
+// addF64Wide sets a[i] += b[i] for i < n, a positive multiple of 32.
 //
 //go:noescape
 func addF64Wide(a, b *float64, n int)

@@ -124,29 +124,24 @@ func boolTo[T number](b bool) T {
 // CPU has it (useWide), the rest through gonum's saxpy assembly. Each
 // element is one addition either way, so the bits are the same.
 func SumFloat32Asm(a, b []float32) {
-	b = b[:len(a)]
-	if w := len(a) &^ 63; useWide && w > 0 {
-		addF32Wide(&a[0], &b[0], w)
-		a, b = a[w:], b[w:]
-	}
-	if len(a) == 0 {
-		return
-	}
-	gonum.Implementation{}.Saxpy(len(a), 1, b, 1, a, 1)
+	sumWide(a, b, 64, addF32Wide, func(a, b []float32) { gonum.Implementation{}.Saxpy(len(a), 1, b, 1, a, 1) })
 }
 
-// SumFloat64Asm is a += b: 32 elements at a time with AVX-512 where the
-// CPU has it (useWide), the rest through gonum's assembly.
-func SumFloat64Asm(a, b []float64) {
+// SumFloat64Asm is SumFloat32Asm for float64: 32 elements at a time, the
+// rest through gonum's assembly.
+func SumFloat64Asm(a, b []float64) { sumWide(a, b, 32, addF64Wide, floats.Add) }
+
+// sumWide adds b to a: the largest multiple of lanes elements with wide
+// where the CPU has it (useWide), the others with rest.
+func sumWide[T float32 | float64](a, b []T, lanes int, wide func(a, b *T, n int), rest func(a, b []T)) {
 	b = b[:len(a)]
-	if w := len(a) &^ 31; useWide && w > 0 {
-		addF64Wide(&a[0], &b[0], w)
+	if w := len(a) &^ (lanes - 1); useWide && w > 0 {
+		wide(&a[0], &b[0], w)
 		a, b = a[w:], b[w:]
 	}
-	if len(a) == 0 {
-		return
+	if len(a) > 0 {
+		rest(a, b)
 	}
-	floats.Add(a, b)
 }
 
 // SumPlain is the plain loop a[i] += b[i], the baseline of the benchmarks.

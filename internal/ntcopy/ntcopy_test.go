@@ -174,24 +174,9 @@ func TestPlainUsesMovs(t *testing.T) {
 	if !haveMovs {
 		t.Skip("no ERMS")
 	}
-	var calls int
-	movsCopy = func(dst, src unsafe.Pointer, n uintptr) {
-		calls++
-		require.LessOrEqual(t, n, uintptr(piece))
-		movs(dst, src, n)
-	}
-	defer func() { movsCopy = movs }()
-	buf := make([]byte, 2*PlainMax+2)
-	for _, c := range []struct {
-		n, calls int
-	}{{PlainMin - 1, 0}, {PlainMin, 1}, {piece + 1, 2}, {PlainMax, (PlainMax + piece - 1) / piece}, {PlainMax + 1, 0}} {
-		calls = 0
-		Plain(buf[:c.n], buf[PlainMax+1:PlainMax+1+c.n])
-		assert.Equal(t, c.calls, calls, "%d bytes", c.n)
-	}
-	calls = 0
-	Plain(buf[1:PlainMin+1], buf[:PlainMin])
-	assert.Zero(t, calls, "overlapping")
+	calls := countCalls(t, &movsCopy, piece)
+	checkPlainCalls(t, calls, PlainMax, []callCase{{PlainMin - 1, 0}, {PlainMin, 1}, {piece + 1, 2},
+		{PlainMax, (PlainMax + piece - 1) / piece}, {PlainMax + 1, 0}})
 }
 
 // TestPlainUsesWide: Plain moves WideMin up to PlainMin bytes with wide
@@ -203,23 +188,9 @@ func TestPlainUsesWide(t *testing.T) {
 	if !haveWide {
 		t.Skip("no AVX-512 (or one of the CPUs that slow down with it)")
 	}
-	var calls int
-	wideCopy = func(dst, src unsafe.Pointer, n uintptr) {
-		calls++
-		wide(dst, src, n)
-	}
-	defer func() { wideCopy = wide }()
-	buf := make([]byte, 2*PlainMin+2)
-	for _, c := range []struct {
-		n, calls int
-	}{{WideMin - 1, 0}, {WideMin, 1}, {4096 + 3, 1}, {PlainMin - 1, 1}, {PlainMin, 0}} {
-		calls = 0
-		Plain(buf[:c.n], buf[PlainMin+1:PlainMin+1+c.n])
-		assert.Equal(t, c.calls, calls, "%d bytes", c.n)
-	}
-	calls = 0
-	Plain(buf[1:WideMin+1], buf[:WideMin])
-	assert.Zero(t, calls, "overlapping")
+	calls := countCalls(t, &wideCopy, PlainMin)
+	checkPlainCalls(t, calls, PlainMin, []callCase{{WideMin - 1, 0}, {WideMin, 1}, {4096 + 3, 1},
+		{PlainMin - 1, 1}, {PlainMin, 0}})
 
 	src := make([]byte, PlainMin+64)
 	for i := range src {
@@ -244,6 +215,38 @@ func TestPlainUsesWide(t *testing.T) {
 			}
 		}
 	}
+}
+
+type callCase struct{ n, calls int }
+
+// countCalls makes *hook count its calls, each of at most most bytes,
+// until the test ends, and returns the count.
+func countCalls(t *testing.T, hook *func(dst, src unsafe.Pointer, n uintptr), most uintptr) *int {
+	real := *hook
+	calls := new(int)
+	*hook = func(dst, src unsafe.Pointer, n uintptr) {
+		*calls++
+		require.LessOrEqual(t, n, most)
+		real(dst, src, n)
+	}
+	t.Cleanup(func() { *hook = real })
+	return calls
+}
+
+// checkPlainCalls checks how many counted calls Plain makes for each
+// case's size, between two halves of a buffer of 2*half+2 bytes, and that
+// it makes none for overlapping slices of the first case's size plus one.
+func checkPlainCalls(t *testing.T, calls *int, half int, cases []callCase) {
+	buf := make([]byte, 2*half+2)
+	for _, c := range cases {
+		*calls = 0
+		Plain(buf[:c.n], buf[half+1:half+1+c.n])
+		assert.Equal(t, c.calls, *calls, "%d bytes", c.n)
+	}
+	n := cases[0].n + 1
+	*calls = 0
+	Plain(buf[1:n+1], buf[:n])
+	assert.Zero(t, *calls, "overlapping")
 }
 
 // BenchmarkPlain: Plain against the built-in copy, in cache and beyond.
