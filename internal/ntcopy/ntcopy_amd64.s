@@ -74,13 +74,39 @@ none:
 // func wide(dst, src unsafe.Pointer, n uintptr)
 // n >= 64; dst and src do not overlap. 64-byte AVX-512 moves, four a
 // round; the last 64 bytes, loaded first, are stored last (overlapping
-// what the rounds wrote, with the same bytes).
+// what the rounds wrote, with the same bytes). From 4 KiB the rounds
+// prefetch the source 512 bytes ahead, as Go's copy does: without, a
+// receiver copying 16-32 KiB fragments another core wrote past the caches
+// (bibw over shm) ran at 0.77-0.96 of the rate of Go's copy.
 TEXT ·wide(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ src+8(FP), SI
 	MOVQ n+16(FP), CX
 	VMOVDQU64 -64(SI)(CX*1), Z4
 	LEAQ -64(DI)(CX*1), R8
+	CMPQ CX, $256
+	JB   wsmall
+	CMPQ CX, $4096
+	JB   wloop
+
+wploop:
+	PREFETCHT0 512(SI)
+	PREFETCHT0 576(SI)
+	PREFETCHT0 640(SI)
+	PREFETCHT0 704(SI)
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VMOVDQU64 Z0, 0(DI)
+	VMOVDQU64 Z1, 64(DI)
+	VMOVDQU64 Z2, 128(DI)
+	VMOVDQU64 Z3, 192(DI)
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $256, CX
+	CMPQ CX, $768
+	JAE  wploop
 	CMPQ CX, $256
 	JB   wsmall
 

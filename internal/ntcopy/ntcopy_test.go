@@ -200,7 +200,7 @@ func TestPlainUsesWide(t *testing.T) {
 	for n := 64; n <= 1024; n++ {
 		sizes = append(sizes, n)
 	}
-	sizes = append(sizes, 4095, 4096, 4097, 8191, 16384+77, PlainMin-1)
+	sizes = append(sizes, 4095, 4096, 4097, 4096+767, 4096+768, 4096+769, 8191, 16384+77, PlainMin-1)
 	for _, n := range sizes {
 		for _, off := range []int{0, 1, 33} {
 			dst := make([]byte, n+2*64)
@@ -296,4 +296,21 @@ func guardedPage(t *testing.T) []byte {
 	t.Cleanup(func() { unix.Munmap(m) })
 	require.NoError(t, unix.Mprotect(m[page:], unix.PROT_NONE))
 	return m[:page]
+}
+
+// TestCopyIn: CopyIn copies like copy at every size, never with wide
+// (below PlainMin it is Go's copy; from there Plain's REP MOVSB).
+func TestCopyIn(t *testing.T) {
+	calls := countCalls(t, &wideCopy, PlainMin)
+	src := make([]byte, PlainMin+4097)
+	for i := range src {
+		src[i] = byte(i*3 + i>>7)
+	}
+	for _, n := range []int{0, 1, WideMin, 4096 + 5, PlainMin - 1, PlainMin, PlainMin + 4096} {
+		dst := make([]byte, n+1)
+		require.Equal(t, n, CopyIn(dst, src[1:1+n]))
+		require.Equal(t, src[1:1+n], dst[:n], "%d bytes", n)
+		require.Zero(t, dst[n], "%d bytes: a byte past the copy changed", n)
+	}
+	assert.Zero(t, *calls, "wide calls")
 }
