@@ -71,6 +71,21 @@ none:
 	MOVL $0, ret+0(FP)
 	RET
 
+// MOVE256 moves the 256 bytes at SI to DI, four 64-byte registers, and
+// advances both past them and CX, the bytes left, by 256.
+#define MOVE256 \
+	VMOVDQU64 0(SI), Z0 \
+	VMOVDQU64 64(SI), Z1 \
+	VMOVDQU64 128(SI), Z2 \
+	VMOVDQU64 192(SI), Z3 \
+	VMOVDQU64 Z0, 0(DI) \
+	VMOVDQU64 Z1, 64(DI) \
+	VMOVDQU64 Z2, 128(DI) \
+	VMOVDQU64 Z3, 192(DI) \
+	ADDQ $256, SI \
+	ADDQ $256, DI \
+	SUBQ $256, CX
+
 // func wide(dst, src unsafe.Pointer, n uintptr)
 // n >= 64; dst and src do not overlap. 64-byte AVX-512 moves, four a
 // round; the last 64 bytes, loaded first, are stored last (overlapping
@@ -94,34 +109,14 @@ wploop:
 	PREFETCHT0 576(SI)
 	PREFETCHT0 640(SI)
 	PREFETCHT0 704(SI)
-	VMOVDQU64 0(SI), Z0
-	VMOVDQU64 64(SI), Z1
-	VMOVDQU64 128(SI), Z2
-	VMOVDQU64 192(SI), Z3
-	VMOVDQU64 Z0, 0(DI)
-	VMOVDQU64 Z1, 64(DI)
-	VMOVDQU64 Z2, 128(DI)
-	VMOVDQU64 Z3, 192(DI)
-	ADDQ $256, SI
-	ADDQ $256, DI
-	SUBQ $256, CX
+	MOVE256
 	CMPQ CX, $768
 	JAE  wploop
 	CMPQ CX, $256
 	JB   wsmall
 
 wloop:
-	VMOVDQU64 0(SI), Z0
-	VMOVDQU64 64(SI), Z1
-	VMOVDQU64 128(SI), Z2
-	VMOVDQU64 192(SI), Z3
-	VMOVDQU64 Z0, 0(DI)
-	VMOVDQU64 Z1, 64(DI)
-	VMOVDQU64 Z2, 128(DI)
-	VMOVDQU64 Z3, 192(DI)
-	ADDQ $256, SI
-	ADDQ $256, DI
-	SUBQ $256, CX
+	MOVE256
 	CMPQ CX, $256
 	JAE  wloop
 
