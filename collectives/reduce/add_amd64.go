@@ -20,3 +20,15 @@ func addF32Wide(a, b *float32, n int)
 //
 //go:noescape
 func addF64Wide(a, b *float64, n int)
+
+// addI32Wide sets a[i] += b[i], wrapping, for i < n, a positive multiple
+// of 64 (int32 and uint32 alike: two's complement adds the same bits).
+//
+//go:noescape
+func addI32Wide(a, b *uint32, n int)
+
+// addI64Wide sets a[i] += b[i], wrapping, for i < n, a positive multiple
+// of 32.
+//
+//go:noescape
+func addI64Wide(a, b *uint64, n int)

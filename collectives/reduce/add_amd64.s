@@ -2,8 +2,8 @@
 
 // ADDLOOP(add) adds the CX bytes at SI to those at DI, 256 bytes (four
 // 64-byte registers) a round; CX is a positive multiple of 256 and add is
-// VADDPS or VADDPD (VMOVUPS moves either type's bits). Each function
-// using it has its own label scope.
+// VADDPS, VADDPD, VPADDD or VPADDQ (VMOVUPS moves any type's bits). Each
+// function using it has its own label scope.
 #define ADDLOOP(add) \
 	SHRQ $8, CX \
 wloop: \
@@ -25,22 +25,28 @@ wloop: \
 	JNZ  wloop \
 	VZEROUPPER
 
-// func addF32Wide(a, b *float32, n int)
-// a[i] += b[i] for i < n, n a positive multiple of 64.
-TEXT ·addF32Wide(SB), NOSPLIT, $0-24
-	MOVQ a+0(FP), DI
-	MOVQ b+8(FP), SI
-	MOVQ n+16(FP), CX
-	SHLQ $2, CX
-	ADDLOOP(VADDPS)
+// SUMWIDE(shift, add) is a function body: a[i] += b[i] for the n
+// elements of 1<<shift bytes each, n a positive multiple of 256>>shift.
+#define SUMWIDE(shift, add) \
+	MOVQ a+0(FP), DI \
+	MOVQ b+8(FP), SI \
+	MOVQ n+16(FP), CX \
+	SHLQ $shift, CX \
+	ADDLOOP(add) \
 	RET
 
+// func addF32Wide(a, b *float32, n int)
+TEXT ·addF32Wide(SB), NOSPLIT, $0-24
+	SUMWIDE(2, VADDPS)
+
 // func addF64Wide(a, b *float64, n int)
-// a[i] += b[i] for i < n, n a positive multiple of 32.
 TEXT ·addF64Wide(SB), NOSPLIT, $0-24
-	MOVQ a+0(FP), DI
-	MOVQ b+8(FP), SI
-	MOVQ n+16(FP), CX
-	SHLQ $3, CX
-	ADDLOOP(VADDPD)
-	RET
+	SUMWIDE(3, VADDPD)
+
+// func addI32Wide(a, b *uint32, n int): wrapping, int32 and uint32 alike.
+TEXT ·addI32Wide(SB), NOSPLIT, $0-24
+	SUMWIDE(2, VPADDD)
+
+// func addI64Wide(a, b *uint64, n int): wrapping.
+TEXT ·addI64Wide(SB), NOSPLIT, $0-24
+	SUMWIDE(3, VPADDQ)

@@ -9,9 +9,11 @@ import (
 )
 
 // Kernel choice. Go has no SIMD intrinsics, so the fast paths are: our
-// AVX-512 loops for float32/float64 sums where the CPU has them (useWide),
-// else gonum's SSE assembly (axpy with α = 1, exact since 1·x == x), word-parallel bitwise ops (eight bytes per step whatever the
-// element width), and 8-way unrolled loops elsewhere, which let the CPU
+// AVX-512 loops for float32/float64 and 32/64-bit integer sums where the
+// CPU has them (useWide), else gonum's SSE assembly for the float sums
+// (axpy with α = 1, exact since 1·x == x), word-parallel bitwise ops
+// (eight bytes per step whatever the element width), and 8-way unrolled
+// loops elsewhere, which let the CPU
 // overlap independent operations. BenchmarkKernels measures each against
 // the plain loop; useAsm records whether the machine has the SSE2 baseline
 // gonum's amd64 kernels need (always true on amd64; false elsewhere, where
@@ -85,6 +87,14 @@ func numeric[T number](code OpCode, dt DType) func(inout, in []byte) {
 			return func(inout, in []byte) { SumFloat32Asm(View[float32](inout), View[float32](in)) }
 		case dt == Float64 && useAsm:
 			return func(inout, in []byte) { SumFloat64Asm(View[float64](inout), View[float64](in)) }
+		case (dt == Int32 || dt == Uint32) && useWide:
+			return func(inout, in []byte) {
+				sumWide(View[uint32](inout), View[uint32](in), 64, addI32Wide, SumUnrolled[uint32])
+			}
+		case (dt == Int64 || dt == Uint64) && useWide:
+			return func(inout, in []byte) {
+				sumWide(View[uint64](inout), View[uint64](in), 32, addI64Wide, SumUnrolled[uint64])
+			}
 		}
 		f = SumUnrolled[T]
 	case OpProd:
@@ -133,7 +143,7 @@ func SumFloat64Asm(a, b []float64) { sumWide(a, b, 32, addF64Wide, floats.Add) }
 
 // sumWide adds b to a: the largest multiple of lanes elements with wide
 // where the CPU has it (useWide), the others with rest.
-func sumWide[T float32 | float64](a, b []T, lanes int, wide func(a, b *T, n int), rest func(a, b []T)) {
+func sumWide[T float32 | float64 | uint32 | uint64](a, b []T, lanes int, wide func(a, b *T, n int), rest func(a, b []T)) {
 	b = b[:len(a)]
 	if w := len(a) &^ (lanes - 1); useWide && w > 0 {
 		wide(&a[0], &b[0], w)

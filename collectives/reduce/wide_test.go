@@ -61,3 +61,43 @@ func TestFloatSumsMatchPlainLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestIntSumsMatchPlainLoop: the 32- and 64-bit integer Sum kernels (the
+// AVX-512 loop where the CPU has it, the unrolled loop for the rest) give
+// the plain loop's values, wrapping on overflow, at every length from 0
+// to 300 and a few larger ones, at odd starting offsets.
+func TestIntSumsMatchPlainLoop(t *testing.T) {
+	lengths := []int{}
+	for n := 0; n <= 300; n++ {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, 1023, 4097, 65536+63)
+	checkIntSums[int32](t, Int32, lengths, func(i int) int32 { return int32(i*2654435761 + 0x7ffffff0) })
+	checkIntSums[uint32](t, Uint32, lengths, func(i int) uint32 { return uint32(i*2246822519 + 0xfffffff0) })
+	checkIntSums[int64](t, Int64, lengths, func(i int) int64 { return int64(i)*0x3fffffffffffffd + math.MaxInt64 - 5 })
+	checkIntSums[uint64](t, Uint64, lengths, func(i int) uint64 { return uint64(i)*0x9e3779b97f4a7c15 + math.MaxUint64 - 3 })
+}
+
+func checkIntSums[T int32 | uint32 | int64 | uint64](t *testing.T, dt DType, lengths []int, val func(i int) T) {
+	t.Helper()
+	k, err := Sum.Resolve(dt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range lengths {
+		for _, off := range []int{0, 1, 3} {
+			a, b := make([]T, n+off), make([]T, n+off)
+			for i := range a {
+				a[i], b[i] = val(i), val(3*i+7)
+			}
+			want := append([]T(nil), a...)
+			SumPlain(want[off:], b[off:])
+			k.Combine(Bytes(a[off:]), Bytes(b[off:]))
+			for i := range a {
+				if a[i] != want[i] {
+					t.Fatalf("%v sum of %d at +%d: element %d is %v, the plain loop's %v", dt, n, off, i, a[i], want[i])
+				}
+			}
+		}
+	}
+}
