@@ -156,19 +156,10 @@ func (m *ringMem) line(i uint32) []byte {
 	return m.mem[off : off+ringLine : off+ringLine]
 }
 
-// put copies src into the lines from line i on, wrapping at the ring's end
-// (ntcopy.Plain: 256 B and more move in 64-byte instructions where the
-// CPU has them).
+// put copies src into the lines from line i on, wrapping at the ring's end.
 func (m *ringMem) put(i uint32, src []byte) {
-	dst := m.mem[int(i&(m.n-1))*ringLine:]
-	if len(src) < ntcopy.WideMin {
-		if n := copy(dst, src); n < len(src) {
-			copy(m.mem, src[n:])
-		}
-		return
-	}
-	if n := ntcopy.Plain(dst, src); n < len(src) {
-		ntcopy.Plain(m.mem, src[n:])
+	if n := ringCopy(m.mem[int(i&(m.n-1))*ringLine:], src); n < len(src) {
+		ringCopy(m.mem, src[n:])
 	}
 }
 
@@ -185,16 +176,19 @@ func (m *ringMem) prefetch(i uint32, n int) {
 
 // get fills dst from the lines from line i on, wrapping at the ring's end.
 func (m *ringMem) get(dst []byte, i uint32) {
-	src := m.mem[int(i&(m.n-1))*ringLine:]
-	if len(dst) < ntcopy.WideMin {
-		if n := copy(dst, src); n < len(dst) {
-			copy(dst[n:], m.mem)
-		}
-		return
+	if n := ringCopy(dst, m.mem[int(i&(m.n-1))*ringLine:]); n < len(dst) {
+		ringCopy(dst[n:], m.mem)
 	}
-	if n := ntcopy.Plain(dst, src); n < len(dst) {
-		ntcopy.Plain(dst[n:], m.mem)
+}
+
+// ringCopy is ntcopy.Plain (from ntcopy.WideMin, 64-byte moves where the
+// CPU has them), with the copies of small messages, most of them, made
+// here rather than behind a call.
+func ringCopy(dst, src []byte) int {
+	if min(len(dst), len(src)) < ntcopy.WideMin {
+		return copy(dst, src)
 	}
+	return ntcopy.Plain(dst, src)
 }
 
 // ringOut is this rank's ring in a peer's window. Guarded by ep.mu, but

@@ -1,15 +1,12 @@
 package reduce
 
-import "github.com/klauspost/cpuid/v2"
+import "github.com/rdmago/rdmago/internal/ntcopy"
 
-// useWide: the CPU and the OS support AVX-512, and the CPU is not one of
-// Intel's first AVX-512 generations (no VBMI2: Skylake to Cooper Lake
-// servers), which slow the core's clock while 512-bit registers are busy.
-// Then float sums add 16 float32 (8 float64) an instruction, where
-// gonum's SSE kernels add 4 (2): 3.7x the rate at 4 KiB, 1.9-2.4x at 64-256
-// KiB in cache, 1.15x at 1 MiB (BenchmarkKernels).
-var useWide = cpuid.CPU.Supports(cpuid.AVX512F) &&
-	(cpuid.CPU.VendorID != cpuid.Intel || cpuid.CPU.Supports(cpuid.AVX512VBMI2))
+// useWide: the process uses 512-bit registers (ntcopy.AVX512, one rule for
+// the copies and the sums). Then float sums add 16 float32 (8 float64) an
+// instruction, where gonum's SSE kernels add 4 (2): 3.7x the rate at 4
+// KiB, 1.9-2.4x at 64-256 KiB in cache, 1.15x at 1 MiB (BenchmarkKernels).
+var useWide = ntcopy.AVX512
 
 // addF32Wide sets a[i] += b[i] for i < n, a positive multiple of 64.
 //

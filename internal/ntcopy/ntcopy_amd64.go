@@ -45,9 +45,14 @@ func movs(dst, src unsafe.Pointer, n uintptr)
 //go:noescape
 func wide(dst, src unsafe.Pointer, n uintptr)
 
-// haveWide: the CPU and the OS support AVX-512 (wide), and the CPU is not
-// one of Intel's first AVX-512 generations (Skylake to Cooper Lake server
-// parts, which lack VBMI2), which slow the core's clock while 512-bit
-// registers are in use, as C libraries avoid them there too.
-var haveWide = cpuid.CPU.Supports(cpuid.AVX512F) &&
+// AVX512 says whether this process uses 512-bit registers (the wide copy
+// here, the wide sums of collectives/reduce): the CPU and the OS support
+// AVX-512, and the CPU is not one of Intel's first AVX-512 generations
+// (Skylake to Cooper Lake server parts, which lack VBMI2), which slow the
+// core's clock while 512-bit registers are in use, as C libraries avoid
+// them there too.
+var AVX512 = cpuid.CPU.Supports(cpuid.AVX512F) &&
 	(cpuid.CPU.VendorID != cpuid.Intel || cpuid.CPU.Supports(cpuid.AVX512VBMI2))
+
+// haveWide: wide runs here (AVX512).
+var haveWide = AVX512

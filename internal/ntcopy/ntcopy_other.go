@@ -23,6 +23,9 @@ func movs(dst, src unsafe.Pointer, n uintptr) {
 	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
 }
 
+// AVX512 is false here: no 512-bit kernels (see ntcopy_amd64.go).
+const AVX512 = false
+
 const haveWide = false
 
 func wide(dst, src unsafe.Pointer, n uintptr) {
