@@ -16,8 +16,8 @@
 //	verbs/shm CQ.Wait             Policy (Poller)     its doorbell's Bell
 //	verbs/shm CQ.WaitSleep        none                a socket, with Announce/Asleep
 //	                                                  on the doorbell's parked word
-//	collectives shared_memory     Policy (Poller)     the writer rank's Bell
-//	  (the region comm maps; its SharedRegion.WaitPolicy)
+//	collectives shared_memory     Policy (Poller)     the writer rank's Bell, Fenced
+//	  (the region comm maps; its SharedRegion.WaitPolicy) where every rank is Asymmetric
 //	verbs/ibv, softrc CQ.Wait     none of their own   the kernel's completion channel,
 //	  (tcp, loop)                 (p2p's poll first)  or softrc's channel under its lock
 //
@@ -95,7 +95,10 @@
 // visible, before membarrier returned and the waiter's A3 looks; if B2
 // loaded after, A1 was visible by then (it came before the call) and B2
 // sees the announcement. Both sides must be registered, or the barrier
-// misses the writer.
+// misses the writer. A Bell's waiter does this when its Policy is Fenced,
+// and its writers then publish with PublishLight or PublishLight64 and
+// ring with RingLight (the collectives' shared region, once every rank
+// has said it fences).
 //
 // A waiter that finds it was off its CPU between two looks at the clock
 // marks this process's CPUs contended for a while (Contended); waiters

@@ -10,6 +10,8 @@ import "unsafe"
 // follows (sync/atomic's store is an XCHG, a full fence).
 func storeLight(p *uint32, v uint32) { *(*uint32)(unsafe.Pointer(p)) = v }
 
+func storeLight64(p *uint64, v uint64) { *(*uint64)(unsafe.Pointer(p)) = v }
+
 // lightStores: storeLight is not sequentially consistent here, so light
 // publishing needs the waiters' heavy fence (FenceHeavy).
 const lightStores = true

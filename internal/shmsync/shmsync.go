@@ -54,6 +54,12 @@ type Policy struct {
 	// writer runs on another CPU (ranks no more than CPUs); 0 leaves the
 	// policy as it is.
 	Contended time.Duration
+	// Fenced makes the waiter fence heavily (FenceHeavy) between its
+	// announcement and its re-check before each sleep on a Bell, so that
+	// its writers may publish lightly (see the package doc); set it only
+	// where Asymmetric holds. Where the kernel refuses the fence, the
+	// waiter naps at most fencelessNap instead of sleeping until rung.
+	Fenced bool
 }
 
 // Forever as Policy.Yield makes a waiter that never sleeps.
@@ -336,6 +342,9 @@ func Asymmetric() bool { return lightStores && asymmetric() }
 // word that is only ever loaded, never slept on, it is right everywhere.
 func PublishLight(p *uint32, v uint32) { storeLight(p, v) }
 
+// PublishLight64 is PublishLight for a 64-bit word (8-byte aligned).
+func PublishLight64(p *uint64, v uint64) { storeLight64(p, v) }
+
 // AsleepLight is Asleep after a PublishLight: a plain load, which the CPU
 // may perform before the store is visible; the waiter's FenceHeavy makes
 // up for that (see the package doc).
@@ -395,6 +404,14 @@ func (b Bell) Ring() {
 	}
 }
 
+// RingLight is Ring after a light publication (PublishLight): it looks
+// with AsleepLight, and so relies on every sleeper being Fenced.
+func (b Bell) RingLight() {
+	if AsleepLight(b.sleepers) {
+		b.Kick()
+	}
+}
+
 // Kick wakes the bell's sleepers unconditionally (a close, a cancellation).
 func (b Bell) Kick() {
 	atomic.AddUint32(b.seq, 1)
@@ -406,7 +423,7 @@ func (b Bell) Wait(ctx context.Context, ready func() bool, stop func() error, p 
 	if ok, err := p.Poll(ctx, ready, stop); ok || err != nil {
 		return err
 	}
-	return b.Sleep(ctx, ready, stop, p.nap())
+	return b.sleep(ctx, ready, stop, p.nap(), p.Fenced)
 }
 
 // Sleep sleeps on the bell until ready holds (nil), stop returns an error
@@ -414,6 +431,15 @@ func (b Bell) Wait(ctx context.Context, ready func() bool, stop func() error, p 
 // kicks the bell; Sleep returns only after that kick is over, so the
 // caller may unmap the bell's memory once Sleep has returned.
 func (b Bell) Sleep(ctx context.Context, ready func() bool, stop func() error, nap time.Duration) error {
+	return b.sleep(ctx, ready, stop, nap, false)
+}
+
+// fencelessNap bounds a Fenced waiter's sleep when its fence failed: a
+// light publication may then be out of its sight and its writer may not
+// see its announcement, so no ring is sure to come.
+const fencelessNap = 50 * time.Microsecond
+
+func (b Bell) sleep(ctx context.Context, ready func() bool, stop func() error, nap time.Duration, fenced bool) error {
 	if nap <= 0 {
 		nap = DefaultNap
 	}
@@ -432,7 +458,11 @@ func (b Bell) Sleep(ctx context.Context, ready func() bool, stop func() error, n
 	for {
 		Announce(b.sleepers)          // A1
 		s := atomic.LoadUint32(b.seq) // A2: before the re-check
-		if ready() {                  // A3
+		d := nap
+		if fenced && !FenceHeavy() {
+			d = min(nap, fencelessNap)
+		}
+		if ready() { // A3
 			Withdraw(b.sleepers)
 			return nil
 		}
@@ -440,7 +470,7 @@ func (b Bell) Sleep(ctx context.Context, ready func() bool, stop func() error, n
 			Withdraw(b.sleepers)
 			return err
 		}
-		futex.Wait(b.seq, s, nap) // A4
+		futex.Wait(b.seq, s, d) // A4
 		Withdraw(b.sleepers)
 	}
 }

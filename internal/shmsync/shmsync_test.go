@@ -29,20 +29,32 @@ func TestNoLostWakeup(t *testing.T) {
 	const rounds, budget = 20000, 2 * time.Second
 	errc := make(chan error, 1)
 	go func() {
-		_, err := pingPongPeer(ctx, &words[1], &words[0], b, a, rounds)
+		_, err := pingPongPeer(ctx, &words[1], &words[0], b, a, rounds, heavyPublisher)
 		errc <- err
 	}()
-	done, err := pingPongLead(ctx, &words[0], &words[1], a, b, rounds, budget)
+	done, err := pingPongLead(ctx, &words[0], &words[1], a, b, rounds, budget, heavyPublisher)
 	require.NoError(t, err, "lost wake-up after %d rounds", done)
 	require.NoError(t, <-errc)
 	require.Positive(t, done)
 	t.Logf("%d rounds", done)
 }
 
+// publisher is how a ping-pong side publishes a round and how it waits.
+type publisher struct {
+	store  func(p *uint64, v uint64)
+	ring   func(b Bell)
+	policy Policy
+}
+
+var (
+	heavyPublisher = publisher{atomic.StoreUint64, Bell.Ring, sleepAtOnce}
+	lightPublisher = publisher{PublishLight64, Bell.RingLight, Policy{Nap: time.Hour, Fenced: true}}
+)
+
 // pingPongLead sends round i (i = 1, 2, ...) and waits for its echo, for
 // at most rounds rounds or budget; it then sends 0 as the end. It returns
 // the rounds completed.
-func pingPongLead(ctx context.Context, mine, theirs *uint64, myBell, theirBell Bell, rounds int, budget time.Duration) (int, error) {
+func pingPongLead(ctx context.Context, mine, theirs *uint64, myBell, theirBell Bell, rounds int, budget time.Duration, pub publisher) (int, error) {
 	end := time.Now().Add(budget)
 	i := uint64(1)
 	defer func() {
@@ -50,9 +62,9 @@ func pingPongLead(ctx context.Context, mine, theirs *uint64, myBell, theirBell B
 		theirBell.Kick()
 	}()
 	for ; i <= uint64(rounds) && time.Now().Before(end); i++ {
-		atomic.StoreUint64(theirs, i)
-		theirBell.Ring()
-		if err := myBell.Wait(ctx, func() bool { return atomic.LoadUint64(mine) == i }, nil, sleepAtOnce); err != nil {
+		pub.store(theirs, i)
+		pub.ring(theirBell)
+		if err := myBell.Wait(ctx, func() bool { return atomic.LoadUint64(mine) == i }, nil, pub.policy); err != nil {
 			return int(i - 1), err
 		}
 	}
@@ -60,10 +72,10 @@ func pingPongLead(ctx context.Context, mine, theirs *uint64, myBell, theirBell B
 }
 
 // pingPongPeer echoes every round it sees until the end.
-func pingPongPeer(ctx context.Context, mine, theirs *uint64, myBell, theirBell Bell, rounds int) (int, error) {
+func pingPongPeer(ctx context.Context, mine, theirs *uint64, myBell, theirBell Bell, rounds int, pub publisher) (int, error) {
 	for i := uint64(1); ; i++ {
 		var got uint64
-		if err := myBell.Wait(ctx, func() bool { got = atomic.LoadUint64(mine); return got >= i }, nil, sleepAtOnce); err != nil {
+		if err := myBell.Wait(ctx, func() bool { got = atomic.LoadUint64(mine); return got >= i }, nil, pub.policy); err != nil {
 			return int(i - 1), err
 		}
 		if got == 1<<63 {
@@ -72,8 +84,8 @@ func pingPongPeer(ctx context.Context, mine, theirs *uint64, myBell, theirBell B
 		if got != i {
 			return int(i - 1), errors.New("rounds out of order")
 		}
-		atomic.StoreUint64(theirs, i)
-		theirBell.Ring()
+		pub.store(theirs, i)
+		pub.ring(theirBell)
 	}
 }
 
