@@ -25,6 +25,8 @@ import (
 //	              ranks asleep (or about to be) on it
 //	16   left     uint64  0 while the Engine is open; at Close, 1 + the
 //	                      counter of the last call this rank completed
+//	24   fences   uint32  1: this rank's waits fence before they sleep
+//	                      (see Light publishing)
 //	64   entry 0: the call this rank is in (uint64 at 64) and its header
 //	          (at 72; or its refusal, with the reason text at 128), for
 //	          calls whose counter is 0 mod 4
@@ -96,6 +98,16 @@ import (
 // the call itself; every other rank fails it (an abort reached it in time)
 // or its next call.
 //
+// Light publishing. The words a peer waits for (a slot's round word, the
+// done word, an entry's call word) are stored as shmsync's light
+// publications, plain stores on amd64, once every rank of the region has
+// said (its fences word) that its waits fence heavily before they sleep:
+// an atomic store there is a full fence that waits for the line to come
+// back from the peer polling it and for the data stored before it, a
+// wait that a plain store leaves to the store buffer while this rank goes
+// on to poll the peer's slot. Until every rank has said so, and for good
+// once a rank that has published (seen) has not, they are atomic stores.
+//
 // Waits follow the region's WaitPolicy (internal/shmsync), without the
 // spin when the region is Crowded (shmWaitPolicy): spin, yield
 // the CPU, then sleep on the peer's bell, which the peer rings after it
@@ -142,6 +154,9 @@ type shmState struct {
 	rounds   int        // rounds this rank published (for tests)
 	stores   int        // stores of this rank's done word (for tests)
 	crowded  bool       // the region is Crowded
+	fenced   bool       // this process is shmsync.Asymmetric: its waits fence before they sleep
+	light    int8       // publish lightly: 1 yes, -1 no, 0 not known yet (lightNow)
+	looks    int        // lightNow's looks at the fences words while it did not know
 	r        SharedRegion
 	failed   <-chan struct{} // r.Failed(), without two interface calls per call
 	policy   shmsync.Policy  // r's, as shmWaitPolicy adapts it
@@ -159,7 +174,7 @@ type shmState struct {
 // newShmState checks the region: every rank's part 8-byte aligned, and
 // slots of at least shmMinSlot, sized by the smallest part (every rank
 // sees the same parts, so every rank computes the same slots).
-func newShmState(r SharedRegion, size int) *shmState {
+func newShmState(r SharedRegion, size, me int) *shmState {
 	s := &shmState{r: r, failed: r.Failed(), mem: make([][]byte, size), seen: make([]uint64, size)}
 	least := -1
 	for p := range s.mem {
@@ -186,6 +201,11 @@ func newShmState(r SharedRegion, size int) *shmState {
 		s.crowded = cr.Crowded()
 	}
 	s.policy = shmWaitPolicy(r.WaitPolicy(), s.crowded)
+	if shmsync.Asymmetric() {
+		// Said before this rank publishes anything (see Light publishing).
+		s.fenced, s.policy.Fenced = true, true
+		atomic.StoreUint32(word32(s.mem[me], shmFences), 1)
+	}
 	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
 		s.pr = pr
 		s.pw, _ = r.(PeerWriter)
@@ -228,9 +248,15 @@ func word(m []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&m[off]))
 func word32(m []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&m[off])) }
 
 const (
-	shmBell = 8 // shmsync.BellSize bytes
-	shmLeft = 16
+	shmBell   = 8 // shmsync.BellSize bytes
+	shmLeft   = 16
+	shmFences = 24
 )
+
+// shmLightLooks bounds how many times a rank looks at the fences words
+// of peers it has not seen publish yet before it publishes with atomic
+// stores for good (each look may fetch a line the peer rewrites).
+const shmLightLooks = 256
 
 // pendCall is a shared-memory call whose agreement this rank has not
 // checked yet (see Agreement above): calls is its counter, 0 for none.
@@ -264,7 +290,14 @@ func (s *shmState) bell(r int) shmsync.Bell { return s.bells[r] }
 func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 	e := s.mem[me][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
-	atomic.StoreUint64(w, 0)
+	if s.lightNow() {
+		shmsync.PublishLight64(w, 0)
+		// The load keeps the compiler from dropping the store above as
+		// one the store of calls below overwrites.
+		atomic.LoadUint64(w)
+	} else {
+		atomic.StoreUint64(w, 0)
+	}
 	putShmHeader(e, h)
 	e[entRefused], e[entCode] = 0, 0
 	if h.kind == kindAbort {
@@ -272,8 +305,7 @@ func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 		e[entRefused], e[entCode] = 1, uint8(h.valA)
 		binary.LittleEndian.PutUint16(e[entLen:], uint16(n))
 	}
-	atomic.StoreUint64(w, calls)
-	s.ring(me)
+	s.publish(me, w, calls)
 }
 
 // entry reads rank r's header for the call with counter calls: state is
@@ -531,8 +563,43 @@ func (s *shmState) gone(me int, calls uint64) int {
 	return -1
 }
 
-// ring wakes the sleepers on this rank's bell, after a publish.
-func (s *shmState) ring(me int) { s.bell(me).Ring() }
+// publish stores v into w, a word of rank me's part that peers wait for,
+// and wakes the sleepers on its bell (see Light publishing).
+func (s *shmState) publish(me int, w *uint64, v uint64) {
+	if s.lightNow() {
+		shmsync.PublishLight64(w, v)
+		s.bells[me].RingLight()
+		return
+	}
+	atomic.StoreUint64(w, v)
+	s.bells[me].Ring()
+}
+
+// lightNow says whether this rank publishes lightly (see Light
+// publishing).
+func (s *shmState) lightNow() bool {
+	if s.light != 0 {
+		return s.light > 0
+	}
+	if !s.fenced {
+		s.light = -1
+		return false
+	}
+	for p, m := range s.mem {
+		if atomic.LoadUint32(word32(m, shmFences)) != 0 {
+			continue
+		}
+		// A rank stores its word before it publishes: one this rank has
+		// seen publish without it never fences.
+		if s.seen[p] > 0 || s.looks >= shmLightLooks {
+			s.light = -1
+		}
+		s.looks++
+		return false
+	}
+	s.light = 1
+	return true
+}
 
 func (s *shmState) slotOff(k int) int { return shmSlot0 + k*s.slotSize }
 
@@ -542,8 +609,7 @@ func roundID(calls uint64, i int) uint64 { return calls<<shmChunkBits | uint64(i
 // setDone stores round id into rank me's done word and rings its bell.
 func (s *shmState) setDone(me int, id uint64) {
 	s.stores++
-	atomic.StoreUint64(word(s.mem[me], 0), id)
-	s.ring(me)
+	s.publish(me, word(s.mem[me], 0), id)
 }
 
 // finish marks the call with counter calls over on rank me (see the
@@ -701,8 +767,7 @@ func (c *call) shmPublish(slot []byte, i, n int) {
 	id := roundID(c.calls, i)
 	s.rounds++
 	s.used[s.next^1] = id
-	atomic.StoreUint64(word(slot, 0), id)
-	s.ring(c.e.rank)
+	s.publish(c.e.rank, word(slot, 0), id)
 }
 
 // shmGet waits for peer's chunk i and returns it (valid until this rank
@@ -1095,8 +1160,7 @@ func (c *call) bcastShmSplit(buf []byte, root int) error {
 		if werr != nil {
 			mark = ^id
 		}
-		atomic.StoreUint64(word(s.mem[me][s.slotOff(s.next^1):], 64), mark)
-		s.ring(me)
+		s.publish(me, word(s.mem[me][s.slotOff(s.next^1):], 64), mark)
 		c.shmDone(0)
 		if werr != nil {
 			return c.fail(peer, werr)

@@ -92,8 +92,7 @@ func (c *call) foldBlocksShm(buf []byte, root int) error {
 			}
 		}
 		if gathered {
-			atomic.StoreUint64(word(mine, 64), id)
-			c.e.shm.ring(me)
+			c.e.shm.publish(me, word(mine, 64), id)
 		}
 		if wants {
 			// Gather every other rank's reduced block.

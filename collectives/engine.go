@@ -139,7 +139,7 @@ func New(g Group, opts Options) (*Engine, error) {
 	e.inl = inlineLimits(g, &opts)
 	if sm, ok := g.(SharedMemoryGroup); ok {
 		if r := sm.Shared(); r != nil {
-			e.shm = newShmState(r, e.size)
+			e.shm = newShmState(r, e.size, e.rank)
 		}
 	}
 	e.wctx, e.wcancel = context.WithCancel(context.Background())

@@ -16,6 +16,12 @@ func ShmRounds(e *Engine) int { return e.shm.rounds }
 // ShmDoneStores is how many times e has stored its done word.
 func ShmDoneStores(e *Engine) int { return e.shm.stores }
 
+// ShmLight says whether e publishes lightly: 1 yes, -1 no, 0 not known yet.
+func ShmLight(e *Engine) int8 { return e.shm.light }
+
+// ShmFencesWord is rank r's fences word in e's region (see Light publishing).
+func ShmFencesWord(e *Engine, r int) *uint32 { return word32(e.shm.mem[r], shmFences) }
+
 // ShmWaitPolicy is the policy of the Engine's shared-memory waits.
 func ShmWaitPolicy(e *Engine) shmsync.Policy { return e.shm.policy }
 

@@ -56,6 +56,9 @@ type Options struct {
 	// rounds.
 	Shared     bool
 	SharedSlot int
+	// SharedPolicy, when not nil, is the shared region's WaitPolicy
+	// (default: yield to the other goroutines and never sleep).
+	SharedPolicy *shmsync.Policy
 	// PeerWriteErr, when not nil, is what the shared region's WritePeer
 	// returns (a failing process_vm_writev); PeerReadErr likewise for
 	// ReadPeer (process_vm_readv).
@@ -468,8 +471,11 @@ func (s *shared) Failed() <-chan struct{} { return s.g.w.failed }
 func (s *shared) Err() error              { return s.g.w.lostErr() }
 
 // WaitPolicy: the ranks are goroutines, so waits yield to them and never
-// sleep.
+// sleep, unless Options.SharedPolicy says otherwise.
 func (s *shared) WaitPolicy() shmsync.Policy {
+	if p := s.g.w.opts.SharedPolicy; p != nil {
+		return *p
+	}
 	return shmsync.Policy{Yield: shmsync.Forever, Gosched: true}
 }
 
