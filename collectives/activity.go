@@ -3,6 +3,8 @@ package collectives
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/shmsync"
 )
 
 // activity is the Engine's record of the call it runs, for tools that
@@ -16,8 +18,8 @@ import (
 // began (a call that has not waited yet has run only briefly, unless it
 // computes). Readers may see a record mid-update and retry.
 type activity struct {
-	call atomic.Uint64 // seq | Collective<<32 | Algorithm<<40 of the latest call begun; 0: none yet
-	done atomic.Uint32 // the latest call ended
+	call uint64        // seq | Collective<<32 | Algorithm<<40 of the latest call begun; 0: none yet
+	done uint32        // the latest call ended
 	peer atomic.Uint64 // seq | group rank<<32: whom call seq waits for (a record of an older seq: not known)
 	// since is when the call of the peer record began waiting, as time
 	// since epoch: stored before the call's first peer record, so that a
@@ -29,11 +31,18 @@ type activity struct {
 // alone, half the cost of time.Now.
 var epoch = time.Now()
 
+// begin and end store call and done lightly (shmsync.PublishLight: words
+// that are only loaded, never waited on): an atomic store is a full fence,
+// which waits for every store before it, the call's publications in
+// shared memory included, to leave this core.
 func (a *activity) begin(seq uint32, coll Collective, alg Algorithm) {
-	a.call.Store(uint64(seq) | uint64(coll)<<32 | uint64(alg)<<40)
+	shmsync.PublishLight64(&a.call, uint64(seq)|uint64(coll)<<32|uint64(alg)<<40)
 }
 
-func (a *activity) end(seq uint32) { a.done.Store(seq) }
+func (a *activity) end(seq uint32) { shmsync.PublishLight(&a.done, seq) }
+
+// ended is the latest call ended.
+func (a *activity) ended() uint32 { return atomic.LoadUint32(&a.done) }
 
 // waiting records that call seq now waits for group rank peer; first says
 // that it is the call's first wait, which records the time too.
@@ -73,11 +82,11 @@ type Activity struct {
 func (e *Engine) Activity() Activity {
 	a := &e.act
 	for range 8 {
-		w := a.call.Load()
+		w := atomic.LoadUint64(&a.call)
 		pw := a.peer.Load()
 		since := a.since.Load() // after pw (see activity.since)
-		done := a.done.Load()
-		if a.call.Load() != w {
+		done := a.ended()
+		if atomic.LoadUint64(&a.call) != w {
 			continue // a call began meanwhile
 		}
 		seq := uint32(w)

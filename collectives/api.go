@@ -31,19 +31,20 @@ func (e *Engine) run(ctx context.Context, s *spec, fn func(c *call, alg Algorith
 		return &Error{Op: s.coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
 	kern, alg, bad := e.prepare(s)
-	return e.execute(ctx, s, &kern, alg, bad, fn)
+	return e.execute(ctx, s, kern, alg, bad, fn)
 }
 
 // prepare is the part of run that depends only on the call's arguments:
 // the reduction kernel, the argument checks and the algorithm (a Plan
 // does it once for many runs). bad is what was wrong with the arguments.
-func (e *Engine) prepare(s *spec) (kern reduce.Kernel, alg Algorithm, bad error) {
-	kern = reduce.Kernel{Op: s.op, DType: s.dt}
+func (e *Engine) prepare(s *spec) (kern *reduce.Kernel, alg Algorithm, bad error) {
 	if s.op.Valid() || s.coll == CollReduce || s.coll == CollAllreduce || s.coll == CollReduceScatter || s.coll == CollScan || s.coll == CollExscan {
 		var err error
-		if kern, err = s.op.Resolve(s.dt); err != nil {
+		if kern, err = s.op.KernelOf(s.dt); err != nil {
 			bad = fmt.Errorf("%w: %w", ErrUnsupported, err)
 		}
+	} else {
+		kern = reduce.NoOp(s.dt)
 	}
 	if s.dt.Size() == 0 && bad == nil {
 		bad = fmt.Errorf("%w: element type %v", ErrUnsupported, s.dt)

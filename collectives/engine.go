@@ -439,7 +439,7 @@ type call struct {
 	n     int   // view size
 	h     header
 	tag   int
-	kern  reduce.Kernel
+	kern  *reduce.Kernel // shared (reduce.KernelOf): never modified
 	esize int
 	vec   int // elements of the vector the block helpers split (usually h.count)
 }
@@ -465,7 +465,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	// The call's state is recycled from the previous call (calls on one
 	// Engine never overlap), with the capacity of its slices.
 	c := e.spare
-	if c == nil || e.act.done.Load() != e.spareSeq {
+	if c == nil || e.act.ended() != e.spareSeq {
 		// None yet, or still held (only a call that overlaps another, which
 		// fails below, finds it so): new records, which become the spare.
 		c = &call{callState: new(callState)}
@@ -528,7 +528,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	e.mu.Unlock()
 	e.act.begin(st.seq, coll, alg)
 	c.callState, c.ranks, c.me, c.n = st, nil, e.rank, e.size
-	c.kern, c.esize, c.vec = *kern, esize, int(count)
+	c.kern, c.esize, c.vec = kern, esize, int(count)
 	c.h = st.hdr
 	c.tag = int(st.seq&(1<<29-1)) << 1
 	if early != nil {

@@ -23,7 +23,7 @@ import (
 type Plan struct {
 	e    *Engine
 	s    spec
-	kern reduce.Kernel
+	kern *reduce.Kernel
 	alg  Algorithm
 	bad  error
 	fn   func(c *call, alg Algorithm) error
@@ -56,5 +56,5 @@ func (p *Plan) Run(ctx context.Context) error {
 	if ctx == nil {
 		return &Error{Op: p.s.coll.String(), Rank: p.e.rank, Peer: -1, Err: fmt.Errorf("%w: nil context", ErrInvalidArgument)}
 	}
-	return p.e.execute(ctx, &p.s, &p.kern, p.alg, p.bad, p.fn)
+	return p.e.execute(ctx, &p.s, p.kern, p.alg, p.bad, p.fn)
 }

@@ -82,7 +82,9 @@ func Func[T Element](name string, commutative bool, f func(inout, in []T)) Op {
 		return Op{} // invalid: Resolve reports it
 	}
 	u := &userFunc{dt: DTypeOf[T](), combine: func(inout, in []byte) { f(View[T](inout), View[T](in)) }}
-	return Op{code: OpUser, name: name, user: u, commutative: commutative}
+	o := Op{code: OpUser, name: name, user: u, commutative: commutative}
+	u.kernel = Kernel{Combine: u.combine, Op: o, DType: u.dt}
+	return o
 }
 
 // Code is the op's identity on the wire.
@@ -118,8 +120,8 @@ func (o Op) Resolve(dt DType) (Kernel, error) {
 	// Built-in ops on the types they take are a table look-up (every
 	// reducing collective call resolves its op).
 	if o.code > OpNone && o.code < OpUser && dt < numDTypes {
-		if k := &kernels[o.code][dt]; k.Combine != nil && k.Op == o {
-			return *k, nil
+		if k := &kernels[o.code][dt]; k.Combine != nil {
+			return *k, nil // a built-in code is its package variable's (the fields are unexported)
 		}
 	}
 	k := Kernel{Op: o, DType: dt}
@@ -149,6 +151,29 @@ func (o Op) Resolve(dt DType) (Kernel, error) {
 	return k, nil
 }
 
+// KernelOf is Resolve without the copy: the kernel of a built-in op or of
+// one made by Func, shared and not to be modified. Other cases (errors)
+// return a kernel of their own.
+func (o Op) KernelOf(dt DType) (*Kernel, error) {
+	switch {
+	case o.code > OpNone && o.code < OpUser && dt < numDTypes && kernels[o.code][dt].Combine != nil:
+		return &kernels[o.code][dt], nil
+	case o.code == OpUser && o.user != nil && o.user.dt == dt:
+		return &o.user.kernel, nil
+	}
+	k, err := o.Resolve(dt)
+	return &k, err
+}
+
+// NoOp is the kernel of collectives that do not reduce, for elements of
+// type dt: no op, no Combine; shared and not to be modified.
+func NoOp(dt DType) *Kernel {
+	if dt < numDTypes {
+		return &kernels[OpNone][dt]
+	}
+	return &Kernel{DType: dt}
+}
+
 // Reduce sets inout = inout ⊕ in with op, for callers that hold typed slices.
 // It applies no Finish (Avg behaves as Sum here).
 func Reduce[T Element](op Op, inout, in []T) error {
@@ -166,11 +191,15 @@ func Reduce[T Element](op Op, inout, in []T) error {
 type userFunc struct {
 	dt      DType
 	combine func(inout, in []byte)
+	kernel  Kernel // KernelOf's answer for dt
 }
 
 // kernels is Resolve's result for every built-in op and element type it
 // takes (zero elsewhere), made once from builtins.
 var kernels = func() (t [OpUser][numDTypes]Kernel) {
+	for d := range numDTypes {
+		t[OpNone][d] = Kernel{DType: d} // NoOp
+	}
 	for _, o := range []Op{Sum, Prod, Min, Max, Avg, BAnd, BOr, BXor, LAnd, LOr} {
 		for d := Int8; d < numDTypes; d++ {
 			if d.IsFloat() && (o.code == OpBAnd || o.code == OpBOr || o.code == OpBXor) || builtins[o.code][d] == nil {

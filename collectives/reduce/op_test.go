@@ -243,3 +243,46 @@ func TestResolveEveryBuiltin(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnsupported)
 	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = Avg.Resolve(Float64) }))
 }
+
+// TestKernelOfSharesKernels: KernelOf answers as Resolve does, for every
+// built-in op and element type, a Func op and the errors, but with the
+// same shared kernel each time for the ops it knows (no copy, nothing
+// allocated: the collectives resolve once a call); NoOp is the kernel
+// of the collectives that do not reduce.
+func TestKernelOfSharesKernels(t *testing.T) {
+	first := Func("first", false, func(inout, in []int32) { copy(inout, in) })
+	ops := append(append([]Op(nil), Builtins...), first, Op{})
+	for _, o := range ops {
+		for d := Int8; d <= numDTypes; d++ {
+			want, werr := o.Resolve(d)
+			k, err := o.KernelOf(d)
+			require.NotNil(t, k, "%v on %v", o, d)
+			if werr != nil {
+				require.EqualError(t, err, werr.Error(), "%v on %v", o, d)
+				continue
+			}
+			require.NoError(t, err, "%v on %v", o, d)
+			require.Equal(t, want.Op, k.Op)
+			require.Equal(t, want.DType, k.DType)
+			require.Equal(t, want.Finish != nil, k.Finish != nil, "%v on %v: Finish", o, d)
+			require.NotNil(t, k.Combine)
+			again, _ := o.KernelOf(d)
+			require.Same(t, k, again, "%v on %v: a kernel of its own each time", o, d)
+		}
+	}
+	// The shared kernel combines as Resolve's does.
+	k, err := first.KernelOf(Int32)
+	require.NoError(t, err)
+	a := []int32{1, 2}
+	k.Combine(Bytes(a), Bytes([]int32{3, 4}))
+	require.Equal(t, []int32{3, 4}, a)
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = Avg.KernelOf(Float64) }))
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = first.KernelOf(Int32) }))
+
+	for d := Int8; d < numDTypes; d++ {
+		k := NoOp(d)
+		require.Equal(t, Kernel{DType: d}, *k)
+		require.Same(t, k, NoOp(d))
+	}
+	require.Equal(t, Kernel{DType: numDTypes}, *NoOp(numDTypes))
+}
