@@ -292,12 +292,14 @@ func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 	w := word(e, 0)
 	if s.lightNow() {
 		shmsync.PublishLight64(w, 0)
-		// The load keeps the compiler from dropping the store above as
-		// one the store of calls below overwrites.
-		atomic.LoadUint64(w)
 	} else {
 		atomic.StoreUint64(w, 0)
 	}
+	// The load keeps the compiler from dropping a light store of 0 as one
+	// the store of calls below overwrites, and (an acquire load where
+	// stores are not kept in order, arm64, whose atomic store is a release
+	// store only) the header's stores from passing the store of 0.
+	atomic.LoadUint64(w)
 	putShmHeader(e, h)
 	e[entRefused], e[entCode] = 0, 0
 	if h.kind == kindAbort {
