@@ -16,8 +16,8 @@
 //	verbs/shm CQ.Wait             Policy (Poller)     its doorbell's Bell
 //	verbs/shm CQ.WaitSleep        none                a socket, with Announce/Asleep
 //	                                                  on the doorbell's parked word
-//	collectives shared_memory     Policy (Poller)     the writer rank's Bell, Fenced
-//	  (the region comm maps; its SharedRegion.WaitPolicy) where every rank is Asymmetric
+//	collectives shared_memory     Policy (Poller)     the writer rank's Bell (Fenced
+//	  (the region comm maps; its SharedRegion.WaitPolicy) where this process is Asymmetric)
 //	verbs/ibv, softrc CQ.Wait     none of their own   the kernel's completion channel,
 //	  (tcp, loop)                 (p2p's poll first)  or softrc's channel under its lock
 //
