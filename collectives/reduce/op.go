@@ -81,9 +81,9 @@ func Func[T Element](name string, commutative bool, f func(inout, in []T)) Op {
 	if f == nil {
 		return Op{} // invalid: Resolve reports it
 	}
-	u := &userFunc{dt: DTypeOf[T](), combine: func(inout, in []byte) { f(View[T](inout), View[T](in)) }}
+	u := &userFunc{}
 	o := Op{code: OpUser, name: name, user: u, commutative: commutative}
-	u.kernel = Kernel{Combine: u.combine, Op: o, DType: u.dt}
+	u.kernel = Kernel{Combine: func(inout, in []byte) { f(View[T](inout), View[T](in)) }, Op: o, DType: DTypeOf[T]()}
 	return o
 }
 
@@ -117,52 +117,40 @@ type Kernel struct {
 
 // Resolve finds o's kernel for dt, or an error wrapping ErrUnsupported.
 func (o Op) Resolve(dt DType) (Kernel, error) {
-	// Built-in ops on the types they take are a table look-up (every
-	// reducing collective call resolves its op).
-	if o.code > OpNone && o.code < OpUser && dt < numDTypes {
-		if k := &kernels[o.code][dt]; k.Combine != nil {
-			return *k, nil // a built-in code is its package variable's (the fields are unexported)
-		}
-	}
-	k := Kernel{Op: o, DType: dt}
-	if !o.Valid() {
-		return k, fmt.Errorf("%w: invalid (zero) op", ErrUnsupported)
-	}
-	if dt.Size() == 0 {
-		return k, fmt.Errorf("%w: invalid element type %v", ErrUnsupported, dt)
-	}
-	if o.code == OpUser {
-		if o.user.dt != dt {
-			return k, fmt.Errorf("%w: op %q was made for %v, used with %v", ErrUnsupported, o.name, o.user.dt, dt)
-		}
-		k.Combine = o.user.combine
-		return k, nil
-	}
-	if dt.IsFloat() && (o.code == OpBAnd || o.code == OpBOr || o.code == OpBXor) {
-		return k, fmt.Errorf("%w: bitwise %v on %v", ErrUnsupported, o, dt)
-	}
-	k.Combine = builtins[o.code][dt]
-	if k.Combine == nil {
-		return k, fmt.Errorf("%w: %v on %v", ErrUnsupported, o, dt)
-	}
-	if o.code == OpAvg {
-		k.Finish = divider(dt)
-	}
-	return k, nil
+	k, err := o.KernelOf(dt)
+	return *k, err
 }
 
 // KernelOf is Resolve without the copy: the kernel of a built-in op or of
-// one made by Func, shared and not to be modified. Other cases (errors)
-// return a kernel of their own.
+// one made by Func, shared and not to be modified. Built-in ops on the
+// types they take are a table look-up (every reducing collective call
+// resolves its op); a built-in code can only be its package variable's,
+// the fields being unexported. Otherwise it returns a kernel of its own
+// with the reason there is none.
 func (o Op) KernelOf(dt DType) (*Kernel, error) {
 	switch {
 	case o.code > OpNone && o.code < OpUser && dt < numDTypes && kernels[o.code][dt].Combine != nil:
 		return &kernels[o.code][dt], nil
-	case o.code == OpUser && o.user != nil && o.user.dt == dt:
+	case o.code == OpUser && o.user != nil && o.user.kernel.DType == dt:
 		return &o.user.kernel, nil
 	}
-	k, err := o.Resolve(dt)
-	return &k, err
+	return &Kernel{Op: o, DType: dt}, o.unsupported(dt)
+}
+
+// unsupported is why o has no kernel for dt (the table holds every
+// built-in op on every type it takes).
+func (o Op) unsupported(dt DType) error {
+	switch {
+	case !o.Valid():
+		return fmt.Errorf("%w: invalid (zero) op", ErrUnsupported)
+	case dt.Size() == 0:
+		return fmt.Errorf("%w: invalid element type %v", ErrUnsupported, dt)
+	case o.code == OpUser && o.user != nil:
+		return fmt.Errorf("%w: op %q was made for %v, used with %v", ErrUnsupported, o.name, o.user.kernel.DType, dt)
+	case dt.IsFloat() && (o.code == OpBAnd || o.code == OpBOr || o.code == OpBXor):
+		return fmt.Errorf("%w: bitwise %v on %v", ErrUnsupported, o, dt)
+	}
+	return fmt.Errorf("%w: %v on %v", ErrUnsupported, o, dt)
 }
 
 // NoOp is the kernel of collectives that do not reduce, for elements of
@@ -188,10 +176,10 @@ func Reduce[T Element](op Op, inout, in []T) error {
 	return nil
 }
 
+// userFunc is what Func made: its kernel (KernelOf's answer for the
+// element type it was made for, kernel.DType).
 type userFunc struct {
-	dt      DType
-	combine func(inout, in []byte)
-	kernel  Kernel // KernelOf's answer for dt
+	kernel Kernel
 }
 
 // kernels is Resolve's result for every built-in op and element type it
