@@ -154,12 +154,11 @@ type shmState struct {
 	rounds   int        // rounds this rank published (for tests)
 	stores   int        // stores of this rank's done word (for tests)
 	crowded  bool       // the region is Crowded
-	fenced   bool       // this process is shmsync.Asymmetric: its waits fence before they sleep
 	light    int8       // publish lightly: 1 yes, -1 no, 0 not known yet (lightNow)
 	looks    int        // lightNow's looks at the fences words while it did not know
 	r        SharedRegion
 	failed   <-chan struct{} // r.Failed(), without two interface calls per call
-	policy   shmsync.Policy  // r's, as shmWaitPolicy adapts it
+	policy   shmsync.Policy  // r's, as shmWaitPolicy adapts it; Fenced where shmsync.Asymmetric
 	mem      [][]byte        // per rank, its part of the region
 	bells    []shmsync.Bell  // per rank, its bell (made once: every publish rings one)
 	slot     int             // data bytes per slot
@@ -203,7 +202,7 @@ func newShmState(r SharedRegion, size, me int) *shmState {
 	s.policy = shmWaitPolicy(r.WaitPolicy(), s.crowded)
 	if shmsync.Asymmetric() {
 		// Said before this rank publishes anything (see Light publishing).
-		s.fenced, s.policy.Fenced = true, true
+		s.policy.Fenced = true
 		atomic.StoreUint32(word32(s.mem[me], shmFences), 1)
 	}
 	if pr, ok := r.(PeerReader); ok && pr.CanReadPeer() {
@@ -583,7 +582,7 @@ func (s *shmState) lightNow() bool {
 	if s.light != 0 {
 		return s.light > 0
 	}
-	if !s.fenced {
+	if !s.policy.Fenced { // this process's waits do not fence before they sleep
 		s.light = -1
 		return false
 	}
