@@ -2,7 +2,6 @@ package collectives
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -27,23 +26,54 @@ import (
 type backgroundKey struct{}
 
 // Waited tells a background collective that somebody waits for its
-// result. The zero value is not usable: use NewWaited.
+// result. The zero value is ready to use; its methods may be called from
+// any goroutine.
 type Waited struct {
 	flag atomic.Bool
-	ch   chan struct{}
-	once sync.Once
+	// ch is made by the first nap that needs it (wake) and closed by the
+	// Set that sets flag; most calls never nap, so a non-blocking call
+	// started and waited for at once allocates nothing for it.
+	ch     atomic.Pointer[chan struct{}]
+	parent context.Context
 }
 
 // NewWaited returns a Waited that has not been set.
-func NewWaited() *Waited { return &Waited{ch: make(chan struct{})} }
+func NewWaited() *Waited { return new(Waited) }
+
+// closedCh is what wake returns once a Waited is set.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Set marks the collective waited for and wakes its nap; it may be called
 // any number of times, from any goroutine.
 func (w *Waited) Set() {
-	w.once.Do(func() {
-		w.flag.Store(true)
-		close(w.ch)
-	})
+	if w.flag.Load() || w.flag.Swap(true) {
+		return
+	}
+	// Set stores flag, then loads ch; wake stores ch, then loads flag: one
+	// of them sees the other's store, so a nap's channel is never left open.
+	if p := w.ch.Load(); p != nil {
+		close(*p)
+	}
+}
+
+// wake returns a channel closed once w is set.
+func (w *Waited) wake() <-chan struct{} {
+	if w.flag.Load() {
+		return closedCh
+	}
+	p := w.ch.Load()
+	if p == nil {
+		c := make(chan struct{})
+		if w.ch.CompareAndSwap(nil, &c) {
+			p = &c
+		} else {
+			p = w.ch.Load()
+		}
+	}
+	if w.flag.Load() {
+		return closedCh
+	}
+	return *p
 }
 
 // Background returns a ctx for a collective that runs while its caller
@@ -51,6 +81,29 @@ func (w *Waited) Set() {
 // spin. The caller sets w once it blocks on the result.
 func Background(ctx context.Context, w *Waited) context.Context {
 	return context.WithValue(ctx, backgroundKey{}, w)
+}
+
+// Context is Background(ctx, w) without an allocation: the ctx is w
+// itself, so it is valid as long as w is and w makes one at a time (a
+// later Context replaces the parent of the earlier one).
+func (w *Waited) Context(ctx context.Context) context.Context {
+	w.parent = ctx
+	return (*waitedCtx)(w)
+}
+
+// waitedCtx is a Waited seen as the ctx that Context returns: its
+// parent's, with the Waited under backgroundKey.
+type waitedCtx Waited
+
+func (c *waitedCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *waitedCtx) Done() <-chan struct{}       { return c.parent.Done() }
+func (c *waitedCtx) Err() error                  { return c.parent.Err() }
+
+func (c *waitedCtx) Value(key any) any {
+	if key == (backgroundKey{}) {
+		return (*Waited)(c)
+	}
+	return c.parent.Value(key)
 }
 
 const (
@@ -90,11 +143,12 @@ func (c *call) shmNap(peer int, cond func() bool) (bool, error) {
 	c.noteWait(peer)
 	t := time.NewTimer(bgNapMin)
 	defer t.Stop()
+	wake := c.waited.wake()
 	for nap := bgNapMin; c.background(); nap = min(2*nap, bgNapMax) {
 		select {
 		case <-t.C:
 			t.Reset(min(2*nap, bgNapMax))
-		case <-c.waited.ch: // waited for: wait the usual way at once
+		case <-wake: // waited for: wait the usual way at once
 		}
 		if cond() {
 			return true, nil

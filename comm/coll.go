@@ -66,22 +66,14 @@ func (c *Comm) start(ctx context.Context, op string, nbytes int, fn func(ctx con
 	if ctx == nil {
 		return nil, c.opErr(op, NoPeer, NoTag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
 	}
-	r := &Request{c: c, op: op, done: make(chan struct{}), waited: collectives.NewWaited(), startDone: ctx.Done()}
+	// One allocation for the request: its Waited and the ctx made from it
+	// live inside it, and its done channel is made only for somebody who
+	// blocks on it (doneChan); a start and a Wait at once made 7 and cost
+	// 0.66 µs more than the blocking call.
+	r := &Request{c: c, op: op, fn: fn, startDone: ctx.Done()}
 	// Until somebody waits for it, the collective sleeps between checks
 	// instead of spinning: the caller is computing (collectives.Background).
-	ctx = collectives.Background(ctx, r.waited)
-	r.run = func() {
-		defer close(r.done)
-		if err := c.q.wait(ctx, r.turn); err != nil {
-			r.err = c.opErr(op, NoPeer, NoTag, err)
-			return
-		}
-		err := fn(ctx)
-		c.q.done()
-		if err != nil {
-			r.err = c.wrap(op, NoPeer, NoTag, err)
-		}
-	}
+	r.cctx = r.waited.Context(ctx)
 	if nbytes <= lazyStartMax {
 		// Queued with its turn: a Wait, a Test or the lazy worker starts
 		// it (lazy.go).
@@ -98,6 +90,58 @@ func (c *Comm) start(ctx context.Context, op string, nbytes int, fn func(ctx con
 	return r, nil
 }
 
+// run runs a claimed non-blocking collective once its turn comes, and
+// completes r.
+func (r *Request) run() {
+	c := r.c
+	var err error
+	if err = c.q.wait(r.cctx, r.turn); err != nil {
+		err = c.opErr(r.op, NoPeer, NoTag, err)
+	} else {
+		err = r.fn(r.cctx)
+		c.q.done()
+		if err != nil {
+			err = c.wrap(r.op, NoPeer, NoTag, err)
+		}
+	}
+	r.finish(err)
+}
+
+// finish completes a non-blocking collective with err.
+func (r *Request) finish(err error) {
+	r.err = err
+	// finish stores fin, then loads done; doneChan stores done, then loads
+	// fin: one of them sees the other's store, so no waiter is left behind.
+	r.fin.Store(true)
+	if p := r.done.Load(); p != nil {
+		close(*p)
+	}
+}
+
+// doneChan returns a channel closed once the non-blocking collective r
+// completes.
+func (r *Request) doneChan() <-chan struct{} {
+	if r.fin.Load() {
+		return closedDone
+	}
+	p := r.done.Load()
+	if p == nil {
+		c := make(chan struct{})
+		if r.done.CompareAndSwap(nil, &c) {
+			p = &c
+		} else {
+			p = r.done.Load()
+		}
+	}
+	if r.fin.Load() {
+		return closedDone
+	}
+	return *p
+}
+
+// closedDone is doneChan's channel for a completed request.
+var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // runInline runs a non-blocking collective on the goroutine that waits
 // for it when nobody has begun it (it was queued lazily, or its goroutine
 // has not started) and ctx ends no sooner than the collective's own (the
@@ -108,7 +152,7 @@ func (c *Comm) start(ctx context.Context, op string, nbytes int, fn func(ctx con
 // ranks took 3.3 µs, a blocking Allreduce 0.6. It reports whether it ran
 // the collective.
 func (r *Request) runInline(ctx context.Context) bool {
-	if r.run == nil {
+	if r.fn == nil {
 		return false
 	}
 	if !r.runsUnder(ctx) {

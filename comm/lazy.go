@@ -100,7 +100,9 @@ func (l *lazyStarts) pruneLocked() {
 // nobody has claimed and whose turns come before r's: whoever runs r must
 // see them run first. None when r is not queued.
 func (l *lazyStarts) claimBefore(c *Comm, r *Request) []*Request {
-	if c.lazyN.Load() == 0 {
+	// When c's only unclaimed lazy request is r itself, none can come
+	// before it (one started meanwhile comes after it).
+	if n := c.lazyN.Load(); n == 0 || n == 1 && r.lazy && !r.claimed.Load() {
 		return nil
 	}
 	l.mu.Lock()

@@ -3,6 +3,7 @@ package comm
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,4 +143,29 @@ func TestLazyCallFailsAtClose(t *testing.T) {
 	_, err = r.Wait(ctx)
 	require.Error(t, err)
 	require.False(t, errors.Is(err, context.DeadlineExceeded), "the Wait ran into its deadline: %v", err)
+}
+
+// TestDoneChanClosesOnFinish: every channel doneChan hands out closes once
+// the request finishes, whether it was asked for before, after or while
+// finish runs, and the request's error is visible with it.
+func TestDoneChanClosesOnFinish(t *testing.T) {
+	want := errors.New("the call's error")
+	for range 2000 {
+		r := &Request{}
+		var wg sync.WaitGroup
+		chs := make([]<-chan struct{}, 3)
+		for i := range chs {
+			wg.Go(func() { chs[i] = r.doneChan() })
+		}
+		wg.Go(func() { r.finish(want) })
+		wg.Wait()
+		for _, ch := range append(chs, r.doneChan()) {
+			select {
+			case <-ch:
+			case <-time.After(5 * time.Second):
+				t.Fatal("a done channel stayed open after finish")
+			}
+		}
+		require.ErrorIs(t, r.err, want)
+	}
 }

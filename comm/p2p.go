@@ -228,12 +228,16 @@ type Request struct {
 	pers *Persistent // a persistent collective's request
 	bat  *batch      // a batch of point-to-point operations
 
-	done   chan struct{} // collectives: closed when err is set
-	err    error
-	waited *collectives.Waited // collectives: set once somebody waits (collectives.Background)
-	// A non-blocking collective's body, run by its goroutine or by a Wait
-	// (runInline), whichever claims it first; the start ctx's Done.
-	run       func()
+	// A non-blocking collective: its body, run by its goroutine or by a
+	// Wait (runInline), whichever claims it first, with cctx, its start
+	// ctx made background by waited; err is set before fin, and done
+	// (made only for somebody who blocks: doneChan) is closed with fin.
+	fn        func(ctx context.Context) error
+	cctx      context.Context
+	waited    collectives.Waited
+	err       error
+	fin       atomic.Bool
+	done      atomic.Pointer[chan struct{}]
 	claimed   atomic.Bool
 	startDone <-chan struct{}
 	inline    bool          // a Wait ran it (for tests)
@@ -284,7 +288,7 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	}
 	r.launch() // a ctx that may end sooner: it runs on a goroutine
 	select {
-	case <-r.done:
+	case <-r.doneChan():
 		return Status{}, r.err
 	case <-ctx.Done():
 		return Status{}, r.c.opErr(r.op, NoPeer, NoTag, fmt.Errorf("waiting: %w", ctx.Err()))
@@ -315,12 +319,10 @@ func (r *Request) Test() (Status, bool, error) {
 		return Status{}, done, err
 	}
 	r.launch()
-	select {
-	case <-r.done:
+	if r.fin.Load() {
 		return Status{}, true, r.err
-	default:
-		return Status{}, false, nil
 	}
+	return Status{}, false, nil
 }
 
 // Cancel asks for a point-to-point request that has not matched yet to
