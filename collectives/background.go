@@ -2,8 +2,9 @@ package collectives
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
+
+	"github.com/rdmago/rdmago/internal/latch"
 )
 
 // Background collectives.
@@ -29,52 +30,22 @@ type backgroundKey struct{}
 // result. The zero value is ready to use; its methods may be called from
 // any goroutine.
 type Waited struct {
-	flag atomic.Bool
-	// ch is made by the first nap that needs it (wake) and closed by the
-	// Set that sets flag; most calls never nap, so a non-blocking call
-	// started and waited for at once allocates nothing for it.
-	ch     atomic.Pointer[chan struct{}]
+	// l is set once somebody waits; its channel is made only by a nap
+	// that needs it (wake), so a non-blocking call started and waited for
+	// at once allocates nothing for it.
+	l      latch.Latch
 	parent context.Context
 }
 
 // NewWaited returns a Waited that has not been set.
 func NewWaited() *Waited { return new(Waited) }
 
-// closedCh is what wake returns once a Waited is set.
-var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 // Set marks the collective waited for and wakes its nap; it may be called
 // any number of times, from any goroutine.
-func (w *Waited) Set() {
-	if w.flag.Load() || w.flag.Swap(true) {
-		return
-	}
-	// Set stores flag, then loads ch; wake stores ch, then loads flag: one
-	// of them sees the other's store, so a nap's channel is never left open.
-	if p := w.ch.Load(); p != nil {
-		close(*p)
-	}
-}
+func (w *Waited) Set() { w.l.Set() }
 
 // wake returns a channel closed once w is set.
-func (w *Waited) wake() <-chan struct{} {
-	if w.flag.Load() {
-		return closedCh
-	}
-	p := w.ch.Load()
-	if p == nil {
-		c := make(chan struct{})
-		if w.ch.CompareAndSwap(nil, &c) {
-			p = &c
-		} else {
-			p = w.ch.Load()
-		}
-	}
-	if w.flag.Load() {
-		return closedCh
-	}
-	return *p
-}
+func (w *Waited) wake() <-chan struct{} { return w.l.Chan() }
 
 // Background returns a ctx for a collective that runs while its caller
 // does other work: until w is set, the call's waits sleep rather than
@@ -113,7 +84,7 @@ const (
 )
 
 // background reports whether the call's waits should sleep now.
-func (c *call) background() bool { return c.waited != nil && !c.waited.flag.Load() }
+func (c *call) background() bool { return c.waited != nil && !c.waited.l.IsSet() }
 
 // waitReq waits for r: passively (parked until the endpoint's progress
 // completes it) while the call runs in the background, else as r.Wait.

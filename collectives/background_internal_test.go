@@ -2,7 +2,6 @@ package collectives
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -10,50 +9,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// closedWithin reports whether ch is closed within d.
-func closedWithin(ch <-chan struct{}, d time.Duration) bool {
+// TestWaitedWakesNap: a nap's channel closes when the Waited is set, and
+// the call stops counting as background.
+func TestWaitedWakesNap(t *testing.T) {
+	var w Waited
+	c := &call{callState: &callState{waited: &w}}
+	require.True(t, c.background())
+	ch := w.wake()
 	select {
 	case <-ch:
-		return true
-	case <-time.After(d):
-		return false
+		t.Fatal("a nap's channel closed before Set")
+	default:
 	}
-}
-
-// TestWaitedWakeClosesOnSet: a nap's channel closes once the Waited is
-// set, whichever comes first, the nap's wake or the Set, and also when the
-// two race.
-func TestWaitedWakeClosesOnSet(t *testing.T) {
-	t.Run("set first", func(t *testing.T) {
-		var w Waited
-		w.Set()
-		assert.True(t, closedWithin(w.wake(), 0), "wake after Set is open")
-	})
-	t.Run("wake first", func(t *testing.T) {
-		var w Waited
-		ch := w.wake()
-		assert.False(t, closedWithin(ch, 0), "wake closed before Set")
-		assert.Equal(t, ch, w.wake(), "a second wake made another channel")
-		w.Set()
-		w.Set() // a second Set closes nothing twice
-		assert.True(t, closedWithin(ch, time.Second), "Set did not close the nap's channel")
-	})
-	t.Run("racing", func(t *testing.T) {
-		for range 2000 {
-			var w Waited
-			var wg sync.WaitGroup
-			chs := make([]<-chan struct{}, 2)
-			for i := range chs {
-				wg.Go(func() { chs[i] = w.wake() })
-			}
-			wg.Go(w.Set)
-			wg.Go(w.Set)
-			wg.Wait()
-			for _, ch := range chs {
-				require.True(t, closedWithin(ch, 5*time.Second), "a wake that raced Set stayed open")
-			}
-		}
-	})
+	w.Set()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Set did not wake the nap")
+	}
+	require.False(t, c.background())
 }
 
 // TestWaitedContext: the ctx a Waited makes is its parent's (deadline,
@@ -83,6 +57,10 @@ func TestWaitedContext(t *testing.T) {
 	grandchild, cancel3 := context.WithCancel(w3.Context(outer))
 	defer cancel3()
 	cancelOuter()
-	assert.True(t, closedWithin(grandchild.Done(), 5*time.Second), "a child of a Waited's ctx missed its parent's cancel")
+	select {
+	case <-grandchild.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a child of a Waited's ctx missed its parent's cancel")
+	}
 	assert.NoError(t, child.Err())
 }

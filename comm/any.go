@@ -140,7 +140,7 @@ func (r *Request) watch(ctx context.Context) bool {
 	default:
 		r.waited.Set()
 		r.launch()
-		done = r.doneChan()
+		done = r.fin.Chan()
 	}
 	select {
 	case <-done:

@@ -68,7 +68,7 @@ func (c *Comm) start(ctx context.Context, op string, nbytes int, fn func(ctx con
 	}
 	// One allocation for the request: its Waited and the ctx made from it
 	// live inside it, and its done channel is made only for somebody who
-	// blocks on it (doneChan); a start and a Wait at once made 7 and cost
+	// blocks on it (fin); a start and a Wait at once made 7 and cost
 	// 0.66 µs more than the blocking call.
 	r := &Request{c: c, op: op, fn: fn, startDone: ctx.Done()}
 	// Until somebody waits for it, the collective sleeps between checks
@@ -110,37 +110,8 @@ func (r *Request) run() {
 // finish completes a non-blocking collective with err.
 func (r *Request) finish(err error) {
 	r.err = err
-	// finish stores fin, then loads done; doneChan stores done, then loads
-	// fin: one of them sees the other's store, so no waiter is left behind.
-	r.fin.Store(true)
-	if p := r.done.Load(); p != nil {
-		close(*p)
-	}
+	r.fin.Set()
 }
-
-// doneChan returns a channel closed once the non-blocking collective r
-// completes.
-func (r *Request) doneChan() <-chan struct{} {
-	if r.fin.Load() {
-		return closedDone
-	}
-	p := r.done.Load()
-	if p == nil {
-		c := make(chan struct{})
-		if r.done.CompareAndSwap(nil, &c) {
-			p = &c
-		} else {
-			p = r.done.Load()
-		}
-	}
-	if r.fin.Load() {
-		return closedDone
-	}
-	return *p
-}
-
-// closedDone is doneChan's channel for a completed request.
-var closedDone = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // runInline runs a non-blocking collective on the goroutine that waits
 // for it when nobody has begun it (it was queued lazily, or its goroutine

@@ -8,7 +8,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,12 +19,7 @@ import (
 // 0.3.
 func TestNonblockingCallAllocatesTwo(t *testing.T) {
 	ctx := context.Background()
-	stores, err := bootstrap.NewMemory(1)
-	require.NoError(t, err)
-	defer stores[0].Close()
-	c, err := Init(ctx, Options{Store: stores[0], Transport: "shm", NoEnv: true})
-	require.NoError(t, err)
-	defer c.Close()
+	c := initOne(t)
 	buf := make([]float32, 2)
 	var callErr error
 	var inline bool

@@ -3,10 +3,10 @@ package comm
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/stretchr/testify/require"
 )
 
@@ -145,27 +145,37 @@ func TestLazyCallFailsAtClose(t *testing.T) {
 	require.False(t, errors.Is(err, context.DeadlineExceeded), "the Wait ran into its deadline: %v", err)
 }
 
-// TestDoneChanClosesOnFinish: every channel doneChan hands out closes once
-// the request finishes, whether it was asked for before, after or while
-// finish runs, and the request's error is visible with it.
-func TestDoneChanClosesOnFinish(t *testing.T) {
-	want := errors.New("the call's error")
-	for range 2000 {
-		r := &Request{}
-		var wg sync.WaitGroup
-		chs := make([]<-chan struct{}, 3)
-		for i := range chs {
-			wg.Go(func() { chs[i] = r.doneChan() })
-		}
-		wg.Go(func() { r.finish(want) })
-		wg.Wait()
-		for _, ch := range append(chs, r.doneChan()) {
-			select {
-			case <-ch:
-			case <-time.After(5 * time.Second):
-				t.Fatal("a done channel stayed open after finish")
-			}
-		}
-		require.ErrorIs(t, r.err, want)
+// TestWaitElsewhereWakesOnCompletion: a Wait whose ctx is not the start's
+// may not run the call itself; it blocks on the request's done channel
+// (made only then) until the call's own goroutine completes it, and a Test
+// after sees it done.
+func TestWaitElsewhereWakesOnCompletion(t *testing.T) {
+	c := initOne(t)
+	ctx := context.Background()
+	for i := range 200 {
+		buf := []int64{int64(i)}
+		r, err := Iallreduce(ctx, c, buf, Sum)
+		require.NoError(t, err)
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err = r.Wait(wctx)
+		cancel()
+		require.NoError(t, err)
+		require.False(t, r.inline, "a Wait with another ctx ran the call")
+		_, done, err := r.Test()
+		require.True(t, done)
+		require.NoError(t, err)
+		require.Equal(t, int64(i), buf[0])
 	}
+}
+
+// initOne is a world of one rank over shm.
+func initOne(t testing.TB) *Comm {
+	t.Helper()
+	stores, err := bootstrap.NewMemory(1)
+	require.NoError(t, err)
+	t.Cleanup(func() { stores[0].Close() })
+	c, err := Init(context.Background(), Options{Store: stores[0], Transport: "shm", NoEnv: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/internal/latch"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -230,14 +231,13 @@ type Request struct {
 
 	// A non-blocking collective: its body, run by its goroutine or by a
 	// Wait (runInline), whichever claims it first, with cctx, its start
-	// ctx made background by waited; err is set before fin, and done
-	// (made only for somebody who blocks: doneChan) is closed with fin.
+	// ctx made background by waited; err is set before fin, whose
+	// channel is made only for somebody who blocks on it.
 	fn        func(ctx context.Context) error
 	cctx      context.Context
 	waited    collectives.Waited
 	err       error
-	fin       atomic.Bool
-	done      atomic.Pointer[chan struct{}]
+	fin       latch.Latch
 	claimed   atomic.Bool
 	startDone <-chan struct{}
 	inline    bool          // a Wait ran it (for tests)
@@ -288,7 +288,7 @@ func (r *Request) Wait(ctx context.Context) (Status, error) {
 	}
 	r.launch() // a ctx that may end sooner: it runs on a goroutine
 	select {
-	case <-r.doneChan():
+	case <-r.fin.Chan():
 		return Status{}, r.err
 	case <-ctx.Done():
 		return Status{}, r.c.opErr(r.op, NoPeer, NoTag, fmt.Errorf("waiting: %w", ctx.Err()))
@@ -319,7 +319,7 @@ func (r *Request) Test() (Status, bool, error) {
 		return Status{}, done, err
 	}
 	r.launch()
-	if r.fin.Load() {
+	if r.fin.IsSet() {
 		return Status{}, true, r.err
 	}
 	return Status{}, false, nil
