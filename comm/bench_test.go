@@ -48,15 +48,23 @@ func initPair(b testing.TB, transport string) []*Comm {
 // initPairWith is initPair with options (Store and NoEnv are set here).
 func initPairWith(b testing.TB, o Options) []*Comm {
 	b.Helper()
+	return initWorldWith(b, 2, o)
+}
+
+// initWorldWith joins the n ranks of a world in this process with options
+// o (Store and NoEnv are set here); they are closed when the test or
+// benchmark ends.
+func initWorldWith(b testing.TB, n int, o Options) []*Comm {
+	b.Helper()
 	ctx := context.Background()
-	stores, err := bootstrap.NewMemory(2)
+	stores, err := bootstrap.NewMemory(n)
 	if err != nil {
 		b.Fatal(err)
 	}
-	comms := make([]*Comm, 2)
-	errs := make([]error, 2)
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for r := range 2 {
+	for r := range n {
 		wg.Go(func() {
 			o := o
 			o.Store, o.NoEnv = stores[r], true
@@ -70,7 +78,7 @@ func initPairWith(b testing.TB, o Options) []*Comm {
 		}
 	}
 	b.Cleanup(func() {
-		for r := range 2 {
+		for r := range n {
 			comms[r].Close()
 			stores[r].Close()
 		}

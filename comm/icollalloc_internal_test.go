@@ -19,7 +19,7 @@ import (
 // 0.3.
 func TestNonblockingCallAllocatesTwo(t *testing.T) {
 	ctx := context.Background()
-	c := initOne(t)
+	c := initWorldWith(t, 1, Options{Transport: "shm"})[0]
 	buf := make([]float32, 2)
 	var callErr error
 	var inline bool

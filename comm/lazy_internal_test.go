@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/stretchr/testify/require"
 )
 
@@ -150,7 +149,7 @@ func TestLazyCallFailsAtClose(t *testing.T) {
 // (made only then) until the call's own goroutine completes it, and a Test
 // after sees it done.
 func TestWaitElsewhereWakesOnCompletion(t *testing.T) {
-	c := initOne(t)
+	c := initWorldWith(t, 1, Options{Transport: "shm"})[0]
 	ctx := context.Background()
 	for i := range 200 {
 		buf := []int64{int64(i)}
@@ -166,16 +165,4 @@ func TestWaitElsewhereWakesOnCompletion(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(i), buf[0])
 	}
-}
-
-// initOne is a world of one rank over shm.
-func initOne(t testing.TB) *Comm {
-	t.Helper()
-	stores, err := bootstrap.NewMemory(1)
-	require.NoError(t, err)
-	t.Cleanup(func() { stores[0].Close() })
-	c, err := Init(context.Background(), Options{Store: stores[0], Transport: "shm", NoEnv: true})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
-	return c
 }

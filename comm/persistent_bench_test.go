@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rdmago/rdmago/bootstrap"
 	"golang.org/x/sys/unix"
 )
 
@@ -79,16 +78,7 @@ func BenchmarkPersistentOverhead(b *testing.B) {
 		for _, api := range []string{"allreduce", "persistent"} {
 			b.Run(fmt.Sprintf("ranks=1/api=%s/bytes=%d", api, 4*n), func(b *testing.B) {
 				ctx := context.Background()
-				stores, err := bootstrap.NewMemory(1)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer stores[0].Close()
-				c, err := Init(ctx, Options{Store: stores[0], Transport: "loop", NoEnv: true})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer c.Close()
+				c := initWorldWith(b, 1, Options{Transport: "loop"})[0]
 				buf := make([]float32, n)
 				p, err := AllreduceInit(ctx, c, buf, Sum)
 				if err != nil {
