@@ -17,7 +17,7 @@ import (
 // caller for up to 10 ms. A 2-4 ms allreduce of 16 MiB started before
 // 50 ms of work made that work take 76-102 ms on two ranks.
 //
-// A call whose ctx comes from Background therefore spins only 20 µs, then
+// A call whose ctx comes from a Waited's Context therefore spins only 20 µs, then
 // sleeps between checks (timer naps of 20 µs growing to 1 ms, which park
 // the goroutine), and its point-to-point waits park until the endpoint's
 // progress completes them (PassiveWaiter), until its Waited is set, when
@@ -47,16 +47,11 @@ func (w *Waited) Set() { w.l.Set() }
 // wake returns a channel closed once w is set.
 func (w *Waited) wake() <-chan struct{} { return w.l.Chan() }
 
-// Background returns a ctx for a collective that runs while its caller
-// does other work: until w is set, the call's waits sleep rather than
-// spin. The caller sets w once it blocks on the result.
-func Background(ctx context.Context, w *Waited) context.Context {
-	return context.WithValue(ctx, backgroundKey{}, w)
-}
-
-// Context is Background(ctx, w) without an allocation: the ctx is w
-// itself, so it is valid as long as w is and w makes one at a time (a
-// later Context replaces the parent of the earlier one).
+// Context returns a ctx for a collective that runs while its caller does
+// other work: until w is set, the call's waits sleep rather than spin. The
+// caller sets w once it blocks on the result. The ctx is w itself (no
+// allocation), so it is valid as long as w is, and w makes one at a time
+// (a later Context replaces the parent of the earlier one).
 func (w *Waited) Context(ctx context.Context) context.Context {
 	w.parent = ctx
 	return (*waitedCtx)(w)

@@ -31,7 +31,7 @@ func TestWaitedWakesNap(t *testing.T) {
 }
 
 // TestWaitedContext: the ctx a Waited makes is its parent's (deadline,
-// done, error, values) and carries the Waited as Background's does.
+// done, error, values) and carries the Waited.
 func TestWaitedContext(t *testing.T) {
 	type key struct{}
 	parent, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "v"), time.Hour)
@@ -43,7 +43,6 @@ func TestWaitedContext(t *testing.T) {
 	assert.Equal(t, pdl, dl)
 	assert.Equal(t, "v", ctx.Value(key{}))
 	assert.Same(t, &w, ctx.Value(backgroundKey{}))
-	assert.Same(t, &w, Background(parent, &w).Value(backgroundKey{}))
 	assert.Equal(t, parent.Done(), ctx.Done())
 	require.NoError(t, ctx.Err())
 	cancel()

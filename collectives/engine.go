@@ -410,8 +410,9 @@ type callState struct {
 	// end need not store the done word again.
 	shmLast, shmFinished bool
 
-	// waited is the Background flag of the caller's ctx (nil: a blocking
-	// call): while it is false, the call's waits sleep instead of spinning.
+	// waited is the Waited of the caller's ctx (Waited.Context; nil: a
+	// blocking call): until it is set, the call's waits sleep instead of
+	// spinning.
 	waited *Waited
 
 	// The phases' views (sub), a view's rank list (ints) and lists of

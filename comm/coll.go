@@ -72,7 +72,7 @@ func (c *Comm) start(ctx context.Context, op string, nbytes int, fn func(ctx con
 	// 0.66 µs more than the blocking call.
 	r := &Request{c: c, op: op, fn: fn, startDone: ctx.Done()}
 	// Until somebody waits for it, the collective sleeps between checks
-	// instead of spinning: the caller is computing (collectives.Background).
+	// instead of spinning: the caller is computing (collectives.Waited).
 	r.cctx = r.waited.Context(ctx)
 	if nbytes <= lazyStartMax {
 		// Queued with its turn: a Wait, a Test or the lazy worker starts

@@ -146,7 +146,7 @@ const (
 
 // worker runs started runs in the background, unless a waiter took them
 // first. Until somebody waits, a run naps between its checks rather than
-// spin (collectives.Background), as a non-blocking collective does.
+// spin (collectives.Waited), as a non-blocking collective does.
 func (p *Persistent) worker() {
 	defer p.wg.Done()
 	stop := p.c.w.stop
@@ -197,7 +197,7 @@ func (p *Persistent) worker() {
 		}
 		ctx := p.ctx
 		p.mu.Unlock()
-		p.execute(collectives.Background(ctx, w), pEnded)
+		p.execute(w.Context(ctx), pEnded)
 	}
 }
 
