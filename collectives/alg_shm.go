@@ -289,11 +289,7 @@ func (s *shmState) bell(r int) shmsync.Bell { return s.bells[r] }
 func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 	e := s.mem[me][shmEntry0+int(calls%shmEntries)*shmEntrySize:]
 	w := word(e, 0)
-	if s.lightNow() {
-		shmsync.PublishLight64(w, 0)
-	} else {
-		atomic.StoreUint64(w, 0)
-	}
+	s.store(w, 0)
 	// The load keeps the compiler from dropping a light store of 0 as one
 	// the store of calls below overwrites, and (an acquire load where
 	// stores are not kept in order, arm64, whose atomic store is a release
@@ -567,13 +563,22 @@ func (s *shmState) gone(me int, calls uint64) int {
 // publish stores v into w, a word of rank me's part that peers wait for,
 // and wakes the sleepers on its bell (see Light publishing).
 func (s *shmState) publish(me int, w *uint64, v uint64) {
+	if s.store(w, v) {
+		s.bells[me].RingLight()
+	} else {
+		s.bells[me].Ring()
+	}
+}
+
+// store stores v into w, a word peers wait for, lightly where this rank
+// publishes lightly (see Light publishing), and reports whether it did.
+func (s *shmState) store(w *uint64, v uint64) (light bool) {
 	if s.lightNow() {
 		shmsync.PublishLight64(w, v)
-		s.bells[me].RingLight()
-		return
+		return true
 	}
 	atomic.StoreUint64(w, v)
-	s.bells[me].Ring()
+	return false
 }
 
 // lightNow says whether this rank publishes lightly (see Light
