@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"sort"
+
+	"github.com/rdmago/rdmago/internal/ntcopy"
 )
 
 // allreduceHier is the two-level allreduce for jobs spanning hosts: reduce
@@ -258,7 +260,7 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 	pack := func(ranks []int) []byte {
 		b := c.get(len(ranks) * bs)
 		for i, r := range ranks {
-			copy(b[i*bs:(i+1)*bs], c.rblock(buf, r))
+			ntcopy.Local(b[i*bs:(i+1)*bs], c.rblock(buf, r))
 		}
 		return b
 	}
@@ -276,7 +278,7 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 			continue
 		}
 		for i, r := range ranksOf[leaders[v]] {
-			copy(c.rblock(buf, r), b[i*bs:(i+1)*bs])
+			ntcopy.Local(c.rblock(buf, r), b[i*bs:(i+1)*bs])
 		}
 	}
 	return nil
@@ -326,7 +328,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 	}
 	for i := range local {
 		for j, r := range local {
-			copy(c.rblock(to[j], local[i]), c.rblock(from[i], r))
+			ntcopy.Local(c.rblock(to[j], local[i]), c.rblock(from[i], r))
 		}
 	}
 	if len(leaders) > 1 {
@@ -341,7 +343,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 				b := c.get(lc.n * len(dst) * bs)
 				for i := range local {
 					for j, d := range dst {
-						copy(b[(i*len(dst)+j)*bs:], c.rblock(from[i], d))
+						ntcopy.Local(b[(i*len(dst)+j)*bs:], c.rblock(from[i], d))
 					}
 				}
 				return b
@@ -355,7 +357,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 			}
 			for i, src := range ranksOf[leaders[v]] {
 				for j := range local {
-					copy(c.rblock(to[j], src), b[(i*lc.n+j)*bs:(i*lc.n+j+1)*bs])
+					ntcopy.Local(c.rblock(to[j], src), b[(i*lc.n+j)*bs:(i*lc.n+j+1)*bs])
 				}
 			}
 		}
@@ -400,7 +402,7 @@ func (c *call) reduceScatterHier(work, out []byte) error {
 				dst := ranksOf[leaders[v]]
 				b := c.get(len(dst) * bs)
 				for i, r := range dst {
-					copy(b[i*bs:(i+1)*bs], blk(work, r))
+					ntcopy.Local(b[i*bs:(i+1)*bs], blk(work, r))
 				}
 				return b
 			})
@@ -416,7 +418,7 @@ func (c *call) reduceScatterHier(work, out []byte) error {
 			}
 		}
 	}
-	copy(out, blk(work, c.me))
+	ntcopy.Local(out, blk(work, c.me))
 	return lc.postAll(func() error {
 		for v := 1; v < lc.n; v++ {
 			if _, err := lc.send(v, blk(work, local[v]), c.h.count); err != nil {

@@ -3,6 +3,8 @@ package collectives
 import (
 	"context"
 	"fmt"
+
+	"github.com/rdmago/rdmago/internal/ntcopy"
 )
 
 // Notification words of the one-sided ring: bit 31 says data (set) or
@@ -129,7 +131,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 		if reduce {
 			c.kern.Combine(dst, src)
 		} else {
-			copy(dst, src)
+			ntcopy.Local(dst, src)
 		}
 		r, err := win.Put(c.world(left), 0, nil, uint32(slot))
 		if err != nil {

@@ -1,5 +1,7 @@
 package collectives
 
+import "github.com/rdmago/rdmago/internal/ntcopy"
+
 // allreduceRD is recursive doubling: in round k ranks r and r⊕2^k swap
 // their whole partial results and both combine them, lower-rank block
 // first, so both hold the same bits and rank order is kept (which makes it
@@ -57,7 +59,7 @@ func (c *call) allreduceRD(send, buf []byte) error {
 				if err := c.exchange(dst, send, dst, tmp); err != nil {
 					return err
 				}
-				copy(buf, send)
+				ntcopy.Local(buf, send)
 				c.kern.Combine(buf, tmp)
 			default:
 				if err := c.exchange(dst, buf, dst, tmp); err != nil {
@@ -73,7 +75,7 @@ func (c *call) allreduceRD(send, buf []byte) error {
 		}
 	}
 	if send != nil { // one rank: no step read it
-		copy(buf, send)
+		ntcopy.Local(buf, send)
 	}
 	return c.unfold(f, buf)
 }
@@ -173,7 +175,7 @@ func (c *call) ringPipe(send, buf []byte, piece int) error {
 	p, es, cnt := c.n, c.esize, c.vec
 	if p == 1 {
 		if send != nil {
-			copy(buf, send)
+			ntcopy.Local(buf, send)
 		}
 		return nil
 	}
@@ -294,7 +296,7 @@ func (c *call) halvingReduceScatter(send, buf []byte) (fold, error) {
 	f := newFold(p)
 	me := c.me
 	if send != nil && (me < 2*f.rem || f.pof2 == 1) {
-		copy(buf, send)
+		ntcopy.Local(buf, send)
 		send = nil
 	}
 	var tmp []byte
@@ -405,12 +407,12 @@ func (c *call) orderedReduceScatter(buf []byte) error {
 	}); err != nil {
 		return err
 	}
-	copy(slot(c.me), mine)
+	ntcopy.Local(slot(c.me), mine)
 	acc := slot(0)
 	for r := 1; r < p; r++ {
 		c.kern.Combine(acc, slot(r))
 	}
-	copy(mine, acc)
+	ntcopy.Local(mine, acc)
 	return nil
 }
 

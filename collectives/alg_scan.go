@@ -1,5 +1,7 @@
 package collectives
 
+import "github.com/rdmago/rdmago/internal/ntcopy"
+
 // scanRD is the recursive-doubling prefix reduction (any p): each rank
 // keeps partial, the reduction of the aligned block of 2^k ranks around
 // it, and swaps it with rank⊕2^k; what comes from a lower rank is combined
@@ -12,7 +14,7 @@ func (c *call) scanRD(buf []byte, exclusive bool) (bool, error) {
 	partial := c.get(n)
 	tmp := c.get(n)
 	tmp2 := c.get(n)
-	copy(partial, buf)
+	ntcopy.Local(partial, buf)
 	have := !exclusive
 	for mask := 1; mask < c.n; mask <<= 1 {
 		dst := c.me ^ mask
@@ -24,10 +26,10 @@ func (c *call) scanRD(buf []byte, exclusive bool) (bool, error) {
 		}
 		if dst < c.me {
 			if have {
-				copy(tmp2, tmp)
+				ntcopy.Local(tmp2, tmp)
 				c.combineLower(buf, tmp2)
 			} else {
-				copy(buf, tmp)
+				ntcopy.Local(buf, tmp)
 				have = true
 			}
 			c.combineLower(partial, tmp)

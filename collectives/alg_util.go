@@ -1,6 +1,10 @@
 package collectives
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/rdmago/rdmago/internal/ntcopy"
+)
 
 // blockStart is where block i of count elements split into p nearly equal
 // blocks begins (the first count%p blocks get one element more).
@@ -88,5 +92,5 @@ func (f fold) old(j int) int { return f.last(j) }
 // the bits) the same on the two ranks of a pair; tmp is clobbered.
 func (c *call) combineLower(acc, lower []byte) {
 	c.kern.Combine(lower, acc)
-	copy(acc, lower)
+	ntcopy.Local(acc, lower)
 }

@@ -489,10 +489,8 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 const directWriteMax = 16 << 20
 
 // directPiece bounds the copy made under one hold of the endpoint's lock
-// (about 10 µs): a larger direct write takes the lock once per piece. It
-// is also the most ntcopy.Plain copies with REP MOVSB: Go's copy streams
-// past the caches from 1 MiB.
-const directPiece = ntcopy.PlainMax
+// (about 10 µs): a larger direct write takes the lock once per piece.
+const directPiece = 512 << 10
 
 // writeDirect writes src at off of p's part of the window with a plain
 // copy when this process maps that part (Direct: the provider shares the

@@ -22,8 +22,10 @@
 // Plain is the copy for everything else of some size: 64-byte AVX-512
 // moves from 256 bytes to 32 KiB where the CPU has them (Go's copy moves
 // 32 bytes an instruction and took 1.5-1.7 times as long there), REP
-// MOVSB from 32 to 512 KiB where the CPU has ERMS (Go's copy took 1.3-1.6
-// times as long there), the built-in copy otherwise. CopyIn is Plain for
+// MOVSB from 32 KiB up where the CPU has ERMS (Go's copy took 1.3-1.6
+// times as long up to 512 KiB, and from 1 MiB streams past the caches),
+// the built-in copy otherwise. Local is Plain without the 64-byte moves,
+// for a collective's copies of a rank's own data. CopyIn is Plain for
 // data another core wrote past the caches, which below 32 KiB Go's copy,
 // prefetching further ahead, reads faster.
 //

@@ -56,14 +56,14 @@ func PrefetchWrite(b []byte) {
 	}
 }
 
-// Plain makes copies of PlainMin to PlainMax bytes with REP MOVSB: below,
-// Go's copy was as fast or faster (4-16 KiB: 0.92), and from 1 MiB, where
-// the runtime switches to non-temporal stores, too (1 MiB: 0.87; 2 MiB
-// even).
-const (
-	PlainMin = 32 << 10
-	PlainMax = 512 << 10
-)
+// PlainMin is the smallest copy Plain makes with REP MOVSB: below, Go's
+// copy was as fast or faster (4-16 KiB: 0.92). There is no upper bound:
+// from 1 MiB Go's copy switches to non-temporal stores, which won a copy
+// repeated alone in a loop (1 MiB: 0.86; 2-8 MiB even) but lost where the
+// copy is a collective's step, both ranks copying at once and the lines
+// read or written again soon after (a 2-rank allgather of 1-4 MiB blocks
+// took 1.17-1.20 times as long with them).
+const PlainMin = 32 << 10
 
 // WideMin is the smallest copy Plain makes with 64-byte AVX-512 moves
 // (below PlainMin, where the CPU has them): Go's copy moves 32 bytes an
@@ -83,17 +83,17 @@ var (
 // Plain copies min(len(dst), len(src)) bytes from src to dst, as copy
 // does (overlapping slices included), and returns that count. From
 // WideMin to PlainMin bytes, where the CPU has AVX-512 (see haveWide), it
-// moves 64 bytes an instruction (see WideMin). From
-// PlainMin to PlainMax bytes, where the CPU has fast REP MOVSB (ERMS), it
-// uses that instruction, as C's memcpy does: Go's copy took 1.3-1.6 times
-// as long there on the machine measured (32 KiB 0.39-0.40 us against
-// 0.25-0.28, 512 KiB 7.9-8.3 against 6.4-6.6; BenchmarkPlain), which made
-// a Put of 32 KiB-128 KiB into a mapped window 1.4-1.6 times MPI_Put's
-// time.
+// moves 64 bytes an instruction (see WideMin). From PlainMin bytes up,
+// where the CPU has fast REP MOVSB (ERMS), it uses that instruction, as
+// C's memcpy does, in pieces of at most piece bytes: up to 512 KiB Go's
+// copy took 1.3-1.6 times as long on the machine measured (32 KiB
+// 0.39-0.40 us against 0.25-0.28, 512 KiB 7.9-8.3 against 6.4-6.6;
+// BenchmarkPlain), which made a Put of 32 KiB-128 KiB into a mapped
+// window 1.4-1.6 times MPI_Put's time; above, see PlainMin.
 func Plain(dst, src []byte) int {
 	n := min(len(dst), len(src))
 	wideOK := haveWide && n >= WideMin && n < PlainMin
-	if !wideOK && (n < PlainMin || n > PlainMax || !haveMovs) {
+	if !wideOK && (n < PlainMin || !haveMovs) {
 		return copy(dst, src)
 	}
 	d, sp := uintptr(unsafe.Pointer(&dst[0])), uintptr(unsafe.Pointer(&src[0]))
@@ -109,6 +109,20 @@ func Plain(dst, src []byte) int {
 		movsCopy(unsafe.Pointer(&dst[off]), unsafe.Pointer(&src[off]), uintptr(m))
 	}
 	return n
+}
+
+// Local is the copy for a rank's own data of some size (a collective's
+// copy of its input into its result, or of a block between its buffers):
+// REP MOVSB from PlainMin bytes, as Plain, so that a copy of 1 MiB or more
+// stays in the caches (see PlainMin), and Go's copy below. It leaves out
+// Plain's 64-byte moves: with them, a 2-rank allgather and allreduce of
+// 2 KiB, whose next step reads or publishes what the copy wrote, took
+// 1.17-1.28 times as long (9 rounds), while 1 and 4 KiB were even.
+func Local(dst, src []byte) int {
+	if min(len(dst), len(src)) < PlainMin {
+		return copy(dst, src)
+	}
+	return Plain(dst, src)
 }
 
 // CopyIn is Plain for data another core wrote past the caches (a peer's

@@ -138,7 +138,7 @@ func TestPlain(t *testing.T) {
 		src[i] = byte(i*5 + i>>9)
 	}
 	for _, n := range []int{0, 1, 63, 64, 65, WideMin - 1, WideMin, WideMin + 1, 319, 320, 511, 512, 513, 1000, 2048, 4099,
-		PlainMin - 1, PlainMin, PlainMin + 1, 100000, piece, piece + 64 + 5, PlainMax, PlainMax + 1, 1<<20 + 17} {
+		PlainMin - 1, PlainMin, PlainMin + 1, 100000, piece, piece + 64 + 5, 512 << 10, 512<<10 + 1, 1<<20 + 17} {
 		for _, dOff := range []int{0, 1, 15, 33} {
 			for _, sOff := range []int{0, 3} {
 				dst := make([]byte, n+100)
@@ -167,16 +167,45 @@ func TestPlain(t *testing.T) {
 	require.Equal(t, 4100, Plain(make([]byte, 9000), src[:4100]))
 }
 
-// TestPlainUsesMovs: Plain moves PlainMin to PlainMax bytes with REP
-// MOVSB where the CPU has ERMS, in pieces of at most piece bytes, and
-// leaves other sizes and overlapping slices to copy.
+// TestPlainUsesMovs: Plain moves PlainMin bytes and more with REP MOVSB
+// where the CPU has ERMS, in pieces of at most piece bytes (a copy of
+// 1 MiB and more too, which Go's copy would stream past the caches), and
+// leaves smaller sizes and overlapping slices to copy.
 func TestPlainUsesMovs(t *testing.T) {
 	if !haveMovs {
 		t.Skip("no ERMS")
 	}
 	calls := countCalls(t, &movsCopy, piece)
-	checkPlainCalls(t, calls, PlainMax, []callCase{{PlainMin - 1, 0}, {PlainMin, 1}, {piece + 1, 2},
-		{PlainMax, (PlainMax + piece - 1) / piece}, {PlainMax + 1, 0}})
+	checkPlainCalls(t, calls, 4*piece+1, []callCase{{PlainMin - 1, 0}, {PlainMin, 1}, {piece + 1, 2},
+		{1 << 20, (1<<20 + piece - 1) / piece}, {4*piece + 1, 5}})
+}
+
+// TestLocalSkipsWide: Local copies exactly what copy does at every size,
+// moves PlainMin bytes and more with REP MOVSB where the CPU has ERMS (1 MiB
+// and more too), and never uses the 64-byte moves below PlainMin.
+func TestLocalSkipsWide(t *testing.T) {
+	src := make([]byte, 1<<20+300)
+	for i := range src {
+		src[i] = byte(i*3 + i>>10)
+	}
+	wides := countCalls(t, &wideCopy, PlainMin)
+	movses := countCalls(t, &movsCopy, piece)
+	for _, n := range []int{0, 1, 64, WideMin, 2048, 4096 + 3, PlainMin - 1, PlainMin, piece + 1, 1 << 20, 1<<20 + 300} {
+		dst := make([]byte, n+64)
+		before := *movses
+		require.Equal(t, n, Local(dst[1:n+1], src[:n]))
+		require.Equal(t, src[:n], dst[1:n+1], "%d bytes", n)
+		require.Zero(t, dst[0], "%d bytes: byte before the copy changed", n)
+		require.Zero(t, dst[n+1], "%d bytes: byte after the copy changed", n)
+		if haveMovs {
+			want := 0
+			if n >= PlainMin {
+				want = (n + piece - 1) / piece
+			}
+			require.Equal(t, want, *movses-before, "REP MOVSB calls for %d bytes", n)
+		}
+	}
+	require.Zero(t, *wides, "64-byte moves")
 }
 
 // TestPlainUsesWide: Plain moves WideMin up to PlainMin bytes with wide
@@ -251,7 +280,7 @@ func checkPlainCalls(t *testing.T, calls *int, half int, cases []callCase) {
 
 // BenchmarkPlain: Plain against the built-in copy, in cache and beyond.
 func BenchmarkPlain(b *testing.B) {
-	for _, n := range []int{256, 512, 1 << 10, 2 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20} {
+	for _, n := range []int{256, 512, 1 << 10, 2 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20} {
 		src, dst := make([]byte, n), make([]byte, n)
 		for _, name := range []string{"copy", "plain"} {
 			b.Run(fmt.Sprintf("bytes=%d/%s", n, name), func(b *testing.B) {
