@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/internal/ntcopy"
 )
 
 // Collectives. Every rank of the communicator calls the same collectives
@@ -201,7 +203,7 @@ func reduceInto[T Element](c *Comm, send, recv []T, op Op, root int) func(contex
 		if len(recv) != len(send) {
 			return collectives.Reduce(ctx, c.eng, recv, op, root) // the engine reports the count mismatch
 		}
-		copy(recv, send)
+		localCopy(recv, send)
 		return collectives.Reduce(ctx, c.eng, recv, op, root)
 	}
 }
@@ -231,7 +233,7 @@ func allgatherInPlace[T Element](c *Comm, buf []T) func(context.Context) error {
 			return collectives.Allgather(ctx, c.eng, buf[:m], buf) // reports the bad length
 		}
 		mine := make([]T, m)
-		copy(mine, buf[c.rank*m:])
+		localCopy(mine, buf[c.rank*m:])
 		return collectives.Allgather(ctx, c.eng, mine, buf)
 	}
 }
@@ -327,7 +329,7 @@ func AlltoallInPlace[T Element](ctx context.Context, c *Comm, buf []T) error {
 func alltoallInPlace[T Element](c *Comm, buf []T) func(context.Context) error {
 	return func(ctx context.Context) error {
 		send := make([]T, len(buf))
-		copy(send, buf)
+		localCopy(send, buf)
 		return collectives.Alltoall(ctx, c.eng, send, buf)
 	}
 }
@@ -380,7 +382,7 @@ func into[T Element](c *Comm, send, recv []T, op Op, run func(context.Context, *
 			run(ctx, c.eng, recv[:0:0], Op{})
 			return err
 		}
-		copy(recv, send)
+		localCopy(recv, send)
 		return run(ctx, c.eng, recv, op)
 	}
 }
@@ -400,4 +402,11 @@ func sameLen[T any](send, recv []T) error {
 		return fmt.Errorf("%w: send has %d elements, recv %d", ErrInvalidArgument, len(send), len(recv))
 	}
 	return nil
+}
+
+// localCopy copies src into dst as copy does, keeping a copy of 1 MiB or
+// more in the caches (ntcopy.Local): Go's copy streams those past them,
+// and the collective that follows reads or rewrites the lines at once.
+func localCopy[T Element](dst, src []T) {
+	ntcopy.Local(reduce.Bytes(dst), reduce.Bytes(src))
 }
