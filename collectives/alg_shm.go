@@ -168,6 +168,10 @@ type shmState struct {
 	table    []header        // the agreement checks' per-rank headers, reused
 	known    []bool
 	pend     pendCall // the call whose agreement the next call checks (see Agreement)
+	// cp writes what other ranks will read (this rank's slots) by
+	// whichever of non-temporal and cached stores has lately been faster
+	// here (see ntcopy.Chooser).
+	cp ntcopy.Chooser
 }
 
 // newShmState checks the region: every rank's part 8-byte aligned, and
@@ -721,7 +725,7 @@ func (c *call) shmPut(i int, data []byte) error {
 	if err != nil {
 		return err
 	}
-	ntcopy.Copy(dataOf(slot, len(data)), data)
+	c.e.shm.cp.Copy(dataOf(slot, len(data)), data)
 	c.shmPublish(slot, i, len(data))
 	return nil
 }
@@ -734,8 +738,8 @@ func (c *call) shmPutRaw(i int, data []byte, hs, he int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	ntcopy.Copy(slot[shmSlotHdr:], data[:hs])
-	ntcopy.Copy(slot[shmSlotHdr+he:], data[he:])
+	c.e.shm.cp.Copy(slot[shmSlotHdr:], data[:hs])
+	c.e.shm.cp.Copy(slot[shmSlotHdr+he:], data[he:])
 	c.shmPublish(slot, i, len(data))
 	return slot, nil
 }

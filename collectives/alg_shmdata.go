@@ -70,7 +70,7 @@ func (c *call) foldBlocksShm(buf []byte, root int) error {
 				}
 			}
 			if gathered {
-				ntcopy.Copy(red, own)
+				c.e.shm.cp.Copy(red, own)
 			}
 		} else {
 			for q := 0; q < p; q++ {
@@ -231,7 +231,7 @@ func (c *call) shmPublishPieces(i int, send []byte, m, off, n int) error {
 	for j := 0; j < p; j++ {
 		if j != me {
 			k := pieceAt(j, me)
-			ntcopy.Copy(out[k*n:(k+1)*n], send[j*m+off:j*m+off+n])
+			c.e.shm.cp.Copy(out[k*n:(k+1)*n], send[j*m+off:j*m+off+n])
 		}
 	}
 	c.shmPublish(slot, i, (p-1)*n)

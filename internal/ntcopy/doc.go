@@ -29,6 +29,10 @@
 // data another core wrote past the caches, which below 32 KiB Go's copy,
 // prefetching further ahead, reads faster.
 //
+// Chooser copies what another core will read by whichever of Copy and
+// Local has lately been the faster: which one wins changes with where the
+// VM's cores run (see there).
+//
 // Prefetch is the reader's side for small data: it starts the transfer
 // of lines another core wrote, so that they arrive while the reader does
 // other work before copying them.

@@ -56,3 +56,7 @@ var AVX512 = cpuid.CPU.Supports(cpuid.AVX512F) &&
 
 // haveWide: wide runs here (AVX512).
 var haveWide = AVX512
+
+// ticks reads the time-stamp counter (Chooser times its copies by it: a
+// read costs a few ns where the clock costs tens).
+func ticks() uint64

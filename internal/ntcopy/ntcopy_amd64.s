@@ -134,3 +134,14 @@ wtail:
 	VMOVDQU64 Z4, 0(R8)
 	VZEROUPPER
 	RET
+
+// func ticks() uint64
+// The time-stamp counter, after the instructions before it have finished
+// (LFENCE), for Chooser's relative timings.
+TEXT ·ticks(SB), NOSPLIT, $0-8
+	LFENCE
+	RDTSC
+	SHLQ $32, DX
+	ORQ  DX, AX
+	MOVQ AX, ret+0(FP)
+	RET

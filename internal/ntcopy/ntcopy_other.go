@@ -31,3 +31,7 @@ const haveWide = false
 func wide(dst, src unsafe.Pointer, n uintptr) {
 	copy(unsafe.Slice((*byte)(dst), n), unsafe.Slice((*byte)(src), n))
 }
+
+// ticks is never called here: Chooser times only non-temporal copies,
+// which need amd64.
+func ticks() uint64 { return 0 }

@@ -14,13 +14,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestCopy: every length and alignment copies exactly the bytes copy
-// does, and nothing around them.
-func TestCopy(t *testing.T) {
-	src := make([]byte, 1<<20+300)
+// testSource is n bytes of a pattern that repeats only every 64 KiB, for
+// the copies' tests to copy.
+func testSource(n int) []byte {
+	src := make([]byte, n)
 	for i := range src {
 		src[i] = byte(i*7 + i>>8)
 	}
+	return src
+}
+
+// TestCopy: every length and alignment copies exactly the bytes copy
+// does, and nothing around them.
+func TestCopy(t *testing.T) {
+	src := testSource(1<<20 + 300)
 	for _, n := range []int{0, 1, 63, 64, MinBytes - 1, MinBytes, MinBytes + 1, 10000, piece, piece + 64 + 5, 1<<20 + 17} {
 		for _, dOff := range []int{0, 1, 8, 15, 16, 33} {
 			for _, sOff := range []int{0, 3, 16} {
@@ -133,10 +140,7 @@ func BenchmarkCrossCoreRewrite(b *testing.B) {
 // TestPlain: every length and alignment copies exactly the bytes copy
 // does, and nothing around them.
 func TestPlain(t *testing.T) {
-	src := make([]byte, 1<<20+300)
-	for i := range src {
-		src[i] = byte(i*5 + i>>9)
-	}
+	src := testSource(1<<20 + 300)
 	for _, n := range []int{0, 1, 63, 64, 65, WideMin - 1, WideMin, WideMin + 1, 319, 320, 511, 512, 513, 1000, 2048, 4099,
 		PlainMin - 1, PlainMin, PlainMin + 1, 100000, piece, piece + 64 + 5, 512 << 10, 512<<10 + 1, 1<<20 + 17} {
 		for _, dOff := range []int{0, 1, 15, 33} {
@@ -184,10 +188,7 @@ func TestPlainUsesMovs(t *testing.T) {
 // moves PlainMin bytes and more with REP MOVSB where the CPU has ERMS (1 MiB
 // and more too), and never uses the 64-byte moves below PlainMin.
 func TestLocalSkipsWide(t *testing.T) {
-	src := make([]byte, 1<<20+300)
-	for i := range src {
-		src[i] = byte(i*3 + i>>10)
-	}
+	src := testSource(1<<20 + 300)
 	wides := countCalls(t, &wideCopy, PlainMin)
 	movses := countCalls(t, &movsCopy, piece)
 	for _, n := range []int{0, 1, 64, WideMin, 2048, 4096 + 3, PlainMin - 1, PlainMin, piece + 1, 1 << 20, 1<<20 + 300} {
