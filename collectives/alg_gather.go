@@ -69,7 +69,7 @@ func (c *call) allgatherRD(buf []byte) error {
 func (c *call) allgatherBruck(buf []byte) error {
 	p := c.n
 	tmp := c.get(len(buf))
-	ntcopy.Local(c.rblock(tmp, 0), c.rblock(buf, c.me))
+	ntcopy.Bulk(c.rblock(tmp, 0), c.rblock(buf, c.me))
 	for k := 1; k < p; k <<= 1 {
 		cnt := min(k, p-k)
 		if err := c.exchange(mod(c.me-k, p), c.rblocks(tmp, 0, cnt), mod(c.me+k, p), c.rblocks(tmp, k, k+cnt)); err != nil {
@@ -77,7 +77,7 @@ func (c *call) allgatherBruck(buf []byte) error {
 		}
 	}
 	for i := 0; i < p; i++ {
-		ntcopy.Local(c.rblock(buf, mod(c.me+i, p)), c.rblock(tmp, i))
+		ntcopy.Bulk(c.rblock(buf, mod(c.me+i, p)), c.rblock(tmp, i))
 	}
 	return nil
 }
@@ -137,7 +137,7 @@ func (c *call) gatherLinear(send, recv []byte, root int) error {
 		}
 		return s.wait()
 	}
-	ntcopy.Local(c.rblock(recv, root), send)
+	ntcopy.Bulk(c.rblock(recv, root), send)
 	var rs []*inMsg
 	for r := 0; r < c.n; r++ {
 		if r != root {
@@ -163,7 +163,7 @@ func (c *call) gatherBinomial(send, recv []byte, root int) error {
 	p := c.n
 	vr := mod(c.me-root, p)
 	tmp := c.get(int(c.h.count) * c.esize * p)
-	ntcopy.Local(c.rblock(tmp, 0), send)
+	ntcopy.Bulk(c.rblock(tmp, 0), send)
 	have := 1
 	for mask := 1; mask < p; mask <<= 1 {
 		if vr&mask != 0 {
@@ -182,7 +182,7 @@ func (c *call) gatherBinomial(send, recv []byte, root int) error {
 		}
 	}
 	for v := 0; v < p; v++ {
-		ntcopy.Local(c.rblock(recv, mod(v+root, p)), c.rblock(tmp, v))
+		ntcopy.Bulk(c.rblock(recv, mod(v+root, p)), c.rblock(tmp, v))
 	}
 	return nil
 }
@@ -202,7 +202,7 @@ func (c *call) scatterLinear(send, recv []byte, root int) error {
 			ss = append(ss, m)
 		}
 	}
-	ntcopy.Local(recv, c.rblock(send, root))
+	ntcopy.Bulk(recv, c.rblock(send, root))
 	for _, m := range ss {
 		if err := m.wait(); err != nil {
 			return err
@@ -220,7 +220,7 @@ func (c *call) scatterBinomial(send, recv []byte, root int) error {
 	mask := 1
 	if vr == 0 {
 		for v := 0; v < p; v++ {
-			ntcopy.Local(c.rblock(tmp, v), c.rblock(send, mod(v+root, p)))
+			ntcopy.Bulk(c.rblock(tmp, v), c.rblock(send, mod(v+root, p)))
 		}
 		for mask < p {
 			mask <<= 1
@@ -243,7 +243,7 @@ func (c *call) scatterBinomial(send, recv []byte, root int) error {
 			ss = append(ss, s)
 		}
 	}
-	ntcopy.Local(recv, c.rblock(tmp, 0))
+	ntcopy.Bulk(recv, c.rblock(tmp, 0))
 	for _, s := range ss {
 		if err := s.wait(); err != nil {
 			return err
@@ -265,7 +265,7 @@ func (c *call) gathervLinear(send, recv []byte, counts []int, root int) error {
 	}
 	off := prefix(counts)
 	b := func(i int) []byte { return recv[off[i]*c.esize : off[i+1]*c.esize] }
-	ntcopy.Local(b(root), send)
+	ntcopy.Bulk(b(root), send)
 	var rs []*inMsg
 	for r := 0; r < c.n; r++ {
 		if r != root {
@@ -304,7 +304,7 @@ func (c *call) scattervLinear(send, recv []byte, counts []int, root int) error {
 			ss = append(ss, m)
 		}
 	}
-	ntcopy.Local(recv, b(root))
+	ntcopy.Bulk(recv, b(root))
 	for _, m := range ss {
 		if err := m.wait(); err != nil {
 			return err
@@ -317,7 +317,7 @@ func (c *call) scattervLinear(send, recv []byte, counts []int, root int) error {
 // the block from r−s: p−1 steps, every link busy, no scratch.
 func (c *call) alltoallPairwise(send, recv []byte) error {
 	p := c.n
-	ntcopy.Local(c.rblock(recv, c.me), c.rblock(send, c.me))
+	ntcopy.Bulk(c.rblock(recv, c.me), c.rblock(send, c.me))
 	for s := 1; s < p; s++ {
 		dst, src := mod(c.me+s, p), mod(c.me-s, p)
 		if err := c.exchange(dst, c.rblock(send, dst), src, c.rblock(recv, src)); err != nil {
@@ -333,7 +333,7 @@ func (c *call) alltoallPairwise(send, recv []byte) error {
 // ranks.
 func (c *call) alltoallLinear(send, recv []byte) error {
 	p := c.n
-	ntcopy.Local(c.rblock(recv, c.me), c.rblock(send, c.me))
+	ntcopy.Bulk(c.rblock(recv, c.me), c.rblock(send, c.me))
 	return c.postAll(func() error {
 		for s := 1; s < p; s++ {
 			src := mod(c.me-s, p)
@@ -361,7 +361,7 @@ func (c *call) alltoallBruck(send, recv []byte) error {
 	tmp := c.get(len(send))
 	bl := int(c.h.count) * c.esize
 	for i := 0; i < p; i++ {
-		ntcopy.Local(c.rblock(tmp, i), c.rblock(send, mod(c.me+i, p)))
+		ntcopy.Bulk(c.rblock(tmp, i), c.rblock(send, mod(c.me+i, p)))
 	}
 	pack := c.get(bl * ((p + 1) / 2))
 	unpack := c.get(bl * ((p + 1) / 2))
@@ -369,7 +369,7 @@ func (c *call) alltoallBruck(send, recv []byte) error {
 		n := 0
 		for i := 0; i < p; i++ {
 			if i&k != 0 {
-				ntcopy.Local(pack[n*bl:], c.rblock(tmp, i))
+				ntcopy.Bulk(pack[n*bl:], c.rblock(tmp, i))
 				n++
 			}
 		}
@@ -379,13 +379,13 @@ func (c *call) alltoallBruck(send, recv []byte) error {
 		n = 0
 		for i := 0; i < p; i++ {
 			if i&k != 0 {
-				ntcopy.Local(c.rblock(tmp, i), unpack[n*bl:(n+1)*bl])
+				ntcopy.Bulk(c.rblock(tmp, i), unpack[n*bl:(n+1)*bl])
 				n++
 			}
 		}
 	}
 	for i := 0; i < p; i++ {
-		ntcopy.Local(c.rblock(recv, mod(c.me-i, p)), c.rblock(tmp, i))
+		ntcopy.Bulk(c.rblock(recv, mod(c.me-i, p)), c.rblock(tmp, i))
 	}
 	return nil
 }
@@ -398,7 +398,7 @@ func (c *call) alltoallvPairwise(send []byte, scounts []int, recv []byte, rcount
 	so, ro := prefix(scounts), prefix(rcounts)
 	sb := func(i int) []byte { return send[so[i]*c.esize : so[i+1]*c.esize] }
 	rb := func(i int) []byte { return recv[ro[i]*c.esize : ro[i+1]*c.esize] }
-	ntcopy.Local(rb(c.me), sb(c.me))
+	ntcopy.Bulk(rb(c.me), sb(c.me))
 	for s := 1; s < p; s++ {
 		dst, src := mod(c.me+s, p), mod(c.me-s, p)
 		if err := c.sendrecv(dst, sb(dst), int64(scounts[dst]), src, rb(src), int64(rcounts[src])); err != nil {

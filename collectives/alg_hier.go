@@ -260,7 +260,7 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 	pack := func(ranks []int) []byte {
 		b := c.get(len(ranks) * bs)
 		for i, r := range ranks {
-			ntcopy.Local(b[i*bs:(i+1)*bs], c.rblock(buf, r))
+			ntcopy.Bulk(b[i*bs:(i+1)*bs], c.rblock(buf, r))
 		}
 		return b
 	}
@@ -278,7 +278,7 @@ func (c *call) leadersExchange(buf []byte, leaders []int) error {
 			continue
 		}
 		for i, r := range ranksOf[leaders[v]] {
-			ntcopy.Local(c.rblock(buf, r), b[i*bs:(i+1)*bs])
+			ntcopy.Bulk(c.rblock(buf, r), b[i*bs:(i+1)*bs])
 		}
 	}
 	return nil
@@ -328,7 +328,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 	}
 	for i := range local {
 		for j, r := range local {
-			ntcopy.Local(c.rblock(to[j], local[i]), c.rblock(from[i], r))
+			ntcopy.Bulk(c.rblock(to[j], local[i]), c.rblock(from[i], r))
 		}
 	}
 	if len(leaders) > 1 {
@@ -343,7 +343,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 				b := c.get(lc.n * len(dst) * bs)
 				for i := range local {
 					for j, d := range dst {
-						ntcopy.Local(b[(i*len(dst)+j)*bs:], c.rblock(from[i], d))
+						ntcopy.Bulk(b[(i*len(dst)+j)*bs:], c.rblock(from[i], d))
 					}
 				}
 				return b
@@ -357,7 +357,7 @@ func (c *call) alltoallHier(send, recv []byte) error {
 			}
 			for i, src := range ranksOf[leaders[v]] {
 				for j := range local {
-					ntcopy.Local(c.rblock(to[j], src), b[(i*lc.n+j)*bs:(i*lc.n+j+1)*bs])
+					ntcopy.Bulk(c.rblock(to[j], src), b[(i*lc.n+j)*bs:(i*lc.n+j+1)*bs])
 				}
 			}
 		}
@@ -402,7 +402,7 @@ func (c *call) reduceScatterHier(work, out []byte) error {
 				dst := ranksOf[leaders[v]]
 				b := c.get(len(dst) * bs)
 				for i, r := range dst {
-					ntcopy.Local(b[i*bs:(i+1)*bs], blk(work, r))
+					ntcopy.Bulk(b[i*bs:(i+1)*bs], blk(work, r))
 				}
 				return b
 			})
@@ -418,7 +418,7 @@ func (c *call) reduceScatterHier(work, out []byte) error {
 			}
 		}
 	}
-	ntcopy.Local(out, blk(work, c.me))
+	ntcopy.Bulk(out, blk(work, c.me))
 	return lc.postAll(func() error {
 		for v := 1; v < lc.n; v++ {
 			if _, err := lc.send(v, blk(work, local[v]), c.h.count); err != nil {

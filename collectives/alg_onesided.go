@@ -131,7 +131,7 @@ func (c *call) allreduceRingOneSided(buf []byte) error {
 		if reduce {
 			c.kern.Combine(dst, src)
 		} else {
-			ntcopy.Local(dst, src)
+			ntcopy.Bulk(dst, src)
 		}
 		r, err := win.Put(c.world(left), 0, nil, uint32(slot))
 		if err != nil {

@@ -59,7 +59,7 @@ func (c *call) allreduceRD(send, buf []byte) error {
 				if err := c.exchange(dst, send, dst, tmp); err != nil {
 					return err
 				}
-				ntcopy.Local(buf, send)
+				ntcopy.Bulk(buf, send)
 				c.kern.Combine(buf, tmp)
 			default:
 				if err := c.exchange(dst, buf, dst, tmp); err != nil {
@@ -75,7 +75,7 @@ func (c *call) allreduceRD(send, buf []byte) error {
 		}
 	}
 	if send != nil { // one rank: no step read it
-		ntcopy.Local(buf, send)
+		ntcopy.Bulk(buf, send)
 	}
 	return c.unfold(f, buf)
 }
@@ -175,7 +175,7 @@ func (c *call) ringPipe(send, buf []byte, piece int) error {
 	p, es, cnt := c.n, c.esize, c.vec
 	if p == 1 {
 		if send != nil {
-			ntcopy.Local(buf, send)
+			ntcopy.Bulk(buf, send)
 		}
 		return nil
 	}
@@ -296,7 +296,7 @@ func (c *call) halvingReduceScatter(send, buf []byte) (fold, error) {
 	f := newFold(p)
 	me := c.me
 	if send != nil && (me < 2*f.rem || f.pof2 == 1) {
-		ntcopy.Local(buf, send)
+		ntcopy.Bulk(buf, send)
 		send = nil
 	}
 	var tmp []byte
@@ -407,12 +407,12 @@ func (c *call) orderedReduceScatter(buf []byte) error {
 	}); err != nil {
 		return err
 	}
-	ntcopy.Local(slot(c.me), mine)
+	ntcopy.Bulk(slot(c.me), mine)
 	acc := slot(0)
 	for r := 1; r < p; r++ {
 		c.kern.Combine(acc, slot(r))
 	}
-	ntcopy.Local(mine, acc)
+	ntcopy.Bulk(mine, acc)
 	return nil
 }
 

@@ -14,7 +14,7 @@ func (c *call) scanRD(buf []byte, exclusive bool) (bool, error) {
 	partial := c.get(n)
 	tmp := c.get(n)
 	tmp2 := c.get(n)
-	ntcopy.Local(partial, buf)
+	ntcopy.Bulk(partial, buf)
 	have := !exclusive
 	for mask := 1; mask < c.n; mask <<= 1 {
 		dst := c.me ^ mask
@@ -26,10 +26,10 @@ func (c *call) scanRD(buf []byte, exclusive bool) (bool, error) {
 		}
 		if dst < c.me {
 			if have {
-				ntcopy.Local(tmp2, tmp)
+				ntcopy.Bulk(tmp2, tmp)
 				c.combineLower(buf, tmp2)
 			} else {
-				ntcopy.Local(buf, tmp)
+				ntcopy.Bulk(buf, tmp)
 				have = true
 			}
 			c.combineLower(partial, tmp)

@@ -92,5 +92,5 @@ func (f fold) old(j int) int { return f.last(j) }
 // the bits) the same on the two ranks of a pair; tmp is clobbered.
 func (c *call) combineLower(acc, lower []byte) {
 	c.kern.Combine(lower, acc)
-	ntcopy.Local(acc, lower)
+	ntcopy.Bulk(acc, lower)
 }

@@ -223,7 +223,7 @@ func AllreduceInto[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 // allreduceInto runs AllreduceInto's algorithm alg from send into recv.
 func (c *call) allreduceInto(send, recv []byte, alg Algorithm) error {
 	if alg != Ring && alg != Rabenseifner && alg != RecursiveDoubling || overlap(send, recv) {
-		ntcopy.Local(recv, send)
+		ntcopy.Bulk(recv, send)
 		return c.allreduce(recv, alg)
 	}
 	var err error
@@ -282,7 +282,7 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 			work := b
 			if c.me != root && len(b) > 0 && alg != SharedMemory {
 				work = c.get(len(b))
-				ntcopy.Local(work, b)
+				ntcopy.Bulk(work, b)
 			}
 			var err error
 			switch alg {
@@ -333,7 +333,7 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 			}
 			work := c.get(len(sb))
 			if alg != RecursiveHalving { // which reads sb itself
-				ntcopy.Local(work, sb)
+				ntcopy.Bulk(work, sb)
 			}
 			// The block helpers split c.vec elements; here the vector has
 			// p·m of them, in blocks of exactly m (messages still announce m).
@@ -347,13 +347,13 @@ func ReduceScatter[T reduce.Element](ctx context.Context, e *Engine, send, recv 
 				}
 			case Ring:
 				if err = c.ringReduceScatter(work); err == nil {
-					ntcopy.Local(rb, block(work, c.esize, c.vec, p, c.me))
+					ntcopy.Bulk(rb, block(work, c.esize, c.vec, p, c.me))
 				}
 			case Hierarchical:
 				err = c.reduceScatterHier(work, rb)
 			default:
 				if err = c.orderedReduceScatter(work); err == nil {
-					ntcopy.Local(rb, block(work, c.esize, c.vec, p, c.me))
+					ntcopy.Bulk(rb, block(work, c.esize, c.vec, p, c.me))
 				}
 			}
 			if err == nil && c.kern.Finish != nil {
@@ -372,7 +372,7 @@ func (c *call) unfoldBlock(f fold, work, recv []byte) error {
 	if me < 2*f.rem && me%2 == 0 {
 		return c.recvWait(me+1, recv)
 	}
-	ntcopy.Local(recv, block(work, es, cnt, p, me))
+	ntcopy.Bulk(recv, block(work, es, cnt, p, me))
 	if me < 2*f.rem {
 		s, err := c.send(me-1, block(work, es, cnt, p, me-1), c.h.count)
 		if err != nil {
@@ -396,7 +396,7 @@ func Allgather[T reduce.Element](ctx context.Context, e *Engine, send, recv []T)
 			return nil
 		}()},
 		func(c *call, alg Algorithm) error {
-			ntcopy.Local(c.rblock(rb, c.me), sb)
+			ntcopy.Bulk(c.rblock(rb, c.me), sb)
 			switch alg {
 			case SharedMemory:
 				if c.e.shm.pr != nil && c.e.model.readsBlocks(len(sb)) {
@@ -441,7 +441,7 @@ func Allgatherv[T reduce.Element](ctx context.Context, e *Engine, send, recv []T
 		}()},
 		func(c *call, alg Algorithm) error {
 			off := prefix(counts)
-			ntcopy.Local(rb[off[c.me]*c.esize:], sb)
+			ntcopy.Bulk(rb[off[c.me]*c.esize:], sb)
 			return c.allgathervRing(rb, counts)
 		})
 }

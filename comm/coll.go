@@ -405,8 +405,8 @@ func sameLen[T any](send, recv []T) error {
 }
 
 // localCopy copies src into dst as copy does, keeping a copy of 1 MiB or
-// more in the caches (ntcopy.Local): Go's copy streams those past them,
+// more in the caches (ntcopy.Bulk): Go's copy streams those past them,
 // and the collective that follows reads or rewrites the lines at once.
 func localCopy[T Element](dst, src []T) {
-	ntcopy.Local(reduce.Bytes(dst), reduce.Bytes(src))
+	ntcopy.Bulk(reduce.Bytes(dst), reduce.Bytes(src))
 }

@@ -92,9 +92,9 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 	}
 	switch {
 	case pi.r != nil:
-		ntcopy.CopyIn(pi.r.buf[pi.got:], data)
+		ntcopy.Bulk(pi.r.buf[pi.got:], data)
 	case pi.in != nil:
-		ntcopy.CopyIn(pi.in.data[pi.got:], data)
+		ntcopy.Bulk(pi.in.data[pi.got:], data)
 	}
 	pi.got += len(data)
 	if pi.got < pi.size {
@@ -123,7 +123,7 @@ func (ep *Endpoint) matchPipeLocked(r *Request, env envelope, pi *pipeIn) {
 		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: pi.size, Cap: len(r.buf)}))
 	default:
 		if in != nil {
-			ntcopy.CopyIn(r.buf, in.data[:pi.got])
+			ntcopy.Bulk(r.buf, in.data[:pi.got])
 			ep.spare.put(in.data) // the rest goes to r.buf directly
 			in.data = nil
 		}

@@ -760,7 +760,7 @@ func (ep *Endpoint) departLocked(p *peer) {
 // deliverEagerLocked copies an eager payload into a matched receive.
 func (ep *Endpoint) deliverEagerLocked(r *Request, env envelope, data []byte) {
 	r.status = Status{Source: env.src, Tag: int(env.tag), Count: len(data)}
-	n := ntcopy.CopyIn(r.buf, data)
+	n := ntcopy.Bulk(r.buf, data)
 	if n < len(data) {
 		r.status.Count = n
 		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: len(data), Cap: len(r.buf)}))

@@ -4,7 +4,7 @@ import "math/bits"
 
 // Chooser copies data that another core will read (a shared-memory slot)
 // by whichever of two ways has lately been the faster here: Copy's
-// non-temporal stores or Local's cached ones. Which wins depends on the
+// non-temporal stores or Bulk's cached ones. Which wins depends on the
 // machine and on the moment, not on the size alone: on the 2-core VM
 // measured, a 2-rank allreduce of 4 KiB-4 MiB through slots took 0.45-0.7
 // of the time with cached stores in one minute (the non-temporal ones,
@@ -63,7 +63,7 @@ func (c *Chooser) Copy(dst, src []byte) int {
 	if way == wayNT {
 		Copy(dst[:n], src[:n])
 	} else {
-		Local(dst[:n], src[:n])
+		Bulk(dst[:n], src[:n])
 	}
 	if timed {
 		c.note(k, way, (ticks()-t0)<<10/uint64(n))

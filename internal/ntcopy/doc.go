@@ -24,13 +24,13 @@
 // 32 bytes an instruction and took 1.5-1.7 times as long there), REP
 // MOVSB from 32 KiB up where the CPU has ERMS (Go's copy took 1.3-1.6
 // times as long up to 512 KiB, and from 1 MiB streams past the caches),
-// the built-in copy otherwise. Local is Plain without the 64-byte moves,
-// for a collective's copies of a rank's own data. CopyIn is Plain for
-// data another core wrote past the caches, which below 32 KiB Go's copy,
-// prefetching further ahead, reads faster.
+// the built-in copy otherwise. Bulk is Plain without the 64-byte moves,
+// for a collective's copies of a rank's own data and for data another
+// core wrote past the caches, which below 32 KiB Go's copy, prefetching
+// further ahead, reads faster.
 //
 // Chooser copies what another core will read by whichever of Copy and
-// Local has lately been the faster: which one wins changes with where the
+// Bulk has lately been the faster: which one wins changes with where the
 // VM's cores run (see there).
 //
 // Prefetch is the reader's side for small data: it starts the transfer

@@ -111,26 +111,19 @@ func Plain(dst, src []byte) int {
 	return n
 }
 
-// Local is the copy for a rank's own data of some size (a collective's
-// copy of its input into its result, or of a block between its buffers):
-// REP MOVSB from PlainMin bytes, as Plain, so that a copy of 1 MiB or more
-// stays in the caches (see PlainMin), and Go's copy below. It leaves out
-// Plain's 64-byte moves: with them, a 2-rank allgather and allreduce of
-// 2 KiB, whose next step reads or publishes what the copy wrote, took
-// 1.17-1.28 times as long (9 rounds), while 1 and 4 KiB were even.
-func Local(dst, src []byte) int {
-	if min(len(dst), len(src)) < PlainMin {
-		return copy(dst, src)
-	}
-	return Plain(dst, src)
-}
-
-// CopyIn is Plain for data another core wrote past the caches (a peer's
-// eager message or pipelined fragment in a receive buffer): it leaves
-// copies below PlainMin to Go's copy, whose loop prefetches further ahead
-// than wide's; with wide, a receiver copying 16-32 KiB fragments while
-// its own went the other way (bibw over shm) ran at 0.86-0.97 of the rate.
-func CopyIn(dst, src []byte) int {
+// Bulk is Plain without its 64-byte moves: REP MOVSB from PlainMin bytes,
+// Go's copy below. It is the copy for bulk data on two paths. A rank's own
+// data in a collective (its input copied into its result, a block between
+// its buffers), whose next step reads or publishes what the copy wrote:
+// with the 64-byte moves a 2-rank allgather and allreduce of 2 KiB took
+// 1.17-1.28 times as long (9 rounds; 1 and 4 KiB even), and from 1 MiB
+// REP MOVSB keeps the lines in the caches (see PlainMin). And data another
+// core wrote past the caches (a peer's eager message or pipelined fragment
+// in a receive buffer), which below PlainMin Go's copy, whose loop
+// prefetches further ahead than wide's, reads faster: with wide, a receiver
+// copying 16-32 KiB fragments while its own went the other way (bibw over
+// shm) ran at 0.86-0.97 of the rate.
+func Bulk(dst, src []byte) int {
 	if min(len(dst), len(src)) < PlainMin {
 		return copy(dst, src)
 	}

@@ -184,26 +184,32 @@ func TestPlainUsesMovs(t *testing.T) {
 		{1 << 20, (1<<20 + piece - 1) / piece}, {4*piece + 1, 5}})
 }
 
-// TestLocalSkipsWide: Local copies exactly what copy does at every size,
-// moves PlainMin bytes and more with REP MOVSB where the CPU has ERMS (1 MiB
-// and more too), and never uses the 64-byte moves below PlainMin.
-func TestLocalSkipsWide(t *testing.T) {
-	src := testSource(1<<20 + 300)
+// TestBulkSkipsWide: Bulk copies exactly what copy does at every size
+// and offset, and nothing around it, moves PlainMin bytes and more with REP
+// MOVSB where the CPU has ERMS (1 MiB and more too), and never uses the
+// 64-byte moves (below PlainMin it is Go's copy).
+func TestBulkSkipsWide(t *testing.T) {
+	src := testSource(1<<20 + 301)
 	wides := countCalls(t, &wideCopy, PlainMin)
 	movses := countCalls(t, &movsCopy, piece)
-	for _, n := range []int{0, 1, 64, WideMin, 2048, 4096 + 3, PlainMin - 1, PlainMin, piece + 1, 1 << 20, 1<<20 + 300} {
-		dst := make([]byte, n+64)
-		before := *movses
-		require.Equal(t, n, Local(dst[1:n+1], src[:n]))
-		require.Equal(t, src[:n], dst[1:n+1], "%d bytes", n)
-		require.Zero(t, dst[0], "%d bytes: byte before the copy changed", n)
-		require.Zero(t, dst[n+1], "%d bytes: byte after the copy changed", n)
-		if haveMovs {
-			want := 0
-			if n >= PlainMin {
-				want = (n + piece - 1) / piece
+	for _, n := range []int{0, 1, 64, WideMin, 2048, 4096 + 3, 4096 + 5, PlainMin - 1, PlainMin, PlainMin + 4096,
+		piece + 1, 1 << 20, 1<<20 + 300} {
+		for _, off := range []struct{ d, s int }{{1, 0}, {0, 1}} {
+			dst := make([]byte, n+2)
+			before := *movses
+			require.Equal(t, n, Bulk(dst[off.d:off.d+n], src[off.s:off.s+n]))
+			require.Equal(t, src[off.s:off.s+n], dst[off.d:off.d+n], "%d bytes %+v", n, off)
+			if off.d == 1 {
+				require.Zero(t, dst[0], "%d bytes: byte before the copy changed", n)
 			}
-			require.Equal(t, want, *movses-before, "REP MOVSB calls for %d bytes", n)
+			require.Zero(t, dst[off.d+n], "%d bytes %+v: byte after the copy changed", n, off)
+			if haveMovs {
+				want := 0
+				if n >= PlainMin {
+					want = (n + piece - 1) / piece
+				}
+				require.Equal(t, want, *movses-before, "REP MOVSB calls for %d bytes", n)
+			}
 		}
 	}
 	require.Zero(t, *wides, "64-byte moves")
@@ -326,21 +332,4 @@ func guardedPage(t *testing.T) []byte {
 	t.Cleanup(func() { unix.Munmap(m) })
 	require.NoError(t, unix.Mprotect(m[page:], unix.PROT_NONE))
 	return m[:page]
-}
-
-// TestCopyIn: CopyIn copies like copy at every size, never with wide
-// (below PlainMin it is Go's copy; from there Plain's REP MOVSB).
-func TestCopyIn(t *testing.T) {
-	calls := countCalls(t, &wideCopy, PlainMin)
-	src := make([]byte, PlainMin+4097)
-	for i := range src {
-		src[i] = byte(i*3 + i>>7)
-	}
-	for _, n := range []int{0, 1, WideMin, 4096 + 5, PlainMin - 1, PlainMin, PlainMin + 4096} {
-		dst := make([]byte, n+1)
-		require.Equal(t, n, CopyIn(dst, src[1:1+n]))
-		require.Equal(t, src[1:1+n], dst[:n], "%d bytes", n)
-		require.Zero(t, dst[n], "%d bytes: a byte past the copy changed", n)
-	}
-	assert.Zero(t, *calls, "wide calls")
 }
