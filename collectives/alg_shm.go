@@ -153,6 +153,7 @@ type shmState struct {
 	waits    int        // claims that looked at a reader's done word (for tests)
 	rounds   int        // rounds this rank published (for tests)
 	stores   int        // stores of this rank's done word (for tests)
+	quick    int        // calls ended by endQuick (for tests)
 	crowded  bool       // the region is Crowded
 	light    int8       // publish lightly: 1 yes, -1 no, 0 not known yet (lightNow)
 	looks    int        // lightNow's looks at the fences words while it did not know
@@ -167,7 +168,12 @@ type shmState struct {
 	used     [2]uint64       // per slot, the round this rank last wrote into it
 	table    []header        // the agreement checks' per-rank headers, reused
 	known    []bool
-	pend     pendCall // the call whose agreement the next call checks (see Agreement)
+	// pends[pendAt] is the call whose agreement the next call checks (see
+	// Agreement), if its calls is not 0; a call fills the other entry
+	// before it publishes anything and takes it as pending by flipping
+	// pendAt (see Engine.execute for why not by copying it there).
+	pends  [2]pendCall
+	pendAt int
 	// cp writes what other ranks will read (this rank's slots) by
 	// whichever of non-temporal and cached stores has lately been faster
 	// here (see ntcopy.Chooser).
@@ -409,23 +415,23 @@ func (e *Engine) verdict(p *pendCall, table []header, known []bool, refused []er
 // until every peer has announced (or ended) the previous call, unless this
 // call will read every peer's header with its data (readsAll): every peer
 // has announced the previous call by then, so the check is left to the
-// end of this call (after) and costs no wait. late is the previous call's
-// disagreement, which this call reports once it has done its part; err is
-// why this call cannot go on.
-func (c *call) shmEnter(bad error, readsAll bool) (late error, after pendCall, err error) {
+// end of this call (after: the call is s.pend(), which the caller then
+// checks with shmVerify and drops) and costs no wait. late is the previous
+// call's disagreement, which this call reports once it has done its part;
+// err is why this call cannot go on.
+func (c *call) shmEnter(bad error, readsAll bool) (late error, after bool, err error) {
 	e := c.e
 	s := e.shm
 	if !c.shmHeld {
 		if !e.shmMu.TryRLock() {
-			return nil, after, nil // Close is under way
+			return nil, false, nil // Close is under way
 		}
 		defer e.shmMu.RUnlock()
 	}
 	if e.shmGone {
-		return nil, after, nil
+		return nil, false, nil
 	}
-	if p := s.pend; p.calls != 0 {
-		s.pend.calls = 0
+	if p := s.pend(); p.calls != 0 {
 		switch {
 		case p.calls != c.calls-1: // a call in between failed before it began
 		case bad != nil: // this call fails with its own reason (which wins)
@@ -435,13 +441,16 @@ func (c *call) shmEnter(bad error, readsAll bool) (late error, after pendCall, e
 			// checks it, and the seen it gives may spare this call's claim
 			// of a slot its look at their done words.
 			var ok bool
-			if late, ok = c.shmVerifyNow(&p); !ok {
-				after = p
-			}
+			late, ok = c.shmVerifyNow(p)
+			after = !ok
 		default:
-			if late, err = c.shmVerify(&p); err != nil {
-				return nil, after, err
-			}
+			late, err = c.shmVerify(p)
+		}
+		if !after {
+			p.calls = 0
+		}
+		if err != nil {
+			return nil, false, err
 		}
 	}
 	if bad == nil {
@@ -451,6 +460,21 @@ func (c *call) shmEnter(bad error, readsAll bool) (late error, after pendCall, e
 	h, reason := refusal(c.seq, e.rank, bad)
 	s.announce(e.rank, c.calls, &h, reason)
 	return nil, after, nil
+}
+
+// pend is the call whose agreement this rank's next call checks, if its
+// calls is not 0 (see Agreement).
+func (s *shmState) pend() *pendCall { return &s.pends[s.pendAt] }
+
+// nextPend is where a call records itself before it publishes anything,
+// in case it ends pending (see Engine.execute); pendNext makes it so.
+func (s *shmState) nextPend() *pendCall { return &s.pends[s.pendAt^1] }
+
+// pendNext makes the call nextPend holds the pending one; the one pend
+// held has been checked.
+func (s *shmState) pendNext() {
+	s.pends[s.pendAt].calls = 0
+	s.pendAt ^= 1
 }
 
 // shmVerify waits until every peer has announced (or ended) the pending
@@ -504,11 +528,11 @@ func (c *call) shmVerifyAs(p *pendCall, wait bool) (late error, ok bool, err err
 // fails.
 func (e *Engine) closeVerify() error {
 	s := e.shm
-	p := s.pend
+	p := *s.pend()
 	if p.calls == 0 {
 		return nil
 	}
-	s.pend.calls = 0
+	s.pend().calls = 0
 	table, known := s.tables(e.size)
 	refused := make([]error, e.size)
 	seen := make([]bool, e.size)

@@ -73,11 +73,25 @@ func (e *Engine) execute(ctx context.Context, s *spec, kern *reduce.Kernel, alg 
 	if err != nil {
 		return err
 	}
-	var late error     // the previous call's disagreement (see shmEnter)
-	var after pendCall // the previous call, when its check waits for this one's end
-	readsAll, seen := false, -1
+	var late error // the previous call's disagreement (see shmEnter)
+	after := false // the previous call's check waits for this one's end
+	readsAll, pends := false, false
 	if alg == SharedMemory {
+		var seen int
 		readsAll, seen = e.shmReads(s)
+		// A shared-memory call that does not read every peer's header (a
+		// bcast, a reduce on a sender, an empty allreduce) leaves its
+		// agreement to this rank's next call, or Close (see Agreement in
+		// alg_shm.go). It writes that record now, before it publishes: the
+		// stores of a publication wait in the store buffer until the peer
+		// polling those lines gives them up, and a copy of a record as
+		// large as this one (its 16-byte moves overlap) would wait for them
+		// (a failed store-to-load forwarding), where the call otherwise
+		// returns without waiting.
+		if pends = e.size > 1 && !readsAll; pends {
+			p := e.shm.nextPend()
+			p.calls, p.h, p.op, p.alg, p.seen = c.calls, c.h, c.op, alg, seen
+		}
 	}
 	if e.shm != nil && e.size > 1 {
 		if late, after, err = c.shmEnter(bad, readsAll); err != nil {
@@ -104,16 +118,16 @@ func (e *Engine) execute(ctx context.Context, s *spec, kern *reduce.Kernel, alg 
 		}
 	}()
 	err = fn(c, alg)
-	if err == nil && after.calls != 0 {
-		// Every peer published this call's data, so announced the
-		// previous call: its check waits for nobody now.
-		late, err = c.shmVerify(&after)
+	if after {
+		if err == nil {
+			// Every peer published this call's data, so announced the
+			// previous call: its check waits for nobody now.
+			late, err = c.shmVerify(e.shm.pend())
+		}
+		e.shm.pend().calls = 0
 	}
-	// A shared-memory call that did not read every peer's header (a bcast,
-	// a reduce on a sender, an empty allreduce) leaves its agreement to
-	// this rank's next call, or Close (see Agreement in alg_shm.go).
-	if err == nil && alg == SharedMemory && e.size > 1 && !readsAll {
-		e.shm.pend = pendCall{calls: c.calls, h: c.h, op: c.op, alg: alg, seen: seen}
+	if err == nil && pends {
+		e.shm.pendNext()
 	}
 	ended = true
 	if err = c.end(err); err == nil {

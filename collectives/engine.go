@@ -88,14 +88,12 @@ type Engine struct {
 	// begin to its end instead (under mu, which both take anyway: a read
 	// lock of its own was two more locked instructions per call). Close
 	// sets closing (waiting calls give up), waits until no shared-memory
-	// call runs (shmIdle, made by Close, is closed by that call's end),
-	// then takes shmMu for writing and sets shmGone, after which nothing
-	// touches the region.
+	// call runs (it polls shmCall: see endQuick), then takes shmMu for
+	// writing and sets shmGone, after which nothing touches the region.
 	shm     *shmState
 	shmMu   sync.RWMutex
 	shmGone bool
-	shmCall bool          // a shared-memory call runs; under mu
-	shmIdle chan struct{} // Close waits for shmCall to end; under mu
+	shmCall bool // a shared-memory call runs; under mu (see settleLocked)
 	closing atomic.Bool
 	calls   uint64 // calls begun, under mu (a 64-bit seq, for round ids)
 	okCalls uint64 // the counter of the latest call that succeeded, under mu
@@ -180,6 +178,7 @@ func (e *Engine) Close() error {
 	if e.probe != nil {
 		e.probe.Stop()
 	}
+	e.settleLocked()
 	idle := e.cur == nil
 	e.mu.Unlock()
 	// The agreement of this rank's last call, if still pending, is
@@ -192,16 +191,20 @@ func (e *Engine) Close() error {
 		}
 		e.shmMu.RUnlock()
 	}
-	// A call polling shared memory gives up; then nothing touches it.
+	// A call polling shared memory gives up; then nothing touches it. A
+	// call that ends on endQuick's path says so by a plain store, which
+	// this rank may not see at once: so Close polls (it is rare) rather
+	// than have that path look for a Close (a fence on every call).
 	e.closing.Store(true)
-	e.mu.Lock()
-	if e.shmCall {
-		idle := make(chan struct{})
-		e.shmIdle = idle
+	for {
+		e.mu.Lock()
+		e.settleLocked()
+		busy := e.shmCall
 		e.mu.Unlock()
-		<-idle
-	} else {
-		e.mu.Unlock()
+		if !busy {
+			break
+		}
+		time.Sleep(20 * time.Microsecond)
 	}
 	e.shmMu.Lock()
 	if e.shm != nil && !e.shmGone {
@@ -286,6 +289,7 @@ type statusNote struct {
 // fast path pays only for a stopped timer.
 func (e *Engine) sendStatus() {
 	e.mu.Lock()
+	e.settleLocked()
 	st := e.cur
 	switch {
 	case st == nil || !st.probeArmed || e.closed:
@@ -317,6 +321,7 @@ func (e *Engine) sendStatus() {
 
 func (e *Engine) onStatus(peer int, h *header) {
 	e.mu.Lock()
+	e.settleLocked()
 	st := e.cur
 	switch {
 	case st != nil && st.seq == h.seq:
@@ -355,6 +360,7 @@ func (e *Engine) onStatus(peer int, h *header) {
 func (e *Engine) onAbort(seq uint32, m error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.settleLocked()
 	switch {
 	case e.cur != nil && e.cur.seq == seq:
 		suspectByOwn(m, &e.cur.hdr, e.rank)
@@ -453,6 +459,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		e.mu.Unlock()
 		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: errEngineClosed}
 	}
+	e.settleLocked()
 	if e.cur != nil {
 		// The running call's name is read under the lock: it may end and
 		// its records be reused as soon as the lock is released.
@@ -583,6 +590,10 @@ func (e *Engine) armLocked(d time.Duration) {
 func (c *call) end(err error) error {
 	st := c.callState
 	e := st.e
+	if err == nil && st.shmHeld && e.cur == st && len(st.pending) == 0 && len(st.scratch) == 0 && st.cancelFn == nil {
+		c.endQuick()
+		return nil
+	}
 	e.mu.Lock()
 	st.probeArmed = false // the timer, if pending, finds no armed call (or another)
 	if err != nil {
@@ -607,10 +618,6 @@ func (c *call) end(err error) error {
 			e.shm.finish(e.rank, st.calls)
 		}
 		e.shmCall = false
-		if e.shmIdle != nil {
-			close(e.shmIdle)
-			e.shmIdle = nil
-		}
 	}
 	e.mu.Unlock()
 	if !st.shmHeld && e.shm != nil && e.shmMu.TryRLock() {
@@ -651,6 +658,42 @@ func (c *call) end(err error) error {
 		return err
 	}
 	return &Error{Op: st.op, Algorithm: st.alg.String(), Seq: st.seq, Rank: st.e.rank, Peer: -1, Err: err}
+}
+
+// endQuick ends a shared-memory call that succeeded and holds nothing
+// (no request, scratch buffer or ctx of its own) without taking e.mu: it
+// marks the call over for its peers (its done word) and for Activity, and
+// leaves the rest of end's bookkeeping to whoever takes e.mu next
+// (settleLocked). The stores that published the call's data wait in the
+// store buffer until the peers polling those lines give them up (a cache
+// line's trip between cores); a locked instruction here (the mutex) would
+// wait for them, where without one the call returns and they complete
+// while the caller goes on. The lock's other takers (the stall probe, a
+// peer's status or abort, Close) see the call as still running until they
+// see the store of its end, as they would before end took the lock.
+func (c *call) endQuick() {
+	st := c.callState
+	e := st.e
+	if !st.shmFinished {
+		e.shm.finish(e.rank, st.calls)
+	}
+	e.shm.quick++
+	e.act.end(st.seq)
+}
+
+// settleLocked completes end's bookkeeping for a call that endQuick ended
+// (Activity says it is over while it is still e.cur). The caller holds
+// e.mu.
+func (e *Engine) settleLocked() {
+	st := e.cur
+	if st == nil || e.act.ended() != st.seq {
+		return
+	}
+	st.probeArmed = false
+	e.cur = nil
+	e.recent[st.seq%uint32(len(e.recent))] = st.hdr
+	e.okCalls = st.calls
+	e.shmCall = false
 }
 
 // stopLocked ends the call's requests and waits: every pending request is

@@ -48,3 +48,17 @@ func ShmPublishedAt(e *Engine) (off, n int) {
 	slot, d := lastPublished(e)
 	return cap(slot) - cap(d), len(d)
 }
+
+// ShmQuickEnds is how many of e's calls ended without taking its lock
+// (endQuick).
+func ShmQuickEnds(e *Engine) int { return e.shm.quick }
+
+// Settled settles e's bookkeeping as the next taker of its lock would and
+// reports it: whether a call still counts as running, the counter of the
+// latest call that succeeded, and whether a shared-memory call still runs.
+func Settled(e *Engine) (running bool, okCalls uint64, shmCall bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.settleLocked()
+	return e.cur != nil, e.okCalls, e.shmCall
+}

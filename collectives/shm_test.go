@@ -420,3 +420,58 @@ func TestCrowdedWaitYieldsAtOnce(t *testing.T) {
 		requireAllOK(t, errs)
 	}
 }
+
+// TestShmQuickEnd: a shared-memory call that succeeds ends without taking
+// the Engine's lock (endQuick: a locked instruction there would wait for
+// the peers to give up the lines the call just published), and whoever
+// takes the lock next finds the call over, as a locked end leaves it. A
+// call that fails takes the lock, and the rank whose call failed is named.
+func TestShmQuickEnd(t *testing.T) {
+	t.Parallel()
+	opts := force(collectives.CollBcast, collectives.SharedMemory)
+	opts.Algorithms[collectives.CollReduce] = collectives.SharedMemory
+	errs := world(t, 2, coltest.Options{Shared: true}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
+		buf := []float32{float32(r), 1}
+		for i := range 3 {
+			if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
+				return err
+			}
+			if err := collectives.Reduce(ctx, e, buf, reduce.Sum, 1); err != nil {
+				return err
+			}
+			if got, want := collectives.ShmQuickEnds(e), 2*(i+1); got != want {
+				return fmt.Errorf("rank %d: %d calls ended quickly, want %d", r, got, want)
+			}
+		}
+		if a := e.Activity(); a.Running {
+			return fmt.Errorf("rank %d: Activity says call #%d still runs", r, a.Seq)
+		}
+		if running, ok, shm := collectives.Settled(e); running || ok != 6 || shm {
+			return fmt.Errorf("rank %d: after 6 calls, settled as running %v, last good call %d, shared-memory call %v", r, running, ok, shm)
+		}
+		// Rank 1 names a root out of range: its call fails, through end's
+		// locked path. Rank 0's is a root's one-way bcast, which succeeds;
+		// its next call reports rank 1's refusal (see Agreement).
+		if r == 1 {
+			err := collectives.Bcast(ctx, e, buf, 5)
+			if !errors.Is(err, collectives.ErrInvalidArgument) {
+				return fmt.Errorf("rank 1: a bcast with root 5 returned %v", err)
+			}
+			if collectives.ShmQuickEnds(e) != 6 {
+				return fmt.Errorf("rank 1: a failed call ended quickly")
+			}
+			if running, ok, _ := collectives.Settled(e); running || ok != 6 {
+				return fmt.Errorf("rank 1: after a failed call, settled as running %v, last good call %d", running, ok)
+			}
+			return collectives.Barrier(ctx, e)
+		}
+		if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
+			return err
+		}
+		if err := collectives.Barrier(ctx, e); !errors.Is(err, collectives.ErrInvalidArgument) {
+			return fmt.Errorf("rank 0: the barrier after a bcast rank 1 refused returned %v", err)
+		}
+		return nil
+	})
+	requireAllOK(t, errs)
+}

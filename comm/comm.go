@@ -19,6 +19,7 @@ import (
 	"github.com/rdmago/rdmago/comm/internal/jobenv"
 	"github.com/rdmago/rdmago/comm/internal/launchers"
 	"github.com/rdmago/rdmago/internal/hostid"
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/p2p"
 )
 
@@ -1044,11 +1045,35 @@ func (c *Comm) check(op string) error {
 // qIdle, qBusy (a turn runs, nobody waits) or qQueued (a turn runs and
 // waiting is not empty). Only qIdle↔qBusy changes happen outside mu;
 // everything that touches waiting, or leaves or enters qQueued, holds mu.
+//
+// Where the process has asymmetric fences (lightTurns: membarrier(2) on
+// amd64), giving the turn back takes no locked instruction at all: a
+// shared-memory collective returns with its last stores still waiting for
+// the peers' cores to give up those lines, and a locked instruction waits
+// for them (see collectives' endQuick). done then stores freed = 1
+// plainly and looks at state: qBusy (nobody waits) leaves the turn free
+// for the next take to claim (freed 1→0, state stays qBusy); qQueued
+// hands it over under mu as before. A take that makes the queue qQueued
+// fences heavily (shmsync.FenceHeavy) and then looks at freed: either its
+// look sees the holder's store, and it claims the turn itself, or the
+// holder's look at state sees qQueued (the heavy fence orders the holder's
+// plain store and load as a full fence would).
 type queue struct {
 	state   atomic.Int32
+	freed   uint32 // 1: the holder gave the turn back in qBusy (light only); read by CAS
+	heavy   bool   // hand turns over with locked instructions even where light ones work (tests)
 	mu      sync.Mutex
 	waiting []chan struct{} // turns taken while busy, in order; closed when theirs comes
 }
+
+// testQueued, if set, runs when a take has made the queue qQueued, before
+// it looks at freed (tests: the holder's hand-back lands there).
+var testQueued func(q *queue)
+
+// lightTurns says whether queues give turns back without a locked
+// instruction (see queue): the process's stores are plain ones that
+// membarrier(2) fences from other threads.
+var lightTurns = sync.OnceValue(shmsync.Asymmetric)
 
 const (
 	qIdle int32 = iota
@@ -1059,7 +1084,7 @@ const (
 // take reserves the next turn: nil means it is this caller's already,
 // otherwise the channel is closed when it is (see wait).
 func (q *queue) take() chan struct{} {
-	if q.state.CompareAndSwap(qIdle, qBusy) {
+	if q.claimFreed() || q.state.CompareAndSwap(qIdle, qBusy) {
 		return nil
 	}
 	q.mu.Lock()
@@ -1071,10 +1096,25 @@ func (q *queue) take() chan struct{} {
 				return nil
 			}
 		case qBusy:
+			if q.claimFreed() {
+				return nil
+			}
 			if !q.state.CompareAndSwap(qBusy, qQueued) {
 				continue // ended meanwhile
 			}
-			fallthrough
+			ch := make(chan struct{})
+			q.waiting = append(q.waiting, ch)
+			if testQueued != nil {
+				testQueued(q)
+			}
+			if q.light() && shmsync.FenceHeavy() && atomic.CompareAndSwapUint32(&q.freed, 1, 0) {
+				// The holder gave the turn back and may not have seen
+				// qQueued: it is this caller's (nobody else waits).
+				q.waiting = q.waiting[:0]
+				q.state.Store(qBusy)
+				return nil
+			}
+			return ch
 		case qQueued:
 			ch := make(chan struct{})
 			q.waiting = append(q.waiting, ch)
@@ -1083,8 +1123,30 @@ func (q *queue) take() chan struct{} {
 	}
 }
 
+// light says whether q gives turns back without a locked instruction.
+func (q *queue) light() bool { return !q.heavy && lightTurns() }
+
+// claimFreed takes a turn that its holder gave back with nobody waiting
+// (see queue).
+func (q *queue) claimFreed() bool {
+	return q.light() && q.state.Load() == qBusy && atomic.CompareAndSwapUint32(&q.freed, 1, 0)
+}
+
 // done ends the current turn and hands it to the next in line.
 func (q *queue) done() {
+	if q.light() {
+		shmsync.PublishLight(&q.freed, 1)
+		if q.state.Load() == qBusy {
+			return // free for the next take (claimFreed)
+		}
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		// Unless a take that queued found it free and took it:
+		if atomic.CompareAndSwapUint32(&q.freed, 1, 0) {
+			q.passLocked()
+		}
+		return
+	}
 	if q.state.CompareAndSwap(qBusy, qIdle) {
 		return
 	}

@@ -16,12 +16,35 @@ import (
 // the line (or passes the turn on if it had come), and the rest still run
 // in order. In a synctest bubble, so "nobody runs before first is done" is
 // checked once both waiters are blocked, not after a guessed delay.
+// Both ways of handing turns over: with locked instructions, and (where
+// the process has asymmetric fences) the light one.
 func TestQueue(t *testing.T) {
-	synctest.Test(t, testQueue)
+	for _, mode := range queueModes(t) {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testQueue(t, mode.heavy) })
+		})
+	}
 }
 
-func testQueue(t *testing.T) {
-	var q queue
+type queueMode struct {
+	name  string
+	heavy bool
+}
+
+// queueModes are the queue's ways of handing turns over that this
+// process has.
+func queueModes(t *testing.T) []queueMode {
+	modes := []queueMode{{"heavy", true}}
+	if lightTurns() {
+		modes = append(modes, queueMode{"light", false})
+	} else {
+		t.Log("no asymmetric fences here: the light hand-over is not tested")
+	}
+	return modes
+}
+
+func testQueue(t *testing.T, heavy bool) {
+	q := queue{heavy: heavy}
 	ctx := context.Background()
 	first := q.take()
 	require.Nil(t, first, "an idle queue grants the turn at once")
@@ -80,7 +103,13 @@ func testQueue(t *testing.T) {
 // comes (the idle fast path and the waiting line hand the turn over
 // without losing or doubling it).
 func TestQueueExclusive(t *testing.T) {
-	var q queue
+	for _, mode := range queueModes(t) {
+		t.Run(mode.name, func(t *testing.T) { testQueueExclusive(t, mode.heavy) })
+	}
+}
+
+func testQueueExclusive(t *testing.T, heavy bool) {
+	q := queue{heavy: heavy}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	gone, stop := context.WithCancel(ctx)
@@ -118,5 +147,52 @@ func TestQueueExclusive(t *testing.T) {
 	}
 	require.Positive(t, ran.Load())
 	require.Nil(t, q.take(), "idle at the end")
+	q.done()
+}
+
+// TestQueueLightHandOver: in the light mode a turn given back with nobody
+// waiting is left free (no locked instruction, see queue), the next take
+// claims it; a take that queues behind a running turn gets it when that
+// turn ends, whichever of the two moved first.
+func TestQueueLightHandOver(t *testing.T) {
+	if !lightTurns() {
+		t.Skip("no asymmetric fences here")
+	}
+	var q queue
+	require.Nil(t, q.take())
+	q.done()
+	require.Equal(t, qBusy, q.state.Load(), "the light hand-back leaves the state alone")
+	require.Equal(t, uint32(1), atomic.LoadUint32(&q.freed), "and marks the turn free")
+	require.Nil(t, q.take(), "the next take claims the free turn")
+	require.Equal(t, uint32(0), atomic.LoadUint32(&q.freed))
+
+	// A turn queued behind the running one comes when it ends.
+	next := q.take()
+	require.NotNil(t, next)
+	require.Equal(t, qQueued, q.state.Load())
+	q.done()
+	select {
+	case <-next:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the queued turn never came")
+	}
+	require.Equal(t, qBusy, q.state.Load())
+	q.done()
+	require.Nil(t, q.take(), "free again")
+	q.done()
+
+	// The race the heavy fence settles: the holder gives the turn back
+	// while a take queues, having looked at the state before the take
+	// made it qQueued (so the holder hands nothing over). The take then
+	// finds the turn free and takes it instead of waiting for nobody.
+	require.Nil(t, q.take())
+	testQueued = func(q *queue) { atomic.StoreUint32(&q.freed, 1) }
+	t.Cleanup(func() { testQueued = nil })
+	require.Nil(t, q.take(), "a take that queues claims a turn its holder gave back")
+	require.Empty(t, q.waiting)
+	require.Equal(t, qBusy, q.state.Load())
+	q.done()
+	testQueued = nil
+	require.Nil(t, q.take())
 	q.done()
 }
