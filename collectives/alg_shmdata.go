@@ -251,11 +251,11 @@ func pieceAt(q, from int) int {
 // returns the piece of n bytes it published for this rank.
 func (c *call) shmPiece(from, i, n int) ([]byte, error) {
 	size := (c.e.size - 1) * n
-	s, err := c.shmSlot(from, i, size)
+	k := pieceAt(c.e.rank, from)
+	s, err := c.shmSlotFor(from, i, size, k*n, n)
 	if err != nil {
 		return nil, err
 	}
-	k := pieceAt(c.e.rank, from)
 	return dataOf(s, size)[k*n : (k+1)*n], nil
 }
 

@@ -62,3 +62,6 @@ func Settled(e *Engine) (running bool, okCalls uint64, shmCall bool) {
 	e.settleLocked()
 	return e.cur != nil, e.okCalls, e.shmCall
 }
+
+// ShmPrefetches is how many of e's polls prefetched a chunk's lines.
+func ShmPrefetches(e *Engine) int { return e.shm.prefetches }

@@ -125,6 +125,12 @@ type Model struct {
 	// took 0.81 of the pieces' time in whole slots (1 and 4 MiB 0.96-0.97),
 	// and 4 and 8 ranks the same (0.65-1.09, within the noise).
 	ShmPipeBytes, ShmPieceMin int
+	// ShmPrefetchMax: a shared-memory reader waiting for a chunk whose
+	// data lies past the slot's first line prefetches the lines it will
+	// read, up to this many bytes, while it polls (see shmSlotFor). At
+	// 1 KiB the prefetches of two slots' lines every poll cost what they
+	// save (two ranks: 0.91-1.06 of the time; 0.75-0.93 at 64-512 B).
+	ShmPrefetchMax int
 	// HierBigBytes: above this size the hierarchical algorithms use the
 	// bandwidth forms inside a host (ring reduce-scatter and gather,
 	// scatter-allgather bcast) instead of binomial trees.
@@ -182,6 +188,7 @@ var defModel = Model{
 	ShmFoldBytes2:       128 << 10,
 	ShmPipeBytes:        math.MaxInt,
 	ShmPieceMin:         64 << 10,
+	ShmPrefetchMax:      512,
 	HierBigBytes:        64 << 10,
 	RingPieceBytes:      math.MaxInt,
 	PairExchangeBytes:   1 << 20,
@@ -227,7 +234,7 @@ func (m Model) withDefaults() Model {
 		{&m.ShmSplitMax, &d.ShmSplitMax}, {&m.ShmSplitGapMin, &d.ShmSplitGapMin},
 		{&m.ShmSplitGapMax, &d.ShmSplitGapMax}, {&m.ShmFoldBytes, &d.ShmFoldBytes},
 		{&m.ShmFoldBytes2, &d.ShmFoldBytes2}, {&m.ShmPipeBytes, &d.ShmPipeBytes},
-		{&m.ShmPieceMin, &d.ShmPieceMin}, {&m.HierBigBytes, &d.HierBigBytes},
+		{&m.ShmPieceMin, &d.ShmPieceMin}, {&m.ShmPrefetchMax, &d.ShmPrefetchMax}, {&m.HierBigBytes, &d.HierBigBytes},
 		{&m.RingPieceBytes, &d.RingPieceBytes}, {&m.PairExchangeBytes, &d.PairExchangeBytes},
 		{&m.segment, &d.segment},
 	} {

@@ -493,7 +493,7 @@ func TestTunedSharedMemoryResults(t *testing.T) {
 		var names []string
 		var vals []int
 		for _, name := range []string{"shm_read_min", "shm_read_max", "shm_split_min", "shm_split_max", "shm_split_gap_min", "shm_split_gap_max",
-			"shm_fold_bytes", "shm_fold_bytes2", "shm_pipe_bytes", "shm_piece_min", "shm_reduce_fold_bytes"} {
+			"shm_fold_bytes", "shm_fold_bytes2", "shm_pipe_bytes", "shm_piece_min", "shm_reduce_fold_bytes", "shm_prefetch_max"} {
 			v := int(logUniform(r, 1, 64<<10))
 			names = append(names, fmt.Sprintf("%s=%d", name, v))
 			vals = append(vals, v)

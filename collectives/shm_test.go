@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -474,4 +476,57 @@ func TestShmQuickEnd(t *testing.T) {
 		return nil
 	})
 	requireAllOK(t, errs)
+}
+
+// TestShmReaderPrefetches: a reader that waits for a chunk whose data lies
+// past the slot's first line prefetches its lines while it polls (up to
+// Model.ShmPrefetchMax bytes); one whose data sits in line 0 with the
+// round id, or that is larger, does not. The reader is made to wait: the
+// root publishes only once the reader's Activity says it waits for it.
+func TestShmReaderPrefetches(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		n        int // float32s
+		prefetch bool
+	}{{4, false}, {32, true}, {128, true}, {256, false}} {
+		t.Run(name("bytes", 4*c.n), func(t *testing.T) {
+			var engines [2]atomic.Pointer[collectives.Engine]
+			errs := world(t, 2, coltest.Options{Shared: true}, force(collectives.CollBcast, collectives.SharedMemory),
+				func(ctx context.Context, e *collectives.Engine, r int) error {
+					engines[r].Store(e)
+					buf := make([]float32, c.n)
+					if r == 1 {
+						before := collectives.ShmPrefetches(e)
+						if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
+							return err
+						}
+						if got := collectives.ShmPrefetches(e) > before; got != c.prefetch {
+							return fmt.Errorf("a reader of %d bytes prefetched: %v, want %v", 4*c.n, got, c.prefetch)
+						}
+						for i, v := range buf {
+							if v != float32(i) {
+								return fmt.Errorf("element %d is %v, want %d", i, v, i)
+							}
+						}
+						return nil
+					}
+					for i := range buf {
+						buf[i] = float32(i)
+					}
+					for {
+						if e1 := engines[1].Load(); e1 != nil {
+							if a := e1.Activity(); a.Running && a.Op == "bcast" && a.Peer == 0 {
+								break
+							}
+						}
+						if err := ctx.Err(); err != nil {
+							return fmt.Errorf("rank 1 never waited for rank 0: %w", err)
+						}
+						runtime.Gosched()
+					}
+					return collectives.Bcast(ctx, e, buf, 0)
+				})
+			requireAllOK(t, errs)
+		})
+	}
 }

@@ -106,6 +106,8 @@ var tunables = []Tunable{
 		modelField(func(m *Model) *int { return &m.ShmPipeBytes }), bytesDef(defModel.ShmPipeBytes)},
 	{"shm_piece_min", "the smallest piece of a pipelined shared-memory bcast or allreduce (an eighth of the vector, at most a slot)", tuneBytes,
 		modelField(func(m *Model) *int { return &m.ShmPieceMin }), bytesDef(defModel.ShmPieceMin)},
+	{"shm_prefetch_max", "a shared-memory reader prefetches the lines of a chunk it waits for, past the slot's first line, up to this many bytes", tuneBytes,
+		modelField(func(m *Model) *int { return &m.ShmPrefetchMax }), bytesDef(defModel.ShmPrefetchMax)},
 	{"hier_big_bytes", "hierarchical algorithms use ring and scatter-allgather forms inside a host above this size, binomial trees below", tuneBytes,
 		modelField(func(m *Model) *int { return &m.HierBigBytes }), bytesDef(defModel.HierBigBytes)},
 	{"ring_piece_bytes", "the ring allreduce moves each block in pieces of at most this size, reducing and forwarding each while the next arrive", tuneBytes,
