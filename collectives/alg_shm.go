@@ -37,10 +37,10 @@ import (
 //	…    slot 1: the same
 //
 // A small call's chunk, header and round id share one cache line, so a
-// reader fetches them in one transfer. Larger chunks (from 4 KiB) go into
-// the slots with non-temporal stores (ntcopy): a core rewriting lines that
-// another has just read would otherwise pay for fetching and invalidating
-// each of them.
+// reader fetches them in one transfer (a waiting reader of a chunk of up
+// to Model.ShmPrefetchMax prefetches its lines: shmSlotFor). Chunks from
+// 4 KiB go into the slots by whichever of non-temporal and cached stores
+// has lately been faster (ntcopy.Chooser).
 //
 // A call moves its vector in rounds of at most a slot. A round has
 // an id that every rank computes alike and that only grows: the Engine's
