@@ -37,3 +37,29 @@ func TestP2PRecordTimesFromFirstLook(t *testing.T) {
 	require.False(t, o.Since.Before(next), "the next call kept the last one's time")
 	r.end(seq)
 }
+
+// With calls of several goroutines, the record shows the call begun last
+// running until that call ends, whatever the others do meanwhile: a call
+// that ends after later ones (of its own slot in the record's ends, too)
+// does not make the latest look running again, nor finished.
+func TestP2PRecordLateEnds(t *testing.T) {
+	var r p2pRecord
+	long := r.begin(p2pRecv, 3) // a receive that waits while others run
+	var last uint64
+	for i := range 2 * p2pEnds {
+		last = r.begin(p2pSend, i%4)
+		require.True(t, r.opStatus("world").Running)
+		r.end(last)
+		require.False(t, r.opStatus("world").Running, "call %d ended", last)
+	}
+	r.end(long) // ends after 2*p2pEnds later calls; the last is of its slot
+	o := r.opStatus("world")
+	require.False(t, o.Running, "the latest call (%d) shows running after an older one (%d) ended", last, long)
+	require.Equal(t, last, o.Seq)
+
+	next := r.begin(p2pWait, 1)
+	r.end(long) // an end seen twice changes nothing
+	require.True(t, r.opStatus("world").Running, "call %d has not ended", next)
+	r.end(next)
+	require.False(t, r.opStatus("world").Running)
+}
