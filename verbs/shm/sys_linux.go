@@ -83,12 +83,12 @@ func cmaCopy(pid int, local [][]byte, remote uint64, write bool) error {
 		locals = append(locals, v)
 		total += len(b)
 	}
+	trap := uintptr(unix.SYS_PROCESS_VM_READV)
+	if write {
+		trap = unix.SYS_PROCESS_VM_WRITEV
+	}
 	for total > 0 {
 		r := [1]unix.RemoteIovec{{Base: uintptr(remote), Len: min(total, cmaCallMax)}}
-		trap := uintptr(unix.SYS_PROCESS_VM_READV)
-		if write {
-			trap = unix.SYS_PROCESS_VM_WRITEV
-		}
 		n, err := cmaCall(trap, pid, locals, r[:])
 		if err == syscall.EINTR {
 			continue
