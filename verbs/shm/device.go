@@ -53,6 +53,12 @@ type Device struct {
 	// message, in this process and in its mappings of peers' memory
 	// (PostRecv, touchPosted).
 	touch *ntcopy.Budget
+	// huge collapses registered memory into huge pages once cmaSeen: a
+	// queue pair of this device reaches its peer's memory by cross-memory
+	// attach, and so, with the same rights, the peer reaches ours
+	// (huge_linux.go).
+	huge    hugeSet
+	cmaSeen atomic.Bool
 
 	// memGuard keeps the device memory mapped while a CQ waiter sleeps on a
 	// futex word in it or a cancellation kicks one: Close takes it for
@@ -133,6 +139,9 @@ func Open(ctx context.Context, o Options) (*Device, error) {
 		mrNext:   1,
 	}
 	d.wakeFD.Store(-1)
+	if !o.KeepPages {
+		d.huge.size = hugePageSize()
+	}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}

@@ -517,6 +517,7 @@ func (q *QP) choosePath(l *link, probeVA, cookie, devID uint64) error {
 	err := cmaCopy(l.pid, [][]byte{b[:]}, probeVA, false)
 	if err == nil && binary.NativeEndian.Uint64(b[:]) == cookie {
 		l.path = UserMemCMA
+		d.collapseRegistered()
 		return nil
 	}
 	if err == nil {

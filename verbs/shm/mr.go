@@ -117,6 +117,9 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if len(buf) == 0 {
 		return nil, d.opErr("RegMR", 0, -1, fmt.Errorf("%w: empty buffer", verbs.ErrInvalidArgument))
 	}
+	if access&(verbs.AccessRemoteRead|verbs.AccessRemoteWrite) != 0 && d.cmaSeen.Load() {
+		d.huge.collapse(buf) // before the lock: it may take a while
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed || p.closed.Load() {
@@ -194,6 +197,21 @@ func (m *mr) Close() error {
 		m.pin.Unpin()
 	}
 	return nil
+}
+
+// collapseRegistered collapses the regions registered so far for remote
+// access into huge pages (see huge_linux.go), once, when the first queue
+// pair that reaches its peer by cross-memory attach connects.
+func (d *Device) collapseRegistered() {
+	if !d.cmaSeen.CompareAndSwap(false, true) || d.huge.size == 0 {
+		return
+	}
+	for i := range d.mrTab {
+		m := d.mrTab[i].Load()
+		if m != nil && m.kind == verbs.MemUser && m.access&(verbs.AccessRemoteRead|verbs.AccessRemoteWrite) != 0 && !m.closed.Load() {
+			d.huge.collapse(m.buf)
+		}
+	}
 }
 
 // localMR finds a live local region by key; nil if there is none.

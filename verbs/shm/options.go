@@ -57,6 +57,16 @@ type Options struct {
 	// UserMem selects how peers reach RegMR memory (see UserMemPath). Zero
 	// means UserMemAuto.
 	UserMem UserMemPath
+	// KeepPages leaves the page size of registered memory alone. By
+	// default, once a queue pair of the device reaches its peer by
+	// cross-memory attach (UserMemCMA), memory registered for remote
+	// access is collapsed into transparent huge pages (MADV_COLLAPSE,
+	// Linux 6.1 and later), each huge page of address space once: a peer's
+	// process_vm_readv or _writev pins every page of the range before it
+	// copies, which with 4 KiB pages cost more than the copy from 64 KiB
+	// up. Collapsing copies the region's memory once, and may back the
+	// rest of its huge page with memory of its own (up to 2 MiB each).
+	KeepPages bool
 	// HeapSize is the virtual size of the device's shared heap, which holds
 	// every provider-allocated MR and queue-pair ring; only touched pages
 	// cost memory. Zero means 64 GiB.
