@@ -86,6 +86,34 @@ func (m *matcher) find(pattern envelope, remove bool) *inbound {
 	return nil
 }
 
+// expects reports whether one of the first scan posted receives waits for
+// a message from src in context ctx (or from any source there): src is
+// sending to this rank too.
+func (m *matcher) expects(ctx uint32, src, scan int) bool {
+	for i, r := range m.posted.items() {
+		if i == scan {
+			break
+		}
+		if r.pattern.ctx == ctx && (r.pattern.src == src || r.pattern.src == AnySource) {
+			return true
+		}
+	}
+	return false
+}
+
+// bothWaysMin is the smallest message in the pipelined range that goes by
+// rendezvous when its receiver is sending to this rank too (isend). Over
+// shm, 64 KiB messages each way (OSU bibw) ran at 1.30-1.91 times the
+// pipeline's rate, 32 KiB ones at 0.85 (osu-compare, 5-11 rounds); one
+// way, where the receiver's core is free for the second copy, the
+// rendezvous did not win at 64 KiB (bw 0.75-1.06, latency 0.85-1.14).
+const bothWaysMin = 48 << 10
+
+// bothWaysScan bounds the posted receives a send in the pipelined range
+// looks through for one from its receiver (matcher.expects): a window of
+// OSU's 64 fits.
+const bothWaysScan = 64
+
 // post queues a receive that find did not satisfy.
 func (m *matcher) post(r *Request) { m.posted.push(r) }
 

@@ -132,6 +132,14 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		}
 		return nil, c.argErr(op, peer, tag, err)
 	}
+	if !large && len(buf) >= bothWaysMin && p.dev.traits.SharesMemory && ep.m.expects(c.id, peer, bothWaysScan) {
+		// Traffic both ways: both cores copy already, and the pipeline's
+		// two copies a message (the sender's in, the receiver's out) cost
+		// more than the rendezvous's one (the receiver's READ).
+		if rg, err := p.dev.cache.get(buf); err == nil { // else the pipeline, as one way
+			large, reg = true, rg
+		}
+	}
 	r := ep.newReqLocked()
 	c.initSend(r, peer, tag, buf)
 	switch {

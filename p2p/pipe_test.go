@@ -154,6 +154,83 @@ func TestPipelineDefaults(t *testing.T) {
 	}
 }
 
+// A message in the pipelined range goes by rendezvous over shared memory
+// when its sender has a receive posted for a message of its receiver's
+// (traffic both ways, where the pipeline's second copy costs a busy core),
+// and pipelined otherwise: with no posted receive, with one for another
+// rank only, and over tcp, whose READ is no single copy.
+func TestPipelinedRangeBothWays(t *testing.T) {
+	for _, c := range []struct {
+		prov string
+		size int
+		rndv bool // the send made with a receive from its peer posted
+	}{
+		{"shm", 48 << 10, true},
+		{"tcp", 128 << 10, false},
+	} {
+		t.Run(c.prov, func(t *testing.T) {
+			o := p2ptest.Options{Provider: c.prov, Timeout: 30 * time.Second}
+			p2ptest.Run(t, 3, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+				switch ep.Rank() {
+				case 0:
+					for tag := 1; tag <= 2; tag++ {
+						buf := make([]byte, c.size)
+						if _, err := ep.Recv(ctx, 1, tag, buf); err != nil {
+							return err
+						}
+						if !bytes.Equal(buf, pattern(c.size, byte(tag))) {
+							return fmt.Errorf("message %d: payload differs", tag)
+						}
+					}
+					if err := ep.Send(ctx, 1, 3, pattern(c.size, 3)); err != nil {
+						return err
+					}
+					ps := ep.Stats().Peers[1]
+					assert.Equal(t, uint64(1), ps.PipeSent.Msgs, "rank 0 expects nothing from rank 1: pipelined")
+					assert.Zero(t, ps.RndvSent.Msgs)
+				case 1:
+					other, err := ep.Irecv(2, 5, nil)
+					if err != nil {
+						return err
+					}
+					if err := ep.Send(ctx, 0, 1, pattern(c.size, 1)); err != nil {
+						return err
+					}
+					ps := ep.Stats().Peers[0]
+					assert.Equal(t, uint64(1), ps.PipeSent.Msgs, "a receive posted for rank 2 only: pipelined")
+					back := make([]byte, c.size)
+					r, err := ep.Irecv(0, 3, back)
+					if err != nil {
+						return err
+					}
+					if err := ep.Send(ctx, 0, 2, pattern(c.size, 2)); err != nil {
+						return err
+					}
+					ps = ep.Stats().Peers[0]
+					if c.rndv {
+						assert.Equal(t, uint64(1), ps.PipeSent.Msgs, "a receive posted for rank 0: not pipelined")
+						assert.Equal(t, uint64(1), ps.RndvSent.Msgs, "a receive posted for rank 0: rendezvous")
+					} else {
+						assert.Equal(t, uint64(2), ps.PipeSent.Msgs, "%s: pipelined both times", c.prov)
+					}
+					if _, err := r.Wait(ctx); err != nil {
+						return err
+					}
+					if !bytes.Equal(back, pattern(c.size, 3)) {
+						return fmt.Errorf("rank 0's answer: payload differs")
+					}
+					if _, err := other.Wait(ctx); err != nil {
+						return err
+					}
+				case 2:
+					return ep.Send(ctx, 1, 5, nil)
+				}
+				return nil
+			})
+		})
+	}
+}
+
 // The link breaks while pipelined messages stream (fault injection): both
 // ranks fail with a peer loss instead of waiting for the fragments that
 // will never come.
