@@ -232,3 +232,46 @@ func TestCrowdedTwoDevices(t *testing.T) {
 		assert.NoError(t, err, "rank %d", r)
 	}
 }
+
+// TestCrowdedBothWaysPipelined: where a host's ranks outnumber its CPUs, a
+// message in the pipelined range over shm stays pipelined even when its
+// sender expects a message from its receiver (where a CPU each would make
+// it a rendezvous, TestPipelinedRangeBothWays): a rendezvous there waits
+// for the receiver's turn on the CPU and then the sender's.
+func TestCrowdedBothWaysPipelined(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	eps := startTwoHosts(t, ctx, true, p2p.Options{})
+	const size = 64 << 10
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for me := range 2 { // the two ranks of the first host
+		ep := eps[me]
+		wg.Go(func() {
+			errs[me] = func() error {
+				buf := make([]byte, size)
+				if me == 1 {
+					if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
+						return err
+					}
+					return ep.Send(ctx, 0, 2, buf)
+				}
+				r, err := ep.Irecv(1, 2, buf)
+				if err != nil {
+					return err
+				}
+				if err := ep.Send(ctx, 1, 1, make([]byte, size)); err != nil {
+					return err
+				}
+				_, err = r.Wait(ctx)
+				return err
+			}()
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	ps := eps[0].Stats().Peers[1]
+	assert.Equal(t, "shm", eps[0].Transport(1))
+	assert.Equal(t, uint64(1), ps.PipeSent.Msgs, "pipelined, a receive from the peer posted")
+	assert.Zero(t, ps.RndvSent.Msgs)
+}

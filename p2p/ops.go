@@ -132,10 +132,12 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		}
 		return nil, c.argErr(op, peer, tag, err)
 	}
-	if !large && len(buf) >= bothWaysMin && p.dev.traits.SharesMemory && ep.m.expects(c.id, peer, bothWaysScan) {
+	if !large && len(buf) >= bothWaysMin && p.dev.traits.SharesMemory && !p.dev.crowded && ep.m.expects(c.id, peer, bothWaysScan) {
 		// Traffic both ways: both cores copy already, and the pipeline's
 		// two copies a message (the sender's in, the receiver's out) cost
-		// more than the rendezvous's one (the receiver's READ).
+		// more than the rendezvous's one (the receiver's READ). Not where
+		// ranks outnumber CPUs: a rendezvous there waits for the
+		// receiver's turn on a CPU and then the sender's (crowdedShmPipe).
 		if rg, err := p.dev.cache.get(buf); err == nil { // else the pipeline, as one way
 			large, reg = true, rg
 		}

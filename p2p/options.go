@@ -74,9 +74,10 @@ type Options struct {
 	// host's ranks outnumber its CPUs (a rendezvous there waits for the
 	// receiver's turn and then the sender's); none elsewhere, whose READ
 	// copies once. Negative means none; at most 64 MiB. Over shared
-	// memory a message of 48 KiB or more whose sender has a receive posted
-	// for a message of its receiver's (traffic both ways, where both cores
-	// copy already) takes the rendezvous's single copy instead.
+	// memory with a CPU per rank, a message of 48 KiB or more whose sender
+	// has a receive posted for a message of its receiver's (traffic both
+	// ways, where both cores copy already) takes the rendezvous's single
+	// copy instead.
 	PipelineLimit int
 	// EagerSlots is the number of receive buffers posted per peer, which is
 	// also the number of eager messages and rendezvous requests a sender
