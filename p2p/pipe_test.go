@@ -213,7 +213,7 @@ func TestPipelinedRangeBothWays(t *testing.T) {
 					return err
 				}
 				ps = ep.Stats().Peers[0]
-				if c.rndv {
+				if c.rndv && !ep.Crowded() { // (a machine of one CPU)
 					assert.Equal(t, uint64(1), ps.PipeSent.Msgs, "a receive posted for rank 0: not pipelined")
 					assert.Equal(t, uint64(1), ps.RndvSent.Msgs, "a receive posted for rank 0: rendezvous")
 				} else {
