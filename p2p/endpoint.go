@@ -399,6 +399,32 @@ func eagerDefault(t verbs.Traits) int {
 	return 32 << 10
 }
 
+// eagerFor is Options.EagerLimit's default over device d: the provider's
+// (eagerDefault), halved over shared memory, down to minSharedEager, while
+// the eager buffers this rank posts for the host's other ranks would pass
+// eagerMemBudget (as the rings' depth shrinks with the rank count). Both
+// ends of a pair agree: they count the same ranks on their host.
+func (ep *Endpoint) eagerFor(d *device) int {
+	e := eagerDefault(d.traits)
+	if !d.traits.SharesMemory {
+		return e
+	}
+	for e > minSharedEager && (ep.localRanks-1)*ep.opts.EagerSlots*e > eagerMemBudget {
+		e /= 2
+	}
+	return e
+}
+
+const (
+	// eagerMemBudget bounds the eager buffers a rank posts for the other
+	// ranks of its host by default: with 32 buffers a peer, 32 KiB ones
+	// up to 9 ranks on a host.
+	eagerMemBudget = 8 << 20
+	// minSharedEager is the smallest default eager limit over shared memory
+	// (the 16 KiB that was the default at any rank count before).
+	minSharedEager = 16 << 10
+)
+
 // pipelineDefault is Options.PipelineLimit's default over a provider with
 // traits t: its hint, else no pipelining.
 func pipelineDefault(t verbs.Traits) int { return max(t.PipelineSize, 0) }

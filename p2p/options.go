@@ -53,9 +53,11 @@ type Options struct {
 	// EagerLimit is the largest message sent eagerly (copied through
 	// pre-posted buffers); larger ones use the zero-copy rendezvous
 	// protocol. Zero means the provider's measured default
-	// (verbs.Traits.EagerSize, else 32 KiB): 16 KiB over shm
+	// (verbs.Traits.EagerSize, else 32 KiB): 32 KiB over shm
 	// (its single-copy READ, process_vm_readv, has a fixed cost of a few
-	// µs that two copies beat up to there), 8 KiB over ibv,
+	// µs that two copies beat up to there), halved down to 16 KiB while
+	// a rank's eager buffers for its host's other ranks would pass 8 MiB
+	// (from 10 ranks on a host with 32 buffers a peer), 8 KiB over ibv,
 	// 64 KiB over tcp and 32 KiB over loop (where each protocol round trip
 	// costs goroutine hand-offs, so eager wins up to 64 KiB; over tcp a
 	// rendezvous also costs three more trips through the kernel). See

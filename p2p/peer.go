@@ -224,7 +224,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	most := ep.eagerSlotsMax(d.traits)
 	eager := ep.opts.EagerLimit
 	if eager <= 0 {
-		eager = eagerDefault(d.traits)
+		eager = ep.eagerFor(d)
 	}
 	pipe := ep.opts.PipelineLimit
 	if pipe == 0 {

@@ -73,7 +73,7 @@ func TestProviderDefaults(t *testing.T) {
 		inline                 bool
 		chunkOf1GiB, readChunk int
 	}{
-		{"shm", 16 << 10, 64 << 10, 128, true, 1 << 30, 1 << 30},
+		{"shm", 32 << 10, 64 << 10, 128, true, 1 << 30, 1 << 30},
 		{"tcp", 64 << 10, 256 << 10, 32, true, 1 << 30, 1 << 30}, // one READ: its waiter streams the response
 		{"ibv", 8 << 10, 0, 32, false, 1 << 30, 1 << 30},
 		{"loop", 32 << 10, 0, 32, false, 1 << 30, 1 << 30},
@@ -101,6 +101,19 @@ func TestProviderDefaults(t *testing.T) {
 	assert.Equal(t, 64<<10, pipelineFor(d), "shm pipeline")
 	d.crowded = true
 	assert.Equal(t, 256<<10, pipelineFor(d), "shm pipeline, crowded")
+	// Over shm the eager limit halves, down to 16 KiB, as the host's ranks
+	// grow: a rank's eager buffers for the others stay within 8 MiB (32
+	// KiB ones up to 9 ranks, 16 KiB from 10); other providers keep theirs.
+	d = devOf(t, "shm")
+	for _, c := range []struct{ local, slots, eager int }{
+		{2, 32, 32 << 10}, {9, 32, 32 << 10}, {10, 32, 16 << 10}, {64, 32, 16 << 10},
+		{20, 8, 32 << 10}, // fewer buffers a peer leave room for larger ones
+	} {
+		e := &Endpoint{localRanks: c.local, opts: Options{EagerSlots: c.slots}}
+		assert.Equal(t, c.eager, e.eagerFor(d), "shm eager, %d local ranks, %d buffers", c.local, c.slots)
+	}
+	tcp := devOf(t, "tcp")
+	assert.Equal(t, 64<<10, (&Endpoint{localRanks: 64, opts: Options{EagerSlots: 32}}).eagerFor(tcp), "tcp eager, 64 local ranks")
 	// A provider with no hints gets the caller's defaults.
 	assert.Equal(t, 32<<10, eagerDefault(verbs.Traits{}))
 	assert.Equal(t, 0, pipelineDefault(verbs.Traits{}))

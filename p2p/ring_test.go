@@ -196,13 +196,14 @@ func TestRingSemantics(t *testing.T) {
 // Rings are an optimization: a rank whose shm heap has no room for its
 // ring window still joins (the key exchange completes on every rank) and
 // talks through the queue pairs. A 6 MiB heap holds the queue pairs of two
-// ranks but not, beside them, a window of 16384-line rings.
+// ranks with 16 KiB eager buffers but not, beside them, a window of
+// 16384-line rings.
 func TestRingWindowWithoutRoom(t *testing.T) {
 	open := func(ctx context.Context, provider string, do verbs.DeviceOptions) (verbs.Device, error) {
 		return shm.Open(ctx, shm.Options{DeviceOptions: do, HeapSize: 6 << 20})
 	}
 	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
-		P2P: p2p.Options{RingLines: 16384, OpenDevice: open}}
+		P2P: p2p.Options{RingLines: 16384, OpenDevice: open, EagerLimit: 16 << 10}}
 	s := newStream(100, 1, []int{8, 300, 5000})
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		if err := s.run(ctx, ep); err != nil {

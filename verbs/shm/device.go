@@ -262,8 +262,9 @@ const (
 	// An inline SEND costs what one from registered memory does (its
 	// bytes are copied once either way, and kept only while it waits for
 	// a receive), so the limit is generous: it covers an eager message of
-	// the traits' EagerSize and its header.
-	maxInline = 32 << 10
+	// the traits' EagerSize and its header (p2p's frames then skip the
+	// staging copy).
+	maxInline = 64 << 10
 )
 
 func (d *Device) opErr(op string, qpn uint32, idx int, err error) error {
@@ -429,8 +430,9 @@ func (d *Device) freeMem(off, n uint64) {
 // peers' buffers its QPs will write (see ntcopy.Touch: on the VM measured
 // each page's first access cost about 5 µs in each process, which made
 // the first 32 messages through fresh p2p buffers 10-40 times as slow).
-// p2p posts 32 buffers of 16 KiB a peer over shm, so this covers over a
-// hundred peers; past it, pages are mapped at their first access.
+// p2p posts 32 buffers of 32 KiB a peer over shm (16 KiB from 10 ranks on
+// a host), so this covers 64 peers or more; past it, pages are mapped at
+// their first access.
 const PrefaultBytes = 64 << 20
 
 // doorbell is a CQ's wake-up words in the device segment, and the way to
