@@ -158,6 +158,12 @@ func TestConcurrentPostersKeepOrder(t *testing.T) {
 	next := make([]int, posters)
 	for range posters * per {
 		wc, err := waitCtx(ctx, b.rcq)
+		if err != nil {
+			// This has timed out, rarely and only under load: the
+			// goroutines' stacks are what tells where the progress stopped.
+			buf := make([]byte, 1<<20)
+			t.Logf("waiting for the target's completions: %v; goroutines:\n%s", err, buf[:runtime.Stack(buf, true)])
+		}
 		require.NoError(t, err)
 		require.Equal(t, verbs.StatusSuccess, wc.Status)
 		g, i := int(wc.Imm>>16), int(wc.Imm&0xffff)
