@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmago/rdmago/verbs"
 )
 
 // Huge pages for memory peers reach by cross-memory attach.
@@ -51,8 +53,14 @@ const hugeMaxRegions = 1 << 16
 type hugeSet struct {
 	size  uintptr // the huge page size (PMD), 0 when collapsing is off; set once
 	mu    sync.Mutex
-	tried map[uintptr]struct{}
-	calls int // madvise calls made (for tests)
+	tried map[uintptr]struct{} // one madvise call each
+}
+
+// collapsible is whether memory registered with access is collapsed (once
+// a peer reaches the device by cross-memory attach): peers may read or
+// write it.
+func collapsible(access verbs.Access) bool {
+	return access&(verbs.AccessRemoteRead|verbs.AccessRemoteWrite) != 0
 }
 
 // hugePageSize is the size of the kernel's transparent huge pages, or 0
@@ -113,6 +121,5 @@ func (h *hugeSet) claim(r uintptr) bool {
 		h.tried = make(map[uintptr]struct{})
 	}
 	h.tried[r] = struct{}{}
-	h.calls++
 	return true
 }

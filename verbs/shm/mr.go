@@ -117,7 +117,7 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if len(buf) == 0 {
 		return nil, d.opErr("RegMR", 0, -1, fmt.Errorf("%w: empty buffer", verbs.ErrInvalidArgument))
 	}
-	if access&(verbs.AccessRemoteRead|verbs.AccessRemoteWrite) != 0 && d.cmaSeen.Load() {
+	if collapsible(access) && d.cmaSeen.Load() {
 		d.huge.collapse(buf) // before the lock: it may take a while
 	}
 	d.mu.Lock()
@@ -208,7 +208,7 @@ func (d *Device) collapseRegistered() {
 	}
 	for i := range d.mrTab {
 		m := d.mrTab[i].Load()
-		if m != nil && m.kind == verbs.MemUser && m.access&(verbs.AccessRemoteRead|verbs.AccessRemoteWrite) != 0 && !m.closed.Load() {
+		if m != nil && m.kind == verbs.MemUser && collapsible(m.access) && !m.closed.Load() {
 			d.huge.collapse(m.buf)
 		}
 	}
