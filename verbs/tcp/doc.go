@@ -99,11 +99,14 @@
 // ctx and its CQ's other completions interrupt: then the frame is
 // suspended where it is (softrc.ErrSuspended) and whoever reads the socket
 // next finishes it before anything else, the reader goroutine at once.
-// Other larger frames, and frames larger than the
+// Other larger frames, frames larger than the
 // receive window the connection has grown so far (the peer could not send
-// them whole before we read), are left to the reader goroutine, which
-// streams them into memory as they arrive. So a Wait returns when its ctx
-// ends whatever the peer does, and a frame is never lost half handled.
+// them whole before we read), and frames not all queued within 5 ms of
+// the wait (the window the kernel offers may still be smaller, and the
+// peer then waits for us to read as we wait for it) are left to the reader
+// goroutine, which streams them into memory as they arrive. So a Wait
+// returns when its ctx ends whatever the peer does, a frame is never lost
+// half handled, and no frame waits on a window only its reading opens.
 // A payload goes through the read buffer only as far as it was read with
 // what came before it: the rest of one of 16 KiB or more is read from the
 // socket straight into its destination. While frames larger than the

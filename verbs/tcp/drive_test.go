@@ -159,8 +159,10 @@ func TestConcurrentPostersKeepOrder(t *testing.T) {
 	for range posters * per {
 		wc, err := waitCtx(ctx, b.rcq)
 		if err != nil {
-			// This has timed out, rarely and only under load: the
-			// goroutines' stacks are what tells where the progress stopped.
+			// This timed out, rarely and only under load, while the
+			// waiter awaited a large WRITE whole that its window could
+			// not hold (TestAwaitedFrameThatCannotComeWholeGoesToReader):
+			// the goroutines' stacks tell where progress stops.
 			buf := make([]byte, 1<<20)
 			t.Logf("waiting for the target's completions: %v; goroutines:\n%s", err, buf[:runtime.Stack(buf, true)])
 		}

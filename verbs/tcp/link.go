@@ -85,6 +85,12 @@ type link struct {
 	writerKicks atomic.Int32 // work handed to the writer goroutine (wakeWriter; for tests)
 	qw          queueWait    // awaitQueued's scratch
 
+	// awaitTimer ends a poller's wait for a whole frame (awaitQueued) after
+	// awaitQueuedMax; awaiting says one waits, awaitExpired that it fired.
+	awaitTimer   *time.Timer
+	awaiting     atomic.Bool
+	awaitExpired atomic.Bool
+
 	mu         sync.Mutex
 	resps      []softrc.Response // responses queued by the reading side
 	nresps     atomic.Int32      // the responses resps stands for, merged ACKs included (respond); read without mu
@@ -116,6 +122,8 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQ
 	l.grace.Stop()
 	l.ackFlush = time.AfterFunc(time.Hour, l.ackFlushFired)
 	l.ackFlush.Stop()
+	l.awaitTimer = time.AfterFunc(time.Hour, l.awaitFired)
+	l.awaitTimer.Stop()
 	l.tok <- struct{}{}
 	l.bgWake <- struct{}{}
 	t.mu.Lock()
@@ -168,6 +176,7 @@ func (l *link) fail(err error) {
 		close(l.done)
 		l.grace.Stop()
 		l.ackFlush.Stop()
+		l.awaitTimer.Stop()
 		l.dropWatch()
 		_ = l.c.Close()
 		l.q.LinkLost(l, err)

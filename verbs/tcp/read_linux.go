@@ -34,6 +34,12 @@ const pollFrameMax = 1 << 20
 // to hold that much). The kernel still wakes it early under memory
 // pressure or when the receive window closes; after a few wake-ups without
 // the frame it returns errLarge and the reader goroutine streams the frame.
+// It also does so when the frame is not all here within awaitQueuedMax:
+// the rest may be unable to come until something is read (a receive
+// window smaller than the frame; the kernel's wake-up at its closing is an
+// edge, and it may come before this wait began), and the peer, waiting for
+// the window, would wait as long as we do (seen under load: the target of
+// a 192 KiB WRITE waited, its peer timed out for want of the ACK).
 func (l *link) awaitQueued(need int) error {
 	if l.rc == nil {
 		return errLarge
@@ -44,7 +50,12 @@ func (l *link) awaitQueued(need int) error {
 	}
 	w := &l.qw
 	w.want, w.wakes, w.lowat, w.ok, w.err = want, 0, false, false, nil
+	l.awaitExpired.Store(false)
+	l.awaiting.Store(true)
+	l.awaitTimer.Reset(awaitQueuedMax)
 	err := l.rc.Read(w.fn)
+	l.awaiting.Store(false)
+	l.awaitTimer.Stop()
 	if w.lowat {
 		_ = l.rc.Control(resetLowat)
 		l.lowatHigh = false
@@ -53,6 +64,9 @@ func (l *link) awaitQueued(need int) error {
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
 		// Interrupt (or ctx's end): nothing of the frame is handled yet.
 		_ = l.c.SetReadDeadline(time.Time{})
+		if l.awaitExpired.Load() {
+			return errLarge // the reader goroutine reads it as it comes
+		}
 		return errInterrupted
 	case err != nil:
 		return err
@@ -92,6 +106,24 @@ type queueWait struct {
 // maxEarlyWakes is how many wake-ups without the whole frame awaitQueued
 // tolerates (a readiness left over from earlier data, memory pressure).
 const maxEarlyWakes = 8
+
+// awaitQueuedMax bounds awaitQueued's wait for a whole frame. A frame the
+// poller may wait for (pollFrameMax) crosses loopback in well under a
+// millisecond and a 10 Gbit/s link in about one; on slower links, or when
+// the sender waits for a CPU, the reader goroutine takes the frame, which
+// costs a hand-off, not the wait.
+const awaitQueuedMax = 5 * time.Millisecond
+
+// awaitFired interrupts awaitQueued's wait once it has lasted
+// awaitQueuedMax (awaitTimer). A timer that fires as the wait ends leaves
+// a past read deadline, which the next read takes for a stale interrupt
+// and clears.
+func (l *link) awaitFired() {
+	if l.awaiting.Load() {
+		l.awaitExpired.Store(true)
+		_ = l.c.SetReadDeadline(aLongTimeAgo)
+	}
+}
 
 func (w *queueWait) init() {
 	w.fn = w.check
