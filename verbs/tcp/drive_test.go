@@ -1062,3 +1062,40 @@ func TestDriveQueuedHoldsAcks(t *testing.T) {
 	}
 	require.True(t, held, "the reader goroutine took every frame first")
 }
+
+// TestFenceWriteAckedAtOnce: the ACK of a WRITE of no bytes with an ACK
+// request (a fence: its requester waits for it to learn that the writes
+// before it are placed) is sent the way an atomic's answer is, as soon as
+// no whole frame is buffered (urgentSends), while the ACK of a WRITE with
+// data goes the way of plain ACKs: with a later frame, or when the reading
+// side is about to wait.
+func TestFenceWriteAckedAtOnce(t *testing.T) {
+	a, mr, c := fakeTarget(t, 64)
+	l := attachedLink(t, a.qp)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	ack := func(n uint32) uint32 {
+		f := make([]byte, HeaderLen+int(n))
+		seq := uint32(0)
+		if n == 0 {
+			seq = 1
+		}
+		EncodeHeader(f, &softrc.Header{Op: softrc.FrameWrite, Flags: softrc.FlagAckReq, QPN: a.qp.Num(), Seq: seq, Len: n,
+			RAddr: mr.Addr(), RKey: mr.RKey()})
+		copy(f[HeaderLen:], "placed!!"[:n])
+		_, err := c.Write(f)
+		require.NoError(t, err)
+		hb := make([]byte, HeaderLen)
+		_, err = io.ReadFull(c, hb)
+		require.NoError(t, err)
+		h, err := DecodeHeader(hb, 1<<30)
+		require.NoError(t, err)
+		require.Equal(t, softrc.FrameAck, h.Op)
+		return h.Seq
+	}
+	before := l.urgentSends.Load()
+	require.Equal(t, uint32(0), ack(8))
+	assert.Equal(t, before, l.urgentSends.Load(), "the ACK of a WRITE with data was sent like an atomic's answer")
+	require.Equal(t, uint32(1), ack(0))
+	assert.Equal(t, before+1, l.urgentSends.Load(), "the fence's ACK went the way of plain ACKs")
+	assert.Equal(t, "placed!!", string(mr.Bytes()[:8]))
+}

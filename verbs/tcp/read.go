@@ -368,7 +368,7 @@ func (l *link) readFrame() error {
 		err = l.q.HandleRequest(&h, pl, &fs.resp)
 		if fs.resp.Op != 0 {
 			if err == nil {
-				l.respond(&fs.resp)
+				l.respond(&fs.resp, h.Op == softrc.FrameWrite && h.Len == 0)
 			} else {
 				fs.resp.Done()
 			}
@@ -476,7 +476,12 @@ func (l *link) streamable() bool {
 // blocking: a full socket leaves it to the writer goroutine, so the
 // reading side keeps draining the socket and two ends writing large
 // messages to each other cannot deadlock).
-func (l *link) respond(r *softrc.Response) {
+//
+// urgent makes a plain ACK go like those: the ACK of a WRITE of no bytes,
+// which a requester posts only to learn that the writes before it are
+// placed (p2p's fence of a window's Puts) and then waits for; held back,
+// it waited for a look into the socket first.
+func (l *link) respond(r *softrc.Response, urgent bool) {
 	l.mu.Lock()
 	if l.respClosed {
 		l.mu.Unlock()
@@ -497,7 +502,7 @@ func (l *link) respond(r *softrc.Response) {
 	l.mu.Unlock()
 	op, n := r.Op, len(r.Data)
 	*r = softrc.Response{}
-	if op != softrc.FrameAck {
+	if op != softrc.FrameAck || urgent {
 		if n <= holdMax && l.frameBuffered() {
 			l.urgentHeld = true // readFrame sends once no whole frame is left
 			return
