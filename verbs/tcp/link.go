@@ -86,10 +86,8 @@ type link struct {
 	qw          queueWait    // awaitQueued's scratch
 
 	// awaitTimer ends a poller's wait for a whole frame (awaitQueued) after
-	// awaitQueuedMax; awaiting says one waits, awaitExpired that it fired.
-	awaitTimer   *time.Timer
-	awaiting     atomic.Bool
-	awaitExpired atomic.Bool
+	// awaitQueuedMax.
+	awaitTimer *time.Timer
 
 	mu         sync.Mutex
 	resps      []softrc.Response // responses queued by the reading side
@@ -170,6 +168,11 @@ func (l *link) wakeWriter() {
 }
 
 func (l *link) Close() { l.fail(ErrDisconnected) }
+
+// awaitFired interrupts awaitQueued's wait (awaitTimer), as a poller that
+// wants the token does. Should it fire as the wait ends, the next read
+// takes the past deadline for a stale interrupt and clears it.
+func (l *link) awaitFired() { _ = l.c.SetReadDeadline(aLongTimeAgo) }
 
 func (l *link) fail(err error) {
 	l.once.Do(func() {

@@ -50,12 +50,9 @@ func (l *link) awaitQueued(need int) error {
 	}
 	w := &l.qw
 	w.want, w.wakes, w.lowat, w.ok, w.err = want, 0, false, false, nil
-	l.awaitExpired.Store(false)
-	l.awaiting.Store(true)
 	l.awaitTimer.Reset(awaitQueuedMax)
 	err := l.rc.Read(w.fn)
-	l.awaiting.Store(false)
-	l.awaitTimer.Stop()
+	expired := !l.awaitTimer.Stop() // it fired (awaitFired)
 	if w.lowat {
 		_ = l.rc.Control(resetLowat)
 		l.lowatHigh = false
@@ -64,7 +61,7 @@ func (l *link) awaitQueued(need int) error {
 	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
 		// Interrupt (or ctx's end): nothing of the frame is handled yet.
 		_ = l.c.SetReadDeadline(time.Time{})
-		if l.awaitExpired.Load() {
+		if expired {
 			return errLarge // the reader goroutine reads it as it comes
 		}
 		return errInterrupted
@@ -113,17 +110,6 @@ const maxEarlyWakes = 8
 // the sender waits for a CPU, the reader goroutine takes the frame, which
 // costs a hand-off, not the wait.
 const awaitQueuedMax = 5 * time.Millisecond
-
-// awaitFired interrupts awaitQueued's wait once it has lasted
-// awaitQueuedMax (awaitTimer). A timer that fires as the wait ends leaves
-// a past read deadline, which the next read takes for a stale interrupt
-// and clears.
-func (l *link) awaitFired() {
-	if l.awaiting.Load() {
-		l.awaitExpired.Store(true)
-		_ = l.c.SetReadDeadline(aLongTimeAgo)
-	}
-}
 
 func (w *queueWait) init() {
 	w.fn = w.check

@@ -17,8 +17,6 @@ const pollFrameMax = readBufSize
 // such frames are the reader goroutine's.
 func (l *link) awaitQueued(int) error { return errLarge }
 
-func (l *link) awaitFired() {}
-
 // arriving is true only when the next frame's bytes are buffered: there is
 // no portable way to look into the socket.
 func (l *link) arriving() bool { return l.br.Buffered() > 0 }
