@@ -6,16 +6,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/verbs"
 )
 
-// queuedIn is how many bytes wait in l's socket, read without the token.
+// queuedIn is how many bytes wait in l's socket, read without the token
+// (-1 if it cannot tell). It may run in require.Eventually's goroutine.
 func queuedIn(t *testing.T, l *link) int {
 	n := -1
-	require.NoError(t, l.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }))
+	assert.NoError(t, l.rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }))
 	return n
 }
 

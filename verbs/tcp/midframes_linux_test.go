@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -74,11 +73,6 @@ func TestMidFramesReadInPlace(t *testing.T) {
 			// A frame all queued before the waiter looks: the look before
 			// its header's read tells the payload is there, so it is read
 			// at once, without another look (knownQueued).
-			queued := func() int {
-				var q int
-				_ = l.rc.Control(func(fd uintptr) { q, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
-				return q
-			}
 			ahead := l.aheadReads.Load()
 			for range 5 {
 				imm++
@@ -87,7 +81,7 @@ func TestMidFramesReadInPlace(t *testing.T) {
 				seq++
 				wrote := make(chan error, 1)
 				go func() { _, err := c.Write(f); wrote <- err }()
-				require.Eventually(t, func() bool { return queued() >= len(f) }, 10*time.Second, 50*time.Microsecond)
+				require.Eventually(t, func() bool { return queuedIn(t, l) >= len(f) }, 10*time.Second, 50*time.Microsecond)
 				wc := wait(t, a.cq)
 				require.NoError(t, <-wrote)
 				require.Equal(t, verbs.StatusSuccess, wc.Status)

@@ -24,11 +24,6 @@ func TestSpinningWaiterQuietsSocket(t *testing.T) {
 	// the payload queued in the socket until all of it is there.
 	const n = 48 << 10
 	a, mr, c, l := spinningTarget(t, time.Hour, n)
-	queued := func() int {
-		q := -1
-		require.NoError(t, l.ControlFD(func(fd int) { q, _ = unix.IoctlGetInt(fd, unix.SIOCINQ) }))
-		return q
-	}
 	readable := func() bool {
 		var r int16
 		require.NoError(t, l.ControlFD(func(fd int) {
@@ -66,7 +61,7 @@ func TestSpinningWaiterQuietsSocket(t *testing.T) {
 	mid := HeaderLen + 4<<10
 	_, err = c.Write(frame[HeaderLen:mid])
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return queued() >= mid-HeaderLen }, 10*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return queuedIn(t, l) >= mid-HeaderLen }, 10*time.Second, time.Millisecond,
 		"the payload's first part never arrived")
 	require.False(t, readable(), "bytes a polling waiter waits for woke epoll")
 	_, err = c.Write(frame[mid:])
