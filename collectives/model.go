@@ -83,6 +83,17 @@ type Model struct {
 	// slots once and every other rank copies out what it needs, against
 	// p−1 messages or log p steps through p2p).
 	ShmAllgatherMax, ShmAlltoallMax int
+	// ShmAllgather2Max, ShmAlltoall2Max: the same bands for two ranks
+	// that do not share a CPU (the region is not Crowded). Past them p2p's
+	// exchange moves each rank's block with one kernel copy out of its
+	// registered memory (a rendezvous READ, huge pages), where the slots
+	// take a copy in and a copy out: on 2 cores the exchange took
+	// 0.89-0.92 of the slots' time from a 4 MiB allgather result and
+	// 0.91-0.96 from a 1 MiB alltoall send buffer (0.65 at 4 MiB), and
+	// 1.02-1.6 below. Crowded, or with more ranks (4 on 2 cores), the
+	// exchange's every step waits for a rank to be scheduled, and it took
+	// 1.05-9 times the slots' time.
+	ShmAllgather2Max, ShmAlltoall2Max int
 	// ShmReadBlockMin: above this size of a block (the result over p,
 	// one send buffer over p) the shared-memory allgather and alltoall
 	// read every other rank's block straight out of its buffer, where the
@@ -175,6 +186,8 @@ var defModel = Model{
 	ShmReduceScatterMax: math.MaxInt,
 	ShmAllgatherMax:     math.MaxInt,
 	ShmAlltoallMax:      math.MaxInt,
+	ShmAllgather2Max:    2 << 20,
+	ShmAlltoall2Max:     512 << 10,
 	ShmReadBlockMin:     math.MaxInt,
 	ShmBcast2Max:        math.MaxInt,
 	ShmBcastMax:         math.MaxInt,
@@ -229,6 +242,7 @@ func (m Model) withDefaults() Model {
 		{&m.ShmReduceMax, &d.ShmReduceMax}, {&m.ShmReduceFoldBytes, &d.ShmReduceFoldBytes},
 		{&m.ShmAllgatherMax, &d.ShmAllgatherMax}, {&m.ShmReduceScatterMax, &d.ShmReduceScatterMax},
 		{&m.ShmAlltoallMax, &d.ShmAlltoallMax}, {&m.ShmReadBlockMin, &d.ShmReadBlockMin},
+		{&m.ShmAllgather2Max, &d.ShmAllgather2Max}, {&m.ShmAlltoall2Max, &d.ShmAlltoall2Max},
 		{&m.ShmBcast2Max, &d.ShmBcast2Max}, {&m.ShmBcastMax, &d.ShmBcastMax}, {&m.ShmReadMin, &d.ShmReadMin},
 		{&m.ShmReadMax, &d.ShmReadMax}, {&m.ShmSplitMin, &d.ShmSplitMin},
 		{&m.ShmSplitMax, &d.ShmSplitMax}, {&m.ShmSplitGapMin, &d.ShmSplitGapMin},
@@ -636,7 +650,7 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 	m := &e.model
 	switch {
 	case a == SharedMemory:
-		if e.shm != nil && m.shmPays(c, e.size, nbytes) {
+		if e.shm != nil && m.shmPays(c, e.size, nbytes, e.shm.crowded) {
 			return 0
 		}
 		return math.Inf(1)
@@ -715,10 +729,13 @@ func (e *Engine) sharedLink() float64 {
 func (e *Engine) Model() Model { return e.model }
 
 // shmPays says whether the shared-memory algorithms run c of nbytes on p
-// ranks at no cost: up to ShmSmallBytes every one; past that, allreduce,
-// reduce, allgather, reduce-scatter and alltoall up to their Shm*Max, a
-// bcast of two ranks up to ShmBcast2Max and of more up to ShmBcastMax.
-func (m *Model) shmPays(c Collective, p int, nbytes int) bool {
+// ranks (crowded: more than their CPUs) at no cost: up to ShmSmallBytes
+// every one; past that, allreduce, reduce, allgather, reduce-scatter and
+// alltoall up to their Shm*Max (allgather and alltoall of two uncrowded
+// ranks up to their Shm*2Max too), a bcast of two ranks up to
+// ShmBcast2Max and of more up to ShmBcastMax.
+func (m *Model) shmPays(c Collective, p int, nbytes int, crowded bool) bool {
+	pair := p == 2 && !crowded
 	switch {
 	case nbytes <= m.ShmSmallBytes:
 		return true
@@ -727,11 +744,11 @@ func (m *Model) shmPays(c Collective, p int, nbytes int) bool {
 	case c == CollReduce:
 		return nbytes <= m.ShmReduceMax
 	case c == CollAllgather:
-		return nbytes <= m.ShmAllgatherMax
+		return nbytes <= m.ShmAllgatherMax && (!pair || nbytes <= m.ShmAllgather2Max)
 	case c == CollReduceScatter:
 		return nbytes <= m.ShmReduceScatterMax
 	case c == CollAlltoall:
-		return nbytes <= m.ShmAlltoallMax
+		return nbytes <= m.ShmAlltoallMax && (!pair || nbytes <= m.ShmAlltoall2Max)
 	case c == CollBcast && p == 2:
 		return nbytes <= m.ShmBcast2Max
 	case c == CollBcast:

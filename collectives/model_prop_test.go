@@ -80,7 +80,7 @@ func randModel(r *rand.Rand) *collectives.Model {
 		m.PostOverlap = logUniform(r, 0.01, 2)
 	}
 	for _, v := range []*int{&m.ShmSmallBytes, &m.ShmAllreduceMax, &m.ShmBcast2Max, &m.ShmReadMin, &m.ShmReadMax,
-		&m.ShmReduceMax, &m.ShmReduceFoldBytes, &m.ShmAllgatherMax, &m.ShmReduceScatterMax, &m.ShmAlltoallMax, &m.ShmReadBlockMin, &m.ShmBcastMax,
+		&m.ShmReduceMax, &m.ShmReduceFoldBytes, &m.ShmAllgatherMax, &m.ShmReduceScatterMax, &m.ShmAlltoallMax, &m.ShmAllgather2Max, &m.ShmAlltoall2Max, &m.ShmReadBlockMin, &m.ShmBcastMax,
 		&m.ShmSplitMin, &m.ShmSplitMax, &m.ShmSplitGapMin, &m.ShmSplitGapMax, &m.ShmFoldBytes, &m.ShmFoldBytes2,
 		&m.ShmPipeBytes, &m.ShmPieceMin, &m.HierBigBytes} {
 		size(v)
@@ -172,7 +172,7 @@ func propSizes(r *rand.Rand, e *collectives.Engine) []int {
 		sizes = append(sizes, int(logUniform(r, 1, 256<<20)))
 	}
 	m := e.Model()
-	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmReduceMax, m.ShmAllgatherMax, m.ShmReduceScatterMax, m.ShmAlltoallMax, m.ShmBcast2Max, m.ShmBcastMax, m.HierBigBytes}
+	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmReduceMax, m.ShmAllgatherMax, m.ShmReduceScatterMax, m.ShmAlltoallMax, m.ShmAllgather2Max, m.ShmAlltoall2Max, m.ShmBcast2Max, m.ShmBcastMax, m.HierBigBytes}
 	for range 3 {
 		sizes = appendAround(sizes, th[r.IntN(len(th))])
 	}
@@ -361,7 +361,11 @@ func TestTuningMovesChoice(t *testing.T) {
 			{3, collectives.CollReduce, fmt.Sprintf("shm_small_bytes=%d,shm_reduce_max=%d", small, upper), upper},
 			{3, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_bcast_max=-1", small), small},
 			{3, collectives.CollAllgather, fmt.Sprintf("shm_small_bytes=%d,shm_allgather_max=%d", small, upper), upper},
-			{2, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d", small, upper), upper},
+			{3, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d", small, upper), upper},
+			{2, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d,shm_alltoall2_max=max", small, upper), upper},
+			{2, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall2_max=%d", small, upper), upper},
+			{2, collectives.CollAllgather, fmt.Sprintf("shm_small_bytes=%d,shm_allgather2_max=%d", small, upper), upper},
+			{2, collectives.CollAllgather, fmt.Sprintf("shm_small_bytes=%d,shm_allgather_max=%d,shm_allgather2_max=%d", small, upper, 2*upper), upper},
 			{3, collectives.CollReduceScatter, fmt.Sprintf("shm_small_bytes=%d,shm_reduce_scatter_max=%d", small, upper), upper},
 			{3, collectives.CollBarrier, fmt.Sprintf("shm_small_bytes=%d", small), -1}, // 0 bytes: always inside
 			{3, collectives.CollAllreduce, fmt.Sprintf("shm_small_bytes=%d,shm_allreduce_max=%d", small, upper), upper},
@@ -377,6 +381,20 @@ func TestTuningMovesChoice(t *testing.T) {
 			require.NotEqual(t, collectives.SharedMemory, choose(e, c.coll, c.edge+1), "%v p=%d %s past the edge", c.coll, c.p, c.tune)
 		}
 	}
+	// The two-rank bands of allgather and alltoall hold for ranks that do
+	// not share a CPU: crowded, the slots take every size; with more
+	// ranks, the bands of every rank count do.
+	crowded := coltest.Options{Shared: true, Crowded: true}
+	for _, c := range []struct {
+		coll collectives.Collective
+		edge int
+	}{{collectives.CollAllgather, collectives.DefaultModel().ShmAllgather2Max}, {collectives.CollAlltoall, collectives.DefaultModel().ShmAlltoall2Max}} {
+		require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), c.coll, c.edge), "%v at the edge", c.coll)
+		require.NotEqual(t, collectives.SharedMemory, choose(engine(2, shared, ""), c.coll, c.edge+1), "%v past the edge", c.coll)
+		require.Equal(t, collectives.SharedMemory, choose(engine(2, crowded, ""), c.coll, 64<<20), "%v crowded", c.coll)
+		require.Equal(t, collectives.SharedMemory, choose(engine(3, shared, ""), c.coll, 64<<20), "%v on 3 ranks", c.coll)
+	}
+
 	// "Never": a negative size empties the band.
 	e := engine(2, shared, "shm_small_bytes=-1,shm_allreduce_max=-1")
 	require.NotEqual(t, collectives.SharedMemory, choose(e, collectives.CollAllreduce, 0))
