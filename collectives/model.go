@@ -162,10 +162,11 @@ type Model struct {
 	// Rabenseifner move the same bytes there and reduce half as many, at
 	// the price of a second exchange that waits for the first and for
 	// both ranks' folds: over tcp that step cost more than the half
-	// reduction saved up to about 1.5 MiB, far more than α (2 ranks over
+	// reduction saved up to 2-4 MiB, far more than α (2 ranks over
 	// loopback, recursive doubling took 0.65 of the ring's time at 512
-	// KiB and 0.86 at 1 MiB, 1.10 at 2 MiB; between two cluster hosts 0.67
-	// and 0.81 at 512 KiB and 1 MiB).
+	// KiB, 0.86 at 1 MiB, 0.84-0.89 at 2 MiB and 1.05 at 4 MiB; between
+	// two cluster hosts 0.67 and 0.81 at 512 KiB and 1 MiB, 0.96 at 2 MiB
+	// and 0.99-1.33 at 4-8 MiB).
 	PairExchangeBytes int
 
 	segment int // Options.SegmentBytes, for the chain's pipeline
@@ -204,7 +205,7 @@ var defModel = Model{
 	ShmPrefetchMax:      512,
 	HierBigBytes:        64 << 10,
 	RingPieceBytes:      math.MaxInt,
-	PairExchangeBytes:   1 << 20,
+	PairExchangeBytes:   2 << 20,
 	segment:             256 << 10,
 }
 

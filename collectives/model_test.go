@@ -342,7 +342,7 @@ func TestCostModelCrowding(t *testing.T) {
 }
 
 // TestCostModelPairExchange: two ranks over messages allreduce up to
-// PairExchangeBytes (1 MiB) by recursive doubling, one exchange, where
+// PairExchangeBytes (2 MiB) by recursive doubling, one exchange, where
 // the α-only model took the ring from about 160 KiB over tcp's links;
 // above it, and with the threshold off, the ring or Rabenseifner; groups
 // of more ranks are not affected. The hierarchical allreduce picks its
@@ -357,10 +357,10 @@ func TestCostModelPairExchange(t *testing.T) {
 		return a
 	}
 	e := engineFor(t, 2, tcp, collectives.Options{})
-	for _, n := range []int{8, 256 << 10, 512 << 10, 1 << 20} {
+	for _, n := range []int{8, 256 << 10, 512 << 10, 1 << 20, 2 << 20} {
 		require.Equal(t, collectives.RecursiveDoubling, choose(e, n), "%d bytes", n)
 	}
-	require.Contains(t, bulk, choose(e, 2<<20))
+	require.Contains(t, bulk, choose(e, 2<<20+1))
 	require.Contains(t, bulk, choose(e, 64<<20))
 
 	off := engineFor(t, 2, tcp, collectives.Options{Model: &collectives.Model{PairExchangeBytes: -1}})
