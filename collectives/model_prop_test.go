@@ -384,15 +384,15 @@ func TestTuningMovesChoice(t *testing.T) {
 	// The two-rank bands of allgather and alltoall hold for ranks that do
 	// not share a CPU: crowded, the slots take every size; with more
 	// ranks, the bands of every rank count do.
+	// By default they are off (the slots at every size).
 	crowded := coltest.Options{Shared: true, Crowded: true}
-	for _, c := range []struct {
-		coll collectives.Collective
-		edge int
-	}{{collectives.CollAllgather, collectives.DefaultModel().ShmAllgather2Max}, {collectives.CollAlltoall, collectives.DefaultModel().ShmAlltoall2Max}} {
-		require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), c.coll, c.edge), "%v at the edge", c.coll)
-		require.NotEqual(t, collectives.SharedMemory, choose(engine(2, shared, ""), c.coll, c.edge+1), "%v past the edge", c.coll)
-		require.Equal(t, collectives.SharedMemory, choose(engine(2, crowded, ""), c.coll, 64<<20), "%v crowded", c.coll)
-		require.Equal(t, collectives.SharedMemory, choose(engine(3, shared, ""), c.coll, 64<<20), "%v on 3 ranks", c.coll)
+	const pairs = "shm_allgather2_max=1M,shm_alltoall2_max=1M"
+	for _, c := range []collectives.Collective{collectives.CollAllgather, collectives.CollAlltoall} {
+		require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, pairs), c, 1<<20), "%v at the edge", c)
+		require.NotEqual(t, collectives.SharedMemory, choose(engine(2, shared, pairs), c, 1<<20+1), "%v past the edge", c)
+		require.Equal(t, collectives.SharedMemory, choose(engine(2, crowded, pairs), c, 64<<20), "%v crowded", c)
+		require.Equal(t, collectives.SharedMemory, choose(engine(3, shared, pairs), c, 64<<20), "%v on 3 ranks", c)
+		require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), c, 64<<20), "%v by default", c)
 	}
 
 	// "Never": a negative size empties the band.
