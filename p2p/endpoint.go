@@ -249,8 +249,25 @@ func (ep *Endpoint) device(ctx context.Context, p verbs.Provider) (*device, erro
 	if d.cq, err = dev.CreateCQ(depth); err != nil {
 		return nil, err
 	}
-	d.cache = newRegCache(d.pd, verbs.AccessLocalWrite|verbs.AccessRemoteRead, ep.opts.RegCacheEntries, ep.opts.RegCacheBytes)
+	d.cache = newRegCache(d.pd, verbs.AccessLocalWrite|verbs.AccessRemoteRead, regCacheEntries(ep.opts.RegCacheEntries, t), ep.opts.RegCacheBytes)
 	return d, nil
+}
+
+// defaultRegCache is the registration cache's size over a provider that
+// gives no hint (verbs.Traits.RegCache).
+const defaultRegCache = 64
+
+// regCacheEntries is the registration cache's size over a provider of
+// traits t: Options.RegCacheEntries if set, else the provider's hint,
+// else defaultRegCache.
+func regCacheEntries(set int, t verbs.Traits) int {
+	switch {
+	case set > 0:
+		return set
+	case t.RegCache > 0:
+		return t.RegCache
+	}
+	return defaultRegCache
 }
 
 func (ep *Endpoint) setup(ctx context.Context, rv Rendezvous) error {

@@ -116,7 +116,10 @@ type Options struct {
 	// Negative means the next message only; at most 16.
 	RingAhead int
 	// RegCacheEntries and RegCacheBytes bound the registration cache of
-	// rendezvous buffers (LRU). Defaults 64 entries and 1 GiB.
+	// rendezvous buffers (LRU), per device. Defaults: the provider's
+	// verbs.Traits.RegCache (4 over shm, tcp and loop, where registering
+	// pins nothing and a cached registration only keeps its buffer
+	// alive), else 64 entries; 1 GiB.
 	RegCacheEntries int
 	RegCacheBytes   int64
 
@@ -166,9 +169,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.EagerSlots <= 0 {
 		o.EagerSlots = 32
-	}
-	if o.RegCacheEntries <= 0 {
-		o.RegCacheEntries = 64
 	}
 	if o.RegCacheBytes <= 0 {
 		o.RegCacheBytes = 1 << 30

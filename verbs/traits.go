@@ -56,12 +56,24 @@ type Traits struct {
 	SlotGrowth int
 	// Wait is how a waiter for this provider's completions should poll.
 	Wait WaitHint
+	// RegCache is how many unused memory registrations a cache of them
+	// (p2p's, for rendezvous buffers) should keep by default (0: the
+	// cache's own default). Where registering pins pages in the kernel,
+	// many; where it is a table entry, a few: a cached registration keeps
+	// its buffer alive, and a program that sends from new buffers (a Go
+	// program that allocates them) then carries that many dead ones.
+	RegCache int
 	// PollSpin is DeviceOptions.PollSpin's default, for providers whose
 	// waiters read their connections themselves (0: the provider does not
 	// poll); where the ranks on the host outnumber the CPUs it comes with
 	// DeviceOptions.PollYield.
 	PollSpin time.Duration
 }
+
+// SoftRegCache is the RegCache of providers whose registration is a table
+// entry (no pages pinned): enough for a few buffers in rotation, whose
+// misses cost a lookup and a table insert.
+const SoftRegCache = 4
 
 // WaitHint is how long a waiter for completions polls before it sleeps.
 // A zero Spin says a spinning waiter only starves the provider (its

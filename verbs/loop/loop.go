@@ -24,7 +24,9 @@ func (provider) Name() string { return Name }
 
 // Traits: loop is for tests and is used only when named. Each protocol
 // round trip costs goroutine hand-offs, which makes eager pay up to 32 KiB.
-func (provider) Traits() verbs.Traits { return verbs.Traits{EagerSize: 32 << 10} }
+func (provider) Traits() verbs.Traits {
+	return verbs.Traits{EagerSize: 32 << 10, RegCache: verbs.SoftRegCache}
+}
 
 // CanConnect: loop connects ranks of one process.
 func (provider) CanConnect(local, remote verbs.PeerInfo) bool { return local.SameProcess(remote) }
