@@ -90,13 +90,14 @@ type Model struct {
 	// take a copy in and a copy out: on 2 cores, with the same buffers
 	// call after call, the exchange took 0.89-0.92 of the slots' time from
 	// a 4 MiB allgather result and 0.91-0.96 from a 1 MiB alltoall send
-	// buffer (0.65 at 4 MiB), and 1.02-1.6 below. But a rendezvous
-	// registers its buffers, and with new buffers every call (a Go program
-	// that allocates them) a 2 MiB-a-rank allgather took 4.0 ms through
-	// p2p against 0.31 through the slots, an alltoall 6.6 against 0.93; so
-	// by default the slots keep every size. Crowded, or with more ranks (4
-	// on 2 cores), the exchange's every step waits for a rank to be
-	// scheduled, and it took 1.05-9 times the slots' time.
+	// buffer (0.65 at 4 MiB), and 1.02-1.6 below. With new buffers every
+	// call (a Go program that allocates them, 2 MiB a rank) the alltoall
+	// still took about 0.6 of the slots' time, the allgather about the
+	// same to 1.9 times it (the rendezvous registers its buffers), so by
+	// default only the alltoall's band ends (512 KiB) and the allgather
+	// keeps the slots. Crowded, or with more ranks (4 on 2 cores), the
+	// exchange's every step waits for a rank to be scheduled, and it took
+	// 1.05-9 times the slots' time.
 	ShmAllgather2Max, ShmAlltoall2Max int
 	// ShmReadBlockMin: above this size of a block (the result over p,
 	// one send buffer over p) the shared-memory allgather and alltoall
@@ -192,7 +193,7 @@ var defModel = Model{
 	ShmAllgatherMax:     math.MaxInt,
 	ShmAlltoallMax:      math.MaxInt,
 	ShmAllgather2Max:    math.MaxInt,
-	ShmAlltoall2Max:     math.MaxInt,
+	ShmAlltoall2Max:     512 << 10,
 	ShmReadBlockMin:     math.MaxInt,
 	ShmBcast2Max:        math.MaxInt,
 	ShmBcastMax:         math.MaxInt,

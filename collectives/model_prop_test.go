@@ -384,7 +384,6 @@ func TestTuningMovesChoice(t *testing.T) {
 	// The two-rank bands of allgather and alltoall hold for ranks that do
 	// not share a CPU: crowded, the slots take every size; with more
 	// ranks, the bands of every rank count do.
-	// By default they are off (the slots at every size).
 	crowded := coltest.Options{Shared: true, Crowded: true}
 	const pairs = "shm_allgather2_max=1M,shm_alltoall2_max=1M"
 	for _, c := range []collectives.Collective{collectives.CollAllgather, collectives.CollAlltoall} {
@@ -392,8 +391,12 @@ func TestTuningMovesChoice(t *testing.T) {
 		require.NotEqual(t, collectives.SharedMemory, choose(engine(2, shared, pairs), c, 1<<20+1), "%v past the edge", c)
 		require.Equal(t, collectives.SharedMemory, choose(engine(2, crowded, pairs), c, 64<<20), "%v crowded", c)
 		require.Equal(t, collectives.SharedMemory, choose(engine(3, shared, pairs), c, 64<<20), "%v on 3 ranks", c)
-		require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), c, 64<<20), "%v by default", c)
 	}
+	// By default the allgather keeps the slots and the alltoall leaves
+	// them past 512 KiB.
+	require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), collectives.CollAllgather, 64<<20))
+	require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), collectives.CollAlltoall, 512<<10))
+	require.NotEqual(t, collectives.SharedMemory, choose(engine(2, shared, ""), collectives.CollAlltoall, 512<<10+1))
 
 	// "Never": a negative size empties the band.
 	e := engine(2, shared, "shm_small_bytes=-1,shm_allreduce_max=-1")
