@@ -91,11 +91,11 @@ type Model struct {
 	// call after call, the exchange took 0.89-0.92 of the slots' time from
 	// a 4 MiB allgather result and 0.91-0.96 from a 1 MiB alltoall send
 	// buffer (0.65 at 4 MiB), and 1.02-1.6 below. With new buffers every
-	// call (a Go program that allocates them, 2 MiB a rank) the alltoall
-	// still took about 0.6 of the slots' time, the allgather about the
-	// same to 1.9 times it (the rendezvous registers its buffers), so by
-	// default only the alltoall's band ends (512 KiB) and the allgather
-	// keeps the slots. Crowded, or with more ranks (4 on 2 cores), the
+	// call (a Go program that allocates them, 2 MiB a rank; the
+	// rendezvous registers its buffers) the alltoall still took about 0.6
+	// of the slots' time and the allgather about the same (medians 260
+	// and 277 us over 10 alternating runs, the pairs' ratios 0.34-1.48).
+	// Crowded, or with more ranks (4 on 2 cores), the
 	// exchange's every step waits for a rank to be scheduled, and it took
 	// 1.05-9 times the slots' time.
 	ShmAllgather2Max, ShmAlltoall2Max int
@@ -192,7 +192,7 @@ var defModel = Model{
 	ShmReduceScatterMax: math.MaxInt,
 	ShmAllgatherMax:     math.MaxInt,
 	ShmAlltoallMax:      math.MaxInt,
-	ShmAllgather2Max:    math.MaxInt,
+	ShmAllgather2Max:    2 << 20,
 	ShmAlltoall2Max:     512 << 10,
 	ShmReadBlockMin:     math.MaxInt,
 	ShmBcast2Max:        math.MaxInt,

@@ -392,11 +392,15 @@ func TestTuningMovesChoice(t *testing.T) {
 		require.Equal(t, collectives.SharedMemory, choose(engine(2, crowded, pairs), c, 64<<20), "%v crowded", c)
 		require.Equal(t, collectives.SharedMemory, choose(engine(3, shared, pairs), c, 64<<20), "%v on 3 ranks", c)
 	}
-	// By default the allgather keeps the slots and the alltoall leaves
-	// them past 512 KiB.
-	require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), collectives.CollAllgather, 64<<20))
-	require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), collectives.CollAlltoall, 512<<10))
-	require.NotEqual(t, collectives.SharedMemory, choose(engine(2, shared, ""), collectives.CollAlltoall, 512<<10+1))
+	// By default the allgather leaves them past 2 MiB of result, the
+	// alltoall past 512 KiB of send buffer.
+	for _, c := range []struct {
+		coll collectives.Collective
+		edge int
+	}{{collectives.CollAllgather, 2 << 20}, {collectives.CollAlltoall, 512 << 10}} {
+		require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, ""), c.coll, c.edge), "%v by default", c.coll)
+		require.NotEqual(t, collectives.SharedMemory, choose(engine(2, shared, ""), c.coll, c.edge+1), "%v by default", c.coll)
+	}
 
 	// "Never": a negative size empties the band.
 	e := engine(2, shared, "shm_small_bytes=-1,shm_allreduce_max=-1")
