@@ -95,9 +95,9 @@ type Model struct {
 	// rendezvous registers its buffers) the alltoall still took about 0.6
 	// of the slots' time and the allgather about the same (medians 260
 	// and 277 us over 10 alternating runs, the pairs' ratios 0.34-1.48).
-	// Crowded, or with more ranks (4 on 2 cores), the
-	// exchange's every step waits for a rank to be scheduled, and it took
-	// 1.05-9 times the slots' time.
+	// Crowded, or with more ranks (4 on 2 cores), the exchange's every
+	// step waits for a rank to be scheduled, and it took 1.05-9 times the
+	// slots' time.
 	ShmAllgather2Max, ShmAlltoall2Max int
 	// ShmReadBlockMin: above this size of a block (the result over p,
 	// one send buffer over p) the shared-memory allgather and alltoall
