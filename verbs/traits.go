@@ -72,7 +72,9 @@ type Traits struct {
 
 // SoftRegCache is the RegCache of providers whose registration is a table
 // entry (no pages pinned): enough for a few buffers in rotation, whose
-// misses cost a lookup and a table insert.
+// misses cost a lookup and a table insert. With 64, 2 MiB Send/Recv pairs
+// over shm between buffers allocated anew for every message took 1.6-2.9
+// ms each, against 0.33-0.46 with 4 and 0.07 between the same buffers.
 const SoftRegCache = 4
 
 // WaitHint is how long a waiter for completions polls before it sleeps.
