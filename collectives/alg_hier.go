@@ -16,7 +16,7 @@ import (
 // Needs a commutative op (the intra-host reduction regroups ranks).
 func (c *call) allreduceHier(buf []byte) error {
 	local, leaders := c.hostGroups()
-	big := c.e.model.hierBig(len(buf))
+	big := c.e.hierBig(len(buf))
 	lc := c.sub(local, 0)
 	if lc.n > 1 {
 		if big {
@@ -82,7 +82,7 @@ func (c *call) bcastHier(buf []byte, root int) error {
 		myRep = root
 	}
 	index := func(rs []int, x int) int { return sort.SearchInts(rs, x) }
-	big := c.e.model.hierBig(len(buf))
+	big := c.e.hierBig(len(buf))
 	bcast := func(v *call, root int) error {
 		if big && v.n > 2 {
 			return v.bcastScatterAllgather(buf, root)

@@ -65,3 +65,7 @@ func Settled(e *Engine) (running bool, okCalls uint64, shmCall bool) {
 
 // ShmPrefetches is how many of e's polls prefetched a chunk's lines.
 func ShmPrefetches(e *Engine) int { return e.shm.prefetches }
+
+// HierBig says whether e's hierarchical algorithms take their bandwidth
+// forms for n bytes.
+func HierBig(e *Engine, n int) bool { return e.hierBig(n) }

@@ -147,10 +147,18 @@ type Model struct {
 	// 1 KiB the prefetches of two slots' lines every poll cost what they
 	// save (two ranks: 0.91-1.06 of the time; 0.75-0.93 at 64-512 B).
 	ShmPrefetchMax int
-	// HierBigBytes: above this size the hierarchical algorithms use the
-	// bandwidth forms inside a host (ring reduce-scatter and gather,
+	// HierBigBytes: above this size the hierarchical algorithms use their
+	// bandwidth forms (ring reduce-scatter and gather inside a host,
 	// scatter-allgather bcast) instead of binomial trees.
 	HierBigBytes int
+	// HierBigCrowdedBytes is HierBigBytes where a host's ranks outnumber
+	// its CPUs (Crowd above 1): every step of a bandwidth form waits for
+	// the scheduler to run the ranks it joins, and the binomial trees'
+	// fewer steps won up to 2 MiB on the 2-core machine the defaults were
+	// measured on (4 hosts of 2 ranks, a CPU for 2 hosts: bcast 0.32–0.59
+	// of the time at 128 KiB–2 MiB, allreduce 0.86–0.94; from 4 MiB the
+	// allreduce's ring forms won again).
+	HierBigCrowdedBytes int
 	// RingPieceBytes: the ring allreduce moves each block in pieces of at
 	// most this size, all of a step's pieces posted at once, so that a
 	// rank reduces and forwards each piece while the next ones are still
@@ -209,6 +217,7 @@ var defModel = Model{
 	ShmPieceMin:         64 << 10,
 	ShmPrefetchMax:      512,
 	HierBigBytes:        64 << 10,
+	HierBigCrowdedBytes: 2 << 20,
 	RingPieceBytes:      math.MaxInt,
 	PairExchangeBytes:   2 << 20,
 	segment:             256 << 10,
@@ -255,6 +264,7 @@ func (m Model) withDefaults() Model {
 		{&m.ShmSplitGapMax, &d.ShmSplitGapMax}, {&m.ShmFoldBytes, &d.ShmFoldBytes},
 		{&m.ShmFoldBytes2, &d.ShmFoldBytes2}, {&m.ShmPipeBytes, &d.ShmPipeBytes},
 		{&m.ShmPieceMin, &d.ShmPieceMin}, {&m.ShmPrefetchMax, &d.ShmPrefetchMax}, {&m.HierBigBytes, &d.HierBigBytes},
+		{&m.HierBigCrowdedBytes, &d.HierBigCrowdedBytes},
 		{&m.RingPieceBytes, &d.RingPieceBytes}, {&m.PairExchangeBytes, &d.PairExchangeBytes},
 		{&m.segment, &d.segment},
 	} {
@@ -669,6 +679,9 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 		// leaders cross the network.
 		crowded := *m
 		crowded.IntraAlpha = time.Duration(float64(m.IntraAlpha) * e.crowd())
+		if e.crowd() > 1 {
+			crowded.HierBigBytes = m.HierBigCrowdedBytes
+		}
 		m := &crowded
 		switch c {
 		case CollBcast:
@@ -791,9 +804,18 @@ func (m *Model) readsBlocks(n int) bool { return n > m.ShmReadBlockMin }
 // blocks (reduceShmRS) rather than have the root fold every chunk.
 func (m *Model) reduceFolds(n int) bool { return n > m.ShmReduceFoldBytes }
 
-// hierBig says whether the hierarchical algorithms use the bandwidth
-// forms inside a host for n bytes.
+// hierBig says whether the hierarchical algorithms use their bandwidth
+// forms for n bytes where every rank has a CPU.
 func (m *Model) hierBig(n int) bool { return n > m.HierBigBytes }
+
+// hierBig is the Model's for this group: HierBigCrowdedBytes decides where
+// a host's ranks outnumber its CPUs.
+func (e *Engine) hierBig(n int) bool {
+	if e.crowd() > 1 {
+		return n > e.model.HierBigCrowdedBytes
+	}
+	return e.model.hierBig(n)
+}
 
 // ringPiece is the piece size of the pipelined ring for elements of
 // esize bytes: RingPieceBytes rounded down to whole elements (at least

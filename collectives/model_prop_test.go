@@ -82,7 +82,7 @@ func randModel(r *rand.Rand) *collectives.Model {
 	for _, v := range []*int{&m.ShmSmallBytes, &m.ShmAllreduceMax, &m.ShmBcast2Max, &m.ShmReadMin, &m.ShmReadMax,
 		&m.ShmReduceMax, &m.ShmReduceFoldBytes, &m.ShmAllgatherMax, &m.ShmReduceScatterMax, &m.ShmAlltoallMax, &m.ShmAllgather2Max, &m.ShmAlltoall2Max, &m.ShmReadBlockMin, &m.ShmBcastMax,
 		&m.ShmSplitMin, &m.ShmSplitMax, &m.ShmSplitGapMin, &m.ShmSplitGapMax, &m.ShmFoldBytes, &m.ShmFoldBytes2,
-		&m.ShmPipeBytes, &m.ShmPieceMin, &m.HierBigBytes} {
+		&m.ShmPipeBytes, &m.ShmPieceMin, &m.HierBigBytes, &m.HierBigCrowdedBytes} {
 		size(v)
 	}
 	return &m
@@ -172,7 +172,7 @@ func propSizes(r *rand.Rand, e *collectives.Engine) []int {
 		sizes = append(sizes, int(logUniform(r, 1, 256<<20)))
 	}
 	m := e.Model()
-	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmReduceMax, m.ShmAllgatherMax, m.ShmReduceScatterMax, m.ShmAlltoallMax, m.ShmAllgather2Max, m.ShmAlltoall2Max, m.ShmBcast2Max, m.ShmBcastMax, m.HierBigBytes}
+	th := []int{m.ShmSmallBytes, m.ShmAllreduceMax, m.ShmReduceMax, m.ShmAllgatherMax, m.ShmReduceScatterMax, m.ShmAlltoallMax, m.ShmAllgather2Max, m.ShmAlltoall2Max, m.ShmBcast2Max, m.ShmBcastMax, m.HierBigBytes, m.HierBigCrowdedBytes}
 	for range 3 {
 		sizes = appendAround(sizes, th[r.IntN(len(th))])
 	}

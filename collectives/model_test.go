@@ -379,3 +379,44 @@ func TestCostModelPairExchange(t *testing.T) {
 	m.PairExchangeBytes = -1
 	require.Less(t, m.Cost(collectives.CollAllreduce, collectives.Ring, 2, 512<<10), m.Cost(collectives.CollAllreduce, collectives.RecursiveDoubling, 2, 512<<10))
 }
+
+// TestHierBigFollowsCrowding: the hierarchical algorithms switch to their
+// bandwidth forms (ring and scatter-allgather) above hier_big_bytes where
+// every rank has a CPU, and above hier_big_crowded_bytes where a host's
+// ranks outnumber its CPUs, whose every extra step waits for the
+// scheduler; the model's cost of the hierarchical allreduce follows the
+// same edge.
+func TestHierBigFollowsCrowding(t *testing.T) {
+	t.Parallel()
+	const small, large = 100 << 10, 3 << 20
+	eng := func(crowding float64, tune string) *collectives.Engine {
+		wo := coltest.Options{Hosts: []int{0, 0, 0, 1, 1, 1}, Latency: 150 * time.Nanosecond, Bandwidth: 20e9,
+			InterLatency: 20 * time.Microsecond, InterBandwidth: 1e9, Crowding: crowding}
+		var o collectives.Options
+		require.NoError(t, collectives.ParseTuning(tune, &o))
+		return engineFor(t, 6, wo, o)
+	}
+	both := "hier_big_bytes=100K,hier_big_crowded_bytes=3M"
+	for _, c := range []struct {
+		crowding float64
+		edge     int
+	}{{0, small}, {1, small}, {2, large}} {
+		e := eng(c.crowding, both)
+		require.False(t, collectives.HierBig(e, c.edge), "crowding %v", c.crowding)
+		require.True(t, collectives.HierBig(e, c.edge+1), "crowding %v", c.crowding)
+	}
+	// Defaults: 64 KiB with a CPU per rank, 2 MiB crowded.
+	require.True(t, collectives.HierBig(eng(0, ""), 64<<10+1))
+	require.False(t, collectives.HierBig(eng(2, ""), 2<<20))
+	require.True(t, collectives.HierBig(eng(2, ""), 2<<20+1))
+
+	cost := func(crowding float64, tune string) float64 {
+		return eng(crowding, tune).Cost(collectives.CollAllreduce, collectives.Hierarchical, small+1)
+	}
+	// Crowded, hier_big_bytes moves nothing and hier_big_crowded_bytes does.
+	require.Equal(t, cost(2, both), cost(2, "hier_big_bytes=1G,hier_big_crowded_bytes=3M"))
+	require.NotEqual(t, cost(2, both), cost(2, "hier_big_bytes=100K,hier_big_crowded_bytes=100K"))
+	// With a CPU per rank, the other way round.
+	require.Equal(t, cost(0, both), cost(0, "hier_big_bytes=100K,hier_big_crowded_bytes=1K"))
+	require.NotEqual(t, cost(0, both), cost(0, "hier_big_bytes=3M,hier_big_crowded_bytes=3M"))
+}
