@@ -179,7 +179,10 @@ type Model struct {
 	// loopback, recursive doubling took 0.65 of the ring's time at 512
 	// KiB, 0.86 at 1 MiB, 0.84-0.89 at 2 MiB and 1.05 at 4 MiB; between
 	// two cluster hosts 0.67 and 0.81 at 512 KiB and 1 MiB, 0.96 at 2 MiB
-	// and 0.99-1.33 at 4-8 MiB).
+	// and 0.99-1.33 at 4-8 MiB). A two-rank reduce likewise sends the
+	// root one message (binomial) up to this size rather than
+	// Rabenseifner's exchange of halves and gather (between two cluster
+	// hosts the binomial took 0.51-0.70 of its time at 256 KiB-2 MiB).
 	PairExchangeBytes int
 
 	segment int // Options.SegmentBytes, for the chain's pipeline
@@ -377,6 +380,12 @@ func (m *Model) cost(c Collective, a Algorithm, p int, n float64, alpha, beta fl
 			return (pf - 1 + s - 1) * (alpha + seg*beta)
 		}
 	case CollReduce:
+		if p == 2 && n <= float64(m.PairExchangeBytes) && (a == Rabenseifner || a == Ordered) {
+			// As for the allreduce (PairExchangeBytes): the halves'
+			// exchange and the gather after it cost more than the half
+			// fold saves; one message to the root, plus that step.
+			return m.cost(c, Binomial, p, n, alpha, beta) + alpha
+		}
 		switch a {
 		case Binomial:
 			return lg * (alpha + n*beta + n*g)

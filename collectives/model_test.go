@@ -380,6 +380,34 @@ func TestCostModelPairExchange(t *testing.T) {
 	require.Less(t, m.Cost(collectives.CollAllreduce, collectives.Ring, 2, 512<<10), m.Cost(collectives.CollAllreduce, collectives.RecursiveDoubling, 2, 512<<10))
 }
 
+// TestCostModelPairReduce: two ranks over messages reduce up to
+// PairExchangeBytes with one message to the root (binomial), where the
+// model took Rabenseifner's exchange of halves and gather from about 160
+// KiB over tcp's links; above it, and with the threshold off,
+// Rabenseifner; groups of more ranks are not affected.
+func TestCostModelPairReduce(t *testing.T) {
+	t.Parallel()
+	tcp := coltest.Options{Latency: 20 * time.Microsecond, Bandwidth: 1e9}
+	choose := func(e *collectives.Engine, n int) collectives.Algorithm {
+		a, err := e.Choose(collectives.CollReduce, n, true)
+		require.NoError(t, err)
+		return a
+	}
+	e := engineFor(t, 2, tcp, collectives.Options{})
+	for _, n := range []int{8, 256 << 10, 1 << 20, 2 << 20} {
+		require.Equal(t, collectives.Binomial, choose(e, n), "%d bytes", n)
+	}
+	require.Equal(t, collectives.Rabenseifner, choose(e, 64<<20))
+	off := engineFor(t, 2, tcp, collectives.Options{Model: &collectives.Model{PairExchangeBytes: -1}})
+	require.Equal(t, collectives.Rabenseifner, choose(off, 1<<20), "without the threshold")
+
+	four := engineFor(t, 4, tcp, collectives.Options{})
+	fourOff := engineFor(t, 4, tcp, collectives.Options{Model: &collectives.Model{PairExchangeBytes: -1}})
+	for _, n := range []int{64 << 10, 512 << 10, 1 << 20} {
+		require.Equal(t, choose(fourOff, n), choose(four, n), "4 ranks, %d bytes", n)
+	}
+}
+
 // TestHierBigFollowsCrowding: the hierarchical algorithms switch to their
 // bandwidth forms (ring and scatter-allgather) above hier_big_bytes where
 // every rank has a CPU, and above hier_big_crowded_bytes where a host's

@@ -118,7 +118,7 @@ var tunables = []Tunable{
 		modelField(func(m *Model) *int { return &m.HierBigCrowdedBytes }), bytesDef(defModel.HierBigCrowdedBytes)},
 	{"ring_piece_bytes", "the ring allreduce moves each block in pieces of at most this size, reducing and forwarding each while the next arrive", tuneBytes,
 		modelField(func(m *Model) *int { return &m.RingPieceBytes }), bytesDef(defModel.RingPieceBytes)},
-	{"pair_exchange_bytes", "a two-rank allreduce over messages (two ranks, or two hosts' leaders) runs recursive doubling up to this size rather than the ring or Rabenseifner", tuneBytes,
+	{"pair_exchange_bytes", "a two-rank allreduce over messages (two ranks, or two hosts' leaders) runs recursive doubling, and a two-rank reduce the binomial tree, up to this size rather than the ring or Rabenseifner", tuneBytes,
 		modelField(func(m *Model) *int { return &m.PairExchangeBytes }), bytesDef(defModel.PairExchangeBytes)},
 	{"inline_bytes", "the largest payload sent in its header's message (Options.InlineBytes, at most 1M; unset, more to peers whose eager messages hold more); the cost model counts the linear allgather and alltoall's larger blocks as two messages", tunePositiveBytes,
 		func(o *Options, _ bool) any { return &o.InlineBytes }, bytesDef((&Options{}).inline())},
