@@ -688,9 +688,7 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 		// leaders cross the network.
 		crowded := *m
 		crowded.IntraAlpha = time.Duration(float64(m.IntraAlpha) * e.crowd())
-		if e.crowd() > 1 {
-			crowded.HierBigBytes = m.HierBigCrowdedBytes
-		}
+		crowded.HierBigBytes = e.hierBigEdge()
 		m := &crowded
 		switch c {
 		case CollBcast:
@@ -729,7 +727,7 @@ func (e *Engine) crowd() float64 {
 	if e.model.Crowd <= 1 {
 		return 1
 	}
-	if _, hosts := e.hostShape(); hosts < 2 {
+	if len(e.hl.leaders) < 2 { // one host (or none known)
 		return 1
 	}
 	return e.model.Crowd
@@ -817,14 +815,19 @@ func (m *Model) reduceFolds(n int) bool { return n > m.ShmReduceFoldBytes }
 // forms for n bytes where every rank has a CPU.
 func (m *Model) hierBig(n int) bool { return n > m.HierBigBytes }
 
-// hierBig is the Model's for this group: HierBigCrowdedBytes decides where
-// a host's ranks outnumber its CPUs.
-func (e *Engine) hierBig(n int) bool {
+// hierBigEdge is the size above which this group's hierarchical
+// algorithms take their bandwidth forms, in what runs (hierBig) and in
+// what the model costs: HierBigCrowdedBytes where a host's ranks
+// outnumber its CPUs, else HierBigBytes.
+func (e *Engine) hierBigEdge() int {
 	if e.crowd() > 1 {
-		return n > e.model.HierBigCrowdedBytes
+		return e.model.HierBigCrowdedBytes
 	}
-	return e.model.hierBig(n)
+	return e.model.HierBigBytes
 }
+
+// hierBig is the Model's hierBig for this group (hierBigEdge).
+func (e *Engine) hierBig(n int) bool { return n > e.hierBigEdge() }
 
 // ringPiece is the piece size of the pipelined ring for elements of
 // esize bytes: RingPieceBytes rounded down to whole elements (at least
