@@ -65,22 +65,8 @@ func (c *call) allreduceHier(buf []byte) error {
 // elsewhere) over the network, then each representative broadcasts inside
 // its host. The slow links carry the message once per host.
 func (c *call) bcastHier(buf []byte, root int) error {
-	hosts := c.e.hosts
-	local, leaders := c.hostGroups()
-	// The representatives: the leaders, with the root in its host's place.
-	reps := append(c.ints[:0], leaders...)
-	for i, r := range reps {
-		if hosts[r] == hosts[root] {
-			reps[i] = root
-		}
-	}
-	slices.Sort(reps)
-	c.ints = reps[:0]
-	leaders = reps
-	myRep := local[0]
-	if hosts[c.me] == hosts[root] {
-		myRep = root
-	}
+	local, _ := c.hostGroups()
+	reps, myRep := c.representatives(root)
 	index := func(rs []int, x int) int { return sort.SearchInts(rs, x) }
 	big := c.e.hierBig(len(buf))
 	bcast := func(v *call, root int) error {
@@ -89,9 +75,9 @@ func (c *call) bcastHier(buf []byte, root int) error {
 		}
 		return v.bcastBinomial(buf, root)
 	}
-	if c.me == myRep && len(leaders) > 1 {
-		r := index(leaders, root)
-		if err := bcast(c.sub(leaders, r), r); err != nil {
+	if c.me == myRep && len(reps) > 1 {
+		r := index(reps, root)
+		if err := bcast(c.sub(reps, r), r); err != nil {
 			return err
 		}
 	}
@@ -100,6 +86,69 @@ func (c *call) bcastHier(buf []byte, root int) error {
 		return bcast(c.sub(local, r), r)
 	}
 	return nil
+}
+
+// reduceHier is the two-level reduce, bcastHier backwards: the ranks of
+// each host reduce to its representative over the local links, then the
+// representatives reduce to the root over the network, by whichever of
+// the binomial tree and Rabenseifner's form the model finds cheaper for
+// that many hosts. Only the representatives cross the network, and the
+// partial of a host crosses it once on the way to the root; a flat form
+// runs every step's exchanges between hosts at once on links the ranks of
+// a host share, and where they share a CPU too, every step waits for the
+// scheduler to run them all. work holds this rank's vector and is
+// overwritten (the root's with the result). Needs a commutative op.
+func (c *call) reduceHier(work []byte, root int) error {
+	local, _ := c.hostGroups()
+	reps, myRep := c.representatives(root)
+	index := func(rs []int, x int) int { return sort.SearchInts(rs, x) }
+	if len(local) > 1 {
+		r := index(local, myRep)
+		lc := c.sub(local, r)
+		if c.e.hierBig(len(work)) {
+			if err := lc.ringReduceScatter(work); err != nil {
+				return err
+			}
+			if err := lc.gatherBlocks(work, r); err != nil {
+				return err
+			}
+		} else if err := lc.reduceBinomial(work, r); err != nil {
+			return err
+		}
+	}
+	if c.me != myRep || len(reps) < 2 {
+		return nil
+	}
+	r := index(reps, root)
+	lead := c.sub(reps, r)
+	if c.e.model.Cost(CollReduce, Rabenseifner, lead.n, len(work)) < c.e.model.Cost(CollReduce, Binomial, lead.n, len(work)) {
+		if err := lead.ringReduceScatter(work); err != nil {
+			return err
+		}
+		return lead.gatherBlocks(work, r)
+	}
+	return lead.reduceBinomial(work, r)
+}
+
+// representatives returns one rank per host, sorted: root on its host, the
+// lowest rank on every other; and the one of this rank's host. The slice
+// is the call's scratch (c.ints), valid until the next representatives.
+func (c *call) representatives(root int) (reps []int, mine int) {
+	hosts := c.e.hosts
+	local, leaders := c.hostGroups()
+	reps = append(c.ints[:0], leaders...)
+	for i, r := range reps {
+		if hosts[r] == hosts[root] {
+			reps[i] = root
+		}
+	}
+	slices.Sort(reps)
+	c.ints = reps[:0]
+	mine = local[0]
+	if hosts[c.me] == hosts[root] {
+		mine = root
+	}
+	return reps, mine
 }
 
 // hostLayout is the group's ranks by host, worked out once (New) for the

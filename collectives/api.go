@@ -308,6 +308,8 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 				if err = c.orderedReduceScatter(work); err == nil {
 					err = c.gatherBlocks(work, root)
 				}
+			case Hierarchical:
+				err = c.reduceHier(work, root)
 			case SharedMemory:
 				if c.e.model.reduceFolds(len(b)) {
 					err = c.reduceShmRS(b, root)

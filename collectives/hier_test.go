@@ -79,6 +79,66 @@ func TestHierarchicalCrossesOncePerHostPair(t *testing.T) {
 	}
 }
 
+// TestHierarchicalReduce: the hierarchical reduce leaves the sum at every
+// root and every other rank's input as it was, over uneven hosts whose
+// ranks interleave (2, 3 and 1 ranks), inside hosts by the binomial tree
+// and by the bandwidth form, between them by the binomial tree, where a
+// host's partial crosses the network once (hosts−1 messages in all, where
+// the flat tree sends more), and by Rabenseifner's form where the model
+// finds it cheaper (latency all but free).
+func TestHierarchicalReduce(t *testing.T) {
+	t.Parallel()
+	hosts := []int{0, 1, 0, 1, 2, 1}
+	const nhosts = 3
+	p, n := len(hosts), 7
+	cases := []struct {
+		name      string
+		alg       collectives.Algorithm
+		model     *collectives.Model
+		wantCross func(int64) bool
+	}{
+		{"binomial trees", collectives.Hierarchical, nil, func(c int64) bool { return c == nhosts-1 }},
+		{"bandwidth form inside hosts", collectives.Hierarchical, &collectives.Model{HierBigBytes: 1}, func(c int64) bool { return c == nhosts-1 }},
+		// A ring reduce-scatter among the 3 representatives (2 steps of
+		// 3 messages) and the gather of 2 blocks to the root.
+		{"rabenseifner between hosts", collectives.Hierarchical, &collectives.Model{Alpha: time.Nanosecond}, func(c int64) bool { return c == 8 }},
+		{"flat binomial tree", collectives.Binomial, nil, func(c int64) bool { return c > nhosts-1 }},
+	}
+	for _, tc := range cases {
+		for root := range p {
+			t.Run(name("case", tc.name, "root", root), func(t *testing.T) {
+				var cross atomic.Int64
+				o := noProbe(force(collectives.CollReduce, tc.alg))
+				o.Model = tc.model
+				w := coltest.NewWorld(p, coltest.Options{Hosts: hosts})
+				errs := w.Run(func(rank int, g collectives.Group) error {
+					cg := crossCounter{Group: g, topo: g.(collectives.Topology), cross: &cross}
+					e, err := collectives.New(cg, o)
+					if err != nil {
+						return err
+					}
+					defer e.Close()
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					buf := input(rank, n)
+					if err := collectives.Reduce(ctx, e, buf, reduce.Sum, root); err != nil {
+						return err
+					}
+					if err := checkAlg(e, tc.alg); err != nil {
+						return err
+					}
+					if rank == root {
+						return eq("reduce", buf, refSum(p, n))
+					}
+					return eq("reduce leaves non-root input", buf, input(rank, n))
+				})
+				requireAllOK(t, errs)
+				require.True(t, tc.wantCross(cross.Load()), "%d messages between hosts", cross.Load())
+			})
+		}
+	}
+}
+
 // noProbe is o without stall probes: a call that a loaded machine keeps
 // past StallProbe sends one to every peer, which a count of messages or
 // bytes would take for the algorithm's.
@@ -117,8 +177,10 @@ func TestHierarchicalAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	send, recv := make([]float32, 8), make([]float32, 8)
 	calls := map[collectives.Collective]func(e *collectives.Engine) error{
-		collectives.CollBarrier:   func(e *collectives.Engine) error { return collectives.Barrier(ctx, e) },
-		collectives.CollBcast:     func(e *collectives.Engine) error { return collectives.Bcast(ctx, e, send[:4], 0) },
+		collectives.CollBarrier: func(e *collectives.Engine) error { return collectives.Barrier(ctx, e) },
+		collectives.CollBcast:   func(e *collectives.Engine) error { return collectives.Bcast(ctx, e, send[:4], 0) },
+		// Rank 0 sends its partial to the root, which the echo drops.
+		collectives.CollReduce:    func(e *collectives.Engine) error { return collectives.Reduce(ctx, e, recv[:4], reduce.Sum, 1) },
 		collectives.CollAllreduce: func(e *collectives.Engine) error { return collectives.Allreduce(ctx, e, recv[:4], reduce.Sum) },
 		collectives.CollAllgather: func(e *collectives.Engine) error { return collectives.Allgather(ctx, e, send[:4], recv) },
 		collectives.CollAlltoall:  func(e *collectives.Engine) error { return collectives.Alltoall(ctx, e, send, recv) },

@@ -471,6 +471,19 @@ func (m *Model) hierCost(local, hosts int, n float64) float64 {
 	return intra + best
 }
 
+// hierReduceCost is the hierarchical reduce: inside each host to its
+// representative, then among the representatives over the network by the
+// cheaper of the binomial tree and Rabenseifner's form (reduceHier).
+func (m *Model) hierReduceCost(local, hosts int, n float64) float64 {
+	ia, ib := m.IntraAlpha.Seconds(), m.IntraBeta
+	intra := m.cost(CollReduce, Binomial, local, n, ia, ib)
+	if local > 1 && m.hierBig(int(n)) {
+		intra = m.cost(CollReduce, Rabenseifner, local, n, ia, ib)
+	}
+	a, b := m.Alpha.Seconds(), m.Beta
+	return intra + math.Min(m.cost(CollReduce, Binomial, hosts, n, a, b), m.cost(CollReduce, Rabenseifner, hosts, n, a, b))
+}
+
 // hierBcastCost is the hierarchical broadcast: among one rank per host over
 // the network, then inside each host.
 func (m *Model) hierBcastCost(local, hosts int, n float64) float64 {
@@ -693,6 +706,8 @@ func (e *Engine) cost(c Collective, a Algorithm, nbytes int) float64 {
 		switch c {
 		case CollBcast:
 			return m.hierBcastCost(local, hosts, float64(nbytes))
+		case CollReduce:
+			return m.hierReduceCost(local, hosts, float64(nbytes))
 		case CollBarrier:
 			return m.hierBarrierCost(local, hosts)
 		case CollAllgather:

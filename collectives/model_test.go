@@ -95,6 +95,15 @@ func TestCostModelLinks(t *testing.T) {
 		a, err = e.Choose(collectives.CollReduceScatter, 64, false)
 		require.NoError(t, err)
 		require.Equal(t, collectives.Pairwise, a)
+		// A reduce crosses the slow links once per host at every size.
+		for _, n := range []int{64, 256 << 10, 16 << 20} {
+			a, err = e.Choose(collectives.CollReduce, n, true)
+			require.NoError(t, err)
+			require.Equal(t, collectives.Hierarchical, a, "reduce of %d bytes", n)
+		}
+		a, err = e.Choose(collectives.CollReduce, 16<<20, false)
+		require.NoError(t, err)
+		require.Equal(t, collectives.Ordered, a)
 	}
 	// Same links everywhere: flat algorithms.
 	wo.InterLatency, wo.InterBandwidth = 0, 0
@@ -112,6 +121,9 @@ func TestCostModelLinks(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, collectives.Hierarchical, a)
 	a, err = e.Choose(collectives.CollReduceScatter, 64, true)
+	require.NoError(t, err)
+	require.NotEqual(t, collectives.Hierarchical, a)
+	a, err = e.Choose(collectives.CollReduce, 256<<10, true)
 	require.NoError(t, err)
 	require.NotEqual(t, collectives.Hierarchical, a)
 

@@ -76,7 +76,7 @@ func (a Algorithm) String() string {
 var algorithmsOf = [numCollectives][]Algorithm{
 	CollBarrier:       {Dissemination, Hierarchical, SharedMemory},
 	CollBcast:         {Binomial, ScatterAllgather, Chain, Hierarchical, SharedMemory},
-	CollReduce:        {Binomial, Rabenseifner, Ordered, SharedMemory},
+	CollReduce:        {Binomial, Rabenseifner, Ordered, Hierarchical, SharedMemory},
 	CollAllreduce:     {RecursiveDoubling, Ring, Rabenseifner, RingOneSided, Ordered, Hierarchical, SharedMemory},
 	CollAllgather:     {Ring, RecursiveDoubling, Bruck, Linear, Hierarchical, SharedMemory},
 	CollAllgatherv:    {Ring},

@@ -20,13 +20,14 @@ import (
 
 // Ranks that report different hosts: LocalRank / LocalSize / Peer follow
 // the host map, and the hierarchical algorithms (which need the Topology)
-// give the right answers.
+// give the right answers (allreduce; reduce to a host's leader and to
+// another rank).
 func TestTopology(t *testing.T) {
 	const p = 5
 	hosts := []string{"a", "a", "b", "a", "b"}
 	per := func(r int, o *comm.Options) { o.Hostname = hosts[r] }
 	o := comm.Options{NoEnv: true, Collectives: collectives.Options{Algorithms: map[collectives.Collective]collectives.Algorithm{
-		collectives.CollAllreduce: collectives.Hierarchical}}}
+		collectives.CollAllreduce: collectives.Hierarchical, collectives.CollReduce: collectives.Hierarchical}}}
 	errs := runWith(t, p, o, per, func(ctx context.Context, c *comm.Comm) error {
 		me := c.Rank()
 		wantLocal := map[int][2]int{0: {0, 3}, 1: {1, 3}, 2: {0, 2}, 3: {2, 3}, 4: {1, 2}}[me]
@@ -58,6 +59,23 @@ func TestTopology(t *testing.T) {
 			}
 			if err := eq("hierarchical allreduce", buf, fold(p, n, 9, p, add)); err != nil {
 				return err
+			}
+			// The reduce's root a host's leader, and not.
+			for _, root := range []int{2, 3} {
+				buf := input(me, n, 9)
+				if err := comm.Reduce(ctx, c, buf, comm.Sum, root); err != nil {
+					return err
+				}
+				if c.LastAlgorithm() != "hierarchical" {
+					return fmt.Errorf("reduce ran %s", c.LastAlgorithm())
+				}
+				want := input(me, n, 9)
+				if me == root {
+					want = fold(p, n, 9, p, add)
+				}
+				if err := eq(fmt.Sprintf("hierarchical reduce to %d", root), buf, want); err != nil {
+					return err
+				}
 			}
 		}
 		// A split keeps the host map: the ranks on host b.
