@@ -15,17 +15,21 @@
 //
 // # Algorithms and their choice
 //
-// Barrier: dissemination. Bcast: binomial tree; scatter + ring allgather;
-// pipelined chain; hierarchical (one rank per host, then inside each host).
-// Allreduce: recursive doubling; ring (reduce-scatter +
+// Barrier: dissemination; hierarchical. Bcast: binomial tree; scatter +
+// ring allgather; pipelined chain; hierarchical (one rank per host, then
+// inside each host). Allreduce: recursive doubling; ring (reduce-scatter +
 // allgather); Rabenseifner (recursive halving + recursive doubling); the
 // ring with one-sided writes into the neighbour's window; ordered
 // (deterministic); hierarchical (reduce inside each host, allreduce among
 // hosts, bcast inside). Reduce: binomial; reduce-scatter + gather
-// ("rabenseifner"); ordered. Allgather: ring, recursive doubling, Bruck.
-// Reduce-scatter: recursive halving, ring, pairwise (ordered). Gather and
-// scatter: binomial, linear. Alltoall: pairwise, Bruck. The v-variants:
-// ring (allgatherv), linear (gatherv, scatterv), pairwise (alltoallv).
+// ("rabenseifner"); ordered; hierarchical (inside each host, then among
+// one rank per host). Allgather: ring, recursive doubling, Bruck, linear,
+// hierarchical. Reduce-scatter: recursive halving, ring, pairwise
+// (ordered), hierarchical. Gather and scatter: binomial, linear. Alltoall:
+// pairwise, Bruck, linear, hierarchical. The hierarchical forms need the
+// group's Topology; only their steps between hosts cross the network. The
+// v-variants: ring (allgatherv), linear (gatherv, scatterv), pairwise
+// (alltoallv).
 // Scan and exscan: recursive doubling. Recursive schemes fold the ranks
 // beyond the largest power of two into partners first, so every algorithm
 // works for every rank count. On a group whose ranks share memory
