@@ -1,7 +1,6 @@
 package collectives
 
 import (
-	"math"
 	"slices"
 	"sort"
 
@@ -19,25 +18,13 @@ func (c *call) allreduceHier(buf []byte) error {
 	big := c.e.hierBig(len(buf))
 	lc := c.sub(local, 0)
 	if lc.n > 1 {
-		if big {
-			if err := lc.ringReduceScatter(buf); err != nil {
-				return err
-			}
-			if err := lc.gatherBlocks(buf, 0); err != nil {
-				return err
-			}
-		} else if err := lc.reduceBinomial(buf, 0); err != nil {
+		if err := lc.reduceToRoot(buf, 0, big); err != nil {
 			return err
 		}
 	}
 	if lc.me == 0 && len(leaders) > 1 {
 		lead := c.sub(leaders, 0)
-		best, bestCost := RecursiveDoubling, math.Inf(1)
-		for _, a := range []Algorithm{RecursiveDoubling, Ring, Rabenseifner} {
-			if cost := c.e.model.Cost(CollAllreduce, a, lead.n, len(buf)); cost < bestCost {
-				best, bestCost = a, cost
-			}
-		}
+		best, _ := c.e.model.cheapest(CollAllreduce, leadersAllreduce, lead.n, float64(len(buf)))
 		var err error
 		switch best {
 		case Ring:
@@ -67,7 +54,6 @@ func (c *call) allreduceHier(buf []byte) error {
 func (c *call) bcastHier(buf []byte, root int) error {
 	local, _ := c.hostGroups()
 	reps, myRep := c.representatives(root)
-	index := func(rs []int, x int) int { return sort.SearchInts(rs, x) }
 	big := c.e.hierBig(len(buf))
 	bcast := func(v *call, root int) error {
 		if big && v.n > 2 {
@@ -76,13 +62,13 @@ func (c *call) bcastHier(buf []byte, root int) error {
 		return v.bcastBinomial(buf, root)
 	}
 	if c.me == myRep && len(reps) > 1 {
-		r := index(reps, root)
+		r := sort.SearchInts(reps, root)
 		if err := bcast(c.sub(reps, r), r); err != nil {
 			return err
 		}
 	}
 	if len(local) > 1 {
-		r := index(local, myRep)
+		r := sort.SearchInts(local, myRep)
 		return bcast(c.sub(local, r), r)
 	}
 	return nil
@@ -101,33 +87,19 @@ func (c *call) bcastHier(buf []byte, root int) error {
 func (c *call) reduceHier(work []byte, root int) error {
 	local, _ := c.hostGroups()
 	reps, myRep := c.representatives(root)
-	index := func(rs []int, x int) int { return sort.SearchInts(rs, x) }
 	if len(local) > 1 {
-		r := index(local, myRep)
-		lc := c.sub(local, r)
-		if c.e.hierBig(len(work)) {
-			if err := lc.ringReduceScatter(work); err != nil {
-				return err
-			}
-			if err := lc.gatherBlocks(work, r); err != nil {
-				return err
-			}
-		} else if err := lc.reduceBinomial(work, r); err != nil {
+		r := sort.SearchInts(local, myRep)
+		if err := c.sub(local, r).reduceToRoot(work, r, c.e.hierBig(len(work))); err != nil {
 			return err
 		}
 	}
 	if c.me != myRep || len(reps) < 2 {
 		return nil
 	}
-	r := index(reps, root)
+	r := sort.SearchInts(reps, root)
 	lead := c.sub(reps, r)
-	if c.e.model.Cost(CollReduce, Rabenseifner, lead.n, len(work)) < c.e.model.Cost(CollReduce, Binomial, lead.n, len(work)) {
-		if err := lead.ringReduceScatter(work); err != nil {
-			return err
-		}
-		return lead.gatherBlocks(work, r)
-	}
-	return lead.reduceBinomial(work, r)
+	a, _ := c.e.model.cheapest(CollReduce, leadersReduce, lead.n, float64(len(work)))
+	return lead.reduceToRoot(work, r, a == Rabenseifner)
 }
 
 // representatives returns one rank per host, sorted: root on its host, the

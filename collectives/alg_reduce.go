@@ -448,6 +448,19 @@ func (c *call) reduceBinomial(work []byte, root int) error {
 	return nil
 }
 
+// reduceToRoot reduces work to root by Rabenseifner's form (the ring
+// reduce-scatter, then every block gathered at root) or else the binomial
+// tree.
+func (c *call) reduceToRoot(work []byte, root int, rabenseifner bool) error {
+	if !rabenseifner {
+		return c.reduceBinomial(work, root)
+	}
+	if err := c.ringReduceScatter(work); err != nil {
+		return err
+	}
+	return c.gatherBlocks(work, root)
+}
+
 // gatherBlocks sends each rank's block (block r of work on rank r) to root,
 // which receives them in place: the second half of reduce-scatter + gather.
 func (c *call) gatherBlocks(work []byte, root int) error {

@@ -301,9 +301,7 @@ func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce
 			var err error
 			switch alg {
 			case Rabenseifner:
-				if err = c.ringReduceScatter(work); err == nil {
-					err = c.gatherBlocks(work, root)
-				}
+				err = c.reduceToRoot(work, root, true)
 			case Ordered:
 				if err = c.orderedReduceScatter(work); err == nil {
 					err = c.gatherBlocks(work, root)

@@ -464,11 +464,29 @@ func (m *Model) hierCost(local, hosts int, n float64) float64 {
 	if local > 1 && m.hierBig(int(n)) {
 		intra = m.cost(CollReduce, Rabenseifner, local, n, ia, ib) + m.cost(CollBcast, ScatterAllgather, local, n, ia, ib)
 	}
-	best := math.Inf(1)
-	for _, a := range []Algorithm{RecursiveDoubling, Ring, Rabenseifner} {
-		best = math.Min(best, m.cost(CollAllreduce, a, hosts, n, m.Alpha.Seconds(), m.Beta))
-	}
+	_, best := m.cheapest(CollAllreduce, leadersAllreduce, hosts, n)
 	return intra + best
+}
+
+// The algorithms the hierarchical allreduce and reduce choose among for
+// the step between hosts (Model.cheapest).
+var (
+	leadersAllreduce = []Algorithm{RecursiveDoubling, Ring, Rabenseifner}
+	leadersReduce    = []Algorithm{Binomial, Rabenseifner}
+)
+
+// cheapest is the cheapest of algs (the first among equals) for c over p
+// ranks moving n bytes on the network's links (Alpha, Beta), and its cost:
+// what a hierarchical form runs among one rank per host, and what its cost
+// counts for that step, so the two cannot disagree.
+func (m *Model) cheapest(c Collective, algs []Algorithm, p int, n float64) (Algorithm, float64) {
+	best, bestCost := algs[0], math.Inf(1)
+	for _, a := range algs {
+		if cost := m.cost(c, a, p, n, m.Alpha.Seconds(), m.Beta); cost < bestCost {
+			best, bestCost = a, cost
+		}
+	}
+	return best, bestCost
 }
 
 // hierReduceCost is the hierarchical reduce: inside each host to its
@@ -480,8 +498,8 @@ func (m *Model) hierReduceCost(local, hosts int, n float64) float64 {
 	if local > 1 && m.hierBig(int(n)) {
 		intra = m.cost(CollReduce, Rabenseifner, local, n, ia, ib)
 	}
-	a, b := m.Alpha.Seconds(), m.Beta
-	return intra + math.Min(m.cost(CollReduce, Binomial, hosts, n, a, b), m.cost(CollReduce, Rabenseifner, hosts, n, a, b))
+	_, leaders := m.cheapest(CollReduce, leadersReduce, hosts, n)
+	return intra + leaders
 }
 
 // hierBcastCost is the hierarchical broadcast: among one rank per host over
