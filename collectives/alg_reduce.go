@@ -105,6 +105,16 @@ func (c *call) recvWait(peer int, dst []byte) error {
 	return r.wait()
 }
 
+// recvFoldWait receives from peer and folds the message into acc
+// (recvFold).
+func (c *call) recvFoldWait(peer int, acc []byte) error {
+	r, err := c.recvFold(peer, acc, c.h.count)
+	if err != nil {
+		return err
+	}
+	return r.wait()
+}
+
 // ringReduceScatter leaves block c.me of buf (split into p blocks) reduced
 // over all ranks: in step s rank r sends its partial of block r−s−1 to r+1
 // and adds the partial of block r−s−2 arriving from r−1. Each block is
@@ -116,15 +126,12 @@ func (c *call) ringReduceScatter(buf []byte) error {
 		return nil
 	}
 	right, left := mod(c.me+1, p), mod(c.me-1, p)
-	tmp := c.get(len(block(buf, es, cnt, p, 0)))
 	for s := 0; s < p-1; s++ {
 		sb := block(buf, es, cnt, p, mod(c.me-s-1, p))
 		rb := block(buf, es, cnt, p, mod(c.me-s-2, p))
-		t := tmp[:len(rb)]
-		if err := c.exchange(right, sb, left, t); err != nil {
+		if err := c.exchangeFold(right, sb, left, rb); err != nil {
 			return err
 		}
-		c.kern.Combine(rb, t)
 	}
 	return nil
 }
@@ -299,10 +306,6 @@ func (c *call) halvingReduceScatter(send, buf []byte) (fold, error) {
 		ntcopy.Bulk(buf, send)
 		send = nil
 	}
-	var tmp []byte
-	if send == nil || f.pof2 > 2 {
-		tmp = c.get(len(buf))
-	}
 	if me < 2*f.rem {
 		if me%2 == 0 {
 			s, err := c.send(me+1, buf, c.h.count)
@@ -311,10 +314,9 @@ func (c *call) halvingReduceScatter(send, buf []byte) (fold, error) {
 			}
 			return f, s.wait()
 		}
-		if err := c.recvWait(me-1, tmp); err != nil {
+		if err := c.recvFoldWait(me-1, buf); err != nil {
 			return f, err
 		}
-		c.kern.Combine(buf, tmp)
 	}
 	nr := f.newRank(me)
 	lo, hi := 0, f.pof2
@@ -338,12 +340,8 @@ func (c *call) halvingReduceScatter(send, buf []byte) (fold, error) {
 			}
 			c.kern.Combine(kb, blocks(send, es, cnt, p, f.first(keepLo), f.last(keepHi-1)+1))
 			send = nil
-		} else {
-			t := tmp[:len(kb)]
-			if err := c.exchange(dst, sb, dst, t); err != nil {
-				return f, err
-			}
-			c.kern.Combine(kb, t)
+		} else if err := c.exchangeFold(dst, sb, dst, kb); err != nil {
+			return f, err
 		}
 		lo, hi = keepLo, keepHi
 	}
@@ -429,7 +427,6 @@ func (c *call) allreduceOrdered(buf []byte) error {
 func (c *call) reduceBinomial(work []byte, root int) error {
 	p := c.n
 	vr := mod(c.me-root, p)
-	tmp := c.get(len(work))
 	for mask := 1; mask < p; mask <<= 1 {
 		if vr&mask != 0 {
 			s, err := c.send(mod(vr-mask+root, p), work, c.h.count)
@@ -439,10 +436,9 @@ func (c *call) reduceBinomial(work []byte, root int) error {
 			return s.wait()
 		}
 		if ch := vr | mask; ch < p {
-			if err := c.recvWait(mod(ch+root, p), tmp); err != nil {
+			if err := c.recvFoldWait(mod(ch+root, p), work); err != nil {
 				return err
 			}
-			c.kern.Combine(work, tmp)
 		}
 	}
 	return nil

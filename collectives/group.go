@@ -194,6 +194,19 @@ type EagerLimiter interface {
 	EagerLimit(peer int) int
 }
 
+// FoldReceiver is an optional Group capability: a receive that folds the
+// message into buf (buf = buf ⊕ message, by fold, an element-wise reduction
+// over unit-byte elements) as it arrives, as p2p.Channel.IrecvFold does.
+// A reduction step then makes no pass of its own over a scratch copy of
+// the message after the whole message is in: the engine's binomial reduce,
+// ring reduce-scatter and Rabenseifner's halving steps receive this way.
+// fold runs wherever the group makes progress and must not block; a
+// message shorter than buf folds into its prefix, a longer one fails the
+// request as a receive's would.
+type FoldReceiver interface {
+	IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, src []byte)) (Request, error)
+}
+
 // AnySourceReceiver is an optional Group capability: a receive that
 // matches a message from any peer. With it an Engine watches for mismatch
 // aborts and stall probes with one goroutine and one posted receive,

@@ -90,6 +90,7 @@ func (st *callState) newIn() *inMsg {
 	st.nin++
 	m.c, m.peer, m.dst, m.count, m.stage, m.hr, m.pr = nil, 0, nil, 0, nil, nil, nil
 	m.req, m.preq = pendingReq{}, pendingReq{}
+	m.fold, m.tmp = false, nil
 	return m
 }
 
@@ -187,11 +188,28 @@ type inMsg struct {
 	req   pendingReq  // storage for hr
 	pr    *pendingReq // the payload's receive, posted with the header's (split)
 	preq  pendingReq  // storage for pr
+	fold  bool        // the message is folded into dst (recvFold)
+	tmp   []byte      // a split payload to fold, where the group cannot fold (FoldReceiver)
 }
 
 // recv starts receiving from view rank peer into dst; the sender must
 // announce count elements and len(dst) bytes.
 func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
+	return c.recvInto(peer, dst, count, false)
+}
+
+// recvFold is recv that folds the message into acc (acc = acc ⊕ message,
+// by the call's kernel) instead of copying it there: a split payload as it
+// arrives where the group can (FoldReceiver), else from scratch memory
+// once it is in; an inline one straight from the staging buffer. acc must
+// not be read or written until the wait, and its contents are unspecified
+// if the wait fails.
+func (c *call) recvFold(peer int, acc []byte, count int64) (*inMsg, error) {
+	return c.recvInto(peer, acc, count, true)
+}
+
+// recvInto is recv, or recvFold with fold.
+func (c *call) recvInto(peer int, dst []byte, count int64, fold bool) (*inMsg, error) {
 	// Room for any payload the peer sends inline, whatever its count, and
 	// for a peer's 64-byte fingerprint (Debug on that rank only), so that
 	// a disagreement is reported as what it is rather than truncated.
@@ -218,7 +236,7 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 		scratch.put(pooled)
 		return nil, c.fail(peer, err)
 	}
-	m.c, m.peer, m.dst, m.count, m.stage = c, peer, dst, count, stage
+	m.c, m.peer, m.dst, m.count, m.stage, m.fold = c, peer, dst, count, stage, fold
 	m.hr = c.trackIn(&m.req, r, pooled)
 	if len(dst) > inline {
 		// The sender splits a payload this large (both ranks of a pair
@@ -228,13 +246,28 @@ func (c *call) recv(peer int, dst []byte, count int64) (*inMsg, error) {
 		// once the header is in found it arrived already: an unexpected
 		// message, copied twice, and for a rendezvous one a wait for the
 		// receiver's next turn before the transfer could start.
-		r, err := c.e.g.Irecv(wp, c.tag|1, dst)
+		r, err := c.recvPayload(m)
 		if err != nil {
 			return nil, c.fail(peer, err)
 		}
 		m.pr = c.trackIn(&m.preq, r, nil)
 	}
 	return m, nil
+}
+
+// recvPayload posts the receive of m's payload, which its sender split
+// from the header: into m.dst, or folded into it.
+func (c *call) recvPayload(m *inMsg) (Request, error) {
+	wp := c.world(m.peer)
+	switch fr, ok := c.e.g.(FoldReceiver); {
+	case !m.fold:
+		return c.e.g.Irecv(wp, c.tag|1, m.dst)
+	case ok:
+		return fr.IrecvFold(wp, c.tag|1, m.dst, c.esize, c.kern.Combine)
+	default:
+		m.tmp = c.get(len(m.dst))
+		return c.e.g.Irecv(wp, c.tag|1, m.tmp)
+	}
 }
 
 // wait completes the receive: header, checks, then the payload.
@@ -264,12 +297,16 @@ func (m *inMsg) wait() error {
 		if int64(n-dataHdrLen) != h.payload {
 			return c.fail(m.peer, fmt.Errorf("%w: header announces %d payload bytes, message has %d", ErrProtocol, h.payload, n-dataHdrLen))
 		}
-		copy(m.dst, m.stage[dataHdrLen:n])
+		if m.fold {
+			c.kern.Combine(m.dst, m.stage[dataHdrLen:n])
+		} else {
+			copy(m.dst, m.stage[dataHdrLen:n])
+		}
 		return nil
 	}
 	pr := m.pr
 	if pr == nil {
-		r, err := c.e.g.Irecv(c.world(m.peer), c.tag|1, m.dst)
+		r, err := c.recvPayload(m)
 		if err != nil {
 			return c.fail(m.peer, err)
 		}
@@ -281,6 +318,9 @@ func (m *inMsg) wait() error {
 	}
 	if n != len(m.dst) {
 		return c.fail(m.peer, fmt.Errorf("%w: payload of %d bytes, header announced %d", ErrProtocol, n, len(m.dst)))
+	}
+	if m.tmp != nil {
+		c.kern.Combine(m.dst, m.tmp)
 	}
 	return nil
 }
@@ -340,8 +380,19 @@ func (c *call) waitBatch(ins, outs int) error {
 
 // sendrecv sends sbuf to dst and receives rbuf from src at once.
 func (c *call) sendrecv(dst int, sbuf []byte, scount int64, src int, rbuf []byte, rcount int64) error {
+	return c.sendrecvInto(dst, sbuf, scount, src, rbuf, rcount, false)
+}
+
+// exchangeFold is exchange that folds what arrives into acc (recvFold);
+// acc must not overlap sbuf.
+func (c *call) exchangeFold(dst int, sbuf []byte, src int, acc []byte) error {
+	return c.sendrecvInto(dst, sbuf, c.h.count, src, acc, c.h.count, true)
+}
+
+// sendrecvInto is sendrecv, folding into rbuf with fold (recvFold).
+func (c *call) sendrecvInto(dst int, sbuf []byte, scount int64, src int, rbuf []byte, rcount int64, fold bool) error {
 	c.beginBatch()
-	r, err := c.recv(src, rbuf, rcount)
+	r, err := c.recvInto(src, rbuf, rcount, fold)
 	var s *outMsg
 	if err == nil {
 		s, err = c.send(dst, sbuf, scount)

@@ -47,6 +47,16 @@ func (g *group) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {
 	return groupReq{r}, nil
 }
 
+// IrecvFold is the collectives.FoldReceiver capability: p2p folds the
+// message into buf as it arrives (p2p.Channel.IrecvFold).
+func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, src []byte)) (collectives.Request, error) {
+	r, err := g.c.collCh.IrecvFold(g.c.members[peer], tag, buf, unit, fold)
+	if err != nil {
+		return nil, err
+	}
+	return groupReq{r}, nil
+}
+
 func (g *group) HostOf(rank int) int { return g.c.w.hostIdx[g.c.members[rank]] }
 
 func (g *group) Link(peer int) (time.Duration, float64) {

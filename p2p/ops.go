@@ -312,14 +312,48 @@ func (c *Channel) irecv(op string, src, tag int, buf []byte) (*Request, error) {
 	return c.irecvLocked(op, src, tag, buf)
 }
 
+// IrecvFold is Irecv for a reduction: instead of copying the message into
+// buf it calls fold(buf[off:off+len(piece)], piece) for each piece of the
+// message as it arrives, in order, so that the reduction overlaps the
+// transfer and the message is not copied first. unit is the size in bytes
+// of fold's elements: pieces start at multiples of it and, but for the
+// last, are whole elements (a message in pieces that split elements, from
+// a peer with another eager limit, fails the request with
+// ErrInvalidArgument). fold must treat each element on its own (an
+// element-wise reduction); it runs with the endpoint's lock held, on
+// whichever goroutine makes progress, and must not call the endpoint. A
+// message shorter than buf folds into buf's prefix; a longer one
+// completes the request with ErrTruncated, buf's contents unspecified. A
+// message sent by rendezvous lands in memory of the endpoint's first and
+// is folded once complete.
+func (c *Channel) IrecvFold(src, tag int, buf []byte, unit int, fold func(dst, src []byte)) (*Request, error) {
+	ep := c.ep
+	if err := c.checkRecvArgs("IrecvFold", src, tag); err != nil {
+		return nil, err
+	}
+	if fold == nil || unit < 1 {
+		return nil, c.argErr("IrecvFold", src, tag, fmt.Errorf("%w: fold needs a function and an element size of at least 1 (got %d)", ErrInvalidArgument, unit))
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return c.irecvFoldLocked("IrecvFold", src, tag, buf, unit, fold)
+}
+
 // irecvLocked is irecv after the argument checks; the caller holds ep.mu.
 func (c *Channel) irecvLocked(op string, src, tag int, buf []byte) (*Request, error) {
+	return c.irecvFoldLocked(op, src, tag, buf, 0, nil)
+}
+
+// irecvFoldLocked is irecvLocked with fold and unit (IrecvFold; nil for a
+// plain receive).
+func (c *Channel) irecvFoldLocked(op string, src, tag int, buf []byte, unit int, fold func(dst, src []byte)) (*Request, error) {
 	ep := c.ep
 	if err := ep.checkLocked(); err != nil {
 		return nil, c.argErr(op, src, tag, err)
 	}
 	r := ep.newReqLocked()
 	r.op, r.peer, r.pattern, r.buf = opRecv, src, envelope{ctx: c.id, src: src, tag: int32(tag)}, buf
+	r.fold, r.unit = fold, unit
 	if in := ep.m.find(r.pattern, true); in != nil {
 		ep.deliverLocked(r, in)
 		ep.flushDirtyLocked()
@@ -487,6 +521,11 @@ func (ep *Endpoint) Send(ctx context.Context, peer, tag int, buf []byte) error {
 // Irecv is Channel.Irecv on context 0.
 func (ep *Endpoint) Irecv(src, tag int, buf []byte) (*Request, error) {
 	return ep.ch0.Irecv(src, tag, buf)
+}
+
+// IrecvFold is Channel.IrecvFold on context 0.
+func (ep *Endpoint) IrecvFold(src, tag int, buf []byte, unit int, fold func(dst, src []byte)) (*Request, error) {
+	return ep.ch0.IrecvFold(src, tag, buf, unit, fold)
 }
 
 // Recv is Channel.Recv on context 0.

@@ -91,8 +91,12 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 		return
 	}
 	switch {
+	case pi.r != nil && pi.r.foldSplits(pi.got, len(data), pi.size):
+		r := pi.r
+		pi.r = nil // the rest is discarded
+		ep.completeLocked(r, ep.opErr(r, foldSplitError(pi.got, len(data), r.unit)))
 	case pi.r != nil:
-		ntcopy.Bulk(pi.r.buf[pi.got:], data)
+		pi.r.place(pi.got, data)
 	case pi.in != nil:
 		ntcopy.Bulk(pi.in.data[pi.got:], data)
 	}
@@ -123,7 +127,9 @@ func (ep *Endpoint) matchPipeLocked(r *Request, env envelope, pi *pipeIn) {
 		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: pi.size, Cap: len(r.buf)}))
 	default:
 		if in != nil {
-			ntcopy.Bulk(r.buf, in.data[:pi.got])
+			// What arrived so far: whole fragments, so whole elements
+			// for a fold receive (see foldSplits).
+			r.place(0, in.data[:pi.got])
 			ep.spare.put(in.data) // the rest goes to r.buf directly
 			in.data = nil
 		}

@@ -757,15 +757,19 @@ func (ep *Endpoint) departLocked(p *peer) {
 	p.queue, p.qbuf = nil, nil
 }
 
-// deliverEagerLocked copies an eager payload into a matched receive.
+// deliverEagerLocked copies (or folds) an eager payload into a matched
+// receive.
 func (ep *Endpoint) deliverEagerLocked(r *Request, env envelope, data []byte) {
 	r.status = Status{Source: env.src, Tag: int(env.tag), Count: len(data)}
-	n := ntcopy.Bulk(r.buf, data)
-	if n < len(data) {
-		r.status.Count = n
+	if len(data) > len(r.buf) {
+		if r.fold == nil {
+			ntcopy.Bulk(r.buf, data) // what fits, as before (buf is unspecified)
+		}
+		r.status.Count = len(r.buf)
 		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: len(data), Cap: len(r.buf)}))
 		return
 	}
+	r.place(0, data)
 	ep.completeLocked(r, nil)
 }
 
@@ -788,6 +792,10 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 		p.sendCtl(ep, header{kind: kFIN, aux: finTruncated, id: in.id})
 		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: in.size, Cap: len(r.buf)}))
 		return
+	}
+	if r.fold != nil {
+		// The READ (and the sender's write) place the message whole.
+		ep.stageFoldLocked(r, in.size)
 	}
 	reg, err := p.dev.cache.get(r.buf[:in.size])
 	if err != nil {
@@ -1006,6 +1014,9 @@ func (ep *Endpoint) readDoneLocked(p *peer, r *Request, idx uint32) {
 func (ep *Endpoint) completeLocked(r *Request, err error) {
 	if r.done.Load() {
 		return
+	}
+	if r.reqCold != nil && r.foldTo != nil {
+		ep.unstageFoldLocked(r, err)
 	}
 	r.err = err
 	r.done.set()

@@ -80,6 +80,11 @@ type Request struct {
 	peer    int      // destination, or the source pattern of a receive
 	pattern envelope // receive: what it matches; send: its envelope
 	buf     []byte
+	// fold, for a receive of IrecvFold, folds each piece of the message
+	// into buf instead of copying it (place); unit is the size of its
+	// elements, which no piece may split.
+	fold func(dst, src []byte)
+	unit int
 
 	status Status
 	err    error
@@ -121,6 +126,10 @@ type reqCold struct {
 	split, readDone  bool
 	fallback         bool  // the sender could not write its part: READ it too
 	splitErr         error // the sender's part will never come (its link broke)
+
+	// A fold receive staged in memory of the endpoint's (buf, see
+	// stageFoldLocked): the caller's buffer, folded into at completion.
+	foldTo []byte
 
 	// Window writes.
 	notify32 bool

@@ -584,7 +584,7 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 		p.heard = true
 		p.stats.eagerRecv(env.ctx, size, true)
 		if ep.failErr == nil {
-			if r := ep.m.arrive(env); r != nil && size <= len(r.buf) {
+			if r := ep.m.arrive(env); r != nil && size <= len(r.buf) && r.fold == nil {
 				// Straight into the receive's buffer.
 				in.copyOut(r.buf[:size], in.head)
 				r.status = Status{Source: env.src, Tag: int(env.tag), Count: size}
@@ -593,7 +593,7 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 				data := make([]byte, size)
 				in.copyOut(data, in.head)
 				if r != nil {
-					ep.deliverEagerLocked(r, env, data) // truncated
+					ep.deliverEagerLocked(r, env, data) // truncated, or a fold receive's
 				} else {
 					ep.m.addUnexpected(&inbound{env: env, size: size, data: data})
 					ep.wakeArrivalsLocked()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -90,7 +91,13 @@ type World struct {
 
 	shared [][]byte      // Options.Shared: per rank, its region
 	failed chan struct{} // closed by Kill
+
+	folds atomic.Int64 // fold receives posted (IrecvFold)
 }
+
+// Folds is how many fold receives (collectives.FoldReceiver) the world's
+// ranks have posted.
+func (w *World) Folds() int64 { return w.folds.Load() }
 
 // NewWorld makes a world of n ranks.
 func NewWorld(n int, opts Options) *World {
@@ -297,6 +304,9 @@ type request struct {
 	err  error
 	buf  []byte
 	once sync.Once
+	// A fold receive (IrecvFold): the message is folded into buf.
+	fold func(dst, src []byte)
+	unit int
 
 	// A pending receive: where it is queued, so that Cancel can take it out.
 	box *mailbox
@@ -398,16 +408,42 @@ func deliver(r *request, msg []byte) {
 		r.complete(0, fmt.Errorf("%w: %d-byte message, %d-byte buffer", ErrTruncated, len(msg), len(r.buf)))
 		return
 	}
-	r.complete(copy(r.buf, msg), nil)
+	if r.fold == nil {
+		r.complete(copy(r.buf, msg), nil)
+		return
+	}
+	// In pieces of three elements, as a transport folds the fragments of a
+	// message as they arrive.
+	step := 3 * r.unit
+	for off := 0; off < len(msg); off += step {
+		end := min(off+step, len(msg))
+		r.fold(r.buf[off:end], msg[off:end])
+	}
+	r.complete(len(msg), nil)
 }
 
 func (g *group) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {
+	return g.irecv(peer, tag, buf, 0, nil)
+}
+
+// IrecvFold is the FoldReceiver capability: the message is folded into buf
+// in pieces of three elements (a wrapper that embeds only
+// collectives.Group hides it, for the engine's path without it).
+func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, src []byte)) (collectives.Request, error) {
+	if fold == nil || unit < 1 {
+		return nil, fmt.Errorf("%w: fold needs a function and a unit (got %d)", ErrInvalid, unit)
+	}
+	g.w.folds.Add(1)
+	return g.irecv(peer, tag, buf, unit, fold)
+}
+
+func (g *group) irecv(peer, tag int, buf []byte, unit int, fold func(dst, src []byte)) (collectives.Request, error) {
 	if err := g.check(peer, tag, buf); err != nil {
 		return nil, err
 	}
 	b := g.w.boxes[g.rank]
 	k := key{peer, tag}
-	r := &request{done: make(chan struct{}), buf: buf, box: b, key: k}
+	r := &request{done: make(chan struct{}), buf: buf, box: b, key: k, fold: fold, unit: unit}
 	b.mu.Lock()
 	q := b.q(k)
 	if len(q.msgs) > 0 {
