@@ -74,6 +74,10 @@ const (
 	// from 2 KiB.
 	pairMin    = 2 << 10
 	inlineMark = 1 << 31
+	// lentMin is the smallest eager payload posted as a lent pair
+	// (verbs.LentPairPoster: the header inline, the payload written from
+	// the caller's buffer) rather than copied into a staging slot first.
+	lentMin = 4 << 10
 )
 
 type outItem struct {
@@ -107,7 +111,9 @@ type peer struct {
 	iframe []byte // the inline frame being posted (p.inline bytes)
 	// pair posts an inline frame's header and payload from their own
 	// buffers (nil: the QP cannot, and the payload is copied into iframe).
-	pair    verbs.InlinePairPoster
+	pair verbs.InlinePairPoster
+	// lent writes eager payloads from the caller's buffer (see lentMin).
+	lent    verbs.LentPairPoster
 	batcher verbs.PostBatcher // the QP's, when it has the capability (Endpoint.holdPosts)
 	held    bool              // batcher holds posts for the endpoint (Endpoint.holdPosts)
 	grows   bool              // buffers grow on demand (maxRecv > EagerSlots; symmetric)
@@ -257,6 +263,9 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	if pp, ok := p.qp.(verbs.InlinePairPoster); ok && p.inline > 0 {
 		p.pair = pp
 	}
+	if lp, ok := p.qp.(verbs.LentPairPoster); ok && p.inline >= maxCtlLen {
+		p.lent = lp
+	}
 	p.batcher, _ = p.qp.(verbs.PostBatcher)
 	co := ep.connectOptions(d)
 	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPInit, Port: 1, AccessFlags: co.Access},
@@ -388,6 +397,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	}
 	slot := int32(-1) // the staging slot, if the frame does not go inline
 	var tail []byte   // the payload, when it goes as an inline pair's tail
+	lent := false     // tail goes as a lent pair's
 	if n := h.frameLen() + len(payload); n <= p.inline && (h.kind == kEager || h.kind == kPipe || len(payload) == 0) {
 		if p.pair != nil && len(payload) >= pairMin {
 			// Only the header into iframe: the provider copies the
@@ -398,6 +408,11 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		} else {
 			p.inlineWR(h, payload, n)
 		}
+	} else if p.lent != nil && (h.kind == kEager || h.kind == kPipe) && len(payload) >= lentMin {
+		// The header inline, the payload from the caller's buffer: over
+		// tcp its one copy on this side is the kernel's.
+		tail, lent = payload, true
+		p.inlineWR(h, nil, h.frameLen())
 	} else {
 		slot = p.sendFree[len(p.sendFree)-1]
 		p.sendFree = p.sendFree[:len(p.sendFree)-1]
@@ -414,9 +429,15 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	}
 	var err error
 	ep.holdPosts(p)
-	if tail != nil {
+	switch {
+	case lent:
+		err = p.lent.PostSendLentPair(p.swr[0], tail)
+		if err == nil {
+			p.stats.LentSent.add(len(tail))
+		}
+	case tail != nil:
 		err = p.pair.PostSendInlinePair(p.swr[0], tail)
-	} else {
+	default:
 		err = p.qp.PostSend(p.swr[:]...)
 	}
 	if err != nil {

@@ -22,6 +22,10 @@ type PeerStats struct {
 	// up to 2096 bytes, see Options.RingLines) rather than the queue pair.
 	RingSent, RingRecv Counter
 	PipeSent, PipeRecv Counter // messages above EagerLimit sent as eager fragments (PipelineLimit)
+	// Eager frames (and pipelined fragments) whose payload the provider
+	// took straight from the sender's buffer (verbs.LentPairPoster: over
+	// tcp, written into the socket without a staging copy).
+	LentSent           Counter
 	RndvSent, RndvRecv Counter // rendezvous messages (counted when the data has moved)
 	WriteSent          Counter // one-sided window writes completed
 	NotifyRecv         Counter // window notifications received (Bytes is 0)

@@ -95,9 +95,11 @@ type link struct {
 	merged     atomic.Int32      // ACKs merged into a later one (respond; for tests)
 	respClosed bool              // the writer is gone: release, do not queue
 
-	wmu sync.Mutex
-	ss  sendState
-	ws  rawWriteState
+	wmu          sync.Mutex
+	ss           sendState
+	ws           rawWriteState
+	lending      bool         // a WriteLent call holds wmu: the batch may point into a lent tail
+	ownedCarries atomic.Int32 // partial writes whose rest ownCarry copied (for tests)
 }
 
 func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQP uint32) {
@@ -286,6 +288,33 @@ func (l *link) KickPost() {
 		l.wakeWriter()
 		return
 	}
+	l.kickPostHeld(nil)
+}
+
+// WriteLent implements softrc.LentWriter: KickPost's writes in the posting
+// goroutine, for a request whose tail the poster lends for the call only
+// (softrc.QP.PostSendLentPair): written from the poster's memory into the
+// socket, the one copy a frame's body then takes on this side.
+func (l *link) WriteLent(post, settle func()) bool {
+	if !l.wmu.TryLock() {
+		return false
+	}
+	if len(l.ss.carry) > 0 {
+		// The socket is backed up: the request would wait behind the
+		// rest of a batch, and the tail would be copied anyway.
+		l.wmu.Unlock()
+		return false
+	}
+	post()
+	l.lending = true
+	l.kickPostHeld(settle)
+	return true
+}
+
+// kickPostHeld is KickPost once it holds wmu, which it lets go. While
+// lending, what the socket did not take is copied first (ownCarry), and
+// settle runs before wmu goes.
+func (l *link) kickPostHeld(settle func()) {
 	more := len(l.ss.carry) > 0 // the rest of a partial write: the writer's
 	var err error
 	for round := 1; len(l.ss.carry) == 0; round++ {
@@ -300,6 +329,15 @@ func (l *link) KickPost() {
 		if !more || err != nil || k == 0 || round == kickPostRounds {
 			break // what is left is the writer's (or KickPost has done its share)
 		}
+	}
+	if l.lending {
+		if len(l.ss.carry) > 0 {
+			l.ownCarry()
+		}
+		l.lending = false
+	}
+	if settle != nil {
+		settle()
 	}
 	select {
 	case <-l.done:
@@ -320,6 +358,22 @@ func (l *link) KickPost() {
 	if more {
 		l.wakeWriter()
 	}
+}
+
+// ownCarry copies the unwritten rest of a batch into the link's memory: it
+// may point into a tail lent for a WriteLent call only. (Rare: the socket
+// took less than was written to it at once.)
+func (l *link) ownCarry() {
+	n := 0
+	for _, b := range l.ss.carry {
+		n += len(b)
+	}
+	own := make([]byte, 0, n)
+	for _, b := range l.ss.carry {
+		own = append(own, b...)
+	}
+	l.ss.carry = append(l.ss.carry[:0], own)
+	l.ownedCarries.Add(1)
 }
 
 // kickPostRounds bounds the batches one KickPost writes.

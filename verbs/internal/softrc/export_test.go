@@ -10,3 +10,17 @@ func OwedKicks(q verbs.QP) int {
 	defer qq.mu.Unlock()
 	return qq.kicks
 }
+
+// ForgetLentTails marks every queued request with a tail as one whose
+// lent tail was written and taken back (PostSendLentPair's gone), as if
+// it had to be sent again after an RNR.
+func (q *QP) ForgetLentTails() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := q.next; i < q.tail; i++ {
+		e := &q.sq[i%uint64(len(q.sq))]
+		if e.tail != nil {
+			e.tail, e.gone = nil, true
+		}
+	}
+}

@@ -2,6 +2,7 @@ package softrc
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -92,6 +93,7 @@ func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
 			e = &q.sq[q.tail%n]
 		}
 		e.releaseRefs()
+		e.tail, e.lent, e.gone = nil, false, false
 		needWrite := wr.Opcode == verbs.OpRDMARead || wr.Opcode.IsAtomic()
 		if wr.Flags&verbs.SendInline != 0 {
 			e.inline = append(e.inline[:0], wr.Inline...)
@@ -128,6 +130,119 @@ func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
 		q.kicks++
 	}
 	return nil
+}
+
+// PostSendLentPair implements verbs.LentPairPoster. Over a link that can
+// write in the posting goroutine (LentWriter) and is not busy, the request
+// is written in this call, tail straight from the caller's memory; what
+// the link could not take at once, and the whole tail otherwise, is copied
+// into the request's own memory (kept across posts) before this returns.
+func (q *QP) PostSendLentPair(wr verbs.SendWR, tail []byte) error {
+	if wr.Flags&verbs.SendInline == 0 || wr.Opcode != verbs.OpSend && wr.Opcode != verbs.OpSendWithImm {
+		return q.dev.err("PostSend", q.num, 0, fmt.Errorf("%w: a lent pair is an inline SEND (opcode %v)", verbs.ErrInvalidArgument, wr.Opcode))
+	}
+	if n := wr.Len() + uint64(len(tail)); n > q.dev.cfg.Caps.MaxMsgSize {
+		return q.dev.err("PostSend", q.num, 0, fmt.Errorf("%w: message of %d bytes exceeds the device's max %d", verbs.ErrInvalidArgument, n, q.dev.cfg.Caps.MaxMsgSize))
+	}
+	q.mu.Lock()
+	lw, _ := q.link.(LentWriter)
+	if lw != nil && q.holds == 0 {
+		q.mu.Unlock()
+		lp := lentPosts.Get().(*lentPost)
+		lp.q, lp.wr, lp.tail = q, wr, tail
+		wrote := lw.WriteLent(lp.postFn, lp.settleFn)
+		err := lp.err
+		*lp = lentPost{postFn: lp.postFn, settleFn: lp.settleFn}
+		lentPosts.Put(lp)
+		if wrote {
+			return err
+		}
+		q.mu.Lock()
+	}
+	_, err := q.postPairLocked(wr, tail, false)
+	l, k := q.takeKicksLocked()
+	q.mu.Unlock()
+	q.kickPosted(l, k)
+	return err
+}
+
+// lentPost is one PostSendLentPair's state for the link's callbacks
+// (LentWriter.WriteLent), recycled with its method values so that a post
+// allocates nothing.
+type lentPost struct {
+	q                *QP
+	wr               verbs.SendWR
+	tail             []byte
+	e                *swqe
+	seq              uint32
+	err              error
+	postFn, settleFn func()
+}
+
+var lentPosts = sync.Pool{New: func() any {
+	lp := new(lentPost)
+	lp.postFn, lp.settleFn = lp.post, lp.settle
+	return lp
+}}
+
+// post queues the request, its tail lent (WriteLent's post).
+func (lp *lentPost) post() {
+	q := lp.q
+	q.mu.Lock()
+	lp.e, lp.err = q.postPairLocked(lp.wr, lp.tail, true)
+	if lp.e != nil {
+		lp.seq = lp.e.seq
+	}
+	q.kicks = 0 // the link writes what is queued now
+	q.mu.Unlock()
+}
+
+// settle ends the loan (WriteLent's settle).
+func (lp *lentPost) settle() {
+	q := lp.q
+	q.mu.Lock()
+	q.settleLentLocked(lp.e, lp.seq)
+	q.mu.Unlock()
+}
+
+// postPairLocked posts the inline SEND wr followed by tail, lent (the
+// caller's memory, until settleLentLocked) or copied into the entry's own
+// memory. It returns the entry, nil if the QP flushed it at once.
+func (q *QP) postPairLocked(wr verbs.SendWR, tail []byte, lend bool) (*swqe, error) {
+	t0 := q.tail
+	wrs := [1]verbs.SendWR{wr}
+	if err := q.postSendLocked(wrs[:]); err != nil {
+		return nil, err
+	}
+	if q.tail == t0 {
+		return nil, nil // flushed: the QP is in the error state
+	}
+	e := &q.sq[t0%uint64(len(q.sq))]
+	e.length += uint32(len(tail))
+	if lend {
+		e.tail, e.lent = tail, true
+	} else {
+		e.own = append(e.own[:0], tail...)
+		e.tail = e.own
+	}
+	return e, nil
+}
+
+// settleLentLocked ends the loan of entry e's tail (posted as seq), with
+// the link's write side still held: a tail not taken yet is copied into
+// the entry's own memory; one taken is written or in the link's own copy,
+// and is not kept.
+func (q *QP) settleLentLocked(e *swqe, seq uint32) {
+	if e == nil || !e.lent || e.seq != seq {
+		return // flushed, or completed and reused since
+	}
+	e.lent = false
+	if !e.sent {
+		e.own = append(e.own[:0], e.tail...)
+		e.tail = e.own
+		return
+	}
+	e.tail, e.gone = nil, true
 }
 
 // PostRecv queues receive requests; see verbs.QP.

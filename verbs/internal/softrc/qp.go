@@ -25,9 +25,15 @@ type swqe struct {
 	segs     [][]byte // local memory: payload source, or READ/atomic destination
 	mrs      []*MR    // references held on segs' regions
 	inline   []byte
-	sent     bool
-	rnrLeft  uint8
-	localErr verbs.Status // a local error found when it was about to be sent
+	// tail follows inline (PostSendLentPair): the caller's memory while
+	// lent (the post has not returned yet), else own's copy of it, or
+	// nil once written (gone: it cannot be sent again after an RNR).
+	tail       []byte
+	own        []byte
+	lent, gone bool
+	sent       bool
+	rnrLeft    uint8
+	localErr   verbs.Status // a local error found when it was about to be sent
 }
 
 func (e *swqe) readLike() bool { return e.op == verbs.OpRDMARead || e.op.IsAtomic() }
@@ -355,6 +361,17 @@ func (q *QP) doKicks(l Link, n int) {
 // PostSend calls KickPost instead of Kick; it must not block for long.
 type PostKicker interface {
 	KickPost()
+}
+
+// LentWriter is implemented by links that can write a request whose tail
+// the poster lends for the call only (PostSendLentPair). WriteLent takes
+// the link's write side if it is free (else it returns false, having
+// called nothing), calls post, writes what is queued as far as the link
+// takes it without blocking, copies into memory of its own whatever it
+// took but did not write, calls settle, and only then lets the write side
+// go: nobody else takes a request meanwhile.
+type LentWriter interface {
+	WriteLent(post, settle func()) bool
 }
 
 func (q *QP) forget() {

@@ -39,10 +39,18 @@ func (q *QP) NextRequestMax(r *Request, max uint32) bool {
 			e.localErr = verbs.StatusLocProtErr
 		}
 	}
+	if e.gone {
+		// A lent tail, written once and not kept, wanted again (after an
+		// RNR NAK): see verbs.LentPairPoster.
+		e.localErr = verbs.StatusLocLenErr
+	}
 	if e.localErr == 0 && !e.readLike() {
 		if e.flags&verbs.SendInline != 0 {
 			r.inl = append(r.inl[:0], e.inline...)
 			r.Data = append(r.Data, r.inl)
+			if len(e.tail) > 0 {
+				r.Data = append(r.Data, e.tail)
+			}
 		} else {
 			for i, m := range e.mrs {
 				if !m.acquire() {
