@@ -397,8 +397,22 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	}
 	slot := int32(-1) // the staging slot, if the frame does not go inline
 	var tail []byte   // the payload, when it goes as an inline pair's tail
-	lent := false     // tail goes as a lent pair's
-	if n := h.frameLen() + len(payload); n <= p.inline && (h.kind == kEager || h.kind == kPipe || len(payload) == 0) {
+	var err error
+	lent := false // posted as a lent pair
+	if p.lent != nil && (h.kind == kEager || h.kind == kPipe) && len(payload) >= lentMin && h.frameLen() <= p.inline {
+		// The header inline, the payload from the caller's buffer: over
+		// tcp its one copy on this side is then the kernel's. Where the
+		// QP cannot write it at once, the frame takes a staging slot.
+		p.inlineWR(h, nil, h.frameLen())
+		ep.holdPosts(p)
+		if lent, err = p.lent.PostSendLentPair(p.swr[0], payload); lent {
+			p.stats.LentSent.add(len(payload))
+		}
+	}
+	switch n := h.frameLen() + len(payload); {
+	case lent || err != nil:
+		// Posted as a lent pair, or failed as any post would.
+	case n <= p.inline && (h.kind == kEager || h.kind == kPipe || len(payload) == 0):
 		if p.pair != nil && len(payload) >= pairMin {
 			// Only the header into iframe: the provider copies the
 			// payload from the caller's buffer into the peer's receive,
@@ -408,12 +422,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		} else {
 			p.inlineWR(h, payload, n)
 		}
-	} else if p.lent != nil && (h.kind == kEager || h.kind == kPipe) && len(payload) >= lentMin {
-		// The header inline, the payload from the caller's buffer: over
-		// tcp its one copy on this side is the kernel's.
-		tail, lent = payload, true
-		p.inlineWR(h, nil, h.frameLen())
-	} else {
+	default:
 		slot = p.sendFree[len(p.sendFree)-1]
 		p.sendFree = p.sendFree[:len(p.sendFree)-1]
 		off := int(slot) * p.slot
@@ -427,18 +436,13 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		p.swr[0] = verbs.SendWR{ID: wrID(wrSend, p.rank, uint32(slot)), Opcode: verbs.OpSend,
 			Flags: verbs.SendSignaled, SGL: p.sge[:]}
 	}
-	var err error
-	ep.holdPosts(p)
-	switch {
-	case lent:
-		err = p.lent.PostSendLentPair(p.swr[0], tail)
-		if err == nil {
-			p.stats.LentSent.add(len(tail))
+	if !lent && err == nil {
+		ep.holdPosts(p)
+		if tail != nil {
+			err = p.pair.PostSendInlinePair(p.swr[0], tail)
+		} else {
+			err = p.qp.PostSend(p.swr[:]...)
 		}
-	case tail != nil:
-		err = p.pair.PostSendInlinePair(p.swr[0], tail)
-	default:
-		err = p.qp.PostSend(p.swr[:]...)
 	}
 	if err != nil {
 		if slot >= 0 {

@@ -219,6 +219,7 @@ type sendState struct {
 	start int
 	bufs  net.Buffers
 	carry net.Buffers // the unwritten rest of a batch whose inline write timed out
+	own   []byte      // ownCarry's copy of a carry, reused
 	chunk net.Buffers
 	w     net.Buffers // what WriteTo consumes; a field so it does not escape per call
 }
@@ -361,20 +362,26 @@ func (l *link) kickPostHeld(settle func()) {
 }
 
 // ownCarry copies the unwritten rest of a batch into the link's memory: it
-// may point into a tail lent for a WriteLent call only. (Rare: the socket
-// took less than was written to it at once.)
+// may point into a tail lent for a WriteLent call only. The copy goes to
+// a buffer the link keeps (ss.own) up to ownCarryKeep bytes: a carry is
+// written whole before another is made (nothing is written while one is
+// left), and a stream that fills the socket makes one every few frames,
+// whose allocation each time made 64 KiB messages 0.56x as fast in
+// rdmabench bw with a short warm-up.
 func (l *link) ownCarry() {
-	n := 0
-	for _, b := range l.ss.carry {
-		n += len(b)
-	}
-	own := make([]byte, 0, n)
+	own := l.ss.own[:0]
 	for _, b := range l.ss.carry {
 		own = append(own, b...)
+	}
+	if cap(own) <= ownCarryKeep {
+		l.ss.own = own
 	}
 	l.ss.carry = append(l.ss.carry[:0], own)
 	l.ownedCarries.Add(1)
 }
+
+// ownCarryKeep bounds the carry copy a link keeps for the next one.
+const ownCarryKeep = 1 << 20
 
 // kickPostRounds bounds the batches one KickPost writes.
 const kickPostRounds = 4

@@ -11,6 +11,15 @@ func OwedKicks(q verbs.QP) int {
 	return qq.kicks
 }
 
+// PostLentPair queues the lent pair (wr, tail) as PostSendLentPair's link
+// callback does, without a link that writes it.
+func (q *QP) PostLentPair(wr verbs.SendWR, tail []byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, err := q.postPairLocked(wr, tail)
+	return err
+}
+
 // ForgetLentTails marks every queued request with a tail as one whose
 // lent tail was written and taken back (PostSendLentPair's gone), as if
 // it had to be sent again after an RNR.

@@ -132,38 +132,34 @@ func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
 	return nil
 }
 
-// PostSendLentPair implements verbs.LentPairPoster. Over a link that can
-// write in the posting goroutine (LentWriter) and is not busy, the request
-// is written in this call, tail straight from the caller's memory; what
-// the link could not take at once, and the whole tail otherwise, is copied
-// into the request's own memory (kept across posts) before this returns.
-func (q *QP) PostSendLentPair(wr verbs.SendWR, tail []byte) error {
+// PostSendLentPair implements verbs.LentPairPoster: over a link that can
+// write in the posting goroutine (LentWriter) and is free, the request is
+// written in this call, tail straight from the caller's memory, and what
+// the link could not take at once is copied before this returns (the
+// link's copy of a partial write, or the entry's own when it could not be
+// sent yet). Otherwise (another link, the write side busy or backed up,
+// posts on hold) nothing is posted.
+func (q *QP) PostSendLentPair(wr verbs.SendWR, tail []byte) (bool, error) {
 	if wr.Flags&verbs.SendInline == 0 || wr.Opcode != verbs.OpSend && wr.Opcode != verbs.OpSendWithImm {
-		return q.dev.err("PostSend", q.num, 0, fmt.Errorf("%w: a lent pair is an inline SEND (opcode %v)", verbs.ErrInvalidArgument, wr.Opcode))
+		return false, q.dev.err("PostSend", q.num, 0, fmt.Errorf("%w: a lent pair is an inline SEND (opcode %v)", verbs.ErrInvalidArgument, wr.Opcode))
 	}
 	if n := wr.Len() + uint64(len(tail)); n > q.dev.cfg.Caps.MaxMsgSize {
-		return q.dev.err("PostSend", q.num, 0, fmt.Errorf("%w: message of %d bytes exceeds the device's max %d", verbs.ErrInvalidArgument, n, q.dev.cfg.Caps.MaxMsgSize))
+		return false, q.dev.err("PostSend", q.num, 0, fmt.Errorf("%w: message of %d bytes exceeds the device's max %d", verbs.ErrInvalidArgument, n, q.dev.cfg.Caps.MaxMsgSize))
 	}
 	q.mu.Lock()
 	lw, _ := q.link.(LentWriter)
-	if lw != nil && q.holds == 0 {
-		q.mu.Unlock()
-		lp := lentPosts.Get().(*lentPost)
-		lp.q, lp.wr, lp.tail = q, wr, tail
-		wrote := lw.WriteLent(lp.postFn, lp.settleFn)
-		err := lp.err
-		*lp = lentPost{postFn: lp.postFn, settleFn: lp.settleFn}
-		lentPosts.Put(lp)
-		if wrote {
-			return err
-		}
-		q.mu.Lock()
-	}
-	_, err := q.postPairLocked(wr, tail, false)
-	l, k := q.takeKicksLocked()
+	held := q.holds > 0
 	q.mu.Unlock()
-	q.kickPosted(l, k)
-	return err
+	if lw == nil || held {
+		return false, nil
+	}
+	lp := lentPosts.Get().(*lentPost)
+	lp.q, lp.wr, lp.tail = q, wr, tail
+	posted := lw.WriteLent(lp.postFn, lp.settleFn)
+	err := lp.err
+	*lp = lentPost{postFn: lp.postFn, settleFn: lp.settleFn}
+	lentPosts.Put(lp)
+	return posted, err
 }
 
 // lentPost is one PostSendLentPair's state for the link's callbacks
@@ -189,7 +185,7 @@ var lentPosts = sync.Pool{New: func() any {
 func (lp *lentPost) post() {
 	q := lp.q
 	q.mu.Lock()
-	lp.e, lp.err = q.postPairLocked(lp.wr, lp.tail, true)
+	lp.e, lp.err = q.postPairLocked(lp.wr, lp.tail)
 	if lp.e != nil {
 		lp.seq = lp.e.seq
 	}
@@ -206,9 +202,9 @@ func (lp *lentPost) settle() {
 }
 
 // postPairLocked posts the inline SEND wr followed by tail, lent (the
-// caller's memory, until settleLentLocked) or copied into the entry's own
-// memory. It returns the entry, nil if the QP flushed it at once.
-func (q *QP) postPairLocked(wr verbs.SendWR, tail []byte, lend bool) (*swqe, error) {
+// caller's memory, until settleLentLocked). It returns the entry, nil if
+// the QP flushed it at once.
+func (q *QP) postPairLocked(wr verbs.SendWR, tail []byte) (*swqe, error) {
 	t0 := q.tail
 	wrs := [1]verbs.SendWR{wr}
 	if err := q.postSendLocked(wrs[:]); err != nil {
@@ -219,12 +215,7 @@ func (q *QP) postPairLocked(wr verbs.SendWR, tail []byte, lend bool) (*swqe, err
 	}
 	e := &q.sq[t0%uint64(len(q.sq))]
 	e.length += uint32(len(tail))
-	if lend {
-		e.tail, e.lent = tail, true
-	} else {
-		e.own = append(e.own[:0], tail...)
-		e.tail = e.own
-	}
+	e.tail, e.lent = tail, true
 	return e, nil
 }
 
