@@ -22,8 +22,8 @@ type plainGroup struct{ collectives.Group }
 // reduce-scatters) give the exact sums, with every payload split from its
 // header (InlineBytes 8) or every one inline (1 MiB), over even and
 // uneven blocks, whether the group folds as messages arrive (FoldReceiver,
-// which the world counts: only split payloads are fold receives) or not
-// (the engine folds from scratch memory).
+// which the world counts: only split payloads up to the group's FoldLimit
+// are fold receives) or not (the engine folds from scratch memory).
 func TestFoldReceive(t *testing.T) {
 	cases := []struct {
 		coll collectives.Collective
@@ -38,11 +38,14 @@ func TestFoldReceive(t *testing.T) {
 	for _, tc := range cases {
 		for _, capable := range []bool{true, false} {
 			for _, n := range []int{2, 3, 5} {
-				for _, c := range []struct{ inline, count int }{{8, 40}, {8, 41}, {1 << 20, 40}} {
+				// Every payload split from its header (InlineBytes 8) or
+				// every one inline; split ones above a FoldLimit of 8
+				// bytes take the engine's scratch receive.
+				for _, c := range []struct{ inline, count, limit int }{{8, 40, 0}, {8, 41, 0}, {1 << 20, 40, 0}, {8, 40, 8}} {
 					count := c.count
-					name := fmt.Sprintf("%v/%v/fold=%v/p=%d/inline=%d/count=%d", tc.coll, tc.alg, capable, n, c.inline, count)
+					name := fmt.Sprintf("%v/%v/fold=%v/p=%d/inline=%d/count=%d/limit=%d", tc.coll, tc.alg, capable, n, c.inline, count, c.limit)
 					t.Run(name, func(t *testing.T) {
-						w := coltest.NewWorld(n, coltest.Options{})
+						w := coltest.NewWorld(n, coltest.Options{FoldLimit: c.limit})
 						eo := force(tc.coll, tc.alg)
 						eo.InlineBytes = c.inline
 						ctx, cancel := context.WithTimeout(context.Background(), 30e9)
@@ -62,7 +65,7 @@ func TestFoldReceive(t *testing.T) {
 						// Inline payloads fold from the staging buffer, and
 						// two ranks' recursive halving folds its own vector
 						// into what arrives: no fold receive there.
-						split := c.inline == 8 && !(tc.alg == collectives.RecursiveHalving && n == 2)
+						split := c.inline == 8 && c.limit == 0 && !(tc.alg == collectives.RecursiveHalving && n == 2)
 						if capable && split {
 							assert.Positive(t, w.Folds(), "fold receives posted")
 						} else {

@@ -202,9 +202,13 @@ type EagerLimiter interface {
 // ring reduce-scatter and Rabenseifner's halving steps receive this way.
 // fold runs wherever the group makes progress and must not block; a
 // message shorter than buf folds into its prefix, a longer one fails the
-// request as a receive's would.
+// request as a receive's would. FoldLimit is the largest message from peer
+// the group folds as it arrives; a larger one it would first receive
+// whole into memory of its own, so the engine receives those into its
+// scratch memory and folds them itself, as without the capability.
 type FoldReceiver interface {
 	IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, src []byte)) (Request, error)
+	FoldLimit(peer int) int
 }
 
 // AnySourceReceiver is an optional Group capability: a receive that

@@ -256,13 +256,15 @@ func (c *call) recvInto(peer int, dst []byte, count int64, fold bool) (*inMsg, e
 }
 
 // recvPayload posts the receive of m's payload, which its sender split
-// from the header: into m.dst, or folded into it.
+// from the header: into m.dst, or folded into it, by the group as it
+// arrives up to the group's FoldLimit, else from scratch memory once it is
+// in (wait).
 func (c *call) recvPayload(m *inMsg) (Request, error) {
 	wp := c.world(m.peer)
 	switch fr, ok := c.e.g.(FoldReceiver); {
 	case !m.fold:
 		return c.e.g.Irecv(wp, c.tag|1, m.dst)
-	case ok:
+	case ok && len(m.dst) <= fr.FoldLimit(wp):
 		return fr.IrecvFold(wp, c.tag|1, m.dst, c.esize, c.kern.Combine)
 	default:
 		m.tmp = c.get(len(m.dst))

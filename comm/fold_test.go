@@ -12,8 +12,9 @@ import (
 // The reductions that fold messages into their buffer as they arrive
 // (p2p's fold receives: binomial reduce, ring reduce-scatter) give the
 // exact sums over the real transports, with payloads that go eager,
-// pipelined (folded fragment by fragment) and by rendezvous (staged, then
-// folded): 2 KiB, 48 and 200 KiB, 600 KiB of int64s.
+// pipelined (folded fragment by fragment) and by rendezvous (above p2p's
+// FoldLimit: into the engine's scratch memory, then folded): 2 KiB, 48
+// and 200 KiB, 600 KiB of int64s.
 func TestFoldReceiveTransports(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large messages")

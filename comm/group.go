@@ -57,6 +57,10 @@ func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, sr
 	return groupReq{r}, nil
 }
 
+// FoldLimit is p2p's (Endpoint.FoldLimit): above it a message comes by
+// rendezvous, which the engine receives into its own scratch memory.
+func (g *group) FoldLimit(peer int) int { return g.c.w.ep.FoldLimit(g.c.members[peer]) }
+
 func (g *group) HostOf(rank int) int { return g.c.w.hostIdx[g.c.members[rank]] }
 
 func (g *group) Link(peer int) (time.Duration, float64) {

@@ -382,6 +382,20 @@ func (ep *Endpoint) EagerLimit(peer int) int {
 	return ep.peers[peer].eager
 }
 
+// FoldLimit is the largest message from peer a fold receive (IrecvFold)
+// folds as it arrives: what peer sends eagerly or as pipelined fragments
+// (its pipeline limit, or its eager limit where that is larger). A larger
+// message comes by rendezvous, placed whole into memory of the endpoint's
+// and folded once complete, which a caller with scratch memory of its own
+// does as cheaply. 0 for this rank or a rank out of range.
+func (ep *Endpoint) FoldLimit(peer int) int {
+	if peer < 0 || peer >= ep.size || ep.peers[peer] == nil {
+		return 0
+	}
+	p := ep.peers[peer]
+	return max(p.eager, p.pipe)
+}
+
 // Traits returns what the provider carrying traffic to peer says of itself
 // (verbs.Traits: whether it shares memory, its size and wait hints), for
 // layers that choose their own algorithms by it; the zero Traits for this

@@ -202,3 +202,20 @@ func TestIrecvFoldSplitElements(t *testing.T) {
 		return nil
 	})
 }
+
+// FoldLimit is what a peer sends eagerly or pipelined: the pipeline limit,
+// or the eager limit where pipelining is off; 0 for this rank and ranks
+// out of range.
+func TestFoldLimit(t *testing.T) {
+	for _, c := range []struct {
+		pipe, want int
+	}{{4096, 4096}, {-1, 256}} {
+		o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{EagerLimit: 256, PipelineLimit: c.pipe}}
+		p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+			assert.Equal(t, c.want, ep.FoldLimit(1-ep.Rank()), "pipeline limit %d", c.pipe)
+			assert.Zero(t, ep.FoldLimit(ep.Rank()), "this rank")
+			assert.Zero(t, ep.FoldLimit(2), "out of range")
+			return nil
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,8 @@ type Options struct {
 	// collectives.Crowding, reporting it (ranks per CPU on the most
 	// crowded host).
 	Crowding float64
+	// FoldLimit is what the groups' FoldLimit reports (0: no limit).
+	FoldLimit int
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
@@ -435,6 +438,14 @@ func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, sr
 	}
 	g.w.folds.Add(1)
 	return g.irecv(peer, tag, buf, unit, fold)
+}
+
+// FoldLimit is Options.FoldLimit, unlimited when 0.
+func (g *group) FoldLimit(peer int) int {
+	if g.w.opts.FoldLimit > 0 {
+		return g.w.opts.FoldLimit
+	}
+	return math.MaxInt
 }
 
 func (g *group) irecv(peer, tag int, buf []byte, unit int, fold func(dst, src []byte)) (collectives.Request, error) {
