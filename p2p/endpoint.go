@@ -392,8 +392,7 @@ func (ep *Endpoint) FoldLimit(peer int) int {
 	if peer < 0 || peer >= ep.size || ep.peers[peer] == nil {
 		return 0
 	}
-	p := ep.peers[peer]
-	return max(p.eager, p.pipe)
+	return ep.peers[peer].pipedMax()
 }
 
 // Traits returns what the provider carrying traffic to peer says of itself

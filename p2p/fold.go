@@ -16,9 +16,10 @@ import (
 // endpoint's and is folded once it is complete.
 
 // place puts piece, at offset off of its message, into receive r's buffer:
-// folded in for a fold receive that is not staged, else copied.
+// folded in for a fold receive, else copied. (A staged fold receive takes
+// no pieces: its message is placed whole.)
 func (r *Request) place(off int, piece []byte) {
-	if r.fold != nil && !r.staged() {
+	if r.fold != nil {
 		r.fold(r.buf[off:off+len(piece)], piece)
 		return
 	}
@@ -59,7 +60,7 @@ func (ep *Endpoint) unstageFoldLocked(r *Request, err error) {
 // pair cut at the same eager limit, so this only catches a peer that
 // disagrees).
 func (r *Request) foldSplits(off, n, size int) bool {
-	return r.fold != nil && !r.staged() && r.unit > 1 && (off%r.unit != 0 || off+n < size && n%r.unit != 0)
+	return r.fold != nil && r.unit > 1 && (off%r.unit != 0 || off+n < size && n%r.unit != 0)
 }
 
 // foldSplitError is the error of a fold receive whose message came in

@@ -99,7 +99,7 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		return r, c.sendSelf(r)
 	}
 	p := ep.peers[peer]
-	large := len(buf) > p.eager && len(buf) > p.pipe
+	large := len(buf) > p.pipedMax()
 	var reg *regEntry
 	if large {
 		var err error

@@ -462,6 +462,11 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	return nil
 }
 
+// pipedMax is the largest message sent to p without the rendezvous: its
+// eager limit, or its pipeline limit where that is larger (isend; and
+// Endpoint.FoldLimit, up to which a fold receive folds as it arrives).
+func (p *peer) pipedMax() int { return max(p.eager, p.pipe) }
+
 // inlineWR prepares p.swr[0] to send the frame (h, payload; n bytes)
 // inline: its bytes in the work request, signaled only every
 // inlineSignal-th time or when the send queue is about to fill.

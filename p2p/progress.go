@@ -1015,7 +1015,7 @@ func (ep *Endpoint) completeLocked(r *Request, err error) {
 	if r.done.Load() {
 		return
 	}
-	if r.reqCold != nil && r.foldTo != nil {
+	if r.staged() {
 		ep.unstageFoldLocked(r, err)
 	}
 	r.err = err

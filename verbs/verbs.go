@@ -289,12 +289,12 @@ type InlinePairPoster interface {
 // lent for the call only: the provider writes it out, or copies what it
 // could not, before returning, so the caller may reuse it then, and a
 // provider that writes to a socket moves a message's body into the kernel
-// without first copying it into memory of its own. As tail is not kept,
-// a request that
-// has to be sent again after a receiver-not-ready NAK (its own, or an
-// earlier request's) completes with StatusLocLenErr instead: for callers
-// that post a SEND only where the receiver has a receive posted (credits,
-// as p2p's eager protocol). Validation and errors are PostSend's.
+// without first copying it into memory of its own. As tail is not kept, a
+// request that has to be sent again after a receiver-not-ready NAK (its
+// own, or an earlier request's) completes with StatusLocLenErr instead:
+// for callers that post a SEND only where the receiver has a receive
+// posted (credits, as p2p's eager protocol). Validation and errors are
+// PostSend's.
 type LentPairPoster interface {
 	PostSendLentPair(wr SendWR, tail []byte) (posted bool, err error)
 }
