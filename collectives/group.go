@@ -211,6 +211,29 @@ type FoldReceiver interface {
 	FoldLimit(peer int) int
 }
 
+// PartsReceiver is an optional Group capability: a receive whose message's
+// first len(head) bytes land in head and the rest in body (a scatter list
+// of two entries), as p2p.Channel.IrecvParts does. The engine receives a
+// payload that travels with its header (one at most the pair's inline
+// limit) this way: the header apart, the payload straight into its place,
+// where it would otherwise receive both into a staging buffer and copy the
+// payload again from there. A message longer than both fails the request
+// as a receive's would; where the group placed what fits (a message it
+// took whole), the engine reads the header from head to name the peer's
+// disagreement.
+type PartsReceiver interface {
+	IrecvParts(peer, tag int, head, body []byte) (Request, error)
+}
+
+// PartsSender is an optional Group capability: one message made of head
+// and then body, sent from both where they are (a gather list of two
+// entries), as p2p.Channel.IsendParts does. The engine sends a payload
+// that travels with its header this way instead of copying both into a
+// staging buffer first.
+type PartsSender interface {
+	IsendParts(peer, tag int, head, body []byte) (Request, error)
+}
+
 // AnySourceReceiver is an optional Group capability: a receive that
 // matches a message from any peer. With it an Engine watches for mismatch
 // aborts and stall probes with one goroutine and one posted receive,

@@ -38,6 +38,10 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	}
 	m := c.newOut()
 	m.c, m.peer = c, peer
+	ps, parts := c.e.g.(PartsSender)
+	if parts = parts && !h.split && len(payload) >= partsMin; parts {
+		n = dataHdrLen // the header alone in the stage: the payload goes from where it is
+	}
 	var stage, pooled []byte
 	if n <= ownSendBytes {
 		if m.own == nil {
@@ -49,10 +53,17 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 		pooled = stage
 	}
 	h.encode(stage)
-	if !h.split {
+	var r Request
+	var err error
+	switch {
+	case parts:
+		r, err = ps.IsendParts(wp, c.tag, stage, payload)
+	case !h.split:
 		copy(stage[dataHdrLen:], payload)
+		fallthrough
+	default:
+		r, err = c.e.g.Isend(wp, c.tag, stage)
 	}
-	r, err := c.e.g.Isend(wp, c.tag, stage)
 	if err != nil {
 		scratch.put(pooled)
 		return nil, c.fail(peer, err)
@@ -90,7 +101,7 @@ func (st *callState) newIn() *inMsg {
 	st.nin++
 	m.c, m.peer, m.dst, m.count, m.stage, m.hr, m.pr = nil, 0, nil, 0, nil, nil, nil
 	m.req, m.preq = pendingReq{}, pendingReq{}
-	m.fold, m.tmp = false, nil
+	m.fold, m.tmp, m.parts = false, nil, false
 	return m
 }
 
@@ -190,7 +201,15 @@ type inMsg struct {
 	preq  pendingReq  // storage for pr
 	fold  bool        // the message is folded into dst (recvFold)
 	tmp   []byte      // a split payload to fold, where the group cannot fold (FoldReceiver)
+	parts bool        // an inline message received in parts: stage[:hdrLen], then dst[dataHdrLen:]
 }
+
+// partsMin is the smallest inline payload sent or received in parts
+// (PartsSender, PartsReceiver): the copy it saves is the payload (on the
+// way in less a header's worth, which lands in the stage and is copied
+// into place), against a second copy call where the message is put or
+// taken.
+const partsMin = 256
 
 // recv starts receiving from view rank peer into dst; the sender must
 // announce count elements and len(dst) bytes.
@@ -216,6 +235,10 @@ func (c *call) recvInto(peer int, dst []byte, count int64, fold bool) (*inMsg, e
 	wp := c.world(peer)
 	inline := c.e.inlineTo(wp)
 	n := hdrLen + inline
+	pr, parts := c.e.g.(PartsReceiver)
+	if parts = parts && !fold && len(dst) >= partsMin && len(dst) <= inline; parts {
+		n = hdrLen // the header, and a fingerprint or abort whole
+	}
 	m := c.newIn()
 	var stage, pooled []byte
 	switch {
@@ -231,12 +254,18 @@ func (c *call) recvInto(peer int, dst []byte, count int64, fold bool) (*inMsg, e
 		stage = scratch.get(n)
 		pooled = stage
 	}
-	r, err := c.e.g.Irecv(wp, c.tag, stage)
+	var r Request
+	var err error
+	if parts {
+		r, err = pr.IrecvParts(wp, c.tag, stage, dst[hdrLen-dataHdrLen:])
+	} else {
+		r, err = c.e.g.Irecv(wp, c.tag, stage)
+	}
 	if err != nil {
 		scratch.put(pooled)
 		return nil, c.fail(peer, err)
 	}
-	m.c, m.peer, m.dst, m.count, m.stage, m.fold = c, peer, dst, count, stage, fold
+	m.c, m.peer, m.dst, m.count, m.stage, m.fold, m.parts = c, peer, dst, count, stage, fold, parts
 	m.hr = c.trackIn(&m.req, r, pooled)
 	if len(dst) > inline {
 		// The sender splits a payload this large (both ranks of a pair
@@ -285,11 +314,21 @@ func (m *inMsg) wait() error {
 	n, err := c.waitReq(m.hr.r)
 	m.hr.done = err == nil || c.ctx.Err() == nil
 	if err != nil {
+		if m.parts && c.ctx.Err() == nil {
+			// Longer than this rank's payload: a peer that disagrees,
+			// which the header in the stage names if the group placed it.
+			var h header
+			if h.decode(m.stage[:min(n, len(m.stage))]) && h.kind == kindData {
+				if mm := c.check(m.peer, &h, m.count, len(m.dst)); mm != nil {
+					return c.mismatch(mm)
+				}
+			}
+		}
 		return c.fail(m.peer, err)
 	}
 	defer func() { scratch.put(m.hr.buf); m.hr.buf = nil }() // a pooled stage (nil: the record's own)
 	var h header
-	if !h.decode(m.stage[:n]) || h.kind != kindData {
+	if !h.decode(m.stage[:min(n, len(m.stage))]) || h.kind != kindData {
 		return c.fail(m.peer, fmt.Errorf("%w: malformed header (%d bytes)", ErrProtocol, n))
 	}
 	if mm := c.check(m.peer, &h, m.count, len(m.dst)); mm != nil {
@@ -298,6 +337,12 @@ func (m *inMsg) wait() error {
 	if !h.split {
 		if int64(n-dataHdrLen) != h.payload {
 			return c.fail(m.peer, fmt.Errorf("%w: header announces %d payload bytes, message has %d", ErrProtocol, h.payload, n-dataHdrLen))
+		}
+		if m.parts {
+			// The payload's first bytes came in the stage after the
+			// header; the rest is in place already.
+			copy(m.dst, m.stage[dataHdrLen:min(n, hdrLen)])
+			return nil
 		}
 		if m.fold {
 			c.kern.Combine(m.dst, m.stage[dataHdrLen:n])

@@ -57,6 +57,26 @@ func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, sr
 	return groupReq{r}, nil
 }
 
+// IsendParts is the collectives.PartsSender capability: p2p sends head
+// and body as one message from where they are (p2p.Channel.IsendParts).
+func (g *group) IsendParts(peer, tag int, head, body []byte) (collectives.Request, error) {
+	r, err := g.c.collCh.IsendParts(g.c.members[peer], tag, head, body)
+	if err != nil {
+		return nil, err
+	}
+	return groupReq{r}, nil
+}
+
+// IrecvParts is the collectives.PartsReceiver capability: p2p places the
+// message's head and the rest apart (p2p.Channel.IrecvParts).
+func (g *group) IrecvParts(peer, tag int, head, body []byte) (collectives.Request, error) {
+	r, err := g.c.collCh.IrecvParts(g.c.members[peer], tag, head, body)
+	if err != nil {
+		return nil, err
+	}
+	return groupReq{r}, nil
+}
+
 // FoldLimit is p2p's (Endpoint.FoldLimit): above it a message comes by
 // rendezvous, which the engine receives into its own scratch memory.
 func (g *group) FoldLimit(peer int) int { return g.c.w.ep.FoldLimit(g.c.members[peer]) }

@@ -341,5 +341,5 @@ func (ep *Endpoint) ClaimRing(peer, tag int, buf []byte) (write func(), ok bool)
 	if !ok {
 		return nil, false
 	}
-	return func() { ep.ringWrite(p, s, ep.ch0.id, int32(tag), buf) }, true
+	return func() { ep.ringWrite(p, s, ep.ch0.id, int32(tag), nil, buf) }, true
 }

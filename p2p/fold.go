@@ -15,42 +15,63 @@ import (
 // peer or the provider places whole (a rendezvous) lands in memory of the
 // endpoint's and is folded once it is complete.
 
-// place puts piece, at offset off of its message, into receive r's buffer:
-// folded in for a fold receive, else copied. (A staged fold receive takes
-// no pieces: its message is placed whole.)
+// place puts piece, at offset off of its message, into receive r's buffers:
+// folded in for a fold receive, else copied (the first len(r.head) bytes of
+// a parts receive into its head). (A staged receive takes no pieces: its
+// message is placed whole.)
 func (r *Request) place(off int, piece []byte) {
 	if r.fold != nil {
 		r.fold(r.buf[off:off+len(piece)], piece)
 		return
 	}
-	ntcopy.Bulk(r.buf[off:], piece)
+	if off < len(r.head) {
+		n := copy(r.head[off:], piece)
+		if piece = piece[n:]; len(piece) == 0 {
+			return
+		}
+		off += n
+	}
+	ntcopy.Bulk(r.buf[off-len(r.head):], piece)
 }
 
-// staged reports whether fold receive r takes its message into memory of
-// the endpoint's (stageFoldLocked).
-func (r *Request) staged() bool { return r.reqCold != nil && r.foldTo != nil }
+// capacity is the largest message receive r takes.
+func (r *Request) capacity() int { return len(r.head) + len(r.buf) }
 
-// stageFoldLocked makes fold receive r take its n-byte message into memory
-// of the endpoint's, folded into the caller's buffer once the message is
-// complete (unstageFoldLocked).
-func (ep *Endpoint) stageFoldLocked(r *Request, n int) {
+// placed reports whether r's message goes through place rather than
+// straight into buf: a fold or a parts receive.
+func (r *Request) placed() bool { return r.fold != nil || r.head != nil }
+
+// staged reports whether receive r takes its message into memory of the
+// endpoint's (stageLocked).
+func (r *Request) staged() bool { return r.reqCold != nil && r.staging }
+
+// stageLocked makes fold or parts receive r take its n-byte message into
+// memory of the endpoint's, placed into the caller's buffers once the
+// message is complete (unstageLocked): the peer or the provider write a
+// rendezvous message whole, into one registered buffer.
+func (ep *Endpoint) stageLocked(r *Request, n int) {
 	ep.coldLocked(r)
-	r.foldTo = r.buf
+	r.stagedTo, r.staging = r.buf, true
 	r.buf = ep.spare.take(n)
+	if r.head != nil {
+		// Held in stagedTo's stead while buf is the stage (place
+		// splits the message only once it is whole).
+		r.head, r.stagedHead = nil, r.head
+	}
 }
 
-// unstageFoldLocked ends the staging of fold receive r, which completes
-// with err: the message is folded into the caller's buffer, which r holds
-// again. After a failure the staging memory is left to the garbage
-// collector rather than recycled, in case a transfer still writes to it.
-func (ep *Endpoint) unstageFoldLocked(r *Request, err error) {
+// unstageLocked ends the staging of receive r, which completes with err:
+// the message is placed into the caller's buffers, which r holds again.
+// After a failure the staging memory is left to the garbage collector
+// rather than recycled, in case a transfer still writes to it.
+func (ep *Endpoint) unstageLocked(r *Request, err error) {
 	staged := r.buf
-	r.buf, r.foldTo = r.foldTo, nil
+	r.buf, r.stagedTo, r.staging = r.stagedTo, nil, false
+	r.head, r.stagedHead = r.stagedHead, nil
 	if err != nil {
 		return
 	}
-	n := r.status.Count
-	r.fold(r.buf[:n], staged[:n])
+	r.place(0, staged[:r.status.Count])
 	ep.spare.put(staged)
 }
 
@@ -60,7 +81,8 @@ func (ep *Endpoint) unstageFoldLocked(r *Request, err error) {
 // pair cut at the same eager limit, so this only catches a peer that
 // disagrees).
 func (r *Request) foldSplits(off, n, size int) bool {
-	return r.fold != nil && r.unit > 1 && (off%r.unit != 0 || off+n < size && n%r.unit != 0)
+	u := int(r.unit)
+	return r.fold != nil && u > 1 && (off%u != 0 || off+n < size && n%u != 0)
 }
 
 // foldSplitError is the error of a fold receive whose message came in

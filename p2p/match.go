@@ -25,9 +25,9 @@ package p2p
 
 // envelope is what a message carries and what a receive asks for.
 type envelope struct {
-	ctx uint32
-	src int   // AnySource in a pattern
-	tag int32 // AnyTag in a pattern
+	src int    // AnySource in a pattern
+	ctx uint32 // (after src: 16 bytes, where the request keeps one)
+	tag int32  // AnyTag in a pattern
 }
 
 func (p envelope) fits(e envelope) bool {
@@ -102,7 +102,7 @@ func (m *matcher) expects(ctx uint32, src, scan int) bool {
 }
 
 // bothWaysMin is the smallest message in the pipelined range that goes by
-// rendezvous when its receiver is sending to this rank too (isend). Over
+// rendezvous when its receiver is sending to this rank too (isendParts). Over
 // shm, 64 KiB messages each way (OSU bibw) ran at 1.30-1.91 times the
 // pipeline's rate, 32 KiB ones at 0.85 (osu-compare, 5-11 rounds); one
 // way, where the receiver's core is free for the second copy, the

@@ -58,7 +58,7 @@ func (c *Channel) checkTag(op string, peer, tag int, wildcard bool) error {
 // returns); larger ones are read by the receiver straight from buf, which
 // must stay untouched until the request completes.
 func (c *Channel) Isend(peer, tag int, buf []byte) (*Request, error) {
-	return c.isend("Isend", peer, tag, buf)
+	return c.isendParts("Isend", peer, tag, nil, buf)
 }
 
 // Send sends buf to peer with tag and returns when buf may be reused: at
@@ -71,7 +71,7 @@ func (c *Channel) Send(ctx context.Context, peer, tag int, buf []byte) error {
 	if done, err := c.sendEagerNow(peer, tag, buf); done {
 		return err
 	}
-	r, err := c.isend("Send", peer, tag, buf)
+	r, err := c.isendParts("Send", peer, tag, nil, buf)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,21 @@ func (c *Channel) Send(ctx context.Context, peer, tag int, buf []byte) error {
 	return err
 }
 
-func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) {
+// IsendParts is Isend of one message made of two buffers, head and then
+// body, as a send with a gather list of two entries (writev): a layer
+// that frames its messages with a header of its own sends the header and
+// the payload from where they are, rather than copying both into one
+// buffer first. The receiver sees one message of len(head)+len(body)
+// bytes. Both buffers belong to the request until it completes. A message
+// sent eagerly goes from the two buffers straight into the peer's ring or
+// the frame; a larger one, one to this rank, or a head longer than a
+// ring's first line (48 bytes) is joined into one buffer first.
+func (c *Channel) IsendParts(peer, tag int, head, body []byte) (*Request, error) {
+	return c.isendParts("IsendParts", peer, tag, head, body)
+}
+
+// isendParts sends the message head, then buf (nil head: buf alone).
+func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Request, error) {
 	ep := c.ep
 	if err := c.checkPeer(op, peer, tag, false); err != nil {
 		return nil, err
@@ -93,13 +107,18 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 	if err := c.checkTag(op, peer, tag, c.id >= FirstReservedContext); err != nil {
 		return nil, err
 	}
+	if head != nil && (peer == ep.rank || len(head) > ringFirst || !ep.peers[peer].sendsParts(len(head)+len(buf))) {
+		buf = append(append(make([]byte, 0, len(head)+len(buf)), head...), buf...)
+		head = nil
+	}
 	if peer == ep.rank {
 		r := ep.getReq()
 		c.initSend(r, peer, tag, buf)
 		return r, c.sendSelf(r)
 	}
 	p := ep.peers[peer]
-	large := len(buf) > p.pipedMax()
+	n := len(head) + len(buf)
+	large := n > p.pipedMax()
 	var reg *regEntry
 	if large {
 		var err error
@@ -108,14 +127,18 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		}
 	}
 	ep.mu.Lock()
-	if !large && len(buf) <= p.eager && len(p.queue) == 0 && !p.departed && ep.checkLocked() == nil {
+	if !large && n <= p.eager && len(p.queue) == 0 && !p.departed && ep.checkLocked() == nil {
 		// The ring: written after the lock is let go (ringClaim).
-		if slot, ok := ep.ringClaim(p, c.id, len(buf)); ok {
+		if slot, ok := ep.ringClaim(p, c.id, n); ok {
 			r := ep.newReqLocked()
 			c.initSend(r, peer, tag, buf)
-			r.done.setUnshared() // no waiter: isend returns r after the write
+			if head != nil {
+				r.status.Count = n
+				p.stats.PartsSent.add(n)
+			}
+			r.done.setUnshared() // no waiter: isendParts returns r after the write
 			ep.mu.Unlock()
-			ep.ringWrite(p, slot, c.id, int32(tag), buf)
+			ep.ringWrite(p, slot, c.id, int32(tag), head, buf)
 			return r, nil
 		}
 	}
@@ -144,6 +167,9 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 	}
 	r := ep.newReqLocked()
 	c.initSend(r, peer, tag, buf)
+	if head != nil {
+		r.status.Count = n
+	}
 	switch {
 	case len(buf) > p.eager && !large:
 		if err := p.sendPipe(ep, r, c.id, tag, buf); err != nil {
@@ -151,9 +177,12 @@ func (c *Channel) isend(op string, peer, tag int, buf []byte) (*Request, error) 
 		}
 		return r, nil
 	case !large:
-		r.item = outItem{h: header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))},
+		if r.head = head; head != nil {
+			p.stats.PartsSent.add(n)
+		}
+		r.item = outItem{h: header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(n)},
 			payload: buf, req: r, complete: true}
-		p.stats.eagerSent(c.id, len(buf), false)
+		p.stats.eagerSent(c.id, n, false)
 	default:
 		ep.nextID++
 		r.id, r.reg, r.dev = ep.nextID, reg, p.dev
@@ -199,7 +228,7 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 	}
 	if s, ok := ep.ringClaim(p, c.id, len(buf)); ok {
 		ep.mu.Unlock()
-		ep.ringWrite(p, s, c.id, int32(tag), buf)
+		ep.ringWrite(p, s, c.id, int32(tag), nil, buf)
 		return true, nil
 	}
 	defer ep.mu.Unlock()
@@ -207,7 +236,7 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 		return false, nil
 	}
 	h := header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))}
-	if err := p.postFrame(ep, &h, buf, true); err != nil {
+	if err := p.postFrame(ep, &h, nil, buf, true); err != nil {
 		err = fmt.Errorf("posting EAGER: %w", err)
 		ep.linkErrorLocked(p, err)
 		if ep.failErr != nil {
@@ -336,24 +365,49 @@ func (c *Channel) IrecvFold(src, tag int, buf []byte, unit int, fold func(dst, s
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return c.irecvFoldLocked("IrecvFold", src, tag, buf, unit, fold)
+	return c.irecvPlacedLocked("IrecvFold", src, tag, nil, buf, unit, fold)
+}
+
+// IrecvParts is Irecv into two buffers, as a receive with a scatter list
+// of two entries (readv): the message's first len(head) bytes land in
+// head, the rest in body, each straight from where the message arrived.
+// A layer that frames its messages with a header of its own receives the
+// header apart from the payload and the payload in its place, rather
+// than all of it into staging memory and the payload copied again from
+// there. The message may be as long as both together; Status.Count is
+// its whole length. A longer one completes the request with ErrTruncated
+// and, if it came eagerly, with as much of it placed as fits (so head
+// holds its head). A message sent by rendezvous lands in memory of the
+// endpoint's first and is placed once complete.
+func (c *Channel) IrecvParts(src, tag int, head, body []byte) (*Request, error) {
+	ep := c.ep
+	if err := c.checkRecvArgs("IrecvParts", src, tag); err != nil {
+		return nil, err
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return c.irecvPlacedLocked("IrecvParts", src, tag, head, body, 0, nil)
 }
 
 // irecvLocked is irecv after the argument checks; the caller holds ep.mu.
 func (c *Channel) irecvLocked(op string, src, tag int, buf []byte) (*Request, error) {
-	return c.irecvFoldLocked(op, src, tag, buf, 0, nil)
+	return c.irecvPlacedLocked(op, src, tag, nil, buf, 0, nil)
 }
 
-// irecvFoldLocked is irecvLocked with fold and unit (IrecvFold; nil for a
-// plain receive).
-func (c *Channel) irecvFoldLocked(op string, src, tag int, buf []byte, unit int, fold func(dst, src []byte)) (*Request, error) {
+// irecvPlacedLocked is irecvLocked with head (IrecvParts) or fold and unit
+// (IrecvFold); nil for a plain receive.
+func (c *Channel) irecvPlacedLocked(op string, src, tag int, head, buf []byte, unit int, fold func(dst, src []byte)) (*Request, error) {
 	ep := c.ep
 	if err := ep.checkLocked(); err != nil {
 		return nil, c.argErr(op, src, tag, err)
 	}
 	r := ep.newReqLocked()
 	r.op, r.peer, r.pattern, r.buf = opRecv, src, envelope{ctx: c.id, src: src, tag: int32(tag)}, buf
-	r.fold, r.unit = fold, unit
+	if fold != nil || head != nil {
+		// (A request comes from the pool cleared: a plain receive, most
+		// of them, has nothing to store here.)
+		r.fold, r.unit, r.head = fold, int32(unit), head
+	}
 	if in := ep.m.find(r.pattern, true); in != nil {
 		ep.deliverLocked(r, in)
 		ep.flushDirtyLocked()
@@ -526,6 +580,16 @@ func (ep *Endpoint) Irecv(src, tag int, buf []byte) (*Request, error) {
 // IrecvFold is Channel.IrecvFold on context 0.
 func (ep *Endpoint) IrecvFold(src, tag int, buf []byte, unit int, fold func(dst, src []byte)) (*Request, error) {
 	return ep.ch0.IrecvFold(src, tag, buf, unit, fold)
+}
+
+// IsendParts is Channel.IsendParts on context 0.
+func (ep *Endpoint) IsendParts(peer, tag int, head, body []byte) (*Request, error) {
+	return ep.ch0.IsendParts(peer, tag, head, body)
+}
+
+// IrecvParts is Channel.IrecvParts on context 0.
+func (ep *Endpoint) IrecvParts(src, tag int, head, body []byte) (*Request, error) {
+	return ep.ch0.IrecvParts(src, tag, head, body)
 }
 
 // Recv is Channel.Recv on context 0.

@@ -82,7 +82,7 @@ const (
 
 type outItem struct {
 	h          header
-	payload    []byte
+	payload    []byte   // (after req.head, an IsendParts message's first part)
 	req        *Request // completed when posted (eager sends) or nil
 	complete   bool     // complete req when posted
 	uncredited bool     // BYE / REVOKE / CREDIT
@@ -372,7 +372,7 @@ func (p *peer) frameRoom(credited bool) bool {
 }
 
 // postFrame sends h (and payload) from a staging slot. The caller checked canPost.
-func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool) error {
+func (p *peer) postFrame(ep *Endpoint, h *header, head, payload []byte, credited bool) error {
 	if p.owed > 0 && h.kind != kRevoke && h.kind != kBye {
 		c := min(p.owed, 0xffff)
 		h.credits = uint16(c)
@@ -399,17 +399,17 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	var tail []byte   // the payload, when it goes as an inline pair's tail
 	var err error
 	lent := false // posted as a lent pair
-	if p.lent != nil && (h.kind == kEager || h.kind == kPipe) && len(payload) >= lentMin && h.frameLen() <= p.inline {
+	if p.lent != nil && (h.kind == kEager || h.kind == kPipe) && len(payload) >= lentMin && h.frameLen()+len(head) <= p.inline {
 		// The header inline, the payload from the caller's buffer: over
 		// tcp its one copy on this side is then the kernel's. Where the
 		// QP cannot write it at once, the frame takes a staging slot.
-		p.inlineWR(h, nil, h.frameLen())
+		p.inlineWR(h, head, nil, h.frameLen()+len(head))
 		ep.holdPosts(p)
 		if lent, err = p.lent.PostSendLentPair(p.swr[0], payload); lent {
 			p.stats.LentSent.add(len(payload))
 		}
 	}
-	switch n := h.frameLen() + len(payload); {
+	switch n := h.frameLen() + len(head) + len(payload); {
 	case lent || err != nil:
 		// Posted as a lent pair, or failed as any post would.
 	case n <= p.inline && (h.kind == kEager || h.kind == kPipe || len(payload) == 0):
@@ -418,9 +418,9 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 			// payload from the caller's buffer into the peer's receive,
 			// one copy fewer on the way.
 			tail = payload
-			p.inlineWR(h, nil, h.frameLen())
+			p.inlineWR(h, head, nil, h.frameLen()+len(head))
 		} else {
-			p.inlineWR(h, payload, n)
+			p.inlineWR(h, head, payload, n)
 		}
 	default:
 		slot = p.sendFree[len(p.sendFree)-1]
@@ -430,6 +430,7 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 		n := h.frameLen()
 		h.put(b)
 		if h.kind == kEager || h.kind == kPipe {
+			n += copy(b[n:], head)
 			n += ntcopy.Plain(b[n:], payload)
 		}
 		p.sge[0] = verbs.SGEOf(p.sendMR, off, n)
@@ -462,18 +463,27 @@ func (p *peer) postFrame(ep *Endpoint, h *header, payload []byte, credited bool)
 	return nil
 }
 
+// sendsParts reports whether an n-byte IsendParts message to p goes from
+// its two buffers: an eager one, which takes neither the pipeline nor the
+// rendezvous isendParts switches to for traffic both ways over shared memory
+// (bothWaysMin).
+func (p *peer) sendsParts(n int) bool {
+	return n <= p.eager && (n < bothWaysMin || !p.dev.traits.SharesMemory)
+}
+
 // pipedMax is the largest message sent to p without the rendezvous: its
-// eager limit, or its pipeline limit where that is larger (isend; and
+// eager limit, or its pipeline limit where that is larger (isendParts; and
 // Endpoint.FoldLimit, up to which a fold receive folds as it arrives).
 func (p *peer) pipedMax() int { return max(p.eager, p.pipe) }
 
-// inlineWR prepares p.swr[0] to send the frame (h, payload; n bytes)
-// inline: its bytes in the work request, signaled only every
+// inlineWR prepares p.swr[0] to send the frame (h, head, payload; n
+// bytes) inline: its bytes in the work request, signaled only every
 // inlineSignal-th time or when the send queue is about to fill.
-func (p *peer) inlineWR(h *header, payload []byte, n int) {
+func (p *peer) inlineWR(h *header, head, payload []byte, n int) {
 	b := p.iframe[:n]
 	h.put(b)
-	copy(b[h.frameLen():], payload)
+	k := h.frameLen() + copy(b[h.frameLen():], head)
+	copy(b[k:], payload)
 	p.swr[0] = verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendInline, Inline: b}
 	p.signalInline(p.sqOut+1 >= p.sqCap || h.kind == kBye)
 }
@@ -514,7 +524,11 @@ func (p *peer) post(ep *Endpoint, it *outItem) error {
 		}
 		err = ep.postWriteLocked(p, it.req)
 	default:
-		err = p.postFrame(ep, &it.h, it.payload, !it.uncredited)
+		var head []byte
+		if it.req != nil {
+			head = it.req.head // a send's: see isendParts
+		}
+		err = p.postFrame(ep, &it.h, head, it.payload, !it.uncredited)
 	}
 	if err != nil {
 		return err
@@ -537,7 +551,7 @@ func (p *peer) ackFirst(ep *Endpoint) error {
 		return nil
 	}
 	h := header{kind: kPing}
-	return p.postFrame(ep, &h, nil, true)
+	return p.postFrame(ep, &h, nil, nil, true)
 }
 
 // send posts it now when nothing is queued before it, else queues it.
@@ -569,7 +583,7 @@ func (p *peer) noteWait() {
 // sendCtl sends a control frame (FIN, CANCEL, PING), queuing a copy if it cannot go now.
 func (p *peer) sendCtl(ep *Endpoint, h header) {
 	if len(p.queue) == 0 && p.frameRoom(true) {
-		if err := p.postFrame(ep, &h, nil, true); err != nil {
+		if err := p.postFrame(ep, &h, nil, nil, true); err != nil {
 			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", h.kind, err))
 		}
 		return
@@ -583,7 +597,7 @@ func (p *peer) sendCtl(ep *Endpoint, h header) {
 func (p *peer) sendUncredited(ep *Endpoint, h *header) {
 	it := &outItem{h: *h, uncredited: true}
 	if len(p.queue) == 0 && p.canPost(it) {
-		if err := p.postFrame(ep, &it.h, nil, false); err != nil {
+		if err := p.postFrame(ep, &it.h, nil, nil, false); err != nil {
 			p.broken = true
 			p.gone.Store(true)
 		}
@@ -601,7 +615,7 @@ func (p *peer) flush(ep *Endpoint) {
 		// back for the acknowledgement of our peer's CREDIT (see
 		// ackFirst): send it in a PING now, with that last credit.
 		h := header{kind: kPing}
-		if err := p.postFrame(ep, &h, nil, true); err != nil {
+		if err := p.postFrame(ep, &h, nil, nil, true); err != nil {
 			ep.linkErrorLocked(p, fmt.Errorf("posting %v: %w", h.kind, err))
 			return
 		}
@@ -623,7 +637,7 @@ func (p *peer) flush(ep *Endpoint) {
 	}
 	if p.owed >= max(1, p.nrecv/2) && !p.ctrlInFlight && p.frameRoom(false) && !p.broken {
 		h := header{kind: kCredit}
-		if err := p.postFrame(ep, &h, nil, false); err != nil {
+		if err := p.postFrame(ep, &h, nil, nil, false); err != nil {
 			ep.linkErrorLocked(p, fmt.Errorf("posting CREDIT: %w", err))
 			return
 		}

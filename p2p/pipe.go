@@ -94,7 +94,7 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 	case pi.r != nil && pi.r.foldSplits(pi.got, len(data), pi.size):
 		r := pi.r
 		pi.r = nil // the rest is discarded
-		ep.completeLocked(r, ep.opErr(r, foldSplitError(pi.got, len(data), r.unit)))
+		ep.completeLocked(r, ep.opErr(r, foldSplitError(pi.got, len(data), int(r.unit))))
 	case pi.r != nil:
 		pi.r.place(pi.got, data)
 	case pi.in != nil:
@@ -122,15 +122,15 @@ func (ep *Endpoint) matchPipeLocked(r *Request, env envelope, pi *pipeIn) {
 	switch {
 	case pi.err != nil:
 		ep.completeLocked(r, ep.opErr(r, pi.err))
-	case pi.size > len(r.buf):
+	case pi.size > r.capacity():
 		r.status.Count = 0
-		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: pi.size, Cap: len(r.buf)}))
+		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: pi.size, Cap: r.capacity()}))
 	default:
 		if in != nil {
 			// What arrived so far: whole fragments, so whole elements
 			// for a fold receive (see foldSplits).
 			r.place(0, in.data[:pi.got])
-			ep.spare.put(in.data) // the rest goes to r.buf directly
+			ep.spare.put(in.data) // the rest is placed as it comes
 			in.data = nil
 		}
 		if pi.got == pi.size {

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -761,12 +760,14 @@ func (ep *Endpoint) departLocked(p *peer) {
 // receive.
 func (ep *Endpoint) deliverEagerLocked(r *Request, env envelope, data []byte) {
 	r.status = Status{Source: env.src, Tag: int(env.tag), Count: len(data)}
-	if len(data) > len(r.buf) {
+	if c := r.capacity(); len(data) > c {
 		if r.fold == nil {
-			ntcopy.Bulk(r.buf, data) // what fits, as before (buf is unspecified)
+			// What fits, as before (buf is unspecified), which gives a
+			// parts receive the message's head.
+			r.place(0, data[:c])
 		}
-		r.status.Count = len(r.buf)
-		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: len(data), Cap: len(r.buf)}))
+		r.status.Count = c
+		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: len(data), Cap: c}))
 		return
 	}
 	r.place(0, data)
@@ -787,15 +788,15 @@ func (ep *Endpoint) deliverLocked(r *Request, in *inbound) {
 	}
 	p := ep.peers[in.env.src]
 	r.status = Status{Source: in.env.src, Tag: int(in.env.tag), Count: in.size}
-	if in.size > len(r.buf) {
+	if in.size > r.capacity() {
 		r.status.Count = 0
 		p.sendCtl(ep, header{kind: kFIN, aux: finTruncated, id: in.id})
-		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: in.size, Cap: len(r.buf)}))
+		ep.completeLocked(r, ep.opErr(r, &TruncatedError{Size: in.size, Cap: r.capacity()}))
 		return
 	}
-	if r.fold != nil {
+	if r.placed() {
 		// The READ (and the sender's write) place the message whole.
-		ep.stageFoldLocked(r, in.size)
+		ep.stageLocked(r, in.size)
 	}
 	reg, err := p.dev.cache.get(r.buf[:in.size])
 	if err != nil {
@@ -1016,7 +1017,7 @@ func (ep *Endpoint) completeLocked(r *Request, err error) {
 		return
 	}
 	if r.staged() {
-		ep.unstageFoldLocked(r, err)
+		ep.unstageLocked(r, err)
 	}
 	r.err = err
 	r.done.set()

@@ -70,10 +70,12 @@ type Request struct {
 	// of 64 Isends and 64 Irecvs keeps 128 requests live, and a
 	// 520-byte request made them spill the L1 cache and cost a fifth of an
 	// 8-byte message's software to clear on release.
-	ep     *Endpoint
-	done   doneFlag
-	op     reqOp
-	queued bool
+	ep         *Endpoint
+	done       doneFlag
+	op         reqOp
+	queued     bool
+	canceled   bool
+	cancelSent bool
 	// ext is the layer above's own request (SetExt): it stays with r
 	// when r is recycled.
 	ext     any
@@ -84,7 +86,10 @@ type Request struct {
 	// into buf instead of copying it (place); unit is the size of its
 	// elements, which no piece may split.
 	fold func(dst, src []byte)
-	unit int
+	// head, for a receive of IrecvParts, takes the message's first
+	// len(head) bytes, buf the rest (place); for an eager send of
+	// IsendParts it is the message's first part, buf the rest.
+	head []byte
 
 	status Status
 	err    error
@@ -93,9 +98,8 @@ type Request struct {
 	waker  *waker        // or wakes it (waker); guarded by ep.mu
 	waitCh chan struct{}
 
-	canceled   bool
-	cancelSent bool
-	pipeFirst  *outItem // a pipelined send's first fragment
+	unit      int32    // fold's element size
+	pipeFirst *outItem // a pipelined send's first fragment
 	// A rendezvous send's or receive's (or a window operation's)
 	// registration of buf, and the send's id.
 	reg *regEntry
@@ -127,9 +131,11 @@ type reqCold struct {
 	fallback         bool  // the sender could not write its part: READ it too
 	splitErr         error // the sender's part will never come (its link broke)
 
-	// A fold receive staged in memory of the endpoint's (buf, see
-	// stageFoldLocked): the caller's buffer, folded into at completion.
-	foldTo []byte
+	// A fold or parts receive staged in memory of the endpoint's (buf,
+	// see stageLocked): the caller's buffer, placed into at completion.
+	stagedTo   []byte
+	stagedHead []byte // a parts receive's head
+	staging    bool
 
 	// Window writes.
 	notify32 bool

@@ -412,16 +412,22 @@ func (o *ringOut) settle() {
 
 // ringWrite writes the message claimed as s and publishes it; the caller
 // does not hold ep.mu.
-func (ep *Endpoint) ringWrite(p *peer, s ringSlot, ctxID uint32, tag int32, buf []byte) {
+func (ep *Endpoint) ringWrite(p *peer, s ringSlot, ctxID uint32, tag int32, head, buf []byte) {
 	o := s.o
-	if len(buf) > ringFirst {
-		o.put(s.pos+1, buf[ringFirst:])
+	// head (at most ringFirst bytes: see isendParts) and the start of buf
+	// share the first line; the rest of buf runs on from the next.
+	if first := ringFirst - len(head); len(buf) > first {
+		o.put(s.pos+1, buf[first:])
 	}
 	l := o.line(s.pos)
 	binary.LittleEndian.PutUint32(l[4:], ctxID)
 	binary.LittleEndian.PutUint32(l[8:], uint32(tag))
-	binary.LittleEndian.PutUint32(l[12:], uint32(len(buf)))
-	copy(l[ringHdr:], buf)
+	binary.LittleEndian.PutUint32(l[12:], uint32(len(head)+len(buf)))
+	if head == nil {
+		copy(l[ringHdr:], buf)
+	} else {
+		copy(l[ringHdr+copy(l[ringHdr:], head):], buf)
+	}
 	racesync.Release() // what the sender wrote before is the receiver's after
 	var asleep bool
 	if o.light {
@@ -584,9 +590,13 @@ func (ep *Endpoint) ringTo(p *peer, mark uint32) int {
 		p.heard = true
 		p.stats.eagerRecv(env.ctx, size, true)
 		if ep.failErr == nil {
-			if r := ep.m.arrive(env); r != nil && size <= len(r.buf) && r.fold == nil {
-				// Straight into the receive's buffer.
-				in.copyOut(r.buf[:size], in.head)
+			if r := ep.m.arrive(env); r != nil && size <= r.capacity() && r.fold == nil {
+				// Straight into the receive's buffers.
+				if r.head == nil {
+					in.copyOut(r.buf[:size], in.head)
+				} else {
+					in.copyOutParts(r.head, r.buf, size, in.head)
+				}
 				r.status = Status{Source: env.src, Tag: int(env.tag), Count: size}
 				ep.completeLocked(r, nil)
 			} else {
@@ -689,5 +699,22 @@ func (ep *Endpoint) setSleepers(s *uint32) {
 func (in *ringIn) copyOut(dst []byte, pos uint32) {
 	if n := copy(dst, in.line(pos)[ringHdr:]); n < len(dst) {
 		in.get(dst[n:], pos+1)
+	}
+}
+
+// copyOutParts copies the size-byte message at line pos into head and then
+// body (a parts receive): the payload runs on unbroken from its first
+// line's header through the lines after it.
+func (in *ringIn) copyOutParts(head, body []byte, size int, pos uint32) {
+	if size <= len(head) {
+		in.copyOut(head[:size], pos)
+		return
+	}
+	in.copyOut(head, pos)
+	at := ringHdr + len(head) // the body's offset from line pos's start
+	line := pos + uint32(at/ringLine)
+	body = body[:size-len(head)]
+	if n := copy(body, in.line(line)[at%ringLine:]); n < len(body) {
+		in.get(body[n:], line+1)
 	}
 }

@@ -25,7 +25,10 @@ type PeerStats struct {
 	// Eager frames (and pipelined fragments) whose payload the provider
 	// took straight from the sender's buffer (verbs.LentPairPoster: over
 	// tcp, written into the socket without a staging copy).
-	LentSent           Counter
+	LentSent Counter
+	// Eager messages sent from two buffers (IsendParts: a header and its
+	// payload, each from where it was).
+	PartsSent          Counter
 	RndvSent, RndvRecv Counter // rendezvous messages (counted when the data has moved)
 	WriteSent          Counter // one-sided window writes completed
 	NotifyRecv         Counter // window notifications received (Bytes is 0)

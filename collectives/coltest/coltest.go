@@ -96,11 +96,21 @@ type World struct {
 	failed chan struct{} // closed by Kill
 
 	folds atomic.Int64 // fold receives posted (IrecvFold)
+	parts atomic.Int64 // parts receives posted (IrecvParts)
+	sends atomic.Int64 // parts sends (IsendParts)
 }
 
 // Folds is how many fold receives (collectives.FoldReceiver) the world's
 // ranks have posted.
 func (w *World) Folds() int64 { return w.folds.Load() }
+
+// Parts is how many parts receives (collectives.PartsReceiver) the world's
+// ranks have posted.
+func (w *World) Parts() int64 { return w.parts.Load() }
+
+// PartsSent is how many parts sends (collectives.PartsSender) the world's
+// ranks have made.
+func (w *World) PartsSent() int64 { return w.sends.Load() }
 
 // NewWorld makes a world of n ranks.
 func NewWorld(n int, opts Options) *World {
@@ -310,6 +320,9 @@ type request struct {
 	// A fold receive (IrecvFold): the message is folded into buf.
 	fold func(dst, src []byte)
 	unit int
+	// A parts receive (IrecvParts): the message's head goes to head, the
+	// rest to buf.
+	head []byte
 
 	// A pending receive: where it is queued, so that Cancel can take it out.
 	box *mailbox
@@ -407,6 +420,17 @@ func (g *group) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
 }
 
 func deliver(r *request, msg []byte) {
+	if r.head != nil {
+		// What fits, head first, as p2p places an eager message.
+		n := copy(r.head, msg)
+		n += copy(r.buf, msg[n:])
+		if n < len(msg) {
+			r.complete(n, fmt.Errorf("%w: %d-byte message, %d+%d-byte buffers", ErrTruncated, len(msg), len(r.head), len(r.buf)))
+			return
+		}
+		r.complete(n, nil)
+		return
+	}
 	if len(msg) > len(r.buf) {
 		r.complete(0, fmt.Errorf("%w: %d-byte message, %d-byte buffer", ErrTruncated, len(msg), len(r.buf)))
 		return
@@ -426,7 +450,7 @@ func deliver(r *request, msg []byte) {
 }
 
 func (g *group) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {
-	return g.irecv(peer, tag, buf, 0, nil)
+	return g.irecv(peer, tag, nil, buf, 0, nil)
 }
 
 // IrecvFold is the FoldReceiver capability: the message is folded into buf
@@ -437,7 +461,25 @@ func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, sr
 		return nil, fmt.Errorf("%w: fold needs a function and a unit (got %d)", ErrInvalid, unit)
 	}
 	g.w.folds.Add(1)
-	return g.irecv(peer, tag, buf, unit, fold)
+	return g.irecv(peer, tag, nil, buf, unit, fold)
+}
+
+// IsendParts is the PartsSender capability: one message of head and then
+// body (a wrapper that embeds only collectives.Group hides it).
+func (g *group) IsendParts(peer, tag int, head, body []byte) (collectives.Request, error) {
+	g.w.sends.Add(1)
+	return g.Isend(peer, tag, append(append(make([]byte, 0, len(head)+len(body)), head...), body...))
+}
+
+// IrecvParts is the PartsReceiver capability: the message's first
+// len(head) bytes go to head, the rest to body (a wrapper that embeds only
+// collectives.Group hides it, for the engine's path without it).
+func (g *group) IrecvParts(peer, tag int, head, body []byte) (collectives.Request, error) {
+	if head == nil {
+		head = []byte{}
+	}
+	g.w.parts.Add(1)
+	return g.irecv(peer, tag, head, body, 0, nil)
 }
 
 // FoldLimit is Options.FoldLimit, unlimited when 0.
@@ -448,13 +490,13 @@ func (g *group) FoldLimit(peer int) int {
 	return math.MaxInt
 }
 
-func (g *group) irecv(peer, tag int, buf []byte, unit int, fold func(dst, src []byte)) (collectives.Request, error) {
+func (g *group) irecv(peer, tag int, head, buf []byte, unit int, fold func(dst, src []byte)) (collectives.Request, error) {
 	if err := g.check(peer, tag, buf); err != nil {
 		return nil, err
 	}
 	b := g.w.boxes[g.rank]
 	k := key{peer, tag}
-	r := &request{done: make(chan struct{}), buf: buf, box: b, key: k, fold: fold, unit: unit}
+	r := &request{done: make(chan struct{}), buf: buf, head: head, box: b, key: k, fold: fold, unit: unit}
 	b.mu.Lock()
 	q := b.q(k)
 	if len(q.msgs) > 0 {

@@ -1,0 +1,211 @@
+package p2p_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+// A parts receive puts a message's first len(head) bytes into head and the
+// rest into body, whatever the path the message took: eager (the shm ring,
+// a tcp slot, a self-send), pipelined fragment by fragment, rendezvous
+// (staged, then placed), posted before it arrived or matched after; a
+// message shorter than head stays in head, and neither buffer is written
+// past the message.
+func TestIrecvParts(t *testing.T) {
+	const headLen = 40
+	sizes := []int{0, 30, 40, 41, 200, 1000, 4096, 8192} // to eager, pipelined, rendezvous
+	for _, prov := range []string{"loop", "tcp", "shm"} {
+		for _, mode := range []string{"posted", "unexpected", "self"} {
+			t.Run(prov+"/"+mode, func(t *testing.T) {
+				o := p2ptest.Options{Provider: prov, Timeout: 30 * time.Second,
+					P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4, PipelineLimit: 4096}}
+				p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+					from := 0
+					if mode == "self" {
+						if ep.Rank() == 0 {
+							return nil
+						}
+						from = 1
+					}
+					if ep.Rank() == 0 {
+						if _, err := ep.Recv(ctx, 1, 99, nil); err != nil { // the receiver is ready
+							return err
+						}
+						for i, n := range sizes {
+							if err := ep.Send(ctx, 1, i, pattern(n, byte(i+1))); err != nil {
+								return err
+							}
+						}
+						if err := ep.Send(ctx, 1, 100, pattern(200, 9)); err != nil { // truncated (eager)
+							return err
+						}
+						return ep.Send(ctx, 1, 101, pattern(200, 10))
+					}
+					type recv struct {
+						r          *p2p.Request
+						head, body []byte
+					}
+					post := func(i, n int) (recv, error) {
+						// 16 bytes to spare past the message, filled with 0xEE.
+						buf := make([]byte, headLen+max(n-headLen, 0)+16)
+						for j := range buf {
+							buf[j] = 0xEE
+						}
+						head, body := buf[:headLen:headLen], buf[headLen:]
+						r, err := ep.IrecvParts(from, i, head, body)
+						return recv{r, head, body}, err
+					}
+					var rs []recv
+					postAll := func() error {
+						for i, n := range sizes {
+							rc, err := post(i, n)
+							if err != nil {
+								return err
+							}
+							rs = append(rs, rc)
+						}
+						return nil
+					}
+					switch mode {
+					case "posted":
+						if err := postAll(); err != nil {
+							return err
+						}
+						if err := ep.Send(ctx, 0, 99, nil); err != nil {
+							return err
+						}
+					case "unexpected":
+						if err := ep.Send(ctx, 0, 99, nil); err != nil {
+							return err
+						}
+						if err := waitUntil(ctx, "the rendezvous's RTS", func() bool {
+							_, ok, _ := ep.Iprobe(0, len(sizes)-1)
+							return ok
+						}); err != nil {
+							return err
+						}
+						if err := postAll(); err != nil {
+							return err
+						}
+					case "self":
+						if err := postAll(); err != nil {
+							return err
+						}
+						for i, n := range sizes {
+							if err := ep.Send(ctx, 1, i, pattern(n, byte(i+1))); err != nil {
+								return err
+							}
+						}
+					}
+					for i, n := range sizes {
+						rc := rs[i]
+						st, err := rc.r.Wait(ctx)
+						if err != nil {
+							return fmt.Errorf("message %d (%d bytes): %w", i, n, err)
+						}
+						assert.Equal(t, n, st.Count, "message %d", i)
+						got := append(append([]byte(nil), rc.head...), rc.body...)
+						want := append(pattern(n, byte(i+1)), got[n:]...)
+						for j := n; j < len(want); j++ {
+							want[j] = 0xEE
+						}
+						assert.Equal(t, want, got, "message %d (%d bytes): head and body", i, n)
+					}
+					if mode == "self" {
+						return nil
+					}
+					// Truncated: an error naming both sizes, the head in
+					// place; the next message is intact.
+					rc := recv{head: make([]byte, headLen), body: make([]byte, 100)}
+					r, err := ep.IrecvParts(0, 100, rc.head, rc.body)
+					if err != nil {
+						return err
+					}
+					_, err = r.Wait(ctx)
+					require.ErrorIs(t, err, p2p.ErrTruncated)
+					assert.ErrorContains(t, err, "message of 200 bytes does not fit the 140-byte receive buffer")
+					assert.Equal(t, pattern(200, 9)[:headLen], rc.head, "the truncated message's head")
+					rc, err = post(101, 200)
+					if err != nil {
+						return err
+					}
+					if _, err := rc.r.Wait(ctx); err != nil {
+						return err
+					}
+					assert.Equal(t, pattern(200, 10), append(append([]byte(nil), rc.head...), rc.body[:160]...), "message after the truncated one")
+					return nil
+				})
+			})
+		}
+	}
+}
+
+// A parts send is one message of head and then body, whatever the path it
+// takes: the ring or a frame (inline, a staging slot, a lent pair) when
+// eager, joined into one buffer first when pipelined, sent by rendezvous
+// or to this rank; the receiver's status counts both. The sizes span the
+// ring's first line (body bytes that share it with the head), the tcp
+// lent pair's 4 KiB and the eager limit (64 KiB here).
+func TestIsendParts(t *testing.T) {
+	type msg struct{ head, body int }
+	msgs := []msg{{0, 0}, {0, 10}, {16, 0}, {32, 0}, {32, 16}, {32, 17}, {48, 100}, {49, 100}, {32, 2000}, {32, 5000}, {32, 60000}, {8, 65528}, {32, 65528}, {32, 200000}, {32, 2 << 20}}
+	for _, prov := range []string{"loop", "tcp", "shm"} {
+		for _, self := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/self=%v", prov, self), func(t *testing.T) {
+				o := p2ptest.Options{Provider: prov, Timeout: 30 * time.Second,
+					P2P: p2p.Options{EagerLimit: 64 << 10, PipelineLimit: 256 << 10}}
+				p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+					to := 1
+					if self {
+						to = ep.Rank()
+					} else if ep.Rank() == 1 {
+						for i, m := range msgs {
+							buf := make([]byte, m.head+m.body+8)
+							st, err := ep.Recv(ctx, 0, i, buf)
+							if err != nil {
+								return fmt.Errorf("message %d (%d+%d bytes): %w", i, m.head, m.body, err)
+							}
+							assert.Equal(t, m.head+m.body, st.Count, "message %d", i)
+							want := append(pattern(m.head, byte(i+1)), pattern(m.body, byte(i+101))...)
+							assert.Equal(t, want, buf[:st.Count], "message %d (%d+%d bytes)", i, m.head, m.body)
+						}
+						return nil
+					}
+					var rs []*p2p.Request
+					for i, m := range msgs {
+						r, err := ep.IsendParts(to, i, pattern(m.head, byte(i+1)), pattern(m.body, byte(i+101)))
+						if err != nil {
+							return err
+						}
+						rs = append(rs, r)
+						if self {
+							buf := make([]byte, m.head+m.body)
+							st, err := ep.Recv(ctx, to, i, buf)
+							if err != nil {
+								return err
+							}
+							assert.Equal(t, m.head+m.body, st.Count, "message %d", i)
+							assert.Equal(t, append(pattern(m.head, byte(i+1)), pattern(m.body, byte(i+101))...), buf, "message %d to this rank", i)
+						}
+					}
+					for i, r := range rs {
+						st, err := r.Wait(ctx)
+						if err != nil {
+							return fmt.Errorf("send %d: %w", i, err)
+						}
+						assert.Equal(t, msgs[i].head+msgs[i].body, st.Count, "send %d's status", i)
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
