@@ -48,17 +48,7 @@ func TestFoldReceive(t *testing.T) {
 						w := coltest.NewWorld(n, coltest.Options{FoldLimit: c.limit})
 						eo := force(tc.coll, tc.alg)
 						eo.InlineBytes = c.inline
-						ctx, cancel := context.WithTimeout(context.Background(), 30e9)
-						defer cancel()
-						errs := w.Run(func(rank int, g collectives.Group) error {
-							if !capable {
-								g = plainGroup{g}
-							}
-							e, err := collectives.New(g, eo)
-							if err != nil {
-								return err
-							}
-							defer e.Close()
+						errs := runWorldAs(w, eo, capable, func(ctx context.Context, e *collectives.Engine, rank int) error {
 							return foldCase(ctx, e, tc.coll, rank, n, count)
 						})
 						requireAllOK(t, errs)

@@ -38,11 +38,20 @@ func world(t testing.TB, n int, wo coltest.Options, eo collectives.Options, fn f
 
 // runWorld is world on a world the caller made (to kill a rank of it, say).
 func runWorld(w *coltest.World, eo collectives.Options, fn func(ctx context.Context, e *collectives.Engine, rank int) error) []error {
+	return runWorldAs(w, eo, true, fn)
+}
+
+// runWorldAs is runWorld over groups that keep their optional
+// capabilities (FoldReceiver, PartsSender, ...) only when capable.
+func runWorldAs(w *coltest.World, eo collectives.Options, capable bool, fn func(ctx context.Context, e *collectives.Engine, rank int) error) []error {
 	// Generous: the multi-megabyte cases under -race, beside the package's
 	// other parallel tests on a loaded 2-core machine, take 12-22 s.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return w.Run(func(rank int, g collectives.Group) error {
+		if !capable {
+			g = plainGroup{g}
+		}
 		e, err := collectives.New(g, eo)
 		if err != nil {
 			return err

@@ -39,17 +39,7 @@ func TestPartsReceive(t *testing.T) {
 					w := coltest.NewWorld(n, coltest.Options{})
 					eo := force(tc.coll, tc.alg)
 					eo.InlineBytes = 1024
-					ctx, cancel := context.WithTimeout(context.Background(), 30e9)
-					defer cancel()
-					errs := w.Run(func(rank int, g collectives.Group) error {
-						if !capable {
-							g = plainGroup{g}
-						}
-						e, err := collectives.New(g, eo)
-						if err != nil {
-							return err
-						}
-						defer e.Close()
+					errs := runWorldAs(w, eo, capable, func(ctx context.Context, e *collectives.Engine, rank int) error {
 						return partsCase(ctx, e, tc.coll, rank, n, block/8)
 					})
 					requireAllOK(t, errs)
