@@ -65,6 +65,11 @@ type Engine struct {
 	// rank, nil when it is Options.inline() for all (see inlineLimits).
 	inl []int
 
+	// The group's PartsSender and PartsReceiver, nil where it has not the
+	// capability: looked up once here rather than for every message.
+	partsOut PartsSender
+	partsIn  PartsReceiver
+
 	// autoMemo holds, per collective, Auto's latest choice (see autoKey):
 	// it depends only on the size and the op's commutativity once the
 	// Engine is made, and a program calls one collective with one size
@@ -135,6 +140,8 @@ func New(g Group, opts Options) (*Engine, error) {
 		e.hl = newHostLayout(e.hosts)
 	}
 	e.inl = inlineLimits(g, &opts)
+	e.partsOut, _ = g.(PartsSender)
+	e.partsIn, _ = g.(PartsReceiver)
 	if sm, ok := g.(SharedMemoryGroup); ok {
 		if r := sm.Shared(); r != nil {
 			e.shm = newShmState(r, e.size, e.rank)

@@ -38,8 +38,8 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	}
 	m := c.newOut()
 	m.c, m.peer = c, peer
-	ps, parts := c.e.g.(PartsSender)
-	if parts = parts && !h.split && len(payload) >= partsMin; parts {
+	parts := c.e.partsOut != nil && !h.split && len(payload) >= partsMin
+	if parts {
 		n = dataHdrLen // the header alone in the stage: the payload goes from where it is
 	}
 	var stage, pooled []byte
@@ -57,7 +57,7 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	var err error
 	switch {
 	case parts:
-		r, err = ps.IsendParts(wp, c.tag, stage, payload)
+		r, err = c.e.partsOut.IsendParts(wp, c.tag, stage, payload)
 	case !h.split:
 		copy(stage[dataHdrLen:], payload)
 		fallthrough
@@ -235,8 +235,8 @@ func (c *call) recvInto(peer int, dst []byte, count int64, fold bool) (*inMsg, e
 	wp := c.world(peer)
 	inline := c.e.inlineTo(wp)
 	n := hdrLen + inline
-	pr, parts := c.e.g.(PartsReceiver)
-	if parts = parts && !fold && len(dst) >= partsMin && len(dst) <= inline; parts {
+	parts := c.e.partsIn != nil && !fold && len(dst) >= partsMin && len(dst) <= inline
+	if parts {
 		n = hdrLen // the header, and a fingerprint or abort whole
 	}
 	m := c.newIn()
@@ -257,7 +257,7 @@ func (c *call) recvInto(peer int, dst []byte, count int64, fold bool) (*inMsg, e
 	var r Request
 	var err error
 	if parts {
-		r, err = pr.IrecvParts(wp, c.tag, stage, dst[hdrLen-dataHdrLen:])
+		r, err = c.e.partsIn.IrecvParts(wp, c.tag, stage, dst[hdrLen-dataHdrLen:])
 	} else {
 		r, err = c.e.g.Irecv(wp, c.tag, stage)
 	}

@@ -53,11 +53,9 @@ func (ep *Endpoint) stageLocked(r *Request, n int) {
 	ep.coldLocked(r)
 	r.stagedTo, r.staging = r.buf, true
 	r.buf = ep.spare.take(n)
-	if r.head != nil {
-		// Held in stagedTo's stead while buf is the stage (place
-		// splits the message only once it is whole).
-		r.head, r.stagedHead = nil, r.head
-	}
+	// A parts receive's head waits beside stagedTo: place splits the
+	// message only once it is whole.
+	r.head, r.stagedHead = nil, r.head
 }
 
 // unstageLocked ends the staging of receive r, which completes with err:

@@ -133,8 +133,7 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 			r := ep.newReqLocked()
 			c.initSend(r, peer, tag, buf)
 			if head != nil {
-				r.status.Count = n
-				p.stats.PartsSent.add(n)
+				p.initParts(r, head, n)
 			}
 			r.done.setUnshared() // no waiter: isendParts returns r after the write
 			ep.mu.Unlock()
@@ -168,7 +167,7 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 	r := ep.newReqLocked()
 	c.initSend(r, peer, tag, buf)
 	if head != nil {
-		r.status.Count = n
+		p.initParts(r, head, n) // an eager message (sendsParts): its item posts the head first
 	}
 	switch {
 	case len(buf) > p.eager && !large:
@@ -177,9 +176,6 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 		}
 		return r, nil
 	case !large:
-		if r.head = head; head != nil {
-			p.stats.PartsSent.add(n)
-		}
 		r.item = outItem{h: header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(n)},
 			payload: buf, req: r, complete: true}
 		p.stats.eagerSent(c.id, n, false)
@@ -197,6 +193,13 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 		return nil, c.argErr(op, peer, tag, err)
 	}
 	return r, nil
+}
+
+// initParts makes send r, initSend's, one of head and then its buf, n
+// bytes in all, and counts it.
+func (p *peer) initParts(r *Request, head []byte, n int) {
+	r.head, r.status.Count = head, n
+	p.stats.PartsSent.add(n)
 }
 
 // initSend fills in a new send request's envelope.
