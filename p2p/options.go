@@ -137,8 +137,12 @@ type Options struct {
 	// on its ring, yields the core to other processes with sched_yield and
 	// then sleeps on a futex, and a spin of 100 µs when this host has no
 	// more ranks than CPUs (a reply delayed by a briefly descheduled peer is
-	// still caught without a sched_yield or a futex wake-up), 2 µs when it
-	// has more (the peer may need this core); over ibv 20 µs and 200 µs;
+	// still caught without a sched_yield or a futex wake-up); when it has
+	// more, a spin of 2 µs (the peer may need this core) and then polls
+	// with sched_yield between them for 20 ms, as a crowded waiter over
+	// several devices does (blocking costs a reader of the shm rings a
+	// heavy fence before the CQ's yields start); over ibv 20 µs and 200 µs
+	// (crowded: 20 µs, then 20 ms of polls with sched_yield);
 	// over tcp and loop none, because their completions are made by the
 	// provider's own goroutines, which a spinning waiter only starves on a
 	// busy machine; over tcp the waiter in the CQ polls its socket instead

@@ -34,14 +34,14 @@ func TestWaitPolicy(t *testing.T) {
 		spin, yield time.Duration
 	}{
 		{"shm, a core per rank", Options{}, shm, 2, 2, 100 * time.Microsecond, 0},
-		{"shm, oversubscribed", Options{}, shm, 8, 2, 2 * time.Microsecond, 0},
+		{"shm, oversubscribed", Options{}, shm, 8, 2, 2 * time.Microsecond, crowdedYield},
 		{"shm, explicit", Options{Spin: 7 * time.Microsecond, Yield: time.Microsecond}, shm, 8, 2, 7 * time.Microsecond, time.Microsecond},
 		{"shm, none", Options{Spin: -1, Yield: -1}, shm, 2, 2, 0, 0},
 		{"tcp", Options{}, tcp, 1, 2, 0, 0},
 		{"loop", Options{}, []*device{devOf(t, "loop")}, 1, 2, 0, 0},
 		{"shm and tcp", Options{}, append(shm, tcp...), 2, 2, 0, 0},
 		{"ibv", Options{}, ibv, 1, 2, 20 * time.Microsecond, 200 * time.Microsecond},
-		{"ibv, oversubscribed", Options{}, ibv, 8, 2, 20 * time.Microsecond, 200 * time.Microsecond},
+		{"ibv, oversubscribed", Options{}, ibv, 8, 2, 20 * time.Microsecond, crowdedYield},
 		{"shm and ibv", Options{}, append(shm, ibv...), 2, 2, 20 * time.Microsecond, 200 * time.Microsecond},
 		{"ibv and tcp", Options{}, append(ibv, tcp...), 2, 2, 0, 0},
 		{"none", Options{}, nil, 1, 2, 0, 0},
@@ -52,7 +52,13 @@ func TestWaitPolicy(t *testing.T) {
 		// Goroutines of this process may make the completions: the
 		// yields are Gosched, within the spin too.
 		assert.True(t, p.Gosched, c.name)
-		assert.Positive(t, p.YieldInSpin, c.name)
+		if c.local <= c.cpus || c.o.Spin != 0 || c.o.Yield != 0 {
+			assert.Positive(t, p.YieldInSpin, c.name)
+		} else {
+			// Crowded, it yields to other processes too, after every
+			// poll past the spin (TestWaitPolicyCrowded).
+			assert.True(t, p.OSYield, c.name)
+		}
 		// A waiter keeps a CPU that others want (shmsync.Policy.Contended)
 		// only where every rank has one: elsewhere the peer may need it.
 		if c.local <= c.cpus {
@@ -186,8 +192,11 @@ func TestPickProvider(t *testing.T) {
 // TestWaitPolicyCrowded: a waiter over several devices whose host's ranks
 // outnumber the CPUs yields after every poll that finds nothing, to other
 // processes (the sender may need this core) and to this one's goroutines,
-// for crowdedYield, and never spins; an explicit Spin or Yield keeps the
-// usual policy, and with a CPU per rank the mixed defaults stay.
+// for crowdedYield, and never spins; over one device whose waiters poll
+// (shm, ibv) it does so after the device's SpinShared, and over one whose
+// goroutines make the completions (tcp) it leaves the yields to the CQ's
+// Wait; an explicit Spin or Yield keeps the usual policy, and with a CPU
+// per rank the mixed defaults stay.
 func TestWaitPolicyCrowded(t *testing.T) {
 	shm, tcp, ibv := devOf(t, "shm"), devOf(t, "tcp"), devOf(t, "ibv")
 	crowded := shmsync.Policy{Yield: crowdedYield, Gosched: true, OSYield: true, CheckEvery: 1}
@@ -212,7 +221,17 @@ func TestWaitPolicyCrowded(t *testing.T) {
 		{"shm and ibv, crowded, no spin", Options{Spin: -1}, []*device{shm, ibv}, 4, 2, usual(0, mixedYield, false)},
 		{"shm and tcp, a CPU each", Options{}, []*device{shm, tcp}, 2, 2, usual(0, 0, true)},
 		{"shm and ibv, a CPU each", Options{}, []*device{shm, ibv}, 2, 2, usual(mixedSpin, mixedYield, true)},
-		{"shm alone, crowded", Options{}, []*device{shm}, 4, 2, usual(shm.traits.Wait.SpinShared, shm.traits.Wait.Yield, false)},
+		{"shm alone, crowded", Options{}, []*device{shm}, 4, 2, func() shmsync.Policy {
+			p := crowded
+			p.Spin = shm.traits.Wait.SpinShared
+			return p
+		}()},
+		{"ibv alone, crowded", Options{}, []*device{ibv}, 3, 2, func() shmsync.Policy {
+			p := crowded
+			p.Spin = ibv.traits.Wait.SpinShared
+			return p
+		}()},
+		{"shm alone, crowded, explicit yield", Options{Yield: time.Millisecond}, []*device{shm}, 4, 2, usual(shm.traits.Wait.SpinShared, time.Millisecond, false)},
 		{"tcp alone, crowded", Options{}, []*device{tcp}, 4, 2, usual(tcp.traits.Wait.SpinShared, tcp.traits.Wait.Yield, false)},
 		{"shm alone, a CPU each, explicit contended", Options{Contended: time.Millisecond}, []*device{shm}, 2, 2,
 			func() shmsync.Policy {

@@ -128,8 +128,9 @@ func (provider) Traits() verbs.Traits {
 		// With a core per rank, spin long: a reply delayed by a peer that was
 		// descheduled for a moment is still caught without a sched_yield or a
 		// futex wake-up. With more ranks than cores the peer may need this
-		// very core: poll briefly, then CQ.Wait spins on its ring, yields the
-		// core with sched_yield and sleeps, so no yield phase above it.
+		// very core: poll briefly, then yield the core with sched_yield (p2p
+		// does, between its polls) before CQ.Wait, which yields some more
+		// and sleeps; no yield phase above it otherwise.
 		Wait: verbs.WaitHint{Spin: 100 * time.Microsecond, SpinShared: 2 * time.Microsecond},
 	}
 }
