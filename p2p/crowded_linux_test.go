@@ -30,9 +30,12 @@ import (
 // for the transport choice ("p2p/<Name>/host/<rank>": host identity,
 // process, hardware devices, CPU mask, the first three ended by a NUL):
 // a rank of the other pair gets another host identity, and none has a
-// hardware device. (A rank's own record stays as it made it.)
+// hardware device. (A rank's own record stays as it made it.) With
+// sameKernel the other identity is another network namespace of this
+// kernel, as a container's on this machine; otherwise another machine's.
 type twoHosts struct {
 	p2p.Rendezvous
+	sameKernel bool
 }
 
 func (r twoHosts) Get(ctx context.Context, key string) ([]byte, error) {
@@ -50,7 +53,11 @@ func (r twoHosts) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("host record %q has %d fields", v, len(f))
 	}
 	host := f[0]
-	if peer/2 != r.Rank()/2 {
+	switch {
+	case peer/2 == r.Rank()/2:
+	case r.sameKernel:
+		host = fmt.Appendf(nil, "%s-other", host) // the boot id, then another netns
+	default:
 		host = fmt.Appendf(nil, "other-host/%s", host)
 	}
 	return bytes.Join([][]byte{host, f[1], nil, f[3]}, []byte{0}), nil
@@ -59,8 +66,9 @@ func (r twoHosts) Get(ctx context.Context, key string) ([]byte, error) {
 // startTwoHosts starts four endpoints as two hosts of two ranks. With
 // oneCPU, each rank's thread is pinned to one CPU, the same for all,
 // while New reads its affinity: every host's two ranks then share one CPU
-// (crowded).
-func startTwoHosts(t *testing.T, ctx context.Context, oneCPU bool, o p2p.Options) []*p2p.Endpoint {
+// (crowded). sameKernel makes the hosts two network namespaces of this
+// machine (twoHosts).
+func startTwoHosts(t *testing.T, ctx context.Context, oneCPU, sameKernel bool, o p2p.Options) []*p2p.Endpoint {
 	t.Helper()
 	const n = 4
 	cpus, err := affinity.CPUs()
@@ -82,7 +90,7 @@ func startTwoHosts(t *testing.T, ctx context.Context, oneCPU bool, o p2p.Options
 				}
 				defer func() { errs[r] = errors.Join(errs[r], affinity.RestoreThread(old)) }()
 			}
-			eps[r], errs[r] = p2p.New(ctx, twoHosts{stores[r]}, o)
+			eps[r], errs[r] = p2p.New(ctx, twoHosts{stores[r], sameKernel}, o)
 		})
 	}
 	wg.Wait()
@@ -134,13 +142,30 @@ func TestCrowdedIncoming(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			for _, ep := range startTwoHosts(t, ctx, c.oneCPU, c.o) {
+			for _, ep := range startTwoHosts(t, ctx, c.oneCPU, false, c.o) {
 				assert.Equal(t, c.crowded, ep.Crowded(), "rank %d", ep.Rank())
 				assert.Equal(t, c.crowding, ep.Crowding(), "rank %d", ep.Rank())
 				assert.Equal(t, c.osYield, ep.PollsWithOSYield(), "rank %d", ep.Rank())
 				assert.Equal(t, c.incoming, ep.IncomingProviders(), "rank %d", ep.Rank())
 			}
 		})
+	}
+}
+
+// TestCrowdedSharedKernel: two hosts that are network namespaces of one
+// machine share its CPUs, so its four ranks count together against them
+// (Crowded where the machine has fewer than four CPUs), though the
+// transports treat them as two hosts (tcp between them) and the job's
+// crowding stays the worst host's.
+func TestCrowdedSharedKernel(t *testing.T) {
+	cpus, err := affinity.CPUs()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, ep := range startTwoHosts(t, ctx, false, true, p2p.Options{}) {
+		assert.Equal(t, len(cpus) < 4, ep.Crowded(), "rank %d of 4 on %d CPUs", ep.Rank(), len(cpus))
+		assert.Equal(t, len(cpus) < 4, ep.PollsWithOSYield(), "rank %d", ep.Rank())
+		assert.Equal(t, max(2/float64(len(cpus)), 1), ep.Crowding(), "rank %d", ep.Rank())
 	}
 }
 
@@ -152,7 +177,7 @@ func TestCrowdedIncoming(t *testing.T) {
 func TestCrowdedTwoDevices(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	eps := startTwoHosts(t, ctx, true, p2p.Options{})
+	eps := startTwoHosts(t, ctx, true, false, p2p.Options{})
 	for _, ep := range eps {
 		require.True(t, ep.PollsWithOSYield(), "rank %d is not crowded", ep.Rank())
 	}
@@ -241,7 +266,7 @@ func TestCrowdedTwoDevices(t *testing.T) {
 func TestCrowdedBothWaysPipelined(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	eps := startTwoHosts(t, ctx, true, p2p.Options{})
+	eps := startTwoHosts(t, ctx, true, false, p2p.Options{})
 	const size = 64 << 10
 	errs := make([]error, 2)
 	var wg sync.WaitGroup

@@ -82,8 +82,9 @@ type Endpoint struct {
 	failed      chan struct{} // closed when failErr is set
 	closing     bool
 	policy      shmsync.Policy // how a blocking call polls before it blocks (waitPolicy)
-	localCPUs   int            // CPUs the ranks on this host may run on together (0: unknown)
 	localRanks  int            // ranks of this endpoint on this host, this one included
+	kernelRanks int            // ranks of this endpoint on this kernel (any network namespace), this one included
+	localCPUs   int            // CPUs the ranks on this kernel may run on together (0: unknown)
 	crowding    float64        // ranks per CPU on the job's most crowded host (Crowding)
 	windowSeq   uint32
 	winSlots    map[uint32]*Window // live windows by signal slot (window_signal.go)
@@ -186,7 +187,7 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 		ep.teardown()
 		return fail(err)
 	}
-	ep.policy = waitPolicy(opts, ep.devs, ep.localRanks, ep.hostCPUs())
+	ep.policy = waitPolicy(opts, ep.devs, ep.kernelRanks, ep.hostCPUs())
 	if ep.policy.OSYield {
 		for _, d := range ep.devs {
 			if a, ok := d.cq.(verbs.Arrivals); ok {
@@ -699,7 +700,8 @@ const (
 	contendedPoll = shmsync.ContendedPoll
 )
 
-// hostCPUs is the number of CPUs the ranks on this host may run on together.
+// hostCPUs is the number of CPUs the ranks on this kernel may run on
+// together.
 func (ep *Endpoint) hostCPUs() int {
 	if ep.localCPUs > 0 {
 		return ep.localCPUs
@@ -710,8 +712,11 @@ func (ep *Endpoint) hostCPUs() int {
 // Crowded reports whether the ranks of this endpoint on this host
 // outnumber the CPUs they may run on together (the CPUs of every local
 // rank's affinity mask): then a rank that waits for another holds a CPU
-// that one needs, and the waits default to a short spin.
-func (ep *Endpoint) Crowded() bool { return ep.localRanks > ep.hostCPUs() }
+// that one needs, and the waits default to a short spin. The ranks
+// counted are those of this kernel, in any network namespace (containers
+// or namespaces of one machine, each a host of its own for the
+// transports, share its CPUs).
+func (ep *Endpoint) Crowded() bool { return ep.kernelRanks > ep.hostCPUs() }
 
 // Crowding reports the ranks per CPU on the job's most crowded host: for
 // every host, its ranks over the CPUs of their affinity masks together,

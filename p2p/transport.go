@@ -52,7 +52,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 	}
 	mine := cpuMask()
 	ep.localCPUs = onesIn(mine)
-	ep.localRanks = 1
+	ep.localRanks, ep.kernelRanks = 1, 1
 	if ep.size == 1 {
 		if forced == nil {
 			// A lone rank still needs a device for windows: the first
@@ -115,9 +115,16 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 				verbs.ErrUnavailable, forced.Name(), ep.rank, me.PeerInfo, r, peer.PeerInfo)
 		}
 		// A provider that shares memory connects only ranks of this host.
-		if me.SameHost(peer.PeerInfo) || ep.provider[r].Traits().SharesMemory {
-			union = orMask(union, peer.mask)
+		local := me.SameHost(peer.PeerInfo) || ep.provider[r].Traits().SharesMemory
+		if local {
 			ep.localRanks++
+		}
+		// Ranks in other network namespaces of this machine are other
+		// hosts, but share its CPUs: a rank waiting for one may hold the
+		// CPU it needs (Crowded).
+		if local || hostid.SameKernel(me.Host, peer.Host) {
+			union = orMask(union, peer.mask)
+			ep.kernelRanks++
 		}
 	}
 	ep.localCPUs = onesIn(union)

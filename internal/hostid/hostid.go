@@ -11,6 +11,7 @@ package hostid
 import (
 	"errors"
 	"os"
+	"strings"
 )
 
 // ErrUnavailable: this platform or process cannot tell its host identity.
@@ -55,3 +56,22 @@ func Named(name string) string { return "name:" + name }
 // Same reports whether two identities name one host; an empty identity
 // (unknown) is never the same as any other.
 func Same(a, b string) bool { return a != "" && a == b }
+
+// SameKernel reports whether two identities (ID) name one kernel, whose
+// CPUs their processes share even from other network namespaces or
+// containers of the machine. An empty identity, or one made from a name
+// (Named), shares no kernel with any other.
+func SameKernel(a, b string) bool {
+	ka, okA := kernelOf(a)
+	kb, okB := kernelOf(b)
+	return okA && okB && ka == kb
+}
+
+// kernelOf is the boot id part of an identity made by ID.
+func kernelOf(id string) (string, bool) {
+	k, _, ok := strings.Cut(id, netnsSep)
+	return k, ok && k != ""
+}
+
+// netnsSep parts an ID's boot id from its network namespace.
+const netnsSep = "/netns:"

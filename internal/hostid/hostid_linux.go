@@ -31,5 +31,5 @@ func identity() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: stat of the network namespace: %v", ErrUnavailable, err)
 	}
-	return fmt.Sprintf("%s/netns:%d:%d", k, st.Dev, st.Ino), nil
+	return fmt.Sprintf("%s%s%d:%d", k, netnsSep, st.Dev, st.Ino), nil
 }

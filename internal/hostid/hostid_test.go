@@ -71,4 +71,23 @@ func TestOtherNetns(t *testing.T) {
 	assert.Equal(t, sameName, otherName, "unshare --net keeps the host name")
 	assert.False(t, Same(here, otherID), "another network namespace is another host: %s vs %s", here, otherID)
 	assert.Equal(t, strings.Split(here, "/")[0], strings.Split(otherID, "/")[0], "one kernel, one boot id")
+	assert.True(t, SameKernel(here, otherID), "another network namespace shares this kernel's CPUs")
+}
+
+func TestSameKernel(t *testing.T) {
+	const a, b = "0b4c5d2e-0000-4000-8000-000000000001", "0b4c5d2e-0000-4000-8000-000000000002"
+	for _, c := range []struct {
+		x, y string
+		want bool
+	}{
+		{a + "/netns:4:100", a + "/netns:4:100", true},
+		{a + "/netns:4:100", a + "/netns:4:200", true},
+		{a + "/netns:4:100", b + "/netns:4:100", false},
+		{Named("n1"), Named("n1"), false},
+		{Named("n1"), a + "/netns:4:100", false},
+		{"", "", false},
+		{"/netns:4:100", "/netns:4:100", false},
+	} {
+		assert.Equal(t, c.want, SameKernel(c.x, c.y), "%q, %q", c.x, c.y)
+	}
 }
