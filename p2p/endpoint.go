@@ -225,7 +225,7 @@ func (ep *Endpoint) device(ctx context.Context, p verbs.Provider) (*device, erro
 		// core away between polls, as the reply's sender may need it, and
 		// go on doing so for crowdedYield, as a waiter over several devices
 		// does (see waitPolicy): there the sender of a reply is often a rank
-		// that shares this core and computes first, so a 100 µs poll ran
+		// that shares this core and computes first, so a short poll ran
 		// out and every step paid a sleep and a wake-up.
 		o.PollSpin = t.PollSpin
 		o.PollYield = ep.Crowded()

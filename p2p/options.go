@@ -147,7 +147,7 @@ type Options struct {
 	// provider's own goroutines, which a spinning waiter only starves on a
 	// busy machine; over tcp the waiter in the CQ polls its socket instead
 	// (verbs.DeviceOptions.PollSpin, which defaults to the provider's
-	// Traits.PollSpin, 100 µs for tcp, when every rank on this host has a
+	// Traits.PollSpin, 1 ms for tcp, when every rank on this host has a
 	// CPU; where they outnumber the CPUs it gives the CPU away between
 	// polls, PollYield, for 20 ms, as a crowded waiter over several devices
 	// yields). Negative means none.

@@ -20,7 +20,7 @@ import (
 // (verbs.DeviceOptions.PollSpin) by default; when the ranks on the host
 // outnumber its CPUs they give the CPU away between polls (PollYield)
 // and poll for as long as a crowded waiter over several devices yields
-// (20 ms), rather than sleep after 100 µs, since the reply often comes from
+// (20 ms), rather than sleep after 1 ms, since the reply often comes from
 // a rank that shares the core and computes first; an explicit setting is
 // kept.
 func TestTCPPollSpinDefault(t *testing.T) {
@@ -37,7 +37,7 @@ func TestTCPPollSpinDefault(t *testing.T) {
 		yield bool
 		skip  bool
 	}{
-		{"a-cpu-each", min(2, cpus), 0, 100 * time.Microsecond, false, cpus < 2},
+		{"a-cpu-each", min(2, cpus), 0, time.Millisecond, false, cpus < 2},
 		// Ranks that cannot tell they share the host (no host id) each
 		// look alone, so only a known host shows the oversubscription.
 		{"oversubscribed", cpus + 1, 0, 20 * time.Millisecond, true, hostErr != nil},

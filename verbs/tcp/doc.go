@@ -124,7 +124,7 @@
 // at a time, is read through the buffer, as are smaller frames, read with
 // whatever follows them, which saves more system calls than copies.
 // Before it blocks, a waiter may poll its socket for Options.PollSpin
-// (verbs.DeviceOptions.PollSpin; p2p sets 100 µs), so that a reply
+// (verbs.DeviceOptions.PollSpin; p2p sets the provider's 1 ms), so that a reply
 // arriving within it is read without a wake-up through futex, epoll and the scheduler, which on a VM costs more
 // than a small message. Each poll is one system call: a non-blocking read
 // into the read buffer while small frames are expected, so the poll that
