@@ -709,13 +709,12 @@ func (ep *Endpoint) hostCPUs() int {
 	return runtime.NumCPU()
 }
 
-// Crowded reports whether the ranks of this endpoint on this host
-// outnumber the CPUs they may run on together (the CPUs of every local
-// rank's affinity mask): then a rank that waits for another holds a CPU
-// that one needs, and the waits default to a short spin. The ranks
-// counted are those of this kernel, in any network namespace (containers
-// or namespaces of one machine, each a host of its own for the
-// transports, share its CPUs).
+// Crowded reports whether the ranks of this endpoint on this machine's
+// kernel, in any network namespace, outnumber the CPUs they may run on
+// together (the union of their affinity masks): then a rank that waits for
+// another holds a CPU that one needs, and the waits default to a short
+// spin. Containers or namespaces of one machine are hosts of their own to
+// the transports but share its CPUs.
 func (ep *Endpoint) Crowded() bool { return ep.kernelRanks > ep.hostCPUs() }
 
 // Crowding reports the ranks per CPU on the job's most crowded host: for
@@ -776,10 +775,8 @@ func waitPolicy(o Options, devs []*device, local, cpus int) shmsync.Policy {
 	case crowded && (len(devs) > 1 || len(devs) == 1 && devs[0].traits.Wait.Spin > 0):
 		// One device whose waiters poll yields here too, after its
 		// SpinShared, rather than in its CQ's Wait: a block costs a ring
-		// reader a heavy fence (membarrier(2): IPIs to every CPU, a
-		// kernel-wide mutex) before the CQ's yields even start, and four
-		// ranks on two cores blocked several times a call: a 4-rank
-		// linear alltoall of 8 bytes took 60-80 µs, 14-17 with this.
+		// reader a heavy fence (membarrier(2): IPIs to every CPU under a
+		// kernel-wide mutex) before the CQ's yields even start.
 		var spin time.Duration
 		if len(devs) == 1 {
 			spin = devs[0].traits.Wait.SpinShared

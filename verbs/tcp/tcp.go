@@ -52,15 +52,9 @@ func (provider) Traits() verbs.Traits {
 		// pieces, as before waiters streamed.
 		ReadChunkCrowded: 128 << 10,
 		// Long enough to catch a loopback reply, which a shorter poll mostly
-		// misses, and a reply delayed by a rank that shares its CPU with
-		// another busy thread: a waiter that sleeps there is woken onto a
-		// CPU that thread holds for its time slice. Against 100 µs (5
-		// alternating rounds, 2 ranks): with a CPU hog beside rank 1,
-		// latency 0.69-0.86 of the time at 8 B-16 KiB and allreduce
-		// 0.72-0.92 (1.18 at 8 B); without it latency 0.85-0.96 (1.18 at
-		// 32 B), allreduce 0.80-1.08, bibw's rate 0.92-1.24; between two
-		// hosts (network namespaces, a CPU each) reduce 0.62-0.96, latency
-		// 0.84-1.05, bcast 0.89-1.01, allreduce 0.92-1.13.
+		// misses, and one delayed while this rank shares its CPU with another
+		// busy thread, where a sleeper is woken only after that thread's
+		// time slice (measured in the commit that set 1 ms).
 		PollSpin: time.Millisecond,
 		// The requester copies an inline SEND into its queue entry as it
 		// would copy a staging buffer, and an unsignaled one asks for no
