@@ -65,10 +65,12 @@ type Engine struct {
 	// rank, nil when it is Options.inline() for all (see inlineLimits).
 	inl []int
 
-	// The group's PartsSender and PartsReceiver, nil where it has not the
-	// capability: looked up once here rather than for every message.
+	// The group's PartsSender, PartsReceiver and FoldReceiver, nil where
+	// it has not the capability: looked up once here rather than for every
+	// message.
 	partsOut PartsSender
 	partsIn  PartsReceiver
+	foldIn   FoldReceiver
 
 	// autoMemo holds, per collective, Auto's latest choice (see autoKey):
 	// it depends only on the size and the op's commutativity once the
@@ -142,6 +144,7 @@ func New(g Group, opts Options) (*Engine, error) {
 	e.inl = inlineLimits(g, &opts)
 	e.partsOut, _ = g.(PartsSender)
 	e.partsIn, _ = g.(PartsReceiver)
+	e.foldIn, _ = g.(FoldReceiver)
 	if sm, ok := g.(SharedMemoryGroup); ok {
 		if r := sm.Shared(); r != nil {
 			e.shm = newShmState(r, e.size, e.rank)

@@ -290,10 +290,10 @@ func (c *call) recvInto(peer int, dst []byte, count int64, fold bool) (*inMsg, e
 // in (wait).
 func (c *call) recvPayload(m *inMsg) (Request, error) {
 	wp := c.world(m.peer)
-	switch fr, ok := c.e.g.(FoldReceiver); {
+	switch fr := c.e.foldIn; {
 	case !m.fold:
 		return c.e.g.Irecv(wp, c.tag|1, m.dst)
-	case ok && len(m.dst) <= fr.FoldLimit(wp):
+	case fr != nil && len(m.dst) <= fr.FoldLimit(wp):
 		return fr.IrecvFold(wp, c.tag|1, m.dst, c.esize, c.kern.Combine)
 	default:
 		m.tmp = c.get(len(m.dst))

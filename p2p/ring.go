@@ -423,11 +423,7 @@ func (ep *Endpoint) ringWrite(p *peer, s ringSlot, ctxID uint32, tag int32, head
 	binary.LittleEndian.PutUint32(l[4:], ctxID)
 	binary.LittleEndian.PutUint32(l[8:], uint32(tag))
 	binary.LittleEndian.PutUint32(l[12:], uint32(len(head)+len(buf)))
-	if head == nil {
-		copy(l[ringHdr:], buf)
-	} else {
-		copy(l[ringHdr+copy(l[ringHdr:], head):], buf)
-	}
+	copy(l[ringHdr+copy(l[ringHdr:], head):], buf)
 	racesync.Release() // what the sender wrote before is the receiver's after
 	var asleep bool
 	if o.light {
