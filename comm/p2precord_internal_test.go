@@ -63,3 +63,26 @@ func TestP2PRecordLateEnds(t *testing.T) {
 	r.end(next)
 	require.False(t, r.opStatus("world").Running)
 }
+
+// A number set back by goroutines whose begins raced (a plain store that
+// lost) never leaves an ended call showing running: a later call of the
+// number's slot has ended, so the record reads as not running until the
+// numbers pass it again.
+func TestP2PRecordNumberSetBack(t *testing.T) {
+	var r p2pRecord
+	for range 3 * p2pEnds {
+		r.end(r.begin(p2pSend, 1))
+	}
+	r.seq = 5 // the stale store of a begin that read 4 long ago
+	seq := r.begin(p2pRecv, 2)
+	r.end(seq)
+	o := r.opStatus("world")
+	require.False(t, o.Running, "call %d ended but shows running", seq)
+	for range 3 * p2pEnds { // the numbers pass the old ones again
+		r.end(r.begin(p2pSend, 1))
+	}
+	seq = r.begin(p2pWait, 3)
+	require.True(t, r.opStatus("world").Running, "call %d has not ended", seq)
+	r.end(seq)
+	require.False(t, r.opStatus("world").Running)
+}

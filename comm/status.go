@@ -340,9 +340,17 @@ func statusHost(transportListen string, hosts int) string {
 }
 
 // p2pRecord is a communicator's latest blocking point-to-point call (Send,
-// Recv, a request's Wait), in a few atomics per call. With several
+// Recv, a request's Wait), in a few plain stores per call. With several
 // goroutines it shows the call started last; it is for a person reading a
 // stuck job, not for synchronisation.
+//
+// A call's number is a load and a plain store, not an atomic add: the
+// add's locked instruction was an eighth of comm's software in an 8-byte
+// ping-pong (BenchmarkOverhead). Calls begun at once on several goroutines
+// may then share a number, or set it back (a store that lost the race); a
+// number whose slot in ends holds a later call reads as not running, so a
+// look may miss a running call of such a race but never shows an ended
+// one running.
 //
 // A call reads no clock: on a VM's kvm-clock that read (about 50 ns) was
 // a fifth of a comm ping-pong's software, paid by every Send and Recv
@@ -351,8 +359,8 @@ func statusHost(transportListen string, hosts int) string {
 // running instead; rank 0's stuck-job watch asks every rank a few times per
 // StuckAfter, so a stuck call's age is short by at most one of its rounds.
 type p2pRecord struct {
-	seq  atomic.Uint64 // calls begun
-	what uint64        // p2pOp | world rank (-1 any) <<32, stored lightly
+	seq  uint64 // calls begun, stored lightly (see above)
+	what uint64 // p2pOp | world rank (-1 any) <<32, stored lightly
 	// ends[s%p2pEnds] is the latest call s of that index that ended. An end
 	// is a load and a plain store there, where a compare-and-swap on one
 	// word of the latest end was, with what's store (an XCHG on amd64),
@@ -382,7 +390,9 @@ const p2pEnds = 8
 
 func (r *p2pRecord) begin(op p2pOp, worldPeer int) uint64 {
 	shmsync.PublishLight64(&r.what, uint64(op)|uint64(uint32(int32(worldPeer)))<<32)
-	return r.seq.Add(1)
+	s := atomic.LoadUint64(&r.seq) + 1
+	shmsync.PublishLight64(&r.seq, s)
+	return s
 }
 
 func (r *p2pRecord) end(seq uint64) {
@@ -394,7 +404,7 @@ func (r *p2pRecord) end(seq uint64) {
 // opStatus reports the record as an operation on communicator name; Op is
 // empty before the first call.
 func (r *p2pRecord) opStatus(name string) bootstrap.OpStatus {
-	seq := r.seq.Load()
+	seq := atomic.LoadUint64(&r.seq)
 	o := bootstrap.OpStatus{Comm: name, Peer: -1}
 	if seq == 0 {
 		return o
@@ -404,7 +414,7 @@ func (r *p2pRecord) opStatus(name string) bootstrap.OpStatus {
 	if w == 0 || int(w) >= len(p2pNames) {
 		return o
 	}
-	o.Op, o.Seq, o.Running = p2pNames[w], seq, atomic.LoadUint64(&r.ends[seq%p2pEnds]) != seq
+	o.Op, o.Seq, o.Running = p2pNames[w], seq, atomic.LoadUint64(&r.ends[seq%p2pEnds]) < seq
 	o.Peer = int(int32(uint32(what >> 32)))
 	if o.Running {
 		r.mu.Lock()
