@@ -336,10 +336,11 @@ func (ep *Endpoint) RingBurst(peer int) bool {
 func (ep *Endpoint) ClaimRing(peer, tag int, buf []byte) (write func(), ok bool) {
 	ep.mu.Lock()
 	p := ep.peers[peer]
-	s, ok := ep.ringClaim(p, ep.ch0.id, len(buf))
+	var s ringSlot
+	ok = ep.ringClaim(p, ep.ch0.id, len(buf), &s)
 	ep.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
-	return func() { ep.ringWrite(p, s, ep.ch0.id, int32(tag), nil, buf) }, true
+	return func() { ep.ringWrite(p, &s, ep.ch0.id, int32(tag), nil, buf) }, true
 }

@@ -129,7 +129,8 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 	ep.mu.Lock()
 	if !large && n <= p.eager && len(p.queue) == 0 && !p.departed && ep.checkLocked() == nil {
 		// The ring: written after the lock is let go (ringClaim).
-		if slot, ok := ep.ringClaim(p, c.id, n); ok {
+		var slot ringSlot
+		if ep.ringClaim(p, c.id, n, &slot) {
 			r := ep.newReqLocked()
 			c.initSend(r, peer, tag, buf)
 			if head != nil {
@@ -137,7 +138,7 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 			}
 			r.done.setUnshared() // no waiter: isendParts returns r after the write
 			ep.mu.Unlock()
-			ep.ringWrite(p, slot, c.id, int32(tag), head, buf)
+			ep.ringWrite(p, &slot, c.id, int32(tag), head, buf)
 			return r, nil
 		}
 	}
@@ -229,9 +230,10 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 		ep.mu.Unlock()
 		return false, nil
 	}
-	if s, ok := ep.ringClaim(p, c.id, len(buf)); ok {
+	var s ringSlot
+	if ep.ringClaim(p, c.id, len(buf), &s) {
 		ep.mu.Unlock()
-		ep.ringWrite(p, s, c.id, int32(tag), nil, buf)
+		ep.ringWrite(p, &s, c.id, int32(tag), nil, buf)
 		return true, nil
 	}
 	defer ep.mu.Unlock()

@@ -339,16 +339,16 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 // receiver's core, which polls it, and in a window of Isends the sender
 // paid that transfer once per message, in turn. After a light store
 // (ringOut.light) the transfer overlaps the caller's next steps.
-func (ep *Endpoint) ringClaim(p *peer, ctxID uint32, n int) (ringSlot, bool) {
+func (ep *Endpoint) ringClaim(p *peer, ctxID uint32, n int, s *ringSlot) bool {
 	o := p.rout
 	if o == nil || n > o.max {
-		return ringSlot{}, false
+		return false
 	}
 	k := ringLinesFor(n)
 	if o.sent+k-o.tail > o.n {
 		o.tail = atomic.LoadUint32(o.tailW)
 		if o.sent+k-o.tail > o.n {
-			return ringSlot{}, false
+			return false
 		}
 	}
 	c := o.claims + 1
@@ -375,7 +375,11 @@ func (ep *Endpoint) ringClaim(p *peer, ctxID uint32, n int) (ringSlot, bool) {
 	o.claims = c
 	p.sent = true
 	p.stats.eagerSent(ctxID, n, true)
-	return ringSlot{o: o, pos: pos, k: k, claim: c, ahead: ahead}, true
+	// Into the caller's slot field by field: a ringSlot returned by value
+	// was stored in words and copied in 16-byte loads, which wait for such
+	// stores to retire (a failed store-to-load forwarding).
+	s.o, s.pos, s.k, s.claim, s.ahead = o, pos, k, c, ahead
+	return true
 }
 
 // ringAheadFor is how many messages of k lines ahead the writer of one in
@@ -412,7 +416,7 @@ func (o *ringOut) settle() {
 
 // ringWrite writes the message claimed as s and publishes it; the caller
 // does not hold ep.mu.
-func (ep *Endpoint) ringWrite(p *peer, s ringSlot, ctxID uint32, tag int32, head, buf []byte) {
+func (ep *Endpoint) ringWrite(p *peer, s *ringSlot, ctxID uint32, tag int32, head, buf []byte) {
 	o := s.o
 	// head (at most ringFirst bytes: see isendParts) and the start of buf
 	// share the first line; the rest of buf runs on from the next.
