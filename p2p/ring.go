@@ -329,9 +329,10 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 }
 
 // ringClaim claims room in p's ring for a message of n bytes on context
-// ctxID, which the caller writes with ringWrite once it has let go of
-// ep.mu (it holds it now, and has checked that nothing is queued to p:
-// order), and counts it in p's stats; false when the message does not fit.
+// ctxID into s, which the caller writes with ringWrite once it has let go
+// of ep.mu (it holds it now, and has checked that nothing is queued to p:
+// order), and counts it in p's stats; false, s untouched, when the message
+// does not fit.
 //
 // The write happens outside the lock so that no locked instruction follows
 // the store that publishes it: on x86 any of them (the mutex's release,
