@@ -84,7 +84,7 @@ type Endpoint struct {
 	policy      shmsync.Policy // how a blocking call polls before it blocks (waitPolicy)
 	localRanks  int            // ranks of this endpoint on this host, this one included
 	kernelRanks int            // ranks of this endpoint on this kernel (any network namespace), this one included
-	localCPUs   int            // CPUs the ranks on this kernel may run on together (0: unknown)
+	kernelCPUs  int            // CPUs the ranks on this kernel may run on together (0: unknown)
 	crowding    float64        // ranks per CPU on the job's most crowded host (Crowding)
 	windowSeq   uint32
 	winSlots    map[uint32]*Window // live windows by signal slot (window_signal.go)
@@ -187,7 +187,7 @@ func New(ctx context.Context, rv Rendezvous, opts Options) (*Endpoint, error) {
 		ep.teardown()
 		return fail(err)
 	}
-	ep.policy = waitPolicy(opts, ep.devs, ep.kernelRanks, ep.hostCPUs())
+	ep.policy = waitPolicy(opts, ep.devs, ep.kernelRanks, ep.cpus())
 	if ep.policy.OSYield {
 		for _, d := range ep.devs {
 			if a, ok := d.cq.(verbs.Arrivals); ok {
@@ -700,11 +700,11 @@ const (
 	contendedPoll = shmsync.ContendedPoll
 )
 
-// hostCPUs is the number of CPUs the ranks on this kernel may run on
-// together.
-func (ep *Endpoint) hostCPUs() int {
-	if ep.localCPUs > 0 {
-		return ep.localCPUs
+// cpus is the number of CPUs the ranks on this kernel may run on
+// together (kernelCPUs), or every CPU of the machine when that is unknown.
+func (ep *Endpoint) cpus() int {
+	if ep.kernelCPUs > 0 {
+		return ep.kernelCPUs
 	}
 	return runtime.NumCPU()
 }
@@ -715,7 +715,7 @@ func (ep *Endpoint) hostCPUs() int {
 // another holds a CPU that one needs, and the waits default to a short
 // spin. Containers or namespaces of one machine are hosts of their own to
 // the transports but share its CPUs.
-func (ep *Endpoint) Crowded() bool { return ep.kernelRanks > ep.hostCPUs() }
+func (ep *Endpoint) Crowded() bool { return ep.kernelRanks > ep.cpus() }
 
 // Crowding reports the ranks per CPU on the job's most crowded host: for
 // every host, its ranks over the CPUs of their affinity masks together,

@@ -51,7 +51,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 		}
 	}
 	mine := cpuMask()
-	ep.localCPUs = onesIn(mine)
+	ep.kernelCPUs = onesIn(mine)
 	ep.localRanks, ep.kernelRanks = 1, 1
 	if ep.size == 1 {
 		if forced == nil {
@@ -127,7 +127,7 @@ func (ep *Endpoint) chooseProviders(ctx context.Context, rv Rendezvous) error {
 			ep.kernelRanks++
 		}
 	}
-	ep.localCPUs = onesIn(union)
+	ep.kernelCPUs = onesIn(union)
 	ep.crowding = load.crowding()
 	return nil
 }
