@@ -135,7 +135,8 @@ type Options struct {
 	// with several devices 20 µs and 200 µs, or none when one of them asks
 	// for no spin): over shm no yield, because the shm CQ.Wait itself spins
 	// on its ring, yields the core to other processes with sched_yield and
-	// then sleeps on a futex, and a spin of 100 µs when this host has no
+	// then sleeps on a futex, and a spin of 100 µs when this machine's
+	// kernel (its network namespaces together: Endpoint.Crowded) has no
 	// more ranks than CPUs (a reply delayed by a briefly descheduled peer is
 	// still caught without a sched_yield or a futex wake-up); when it has
 	// more, a spin of 2 µs (the peer may need this core) and then polls
@@ -147,7 +148,7 @@ type Options struct {
 	// provider's own goroutines, which a spinning waiter only starves on a
 	// busy machine; over tcp the waiter in the CQ polls its socket instead
 	// (verbs.DeviceOptions.PollSpin, which defaults to the provider's
-	// Traits.PollSpin, 1 ms for tcp, when every rank on this host has a
+	// Traits.PollSpin, 1 ms for tcp, when every rank on this kernel has a
 	// CPU; where they outnumber the CPUs it gives the CPU away between
 	// polls, PollYield, for 20 ms, as a crowded waiter over several devices
 	// yields). Negative means none.
@@ -156,7 +157,7 @@ type Options struct {
 	// to other processes, once this process finds its CPU shared with
 	// another runnable thread (a CPU hog, another job): a CPU given away
 	// then comes back only after the other's time slice (shmsync.Policy.
-	// Contended). Zero means 3 ms where every rank on this host has a CPU,
+	// Contended). Zero means 3 ms where every rank on this kernel has a CPU,
 	// none where the ranks outnumber the CPUs (the peer may need this
 	// very CPU); negative means none.
 	Contended time.Duration
