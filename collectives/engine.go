@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/collectives/reduce"
+	"github.com/rdmago/rdmago/internal/lightmu"
 )
 
 // abortTag is where mismatch aborts travel; call tags stay below it.
@@ -31,7 +32,7 @@ type Engine struct {
 	rank   int
 	size   int
 
-	mu     sync.Mutex
+	mu     lightmu.Mutex // taken at each call's begin and end (see internal/lightmu)
 	seq    uint32
 	cur    *callState
 	aborts map[uint32]error

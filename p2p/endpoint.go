@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/lightmu"
 	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
@@ -47,7 +48,11 @@ type Endpoint struct {
 	provider []verbs.Provider // per rank
 	peers    []*peer          // peers[rank]; nil for this rank
 
-	mu        sync.Mutex
+	// mu guards the endpoint's state. Its Unlock is a plain store
+	// (lightmu): a message on the shm fast path takes it two or three
+	// times, and sync.Mutex's Unlock, a locked instruction, also waits
+	// each time for every store before it to leave the store buffer.
+	mu        lightmu.Mutex
 	m         matcher
 	spare     spareBufs // copies of unexpected eager payloads, for reuse
 	nextID    uint64
@@ -94,9 +99,9 @@ type Endpoint struct {
 	freeColds   []*reqCold // their cold parts, recycled apart (coldLocked)
 
 	// The progress engine.
-	pollMu    sync.Mutex
-	unsettled bool       // a peer's linkFail waits for settleLinksLocked; under pollMu
-	wcs       []verbs.WC // guarded by pollMu
+	pollMu    lightmu.Mutex // every poll of the hot loop takes it (TryLock)
+	unsettled bool          // a peer's linkFail waits for settleLinksLocked; under pollMu
+	wcs       []verbs.WC    // guarded by pollMu
 	// Goroutines polling now (the low 32 bits) and polls started (the high
 	// 32, wrapping), so the background goroutine sees activity: one word,
 	// so that entering a poll is one atomic add rather than two.
