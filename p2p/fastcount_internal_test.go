@@ -2,27 +2,21 @@ package p2p
 
 import "testing"
 
-// TestFastWriteCountFolds: the writes counted without ep.mu reach
-// WriteSent when the packed word nears either of its tops, and what is
-// left when Stats folds it.
-func TestFastWriteCountFolds(t *testing.T) {
-	ep, p := &Endpoint{}, &peer{}
-	p.fastWrites.Store((1<<23 - 1) << fastMsgShift)
-	p.countFastWrite(ep, 5) // the message count reaches 1<<23: fold
-	if got := p.stats.WriteSent; got.Msgs != 1<<23 || got.Bytes != 5 || p.fastWrites.Load() != 0 {
-		t.Fatalf("after the message count's fold: WriteSent %+v, left %#x", got, p.fastWrites.Load())
+// TestFastWritesCountOnce: the writes counted without ep.mu reach
+// WriteSent beside those counted under it, once however often Stats reads
+// them.
+func TestFastWritesCountOnce(t *testing.T) {
+	p := &peer{}
+	p.stats.WriteSent = Counter{Msgs: 2, Bytes: 100}
+	p.countFastWrite(5)
+	p.countFastWrite(7)
+	for range 3 {
+		if got := p.writeSent(); got != (Counter{Msgs: 4, Bytes: 112}) {
+			t.Fatalf("WriteSent %+v, want 4 messages of 112 bytes in all", got)
+		}
 	}
-	p.fastWrites.Store(1<<39 - 3)
-	p.countFastWrite(ep, 3) // the byte count reaches 1<<39: fold
-	if got := p.stats.WriteSent; got.Msgs != 1<<23+1 || got.Bytes != 5+1<<39 || p.fastWrites.Load() != 0 {
-		t.Fatalf("after the byte count's fold: WriteSent %+v, left %#x", got, p.fastWrites.Load())
-	}
-	p.countFastWrite(ep, 7)
-	if got := p.stats.WriteSent; got.Msgs != 1<<23+1 {
-		t.Fatalf("a write far from the tops folded: WriteSent %+v", got)
-	}
-	p.foldFastLocked()
-	if got := p.stats.WriteSent; got.Msgs != 1<<23+2 || got.Bytes != 12+1<<39 {
-		t.Fatalf("after Stats' fold: WriteSent %+v", got)
+	p.countFastWrite(1)
+	if got := p.writeSent(); got != (Counter{Msgs: 5, Bytes: 113}) {
+		t.Fatalf("WriteSent %+v after one more write, want 5 messages of 113 bytes", got)
 	}
 }

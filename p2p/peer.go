@@ -145,10 +145,10 @@ type peer struct {
 
 	stats PeerStats
 	// gone mirrors broken || departed for IwriteNow's copy, which does
-	// not take ep.mu; fastWrites counts the writes that copy made (see
-	// countFastWrite), folded into stats.WriteSent under ep.mu.
-	gone       atomic.Bool
-	fastWrites atomic.Uint64
+	// not take ep.mu; fastMsgs and fastBytes count the writes that copy
+	// made (countFastWrite), added to stats.WriteSent when Stats reads it.
+	gone                atomic.Bool
+	fastMsgs, fastBytes uint64
 
 	// Scratch for posting without allocating; guarded by ep.mu.
 	swr  [1]verbs.SendWR
