@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/collectives/reduce"
-	"github.com/rdmago/rdmago/internal/lightmu"
 )
 
 // abortTag is where mismatch aborts travel; call tags stay below it.
@@ -32,7 +31,7 @@ type Engine struct {
 	rank   int
 	size   int
 
-	mu     lightmu.Mutex // taken at each call's begin and end (see internal/lightmu)
+	mu     sync.Mutex
 	seq    uint32
 	cur    *callState
 	aborts map[uint32]error
