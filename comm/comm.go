@@ -1059,11 +1059,14 @@ func (c *Comm) check(op string) error {
 // holder's look at state sees qQueued (the heavy fence orders the holder's
 // plain store and load as a full fence would).
 type queue struct {
-	state   atomic.Int32
-	freed   uint32 // 1: the holder gave the turn back in qBusy (light only); read by CAS
-	heavy   bool   // hand turns over with locked instructions even where light ones work (tests)
-	mu      sync.Mutex
-	waiting []chan struct{} // turns taken while busy, in order; closed when theirs comes
+	state atomic.Int32
+	freed uint32 // 1: the holder gave the turn back in qBusy (light only); read by CAS
+	heavy bool   // hand turns over with locked instructions even where light ones work (tests)
+	// lightness is light's answer once known (qLight or qHeavy; 0: not
+	// asked yet).
+	lightness atomic.Int32
+	mu        sync.Mutex
+	waiting   []chan struct{} // turns taken while busy, in order; closed when theirs comes
 }
 
 // testQueued, if set, runs when a take has made the queue qQueued, before
@@ -1079,6 +1082,12 @@ const (
 	qIdle int32 = iota
 	qBusy
 	qQueued
+)
+
+// queue.lightness.
+const (
+	qLight int32 = 1 + iota
+	qHeavy
 )
 
 // take reserves the next turn: nil means it is this caller's already,
@@ -1124,7 +1133,22 @@ func (q *queue) take() chan struct{} {
 }
 
 // light says whether q gives turns back without a locked instruction.
-func (q *queue) light() bool { return !q.heavy && lightTurns() }
+func (q *queue) light() bool {
+	// Kept in q after the first look: lightTurns' call, a sync.OnceValue,
+	// costs about 3 ns, and a collective asks two or three times.
+	switch q.lightness.Load() {
+	case qLight:
+		return true
+	case qHeavy:
+		return false
+	}
+	if !q.heavy && lightTurns() {
+		q.lightness.Store(qLight)
+		return true
+	}
+	q.lightness.Store(qHeavy)
+	return false
+}
 
 // claimFreed takes a turn that its holder gave back with nobody waiting
 // (see queue).

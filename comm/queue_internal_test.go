@@ -196,3 +196,15 @@ func TestQueueLightHandOver(t *testing.T) {
 	require.Nil(t, q.take())
 	q.done()
 }
+
+// A queue's answer to light is the process's lightTurns unless the queue
+// is heavy, and stays the same once given.
+func TestQueueLightness(t *testing.T) {
+	for _, heavy := range []bool{true, false} {
+		q := queue{heavy: heavy}
+		want := !heavy && lightTurns()
+		for range 3 {
+			require.Equal(t, want, q.light(), "heavy %v", heavy)
+		}
+	}
+}
