@@ -2,6 +2,7 @@ package p2p_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -64,21 +65,42 @@ func writeBlocks(t *testing.T, w *p2p.Window, src []byte, n int) []*p2p.Request 
 	return reqs
 }
 
+// undisturbed runs a scenario of deferred writes, each time with a new
+// pair, until a run reports that nothing else sent the writes before the
+// test meant them to go, at most deferAttempts times. Any other post of
+// the endpoint sends held writes first (holdPosts), and now and then a
+// late frame of the window's setup makes one in the middle of a test; a
+// run it disturbed still checks what it can (the writes complete, the
+// data lands), and a fault that sends the writes early fails every run.
+func undisturbed(t *testing.T, what string, run func() bool) {
+	t.Helper()
+	const deferAttempts = 5
+	for attempt := range deferAttempts {
+		if run() {
+			return
+		}
+		t.Logf("attempt %d: the writes left early (%s); again with a new pair", attempt, what)
+	}
+	t.Fatalf("in %d attempts, the writes left early every time (%s)", deferAttempts, what)
+}
+
 // TestDeferredWritesLeaveTogether: window writes through IwriteNow to a
 // peer whose QP can hold posts are held after the call returns (nothing
 // reaches the peer), so that a burst of Puts leaves in one write at the
 // wait that follows, which sends them and finds them complete, the data
 // in place.
 func TestDeferredWritesLeaveTogether(t *testing.T) {
-	ctx, inj, _, wins, target := deferredRun(t, time.Hour, 4096)
-	const n = 16
-	src := pattern(n*8, 3)
-	before := sendsHeld(inj)
-	reqs := writeBlocks(t, wins[0], src, n)
-	require.Equal(t, n, sendsHeld(inj)-before, "the writes were not all posted under a hold")
-	require.Equal(t, make([]byte, n*8), target[:n*8], "a deferred write reached the peer before any wait")
-	require.NoError(t, p2p.WaitAll(ctx, reqs...))
-	require.Equal(t, src, target[:n*8])
+	undisturbed(t, "a deferred write reached the peer before any wait", func() bool {
+		ctx, inj, _, wins, target := deferredRun(t, time.Hour, 4096)
+		const n = 16
+		src := pattern(n*8, 3)
+		before := sendsHeld(inj)
+		reqs := writeBlocks(t, wins[0], src, n)
+		held := sendsHeld(inj)-before == n && slices.Equal(make([]byte, n*8), target[:n*8])
+		require.NoError(t, p2p.WaitAll(ctx, reqs...))
+		require.Equal(t, src, target[:n*8])
+		return held
+	})
 }
 
 // TestDeferredWritesLeaveBeforeOtherPosts: a send posted after deferred
@@ -119,22 +141,40 @@ func TestDeferredWriteLeavesWithoutPoll(t *testing.T) {
 
 // TestDeferredWritesFailWithTheirLink: writes held for their Flush when
 // the link to their peer breaks complete with an error naming that peer;
-// the wait for them returns instead of hanging.
+// the wait for them returns instead of hanging. Writes that a disturbance
+// (see undisturbed) sent before the break complete, their data in place.
 func TestDeferredWritesFailWithTheirLink(t *testing.T) {
-	ctx, inj, eps, wins, _ := deferredRun(t, time.Hour, 4096)
+	undisturbed(t, "writes completed although the link broke", func() bool { return deferredWritesFail(t) })
+}
+
+// deferredWritesFail runs TestDeferredWritesFailWithTheirLink's scenario
+// once and reports whether every write was still held when the link broke
+// (false: some had left, and landed).
+func deferredWritesFail(t *testing.T) bool {
+	ctx, inj, eps, wins, target := deferredRun(t, time.Hour, 4096)
 	const n = 8
+	src := pattern(n*8, 7)
 	before := sendsHeld(inj)
-	reqs := writeBlocks(t, wins[0], pattern(n*8, 7), n)
+	reqs := writeBlocks(t, wins[0], src, n)
 	require.Equal(t, n, sendsHeld(inj)-before, "the writes were not held")
 	disconnect(t, inj, eps[0].Stats().Peers[1].QPNum)
 	err := p2p.WaitAll(ctx, reqs...)
-	require.Error(t, err)
 	require.NoError(t, ctx.Err(), "the wait for the held writes outlasted its ctx")
+	held := true
 	for i, r := range reqs {
 		_, done, err := r.Test()
 		require.True(t, done, "write %d never completed", i)
+		if err == nil {
+			require.Equal(t, src[i*8:(i+1)*8], target[i*8:(i+1)*8], "write %d completed, its data not in place", i)
+			held = false
+			continue
+		}
 		var lost *p2p.PeerLostError
 		require.ErrorAs(t, err, &lost, "write %d: %v", i, err)
 		require.Equal(t, 1, lost.Rank, "write %d", i)
 	}
+	if held {
+		require.Error(t, err)
+	}
+	return held
 }
