@@ -91,6 +91,12 @@ type outItem struct {
 }
 
 type peer struct {
+	// fastMsgs and fastBytes count the writes IwriteNow's copy made
+	// without ep.mu (countFastWrite), added to stats.WriteSent when Stats
+	// reads it. First in the struct, so that their atomic loads find them
+	// 64-bit aligned on 32-bit platforms too.
+	fastMsgs, fastBytes uint64
+
 	rank    int
 	dev     *device
 	qp      verbs.QP
@@ -145,10 +151,8 @@ type peer struct {
 
 	stats PeerStats
 	// gone mirrors broken || departed for IwriteNow's copy, which does
-	// not take ep.mu; fastMsgs and fastBytes count the writes that copy
-	// made (countFastWrite), added to stats.WriteSent when Stats reads it.
-	gone                atomic.Bool
-	fastMsgs, fastBytes uint64
+	// not take ep.mu.
+	gone atomic.Bool
 
 	// Scratch for posting without allocating; guarded by ep.mu.
 	swr  [1]verbs.SendWR
