@@ -1046,48 +1046,34 @@ func (c *Comm) check(op string) error {
 // waiting is not empty). Only qIdle↔qBusy changes happen outside mu;
 // everything that touches waiting, or leaves or enters qQueued, holds mu.
 //
-// Where the process has asymmetric fences (lightTurns: membarrier(2) on
-// amd64), giving the turn back takes no locked instruction at all: a
-// shared-memory collective returns with its last stores still waiting for
-// the peers' cores to give up those lines, and a locked instruction waits
-// for them (see collectives' endQuick). done then stores freed = 1
-// plainly and looks at state: qBusy (nobody waits) leaves the turn free
-// for the next take to claim (freed 1→0, state stays qBusy); qQueued
-// hands it over under mu as before. A take that makes the queue qQueued
-// fences heavily (shmsync.FenceHeavy) and then looks at freed: either its
-// look sees the holder's store, and it claims the turn itself, or the
-// holder's look at state sees qQueued (the heavy fence orders the holder's
-// plain store and load as a full fence would).
+// Where the process has asymmetric fences (shmsync.Asymmetric:
+// membarrier(2) on amd64), giving the turn back takes no locked
+// instruction at all: a shared-memory collective returns with its last
+// stores still waiting for the peers' cores to give up those lines, and a
+// locked instruction waits for them (see collectives' endQuick). done
+// then stores freed = 1 plainly and looks at state: qBusy (nobody waits)
+// leaves the turn free for the next take to claim (freed 1→0, state stays
+// qBusy); qQueued hands it over under mu as before. A take that makes the
+// queue qQueued fences heavily (shmsync.FenceHeavy) and then looks at
+// freed: either its look sees the holder's store, and it claims the turn
+// itself, or the holder's look at state sees qQueued (the heavy fence
+// orders the holder's plain store and load as a full fence would).
 type queue struct {
-	state atomic.Int32
-	freed uint32 // 1: the holder gave the turn back in qBusy (light only); read by CAS
-	heavy bool   // hand turns over with locked instructions even where light ones work (tests)
-	// lightness is light's answer once known (qLight or qHeavy; 0: not
-	// asked yet).
-	lightness atomic.Int32
-	mu        sync.Mutex
-	waiting   []chan struct{} // turns taken while busy, in order; closed when theirs comes
+	state   atomic.Int32
+	freed   uint32 // 1: the holder gave the turn back in qBusy (light only); read by CAS
+	heavy   bool   // hand turns over with locked instructions even where light ones work (tests)
+	mu      sync.Mutex
+	waiting []chan struct{} // turns taken while busy, in order; closed when theirs comes
 }
 
 // testQueued, if set, runs when a take has made the queue qQueued, before
 // it looks at freed (tests: the holder's hand-back lands there).
 var testQueued func(q *queue)
 
-// lightTurns says whether queues give turns back without a locked
-// instruction (see queue): the process's stores are plain ones that
-// membarrier(2) fences from other threads.
-var lightTurns = sync.OnceValue(shmsync.Asymmetric)
-
 const (
 	qIdle int32 = iota
 	qBusy
 	qQueued
-)
-
-// queue.lightness.
-const (
-	qLight int32 = 1 + iota
-	qHeavy
 )
 
 // take reserves the next turn: nil means it is this caller's already,
@@ -1132,23 +1118,10 @@ func (q *queue) take() chan struct{} {
 	}
 }
 
-// light says whether q gives turns back without a locked instruction.
-func (q *queue) light() bool {
-	// Kept in q after the first look: lightTurns' call, a sync.OnceValue,
-	// costs about 3 ns, and a collective asks two or three times.
-	switch q.lightness.Load() {
-	case qLight:
-		return true
-	case qHeavy:
-		return false
-	}
-	if !q.heavy && lightTurns() {
-		q.lightness.Store(qLight)
-		return true
-	}
-	q.lightness.Store(qHeavy)
-	return false
-}
+// light says whether q gives turns back without a locked instruction:
+// the process's stores are plain ones that membarrier(2) fences from other
+// threads (shmsync.Asymmetric).
+func (q *queue) light() bool { return !q.heavy && shmsync.Asymmetric() }
 
 // claimFreed takes a turn that its holder gave back with nobody waiting
 // (see queue).

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/internal/shmsync"
 )
 
 // The collective queue: an idle queue grants the turn at once; waiting
@@ -35,7 +37,7 @@ type queueMode struct {
 // process has.
 func queueModes(t *testing.T) []queueMode {
 	modes := []queueMode{{"heavy", true}}
-	if lightTurns() {
+	if shmsync.Asymmetric() {
 		modes = append(modes, queueMode{"light", false})
 	} else {
 		t.Log("no asymmetric fences here: the light hand-over is not tested")
@@ -155,7 +157,7 @@ func testQueueExclusive(t *testing.T, heavy bool) {
 // claims it; a take that queues behind a running turn gets it when that
 // turn ends, whichever of the two moved first.
 func TestQueueLightHandOver(t *testing.T) {
-	if !lightTurns() {
+	if !shmsync.Asymmetric() {
 		t.Skip("no asymmetric fences here")
 	}
 	var q queue
@@ -197,12 +199,12 @@ func TestQueueLightHandOver(t *testing.T) {
 	q.done()
 }
 
-// A queue's answer to light is the process's lightTurns unless the queue
+// A queue's answer to light is shmsync.Asymmetric's unless the queue
 // is heavy, and stays the same once given.
 func TestQueueLightness(t *testing.T) {
 	for _, heavy := range []bool{true, false} {
 		q := queue{heavy: heavy}
-		want := !heavy && lightTurns()
+		want := !heavy && shmsync.Asymmetric()
 		for range 3 {
 			require.Equal(t, want, q.light(), "heavy %v", heavy)
 		}

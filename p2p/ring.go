@@ -335,10 +335,10 @@ func (ep *Endpoint) setupRings(ctx context.Context) error {
 // does not fit.
 //
 // The write happens outside the lock so that no locked instruction follows
-// the store that publishes it: on x86 any of them (the mutex's release,
-// the request's done flag) waits until the line comes over from the
-// receiver's core, which polls it, and in a window of Isends the sender
-// paid that transfer once per message, in turn. After a light store
+// the store that publishes it: on x86 any of them (the next lock's
+// acquisition, the request's done flag) waits until the line comes over
+// from the receiver's core, which polls it, and in a window of Isends the
+// sender paid that transfer once per message, in turn. After a light store
 // (ringOut.light) the transfer overlaps the caller's next steps.
 func (ep *Endpoint) ringClaim(p *peer, ctxID uint32, n int, s *ringSlot) bool {
 	o := p.rout

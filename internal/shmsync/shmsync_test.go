@@ -412,3 +412,14 @@ func TestPollerUncontended(t *testing.T) {
 		require.NotZero(t, w.osYields, "an uncontended waiter gives its CPU away past Spin")
 	}
 }
+
+// Asymmetric gives one answer however often it is asked: comm's queue
+// and the rings decide from it once and again.
+func TestAsymmetricStable(t *testing.T) {
+	first := Asymmetric()
+	for range 3 {
+		if got := Asymmetric(); got != first {
+			t.Fatalf("Asymmetric said %v, then %v", first, got)
+		}
+	}
+}
