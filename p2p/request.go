@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -49,8 +50,13 @@ type doneFlag struct{ v uint32 }
 
 func (f *doneFlag) Load() bool { return atomic.LoadUint32(&f.v) != 0 }
 
-// set completes the flag for goroutines that may be reading it.
-func (f *doneFlag) set() { atomic.StoreUint32(&f.v, 1) }
+// set completes the flag for goroutines that may be reading it. A light
+// publication (a plain store on amd64, which orders the request's result
+// before it): every reader loads the flag atomically, and what a waiter
+// registers to be woken it registers under ep.mu, so nothing needs the
+// full fence of an atomic store, which waited for the stores before it
+// (the message's copy, a ring's write-back) to leave the store buffer.
+func (f *doneFlag) set() { shmsync.PublishLight(&f.v, 1) }
 
 // setUnshared completes the flag of a request no other goroutine can see
 // yet (its op has not returned it), with a plain store: the atomic one is
