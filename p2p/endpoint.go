@@ -103,7 +103,11 @@ type Endpoint struct {
 	// each poll's end) the 2-rank latency over shm at 64-512 B read
 	// 1.03-1.11 of this, with ep.mu's gain kept either way.
 	pollMu    sync.Mutex
-	unsettled bool       // a peer's linkFail waits for settleLinksLocked; under pollMu
+	unsettled bool // a peer's linkFail waits for settleLinksLocked; under pollMu
+	// Polls started while the caller held ep.mu (progressHeldLocked),
+	// counted under pollMu with a plain store rather than an atomic add on
+	// polling, which the background goroutine looks at beside it.
+	heldPolls uint32
 	wcs       []verbs.WC // guarded by pollMu
 	// Goroutines polling now (the low 32 bits) and polls started (the high
 	// 32, wrapping), so the background goroutine sees activity: one word,

@@ -344,3 +344,7 @@ func (ep *Endpoint) ClaimRing(peer, tag int, buf []byte) (write func(), ok bool)
 	}
 	return func() { ep.ringWrite(p, &s, ep.ch0.id, int32(tag), nil, buf) }, true
 }
+
+// PollsStarted is the count of polls started that the background goroutine
+// watches, for TestHeldPollCounts.
+func (ep *Endpoint) PollsStarted() uint64 { return ep.pollsStarted(ep.polling.Load()) }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs"
 )
 
@@ -277,7 +278,7 @@ func (ep *Endpoint) progressHeldLocked() {
 	}
 	// A poll, for background: a receive that completes here may never
 	// enter poll, and background must still see that a goroutine polls.
-	ep.polling.Add(pollStarted)
+	shmsync.PublishLight(&ep.heldPolls, ep.heldPolls+1)
 	for _, d := range ep.devs {
 		if n, ring, ok := ep.pollDev(d); ok {
 			ep.handlePolledLocked(n, ring)
@@ -293,6 +294,12 @@ const (
 )
 
 func (ep *Endpoint) enterPoll() { ep.polling.Add(pollStarted + pollerIn) }
+
+// pollsStarted counts the polls started, from polling's value v and
+// heldPolls, for the background goroutine to see them move.
+func (ep *Endpoint) pollsStarted(v uint64) uint64 {
+	return v>>32 + uint64(atomic.LoadUint32(&ep.heldPolls))
+}
 
 // leavePoll only counts down: waking the background goroutine here would
 // put a goroutine wake-up (a futex call when a P is idle) on every blocking
@@ -332,11 +339,11 @@ func (ep *Endpoint) background(d *device) {
 	timer := time.NewTimer(nap)
 	defer timer.Stop()
 	kicked := false
-	seen := ep.polling.Load() >> 32
+	seen := ep.pollsStarted(ep.polling.Load())
 	for {
 		v := ep.polling.Load()
 		busy := uint32(v) > 0
-		if now := v >> 32; now != seen {
+		if now := ep.pollsStarted(v); now != seen {
 			seen = now
 			busy = busy || !kicked
 		}

@@ -71,6 +71,33 @@ func testBackgroundProgress(t *testing.T, pingPongs int) {
 	}
 }
 
+// A Recv whose message is there when it is posted completes in the poll it
+// makes while it holds the endpoint's lock, without entering the polling
+// phase; the background goroutine, which stays off while foreground
+// goroutines poll, must still see that poll start.
+func TestHeldPollCounts(t *testing.T) {
+	sent := make(chan struct{})
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		b := make([]byte, 8)
+		if ep.Rank() == 0 {
+			err := ep.Send(ctx, 1, 3, b) // a ring message: there once Send returns
+			close(sent)
+			return err
+		}
+		select {
+		case <-sent:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		before := ep.PollsStarted()
+		if _, err := ep.Recv(ctx, 0, 3, b); err != nil {
+			return err
+		}
+		require.NotEqual(t, before, ep.PollsStarted(), "the Recv's poll did not count")
+		return nil
+	})
+}
+
 // Close leaves no goroutine of the endpoints behind.
 func TestNoGoroutineLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
