@@ -79,7 +79,10 @@ type Options struct {
 	// memory with a CPU per rank, a message of 48 KiB or more whose sender
 	// has a receive posted for a message of its receiver's (traffic both
 	// ways, where both cores copy already) takes the rendezvous's single
-	// copy instead.
+	// copy instead; so does, over a network, one of more than twice
+	// EagerLimit sent while earlier messages' frames to the same peer wait
+	// for credits (a window of large sends, where the rendezvous streams
+	// better).
 	PipelineLimit int
 	// EagerSlots is the number of receive buffers posted per peer, which is
 	// also the number of eager messages and rendezvous requests a sender

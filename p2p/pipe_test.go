@@ -154,6 +154,78 @@ func TestPipelineDefaults(t *testing.T) {
 	}
 }
 
+// Over tcp, a message of more than twice EagerLimit in the pipelined range
+// goes by rendezvous while earlier messages' frames wait for credits (a
+// window of Isends, where the rendezvous's READ streams better than the
+// pipeline's copies), and pipelined when sent alone. With 4 credits and
+// 6-fragment messages, the first Isend posts what the credits allow and
+// queues the rest; the next ones find that queue and take the rendezvous;
+// a message of two fragments stays pipelined however full the queue; the
+// last, sent once everything has gone, is pipelined. Every message arrives
+// intact, in order.
+func TestPipelineWindowTakesRendezvous(t *testing.T) {
+	const window, size, small = 6, 1400, 480 // EagerLimit 256: 240 bytes a fragment
+	o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second,
+		P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4, EagerSlotsMax: 4, PipelineLimit: 4096}}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		sizes := make([]int, window)
+		for i := range sizes {
+			sizes[i] = size
+		}
+		sizes = append(sizes, small)
+		if ep.Rank() == 0 {
+			var reqs []*p2p.Request
+			for i, n := range sizes {
+				r, err := ep.Isend(1, i, pattern(n, byte(i)))
+				if err != nil {
+					return err
+				}
+				reqs = append(reqs, r)
+			}
+			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+				return err
+			}
+			ps := ep.Stats().Peers[1]
+			assert.Equal(t, uint64(2), ps.PipeSent.Msgs, "pipelined: the first of the window and the small one")
+			if _, err := ep.Recv(ctx, 1, 0, nil); err != nil { // the window has arrived
+				return err
+			}
+			if err := ep.Send(ctx, 1, window+1, pattern(size, 7)); err != nil {
+				return err
+			}
+			ps = ep.Stats().Peers[1]
+			assert.Equal(t, uint64(3), ps.PipeSent.Msgs, "the message sent alone is pipelined")
+			assert.Equal(t, uint64(window-1), ps.RndvSent.Msgs, "rendezvous: the rest of the window")
+			return nil
+		}
+		// Nothing is received until the window has been sent: its frames
+		// queue behind the 4 credits.
+		if err := waitUntil(ctx, "the window's last RTS", func() bool {
+			_, ok, _ := ep.Iprobe(0, window-1)
+			return ok
+		}); err != nil {
+			return err
+		}
+		sizes = append(sizes, size)
+		for i, n := range sizes {
+			buf := make([]byte, n)
+			st, err := ep.Recv(ctx, 0, i, buf)
+			if err != nil {
+				return err
+			}
+			if st.Count != n || !bytes.Equal(buf, pattern(n, byte(min(i, window+1)))) {
+				return fmt.Errorf("message %d: %d bytes (or other data), want %d", i, st.Count, n)
+			}
+			if i == window {
+				if err := ep.Send(ctx, 0, 0, nil); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // A message in the pipelined range goes by rendezvous over shared memory
 // when its sender has a receive posted for a message of its receiver's
 // (traffic both ways, where the pipeline's second copy costs a busy core),
