@@ -346,5 +346,7 @@ func (ep *Endpoint) ClaimRing(peer, tag int, buf []byte) (write func(), ok bool)
 }
 
 // PollsStarted is the count of polls started that the background goroutine
-// watches, for TestHeldPollCounts.
+// watches, and PollsEntered the part of it that blocking calls' polling
+// phases counted (enterPoll), for TestHeldPollCounts.
 func (ep *Endpoint) PollsStarted() uint64 { return ep.pollsStarted(ep.polling.Load()) }
+func (ep *Endpoint) PollsEntered() uint64 { return ep.polling.Load() >> 32 }
