@@ -167,6 +167,8 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 	const window, size, small = 6, 1400, 480 // EagerLimit 256: 240 bytes a fragment
 	o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second,
 		P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4, EagerSlotsMax: 4, PipelineLimit: 4096}}
+	// Rank 1 makes no progress (returns no credits) while rank 0 posts.
+	held, posted := make(chan struct{}), make(chan struct{})
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		sizes := make([]int, window)
 		for i := range sizes {
@@ -174,6 +176,11 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 		}
 		sizes = append(sizes, small)
 		if ep.Rank() == 0 {
+			select {
+			case <-held:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 			var reqs []*p2p.Request
 			for i, n := range sizes {
 				r, err := ep.Isend(1, i, pattern(n, byte(i)))
@@ -182,6 +189,7 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 				}
 				reqs = append(reqs, r)
 			}
+			close(posted)
 			if err := p2p.WaitAll(ctx, reqs...); err != nil {
 				return err
 			}
@@ -200,6 +208,15 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 		}
 		// Nothing is received until the window has been sent: its frames
 		// queue behind the 4 credits.
+		release := ep.HoldProgress()
+		close(held)
+		select {
+		case <-posted:
+		case <-ctx.Done():
+			release()
+			return ctx.Err()
+		}
+		release()
 		if err := waitUntil(ctx, "the window's last RTS", func() bool {
 			_, ok, _ := ep.Iprobe(0, window-1)
 			return ok
