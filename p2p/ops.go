@@ -155,25 +155,7 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 		}
 		return nil, c.argErr(op, peer, tag, err)
 	}
-	if !large && len(buf) >= bothWaysMin && p.dev.traits.SharesMemory && !p.dev.crowded && ep.m.expects(c.id, peer, bothWaysScan) {
-		// Traffic both ways: both cores copy already, and the pipeline's
-		// two copies a message (the sender's in, the receiver's out) cost
-		// more than the rendezvous's one (the receiver's READ). Not where
-		// ranks outnumber CPUs: a rendezvous there waits for the
-		// receiver's turn on a CPU and then the sender's (crowdedShmPipe).
-		if rg, err := p.dev.cache.get(buf); err == nil { // else the pipeline, as one way
-			large, reg = true, rg
-		}
-	}
-	if !large && len(buf) > 2*p.eager && !p.dev.traits.SharesMemory && len(p.queue) > 0 {
-		// A window of large messages: earlier ones' frames wait for
-		// credits. Then the pipeline's copies (into a receive buffer and
-		// out of it) bound the stream, where the rendezvous's READ
-		// response goes from the sender's buffer into place: over tcp at
-		// 256 KiB 1.09-1.16x the bw and 1.16-1.17x the bibw. A message
-		// sent alone keeps the pipeline's single trip (see pipe.go). Not
-		// at two fragments or less: a 128 KiB window that mixed the two
-		// read bibw 0.69-0.74 of the pipeline's.
+	if !large && ep.rndvInsteadLocked(p, c.id, peer, len(buf)) {
 		if rg, err := p.dev.cache.get(buf); err == nil { // else the pipeline
 			large, reg = true, rg
 		}
@@ -207,6 +189,28 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 		return nil, c.argErr(op, peer, tag, err)
 	}
 	return r, nil
+}
+
+// rndvInsteadLocked reports whether a message of n bytes to p on context
+// ctxID, one the eager protocol or the pipeline would send, takes the
+// rendezvous's single copy instead; the caller holds ep.mu.
+func (ep *Endpoint) rndvInsteadLocked(p *peer, ctxID uint32, peer, n int) bool {
+	if p.dev.traits.SharesMemory {
+		// Traffic both ways: both cores copy already, and the pipeline's
+		// two copies a message (the sender's in, the receiver's out) cost
+		// more than the rendezvous's one (the receiver's READ). Not where
+		// ranks outnumber CPUs: a rendezvous there waits for the
+		// receiver's turn on a CPU and then the sender's (crowdedShmPipe).
+		return n >= bothWaysMin && !p.dev.crowded && ep.m.expects(ctxID, peer, bothWaysScan)
+	}
+	// A window of large messages: earlier ones' frames wait for credits.
+	// Then the pipeline's copies (into a receive buffer and out of it)
+	// bound the stream, where the rendezvous's READ response goes from the
+	// sender's buffer into place: over tcp at 256 KiB 1.09-1.16x the bw
+	// and 1.16-1.17x the bibw. A message sent alone keeps the pipeline's
+	// single trip (see pipe.go). Not at two fragments or less: a 128 KiB
+	// window that mixed the two read bibw 0.69-0.74 of the pipeline's.
+	return n > 2*p.eager && len(p.queue) > 0
 }
 
 // initParts makes send r, initSend's, one of head and then its buf, n
