@@ -200,6 +200,11 @@ type frameState struct {
 	pl     payload
 	resp   softrc.Response
 	maxMsg uint64
+	// next is the header of the next frame, still in the read buffer, once
+	// nextFrameLen has decoded it (nextOK): a stream of small frames is
+	// decoded once a frame rather than at every look and again when read.
+	next   softrc.Header
+	nextOK bool
 }
 
 // payload reads one frame's body from the connection, never past its end.
@@ -338,7 +343,12 @@ func (l *link) readFrame() error {
 	if err != nil {
 		return err
 	}
-	h, err := DecodeHeader(fs.hb[:], fs.maxMsg)
+	var h softrc.Header
+	if fs.nextOK {
+		h, fs.nextOK = fs.next, false
+	} else {
+		h, err = DecodeHeader(fs.hb[:], fs.maxMsg)
+	}
 	if err == nil && h.QPN != l.q.Num() {
 		err = fmt.Errorf("%w: frame for qp %#x on the connection of qp %#x", softrc.ErrProtocol, h.QPN, l.q.Num())
 	}
@@ -1050,14 +1060,19 @@ func (l *link) nextFrameLen() (need int, sized bool, err error) {
 	if l.mid {
 		return l.fs.pl.left, true, nil // the rest of a suspended frame
 	}
+	fs := &l.fs
+	if fs.nextOK {
+		return HeaderLen + fs.next.PayloadLen(), true, nil
+	}
 	if l.br.Buffered() < HeaderLen {
 		return HeaderLen, false, nil
 	}
 	b, _ := l.br.Peek(HeaderLen)
-	h, err := DecodeHeader(b, l.fs.maxMsg)
+	h, err := DecodeHeader(b, fs.maxMsg)
 	if err != nil {
 		return HeaderLen, false, err
 	}
+	fs.next, fs.nextOK = h, true
 	return HeaderLen + h.PayloadLen(), true, nil
 }
 

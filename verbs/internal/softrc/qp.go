@@ -101,6 +101,11 @@ type QP struct {
 	minRNRTimer     uint8
 	maxDestRdAtomic uint8
 	epsn            uint32 // next request sequence expected from the peer
+	// rkMR is the region the last request with an rkey named: a stream of
+	// WRITEs into one window skips the device's lookup (a read lock and a
+	// map) while it is still registered. Cleared when the QP closes, so
+	// that it does not keep a deregistered region's memory reachable.
+	rkMR *MR
 	// requester attributes
 	timeout       uint8
 	retryCnt      uint8
@@ -397,6 +402,7 @@ func (q *QP) Close() error {
 		return q.dev.err("QP.Close", q.num, -1, verbs.ErrClosed)
 	}
 	q.closed = true
+	q.rkMR = nil
 	q.lost = false
 	if q.state != verbs.QPErr && q.state != verbs.QPReset {
 		q.enterErrLocked()

@@ -82,7 +82,11 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 			}
 			ln = 8
 		}
-		m := q.dev.lookupRKey(h.RKey)
+		m := q.rkMR
+		if m == nil || m.rkey != h.RKey || !m.valid() {
+			m = q.dev.lookupRKey(h.RKey)
+			q.rkMR = m
+		}
 		ok := m != nil && m.valid() && m.pd == q.pd && m.access&need == need
 		if ok {
 			dst, ok = m.span(h.RAddr, ln)

@@ -415,3 +415,28 @@ func TestLentPairGone(t *testing.T) {
 	assert.Equal(t, verbs.StatusLocLenErr, wait(t, a.scq).Status)
 	requireEmpty(t, b.rcq)
 }
+
+// TestWriteAfterTargetRegionClosed: the responder remembers the region the
+// last WRITE named; once that region is deregistered, the next WRITE with
+// its rkey must fail with a remote access error, not land in the old
+// memory.
+func TestWriteAfterTargetRegionClosed(t *testing.T) {
+	a, b := pair(t, cfg{}, cfg{}, opts(), opts())
+	mem := make([]byte, 64) // user memory: readable after the region's Close
+	target, err := b.pd.RegMR(mem, allRemote)
+	require.NoError(t, err)
+	write := func(id uint64) verbs.WC {
+		require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: id, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{verbs.SGEOf(a.mr, 0, 8)}, RemoteAddr: target.Addr(), RKey: target.RKey()}))
+		return wait(t, a.scq)
+	}
+	copy(a.mr.Bytes()[:8], "abcdefgh")
+	require.Equal(t, verbs.StatusSuccess, write(1).Status)
+	require.Equal(t, "abcdefgh", string(mem[:8]))
+	require.NoError(t, target.Close())
+	copy(a.mr.Bytes()[:8], "ijklmnop")
+	wc := write(2)
+	require.Equal(t, verbs.StatusRemAccessErr, wc.Status)
+	assert.Equal(t, "abcdefgh", string(mem[:8]), "a WRITE landed in a deregistered region")
+	assert.Equal(t, verbs.QPErr, b.qp.State(), "responder QP")
+}
