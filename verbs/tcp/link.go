@@ -418,13 +418,12 @@ func (l *link) batch(limit uint32, inline bool) (int, error) {
 		EncodeHeader(ss.reserve(HeaderLen), &ss.out[i].Header)
 		ss.addPayload(ss.out[i].Data)
 	}
-	n := 0
-	for n < maxBatch && l.q.NextRequestMax(&ss.reqs[n], limit) {
-		EncodeHeader(ss.reserve(HeaderLen), &ss.reqs[n].Header)
-		for _, d := range ss.reqs[n].Data {
+	n := l.q.NextRequests(ss.reqs[:maxBatch], limit)
+	for i := range n {
+		EncodeHeader(ss.reserve(HeaderLen), &ss.reqs[i].Header)
+		for _, d := range ss.reqs[i].Data {
 			ss.addPayload(d)
 		}
-		n++
 	}
 	ss.cut()
 	ss.nreq = n

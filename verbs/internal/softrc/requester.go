@@ -22,6 +22,25 @@ func (q *QP) NextRequest(r *Request) bool { return q.NextRequestMax(r, ^uint32(0
 func (q *QP) NextRequestMax(r *Request, max uint32) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.nextRequestLocked(r, max)
+}
+
+// NextRequests fills rs from the front with the next requests, as many
+// NextRequestMax calls would until one reported false or rs is full, under
+// one hold of the QP's lock: a window of small WRITEs costs a lock per
+// batch rather than per request. It returns how many it filled; each needs
+// its Done.
+func (q *QP) NextRequests(rs []Request, max uint32) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for n < len(rs) && q.nextRequestLocked(&rs[n], max) {
+		n++
+	}
+	return n
+}
+
+func (q *QP) nextRequestLocked(r *Request, max uint32) bool {
 	if !q.sendableLocked() {
 		return false
 	}
