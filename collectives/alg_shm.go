@@ -716,6 +716,13 @@ func (c *call) shmStopped(peer int) error {
 			return c.fail(peer, e.shm.r.Err())
 		default:
 		}
+		// r may have left because it found this call's arguments differ
+		// from its own (a mismatch it reported, whose abort may not be
+		// here yet): its entry for the call tells, and the disagreement
+		// is the cause, not the departure.
+		if err := c.peerEntry(r); err != nil {
+			return err
+		}
 		return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: e.rank, Peer: r, Err: &PeerClosedError{Rank: r}}
 	}
 	return nil
