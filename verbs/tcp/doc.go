@@ -50,7 +50,8 @@
 //   - Sending: PostSend writes its frames itself when no other goroutine is
 //     writing to the connection (a try-lock) and the payload is at most
 //     4 MiB, with one non-blocking write (writev, or write for a few
-//     small pieces). A completion that lets queued requests go (the next
+//     small pieces); small WRITEs that ask for no ACK, one after another,
+//     go as one WRITE_RUN frame. A completion that lets queued requests go (the next
 //     READ of a window, once an earlier one's response is in) has the
 //     reading side write them the same way, and a request that may not go
 //     yet (a READ beyond the peer's outstanding-READ limit) is no work for

@@ -28,6 +28,7 @@ func FuzzDecodeFrame(f *testing.F) {
 	f.Add(seed(softrc.Header{Op: softrc.FrameReadResp, QPN: 1, Len: 3}, []byte{1, 2, 3}))
 	f.Add(seed(softrc.Header{Op: softrc.FrameAtomicAck, QPN: 1, CmpAdd: 42}, nil))
 	f.Add(seed(softrc.Header{Op: softrc.FrameAck, QPN: 1, Seq: 9}, nil))
+	f.Add(seed(softrc.Header{Op: softrc.FrameWriteRun, QPN: 1, Seq: 4, Len: 2*softrc.RunDescLen + 3, Imm: 2}, make([]byte, 2*softrc.RunDescLen+3)))
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Add(bytes.Repeat([]byte{0xff}, 2*HeaderLen))
 	f.Add([]byte{})
@@ -70,9 +71,28 @@ func TestDecodeHeaderRejects(t *testing.T) {
 		return b
 	}
 	for name, mut := range map[string]func(b []byte) []byte{
-		"short":             func(b []byte) []byte { return b[:HeaderLen-1] },
-		"op 0":              func(b []byte) []byte { b[0] = 0; return b },
-		"op 8":              func(b []byte) []byte { b[0] = 8; return b },
+		"short":       func(b []byte) []byte { return b[:HeaderLen-1] },
+		"op 0":        func(b []byte) []byte { b[0] = 0; return b },
+		"op 9":        func(b []byte) []byte { b[0] = 9; return b },
+		"run of none": func(b []byte) []byte { b[0] = byte(softrc.FrameWriteRun); return b },
+		"run of too many": func(b []byte) []byte {
+			b[0] = byte(softrc.FrameWriteRun)
+			binary.BigEndian.PutUint32(b[12:], 1<<20)
+			binary.BigEndian.PutUint32(b[28:], softrc.RunMax+1)
+			return b
+		},
+		"run shorter than its descriptors": func(b []byte) []byte {
+			b[0] = byte(softrc.FrameWriteRun)
+			binary.BigEndian.PutUint32(b[28:], 1) // 10 bytes, 16 of descriptor
+			return b
+		},
+		"run asking for an ack": func(b []byte) []byte {
+			b[0] = byte(softrc.FrameWriteRun)
+			b[1] = softrc.FlagAckReq
+			binary.BigEndian.PutUint32(b[12:], 16)
+			binary.BigEndian.PutUint32(b[28:], 1)
+			return b
+		},
 		"flags":             func(b []byte) []byte { b[1] = 0x10; return b },
 		"syndrome on write": func(b []byte) []byte { b[2] = 1; return b },
 		"nak bad syndrome": func(b []byte) []byte {

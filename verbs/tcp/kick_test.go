@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -39,6 +40,47 @@ func readFrameFrom(t *testing.T, c net.Conn) (softrc.Header, []byte) {
 	_, err = io.ReadFull(c, body)
 	require.NoError(t, err)
 	return h, body
+}
+
+// sentWrite is one WRITE the QP sent to the fake peer, alone or in a run.
+type sentWrite struct {
+	h    softrc.Header
+	body []byte
+}
+
+// readWritesFrom reads the next frame the QP sent to c, a WRITE or a
+// WRITE_RUN, and returns its writes: a run's each as the WRITE frame it
+// stands for (its own sequence number, address, key and payload).
+func readWritesFrom(t *testing.T, c net.Conn) []sentWrite {
+	t.Helper()
+	h, body := readFrameFrom(t, c)
+	if h.Op != softrc.FrameWriteRun {
+		return []sentWrite{{h, body}}
+	}
+	k := int(h.Imm)
+	desc, data := body[:k*softrc.RunDescLen], body[k*softrc.RunDescLen:]
+	ws := make([]sentWrite, 0, k)
+	for i := range k {
+		d := desc[i*softrc.RunDescLen:]
+		n := binary.BigEndian.Uint32(d[12:])
+		require.LessOrEqual(t, int(n), len(data), "write %d of the run overruns its body", i)
+		ws = append(ws, sentWrite{softrc.Header{Op: softrc.FrameWrite, QPN: h.QPN, Seq: h.Seq + uint32(i), Len: n,
+			RAddr: binary.BigEndian.Uint64(d), RKey: binary.BigEndian.Uint32(d[8:])}, data[:n]})
+		data = data[n:]
+	}
+	require.Empty(t, data, "the run's body is longer than its writes")
+	return ws
+}
+
+// readWrites reads frames from c until it has n writes (runs expanded).
+func readWrites(t *testing.T, c net.Conn, n int) []sentWrite {
+	t.Helper()
+	var ws []sentWrite
+	for len(ws) < n {
+		ws = append(ws, readWritesFrom(t, c)...)
+	}
+	require.Len(t, ws, n, "more writes than posted")
+	return ws
 }
 
 // TestReadLimitedRequestWakesNoWriter: a READ that must wait because as
@@ -116,11 +158,10 @@ func TestKickPostWritesWholePost(t *testing.T) {
 		copy(s.mr.Bytes()[8*i:], fmt.Sprintf("write%03d", i))
 	}
 	require.NoError(t, s.qp.PostSend(wrs...))
-	for i := range count {
-		h, body := readFrameFrom(t, c)
-		require.Equal(t, softrc.FrameWrite, h.Op)
-		require.Equal(t, uint64(1<<20+8*i), h.RAddr, "frame %d out of order", i)
-		require.Equal(t, fmt.Sprintf("write%03d", i), string(body))
+	for i, w := range readWrites(t, c, count) {
+		require.Equal(t, softrc.FrameWrite, w.h.Op)
+		require.Equal(t, uint64(1<<20+8*i), w.h.RAddr, "write %d out of order", i)
+		require.Equal(t, fmt.Sprintf("write%03d", i), string(w.body))
 	}
 	require.Zero(t, l.writerKicks.Load(), "part of the post went to the writer goroutine")
 }

@@ -69,6 +69,7 @@ type link struct {
 	mid         bool         // a READ response's handling is suspended mid-payload (streamFrame)
 	streamed    atomic.Int32 // READ responses a waiter streamed to their end (for tests)
 	suspends    atomic.Int32 // streamed READ responses suspended mid-payload (for tests)
+	runs        atomic.Int32 // WRITE_RUN frames written (for tests)
 	streamBytes atomic.Int64 // payload bytes waiters streamed (for tests)
 	spinGaveUp  atomic.Int32 // streaming reads that polled the socket for Options.PollSpin in vain and slept (for tests)
 	spinStream  atomic.Int64 // payload bytes streaming reads took by polling the socket (spinRead; for tests)
@@ -419,11 +420,34 @@ func (l *link) batch(limit uint32, inline bool) (int, error) {
 		ss.addPayload(ss.out[i].Data)
 	}
 	n := l.q.NextRequests(ss.reqs[:maxBatch], limit)
-	for i := range n {
+	for i := 0; i < n; {
+		// Small WRITEs that ask for no ACK, one after another (a window of
+		// Puts), go as one WRITE_RUN frame: one header to encode, decode
+		// and check instead of one each.
+		j := i
+		for j < n && j-i < softrc.RunMax && softrc.RunMember(&ss.reqs[j]) {
+			j++
+		}
+		if j-i >= 2 {
+			run := ss.reqs[i:j]
+			var h softrc.Header
+			hb := ss.reserve(HeaderLen)
+			softrc.EncodeRun(&h, ss.reserve(len(run)*softrc.RunDescLen), run)
+			EncodeHeader(hb, &h)
+			for k := range run {
+				for _, d := range run[k].Data {
+					ss.addPayload(d)
+				}
+			}
+			l.runs.Add(1)
+			i = j
+			continue
+		}
 		EncodeHeader(ss.reserve(HeaderLen), &ss.reqs[i].Header)
 		for _, d := range ss.reqs[i].Data {
 			ss.addPayload(d)
 		}
+		i++
 	}
 	ss.cut()
 	ss.nreq = n

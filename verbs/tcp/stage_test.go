@@ -11,9 +11,10 @@ import (
 )
 
 // TestBatchStagesSmallPayloads: a batch copies the payloads up to
-// stageMax next to their headers, so that a run of small frames is one
-// buffer of the writev, and a larger payload is a buffer of its own
-// between two runs; the frames arrive intact and in order.
+// stageMax next to their headers, so that a run of small frames (here
+// WRITE_RUNs) is one buffer of the writev, and a larger payload is a
+// buffer of its own between two runs; the writes arrive intact and in
+// order.
 func TestBatchStagesSmallPayloads(t *testing.T) {
 	s, c, l := fakeLinkedSide(t, 8192)
 	const big = stageMax + 1
@@ -46,15 +47,17 @@ func TestBatchStagesSmallPayloads(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, werr)
 	require.Equal(t, len(sizes), k)
-	run1 := 4*HeaderLen + 8 + 1 + stageMax
-	run2 := 2*HeaderLen + 8 + 16
+	// A run of the first three writes and the header of the large one;
+	// its payload; a run of the last two.
+	run1 := HeaderLen + 3*softrc.RunDescLen + 8 + 1 + stageMax + HeaderLen
+	run2 := HeaderLen + 2*softrc.RunDescLen + 8 + 16
 	require.Equal(t, []int{run1, big, run2}, lens, "the writev's buffers")
 	off = 0
-	for i, n := range sizes {
-		h, body := readFrameFrom(t, c)
-		require.Equal(t, softrc.FrameWrite, h.Op)
-		require.Equal(t, uint64(1<<20+off), h.RAddr, "frame %d out of order", i)
-		require.Equal(t, s.mr.Bytes()[off:off+n], body, fmt.Sprintf("frame %d's payload", i))
+	for i, w := range readWrites(t, c, len(sizes)) {
+		n := sizes[i]
+		require.Equal(t, softrc.FrameWrite, w.h.Op)
+		require.Equal(t, uint64(1<<20+off), w.h.RAddr, "write %d out of order", i)
+		require.Equal(t, s.mr.Bytes()[off:off+n], w.body, fmt.Sprintf("write %d's payload", i))
 		off += n
 	}
 }

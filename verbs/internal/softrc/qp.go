@@ -106,6 +106,11 @@ type QP struct {
 	// map) while it is still registered. Cleared when the QP closes, so
 	// that it does not keep a deregistered region's memory reachable.
 	rkMR *MR
+
+	// scratch of the goroutine that runs HandleRequest, for WRITE_RUNs
+	runDesc []byte
+	runDst  [][]byte
+	runMRs  []*MR
 	// requester attributes
 	timeout       uint8
 	retryCnt      uint8

@@ -1,6 +1,8 @@
 package softrc
 
 import (
+	"encoding/binary"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -20,6 +22,9 @@ import (
 // drop the connection.
 func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 	*resp = Response{}
+	if h.Op == FrameWriteRun {
+		return q.handleWriteRun(h, p, resp)
+	}
 	n := h.PayloadLen()
 	q.mu.Lock()
 	if (q.state != verbs.QPRTR && q.state != verbs.QPRTS) || h.Seq != q.epsn {
@@ -82,11 +87,7 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 			}
 			ln = 8
 		}
-		m := q.rkMR
-		if m == nil || m.rkey != h.RKey || !m.valid() {
-			m = q.dev.lookupRKey(h.RKey)
-			q.rkMR = m
-		}
+		m := q.regionLocked(h.RKey)
 		ok := m != nil && m.valid() && m.pd == q.pd && m.access&need == need
 		if ok {
 			dst, ok = m.span(h.RAddr, ln)
@@ -188,4 +189,116 @@ func (q *QP) nakLocked(resp *Response, syn uint8, recvStatus verbs.Status, p Pay
 	q.enterErrLocked()
 	q.mu.Unlock()
 	return p.Skip(n)
+}
+
+// regionLocked is the registered region rkey names, or nil: the one the
+// last request named (rkMR) while it is still registered, else the
+// device's.
+func (q *QP) regionLocked(rkey uint32) *MR {
+	m := q.rkMR
+	if m == nil || m.rkey != rkey || !m.valid() {
+		m = q.dev.lookupRKey(rkey)
+		q.rkMR = m
+	}
+	return m
+}
+
+// handleWriteRun executes a WRITE_RUN (FrameWriteRun): the WRITEs h.Seq to
+// h.Seq+h.Imm−1, checked as HandleRequest checks a WRITE, all under one
+// hold of the lock, before any payload is read. Writes before the first
+// that fails the checks land; that one gets the NAK (REMOTE_ACCESS, or
+// INVALID_REQUEST when the QP takes no remote writes, for the run's first)
+// and moves the QP to ERR; the rest are not executed, as a responder that
+// drops what follows a NAK would not. A run whose lengths do not add up to
+// its body is a protocol error.
+func (q *QP) handleWriteRun(h *Header, p Payload, resp *Response) error {
+	k := int(h.Imm)
+	dl := k * RunDescLen // Header.Check: 1 <= k <= RunMax, dl <= h.Len
+	if cap(q.runDesc) < dl {
+		q.runDesc = make([]byte, RunMax*RunDescLen)
+	}
+	desc := q.runDesc[:dl]
+	if err := p.ReadFull(desc); err != nil {
+		return err
+	}
+	left := h.PayloadLen() - dl
+	q.mu.Lock()
+	if (q.state != verbs.QPRTR && q.state != verbs.QPRTS) || h.Seq != q.epsn {
+		q.mu.Unlock()
+		return p.Skip(left)
+	}
+	resp.QPN = q.remote.QPNum
+	resp.Seq = h.Seq
+	if q.access&verbs.AccessRemoteWrite == 0 {
+		return q.nakLocked(resp, SynInvReq, 0, p, left)
+	}
+	dsts, mrs := q.runDst[:0], q.runMRs[:0]
+	var held *MR // the region of the last reference taken: consecutive writes into it share one
+	bad, sum := k, 0
+	for i := range k {
+		d := desc[i*RunDescLen:]
+		raddr, rkey, ln := binary.BigEndian.Uint64(d), binary.BigEndian.Uint32(d[8:]), binary.BigEndian.Uint32(d[12:])
+		if uint64(ln) > uint64(left-sum) {
+			q.mu.Unlock()
+			q.dropRun(dsts, mrs)
+			return fmt.Errorf("%w: WRITE_RUN's write %d of %d bytes overruns its body (%d bytes of payload)", ErrProtocol, i, ln, left)
+		}
+		sum += int(ln)
+		if ln == 0 {
+			dsts = append(dsts, nil) // IBTA: a zero-length WRITE validates no rkey
+			continue
+		}
+		m := q.regionLocked(rkey)
+		ok := m != nil && m.valid() && m.pd == q.pd && m.access&verbs.AccessRemoteWrite != 0
+		var dst []byte
+		if ok {
+			dst, ok = m.span(raddr, uint64(ln))
+		}
+		if ok && m != held {
+			if ok = m.acquire(); ok {
+				held = m
+				mrs = append(mrs, m)
+			}
+		}
+		if !ok {
+			bad = i
+			break
+		}
+		dsts = append(dsts, dst)
+	}
+	if bad == k && sum != left {
+		q.mu.Unlock()
+		q.dropRun(dsts, mrs)
+		return fmt.Errorf("%w: WRITE_RUN's writes add up to %d bytes, its body has %d", ErrProtocol, sum, left)
+	}
+	q.epsn += uint32(bad)
+	q.mu.Unlock()
+
+	var err error
+	for _, dst := range dsts {
+		if dst != nil {
+			if err = p.ReadFull(dst); err != nil {
+				break
+			}
+		}
+		left -= len(dst)
+	}
+	q.dropRun(dsts, mrs)
+	if err != nil || bad == k {
+		return err // a broken connection drops the link, which fails the QP
+	}
+	q.mu.Lock()
+	resp.Seq = h.Seq + uint32(bad)
+	return q.nakLocked(resp, SynRemAccess, 0, p, left)
+}
+
+// dropRun releases a run's in-flight references and keeps its scratch
+// slices, cleared, for the next run.
+func (q *QP) dropRun(dsts [][]byte, mrs []*MR) {
+	for _, m := range mrs {
+		m.release()
+	}
+	clear(mrs)
+	clear(dsts)
+	q.runDst, q.runMRs = dsts[:0], mrs[:0]
 }

@@ -1,6 +1,7 @@
 package softrc
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -16,13 +17,18 @@ type FrameOp uint8
 
 // Request operations, sent by a requester to its peer's responder.
 const (
-	FrameSend      FrameOp = 1 // SEND: payload of Len bytes follows
-	FrameSendImm   FrameOp = 2 // SEND with immediate: payload follows
-	FrameWrite     FrameOp = 3 // RDMA WRITE to RAddr/RKey: payload follows
-	FrameWriteImm  FrameOp = 4 // RDMA WRITE with immediate: payload follows, consumes a recv
-	FrameReadReq   FrameOp = 5 // RDMA READ request of Len bytes at RAddr/RKey: no payload
-	FrameCmpSwap   FrameOp = 6 // ATOMIC CMP_AND_SWP at RAddr/RKey with CmpAdd, Swap
-	FrameFetchAdd  FrameOp = 7 // ATOMIC FETCH_AND_ADD at RAddr/RKey with CmpAdd
+	FrameSend     FrameOp = 1 // SEND: payload of Len bytes follows
+	FrameSendImm  FrameOp = 2 // SEND with immediate: payload follows
+	FrameWrite    FrameOp = 3 // RDMA WRITE to RAddr/RKey: payload follows
+	FrameWriteImm FrameOp = 4 // RDMA WRITE with immediate: payload follows, consumes a recv
+	FrameReadReq  FrameOp = 5 // RDMA READ request of Len bytes at RAddr/RKey: no payload
+	FrameCmpSwap  FrameOp = 6 // ATOMIC CMP_AND_SWP at RAddr/RKey with CmpAdd, Swap
+	FrameFetchAdd FrameOp = 7 // ATOMIC FETCH_AND_ADD at RAddr/RKey with CmpAdd
+	// WRITE_RUN: Imm RDMA WRITEs in one frame, the messages Seq to
+	// Seq+Imm−1 (EncodeRun); Len is the whole body. A transport may send
+	// a run of small WRITEs that ask for no ACK this way: one header and
+	// one pass through the responder for all of them.
+	FrameWriteRun  FrameOp = 8
 	FrameAck       FrameOp = 16
 	FrameNak       FrameOp = 17 // Syndrome says why; RNRTimer for an RNR NAK
 	FrameReadResp  FrameOp = 18 // READ response: payload of Len bytes follows
@@ -30,7 +36,7 @@ const (
 )
 
 // IsRequest reports whether op travels from requester to responder.
-func (op FrameOp) IsRequest() bool { return op >= FrameSend && op <= FrameFetchAdd }
+func (op FrameOp) IsRequest() bool { return op >= FrameSend && op <= FrameWriteRun }
 
 // IsResponse reports whether op travels from responder to requester.
 func (op FrameOp) IsResponse() bool { return op >= FrameAck && op <= FrameAtomicAck }
@@ -51,6 +57,8 @@ func (op FrameOp) String() string {
 		return "CMP_SWAP"
 	case FrameFetchAdd:
 		return "FETCH_ADD"
+	case FrameWriteRun:
+		return "WRITE_RUN"
 	case FrameAck:
 		return "ACK"
 	case FrameNak:
@@ -99,7 +107,7 @@ type Header struct {
 // PayloadLen is how many payload bytes follow the header on the wire.
 func (h *Header) PayloadLen() int {
 	switch h.Op {
-	case FrameSend, FrameSendImm, FrameWrite, FrameWriteImm, FrameReadResp:
+	case FrameSend, FrameSendImm, FrameWrite, FrameWriteImm, FrameReadResp, FrameWriteRun:
 		return int(h.Len)
 	}
 	return 0
@@ -128,7 +136,51 @@ func (h *Header) Check(maxMsg uint64) error {
 	if uint64(h.Len) > maxMsg {
 		return fmt.Errorf("%w: %v of %d bytes exceeds the maximum message %d", ErrProtocol, h.Op, h.Len, maxMsg)
 	}
+	if h.Op == FrameWriteRun {
+		if h.Imm < 1 || h.Imm > RunMax || uint64(h.Len) < uint64(h.Imm)*RunDescLen || h.Flags != 0 {
+			return fmt.Errorf("%w: WRITE_RUN of %d writes in %d bytes with flags %#x", ErrProtocol, h.Imm, h.Len, h.Flags)
+		}
+	}
 	return nil
+}
+
+// A WRITE_RUN frame's body is Imm descriptors of RunDescLen bytes, each
+// the remote address (8 bytes), rkey (4) and length (4) of one WRITE,
+// big-endian, and then the WRITEs' payloads one after the other: the
+// responder checks every write of the run under one hold of its QP's lock
+// before it reads any payload.
+const (
+	RunDescLen = 16
+	// RunMax is the most WRITEs one run may carry.
+	RunMax = 256
+	// RunWriteMax is the largest WRITE a transport puts in a run: small
+	// ones, whose header would cost more than their payload.
+	RunWriteMax = 512
+)
+
+// RunMember reports whether a transport may put r in a WRITE_RUN: a WRITE
+// of 1 to RunWriteMax bytes without flags (no ACK asked for, not fenced
+// or solicited).
+func RunMember(r *Request) bool {
+	return r.Op == FrameWrite && r.Flags == 0 && r.Len > 0 && r.Len <= RunWriteMax
+}
+
+// EncodeRun fills h with the header of a WRITE_RUN of rs (2 to RunMax
+// RunMember requests in the order NextRequests gave them, so with
+// consecutive sequence numbers) and desc, len(rs)*RunDescLen bytes, with
+// their descriptors. The payloads follow desc, each request's Data in
+// order.
+func EncodeRun(h *Header, desc []byte, rs []Request) {
+	n := len(rs) * RunDescLen
+	for i := range rs {
+		r := &rs[i]
+		d := desc[i*RunDescLen : (i+1)*RunDescLen]
+		binary.BigEndian.PutUint64(d, r.RAddr)
+		binary.BigEndian.PutUint32(d[8:], r.RKey)
+		binary.BigEndian.PutUint32(d[12:], r.Len)
+		n += int(r.Len)
+	}
+	*h = Header{Op: FrameWriteRun, QPN: rs[0].QPN, Seq: rs[0].Seq, Len: uint32(n), Imm: uint32(len(rs))}
 }
 
 // ErrProtocol is the cause of a transport error due to a malformed or
@@ -267,10 +319,11 @@ func (r *Response) Done() {
 // NextRequest may have work and Close to drop the connection; both must not
 // block for long and are never called with core locks held.
 //
-// The transport guarantees: one goroutine at a time calls NextRequest on a
-// QP, one at a time calls HandleRequest, one at a time calls HandleResponse;
-// requests reach the peer in the order NextRequest produced them, and
-// responses come back in the order the peer's HandleRequest produced them.
+// The transport guarantees: one goroutine at a time calls NextRequest (or
+// NextRequestMax, NextRequests) on a QP, one at a time calls
+// HandleRequest, one at a time calls HandleResponse; requests reach the
+// peer in the order NextRequest produced them, and responses come back in
+// the order the peer's HandleRequest produced them.
 type Link interface {
 	Kick()
 	Close()
