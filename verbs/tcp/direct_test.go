@@ -97,14 +97,14 @@ func TestPayloadsReadInPlace(t *testing.T) {
 			const n, rounds = 256 << 10, 20
 			imm++
 			send(n, imm, false)
-			before := l.bufCopied.Load()
+			before := l.copiedBytes()
 			for range rounds {
 				imm++
 				send(n, imm, false)
 				imm++
 				send(8, imm, false)
 			}
-			copied := l.bufCopied.Load() - before
+			copied := l.copiedBytes() - before
 			t.Logf("%d of %d payload bytes copied out of the read buffer", copied, rounds*(n+8))
 			assert.LessOrEqual(t, copied, int64(rounds*(8+headerRead)), "large payloads went through the read buffer")
 		})
@@ -163,7 +163,7 @@ func TestSpinningWaiterReadsRestInPlace(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return l.holder.Load() == holderPoller }, 5*time.Second, time.Millisecond)
 	f := writeImmFrame(a.qp, mr, 0, n, 5)
-	before, reads := l.bufCopied.Load(), l.spinReads.Load()
+	before, reads := l.copiedBytes(), l.spinReads.Load()
 	_, err := c.Write(f[:HeaderLen+first])
 	require.NoError(t, err)
 	// The waiter reads the header and the start as they come (spinFill).
@@ -172,7 +172,7 @@ func TestSpinningWaiterReadsRestInPlace(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, <-res)
 	require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:n]), "payload not placed intact")
-	copied := l.bufCopied.Load() - before
+	copied := l.copiedBytes() - before
 	assert.Less(t, copied, int64(n/2), "the rest of the frame went through the read buffer")
 }
 

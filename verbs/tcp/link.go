@@ -82,7 +82,7 @@ type link struct {
 	aheadReads  atomic.Int32 // payloads a poller read without a look, the look before their header's read having found them (for tests)
 	incomings   atomic.Int32 // Incoming's looks at the socket (for tests)
 	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
-	bufCopied   atomic.Int64 // payload bytes copied out of the read buffer rather than read in place (for tests)
+	bufCopied   uint64       // payload bytes copied out of the read buffer rather than read in place (for tests: copiedBytes)
 	writerKicks atomic.Int32 // work handed to the writer goroutine (wakeWriter; for tests)
 	qw          queueWait    // awaitQueued's scratch
 
@@ -539,3 +539,6 @@ func (l *link) write(bufs net.Buffers) error {
 	}
 	return nil
 }
+
+// copiedBytes is bufCopied, loaded atomically (for tests).
+func (l *link) copiedBytes() int64 { return int64(atomic.LoadUint64(&l.bufCopied)) }

@@ -50,12 +50,12 @@ func TestMidFramesReadInPlace(t *testing.T) {
 				require.True(t, bytes.Equal(f[HeaderLen:], mr.Bytes()[:size]), "frame of %d bytes not placed intact", size)
 			}
 			send(n)
-			before := l.bufCopied.Load()
+			before := l.copiedBytes()
 			for range rounds {
 				send(n)
 				send(8)
 			}
-			copied := l.bufCopied.Load() - before
+			copied := l.copiedBytes() - before
 			t.Logf("%d of %d payload bytes copied out of the read buffer", copied, rounds*(n+8))
 			if mode != "waiter" {
 				// By default too: reading a header alone cost 32 KiB

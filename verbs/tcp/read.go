@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/internal/futex"
+	"github.com/rdmago/rdmago/internal/shmsync"
 	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
 
@@ -213,7 +214,7 @@ type payload struct {
 	sr       *sockReader // the connection itself, under br
 	left     int
 	progress func()
-	copied   *atomic.Int64 // payload bytes copied out of the read buffer (for tests)
+	copied   *uint64 // payload bytes copied out of the read buffer (for tests; see count)
 	// A waiter streaming a READ response (streamFrame): its ctx and CQ.
 	// While stopCQ is set, ReadFull's reads are interruptible, and one
 	// that is interrupted, or finds ctx ended or the CQ with a completion,
@@ -251,12 +252,17 @@ func (p *payload) ReadFull(dst []byte) error {
 	if len(dst) > p.left {
 		return fmt.Errorf("%w: read of %d bytes past the frame's %d remaining", softrc.ErrProtocol, len(dst), p.left)
 	}
-	var copied int64
-	defer func() {
-		if copied > 0 && p.copied != nil {
-			p.copied.Add(copied)
-		}
-	}()
+	if p.stopCQ == nil && len(dst) <= p.br.Buffered() && len(dst) <= softrc.ProgressChunk {
+		// All of it is buffered and nobody streams (a small frame's
+		// payload, a WRITE_RUN's writes): one copy, and no deferred calls
+		// or locked instructions, which a run's small writes paid per write.
+		n, _ := p.br.Read(dst) // n == len(dst): bufio copies from what it holds
+		p.left -= n
+		p.count(n)
+		return nil
+	}
+	var copied int
+	defer func() { p.count(copied) }()
 	direct := false // the rest goes straight from the socket
 	filled := 0     // bytes of dst placed so far
 	if p.stopCQ != nil {
@@ -277,7 +283,7 @@ func (p *payload) ReadFull(dst []byte) error {
 				n, err = p.sr.Read(dst[got:k])
 			} else {
 				n, err = p.br.Read(dst[got:k])
-				copied += int64(n)
+				copied += n
 			}
 			got += n
 			p.left -= n
@@ -301,6 +307,14 @@ func (p *payload) ReadFull(dst []byte) error {
 		}
 	}
 	return nil
+}
+
+// count adds n to the bytes copied out of the read buffer (payload.copied):
+// one writer at a time, the holder of the read token, so a light store.
+func (p *payload) count(n int) {
+	if n > 0 && p.copied != nil {
+		shmsync.PublishLight64(p.copied, *p.copied+uint64(n))
+	}
 }
 
 func (p *payload) Skip(n int) error {
