@@ -27,15 +27,10 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 	}
 	n := h.PayloadLen()
 	q.mu.Lock()
-	if (q.state != verbs.QPRTR && q.state != verbs.QPRTS) || h.Seq != q.epsn {
-		// Not ready, in ERR, or a request after one we NAKed for RNR (the
-		// requester goes back and resends it): drop silently, as RC drops
-		// out-of-sequence packets.
+	if !q.inSequenceLocked(h, resp) {
 		q.mu.Unlock()
 		return p.Skip(n)
 	}
-	resp.QPN = q.remote.QPNum
-	resp.Seq = h.Seq
 	// Opcode against the QP's inbound access flags.
 	var need verbs.Access
 	switch h.Op {
@@ -191,6 +186,20 @@ func (q *QP) nakLocked(resp *Response, syn uint8, recvStatus verbs.Status, p Pay
 	return p.Skip(n)
 }
 
+// inSequenceLocked reports whether the responder takes request h now, and
+// then addresses resp to its requester: not while the QP is not ready or
+// in ERR, nor a request after one NAKed for RNR (the requester goes back
+// and resends it), which are dropped silently, as RC drops out-of-sequence
+// packets.
+func (q *QP) inSequenceLocked(h *Header, resp *Response) bool {
+	if (q.state != verbs.QPRTR && q.state != verbs.QPRTS) || h.Seq != q.epsn {
+		return false
+	}
+	resp.QPN = q.remote.QPNum
+	resp.Seq = h.Seq
+	return true
+}
+
 // regionLocked is the registered region rkey names, or nil: the one the
 // last request named (rkMR) while it is still registered, else the
 // device's.
@@ -223,12 +232,10 @@ func (q *QP) handleWriteRun(h *Header, p Payload, resp *Response) error {
 	}
 	left := h.PayloadLen() - dl
 	q.mu.Lock()
-	if (q.state != verbs.QPRTR && q.state != verbs.QPRTS) || h.Seq != q.epsn {
+	if !q.inSequenceLocked(h, resp) {
 		q.mu.Unlock()
 		return p.Skip(left)
 	}
-	resp.QPN = q.remote.QPNum
-	resp.Seq = h.Seq
 	if q.access&verbs.AccessRemoteWrite == 0 {
 		return q.nakLocked(resp, SynInvReq, 0, p, left)
 	}
