@@ -222,7 +222,10 @@ func (q *QP) regionLocked(rkey uint32) *MR {
 // its body is a protocol error.
 func (q *QP) handleWriteRun(h *Header, p Payload, resp *Response) error {
 	k := int(h.Imm)
-	dl := k * RunDescLen // Header.Check: 1 <= k <= RunMax, dl <= h.Len
+	dl := k * RunDescLen
+	if err := h.Check(q.dev.cfg.Caps.MaxMsgSize); err != nil {
+		return err // 1 <= k <= RunMax and dl <= h.Len, whoever decoded h
+	}
 	if cap(q.runDesc) < dl {
 		q.runDesc = make([]byte, RunMax*RunDescLen)
 	}
