@@ -82,7 +82,7 @@ type link struct {
 	aheadReads  atomic.Int32 // payloads a poller read without a look, the look before their header's read having found them (for tests)
 	incomings   atomic.Int32 // Incoming's looks at the socket (for tests)
 	respSends   atomic.Int32 // how often the reading side sent its queued responses (for tests)
-	bufCopied   uint64       // payload bytes copied out of the read buffer rather than read in place (for tests: copiedBytes)
+	bufCopied   *uint64      // payload bytes copied out of the read buffer rather than read in place (for tests: copiedBytes); allocated alone, so 64-bit aligned on 32-bit platforms
 	writerKicks atomic.Int32 // work handed to the writer goroutine (wakeWriter; for tests)
 	qw          queueWait    // awaitQueued's scratch
 
@@ -114,7 +114,8 @@ func (t *transport) startLink(q *softrc.QP, c net.Conn, hbr *bufio.Reader, peerQ
 	pre, _ := hbr.Peek(hbr.Buffered())
 	l.sr = sockReader{l: l, pre: pre}
 	l.br = bufio.NewReaderSize(&l.sr, readBufSize)
-	l.fs.pl = payload{br: l.br, sr: &l.sr, progress: l.progress, copied: &l.bufCopied, streamed: &l.streamBytes}
+	l.bufCopied = new(uint64)
+	l.fs.pl = payload{br: l.br, sr: &l.sr, progress: l.progress, copied: l.bufCopied, streamed: &l.streamBytes}
 	l.fs.maxMsg = t.dev.Caps().MaxMsgSize
 	l.interruptFn = l.Interrupt
 	l.ws.init(l)
@@ -541,4 +542,4 @@ func (l *link) write(bufs net.Buffers) error {
 }
 
 // copiedBytes is bufCopied, loaded atomically (for tests).
-func (l *link) copiedBytes() int64 { return int64(atomic.LoadUint64(&l.bufCopied)) }
+func (l *link) copiedBytes() int64 { return int64(atomic.LoadUint64(l.bufCopied)) }
