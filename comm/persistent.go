@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/internal/lightmu"
 )
 
 // Persistent is a collective set up once and started many times
@@ -33,7 +34,10 @@ type Persistent struct {
 	quit chan struct{}
 	wg   sync.WaitGroup
 
-	mu     sync.Mutex
+	// mu is taken three times a run (Start, Wait's claim, the run's end),
+	// nearly always by the one goroutine that starts and waits: a light
+	// mutex, whose Unlock is no locked instruction.
+	mu     lightmu.Mutex
 	state  int           // pIdle, pStarted, pRunning, pEnded, pDone
 	turn   chan struct{} // the active run's turn (queue.take)
 	ctx    context.Context
