@@ -81,18 +81,29 @@ var crowded = softrc.Config{Provider: "fake", Name: "fake", Caps: softrc.Default
 // drivenWith is driven on a device made with cfg.
 func drivenWith(t *testing.T, d *fakeDriver, cfg softrc.Config) (verbs.QP, verbs.CQ) {
 	t.Helper()
+	_, qp, cq := selfConnected(t, d, cfg, verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1})
+	require.NoError(t, qp.PostRecv(verbs.RecvWR{ID: 7}))
+	return qp, cq
+}
+
+// selfConnected is a QP of caps connected to itself on a device made with
+// cfg whose link is d, with its PD and CQ (send and receive).
+func selfConnected(t *testing.T, d *fakeDriver, cfg softrc.Config, caps verbs.QPCap) (verbs.PD, verbs.QP, verbs.CQ) {
+	t.Helper()
 	dev := softrc.NewDevice(cfg, fakeTransport{d})
 	t.Cleanup(func() { _ = dev.Close() })
 	pd, err := dev.AllocPD()
 	require.NoError(t, err)
 	cq, err := dev.CreateCQ(16)
 	require.NoError(t, err)
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: caps})
 	require.NoError(t, err)
 	require.NoError(t, verbs.Connect(qp, qp.Address(), verbs.DefaultConnectOptions()))
-	require.NoError(t, qp.PostRecv(verbs.RecvWR{ID: 7}))
-	return qp, cq
+	return pd, qp, cq
 }
+
+// fakeConfig is the config of a device of the fake provider.
+var fakeConfig = softrc.Config{Provider: "fake", Name: "fake", Caps: softrc.DefaultCaps()}
 
 func toErr(t *testing.T, qp verbs.QP) {
 	t.Helper()

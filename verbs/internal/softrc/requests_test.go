@@ -16,15 +16,7 @@ import (
 // NextRequestMax called in a loop would.
 func TestNextRequestsTakesARunInOrder(t *testing.T) {
 	d := &fakeDriver{intr: make(chan struct{}, 1)} // Kick does nothing: nothing is sent unless pulled here
-	dev := softrc.NewDevice(softrc.Config{Provider: "fake", Name: "fake", Caps: softrc.DefaultCaps()}, fakeTransport{d})
-	t.Cleanup(func() { _ = dev.Close() })
-	pd, err := dev.AllocPD()
-	require.NoError(t, err)
-	cq, err := dev.CreateCQ(16)
-	require.NoError(t, err)
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64}})
-	require.NoError(t, err)
-	require.NoError(t, verbs.Connect(qp, qp.Address(), verbs.DefaultConnectOptions()))
+	pd, qp, _ := selfConnected(t, d, fakeConfig, verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: 64})
 	mr, err := pd.AllocMR(4096, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	require.NoError(t, err)
 	big := bytes.Repeat([]byte{'z'}, 200)

@@ -95,16 +95,7 @@ func FuzzWriteRun(f *testing.F) {
 // region registered at mem[16:], its rkey and its address.
 func fuzzTarget(t *testing.T, regionLen int) (*softrc.QP, []byte, uint32, uint64) {
 	t.Helper()
-	d := &fakeDriver{intr: make(chan struct{}, 1)}
-	dev := softrc.NewDevice(softrc.Config{Provider: "fake", Name: "fake", Caps: softrc.DefaultCaps()}, fakeTransport{d})
-	t.Cleanup(func() { _ = dev.Close() })
-	pd, err := dev.AllocPD()
-	require.NoError(t, err)
-	cq, err := dev.CreateCQ(4)
-	require.NoError(t, err)
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
-	require.NoError(t, verbs.Connect(qp, qp.Address(), verbs.DefaultConnectOptions()))
+	pd, qp, _ := selfConnected(t, &fakeDriver{intr: make(chan struct{}, 1)}, fakeConfig, verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1})
 	mem := make([]byte, 16+regionLen+16)
 	mr, err := pd.RegMR(mem[16:16+regionLen], verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	require.NoError(t, err)
