@@ -82,15 +82,11 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 			}
 			ln = 8
 		}
-		m := q.regionLocked(h.RKey)
-		ok := m != nil && m.valid() && m.pd == q.pd && m.access&need == need
-		if ok {
-			dst, ok = m.span(h.RAddr, ln)
-		}
+		m, span, ok := q.targetLocked(h.RKey, h.RAddr, ln, need)
 		if !ok || !m.acquire() {
 			return q.nakLocked(resp, SynRemAccess, verbs.StatusLocAccessErr, p, n)
 		}
-		mr = m
+		mr, dst = m, span
 	}
 	q.epsn++
 	q.mu.Unlock()
@@ -200,16 +196,23 @@ func (q *QP) inSequenceLocked(h *Header, resp *Response) bool {
 	return true
 }
 
-// regionLocked is the registered region rkey names, or nil: the one the
-// last request named (rkMR) while it is still registered, else the
-// device's.
-func (q *QP) regionLocked(rkey uint32) *MR {
-	m := q.rkMR
+// targetLocked checks a request's target, rkey and [addr, addr+n), as the
+// responder does (the region registered, of this QP's PD, with the access
+// need, the span inside it), and returns the region and the span; ok is
+// false when a check fails (REMOTE_ACCESS). The region is the one the last
+// request named (rkMR) while it is still registered, else the device's.
+// It takes no in-flight reference.
+func (q *QP) targetLocked(rkey uint32, addr, n uint64, need verbs.Access) (m *MR, span []byte, ok bool) {
+	m = q.rkMR
 	if m == nil || m.rkey != rkey || !m.valid() {
 		m = q.dev.lookupRKey(rkey)
 		q.rkMR = m
 	}
-	return m
+	if m == nil || !m.valid() || m.pd != q.pd || m.access&need != need {
+		return m, nil, false
+	}
+	span, ok = m.span(addr, n)
+	return m, span, ok
 }
 
 // handleWriteRun executes a WRITE_RUN (FrameWriteRun): the WRITEs h.Seq to
@@ -258,12 +261,7 @@ func (q *QP) handleWriteRun(h *Header, p Payload, resp *Response) error {
 			dsts = append(dsts, nil) // IBTA: a zero-length WRITE validates no rkey
 			continue
 		}
-		m := q.regionLocked(rkey)
-		ok := m != nil && m.valid() && m.pd == q.pd && m.access&verbs.AccessRemoteWrite != 0
-		var dst []byte
-		if ok {
-			dst, ok = m.span(raddr, uint64(ln))
-		}
+		m, dst, ok := q.targetLocked(rkey, raddr, uint64(ln), verbs.AccessRemoteWrite)
 		if ok && m != held {
 			if ok = m.acquire(); ok {
 				held = m
