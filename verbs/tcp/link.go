@@ -424,31 +424,27 @@ func (l *link) batch(limit uint32, inline bool) (int, error) {
 	for i := 0; i < n; {
 		// Small WRITEs that ask for no ACK, one after another (a window of
 		// Puts), go as one WRITE_RUN frame: one header to encode, decode
-		// and check instead of one each.
+		// and check instead of one each. Either way the requests' payloads
+		// follow in order.
 		j := i
 		for j < n && j-i < softrc.RunMax && softrc.RunMember(&ss.reqs[j]) {
 			j++
 		}
 		if j-i >= 2 {
-			run := ss.reqs[i:j]
 			var h softrc.Header
 			hb := ss.reserve(HeaderLen)
-			softrc.EncodeRun(&h, ss.reserve(len(run)*softrc.RunDescLen), run)
+			softrc.EncodeRun(&h, ss.reserve((j-i)*softrc.RunDescLen), ss.reqs[i:j])
 			EncodeHeader(hb, &h)
-			for k := range run {
-				for _, d := range run[k].Data {
-					ss.addPayload(d)
-				}
-			}
 			l.runs.Add(1)
-			i = j
-			continue
+		} else {
+			j = i + 1
+			EncodeHeader(ss.reserve(HeaderLen), &ss.reqs[i].Header)
 		}
-		EncodeHeader(ss.reserve(HeaderLen), &ss.reqs[i].Header)
-		for _, d := range ss.reqs[i].Data {
-			ss.addPayload(d)
+		for ; i < j; i++ {
+			for _, d := range ss.reqs[i].Data {
+				ss.addPayload(d)
+			}
 		}
-		i++
 	}
 	ss.cut()
 	ss.nreq = n
