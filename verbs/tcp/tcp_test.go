@@ -279,6 +279,15 @@ func TestMalformedFrames(t *testing.T) {
 		mut(b)
 		return b
 	}
+	// run is a WRITE_RUN to qpn announcing n bytes and imm writes, then body.
+	run := func(qpn, n, imm uint32, body []byte) []byte {
+		return append(hdr(func(b []byte) {
+			b[0] = byte(softrc.FrameWriteRun)
+			binary.BigEndian.PutUint32(b[4:], qpn)
+			binary.BigEndian.PutUint32(b[12:], n)
+			binary.BigEndian.PutUint32(b[28:], imm)
+		}), body...)
+	}
 	for _, tc := range []struct {
 		name  string
 		frame func(qpn uint32) []byte
@@ -305,40 +314,19 @@ func TestMalformedFrames(t *testing.T) {
 		{"syndrome on ack", func(qpn uint32) []byte {
 			return hdr(func(b []byte) { b[0] = 16; b[2] = 1; binary.BigEndian.PutUint32(b[4:], qpn) })
 		}},
-		{"write run of no writes", func(qpn uint32) []byte {
-			return hdr(func(b []byte) { b[0] = 8; binary.BigEndian.PutUint32(b[4:], qpn) })
-		}},
-		{"write run shorter than its descriptors", func(qpn uint32) []byte {
-			return hdr(func(b []byte) {
-				b[0] = 8
-				binary.BigEndian.PutUint32(b[4:], qpn)
-				binary.BigEndian.PutUint32(b[12:], 16)
-				binary.BigEndian.PutUint32(b[28:], 2)
-			})
-		}},
+		{"write run of no writes", func(qpn uint32) []byte { return run(qpn, 0, 0, nil) }},
+		{"write run shorter than its descriptors", func(qpn uint32) []byte { return run(qpn, 16, 2, nil) }},
 		{"write run whose lengths overrun it", func(qpn uint32) []byte {
 			// In sequence (the QP's first request: PSN 0), so the
 			// responder reads its descriptors: one write of 100 bytes in
 			// a body of 16+8.
-			f := hdr(func(b []byte) {
-				b[0] = 8
-				binary.BigEndian.PutUint32(b[4:], qpn)
-				binary.BigEndian.PutUint32(b[12:], 24)
-				binary.BigEndian.PutUint32(b[28:], 1)
-			})
 			d := make([]byte, 24)
 			binary.BigEndian.PutUint32(d[12:], 100)
-			return append(f, d...)
+			return run(qpn, 24, 1, d)
 		}},
 		{"write run whose lengths fall short", func(qpn uint32) []byte {
 			// Two zero-length writes (no rkey to check) in a body of 32+8.
-			f := hdr(func(b []byte) {
-				b[0] = 8
-				binary.BigEndian.PutUint32(b[4:], qpn)
-				binary.BigEndian.PutUint32(b[12:], 40)
-				binary.BigEndian.PutUint32(b[28:], 2)
-			})
-			return append(f, make([]byte, 40)...)
+			return run(qpn, 40, 2, make([]byte, 40))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
