@@ -1,0 +1,5 @@
+//go:build !(linux && amd64)
+
+package thiscpu
+
+func id() int { return -1 }
