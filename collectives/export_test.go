@@ -69,3 +69,11 @@ func ShmPrefetches(e *Engine) int { return e.shm.prefetches }
 // HierBig says whether e's hierarchical algorithms take their bandwidth
 // forms for n bytes.
 func HierBig(e *Engine, n int) bool { return e.hierBig(n) }
+
+// SetShmCPU makes e's shared-memory waits take f's answer for the CPU
+// they run on (see Keeping the CPU); call it before e's first call.
+func SetShmCPU(e *Engine, f func() int) { e.shm.cpu = f }
+
+// ShmKept is how many of e's shared-memory waits ended while keeping the
+// CPU (keepCPU).
+func ShmKept(e *Engine) int { return e.shm.kept }

@@ -147,6 +147,21 @@ type Model struct {
 	// 1 KiB the prefetches of two slots' lines every poll cost what they
 	// save (two ranks: 0.91-1.06 of the time; 0.75-0.93 at 64-512 B).
 	ShmPrefetchMax int
+	// ShmKeepCPU: where the ranks outnumber the CPUs, a shared-memory
+	// waiter polls without yielding for at most this long while the rank
+	// it waits for looks about to publish from another CPU (see Keeping
+	// the CPU in alg_shm.go; negative: never). On the 2-vCPU VM the
+	// defaults were measured on, 4 ranks with the root alone on a CPU, a
+	// bcast of 4 B-1 KiB took 0.07-0.09 of its time without (7-10 µs a
+	// call before); 2 µs beat 1 and 4 there, and in the exchanges
+	// (alltoall with 2 ranks a CPU 0.78-0.84 of the time without; 0.99-1.13
+	// with 3 ranks on one CPU, whose waits pay for the notes).
+	ShmKeepCPU time.Duration
+	// ShmLiveWindow: a rank counts as running for ShmKeepCPU if its wait
+	// looked within this long. A waiter looks every 4 polls and a yield,
+	// and a yield (a system call) took 1.3 µs on that VM: the looks came
+	// 2-4 µs apart.
+	ShmLiveWindow time.Duration
 	// HierBigBytes: above this size the hierarchical algorithms use their
 	// bandwidth forms (ring reduce-scatter and gather inside a host,
 	// scatter-allgather bcast) instead of binomial trees.
@@ -219,6 +234,8 @@ var defModel = Model{
 	ShmPipeBytes:        math.MaxInt,
 	ShmPieceMin:         64 << 10,
 	ShmPrefetchMax:      512,
+	ShmKeepCPU:          2 * time.Microsecond,
+	ShmLiveWindow:       8 * time.Microsecond,
 	HierBigBytes:        64 << 10,
 	HierBigCrowdedBytes: 2 << 20,
 	RingPieceBytes:      math.MaxInt,
@@ -273,6 +290,10 @@ func (m Model) withDefaults() Model {
 	} {
 		setI(f.v, *f.d)
 	}
+	if m.ShmKeepCPU == 0 {
+		m.ShmKeepCPU = d.ShmKeepCPU
+	}
+	setD(&m.ShmLiveWindow, d.ShmLiveWindow)
 	setD(&m.IntraAlpha, m.Alpha)
 	setF(&m.IntraBeta, m.Beta)
 	setD(&m.OneSidedAlpha, m.Alpha)

@@ -307,7 +307,7 @@ func TestAutoIsCheapestByModel(t *testing.T) {
 // randTunableValue is a value for tu in ParseTuning's syntax.
 func randTunableValue(r *rand.Rand, tu collectives.Tunable) string {
 	switch tu.Name {
-	case "alpha", "intra_alpha", "onesided_alpha":
+	case "alpha", "intra_alpha", "onesided_alpha", "crowded_keep_cpu", "crowded_live_window":
 		return time.Duration(logUniform(r, 50, 200e3)).String()
 	case "beta", "gamma", "intra_beta", "copy_beta":
 		return strconv.FormatFloat(logUniform(r, 1e-12, 1e-7), 'g', -1, 64)

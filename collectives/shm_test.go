@@ -423,6 +423,69 @@ func TestCrowdedWaitYieldsAtOnce(t *testing.T) {
 	}
 }
 
+// TestCrowdedWaitKeepsCPUForAPeerElsewhere: a crowded bcast reader whose
+// root noted itself on another CPU moments ago polls for the data without
+// yielding, and its wait ends there (see Keeping the CPU); with the
+// ranks on one CPU, or crowded_keep_cpu off, no wait does. The windows
+// are long so that a slow run (the race detector) still sees the root
+// live.
+func TestCrowdedWaitKeepsCPUForAPeerElsewhere(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		apart    bool // the ranks report different CPUs
+		tune     string
+		keepsCPU bool
+	}{
+		{"apart", true, "", true},
+		{"one CPU", false, "", false},
+		{"apart, off", true, "crowded_keep_cpu=off", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			opts := force(collectives.CollBcast, collectives.SharedMemory)
+			opts.Algorithms[collectives.CollBarrier] = collectives.SharedMemory
+			require.NoError(t, collectives.ParseTuning("crowded_keep_cpu=50ms,crowded_live_window=10s", &opts))
+			require.NoError(t, collectives.ParseTuning(tc.tune, &opts))
+			const calls = 50
+			kept := make([]int, 2)
+			errs := world(t, 2, coltest.Options{Shared: true, Crowded: true}, opts, func(ctx context.Context, e *collectives.Engine, r int) error {
+				cpu := 0
+				if tc.apart {
+					cpu = r
+				}
+				collectives.SetShmCPU(e, func() int { return cpu })
+				buf := make([]int64, 4)
+				for i := range calls {
+					if err := collectives.Barrier(ctx, e); err != nil {
+						return err
+					}
+					if r == 0 {
+						buf[0] = int64(i)
+					}
+					if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
+						return err
+					}
+					if buf[0] != int64(i) {
+						return fmt.Errorf("rank %d, call %d: got %d", r, i, buf[0])
+					}
+				}
+				kept[r] = collectives.ShmKept(e)
+				return nil
+			})
+			requireAllOK(t, errs)
+			if tc.keepsCPU {
+				// The reader cannot wait for the root's bcast every time
+				// (the root may publish before it looks), but some of
+				// the barriers' and bcasts' waits do.
+				require.Positive(t, kept[0]+kept[1], "no wait kept the CPU")
+			} else {
+				require.Zero(t, kept[0]+kept[1], "waits kept the CPU")
+			}
+		})
+	}
+}
+
 // TestShmQuickEnd: a shared-memory call that succeeds ends without taking
 // the Engine's lock (endQuick: a locked instruction there would wait for
 // the peers to give up the lines the call just published), and whoever

@@ -26,6 +26,7 @@ const (
 	tuneDuration
 	tuneFloat
 	tunePositiveBytes // InlineBytes, SegmentBytes: no "none"
+	tuneDurationOff   // a duration, or "off" (stored as -1)
 )
 
 // modelField makes a Tunable's accessor for a field of Options.Model,
@@ -112,6 +113,10 @@ var tunables = []Tunable{
 		modelField(func(m *Model) *int { return &m.ShmPieceMin }), bytesDef(defModel.ShmPieceMin)},
 	{"shm_prefetch_max", "a shared-memory reader prefetches the lines of a chunk it waits for, past the slot's first line, up to this many bytes", tuneBytes,
 		modelField(func(m *Model) *int { return &m.ShmPrefetchMax }), bytesDef(defModel.ShmPrefetchMax)},
+	{"crowded_keep_cpu", "where ranks outnumber CPUs, a shared-memory waiter polls without yielding for at most this long while the rank it waits for looks about to publish from another CPU (\"off\": never)", tuneDurationOff,
+		modelField(func(m *Model) *time.Duration { return &m.ShmKeepCPU }), defModel.ShmKeepCPU.String()},
+	{"crowded_live_window", "a rank counts as running, for crowded_keep_cpu, if its wait looked within this long", tuneDuration,
+		modelField(func(m *Model) *time.Duration { return &m.ShmLiveWindow }), defModel.ShmLiveWindow.String()},
 	{"hier_big_bytes", "hierarchical algorithms use their bandwidth forms (ring reduce-scatter and gather inside a host, scatter-allgather bcast) above this size, binomial trees below", tuneBytes,
 		modelField(func(m *Model) *int { return &m.HierBigBytes }), bytesDef(defModel.HierBigBytes)},
 	{"hier_big_crowded_bytes", "hier_big_bytes where a host's ranks outnumber its CPUs", tuneBytes,
@@ -168,6 +173,16 @@ func (t Tunable) Set(o *Options, v string) error {
 			return bad("at most 1M")
 		}
 		*t.ptr(o, true).(*int) = n
+	case tuneDurationOff:
+		if v == "off" {
+			*t.ptr(o, true).(*time.Duration) = -1
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return bad(`a positive duration (4us, 800ns) or "off"`)
+		}
+		*t.ptr(o, true).(*time.Duration) = d
 	case tuneDuration:
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
