@@ -147,6 +147,9 @@ func (t Tunable) Value(o Options) (string, bool) {
 	case *float64:
 		return fmt.Sprint(*p), *p != 0
 	case *time.Duration:
+		if t.kind == tuneDurationOff && *p < 0 {
+			return "off", true
+		}
 		return p.String(), *p != 0
 	}
 	return "", false

@@ -63,6 +63,8 @@ func TestParseTuningErrors(t *testing.T) {
 		{"inline_bytes=2M", `inline_bytes="2M": want at most 1M`},
 		{"segment_bytes=max", `segment_bytes="max": want a positive size`},
 		{"alpha=3", `alpha="3": want a positive duration`},
+		{"crowded_keep_cpu=0", `crowded_keep_cpu="0": want a positive duration (4us, 800ns) or "off"`},
+		{"crowded_keep_cpu=none", `crowded_keep_cpu="none": want a positive duration`},
 		{"beta=-1e-9", `beta="-1e-9": want a positive number`},
 		{"gamma=NaN", `gamma="NaN": want a positive number`},
 		{"post_overlap=+Inf", `post_overlap="+Inf": want a positive number`},
@@ -85,6 +87,22 @@ func TestParseTuningErrors(t *testing.T) {
 	require.Equal(t, 1<<30, o.Model.HierBigBytes)
 	v, _ := collectives.Tunables()[0].Value(collectives.Options{})
 	require.Empty(t, v)
+	// "off" turns keeping the CPU off (a negative duration), reads back
+	// as "off", and survives the Engine's defaults.
+	o = collectives.Options{}
+	require.NoError(t, collectives.ParseTuning("crowded_keep_cpu=off", &o))
+	require.Negative(t, o.Model.ShmKeepCPU)
+	for _, tu := range collectives.Tunables() {
+		if tu.Name == "crowded_keep_cpu" {
+			v, set := tu.Value(o)
+			require.True(t, set)
+			require.Equal(t, "off", v)
+		}
+	}
+	e, err := collectives.New(coltest.NewWorld(1, coltest.Options{}).Group(0), o)
+	require.NoError(t, err)
+	defer e.Close()
+	require.Negative(t, e.Model().ShmKeepCPU)
 }
 
 // TestMergeTuning: a tunable set in dst stays, one left at its default
