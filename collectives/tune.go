@@ -176,19 +176,14 @@ func (t Tunable) Set(o *Options, v string) error {
 			return bad("at most 1M")
 		}
 		*t.ptr(o, true).(*int) = n
-	case tuneDurationOff:
-		if v == "off" {
-			*t.ptr(o, true).(*time.Duration) = -1
-			return nil
-		}
+	case tuneDuration, tuneDurationOff:
 		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
+		switch {
+		case t.kind == tuneDurationOff && v == "off":
+			d = -1
+		case t.kind == tuneDurationOff && (err != nil || d <= 0):
 			return bad(`a positive duration (4us, 800ns) or "off"`)
-		}
-		*t.ptr(o, true).(*time.Duration) = d
-	case tuneDuration:
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
+		case err != nil || d <= 0:
 			return bad("a positive duration (3us, 800ns)")
 		}
 		*t.ptr(o, true).(*time.Duration) = d
