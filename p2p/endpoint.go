@@ -61,6 +61,9 @@ type Endpoint struct {
 	pipes     map[splitKey]*pipeIn  // pipelined messages whose fragments are arriving
 	reads     map[uint32]*Request   // READ posted, waiting for completion
 	writes    map[uint32]*Request   // window writes waiting for completion
+	// steerParked: failed pipelined receives the provider may still be
+	// reading into (see Steering in pipe.go).
+	steerParked []steerParked
 	// nwrites is len(writes), and down is set once the endpoint fails or
 	// closes, for IwriteNow's copy without ep.mu (see Window.fast).
 	nwrites  atomic.Int32
@@ -565,6 +568,7 @@ func (ep *Endpoint) Close() error {
 		delete(ep.reads, id)
 		ep.completeLocked(r, ep.opErr(r, errEndpointClosed))
 	}
+	ep.unparkLocked(true)
 	for id, r := range ep.writes {
 		ep.dropWriteLocked(id)
 		ep.completeLocked(r, ep.opErr(r, errEndpointClosed))

@@ -70,6 +70,16 @@ func (m *matcher) arrive(env envelope) *Request {
 	return nil
 }
 
+// peek is arrive without the removal.
+func (m *matcher) peek(env envelope) *Request {
+	for _, r := range m.posted.items() {
+		if r.pattern.fits(env) {
+			return r
+		}
+	}
+	return nil
+}
+
 func (m *matcher) addUnexpected(in *inbound) { m.unexp.push(in) }
 
 // find returns the oldest unexpected message that fits pattern, removing it

@@ -2,6 +2,7 @@ package p2p
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,7 @@ import (
 
 // WR ids: kind<<56 | rank<<32 | index.
 const (
-	wrRecv  = 1 // index: receive slot
+	wrRecv  = 1 // index: the post's sequence number (mod 2^16)<<16 | receive slot (see recvWR)
 	wrSend  = 2 // index: staging slot
 	wrRead  = 3 // index: read id
 	wrWrite = 4 // index: write id
@@ -123,6 +124,17 @@ type peer struct {
 	batcher verbs.PostBatcher // the QP's, when it has the capability (Endpoint.holdPosts)
 	held    bool              // batcher holds posts for the endpoint (Endpoint.holdPosts)
 	grows   bool              // buffers grow on demand (maxRecv > EagerSlots; symmetric)
+	// steer takes the bodies of pipelined fragments from the provider
+	// straight into their receive (nil: the QP cannot; see pipeSteer).
+	steer *pipeSteer
+	// Receives posted to p and receive completions of p handled, each
+	// mod 2^16 (see recvWR).
+	postSeq, doneSeq uint16
+	// seqSlot maps the sequence number of every receive posted and not
+	// yet handled (mod its length, a power of two no smaller than maxRecv)
+	// to its slot, for a steer's look at the frames before the one it
+	// reads (nil without a steer).
+	seqSlot []uint32
 
 	sendFree     []int32
 	credits      int
@@ -271,6 +283,11 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 		p.lent = lp
 	}
 	p.batcher, _ = p.qp.(verbs.PostBatcher)
+	if ss, ok := p.qp.(verbs.SendSteerer); ok && pipe > 0 && most <= 1<<16 {
+		p.steer = &pipeSteer{ep: ep, p: p}
+		p.seqSlot = make([]uint32, 1<<bits.Len(uint(most-1)))
+		ss.SteerSends(pipeLen, p.steer)
+	}
 	co := ep.connectOptions(d)
 	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPInit, Port: 1, AccessFlags: co.Access},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
@@ -325,11 +342,24 @@ func (p *peer) repost() error {
 	return p.qp.PostRecv(p.rwr[:n]...)
 }
 
-// recvWR prepares p.rwr[i] to receive into buffer slot.
+// recvWR prepares p.rwr[i] to receive into buffer slot. Its id carries the
+// number of receives posted to p before it (mod 2^16), so that a steer
+// (pipeSteer) can tell whether every frame before the one it looks at has
+// been handled: receives are taken in the order they were posted.
 func (p *peer) recvWR(i int, slot uint32) {
 	p.rsge[i] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
-	p.rwr[i] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, slot), SGL: p.rsge[i : i+1]}
+	p.rwr[i] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, uint32(p.postSeq)<<16|slot), SGL: p.rsge[i : i+1]}
+	if p.seqSlot != nil {
+		p.seqSlot[int(p.postSeq)&(len(p.seqSlot)-1)] = slot
+	}
+	p.postSeq++
 }
+
+// recvSlot is the receive slot of a receive's WR index (recvWR).
+func recvSlot(idx uint32) uint32 { return idx & 0xffff }
+
+// seqOf is the sequence number of a receive's WR index (recvWR).
+func seqOf(idx uint32) uint16 { return uint16(idx >> 16) }
 
 // warm writes a byte to every page of buffer slot's first p.hot bytes
 // before the buffer is posted again, while nothing else may write it.

@@ -1,7 +1,11 @@
 package p2p
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/rdmago/rdmago/internal/ntcopy"
 )
@@ -33,9 +37,245 @@ const maxPipe = 64 << 20
 // pipeIn is a pipelined message whose fragments are still arriving.
 type pipeIn struct {
 	size, got int
+	id        uint64   // the sender's message id
 	r         *Request // the receive it matched; nil while unexpected or when it is discarded
 	in        *inbound // while unmatched: in.data gathers the fragments
 	err       error    // the sender is gone: the rest will never come
+	// steer is the peer's, armed for this message: its fragments from
+	// steer.from on are in r's buffer already (see pipeSteer).
+	steer *pipeSteer
+	early bool // its steer started it; onPipe has yet to see its first fragment
+}
+
+// Steering. Over a provider that reads SEND payloads itself (tcp, loop:
+// verbs.SendSteerer), a fragment's body would be copied twice in this
+// process, from the socket's read buffer into a receive slot and from the
+// slot into the receive's buffer. Instead the peer's pipeSteer, which the
+// provider asks where each SEND's body goes once it has read the 40-byte
+// header into the slot, is armed for a pipelined message that has matched
+// a plain receive (no fold, no parts) with the message's id and the
+// receive's buffer, and the provider reads the body of each fragment of it
+// straight there, at the offset its header names.
+//
+// A message matches on its first fragment, and the provider may read that
+// one and more before the endpoint handles the first (a reader goroutine,
+// or a waiter that finds several frames queued, reads on). So the steer
+// matches a first fragment itself (early), under ep.mu if it can take it
+// at once, when every frame the peer sent before it has been handled:
+// receives are taken in the order they were posted, and a receive's WR id
+// carries its sequence number (recvWR), which must be the count of the
+// peer's receive completions handled so far (doneSeq). Otherwise a
+// fragment the provider read before the match comes through its slot and
+// is copied as before; since one peer's fragments arrive in order, the
+// steered ones are those from the first steered offset on (from), and
+// onPipe skips their copies. One message per peer is steered at a time.
+//
+// The receive completes when its last fragment's completion is handled,
+// after the provider is done with its buffer. A receive that fails while
+// the provider may be reading into its buffer (the link broke under a
+// fragment) is parked instead (ep.steerParked): it completes, with its
+// error, once the provider has let go of the buffer (a later poll sees the
+// steer no longer busy) or its queue pair is gone (Close), as a rendezvous
+// READ in flight does.
+
+// Steer states. The provider moves armed to busy while it reads a
+// fragment's body into the buffer, or checks whether it may; the endpoint
+// arms an off steer and disarms an armed one.
+const (
+	steerOff uint32 = iota
+	steerArmed
+	steerBusy
+)
+
+// pipeSteer is a peer's verbs.SendSteer.
+type pipeSteer struct {
+	ep    *Endpoint
+	p     *peer
+	state atomic.Uint32
+	// The message steered and the receive's buffer (its size bytes): the
+	// endpoint sets them while the steer is off, the provider reads them
+	// while it holds it busy.
+	id  uint64
+	dst []byte
+	// from is the offset of the first fragment the provider steered into
+	// dst (math.MaxInt64 until one is): set by the provider before that
+	// fragment's completion, read by onPipe after it.
+	from atomic.Int64
+}
+
+// Steer implements verbs.SendSteer: a fragment of the armed message goes
+// into its place in dst; a first fragment may match (and arm) first.
+func (s *pipeSteer) Steer(id uint64, head []byte, rest int) []byte {
+	if len(head) < pipeLen || head[0] != byte(kPipe) {
+		return nil
+	}
+	if binary.LittleEndian.Uint64(head[32:]) == 0 && s.state.Load() == steerOff && !s.early(id, head, rest) {
+		return nil
+	}
+	if !s.state.CompareAndSwap(steerArmed, steerBusy) {
+		return nil
+	}
+	mid, off := binary.LittleEndian.Uint64(head[24:]), binary.LittleEndian.Uint64(head[32:])
+	if mid != s.id || off > uint64(len(s.dst)) || uint64(rest) > uint64(len(s.dst))-off {
+		s.state.Store(steerArmed)
+		return nil
+	}
+	if s.from.Load() == math.MaxInt64 {
+		s.from.Store(int64(off))
+	}
+	return s.dst[off : off+uint64(rest)]
+}
+
+// Steered implements verbs.SendSteer. A failed read leaves part of a
+// fragment in dst: the link is broken then, and so is the message.
+func (s *pipeSteer) Steered(bool) { s.state.Store(steerArmed) }
+
+// early handles the first fragment of a pipelined message as onPipe would,
+// from the provider's goroutine, where that cannot change what any
+// message matches: it reports whether the message matched a receive the
+// steer is armed for now. It needs ep.mu at once, and the frames the peer
+// sent before this one that the endpoint has not handled yet (the
+// receive's WR id says how many) must all be such that the match would be
+// the same after them: none that will match, or wait, as a message (see
+// pendingMayMatch). Anything else is left to onPipe.
+func (s *pipeSteer) early(wrid uint64, head []byte, rest int) bool {
+	ep, p := s.ep, s.p
+	if !ep.mu.TryLock() {
+		return false
+	}
+	defer ep.mu.Unlock()
+	var h header
+	_, _, idx := splitWRID(wrid)
+	if p.broken || p.departed || ep.failErr != nil || parsePipeHead(head, rest, &h) != nil ||
+		h.flags&flagMarked != 0 || h.size > maxPipe {
+		return false
+	}
+	key := splitKey{p.rank, h.id}
+	if ep.pipes[key] != nil {
+		return false
+	}
+	if ep.pendingMayMatch(p, seqOf(idx), ep.m.peek(envelope{ctx: h.ctx, src: p.rank, tag: h.tag})) {
+		return false
+	}
+	pi := ep.startPipeLocked(p, &h, key)
+	pi.early = true
+	return pi.steer != nil
+}
+
+// earlyLookMax bounds the unhandled frames early looks through.
+const earlyLookMax = 16
+
+// pendingMayMatch reports whether a frame p sent before the one with
+// receive sequence number seq, read into its slot and not yet handled,
+// may be a message that matches r (a message whose receive is not posted
+// yet when r is nil: it would wait among the unexpected, ahead of this
+// one). Such a frame is EAGER, RTS or the first PIPE fragment of a
+// message not started early; BYE counts too. The frames are in their
+// slots (the provider reads a connection's frames in order), and a frame
+// whose receive the peer consumed without writing it (a WRITE with
+// immediate) shows an older frame's bytes, which at worst says yes. The
+// caller holds ep.mu.
+func (ep *Endpoint) pendingMayMatch(p *peer, seq uint16, r *Request) bool {
+	n := seq - p.doneSeq
+	if n == 0 {
+		return false
+	}
+	if n > earlyLookMax || int(n) > len(p.seqSlot) {
+		return true
+	}
+	for q := p.doneSeq; q != seq; q++ {
+		b := p.recvBuf(p.seqSlot[int(q)&(len(p.seqSlot)-1)], pipeLen)
+		switch frameKind(b[0]) {
+		case kEager, kRTS:
+		case kPipe:
+			if binary.LittleEndian.Uint64(b[32:]) != 0 {
+				continue
+			}
+			if pi := ep.pipes[splitKey{p.rank, binary.LittleEndian.Uint64(b[24:])}]; pi != nil && pi.early {
+				continue
+			}
+		case kBye:
+			return true
+		default:
+			continue
+		}
+		if r == nil || r.pattern.fits(envelope{ctx: binary.LittleEndian.Uint32(b[4:]), src: p.rank, tag: int32(binary.LittleEndian.Uint32(b[8:]))}) {
+			return true
+		}
+	}
+	return false
+}
+
+// parsePipeHead decodes the header of a PIPE frame whose payload after the
+// header is rest bytes long, with parseFrame's checks.
+func parsePipeHead(head []byte, rest int, h *header) error {
+	h.kind = frameKind(head[0])
+	h.flags = head[1]
+	h.ctx = binary.LittleEndian.Uint32(head[4:])
+	h.tag = int32(binary.LittleEndian.Uint32(head[8:]))
+	h.aux = binary.LittleEndian.Uint32(head[12:])
+	h.size = binary.LittleEndian.Uint64(head[16:])
+	h.id = binary.LittleEndian.Uint64(head[24:])
+	h.addr = binary.LittleEndian.Uint64(head[32:])
+	if rest <= 0 || h.size > 1<<48 || h.addr > h.size || uint64(rest) > h.size-h.addr {
+		return fmt.Errorf("PIPE frame with %d bytes at offset %d of a %d-byte message", rest, h.addr, h.size)
+	}
+	return nil
+}
+
+// arm steers the fragments of message id into dst, if the steer is free.
+// The caller holds ep.mu.
+func (s *pipeSteer) arm(id uint64, dst []byte) bool {
+	if s.state.Load() != steerOff {
+		return false
+	}
+	s.id, s.dst = id, dst
+	s.from.Store(math.MaxInt64)
+	s.state.Store(steerArmed)
+	return true
+}
+
+// steered reports whether the fragment at offset off is in place already.
+func (s *pipeSteer) steered(off uint64) bool { return int64(off) >= s.from.Load() }
+
+// disarm frees the steer once the provider is not busy with it, trying
+// for at most spins looks (spins < 0: until it is); it reports whether
+// it did. The caller holds ep.mu.
+func (s *pipeSteer) disarm(spins int) bool {
+	for i := 0; ; i++ {
+		if s.state.CompareAndSwap(steerArmed, steerOff) {
+			s.dst = nil
+			return true
+		}
+		if spins >= 0 && i >= spins {
+			return false
+		}
+		runtime.Gosched()
+	}
+}
+
+// steerParked is a receive that failed while the provider might still be
+// reading into its buffer (see Steering).
+type steerParked struct {
+	r   *Request
+	s   *pipeSteer
+	err error
+}
+
+// unparkLocked completes the parked receives whose provider has let go of
+// their buffers (all of them when force: their queue pairs are gone). The
+// caller holds ep.mu.
+func (ep *Endpoint) unparkLocked(force bool) {
+	kept := ep.steerParked[:0]
+	for _, pk := range ep.steerParked {
+		if pk.s.disarm(0) || force {
+			ep.completeLocked(pk.r, ep.opErr(pk.r, pk.err))
+			continue
+		}
+		kept = append(kept, pk)
+	}
+	clear(ep.steerParked[len(kept):])
+	ep.steerParked = kept
 }
 
 // sendPipe queues buf to p as PIPE fragments; r completes when the last
@@ -67,24 +307,17 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 	key := splitKey{p.rank, h.id}
 	pi := ep.pipes[key]
 	if h.addr == 0 {
-		if pi != nil {
+		switch {
+		case pi != nil && pi.early && pi.got == 0:
+			pi.early = false // its steer matched it when the provider read it
+		case pi != nil:
 			ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("PIPE message %d started twice", h.id)})
 			return
-		}
-		if h.size > maxPipe {
+		case h.size > maxPipe:
 			ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("PIPE message of %d bytes exceeds %d", h.size, maxPipe)})
 			return
-		}
-		env := envelope{ctx: h.ctx, src: p.rank, tag: h.tag}
-		p.stats.PipeRecv.add(int(h.size))
-		pi = &pipeIn{size: int(h.size)}
-		ep.pipes[key] = pi
-		if r := ep.m.arrive(env); r != nil {
-			ep.matchPipeLocked(r, env, pi)
-		} else {
-			pi.in = &inbound{env: env, size: pi.size, data: ep.spare.take(pi.size), pipe: pi}
-			ep.m.addUnexpected(pi.in)
-			ep.wakeArrivalsLocked()
+		default:
+			pi = ep.startPipeLocked(p, h, key)
 		}
 	} else if pi == nil || h.addr != uint64(pi.got) {
 		ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("PIPE fragment at offset %d of message %d out of order", h.addr, h.id)})
@@ -95,6 +328,8 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 		r := pi.r
 		pi.r = nil // the rest is discarded
 		ep.completeLocked(r, ep.opErr(r, foldSplitError(pi.got, len(data), int(r.unit))))
+	case pi.r != nil && pi.steer != nil && pi.steer.steered(h.addr):
+		p.stats.SteeredRecv.add(len(data))
 	case pi.r != nil:
 		pi.r.place(pi.got, data)
 	case pi.in != nil:
@@ -108,9 +343,32 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 	if pi.in != nil {
 		pi.in.pipe = nil // complete: an ordinary unexpected eager message now
 	}
+	if pi.steer != nil {
+		// Every fragment is read: the provider can only be looking at
+		// another message's header.
+		pi.steer.disarm(-1)
+		pi.steer = nil
+	}
 	if pi.r != nil {
 		ep.completeLocked(pi.r, nil)
 	}
+}
+
+// startPipeLocked starts pipelined message h from p, whose first fragment
+// has come: it matches a posted receive or waits among the unexpected.
+func (ep *Endpoint) startPipeLocked(p *peer, h *header, key splitKey) *pipeIn {
+	env := envelope{ctx: h.ctx, src: p.rank, tag: h.tag}
+	p.stats.PipeRecv.add(int(h.size))
+	pi := &pipeIn{size: int(h.size), id: h.id}
+	ep.pipes[key] = pi
+	if r := ep.m.arrive(env); r != nil {
+		ep.matchPipeLocked(r, env, pi)
+	} else {
+		pi.in = &inbound{env: env, size: pi.size, data: ep.spare.take(pi.size), pipe: pi}
+		ep.m.addUnexpected(pi.in)
+		ep.wakeArrivalsLocked()
+	}
+	return pi
 }
 
 // matchPipeLocked makes r the receive of pipelined message pi (env): it
@@ -138,6 +396,9 @@ func (ep *Endpoint) matchPipeLocked(r *Request, env envelope, pi *pipeIn) {
 			return
 		}
 		pi.r = r
+		if s := ep.peers[env.src].steer; s != nil && !r.placed() && s.arm(pi.id, r.buf[:pi.size]) {
+			pi.steer = s
+		}
 	}
 }
 
@@ -145,10 +406,19 @@ func (ep *Endpoint) matchPipeLocked(r *Request, env envelope, pi *pipeIn) {
 func (pi *pipeIn) fail(ep *Endpoint, err error) {
 	pi.err = err
 	if pi.r != nil {
-		ep.completeLocked(pi.r, ep.opErr(pi.r, err))
-		pi.r = nil
+		if s := pi.steer; s != nil && !s.disarm(steerFailSpins) {
+			ep.steerParked = append(ep.steerParked, steerParked{r: pi.r, s: s, err: err})
+		} else {
+			ep.completeLocked(pi.r, ep.opErr(pi.r, err))
+		}
+		pi.r, pi.steer = nil, nil
 	}
 }
+
+// steerFailSpins bounds how long a failing pipelined receive waits for the
+// provider to leave its steer before it is parked: long enough for a look
+// at a header, not for a read that waits for the network.
+const steerFailSpins = 64
 
 // dropPipesLocked fails the pipelined messages still arriving from p,
 // which can send no more. One not matched yet leaves the unexpected queue:

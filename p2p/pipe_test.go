@@ -369,3 +369,75 @@ func TestPipelinedPeerLoss(t *testing.T) {
 	}
 	assert.NotZero(t, eps[1].Stats().Peers[0].PipeRecv.Msgs)
 }
+
+// Pipelined messages whose receives are posted before they come: over the
+// providers that read SEND payloads themselves (verbs.SendSteerer: loop,
+// tcp) fragments are read straight into the receive's buffer
+// (SteeredRecv), over shm none are. Eager and pipelined messages of one
+// tag alternate, every receive takes any tag, and each must get the
+// message sent in its turn: a fragment read before the eager message ahead
+// of it is handled must not start its message first.
+func TestPipelinedSteered(t *testing.T) {
+	sizes := []int{3000, 40, 1000, 4096, 8, 2500, 257, 100, 4000}
+	for _, prov := range []string{"loop", "tcp", "shm"} {
+		t.Run(prov, func(t *testing.T) {
+			o := p2ptest.Options{Provider: prov, Timeout: 30 * time.Second,
+				P2P: p2p.Options{EagerLimit: 256, EagerSlots: 16, PipelineLimit: 4096}}
+			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+				if ep.Rank() == 0 {
+					if _, err := ep.Recv(ctx, 1, 99, nil); err != nil { // the receives are posted
+						return err
+					}
+					for round := range 3 {
+						for i, n := range sizes {
+							if err := ep.Send(ctx, 1, 7, pattern(n, byte(round*len(sizes)+i))); err != nil {
+								return err
+							}
+						}
+					}
+					_, err := ep.Recv(ctx, 1, 98, nil)
+					return err
+				}
+				var reqs []*p2p.Request
+				var bufs [][]byte
+				for range 3 {
+					for range sizes {
+						b := make([]byte, 4096)
+						r, err := ep.Irecv(0, p2p.AnyTag, b)
+						if err != nil {
+							return err
+						}
+						reqs, bufs = append(reqs, r), append(bufs, b)
+					}
+				}
+				if err := ep.Send(ctx, 0, 99, nil); err != nil {
+					return err
+				}
+				if err := p2p.WaitAll(ctx, reqs...); err != nil {
+					return err
+				}
+				for k, r := range reqs {
+					n := sizes[k%len(sizes)]
+					st, _, err := r.Test()
+					if err != nil {
+						return err
+					}
+					if st.Count != n || st.Tag != 7 {
+						return fmt.Errorf("receive %d: status %+v, want the %d-byte message sent as number %d", k, st, n, k)
+					}
+					if !bytes.Equal(bufs[k][:n], pattern(n, byte(k))) {
+						return fmt.Errorf("receive %d (%d bytes): payload differs", k, n)
+					}
+				}
+				ps := ep.Stats().Peers[0]
+				if prov == "shm" {
+					assert.Zero(t, ps.SteeredRecv.Msgs)
+				} else {
+					assert.NotZero(t, ps.SteeredRecv.Msgs, "no fragment was steered")
+				}
+				assert.Equal(t, uint64(3*6), ps.PipeRecv.Msgs)
+				return ep.Send(ctx, 0, 98, nil)
+			})
+		})
+	}
+}

@@ -137,6 +137,9 @@ func (ep *Endpoint) handlePolledLocked(n int, ring bool) int {
 	if ep.unsettled && n < len(ep.wcs) {
 		ep.settleLinksLocked()
 	}
+	if len(ep.steerParked) > 0 {
+		ep.unparkLocked(false)
+	}
 	ep.flushDirtyLocked()
 	ep.endBatchLocked(outer)
 	return total
@@ -495,7 +498,8 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 	}
 	switch kind {
 	case wrRecv:
-		ep.onRecv(p, idx, wc)
+		p.doneSeq++
+		ep.onRecv(p, recvSlot(idx), wc)
 	case wrRead:
 		if r := ep.reads[idx]; r != nil {
 			ep.readDoneLocked(p, r, idx)

@@ -32,6 +32,10 @@ type PeerStats struct {
 	// took straight from the sender's buffer (verbs.LentPairPoster: over
 	// tcp, written into the socket without a staging copy).
 	LentSent Counter
+	// Pipelined fragments whose body the provider read straight into the
+	// matched receive's buffer (verbs.SendSteerer: over tcp, from the
+	// socket), rather than into a receive slot and then out of it.
+	SteeredRecv Counter
 	// Eager messages sent from two buffers (IsendParts: a header and its
 	// payload, each from where it was).
 	PartsSent          Counter

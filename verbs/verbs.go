@@ -298,3 +298,35 @@ type InlinePairPoster interface {
 type LentPairPoster interface {
 	PostSendLentPair(wr SendWR, tail []byte) (posted bool, err error)
 }
+
+// SendSteerer is an optional QP capability of providers that move an
+// inbound SEND's payload into memory themselves (software transports,
+// which read it from a socket): with a SendSteer set, the provider reads
+// the first prefix bytes of every SEND longer than prefix into its receive
+// buffer as usual, then asks the steer where the rest goes, so that a
+// consumer whose SENDs carry a header saying which buffer of its own the
+// body belongs to (a fragment of a larger message) has the body placed
+// there, with no copy through the receive buffer. The receive completes as
+// it would have (its byte count the whole SEND's); its buffer holds the
+// prefix only. SteerSends(0, nil) stops steering; call it before the QP
+// carries traffic, or the SENDs in flight may or may not be steered.
+type SendSteerer interface {
+	SteerSends(prefix int, s SendSteer)
+}
+
+// SendSteer decides where a steered SEND's body goes (SendSteerer). Its
+// methods run on the goroutine that reads the QP's inbound stream, one
+// SEND at a time per QP, so they must not block or wait for the
+// consumer's own progress (its locks), and may not post work.
+//
+// Steer gets the ID of the receive request the SEND consumed, the SEND's
+// first prefix bytes and the length of the rest; it returns nil to leave
+// the rest in the receive buffer, or a buffer of exactly rest bytes to
+// read it into. Every Steer that returns a buffer is
+// followed by Steered once the provider is done with that buffer: ok if
+// the whole rest is in it, false if the read failed (the connection broke;
+// the buffer holds some of it).
+type SendSteer interface {
+	Steer(id uint64, head []byte, rest int) []byte
+	Steered(ok bool)
+}

@@ -132,6 +132,17 @@ func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
 	return nil
 }
 
+// SteerSends implements verbs.SendSteerer: HandleRequest asks s where
+// the body of each SEND longer than prefix goes.
+func (q *QP) SteerSends(prefix int, s verbs.SendSteer) {
+	q.mu.Lock()
+	q.steer, q.steerPrefix = s, max(prefix, 0)
+	if s == nil {
+		q.steerPrefix = 0
+	}
+	q.mu.Unlock()
+}
+
 // PostSendLentPair implements verbs.LentPairPoster: over a link that can
 // write in the posting goroutine (LentWriter) and is free, the request is
 // written in this call, tail straight from the caller's memory, and what

@@ -132,6 +132,10 @@ type QP struct {
 	rin        rwqe
 	rinBusy    bool
 	rinFlushed bool
+	// steer (verbs.SendSteerer) places the bodies of inbound SENDs longer
+	// than steerPrefix where it says; set under mu, read by the responder.
+	steer       verbs.SendSteer
+	steerPrefix int
 
 	// scratch owned by the one goroutine that runs HandleResponse
 	respSegs [][]byte

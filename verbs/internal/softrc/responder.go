@@ -89,6 +89,7 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 		mr, dst = m, span
 	}
 	q.epsn++
+	steer, pre := q.steer, q.steerPrefix
 	q.mu.Unlock()
 
 	// Execute, without the lock: the payload goes straight into place.
@@ -100,17 +101,7 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 			err = p.ReadFull(dst)
 		}
 	case FrameSend, FrameSendImm:
-		left := int(h.Len)
-		for _, seg := range q.rin.segs {
-			if left == 0 {
-				break
-			}
-			k := min(left, len(seg))
-			if err = p.ReadFull(seg[:k]); err != nil {
-				break
-			}
-			left -= k
-		}
+		err = q.rin.fill(p, int(h.Len), steer, pre)
 	case FrameReadReq:
 		resp.Op, resp.Len, resp.Data, resp.ref = FrameReadResp, h.Len, dst, mr
 		mr = nil
@@ -141,7 +132,9 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 	}
 	if consumes {
 		q.mu.Lock()
-		if !q.rinFlushed && status == verbs.StatusSuccess {
+		switch {
+		case q.rinFlushed:
+		case status == verbs.StatusSuccess:
 			wc := verbs.WC{ID: q.rin.id, Status: verbs.StatusSuccess, Opcode: verbs.WCRecv, ByteLen: h.Len,
 				QPNum: q.num, SrcQP: q.remote.QPNum}
 			if h.Op == FrameWriteImm {
@@ -151,6 +144,11 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 				wc.Imm, wc.Flags = h.Imm, verbs.WCWithImm
 			}
 			q.recvCQ.push(wc)
+		default:
+			// The connection broke under the payload: the receive it took
+			// is flushed with the others when the QP fails, but it is no
+			// longer queued, so it completes here (once: rinFlushed).
+			q.recvCQ.push(verbs.WC{ID: q.rin.id, Status: verbs.StatusWRFlushErr, QPNum: q.num})
 		}
 		q.rinBusy = false
 		q.mu.Unlock()
@@ -309,4 +307,47 @@ func (q *QP) dropRun(dsts [][]byte, mrs []*MR) {
 	clear(mrs)
 	clear(dsts)
 	q.runDst, q.runMRs = dsts[:0], mrs[:0]
+}
+
+// fill reads a SEND's n-byte payload from p into the receive's buffers.
+// With a steer (verbs.SendSteerer) and a payload longer than pre that
+// the first buffer holds the first pre bytes of, those bytes go there and
+// the steer may take the rest into a buffer of its own.
+func (w *rwqe) fill(p Payload, n int, steer verbs.SendSteer, pre int) error {
+	segs := w.segs
+	if steer != nil && pre > 0 && n > pre && len(segs) > 0 && len(segs[0]) >= pre {
+		if err := p.ReadFull(segs[0][:pre]); err != nil {
+			return err
+		}
+		if dst := steer.Steer(w.id, segs[0][:pre], n-pre); dst != nil {
+			if len(dst) != n-pre {
+				steer.Steered(false)
+				return fmt.Errorf("%w: a steer gave %d bytes for a SEND body of %d", ErrProtocol, len(dst), n-pre)
+			}
+			err := p.ReadFull(dst)
+			steer.Steered(err == nil)
+			return err
+		}
+		return readSegs(p, segs, pre, n-pre)
+	}
+	return readSegs(p, segs, 0, n)
+}
+
+// readSegs reads n bytes from p into segs from byte off of them on.
+func readSegs(p Payload, segs [][]byte, off, n int) error {
+	for _, seg := range segs {
+		if n == 0 {
+			break
+		}
+		if off >= len(seg) {
+			off -= len(seg)
+			continue
+		}
+		k := min(n, len(seg)-off)
+		if err := p.ReadFull(seg[off : off+k]); err != nil {
+			return err
+		}
+		off, n = 0, n-k
+	}
+	return nil
 }

@@ -1,0 +1,220 @@
+package p2p
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/verbs"
+)
+
+// sliceMR is a verbs.MR over plain memory, for a peer's receive slots.
+type sliceMR struct{ b []byte }
+
+func (m sliceMR) Bytes() []byte         { return m.b }
+func (m sliceMR) Addr() uint64          { return 0 }
+func (m sliceMR) Len() int              { return len(m.b) }
+func (m sliceMR) LKey() uint32          { return 0 }
+func (m sliceMR) RKey() uint32          { return 0 }
+func (m sliceMR) Access() verbs.Access  { return verbs.AccessLocalWrite }
+func (m sliceMR) Kind() verbs.MemKind   { return 0 }
+func (m sliceMR) SupportsAtomics() bool { return false }
+func (m sliceMR) Close() error          { return nil }
+
+// steerRig is rank 1 of two with a steer on its peer, rank 0, whose frames
+// arrive in 16 receive slots of 64 bytes.
+type steerRig struct {
+	ep *Endpoint
+	p  *peer
+}
+
+func newSteerRig() *steerRig {
+	ep := &Endpoint{rank: 1, size: 2, pipes: map[splitKey]*pipeIn{}}
+	p := &peer{rank: 0, slot: 64, recvMR: sliceMR{make([]byte, 16*64)}, seqSlot: make([]uint32, 16)}
+	p.steer = &pipeSteer{ep: ep, p: p}
+	ep.peers = []*peer{p, nil}
+	// Post the 16 slots in order, as recvWR numbers them.
+	for i := range uint32(16) {
+		p.seqSlot[int(p.postSeq)&15] = i
+		p.postSeq++
+	}
+	return &steerRig{ep: ep, p: p}
+}
+
+// frame writes header h into the slot of receive sequence number seq and
+// returns the WR id that receive has.
+func (g *steerRig) frame(seq uint16, h header) uint64 {
+	slot := g.p.seqSlot[int(seq)&15]
+	h.put(g.p.recvBuf(slot, uint32(h.frameLen())))
+	return wrID(wrRecv, 0, uint32(seq)<<16|slot)
+}
+
+func (g *steerRig) post(tag int32, n int) *Request {
+	r := &Request{ep: g.ep, op: opRecv, peer: AnySource, pattern: envelope{src: AnySource, ctx: 7, tag: tag}, buf: make([]byte, n)}
+	g.ep.m.post(r)
+	return r
+}
+
+func pipeHead(id, size, off uint64, tag int32) []byte {
+	b := make([]byte, pipeLen)
+	h := header{kind: kPipe, ctx: 7, tag: tag, size: size, id: id, addr: off}
+	h.put(b)
+	return b
+}
+
+// A first fragment starts its message from the provider's goroutine only
+// when no frame before it that the endpoint has not handled may be a
+// message matching the same receive (MPI's order between two messages of
+// one sender), or any message when none is posted.
+func TestPendingMayMatch(t *testing.T) {
+	cases := []struct {
+		name    string
+		pending []header // frames before the first fragment, not handled yet
+		post    bool     // a receive for tag 5 is posted
+		early   bool     // a pending PIPE start was started early
+		want    bool
+	}{
+		{name: "nothing pending", post: true, want: false},
+		{name: "credit", pending: []header{{kind: kCredit}}, post: true, want: false},
+		{name: "FIN and CTS", pending: []header{{kind: kFIN}, {kind: kCTS, size: 1}}, post: true, want: false},
+		{name: "eager of the same tag", pending: []header{{kind: kEager, ctx: 7, tag: 5}}, post: true, want: true},
+		{name: "eager of another tag", pending: []header{{kind: kEager, ctx: 7, tag: 6}}, post: true, want: false},
+		{name: "eager of another context", pending: []header{{kind: kEager, ctx: 8, tag: 5}}, post: true, want: false},
+		{name: "eager, nothing posted", pending: []header{{kind: kEager, ctx: 7, tag: 6}}, want: true},
+		{name: "RTS of the same tag", pending: []header{{kind: kRTS, ctx: 7, tag: 5, size: 1}}, post: true, want: true},
+		{name: "a later PIPE fragment", pending: []header{{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 3, addr: 40}}, post: true, want: false},
+		{name: "a PIPE start not handled", pending: []header{{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 3}}, post: true, want: true},
+		{name: "a PIPE start started early", pending: []header{{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 3}}, post: true, early: true, want: false},
+		{name: "BYE", pending: []header{{kind: kBye}}, post: true, want: true},
+		{name: "too many to look at", pending: make([]header, earlyLookMax+1), post: true, want: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := newSteerRig()
+			if c.name == "too many to look at" {
+				g.p.seqSlot = make([]uint32, 32) // room for the look to be refused by count alone
+				for i := range c.pending {
+					c.pending[i] = header{kind: kCredit}
+				}
+			}
+			for i, h := range c.pending {
+				if i < 16 {
+					g.frame(uint16(i), h)
+				}
+			}
+			if c.early {
+				g.ep.pipes[splitKey{0, 3}] = &pipeIn{size: 100, early: true}
+			}
+			var r *Request
+			if c.post {
+				r = g.post(5, 100)
+			}
+			require.Equal(t, c.want, g.ep.pendingMayMatch(g.p, uint16(len(c.pending)), r))
+		})
+	}
+}
+
+// A pipelined message whose first fragment the steer starts: every
+// fragment's body goes straight into the receive's buffer, onPipe copies
+// none of them out of their slots, and the receive completes with the last
+// one, the steer free again.
+func TestSteerPlacesEveryFragment(t *testing.T) {
+	g := newSteerRig()
+	r := g.post(5, 100)
+	want := make([]byte, 100)
+	for i := range want {
+		want[i] = byte(i + 1)
+	}
+	for i, off := range []uint64{0, 40, 80} {
+		n := min(40, 100-int(off))
+		head := pipeHead(9, 100, off, 5)
+		id := g.frame(uint16(i), header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9, addr: off})
+		dst := g.p.steer.Steer(id, head, n)
+		require.Len(t, dst, n, "fragment at %d not steered", off)
+		copy(dst, want[off:])
+		g.p.steer.Steered(true)
+		// The endpoint handles the completion: the slot holds the header
+		// only, the rest of the frame is stale.
+		g.p.doneSeq++
+		h := header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9, addr: off}
+		g.ep.onPipe(g.p, &h, make([]byte, n))
+		require.Equal(t, off+uint64(n) == 100, r.done.Load())
+	}
+	require.NoError(t, r.err)
+	require.Equal(t, want, r.buf)
+	require.Equal(t, uint64(3), g.p.stats.SteeredRecv.Msgs)
+	require.Equal(t, steerOff, g.p.steer.state.Load())
+	require.Empty(t, g.ep.pipes)
+}
+
+// A first fragment behind a pending message that may match the same
+// receive is left to onPipe, and so is the rest of its message when it has
+// not matched by then: the fragments come through their slots.
+func TestSteerWaitsForAnEarlierMessage(t *testing.T) {
+	g := newSteerRig()
+	first := g.post(5, 100)
+	g.frame(0, header{kind: kEager, ctx: 7, tag: 5})
+	id := g.frame(1, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
+	require.Nil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	require.Empty(t, g.ep.pipes, "the PIPE started ahead of the EAGER before it")
+	require.False(t, first.done.Load())
+	require.Equal(t, steerOff, g.p.steer.state.Load())
+}
+
+// A receive whose steered fragment is still being read when its sender is
+// lost is not completed (the caller would reuse the buffer the provider is
+// writing into) until the provider has let go of it.
+func TestSteerParksAFailedReceive(t *testing.T) {
+	g := newSteerRig()
+	r := g.post(5, 100)
+	id := g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
+	require.NotNil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	// Still reading the first fragment's body.
+	cause := &PeerLostError{Rank: 0, Reporter: 1}
+	g.ep.dropPipesLocked(g.p, cause)
+	require.False(t, r.done.Load(), "completed while the provider writes its buffer")
+	require.Len(t, g.ep.steerParked, 1)
+	g.ep.unparkLocked(false)
+	require.False(t, r.done.Load())
+
+	g.p.steer.Steered(false)
+	g.ep.unparkLocked(false)
+	require.True(t, r.done.Load())
+	require.ErrorIs(t, r.err, ErrPeerLost)
+	require.Empty(t, g.ep.steerParked)
+	require.Equal(t, steerOff, g.p.steer.state.Load())
+}
+
+// A receive that fails between fragments, the steer idle, completes at
+// once; so does a parked one when its endpoint closes.
+func TestSteerFailsAnIdleReceiveAtOnce(t *testing.T) {
+	g := newSteerRig()
+	r := g.post(5, 100)
+	id := g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
+	require.NotNil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	g.p.steer.Steered(true)
+	g.ep.dropPipesLocked(g.p, &PeerLostError{Rank: 0, Reporter: 1})
+	require.True(t, r.done.Load())
+	require.ErrorIs(t, r.err, ErrPeerLost)
+
+	g = newSteerRig()
+	r = g.post(5, 100)
+	id = g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
+	require.NotNil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	g.ep.dropPipesLocked(g.p, &PeerLostError{Rank: 0, Reporter: 1})
+	require.False(t, r.done.Load())
+	g.ep.unparkLocked(true) // Close, once the queue pairs are gone
+	require.True(t, r.done.Load())
+}
+
+// Only a plain receive is steered into: a fold receive's fragments are
+// folded from their slots.
+func TestSteerLeavesAFoldReceive(t *testing.T) {
+	g := newSteerRig()
+	r := g.post(5, 100)
+	r.fold = func(dst, src []byte) { copy(dst, src) }
+	id := g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
+	require.Nil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	require.Len(t, g.ep.pipes, 1, "the message should still start early")
+	require.Equal(t, steerOff, g.p.steer.state.Load())
+}
