@@ -43,7 +43,7 @@ import (
 
 // WR ids: kind<<56 | rank<<32 | index.
 const (
-	wrRecv  = 1 // index: the post's sequence number (mod 2^16)<<16 | receive slot (see recvWR)
+	wrRecv  = 1 // index: receive slot (with a steer: | post sequence number mod 2^16 << 16, see recvWR)
 	wrSend  = 2 // index: staging slot
 	wrRead  = 3 // index: read id
 	wrWrite = 4 // index: write id
@@ -342,21 +342,30 @@ func (p *peer) repost() error {
 	return p.qp.PostRecv(p.rwr[:n]...)
 }
 
-// recvWR prepares p.rwr[i] to receive into buffer slot. Its id carries the
-// number of receives posted to p before it (mod 2^16), so that a steer
-// (pipeSteer) can tell whether every frame before the one it looks at has
-// been handled: receives are taken in the order they were posted.
+// recvWR prepares p.rwr[i] to receive into buffer slot. With a steer its
+// id carries the number of receives posted to p before it (mod 2^16), and
+// seqSlot the slot under that number, so that the steer (pipeSteer) can
+// tell which frames before the one it reads are not handled yet: receives
+// are taken in the order they were posted.
 func (p *peer) recvWR(i int, slot uint32) {
 	p.rsge[i] = verbs.SGEOf(p.recvMR, int(slot)*p.slot, p.slot)
-	p.rwr[i] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, uint32(p.postSeq)<<16|slot), SGL: p.rsge[i : i+1]}
+	idx := slot
 	if p.seqSlot != nil {
+		idx |= uint32(p.postSeq) << 16
 		p.seqSlot[int(p.postSeq)&(len(p.seqSlot)-1)] = slot
 	}
+	p.rwr[i] = verbs.RecvWR{ID: wrID(wrRecv, p.rank, idx), SGL: p.rsge[i : i+1]}
 	p.postSeq++
 }
 
-// recvSlot is the receive slot of a receive's WR index (recvWR).
-func recvSlot(idx uint32) uint32 { return idx & 0xffff }
+// recvSlot is the receive slot of a receive's WR index (recvWR): only a
+// peer with a steer has fewer than 2^16 slots and numbers its receives.
+func (p *peer) recvSlot(idx uint32) uint32 {
+	if p.seqSlot != nil {
+		return idx & 0xffff
+	}
+	return idx
+}
 
 // seqOf is the sequence number of a receive's WR index (recvWR).
 func seqOf(idx uint32) uint16 { return uint16(idx >> 16) }

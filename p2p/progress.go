@@ -499,7 +499,7 @@ func (ep *Endpoint) handleWC(wc *verbs.WC) {
 	switch kind {
 	case wrRecv:
 		p.doneSeq++
-		ep.onRecv(p, recvSlot(idx), wc)
+		ep.onRecv(p, p.recvSlot(idx), wc)
 	case wrRead:
 		if r := ep.reads[idx]; r != nil {
 			ep.readDoneLocked(p, r, idx)

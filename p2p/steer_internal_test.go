@@ -55,6 +55,17 @@ func (g *steerRig) post(tag int32, n int) *Request {
 	return r
 }
 
+// steering posts a receive for a 100-byte message of tag 5 and has the
+// steer start message 9 and take its first fragment's body, as the
+// provider does on reading it: the steer is busy until Steered.
+func (g *steerRig) steering(t *testing.T) *Request {
+	t.Helper()
+	r := g.post(5, 100)
+	id := g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
+	require.NotNil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	return r
+}
+
 func pipeHead(id, size, off uint64, tag int32) []byte {
 	b := make([]byte, pipeLen)
 	h := header{kind: kPipe, ctx: 7, tag: tag, size: size, id: id, addr: off}
@@ -166,9 +177,7 @@ func TestSteerWaitsForAnEarlierMessage(t *testing.T) {
 // writing into) until the provider has let go of it.
 func TestSteerParksAFailedReceive(t *testing.T) {
 	g := newSteerRig()
-	r := g.post(5, 100)
-	id := g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
-	require.NotNil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	r := g.steering(t)
 	// Still reading the first fragment's body.
 	cause := &PeerLostError{Rank: 0, Reporter: 1}
 	g.ep.dropPipesLocked(g.p, cause)
@@ -189,18 +198,14 @@ func TestSteerParksAFailedReceive(t *testing.T) {
 // once; so does a parked one when its endpoint closes.
 func TestSteerFailsAnIdleReceiveAtOnce(t *testing.T) {
 	g := newSteerRig()
-	r := g.post(5, 100)
-	id := g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
-	require.NotNil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	r := g.steering(t)
 	g.p.steer.Steered(true)
 	g.ep.dropPipesLocked(g.p, &PeerLostError{Rank: 0, Reporter: 1})
 	require.True(t, r.done.Load())
 	require.ErrorIs(t, r.err, ErrPeerLost)
 
 	g = newSteerRig()
-	r = g.post(5, 100)
-	id = g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
-	require.NotNil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
+	r = g.steering(t)
 	g.ep.dropPipesLocked(g.p, &PeerLostError{Rank: 0, Reporter: 1})
 	require.False(t, r.done.Load())
 	g.ep.unparkLocked(true) // Close, once the queue pairs are gone

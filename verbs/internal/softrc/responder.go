@@ -145,9 +145,10 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 			}
 			q.recvCQ.push(wc)
 		default:
-			// The connection broke under the payload: the receive it took
-			// is flushed with the others when the QP fails, but it is no
-			// longer queued, so it completes here (once: rinFlushed).
+			// The connection broke under the payload. The QP's flush, when
+			// the link loss fails it, takes the receives still queued and
+			// one being filled (rinBusy), not this one any more: it
+			// completes here.
 			q.recvCQ.push(verbs.WC{ID: q.rin.id, Status: verbs.StatusWRFlushErr, QPNum: q.num})
 		}
 		q.rinBusy = false
