@@ -322,6 +322,11 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 	} else if pi == nil || h.addr != uint64(pi.got) {
 		ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("PIPE fragment at offset %d of message %d out of order", h.addr, h.id)})
 		return
+	} else if h.size != uint64(pi.size) {
+		// Its steer measured it against the size the first fragment gave,
+		// and may have left it in its slot.
+		ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("PIPE fragment of message %d says %d bytes, its first said %d", h.id, h.size, pi.size)})
+		return
 	}
 	switch {
 	case pi.r != nil && pi.r.foldSplits(pi.got, len(data), pi.size):

@@ -223,3 +223,26 @@ func TestSteerLeavesAFoldReceive(t *testing.T) {
 	require.Len(t, g.ep.pipes, 1, "the message should still start early")
 	require.Equal(t, steerOff, g.p.steer.state.Load())
 }
+
+// A later fragment whose header gives its message another size than the
+// first did is a protocol error, not a fragment taken as placed: the steer
+// measured it against the first's size and left it in its slot.
+func TestSteerRefusesAFragmentOfAnotherSize(t *testing.T) {
+	g := newSteerRig()
+	r := g.steering(t)
+	g.p.steer.Steered(true)
+	g.p.doneSeq++
+	h := header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9}
+	g.ep.onPipe(g.p, &h, make([]byte, 40))
+	require.False(t, r.done.Load())
+	g.ep.failErr = ErrClosed // the loss goes no further than this peer's messages
+
+	id := g.frame(1, header{kind: kPipe, ctx: 7, tag: 5, size: 200, id: 9, addr: 40})
+	require.Nil(t, g.p.steer.Steer(id, pipeHead(9, 200, 40, 5), 160), "steered past the receive's buffer")
+	h = header{kind: kPipe, ctx: 7, tag: 5, size: 200, id: 9, addr: 40}
+	g.ep.onPipe(g.p, &h, make([]byte, 160))
+	require.True(t, g.p.broken)
+	require.True(t, r.done.Load())
+	var pe *ProtocolError
+	require.ErrorAs(t, r.err, &pe)
+}
