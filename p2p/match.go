@@ -61,23 +61,22 @@ type matcher struct {
 // or nil when there is none (the caller then queues the message with
 // addUnexpected).
 func (m *matcher) arrive(env envelope) *Request {
-	for i, r := range m.posted.items() {
-		if r.pattern.fits(env) {
-			m.posted.removeAt(i)
-			return r
-		}
+	r, i := m.peek(env)
+	if r != nil {
+		m.posted.removeAt(i)
 	}
-	return nil
+	return r
 }
 
-// peek is arrive without the removal.
-func (m *matcher) peek(env envelope) *Request {
-	for _, r := range m.posted.items() {
+// peek is arrive without the removal: the receive and its place in the
+// posted queue.
+func (m *matcher) peek(env envelope) (*Request, int) {
+	for i, r := range m.posted.items() {
 		if r.pattern.fits(env) {
-			return r
+			return r, i
 		}
 	}
-	return nil
+	return nil, -1
 }
 
 func (m *matcher) addUnexpected(in *inbound) { m.unexp.push(in) }

@@ -109,13 +109,13 @@ func (s *pipeSteer) Steer(id uint64, head []byte, rest int) []byte {
 	if len(head) < pipeLen || head[0] != byte(kPipe) {
 		return nil
 	}
-	if binary.LittleEndian.Uint64(head[32:]) == 0 && s.state.Load() == steerOff && !s.early(id, head, rest) {
+	mid, off := binary.LittleEndian.Uint64(head[24:]), binary.LittleEndian.Uint64(head[32:])
+	if off == 0 && s.state.Load() == steerOff && !s.early(id, rest) {
 		return nil
 	}
 	if !s.state.CompareAndSwap(steerArmed, steerBusy) {
 		return nil
 	}
-	mid, off := binary.LittleEndian.Uint64(head[24:]), binary.LittleEndian.Uint64(head[32:])
 	if mid != s.id || off > uint64(len(s.dst)) || uint64(rest) > uint64(len(s.dst))-off {
 		s.state.Store(steerArmed)
 		return nil
@@ -138,15 +138,20 @@ func (s *pipeSteer) Steered(bool) { s.state.Store(steerArmed) }
 // receive's WR id says how many) must all be such that the match would be
 // the same after them: none that will match, or wait, as a message (see
 // pendingMayMatch). Anything else is left to onPipe.
-func (s *pipeSteer) early(wrid uint64, head []byte, rest int) bool {
+func (s *pipeSteer) early(wrid uint64, rest int) bool {
 	ep, p := s.ep, s.p
 	if !ep.mu.TryLock() {
 		return false
 	}
 	defer ep.mu.Unlock()
-	var h header
 	_, _, idx := splitWRID(wrid)
-	if p.broken || p.departed || ep.failErr != nil || parsePipeHead(head, rest, &h) != nil ||
+	if p.broken || p.departed || ep.failErr != nil || pipeLen+rest > p.slot {
+		return false
+	}
+	// The provider read the header into the start of the receive's slot:
+	// parseFrame reads it there and checks it against the frame's length.
+	var h header
+	if parseFrame(p.recvBuf(p.recvSlot(idx), uint32(pipeLen+rest)), &h) != nil ||
 		h.flags&flagMarked != 0 || h.size > maxPipe {
 		return false
 	}
@@ -154,7 +159,7 @@ func (s *pipeSteer) early(wrid uint64, head []byte, rest int) bool {
 	if ep.pipes[key] != nil {
 		return false
 	}
-	if ep.pendingMayMatch(p, seqOf(idx), ep.m.peek(envelope{ctx: h.ctx, src: p.rank, tag: h.tag})) {
+	if r, _ := ep.m.peek(envelope{ctx: h.ctx, src: p.rank, tag: h.tag}); ep.pendingMayMatch(p, seqOf(idx), r) {
 		return false
 	}
 	pi := ep.startPipeLocked(p, &h, key)
@@ -204,23 +209,6 @@ func (ep *Endpoint) pendingMayMatch(p *peer, seq uint16, r *Request) bool {
 		}
 	}
 	return false
-}
-
-// parsePipeHead decodes the header of a PIPE frame whose payload after the
-// header is rest bytes long, with parseFrame's checks.
-func parsePipeHead(head []byte, rest int, h *header) error {
-	h.kind = frameKind(head[0])
-	h.flags = head[1]
-	h.ctx = binary.LittleEndian.Uint32(head[4:])
-	h.tag = int32(binary.LittleEndian.Uint32(head[8:]))
-	h.aux = binary.LittleEndian.Uint32(head[12:])
-	h.size = binary.LittleEndian.Uint64(head[16:])
-	h.id = binary.LittleEndian.Uint64(head[24:])
-	h.addr = binary.LittleEndian.Uint64(head[32:])
-	if rest <= 0 || h.size > 1<<48 || h.addr > h.size || uint64(rest) > h.size-h.addr {
-		return fmt.Errorf("PIPE frame with %d bytes at offset %d of a %d-byte message", rest, h.addr, h.size)
-	}
-	return nil
 }
 
 // arm steers the fragments of message id into dst, if the steer is free.

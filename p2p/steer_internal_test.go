@@ -22,7 +22,8 @@ func (m sliceMR) SupportsAtomics() bool { return false }
 func (m sliceMR) Close() error          { return nil }
 
 // steerRig is rank 1 of two with a steer on its peer, rank 0, whose frames
-// arrive in 16 receive slots of 64 bytes.
+// arrive in 16 receive slots of 128 bytes (a 40-byte header and up to 88
+// bytes of body).
 type steerRig struct {
 	ep *Endpoint
 	p  *peer
@@ -30,7 +31,7 @@ type steerRig struct {
 
 func newSteerRig() *steerRig {
 	ep := &Endpoint{rank: 1, size: 2, pipes: map[splitKey]*pipeIn{}}
-	p := &peer{rank: 0, slot: 64, recvMR: sliceMR{make([]byte, 16*64)}, seqSlot: make([]uint32, 16)}
+	p := &peer{rank: 0, slot: 128, recvMR: sliceMR{make([]byte, 16*128)}, seqSlot: make([]uint32, 16)}
 	p.steer = &pipeSteer{ep: ep, p: p}
 	ep.peers = []*peer{p, nil}
 	// Post the 16 slots in order, as recvWR numbers them.

@@ -320,12 +320,12 @@ type SendSteerer interface {
 // consumer's own progress (its locks), and may not post work.
 //
 // Steer gets the ID of the receive request the SEND consumed, the SEND's
-// first prefix bytes and the length of the rest; it returns nil to leave
-// the rest in the receive buffer, or a buffer of exactly rest bytes to
-// read it into. Every Steer that returns a buffer is
-// followed by Steered once the provider is done with that buffer: ok if
-// the whole rest is in it, false if the read failed (the connection broke;
-// the buffer holds some of it).
+// first prefix bytes (at the start of that receive's buffer) and the
+// length of the rest; it returns nil to leave the rest in the receive
+// buffer, or a buffer of exactly rest bytes to read it into. Every Steer
+// that returns a buffer is followed by Steered once the provider is done
+// with that buffer: ok if the whole rest is in it, false if the read
+// failed (the connection broke; the buffer holds some of it).
 type SendSteer interface {
 	Steer(id uint64, head []byte, rest int) []byte
 	Steered(ok bool)
