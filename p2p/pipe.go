@@ -1,7 +1,6 @@
 package p2p
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
 	"runtime"
@@ -109,7 +108,7 @@ func (s *pipeSteer) Steer(id uint64, head []byte, rest int) []byte {
 	if len(head) < pipeLen || head[0] != byte(kPipe) {
 		return nil
 	}
-	mid, off := binary.LittleEndian.Uint64(head[24:]), binary.LittleEndian.Uint64(head[32:])
+	mid, off := peekPipe(head)
 	if off == 0 && s.state.Load() == steerOff && !s.early(id, rest) {
 		return nil
 	}
@@ -193,10 +192,11 @@ func (ep *Endpoint) pendingMayMatch(p *peer, seq uint16, r *Request) bool {
 		switch frameKind(b[0]) {
 		case kEager, kRTS:
 		case kPipe:
-			if binary.LittleEndian.Uint64(b[32:]) != 0 {
+			id, off := peekPipe(b)
+			if off != 0 {
 				continue
 			}
-			if pi := ep.pipes[splitKey{p.rank, binary.LittleEndian.Uint64(b[24:])}]; pi != nil && pi.early {
+			if pi := ep.pipes[splitKey{p.rank, id}]; pi != nil && pi.early {
 				continue
 			}
 		case kBye:
@@ -204,7 +204,10 @@ func (ep *Endpoint) pendingMayMatch(p *peer, seq uint16, r *Request) bool {
 		default:
 			continue
 		}
-		if r == nil || r.pattern.fits(envelope{ctx: binary.LittleEndian.Uint32(b[4:]), src: p.rank, tag: int32(binary.LittleEndian.Uint32(b[8:]))}) {
+		if r == nil {
+			return true
+		}
+		if ctx, tag := peekEnv(b); r.pattern.fits(envelope{ctx: ctx, src: p.rank, tag: tag}) {
 			return true
 		}
 	}

@@ -152,6 +152,19 @@ func (h *header) put(b []byte) {
 	}
 }
 
+// peekEnv and peekPipe read a received frame's fields where put wrote
+// them, for a look at a frame whose length is not known (the steer's at
+// frames still in their receive slots, see pipe.go): peekEnv any frame's
+// ctx and tag (b holds at least eagerHdrLen bytes), peekPipe a PIPE
+// frame's message id and offset (at least pipeLen bytes).
+func peekEnv(b []byte) (ctx uint32, tag int32) {
+	return binary.LittleEndian.Uint32(b[4:]), int32(binary.LittleEndian.Uint32(b[8:]))
+}
+
+func peekPipe(b []byte) (id, addr uint64) {
+	return binary.LittleEndian.Uint64(b[24:]), binary.LittleEndian.Uint64(b[32:])
+}
+
 // parseFrame decodes a received frame of n bytes. It never panics: a frame
 // that is short, of unknown kind, or whose sizes disagree is an error, and
 // the caller treats the peer as broken.
@@ -165,8 +178,7 @@ func parseFrame(b []byte, h *header) error {
 	}
 	h.flags = b[1]
 	h.credits = binary.LittleEndian.Uint16(b[2:])
-	h.ctx = binary.LittleEndian.Uint32(b[4:])
-	h.tag = int32(binary.LittleEndian.Uint32(b[8:]))
+	h.ctx, h.tag = peekEnv(b)
 	if h.kind == kEager {
 		if h.flags&flagMarked == 0 {
 			h.size = uint64(len(b) - eagerHdrLen)
@@ -204,8 +216,7 @@ func parseFrame(b []byte, h *header) error {
 		if len(b) <= pipeLen {
 			return fmt.Errorf("PIPE frame of %d bytes carries no payload", len(b))
 		}
-		h.id = binary.LittleEndian.Uint64(b[24:])
-		h.addr = binary.LittleEndian.Uint64(b[32:])
+		h.id, h.addr = peekPipe(b)
 		if h.size > 1<<48 || h.addr > h.size || uint64(len(b)-pipeLen) > h.size-h.addr {
 			return fmt.Errorf("PIPE frame with %d bytes at offset %d of a %d-byte message", len(b)-pipeLen, h.addr, h.size)
 		}
