@@ -300,3 +300,46 @@ func TestCrowdedBothWaysPipelined(t *testing.T) {
 	assert.Equal(t, uint64(1), ps.PipeSent.Msgs, "pipelined, a receive from the peer posted")
 	assert.Zero(t, ps.RndvSent.Msgs)
 }
+
+// TestCrowdedServedChunks: where the host's ranks outnumber its CPUs, a
+// rendezvous over tcp under 1 MiB is READ in pieces posted at once
+// (verbs.Traits.ReadChunkCrowded); the last piece's report that its
+// response is written completes the send (responses go out in order), and
+// the sender's buffer is free then.
+func TestCrowdedServedChunks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	eps := startTwoHosts(t, ctx, true, false, p2p.Options{})
+	require.True(t, eps[0].Crowded(), "two ranks on one CPU")
+	const size = 768 << 10 // six 128 KiB READs; past the crowded tcp pipeline
+	fins := p2p.FINOKSent()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 3 {
+			buf := pattern(size, byte(i))
+			if errs[0] = eps[0].Send(ctx, 2, i, buf); errs[0] != nil {
+				return
+			}
+			clear(buf)
+		}
+	})
+	wg.Go(func() {
+		buf := make([]byte, size)
+		for i := range 3 {
+			if _, errs[1] = eps[2].Recv(ctx, 0, i, buf); errs[1] != nil {
+				return
+			}
+			if !bytes.Equal(buf, pattern(size, byte(i))) {
+				errs[1] = fmt.Errorf("message %d: payload differs", i)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	ps := eps[0].Stats().Peers[2]
+	assert.Equal(t, uint64(3), ps.RndvSent.Msgs)
+	assert.Equal(t, uint64(3), ps.RndvServed.Msgs, "completed on the last READ's report")
+	assert.Zero(t, p2p.FINOKSent()-fins, "no FIN")
+}

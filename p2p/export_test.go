@@ -26,6 +26,10 @@ func SetIgnoreCTS(on bool) { testIgnoreCTS.Store(on) }
 // CTSSent counts the CTS frames every endpoint of the process has sent.
 func CTSSent() int64 { return testCTSSent.Load() }
 
+// FINOKSent counts the FINs every endpoint of the process has sent for a
+// rendezvous it READ (not for a truncated or canceled one).
+func FINOKSent() int64 { return testFINOKSent.Load() }
+
 // IgnoredCTS counts the CTS frames ignored under SetIgnoreCTS, so that a
 // test knows its receiver has sent one.
 func IgnoredCTS() int64 { return testIgnoredCTS.Load() }

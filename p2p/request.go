@@ -136,6 +136,10 @@ type reqCold struct {
 	split, readDone  bool
 	fallback         bool  // the sender could not write its part: READ it too
 	splitErr         error // the sender's part will never come (its link broke)
+	// served: the READ of the whole message asked the sender's queue pair
+	// to report its response written (verbs.Caps.ReadServed), which
+	// completes the send: no FIN follows.
+	served bool
 
 	// A fold or parts receive staged in memory of the endpoint's (buf,
 	// see stageLocked): the caller's buffer, placed into at completion.

@@ -40,6 +40,10 @@ type PeerStats struct {
 	// payload, each from where it was).
 	PartsSent          Counter
 	RndvSent, RndvRecv Counter // rendezvous messages (counted when the data has moved)
+	// Of RndvSent, those completed when the provider had written the READ
+	// response out (verbs.Caps.ReadServed: tcp, loop) rather than on the
+	// receiver's FIN.
+	RndvServed Counter
 	// One-sided window writes completed. Writes that several goroutines
 	// make to one peer at the same time over shared memory may be
 	// undercounted (see countFastWrite); those made one at a time are

@@ -97,6 +97,11 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
+	// WCReadServed is a responder's report that it has handed the whole
+	// response to a READ posted with SendReportServed to its transport
+	// (Caps.ReadServed): ID is the READ's tag, ByteLen its length. Not an
+	// ibv_wc_opcode value.
+	WCReadServed WCOpcode = 192
 )
 
 func (o WCOpcode) String() string {
@@ -115,6 +120,8 @@ func (o WCOpcode) String() string {
 		return "RECV"
 	case WCRecvRDMAWithImm:
 		return "RECV_RDMA_WITH_IMM"
+	case WCReadServed:
+		return "READ_SERVED"
 	}
 	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
 }
@@ -188,6 +195,11 @@ const (
 	SendSignaled  SendFlags = 1 << 1 // produce a completion on success too
 	SendSolicited SendFlags = 1 << 2 // set the solicited-event bit
 	SendInline    SendFlags = 1 << 3 // payload is SendWR.Inline, copied at post time
+	// SendReportServed, on an RDMA READ to a device whose Caps.ReadServed
+	// holds, asks the responder's queue pair to report its response written
+	// (see Caps.ReadServed); CompareAdd is the tag it reports. Not an
+	// ibv_send_flags value: a software provider's extension.
+	SendReportServed SendFlags = 1 << 6
 )
 
 // WCFlags describe a work completion. Values match ibv_wc_flags.

@@ -12,8 +12,16 @@ func ValidateSendWR(wr *SendWR, qc QPCap, dc Caps) error {
 	if !wr.Opcode.Valid() {
 		return fmt.Errorf("%w: unknown opcode %d", ErrInvalidArgument, wr.Opcode)
 	}
-	if wr.Flags&^(SendFence|SendSignaled|SendSolicited|SendInline) != 0 {
+	if wr.Flags&^(SendFence|SendSignaled|SendSolicited|SendInline|SendReportServed) != 0 {
 		return fmt.Errorf("%w: unknown send flags %#x", ErrInvalidArgument, uint8(wr.Flags))
+	}
+	if wr.Flags&SendReportServed != 0 {
+		if wr.Opcode != OpRDMARead {
+			return fmt.Errorf("%w: SendReportServed on %v (only RDMA_READ)", ErrInvalidArgument, wr.Opcode)
+		}
+		if !dc.ReadServed {
+			return fmt.Errorf("%w: SendReportServed on a device without Caps.ReadServed", ErrInvalidArgument)
+		}
 	}
 	if wr.Flags&SendInline != 0 {
 		switch wr.Opcode {

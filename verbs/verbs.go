@@ -80,6 +80,18 @@ type Caps struct {
 	Latency time.Duration
 	// Bandwidth is an estimate of the link bandwidth in bytes per second.
 	Bandwidth float64
+	// ReadServed says the device's queue pairs, as READ responders, can
+	// report when they have handed a response whole to their transport, so
+	// that the memory it was read from may change: an RDMA READ posted
+	// with SendReportServed makes the peer's queue pair complete a
+	// WCReadServed, carrying the READ's CompareAdd as its ID, on its send
+	// CQ once the response is written (never for a READ that fails, nor
+	// one whose response could not be written). Responses are written in
+	// request order, so the report of a QP's last READ covers the earlier
+	// ones. A stream transport copies a response into the kernel, where
+	// RC hardware reads the memory as the response goes out and tells the
+	// responder nothing.
+	ReadServed bool
 }
 
 // Device is an opened RDMA device (ibv_context). All methods are safe for

@@ -230,7 +230,9 @@ func (e *end) pump() {
 		if e.resp.Op != 0 && !e.pair.closed.Load() {
 			e.respSeg[0] = e.resp.Data
 			e.respPL = softrc.BytesPayload{Segs: e.respSeg[:], Progress: e.progress}
-			_ = e.q.HandleResponse(&e.resp.Header, &e.respPL)
+			if e.q.HandleResponse(&e.resp.Header, &e.respPL) == nil {
+				e.resp.Sent()
+			}
 			e.respSeg[0] = nil
 		}
 		e.q.Executing(false)

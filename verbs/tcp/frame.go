@@ -67,7 +67,7 @@ func DecodeHeader(b []byte, maxMsg uint64) (softrc.Header, error) {
 
 // Handshake constants (docs/wire-tcp.md).
 const (
-	helloMagic = "RDMAGOT3"
+	helloMagic = "RDMAGOT4"
 	nonceLen   = 32
 	macLen     = sha256.Size
 	connectLen = 24

@@ -233,7 +233,7 @@ func (l *link) writer() {
 		// reader and KickPost check respClosed / done and release their own.
 		l.wmu.Lock()
 		l.ss.carry = nil
-		l.finishBatch()
+		l.finishBatch(false)
 		l.wmu.Unlock()
 		l.mu.Lock()
 		for i := range l.resps {
@@ -257,7 +257,7 @@ func (l *link) writer() {
 		if len(l.ss.carry) > 0 {
 			err = l.write(l.ss.carry)
 			l.ss.carry = nil
-			l.finishBatch()
+			l.finishBatch(err == nil)
 		}
 		for err == nil {
 			var k int
@@ -266,7 +266,7 @@ func (l *link) writer() {
 			}
 			if err == nil {
 				err = l.write(l.ss.bufs)
-				l.finishBatch()
+				l.finishBatch(err == nil)
 			}
 		}
 		l.t.writers.Add(-1)
@@ -325,7 +325,7 @@ func (l *link) kickPostHeld(settle func()) {
 		if k, err = l.batch(inlineMax, true); k > 0 && err == nil {
 			l.ss.carry, err = l.writeNow(l.ss.bufs)
 			if len(l.ss.carry) == 0 {
-				l.finishBatch()
+				l.finishBatch(err == nil)
 			}
 		}
 		more = len(l.ss.carry) > 0 || l.q.HasWork() || l.nresps.Load() > 0
@@ -346,7 +346,7 @@ func (l *link) kickPostHeld(settle func()) {
 	case <-l.done:
 		// The writer may be gone already: nobody else will finish this batch.
 		l.ss.carry = nil
-		l.finishBatch()
+		l.finishBatch(false)
 		more = false
 	default:
 	}
@@ -492,10 +492,15 @@ func (ss *sendState) cut() {
 	}
 }
 
-// finishBatch releases what the last batch pointed into.
-func (l *link) finishBatch() {
+// finishBatch releases what the last batch pointed into; sent says the
+// batch was written whole, so its READ responses are served
+// (softrc.Response.Sent).
+func (l *link) finishBatch(sent bool) {
 	ss := &l.ss
 	for i := range ss.out {
+		if sent {
+			ss.out[i].Sent()
+		}
 		ss.out[i].Done()
 	}
 	ss.out = ss.out[:0]

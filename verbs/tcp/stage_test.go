@@ -41,7 +41,7 @@ func TestBatchStagesSmallPayloads(t *testing.T) {
 		lens = append(lens, len(b))
 	}
 	werr := l.write(l.ss.bufs)
-	l.finishBatch()
+	l.finishBatch(werr == nil)
 	l.wmu.Unlock()
 	q.ReleasePosts()
 	require.NoError(t, err)

@@ -298,6 +298,10 @@ func TestMalformedFrames(t *testing.T) {
 		{"unknown flags", func(qpn uint32) []byte {
 			return hdr(func(b []byte) { b[1] = 0x80; binary.BigEndian.PutUint32(b[4:], qpn) })
 		}},
+		{"served flag on a write", func(qpn uint32) []byte {
+			// FlagServed belongs to READ requests only.
+			return hdr(func(b []byte) { b[1] = softrc.FlagServed; binary.BigEndian.PutUint32(b[4:], qpn) })
+		}},
 		{"wrong qp", func(qpn uint32) []byte { return hdr(func(b []byte) { binary.BigEndian.PutUint32(b[4:], qpn+1) }) }},
 		{"huge length", func(qpn uint32) []byte {
 			return hdr(func(b []byte) { binary.BigEndian.PutUint32(b[4:], qpn); binary.BigEndian.PutUint32(b[12:], 0xffffffff) })

@@ -39,6 +39,7 @@ func testInvalidSendRequests(t *testing.T, s *suite) {
 		{"InlineWithoutFlag", verbs.SendWR{ID: 1, Opcode: verbs.OpSend, Inline: make([]byte, 1)}, false},
 		{"UnknownOpcode", verbs.SendWR{ID: 1, Opcode: 42}, false},
 		{"UnknownFlags", verbs.SendWR{ID: 1, Opcode: verbs.OpSend, Flags: 0x80}, false},
+		{"ServedOnSend", verbs.SendWR{ID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendReportServed}, false},
 		{"MisalignedAtomic", atomicWR(1, verbs.OpAtomicFetchAdd, p.a.mr, 0, p.b.mr, 4, 1, 0), true},
 		{"ShortAtomicSGE", func() verbs.SendWR {
 			wr := atomicWR(1, verbs.OpAtomicCmpAndSwp, p.a.mr, 0, p.b.mr, 0, 1, 0)

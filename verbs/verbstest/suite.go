@@ -117,6 +117,7 @@ type group struct {
 // groups is the suite's table of contents; each file adds its group.
 var groups = []group{
 	{"Ops", opsCases},
+	{"ReadServed", servedCases},
 	{"Ordering", orderingCases},
 	{"RNR", rnrCases},
 	{"Errors", errorCases},

@@ -53,6 +53,7 @@ func DefaultCaps() verbs.Caps {
 		MaxRdAtom:      16,
 		Atomics:        verbs.AtomicHCA,
 		UserMemAtomics: true,
+		ReadServed:     true, // its transports call Response.Sent
 	}
 }
 

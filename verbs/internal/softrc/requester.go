@@ -119,6 +119,9 @@ func (q *QP) nextRequestLocked(r *Request, max uint32) bool {
 	if e.flags&verbs.SendFence != 0 {
 		r.Flags |= FlagFence
 	}
+	if e.flags&verbs.SendReportServed != 0 {
+		r.Flags |= FlagServed // CmpAdd is the tag
+	}
 	if ackReq {
 		// Unsignaled WRITEs and SENDs ask for no ACK (a later signaled one's
 		// ACK covers them, and a NAK is always sent), which halves the frames

@@ -105,6 +105,9 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 	case FrameReadReq:
 		resp.Op, resp.Len, resp.Data, resp.ref = FrameReadResp, h.Len, dst, mr
 		mr = nil
+		if h.Flags&FlagServed != 0 {
+			resp.served, resp.tag = q, h.CmpAdd
+		}
 	case FrameCmpSwap:
 		w := mr.word(h.RAddr)
 		for {

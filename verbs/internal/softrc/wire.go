@@ -76,7 +76,11 @@ const (
 	FlagAckReq    uint8 = 1 << 0 // the requester wants an ACK for this request
 	FlagSolicited uint8 = 1 << 1 // the solicited-event bit of the WR
 	FlagFence     uint8 = 1 << 2 // informational: the WR was fenced
-	knownFlags          = FlagAckReq | FlagSolicited | FlagFence
+	// FlagServed, on a READ request only: the requester wants the
+	// responder's QP to report the response written (verbs.SendReportServed),
+	// with CmpAdd as the tag.
+	FlagServed uint8 = 1 << 3
+	knownFlags       = FlagAckReq | FlagSolicited | FlagFence | FlagServed
 )
 
 // NAK syndromes (after the AETH NAK codes).
@@ -122,6 +126,9 @@ func (h *Header) Check(maxMsg uint64) error {
 	}
 	if h.Flags&^knownFlags != 0 {
 		return fmt.Errorf("%w: unknown frame flags %#x", ErrProtocol, h.Flags)
+	}
+	if h.Flags&FlagServed != 0 && h.Op != FrameReadReq {
+		return fmt.Errorf("%w: served flag on a %v frame", ErrProtocol, h.Op)
 	}
 	if h.Op == FrameNak {
 		if h.Syndrome < SynRNR || h.Syndrome > SynRemOp {
@@ -304,6 +311,23 @@ type Response struct {
 	// It stays valid until Done.
 	Data []byte
 	ref  *MR
+	// served is the responder QP that reports this READ response written
+	// (FlagServed), with tag, once the transport says so (Sent).
+	served *QP
+	tag    uint64
+}
+
+// Sent is the transport's word that it has handed the whole response to
+// its peer (written it into the connection, or copied it into the
+// requester's memory): a READ response whose requester asked
+// (verbs.SendReportServed) is reported on the responder's send CQ. Call it
+// before Done, and only when the response went out whole.
+func (r *Response) Sent() {
+	if q := r.served; q != nil {
+		r.served = nil
+		q.sendCQ.push(verbs.WC{ID: r.tag, Status: verbs.StatusSuccess, Opcode: verbs.WCReadServed,
+			ByteLen: r.Len, QPNum: q.num})
+	}
 }
 
 // Done releases the memory Data points into.
@@ -313,6 +337,7 @@ func (r *Response) Done() {
 		r.ref = nil
 	}
 	r.Data = nil
+	r.served = nil
 }
 
 // Link is a connected queue pair's transport. The core calls Kick when
