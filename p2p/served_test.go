@@ -111,3 +111,40 @@ func TestRendezvousServed(t *testing.T) {
 		})
 	}
 }
+
+// TestRendezvousServedThenClose: a sender whose rendezvous sends completed
+// on the provider's report (before the receiver has read the data) and
+// that closes its endpoint at once still delivers them whole.
+func TestRendezvousServedThenClose(t *testing.T) {
+	const n, k = 3 << 20, 3
+	for _, prov := range []string{"loop", "tcp"} {
+		t.Run(prov, func(t *testing.T) {
+			o := p2ptest.Options{Provider: prov, Timeout: 60 * time.Second}
+			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+				if ep.Rank() == 0 {
+					for i := range k {
+						buf := pattern(n, byte(i))
+						if err := ep.Send(ctx, 1, i, buf); err != nil {
+							return err
+						}
+						clear(buf)
+					}
+					if served := ep.Stats().Peers[1].RndvServed.Msgs; served != k {
+						return fmt.Errorf("%d of %d sends completed on the provider's report", served, k)
+					}
+					return ep.Close()
+				}
+				buf := make([]byte, n)
+				for i := range k {
+					if _, err := ep.Recv(ctx, 0, i, buf); err != nil {
+						return err
+					}
+					if !bytes.Equal(buf, pattern(n, byte(i))) {
+						return fmt.Errorf("message %d: payload differs", i)
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
