@@ -625,12 +625,8 @@ func (ep *Endpoint) failLocked(err error) {
 		delete(ep.pipes, k)
 		pi.fail(ep, err)
 	}
-	for id, r := range ep.rndvSends {
-		delete(ep.rndvSends, id)
-		if r.reg != nil {
-			r.dev.cache.put(r.reg)
-			r.reg = nil
-		}
+	for _, r := range ep.rndvSends {
+		ep.dropRndvSendLocked(r)
 		ep.completeLocked(r, ep.opErr(r, err))
 	}
 	ep.wakeArrivalsLocked()

@@ -597,9 +597,7 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 	case kFIN:
 		if r := ep.rndvSends[h.id]; r != nil {
 			if h.aux == finCanceled {
-				delete(ep.rndvSends, h.id)
-				r.dev.cache.put(r.reg)
-				r.reg = nil
+				ep.dropRndvSendLocked(r)
 				r.canceled = true
 				ep.completeLocked(r, ep.opErr(r, ErrCanceled))
 			} else {
@@ -653,9 +651,7 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 // rndvSentLocked completes rendezvous send r to p, whose data the receiver
 // has (FIN) or the provider has written out (rndvServedLocked).
 func (ep *Endpoint) rndvSentLocked(p *peer, r *Request) {
-	delete(ep.rndvSends, r.id)
-	r.dev.cache.put(r.reg)
-	r.reg = nil
+	ep.dropRndvSendLocked(r)
 	p.stats.RndvSent.add(len(r.buf))
 	ep.completeLocked(r, ep.failErrFor(r))
 }
@@ -665,12 +661,22 @@ func (ep *Endpoint) rndvSentLocked(p *peer, r *Request) {
 // send completes as on a FIN, which the receiver does not send then.
 func (ep *Endpoint) rndvServedLocked(id uint64) {
 	r := ep.rndvSends[id]
-	if r == nil || r.peer < 0 || r.peer >= ep.size || ep.peers[r.peer] == nil {
-		return
+	if r == nil {
+		return // a report for a send that already ended (failed, closed)
 	}
-	p := ep.peers[r.peer]
+	p := ep.peers[r.peer] // a rendezvous goes to another rank: never nil
 	p.stats.RndvServed.add(len(r.buf))
 	ep.rndvSentLocked(p, r)
+}
+
+// dropRndvSendLocked forgets rendezvous send r and lets go of its
+// buffer's registration: nobody reads it any more.
+func (ep *Endpoint) dropRndvSendLocked(r *Request) {
+	delete(ep.rndvSends, r.id)
+	if r.reg != nil {
+		r.dev.cache.put(r.reg)
+		r.reg = nil
+	}
 }
 
 // repostLocked gives a consumed receive buffer back to the queue pair,
