@@ -99,6 +99,14 @@ type Model struct {
 	// step waits for a rank to be scheduled, and it took 1.05-9 times the
 	// slots' time.
 	ShmAllgather2Max, ShmAlltoall2Max int
+	// ShmAlltoallBlockMax: the shared-memory alltoall of more than two
+	// ranks up to this size of a block (one send buffer over p). Past it
+	// the linear alltoall moves each block by p2p's rendezvous, one kernel
+	// copy, where the slots take a copy in and one out and every round
+	// waits for every rank: 4 and 8 ranks on 2 cores took about half the
+	// slots' time from 512 KiB and 1 MiB blocks (docs/collectives.md).
+	// Two ranks leave the slots at the same block size (ShmAlltoall2Max).
+	ShmAlltoallBlockMax int
 	// ShmReadBlockMin: above this size of a block (the result over p,
 	// one send buffer over p) the shared-memory allgather and alltoall
 	// read every other rank's block straight out of its buffer, where the
@@ -220,6 +228,7 @@ var defModel = Model{
 	ShmAlltoallMax:      math.MaxInt,
 	ShmAllgather2Max:    2 << 20,
 	ShmAlltoall2Max:     512 << 10,
+	ShmAlltoallBlockMax: 256 << 10,
 	ShmReadBlockMin:     math.MaxInt,
 	ShmBcast2Max:        math.MaxInt,
 	ShmBcastMax:         math.MaxInt,
@@ -278,6 +287,7 @@ func (m Model) withDefaults() Model {
 		{&m.ShmAllgatherMax, &d.ShmAllgatherMax}, {&m.ShmReduceScatterMax, &d.ShmReduceScatterMax},
 		{&m.ShmAlltoallMax, &d.ShmAlltoallMax}, {&m.ShmReadBlockMin, &d.ShmReadBlockMin},
 		{&m.ShmAllgather2Max, &d.ShmAllgather2Max}, {&m.ShmAlltoall2Max, &d.ShmAlltoall2Max},
+		{&m.ShmAlltoallBlockMax, &d.ShmAlltoallBlockMax},
 		{&m.ShmBcast2Max, &d.ShmBcast2Max}, {&m.ShmBcastMax, &d.ShmBcastMax}, {&m.ShmReadMin, &d.ShmReadMin},
 		{&m.ShmReadMax, &d.ShmReadMax}, {&m.ShmSplitMin, &d.ShmSplitMin},
 		{&m.ShmSplitMax, &d.ShmSplitMax}, {&m.ShmSplitGapMin, &d.ShmSplitGapMin},
@@ -813,7 +823,8 @@ func (e *Engine) Model() Model { return e.model }
 // every one; past that, allreduce, reduce, allgather, reduce-scatter and
 // alltoall up to their Shm*Max (allgather and alltoall of two uncrowded
 // ranks up to their Shm*2Max too), a bcast of two ranks up to
-// ShmBcast2Max and of more up to ShmBcastMax.
+// ShmBcast2Max and of more up to ShmBcastMax; the alltoall of more than
+// two ranks only while its blocks are at most ShmAlltoallBlockMax.
 func (m *Model) shmPays(c Collective, p int, nbytes int, crowded bool) bool {
 	pair := p == 2 && !crowded
 	switch {
@@ -828,7 +839,8 @@ func (m *Model) shmPays(c Collective, p int, nbytes int, crowded bool) bool {
 	case c == CollReduceScatter:
 		return nbytes <= m.ShmReduceScatterMax
 	case c == CollAlltoall:
-		return nbytes <= m.ShmAlltoallMax && (!pair || nbytes <= m.ShmAlltoall2Max)
+		return nbytes <= m.ShmAlltoallMax && (!pair || nbytes <= m.ShmAlltoall2Max) &&
+			(p <= 2 || nbytes/p <= m.ShmAlltoallBlockMax)
 	case c == CollBcast && p == 2:
 		return nbytes <= m.ShmBcast2Max
 	case c == CollBcast:

@@ -80,7 +80,7 @@ func randModel(r *rand.Rand) *collectives.Model {
 		m.PostOverlap = logUniform(r, 0.01, 2)
 	}
 	for _, v := range []*int{&m.ShmSmallBytes, &m.ShmAllreduceMax, &m.ShmBcast2Max, &m.ShmReadMin, &m.ShmReadMax,
-		&m.ShmReduceMax, &m.ShmReduceFoldBytes, &m.ShmAllgatherMax, &m.ShmReduceScatterMax, &m.ShmAlltoallMax, &m.ShmAllgather2Max, &m.ShmAlltoall2Max, &m.ShmReadBlockMin, &m.ShmBcastMax,
+		&m.ShmReduceMax, &m.ShmReduceFoldBytes, &m.ShmAllgatherMax, &m.ShmReduceScatterMax, &m.ShmAlltoallMax, &m.ShmAllgather2Max, &m.ShmAlltoall2Max, &m.ShmAlltoallBlockMax, &m.ShmReadBlockMin, &m.ShmBcastMax,
 		&m.ShmSplitMin, &m.ShmSplitMax, &m.ShmSplitGapMin, &m.ShmSplitGapMax, &m.ShmFoldBytes, &m.ShmFoldBytes2,
 		&m.ShmPipeBytes, &m.ShmPieceMin, &m.HierBigBytes, &m.HierBigCrowdedBytes} {
 		size(v)
@@ -361,7 +361,7 @@ func TestTuningMovesChoice(t *testing.T) {
 			{3, collectives.CollReduce, fmt.Sprintf("shm_small_bytes=%d,shm_reduce_max=%d", small, upper), upper},
 			{3, collectives.CollBcast, fmt.Sprintf("shm_small_bytes=%d,shm_bcast_max=-1", small), small},
 			{3, collectives.CollAllgather, fmt.Sprintf("shm_small_bytes=%d,shm_allgather_max=%d", small, upper), upper},
-			{3, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d", small, upper), upper},
+			{3, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d,shm_alltoall_block_max=max", small, upper), upper},
 			{2, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall_max=%d,shm_alltoall2_max=max", small, upper), upper},
 			{2, collectives.CollAlltoall, fmt.Sprintf("shm_small_bytes=%d,shm_alltoall2_max=%d", small, upper), upper},
 			{2, collectives.CollAllgather, fmt.Sprintf("shm_small_bytes=%d,shm_allgather2_max=%d", small, upper), upper},
@@ -390,8 +390,27 @@ func TestTuningMovesChoice(t *testing.T) {
 		require.Equal(t, collectives.SharedMemory, choose(engine(2, shared, pairs), c, 1<<20), "%v at the edge", c)
 		require.NotEqual(t, collectives.SharedMemory, choose(engine(2, shared, pairs), c, 1<<20+1), "%v past the edge", c)
 		require.Equal(t, collectives.SharedMemory, choose(engine(2, crowded, pairs), c, 64<<20), "%v crowded", c)
-		require.Equal(t, collectives.SharedMemory, choose(engine(3, shared, pairs), c, 64<<20), "%v on 3 ranks", c)
+		require.Equal(t, collectives.SharedMemory, choose(engine(3, shared, pairs+",shm_alltoall_block_max=max"), c, 64<<20), "%v on 3 ranks", c)
 	}
+	// The alltoall of more than two ranks, crowded or not, leaves the slots
+	// past shm_alltoall_block_max a block (256 KiB by default), whatever
+	// the pairs' band says; two ranks do not look at it.
+	for _, c := range []struct {
+		p     int
+		o     coltest.Options
+		tune  string
+		block int
+	}{
+		{3, shared, "", 256 << 10},
+		{4, crowded, "", 256 << 10},
+		{8, crowded, "shm_alltoall2_max=max", 256 << 10},
+		{5, shared, "shm_alltoall_block_max=96K", 96 << 10},
+	} {
+		e := engine(c.p, c.o, c.tune)
+		require.Equal(t, collectives.SharedMemory, choose(e, collectives.CollAlltoall, c.p*c.block), "p=%d %q: blocks of %d", c.p, c.tune, c.block)
+		require.NotEqual(t, collectives.SharedMemory, choose(e, collectives.CollAlltoall, c.p*(c.block+1)), "p=%d %q: blocks past %d", c.p, c.tune, c.block)
+	}
+	require.Equal(t, collectives.SharedMemory, choose(engine(2, crowded, ""), collectives.CollAlltoall, 64<<20), "two crowded ranks")
 	// By default the allgather leaves them past 2 MiB of result, the
 	// alltoall past 512 KiB of send buffer.
 	for _, c := range []struct {

@@ -85,6 +85,8 @@ var tunables = []Tunable{
 		modelField(func(m *Model) *int { return &m.ShmAllgather2Max }), bytesDef(defModel.ShmAllgather2Max)},
 	{"shm_alltoall2_max", "the shared-memory alltoall of two ranks that do not share a CPU up to this size (of one rank's send buffer)", tuneBytes,
 		modelField(func(m *Model) *int { return &m.ShmAlltoall2Max }), bytesDef(defModel.ShmAlltoall2Max)},
+	{"shm_alltoall_block_max", "the shared-memory alltoall of more than two ranks up to this size of a block (one send buffer over the rank count)", tuneBytes,
+		modelField(func(m *Model) *int { return &m.ShmAlltoallBlockMax }), bytesDef(defModel.ShmAlltoallBlockMax)},
 	{"shm_read_block_min", "a shared-memory allgather or alltoall reads each block straight out of its owner's buffer above this block size (where the region can)", tuneBytes,
 		modelField(func(m *Model) *int { return &m.ShmReadBlockMin }), bytesDef(defModel.ShmReadBlockMin)},
 	{"shm_bcast2_max", "the two-rank shared-memory bcast up to this size", tuneBytes,
