@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmago/rdmago/bootstrap"
+	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/comm"
 	"github.com/rdmago/rdmago/internal/testbin"
 	"github.com/rdmago/rdmago/p2p"
@@ -40,6 +41,15 @@ func sharedLossOptions() p2p.Options {
 	return p2p.Options{Heartbeat: 100 * time.Millisecond, LivenessTimeout: 1500 * time.Millisecond}
 }
 
+// sharedLossColl keeps blockCollectives' alltoall, whose 800 KB blocks
+// the model sends by messages past shm_alltoall_block_max, on the slots,
+// so that it still runs several rounds of them across processes.
+func sharedLossColl(t *testing.T) collectives.Options {
+	var o collectives.Options
+	require.NoError(t, collectives.ParseTuning("shm_alltoall_block_max=max", &o))
+	return o
+}
+
 func sharedLoss(t *testing.T, sig syscall.Signal) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -52,7 +62,8 @@ func sharedLoss(t *testing.T, sig syscall.Signal) {
 	ranks := testbin.StartRanks(t, "^TestSharedMemoryPeerLoss$", 3, func(r int) []string {
 		return []string{"COMM_TEST_RANK=" + strconv.Itoa(r), "COMM_TEST_ADDR=" + srv.Addr(), "COMM_TEST_TOKEN=" + hex.EncodeToString(token)}
 	})
-	c, err := comm.Init(ctx, comm.Options{Addr: srv.Addr(), Token: token, Rank: 0, Size: 3, NoEnv: true, P2P: sharedLossOptions()})
+	c, err := comm.Init(ctx, comm.Options{Addr: srv.Addr(), Token: token, Rank: 0, Size: 3, NoEnv: true, P2P: sharedLossOptions(),
+		Collectives: sharedLossColl(t)})
 	require.NoError(t, err)
 	defer c.Close()
 
@@ -201,7 +212,8 @@ func sharedLossChild(t *testing.T, role string) {
 	token, _ := hex.DecodeString(os.Getenv("COMM_TEST_TOKEN"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := comm.Init(ctx, comm.Options{Addr: os.Getenv("COMM_TEST_ADDR"), Token: token, Rank: rank, Size: 3, NoEnv: true, P2P: sharedLossOptions()})
+	c, err := comm.Init(ctx, comm.Options{Addr: os.Getenv("COMM_TEST_ADDR"), Token: token, Rank: rank, Size: 3, NoEnv: true, P2P: sharedLossOptions(),
+		Collectives: sharedLossColl(t)})
 	if err != nil {
 		fmt.Printf("RESULT init: %v\n", err)
 		return
