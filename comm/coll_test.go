@@ -474,3 +474,46 @@ func TestAlgorithmOverrides(t *testing.T) {
 		requireOK(t, errs)
 	})
 }
+
+// TestAlltoallLargeBlocksLeaveSlots: on one host the alltoall of more than
+// two ranks runs the shared-memory algorithm up to blocks of
+// shm_alltoall_block_max (256 KiB) and the linear one past it, whose
+// blocks go by p2p's rendezvous; both deliver every block.
+func TestAlltoallLargeBlocksLeaveSlots(t *testing.T) {
+	const p = 3
+	for _, c := range []struct {
+		block int // float64 elements
+		want  string
+	}{
+		{256 << 10 / 8, "shared_memory"},
+		{256<<10/8 + 1, "linear"},
+	} {
+		t.Run(fmt.Sprintf("block=%d", c.block*8), func(t *testing.T) {
+			errs := run(t, p, comm.Options{Transport: "shm"}, func(ctx context.Context, cm *comm.Comm) error {
+				me := cm.Rank()
+				send, recv := make([]float64, p*c.block), make([]float64, p*c.block)
+				for i := range send {
+					send[i] = float64(me*10_000_019 + i)
+				}
+				if err := comm.Alltoall(ctx, cm, send, recv); err != nil {
+					return err
+				}
+				if got := cm.LastAlgorithm(); got != c.want {
+					return fmt.Errorf("rank %d: the alltoall ran %s, want %s", me, got, c.want)
+				}
+				for i, v := range recv {
+					src, j := i/c.block, i%c.block
+					if want := float64(src*10_000_019 + me*c.block + j); v != want {
+						return fmt.Errorf("rank %d: element %d is %v, want %v (block of rank %d)", me, i, v, want, src)
+					}
+				}
+				return nil
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}
