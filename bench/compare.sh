@@ -4,7 +4,8 @@
 # $ROUNDS rounds with osu-compare (median of per-round ratios, A = rdmago,
 # B = Open MPI) and saves its table in OUTDIR/NAME.txt and a chart of both
 # medians in OUTDIR/NAME.png; OUTDIR/summary.txt gets one line per row (best,
-# worst and per-band ratios). Rows are named ROW-npN-MODE[-TRANSPORT]:
+# worst and per-band ratios, and the sizes where rdmago was behind in every
+# round: bench/summary.awk). Rows are named ROW-npN-MODE[-TRANSPORT]:
 #
 #   latency, bw, bibw             2 ranks, over shm and tcp (Open MPI: its
 #                                 shared-memory BTL, or --mca btl tcp,self)
@@ -115,22 +116,9 @@ compare() { # NAME MODE TITLE A B [B_LABEL]
 		return 0
 	fi
 	cat "$out/$name.txt"
-	# One summary line: worst and best ratio, and the worst of each band.
-	awk -v name="$name" -v mode="$mode" '
-		!/^#/ && $1 ~ /^[0-9]+$/ {
-			r = $4; s = $1
-			band = s < 1024 ? "<1K" : s < 65536 ? "1K-64K" : s < 1048576 ? "64K-1M" : ">=1M"
-			if (!(band in worst)) worst[band] = r
-			else if (mode == "time" ? r > worst[band] : r < worst[band]) worst[band] = r
-			if (all == "" || (mode == "time" ? r > all : r < all)) { all = r; at = s }
-			if (best == "" || (mode == "time" ? r < best : r > best)) best = r
-		}
-		END {
-			line = sprintf("%-34s worst %.2f at %d, best %.2f |", name, all, at, best)
-			n = split("<1K 1K-64K 64K-1M >=1M", bands, " ")
-			for (i = 1; i <= n; i++) if (bands[i] in worst) line = line sprintf(" %s %.2f", bands[i], worst[bands[i]])
-			print line
-		}' "$out/$name.txt" >>"$out/summary.txt"
+	# One summary line: worst and best ratio, the worst of each band and the
+	# sizes behind in every round.
+	awk -v name="$name" -v mode="$mode" -f "$root/bench/summary.awk" "$out/$name.txt" >>"$out/summary.txt"
 	hdr="# Size  Latency (us)"
 	[ "$mode" = bw ] && hdr="# Size  Bandwidth (MB/s)"
 	{ echo "$hdr"; awk '!/^#/ && $1 ~ /^[0-9]+$/ {print $1, $2}' "$out/$name.txt"; } >"$out/$name.rdmago.txt"

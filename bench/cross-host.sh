@@ -4,8 +4,9 @@
 # (cmd/rdmacluster, docs/cluster.md). As compare.sh does, every comparison
 # alternates the two commands for $ROUNDS rounds with osu-compare (median of
 # per-round ratios, A = rdmago, B = Open MPI) and saves its table in
-# OUTDIR/NAME.txt; MPICH runs once per row beside them, report only
-# (OUTDIR/NAME.mpich.txt).
+# OUTDIR/NAME.txt, and a line per row in OUTDIR/summary.txt (as compare.sh
+# writes: bench/summary.awk); MPICH runs once per row beside them, report
+# only (OUTDIR/NAME.mpich.txt).
 #
 #   sudo sh bench/cross-host.sh /tmp/xhost                     # everything
 #   ROUNDS=1 SHAPES=none LAYOUTS=2x1 ONLY="latency allreduce" sudo sh bench/cross-host.sh /tmp/try
@@ -104,6 +105,8 @@ trap 'exit 130' INT TERM HUP
 
 ompi=$(mpirun.openmpi --version 2>/dev/null | head -1 | sed 's/.*) //')
 kmax=$((MAXC / 1024))K
+: >"$out/summary.txt"
+echo "# cross-host.sh at $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown), $ROUNDS rounds, load: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/summary.txt"
 
 # retry CMD: as in compare.sh, up to 3 runs, the first that succeeds.
 retry() {
@@ -137,6 +140,7 @@ row() { # NAME MODE RDMABENCH_ARGS MPIBENCH_ARGS HOSTS SLOTS SHAPE
 	echo "A: $a"
 	echo "B: $b"
 	"$OSUCMP" --rounds "$ROUNDS" --mode "$mode" --a "$(retry "$a")" --b "$b" | tee "$file.txt"
+	awk -v name="$name-${h}x$s-$shape" -v mode="$mode" -f "$root/bench/summary.awk" "$file.txt" >>"$out/summary.txt"
 	if [ "$MPICH" = 1 ]; then
 		hl=$(echo "$list" | sed 's/:[0-9]*//g')
 		m="$out/inhost $prefix-h0 mpirun.mpich -np $np -ppn $s -hosts $hl -launcher rsh -launcher-exec $out/agent -iface eth0 $out/mpibench.mpich $margs -t $BUDGET -w $WARM"
