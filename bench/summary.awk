@@ -15,7 +15,7 @@ function worse(a, b) { return mode == "bw" ? a < b : a > b }
 	r = $4 + 0
 	s = $1
 	band = s < 1024 ? 1 : s < 65536 ? 2 : s < 1048576 ? 3 : 4
-	if (!(band in bw) || worse(r, bw[band])) bw[band] = r
+	if (!(band in worst) || worse(r, worst[band])) worst[band] = r
 	if (n == 0 || worse(r, all)) { all = r; at = s; range = $5 }
 	if (n == 0 || worse(best, r)) best = r
 	n++
@@ -30,6 +30,6 @@ END {
 	line = sprintf("%-34s worst %.2f at %d (rounds %s), best %.2f |", name, all, at, range, best)
 	split("<1K 1K-64K 64K-1M >=1M", label, " ")
 	for (i = 1; i <= 4; i++)
-		if (i in bw) line = line sprintf(" %s %.2f", label[i], bw[i])
+		if (i in worst) line = line sprintf(" %s %.2f", label[i], worst[i])
 	print line " | behind in every round:" (behind == "" ? " none" : behind)
 }

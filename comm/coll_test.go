@@ -489,7 +489,7 @@ func TestAlltoallLargeBlocksLeaveSlots(t *testing.T) {
 		{256<<10/8 + 1, "linear"},
 	} {
 		t.Run(fmt.Sprintf("block=%d", c.block*8), func(t *testing.T) {
-			errs := run(t, p, comm.Options{Transport: "shm"}, func(ctx context.Context, cm *comm.Comm) error {
+			runOK(t, p, comm.Options{Transport: "shm"}, func(ctx context.Context, cm *comm.Comm) error {
 				me := cm.Rank()
 				send, recv := make([]float64, p*c.block), make([]float64, p*c.block)
 				for i := range send {
@@ -509,11 +509,6 @@ func TestAlltoallLargeBlocksLeaveSlots(t *testing.T) {
 				}
 				return nil
 			})
-			for r, err := range errs {
-				if err != nil {
-					t.Errorf("rank %d: %v", r, err)
-				}
-			}
 		})
 	}
 }
