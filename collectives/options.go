@@ -259,8 +259,10 @@ func inlineLimits(g Group, o *Options) []int {
 	var lim []int
 	for p := 0; p < g.Size(); p++ {
 		// Less the whole header a receive stages (hdrLen), not only a data
-		// message's: the stage is then the eager limit itself, for a power
-		// of two a pool class of its own rather than twice that.
+		// message's: the stage is then the eager limit itself. p2p's
+		// default limit is the provider's size and 64 bytes of room for
+		// this header, so a payload of that size (a power of two, 64 KiB
+		// over tcp) travels in one message rather than two.
 		n := min(el.EagerLimit(p)-hdrLen, 1<<20)
 		if p == g.Rank() || n <= def {
 			continue

@@ -53,7 +53,9 @@ type Options struct {
 	// EagerLimit is the largest message sent eagerly (copied through
 	// pre-posted buffers); larger ones use the zero-copy rendezvous
 	// protocol. Zero means the provider's measured default
-	// (verbs.Traits.EagerSize, else 32 KiB): 32 KiB over shm
+	// (verbs.Traits.EagerSize, else 32 KiB) and 64 bytes more, room for
+	// the header of a layer above (a collective's) before a payload of
+	// that size (Endpoint.EagerLimit reports the sum): 32 KiB over shm
 	// (its single-copy READ, process_vm_readv, has a fixed cost of a few
 	// µs that two copies beat up to there), halved down to 16 KiB while
 	// a rank's eager buffers for its host's other ranks would pass 8 MiB

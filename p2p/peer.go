@@ -102,6 +102,7 @@ type peer struct {
 	dev     *device
 	qp      verbs.QP
 	eager   int // largest eager message
+	frag    int // a pipelined fragment's payload: eager, less eagerHeadroom by default
 	pipe    int // largest pipelined message (0: none)
 	slot    int // bytes per buffer
 	recvMR  verbs.MR
@@ -222,8 +223,8 @@ const readWholeMin = 1 << 20
 // slotLen is the size of the receive (and staging) buffers of a peer whose
 // eager limit is eager: room for the largest header with a payload, a PIPE
 // fragment's, before eager bytes. So every fragment of a pipelined message
-// carries eager bytes, and a message of k times the eager limit (the
-// powers of two that fill the pipelined range) takes k frames, not k
+// can carry the provider's size (peer.frag), and a message of k times that
+// (the powers of two that fill the pipelined range) takes k frames, not k
 // fragments and a last one of a few bytes, which cost a frame, a credit
 // and a wake-up of its own. Both ranks compute it from the eager limit they
 // agree on.
@@ -244,9 +245,10 @@ func (p *peer) batch() int { return max(1, min(repostBatch, p.nrecv/8)) }
 func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	n := ep.opts.EagerSlots
 	most := ep.eagerSlotsMax(d.traits)
-	eager := ep.opts.EagerLimit
+	eager, frag := ep.opts.EagerLimit, ep.opts.EagerLimit
 	if eager <= 0 {
-		eager = ep.eagerFor(d)
+		frag = ep.eagerFor(d)
+		eager = frag + eagerHeadroom
 	}
 	pipe := ep.opts.PipelineLimit
 	if pipe == 0 {
@@ -256,7 +258,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 		pipe = 0
 	}
 	pipe = min(pipe, maxPipe)
-	p := &peer{rank: rank, dev: d, eager: eager, pipe: pipe, slot: slotLen(eager), nrecv: n, maxRecv: most,
+	p := &peer{rank: rank, dev: d, eager: eager, frag: frag, pipe: pipe, slot: slotLen(eager), nrecv: n, maxRecv: most,
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
 	if d.traits.InlineSends && d.caps.MaxInline >= inlineMax {
 		// An eager frame (or pipelined fragment) the device takes inline

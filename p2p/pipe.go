@@ -272,7 +272,7 @@ func (ep *Endpoint) unparkLocked(force bool) {
 // sendPipe queues buf to p as PIPE fragments; r completes when the last
 // one is posted. Called with ep.mu held.
 func (p *peer) sendPipe(ep *Endpoint, r *Request, ctxID uint32, tag int, buf []byte) error {
-	frag := p.slot - pipeLen
+	frag := p.frag
 	n := (len(buf) + frag - 1) / frag
 	items := make([]outItem, n)
 	ep.nextID++

@@ -10,7 +10,7 @@ import (
 // and then all of them leave the queue.
 func TestPipeUnqueue(t *testing.T) {
 	ep := &Endpoint{}
-	p := &peer{slot: hdrLen + 256} // no free staging slot: everything queues
+	p := &peer{slot: hdrLen + 256, frag: 240} // no free staging slot: everything queues
 	r := &Request{ep: ep, op: opSend}
 	require.NoError(t, p.sendPipe(ep, r, 0, 1, make([]byte, 1000)))
 	require.Len(t, p.queue, 5) // 240-byte fragments
@@ -72,14 +72,15 @@ func TestDropPipes(t *testing.T) {
 	require.False(t, other.r.done.Load())
 }
 
-// A pipelined message of k times the eager limit goes as k fragments of
-// exactly the eager limit each: the receive buffers have room for the
-// PIPE header in front of a full eager payload.
-func TestPipeFragmentsCarryTheEagerLimit(t *testing.T) {
+// A pipelined message of k times the provider's size goes as k fragments
+// of exactly that size each (not of the eager limit, which has room for a
+// layer's header beyond it): the receive buffers have room for the PIPE
+// header in front of a full eager payload.
+func TestPipeFragmentsCarryTheProviderSize(t *testing.T) {
 	for _, eager := range []int{256, 64 << 10} {
 		for _, k := range []int{2, 4} {
 			ep := &Endpoint{}
-			p := &peer{slot: slotLen(eager)} // no free staging slot: everything queues
+			p := &peer{slot: slotLen(eager + 64), frag: eager} // no free staging slot: everything queues
 			r := &Request{ep: ep, op: opSend}
 			require.NoError(t, p.sendPipe(ep, r, 0, 1, make([]byte, k*eager)))
 			require.Len(t, p.queue, k, "eager %d, message of %d bytes", eager, k*eager)
@@ -90,7 +91,7 @@ func TestPipeFragmentsCarryTheEagerLimit(t *testing.T) {
 			}
 			// One byte more takes one more fragment, of that byte.
 			ep2 := &Endpoint{}
-			p2 := &peer{slot: slotLen(eager)}
+			p2 := &peer{slot: slotLen(eager + 64), frag: eager}
 			require.NoError(t, p2.sendPipe(ep2, &Request{ep: ep2, op: opSend}, 0, 1, make([]byte, k*eager+1)))
 			require.Len(t, p2.queue, k+1)
 			require.Len(t, p2.queue[k].payload, 1)

@@ -74,7 +74,8 @@ func TestNewProviderByTraits(t *testing.T) {
 					peer := 1 - ep.Rank()
 					assert.Equal(t, f.name, ep.Transport(peer))
 					assert.Equal(t, f.traits, ep.Traits(peer))
-					assert.Equal(t, f.traits.EagerSize, ep.EagerLimit(peer))
+					// The provider's size and room for a layer's header.
+					assert.Equal(t, f.traits.EagerSize+64, ep.EagerLimit(peer))
 					spin, yield := ep.WaitPolicy()
 					want := f.traits.Wait.Spin
 					if cpus < 2 {

@@ -817,7 +817,8 @@ func TestEagerInline(t *testing.T) {
 // staging slot (a copy more each), and arrive intact.
 func TestPipeFragmentsInline(t *testing.T) {
 	sizes := []int{32<<10 + 1, 48 << 10, 64 << 10, 40000} // above the 32 KiB eager limit
-	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm", P2P: p2p.Options{PipelineLimit: 64 << 10}}, func(ctx context.Context, ep *p2p.Endpoint) error {
+	opts := p2p.Options{EagerLimit: 32 << 10, PipelineLimit: 64 << 10}
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm", P2P: opts}, func(ctx context.Context, ep *p2p.Endpoint) error {
 		peer := 1 - ep.Rank()
 		if ep.Rank() == 0 {
 			for i, n := range sizes {
