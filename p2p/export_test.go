@@ -280,6 +280,9 @@ func (ep *Endpoint) StalePoll(between func(cq verbs.CQ), then func()) {
 	then()
 }
 
+// PipeFrag is the payload of each pipelined fragment to peer.
+func (ep *Endpoint) PipeFrag(peer int) int { return ep.peers[peer].frag }
+
 // StagingUsed reports whether any byte of the staging slots to peer is
 // non-zero: whether a frame was ever copied there rather than posted
 // inline.

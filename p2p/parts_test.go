@@ -1,6 +1,7 @@
 package p2p_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -215,5 +216,76 @@ func TestIsendParts(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// With the default eager limit a message of a 32-byte header and a body of
+// the provider's eager size (IsendParts, as the collectives send one)
+// goes as one eager message, not pipelined: the default leaves 64 bytes
+// of room beyond the provider's size, and EagerLimit reports it. One byte
+// more than the limit is pipelined (tcp, shm: both pipeline past it), in
+// fragments of the provider's size; a limit set in Options is taken as it
+// is.
+func TestEagerLimitHoldsAHeaderBeyondTheProviderSize(t *testing.T) {
+	for _, c := range []struct {
+		prov        string
+		set         int // Options.EagerLimit
+		eager, frag int // the limit it gives, and a pipelined fragment's payload
+	}{
+		{"tcp", 0, 64<<10 + 64, 64 << 10},
+		{"shm", 0, 32<<10 + 64, 32 << 10},
+		{"tcp", 64 << 10, 64 << 10, 64 << 10},
+	} {
+		t.Run(fmt.Sprintf("%s/set=%d", c.prov, c.set), func(t *testing.T) {
+			o := p2ptest.Options{Provider: c.prov, Timeout: 30 * time.Second, P2P: p2p.Options{EagerLimit: c.set}}
+			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+				peer := 1 - ep.Rank()
+				if got := ep.EagerLimit(peer); got != c.eager {
+					return fmt.Errorf("EagerLimit %d, want %d", got, c.eager)
+				}
+				if got := ep.PipeFrag(peer); got != c.frag {
+					return fmt.Errorf("pipelined fragments of %d bytes, want %d", got, c.frag)
+				}
+				head, body := pattern(32, 1), pattern(c.eager-32, 2)
+				long := pattern(c.eager+1, 3)
+				if ep.Rank() == 0 {
+					r, err := ep.IsendParts(peer, 5, head, body)
+					if err != nil {
+						return err
+					}
+					if _, err := r.Wait(ctx); err != nil {
+						return err
+					}
+					if err := ep.Send(ctx, peer, 6, long); err != nil {
+						return err
+					}
+					st := ep.Stats().Peers[peer]
+					if st.EagerSent.Msgs != 1 || st.PipeSent.Msgs != 1 {
+						return fmt.Errorf("%d eager and %d pipelined messages sent, want 1 and 1 (a header and a body of %d bytes eager, %d bytes pipelined)",
+							st.EagerSent.Msgs, st.PipeSent.Msgs, len(body), len(long))
+					}
+					return nil
+				}
+				gh, gb := make([]byte, 32), make([]byte, len(body))
+				r, err := ep.IrecvParts(peer, 5, gh, gb)
+				if err != nil {
+					return err
+				}
+				if _, err := r.Wait(ctx); err != nil {
+					return err
+				}
+				if !bytes.Equal(gh, head) || !bytes.Equal(gb, body) {
+					return fmt.Errorf("the parts message arrived changed")
+				}
+				got := make([]byte, len(long))
+				if _, err := ep.Recv(ctx, peer, 6, got); err != nil {
+					return err
+				}
+				if !bytes.Equal(got, long) {
+					return fmt.Errorf("the pipelined message arrived changed")
+				}
+				return nil
+			})
+		})
 	}
 }
