@@ -80,7 +80,7 @@ func TestPipeFragmentsCarryTheProviderSize(t *testing.T) {
 	for _, eager := range []int{256, 64 << 10} {
 		for _, k := range []int{2, 4} {
 			ep := &Endpoint{}
-			p := &peer{slot: slotLen(eager + 64), frag: eager} // no free staging slot: everything queues
+			p := &peer{slot: slotLen(eager + eagerHeadroom), frag: eager} // no free staging slot: everything queues
 			r := &Request{ep: ep, op: opSend}
 			require.NoError(t, p.sendPipe(ep, r, 0, 1, make([]byte, k*eager)))
 			require.Len(t, p.queue, k, "eager %d, message of %d bytes", eager, k*eager)
@@ -91,7 +91,7 @@ func TestPipeFragmentsCarryTheProviderSize(t *testing.T) {
 			}
 			// One byte more takes one more fragment, of that byte.
 			ep2 := &Endpoint{}
-			p2 := &peer{slot: slotLen(eager + 64), frag: eager}
+			p2 := &peer{slot: slotLen(eager + eagerHeadroom), frag: eager}
 			require.NoError(t, p2.sendPipe(ep2, &Request{ep: ep2, op: opSend}, 0, 1, make([]byte, k*eager+1)))
 			require.Len(t, p2.queue, k+1)
 			require.Len(t, p2.queue[k].payload, 1)
