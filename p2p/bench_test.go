@@ -18,20 +18,28 @@ import (
 // BenchmarkPingPong is the OSU latency loop between two goroutine ranks:
 // one op is a full round trip (report ns/op / 2 as latency). The raw TCP
 // baseline is the same ping-pong over a loopback TCP connection between two
-// goroutines, measured in the same run.
+// goroutines, measured in the same run. The ranks wait under Background,
+// and at 8 bytes also under a context that can end (ctx=cancellable), as
+// most callers' are.
 func BenchmarkPingPong(b *testing.B) {
 	for _, size := range []int{8, 4096, 65536, 1 << 20} {
 		for _, prov := range []string{"loop", "shm", "tcp"} {
 			b.Run(fmt.Sprintf("provider=%s/bytes=%d", prov, size), func(b *testing.B) {
-				benchPingPong(b, prov, size)
+				benchPingPong(b, context.Background(), prov, size)
 			})
+			if size == 8 {
+				b.Run(fmt.Sprintf("provider=%s/bytes=%d/ctx=cancellable", prov, size), func(b *testing.B) {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					benchPingPong(b, ctx, prov, size)
+				})
+			}
 		}
 		b.Run(fmt.Sprintf("provider=rawtcp/bytes=%d", size), func(b *testing.B) { benchRawTCP(b, size) })
 	}
 }
 
-func benchPingPong(b *testing.B, prov string, size int) {
-	ctx := context.Background()
+func benchPingPong(b *testing.B, ctx context.Context, prov string, size int) {
 	o := p2ptest.Options{Provider: prov}
 	if d, err := time.ParseDuration(os.Getenv("P2P_BENCH_SPIN")); err == nil {
 		o.P2P.Spin = d // to study the spin/yield/block trade-off

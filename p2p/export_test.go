@@ -315,7 +315,7 @@ func (ep *Endpoint) RecvBuffers(peer int) (mem []byte, slot int) {
 func (r *Request) WaitArmed() bool {
 	r.ep.mu.Lock()
 	defer r.ep.mu.Unlock()
-	return r.wake != nil || r.waker != nil
+	return r.waker != nil
 }
 
 // SpareWakers counts the wakers the endpoint keeps for blocking waits.

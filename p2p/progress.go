@@ -1088,10 +1088,6 @@ func (ep *Endpoint) completeLocked(r *Request, err error) {
 	}
 	r.err = err
 	r.done.set()
-	if r.wake != nil {
-		r.wake()
-		r.wake = nil
-	}
 	if r.waker != nil {
 		r.waker.wake()
 		r.waker = nil

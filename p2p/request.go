@@ -100,8 +100,7 @@ type Request struct {
 	status Status
 	err    error
 	notify chan struct{} // set by a blocked waiter; guarded by ep.mu
-	wake   func()        // cancels a waitCQ; guarded by ep.mu
-	waker  *waker        // or wakes it (waker); guarded by ep.mu
+	waker  *waker        // wakes a waitCQ; guarded by ep.mu
 	waitCh chan struct{}
 
 	unit      int32    // fold's element size
@@ -463,17 +462,14 @@ func (ep *Endpoint) waitChan(ctx context.Context, r *Request, keep bool) error {
 // instead of two (provider → background goroutine → waiter). While it
 // waits it counts as a poller, so the background goroutine stays parked. A
 // request completed by someone else (another poller, a failure, Cancel)
-// cancels the wait's context. That wake is armed only while the goroutine
+// wakes the wait's context. That wake is armed only while the goroutine
 // is inside CQ.Wait: when it completes its own request while polling (the
-// common case), cancelling would make the provider run its ctx watcher (a
-// new goroutine, a scheduler wake-up) for nothing. Under a ctx that can
-// end, the context is made on the first block and cancelled once, at the
-// end; under one that cannot (Done nil), a reused waker stands in for it,
-// so that the wait allocates nothing.
+// common case), waking would make the provider run its ctx watcher (a new
+// goroutine, a scheduler wake-up) for nothing. The context is one of the
+// endpoint's reused wakers, which ends with ctx as well, so that the wait
+// allocates nothing unless the provider sleeps.
 func (ep *Endpoint) waitCQ(ctx context.Context, r *Request, keep bool) error {
 	d := ep.devs[0]
-	var wctx context.Context
-	var cancel context.CancelFunc
 	var w *waker
 	ep.enterPoll()
 	defer ep.leavePoll()
@@ -489,36 +485,27 @@ func (ep *Endpoint) waitCQ(ctx context.Context, r *Request, keep bool) error {
 		if r.done.Load() {
 			break
 		}
-		if wctx == nil && ctx.Done() != nil {
-			wctx, cancel = context.WithCancel(ctx)
-			defer cancel()
-		}
 		ep.repostDue()
 		ep.mu.Lock()
 		if r.done.Load() {
 			ep.mu.Unlock()
 			break
 		}
-		if cancel != nil {
-			r.wake = cancel
+		// A fresh use of the waker each time round, as the last one
+		// may have been woken.
+		if w == nil {
+			w = ep.getWakerLocked(ctx)
 		} else {
-			// A ctx that never ends: a reused waker instead of a
-			// context.WithCancel per wait (a fresh use each time round,
-			// as the last one may have been woken).
-			if w == nil {
-				w = ep.getWakerLocked(ctx)
-			} else {
-				w.reset(ctx)
-			}
-			wctx, r.waker = w, w
+			w.reset(ctx)
 		}
+		r.waker = w
 		ep.mu.Unlock()
-		err := ep.blockIn(wctx, d, false)
+		err := ep.blockIn(w, d, false)
 		ep.mu.Lock()
-		r.wake, r.waker = nil, nil
+		r.waker = nil
 		ep.mu.Unlock()
 		if err != nil {
-			if r.done.Load() { // r.wake cancelled wctx (done is set first)
+			if r.done.Load() { // the waker was woken (done is set first)
 				break
 			}
 			if ctx.Err() != nil {

@@ -6,18 +6,21 @@ import (
 	"time"
 )
 
-// waker is the context a waitCQ blocks in when the caller's context can
-// never end (its Done is nil: Background, or WithoutCancel), so that
-// whoever completes the request can still interrupt the CQ's Wait. Unlike
-// context.WithCancel it is reused: the endpoint keeps the ones its waits
-// are done with, and a wait nobody interrupted leaves its channel for the
-// next, so that a blocking wait allocates nothing (WithCancel cost two
-// allocations and about 0.3 µs a wait, and 2-rank calls of the general
-// path block in one wait each).
+// waker is the context a waitCQ blocks in, so that whoever completes the
+// request can interrupt the CQ's Wait. It ends when woken or when the
+// caller's context (its parent) ends. Unlike context.WithCancel it is
+// reused: the endpoint keeps the ones its waits are done with, and a wait
+// nobody interrupted leaves its channel for the next. It registers with a
+// parent that can end only when a provider asks for Done or AfterFunc,
+// which it does only before it sleeps: a wait whose completion comes while
+// the provider polls (the common case) allocates nothing and touches
+// nothing of the parent's but its Err. (WithCancel cost two allocations
+// and about 0.3 µs a wait, more with the parent's children to update, and
+// 2-rank calls of the general path block in one wait each.)
 //
 // Concurrency: Done, Err, Value, Deadline, AfterFunc and wake may be
-// called from any goroutine; reset only by its owner, once no CQ Wait
-// holds it. A provider that registers AfterFunc must stop the
+// called from any goroutine; reset and release only by its owner, once no
+// CQ Wait holds it. A provider that registers AfterFunc must stop the
 // registration before its Wait returns (the tcp provider's watch does);
 // reset drops what is left, so a stop of an earlier use finds nothing.
 type waker struct {
@@ -26,6 +29,8 @@ type waker struct {
 	ch     chan struct{} // closed by wake; made on demand, kept across uses
 	woken  bool
 	afters map[*afterReg]struct{} // this use's registrations
+	use    uint64                 // counts uses: a parent's end wakes only its own
+	unlink func() bool            // ends this use's registration with parent; nil if none
 }
 
 // afterReg is one AfterFunc registration on a waker.
@@ -33,30 +38,70 @@ type afterReg struct{ f func() }
 
 var _ context.Context = (*waker)(nil)
 
-// Deadline is the parent's (a context whose Done is nil has none, but
-// one may still carry a deadline it does not enforce).
-func (w *waker) Deadline() (time.Time, bool) { return w.parent.Deadline() }
+// Deadline is the parent's.
+func (w *waker) Deadline() (time.Time, bool) { return w.getParent().Deadline() }
 
-func (w *waker) Value(key any) any { return w.parent.Value(key) }
+// Value is the parent's. The context package asks for it from goroutines of
+// its own (Cause, in the AfterFunc a derived context registers), which may
+// run as the owner resets the waker: hence the lock.
+func (w *waker) Value(key any) any { return w.getParent().Value(key) }
 
-// Done returns a channel that is closed once the waker is woken.
+func (w *waker) getParent() context.Context {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.parent
+}
+
+// Done returns a channel that is closed once the waker is woken or its
+// parent ends.
 func (w *waker) Done() <-chan struct{} {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.ch == nil {
 		w.ch = make(chan struct{})
 	}
+	w.linkLocked()
 	return w.ch
 }
 
-// Err is context.Canceled once the waker is woken, else nil.
+// Err is the parent's error once it has ended, context.Canceled once the
+// waker is woken, else nil.
 func (w *waker) Err() error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.woken {
+	parent, woken := w.parent, w.woken
+	w.mu.Unlock()
+	if err := parent.Err(); err != nil {
+		return err
+	}
+	if woken {
 		return context.Canceled
 	}
 	return nil
+}
+
+// linkLocked registers the waker with a parent that can end, once a use:
+// the parent's end wakes it, so that Done closes and the AfterFunc
+// registrations run. The caller holds w.mu.
+func (w *waker) linkLocked() {
+	if w.unlink != nil || w.woken || w.parent.Done() == nil {
+		return
+	}
+	use := w.use
+	w.unlink = context.AfterFunc(w.parent, func() { w.wakeUse(use) })
+}
+
+// wakeUse wakes the waker if it is still in the use the parent's
+// registration was made for (a parent may end as that use is reset).
+func (w *waker) wakeUse(use uint64) {
+	w.mu.Lock()
+	var fs []func()
+	if w.use == use {
+		fs = w.wakeLocked()
+	}
+	w.mu.Unlock()
+	for _, f := range fs {
+		go f()
+	}
 }
 
 // AfterFunc runs f in its own goroutine once the waker is woken, as
@@ -75,6 +120,7 @@ func (w *waker) AfterFunc(f func()) (stop func() bool) {
 		w.afters = map[*afterReg]struct{}{}
 	}
 	w.afters[r] = struct{}{}
+	w.linkLocked()
 	return func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -90,9 +136,18 @@ func (w *waker) AfterFunc(f func()) (stop func() bool) {
 // AfterFunc registrations run. Later calls do nothing.
 func (w *waker) wake() {
 	w.mu.Lock()
+	fs := w.wakeLocked()
+	w.mu.Unlock()
+	for _, f := range fs {
+		go f()
+	}
+}
+
+// wakeLocked is wake's work under w.mu: it returns the registrations to
+// run, which the caller starts once it has let go of the lock.
+func (w *waker) wakeLocked() []func() {
 	if w.woken {
-		w.mu.Unlock()
-		return
+		return nil
 	}
 	w.woken = true
 	if w.ch == nil {
@@ -104,17 +159,17 @@ func (w *waker) wake() {
 		fs = append(fs, r.f)
 		delete(w.afters, r)
 	}
-	w.mu.Unlock()
-	for _, f := range fs {
-		go f()
-	}
+	return fs
 }
 
 // reset makes the waker ready for another use under parent: not woken, a
-// fresh channel if the last use closed it, no registrations.
+// fresh channel if the last use closed it, no registrations (its own with
+// the last parent included).
 func (w *waker) reset(parent context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.unlinkLocked()
+	w.use++
 	w.parent = parent
 	clear(w.afters)
 	if w.woken {
@@ -122,8 +177,25 @@ func (w *waker) reset(parent context.Context) {
 	}
 }
 
-// getWakerLocked returns a waker for a wait under parent (whose Done is nil)
-// from the endpoint's spares, or a new one. The caller holds ep.mu.
+// release ends the waker's use for good, before it is kept as a spare: its
+// registration with the parent goes, so that a spare neither holds the
+// caller's context nor is woken by its end.
+func (w *waker) release() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unlinkLocked()
+	w.use++
+	w.parent = context.Background()
+}
+
+func (w *waker) unlinkLocked() {
+	if w.unlink != nil {
+		w.unlink()
+		w.unlink = nil
+	}
+}
+
+// getWakerLocked returns a waker for a wait under parent from the endpoint's spares, or a new one. The caller holds ep.mu.
 func (ep *Endpoint) getWakerLocked(parent context.Context) *waker {
 	var w *waker
 	if n := len(ep.wakers); n > 0 {
@@ -139,8 +211,8 @@ func (ep *Endpoint) getWakerLocked(parent context.Context) *waker {
 // wait at once, usually one or two). The caller holds ep.mu, and no CQ
 // Wait holds w any more.
 func (ep *Endpoint) putWakerLocked(w *waker) {
+	w.release()
 	if len(ep.wakers) < maxSpareWakers {
-		w.parent = context.Background()
 		ep.wakers = append(ep.wakers, w)
 	}
 }

@@ -89,3 +89,80 @@ func TestWakerContext(t *testing.T) {
 	require.NoError(t, w2.Err())
 	require.Equal(t, "v", w2.Value(wakerKey{}))
 }
+
+// TestWakerEndsWithParent checks a waker under a parent that can end: it
+// registers with the parent only once Done or AfterFunc is asked for (a
+// use that asks for neither allocates nothing), the parent's end then
+// closes Done and runs the registrations, Err gives the parent's error
+// with or without the registration, and neither a reset nor a release
+// leaves the registration behind to wake a later use or a spare.
+func TestWakerEndsWithParent(t *testing.T) {
+	ep := &Endpoint{}
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ep.mu.Lock()
+	w := ep.getWakerLocked(parent)
+	ep.mu.Unlock()
+
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		w.reset(parent)
+		_ = w.Err()
+	}), "a use that never asks for Done allocates")
+	require.Nil(t, w.unlink, "registered with the parent before Done or AfterFunc")
+
+	done := w.Done()
+	ran := make(chan struct{})
+	w.AfterFunc(func() { close(ran) })
+	require.NotNil(t, w.unlink)
+	cancel()
+	for _, ch := range []<-chan struct{}{done, ran} {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the parent's end did not wake the waker")
+		}
+	}
+	require.ErrorIs(t, w.Err(), context.Canceled)
+
+	// Err tells a parent's deadline apart from a wake, registered or not.
+	expired, cancelExpired := context.WithTimeout(context.Background(), -time.Second)
+	defer cancelExpired()
+	w.reset(expired)
+	require.ErrorIs(t, w.Err(), context.DeadlineExceeded)
+	w.reset(context.Background())
+	w.wake()
+	require.ErrorIs(t, w.Err(), context.Canceled)
+
+	// A reset drops the last use's registration: the old parent's end
+	// leaves the next use alone.
+	old, cancelOld := context.WithCancel(context.Background())
+	w.reset(old)
+	w.Done()
+	require.NotNil(t, w.unlink)
+	w.reset(context.Background())
+	require.Nil(t, w.unlink)
+	next := w.Done()
+	cancelOld()
+	select {
+	case <-next:
+		t.Fatal("an earlier use's parent woke the next use")
+	case <-time.After(20 * time.Millisecond):
+	}
+	require.NoError(t, w.Err())
+
+	// So does a release, before the waker is kept as a spare.
+	last, cancelLast := context.WithCancel(context.Background())
+	w.reset(last)
+	spare := w.Done()
+	ep.mu.Lock()
+	ep.putWakerLocked(w)
+	ep.mu.Unlock()
+	require.Nil(t, w.unlink)
+	cancelLast()
+	select {
+	case <-spare:
+		t.Fatal("a spare waker was woken by the parent of its last use")
+	case <-time.After(20 * time.Millisecond):
+	}
+	require.NoError(t, w.Err())
+}
