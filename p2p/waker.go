@@ -8,15 +8,15 @@ import (
 
 // waker is the context a waitCQ blocks in, so that whoever completes the
 // request can interrupt the CQ's Wait. It ends when woken or when the
-// caller's context (its parent) ends. Unlike context.WithCancel it is
-// reused: the endpoint keeps the ones its waits are done with, and a wait
-// nobody interrupted leaves its channel for the next. It registers with a
-// parent that can end only when a provider asks for Done or AfterFunc,
-// which it does only before it sleeps: a wait whose completion comes while
-// the provider polls (the common case) allocates nothing and touches
-// nothing of the parent's but its Err. (WithCancel cost two allocations
-// and about 0.3 µs a wait, more with the parent's children to update, and
-// 2-rank calls of the general path block in one wait each.)
+// caller's context (its parent) ends. Unlike a context.WithCancel per wait
+// (two allocations and the parent's children updated twice, in about one
+// wait per rank of every general-path call) it is reused: the endpoint
+// keeps the ones its waits are done with, and a wait nobody interrupted
+// leaves its channel for the next. It registers with a parent that can end
+// only when a provider asks for Done or AfterFunc, which providers do only
+// before they sleep: a wait whose completion comes while the provider
+// polls (the common case) allocates nothing and touches nothing of the
+// parent's but its Err.
 //
 // Concurrency: Done, Err, Value, Deadline, AfterFunc and wake may be
 // called from any goroutine; reset and release only by its owner, once no
