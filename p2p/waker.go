@@ -19,8 +19,8 @@ import (
 // parent's but its Err.
 //
 // Concurrency: Done, Err, Value, Deadline, AfterFunc and wake may be
-// called from any goroutine; reset and release only by its owner, once no
-// CQ Wait holds it. A provider that registers AfterFunc must stop the
+// called from any goroutine; reset only by its owner, once no CQ Wait
+// holds it. A provider that registers AfterFunc must stop the
 // registration before its Wait returns (the tcp provider's watch does);
 // reset drops what is left, so a stop of an earlier use finds nothing.
 type waker struct {
@@ -177,17 +177,6 @@ func (w *waker) reset(parent context.Context) {
 	}
 }
 
-// release ends the waker's use for good, before it is kept as a spare: its
-// registration with the parent goes, so that a spare neither holds the
-// caller's context nor is woken by its end.
-func (w *waker) release() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.unlinkLocked()
-	w.use++
-	w.parent = context.Background()
-}
-
 func (w *waker) unlinkLocked() {
 	if w.unlink != nil {
 		w.unlink()
@@ -195,7 +184,8 @@ func (w *waker) unlinkLocked() {
 	}
 }
 
-// getWakerLocked returns a waker for a wait under parent from the endpoint's spares, or a new one. The caller holds ep.mu.
+// getWakerLocked returns a waker for a wait under parent from the
+// endpoint's spares, or a new one. The caller holds ep.mu.
 func (ep *Endpoint) getWakerLocked(parent context.Context) *waker {
 	var w *waker
 	if n := len(ep.wakers); n > 0 {
@@ -211,7 +201,9 @@ func (ep *Endpoint) getWakerLocked(parent context.Context) *waker {
 // wait at once, usually one or two). The caller holds ep.mu, and no CQ
 // Wait holds w any more.
 func (ep *Endpoint) putWakerLocked(w *waker) {
-	w.release()
+	// A use under Background, so that a spare neither holds the caller's
+	// context nor stays registered with it, to be woken by its end.
+	w.reset(context.Background())
 	if len(ep.wakers) < maxSpareWakers {
 		ep.wakers = append(ep.wakers, w)
 	}

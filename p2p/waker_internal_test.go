@@ -94,8 +94,9 @@ func TestWakerContext(t *testing.T) {
 // registers with the parent only once Done or AfterFunc is asked for (a
 // use that asks for neither allocates nothing), the parent's end then
 // closes Done and runs the registrations, Err gives the parent's error
-// with or without the registration, and neither a reset nor a release
-// leaves the registration behind to wake a later use or a spare.
+// with or without the registration, and neither a reset nor putting the
+// waker back as a spare leaves the registration behind to wake a later use
+// or the spare.
 func TestWakerEndsWithParent(t *testing.T) {
 	ep := &Endpoint{}
 	parent, cancel := context.WithCancel(context.Background())
@@ -146,7 +147,7 @@ func TestWakerEndsWithParent(t *testing.T) {
 	requireStaysOpen(t, next, "an earlier use's parent woke the next use")
 	require.NoError(t, w.Err())
 
-	// So does a release, before the waker is kept as a spare.
+	// So does putting it back as a spare.
 	last, cancelLast := context.WithCancel(context.Background())
 	w.reset(last)
 	spare := w.Done()

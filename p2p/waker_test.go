@@ -22,19 +22,13 @@ func TestCancelWakesBlockedWait(t *testing.T) {
 		prov, ctx string
 	}{{"loop", "background"}, {"tcp", "background"}, {"shm", "background"}, {"tcp", "cancellable"}, {"shm", "cancellable"}} {
 		t.Run(tc.prov+"/"+tc.ctx, func(t *testing.T) {
-			prov := tc.prov
 			wctx := context.Background()
 			if tc.ctx == "cancellable" {
 				c, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				wctx = c
 			}
-			o := small
-			o.Provider = prov
-			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
-				if ep.Rank() == 1 {
-					return nil
-				}
+			onRankZero(t, tc.prov, func(ctx context.Context, ep *p2p.Endpoint) error {
 				for i := range 20 {
 					r, err := ep.Irecv(1, 100+i, make([]byte, 8))
 					require.NoError(t, err)
@@ -80,12 +74,7 @@ func TestCancelWakesBlockedWait(t *testing.T) {
 func TestContextEndWakesBlockedWait(t *testing.T) {
 	for _, prov := range []string{"loop", "tcp", "shm"} {
 		t.Run(prov, func(t *testing.T) {
-			o := small
-			o.Provider = prov
-			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
-				if ep.Rank() == 1 {
-					return nil
-				}
+			onRankZero(t, prov, func(ctx context.Context, ep *p2p.Endpoint) error {
 				for i := range 3 {
 					wctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 					watchdog := time.AfterFunc(10*time.Second, func() { _ = ep.Close() })
@@ -105,4 +94,18 @@ func TestContextEndWakesBlockedWait(t *testing.T) {
 			})
 		})
 	}
+}
+
+// onRankZero runs f on rank 0 of a 2-rank job over prov whose rank 1 does
+// nothing: the peer of a receive that never gets its message.
+func onRankZero(t *testing.T, prov string, f func(ctx context.Context, ep *p2p.Endpoint) error) {
+	t.Helper()
+	o := small
+	o.Provider = prov
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() != 0 {
+			return nil
+		}
+		return f(ctx, ep)
+	})
 }
