@@ -22,7 +22,9 @@ import (
 // called from any goroutine; reset only by its owner, once no CQ Wait
 // holds it. A provider that registers AfterFunc must stop the
 // registration before its Wait returns (the tcp provider's watch does);
-// reset drops what is left, so a stop of an earlier use finds nothing.
+// reset drops what is left, so a stop of an earlier use finds nothing, and
+// waits for the registrations a wake started to finish: the context
+// package's ask the waker's Err, which must still say it ended.
 type waker struct {
 	parent context.Context
 	mu     sync.Mutex
@@ -31,6 +33,10 @@ type waker struct {
 	afters map[*afterReg]struct{} // this use's registrations
 	use    uint64                 // counts uses: a parent's end wakes only its own
 	unlink func() bool            // ends this use's registration with parent; nil if none
+	// running counts the registrations a wake started that have not
+	// returned; reset waits on idle until there are none.
+	running int
+	idle    sync.Cond
 }
 
 // afterReg is one AfterFunc registration on a waker.
@@ -94,14 +100,10 @@ func (w *waker) linkLocked() {
 // registration was made for (a parent may end as that use is reset).
 func (w *waker) wakeUse(use uint64) {
 	w.mu.Lock()
-	var fs []func()
 	if w.use == use {
-		fs = w.wakeLocked()
+		w.startLocked(w.wakeLocked())
 	}
 	w.mu.Unlock()
-	for _, f := range fs {
-		go f()
-	}
 }
 
 // AfterFunc runs f in its own goroutine once the waker is woken, as
@@ -112,7 +114,7 @@ func (w *waker) AfterFunc(f func()) (stop func() bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.woken {
-		go f()
+		w.startLocked([]func(){f})
 		return func() bool { return false }
 	}
 	r := &afterReg{f: f}
@@ -136,15 +138,28 @@ func (w *waker) AfterFunc(f func()) (stop func() bool) {
 // AfterFunc registrations run. Later calls do nothing.
 func (w *waker) wake() {
 	w.mu.Lock()
-	fs := w.wakeLocked()
+	w.startLocked(w.wakeLocked())
 	w.mu.Unlock()
+}
+
+// startLocked runs each of fs in its own goroutine, counted in running
+// until it returns. The caller holds w.mu.
+func (w *waker) startLocked(fs []func()) {
 	for _, f := range fs {
-		go f()
+		w.running++
+		go func() {
+			f()
+			w.mu.Lock()
+			if w.running--; w.running == 0 && w.idle.L != nil {
+				w.idle.Broadcast()
+			}
+			w.mu.Unlock()
+		}()
 	}
 }
 
 // wakeLocked is wake's work under w.mu: it returns the registrations to
-// run, which the caller starts once it has let go of the lock.
+// run (startLocked).
 func (w *waker) wakeLocked() []func() {
 	if w.woken {
 		return nil
@@ -168,6 +183,15 @@ func (w *waker) wakeLocked() []func() {
 func (w *waker) reset(parent context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for w.running > 0 {
+		// A registration the last use's wake started asks Err (the
+		// context package's cancel of a derived context panics if it
+		// finds none): it must see this use ended.
+		if w.idle.L == nil {
+			w.idle.L = &w.mu
+		}
+		w.idle.Wait()
+	}
 	w.unlinkLocked()
 	w.use++
 	w.parent = parent

@@ -170,3 +170,29 @@ func requireStaysOpen(t *testing.T, done <-chan struct{}, msg string) {
 	case <-time.After(20 * time.Millisecond):
 	}
 }
+
+// TestWakerResetAfterWakeKeepsRegistrationsWhole wakes a waker with a
+// context.AfterFunc registered on it and resets it at once, as a wait that
+// is completed and then reused does. The context package's registration
+// asks the waker's Err when it runs, and panics (crashing the test) if
+// that says the waker never ended: reset must wait for it.
+func TestWakerResetAfterWakeKeepsRegistrationsWhole(t *testing.T) {
+	ep := &Endpoint{}
+	ep.mu.Lock()
+	w := ep.getWakerLocked(context.Background())
+	ep.mu.Unlock()
+	for i := range 1000 {
+		ran := make(chan struct{})
+		context.AfterFunc(w, func() { close(ran) })
+		w.wake()
+		ep.mu.Lock()
+		ep.putWakerLocked(w)
+		w = ep.getWakerLocked(context.Background())
+		ep.mu.Unlock()
+		select {
+		case <-ran:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the registration did not run", i)
+		}
+	}
+}
