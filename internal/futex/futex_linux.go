@@ -18,9 +18,12 @@ func Wait(addr *uint32, val uint32, d time.Duration) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), opWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
 }
 
-// Wake wakes every sleeper on addr.
+// Wake wakes every sleeper on addr. It never blocks, so it is a raw
+// system call (see Yield): a waker preempted in the middle of it by a
+// thread that shares its CPU would otherwise have its P handed to another
+// thread, which costs this process thread wake-ups on that CPU.
 func Wake(addr *uint32) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), opWake, uintptr(1<<31-1), 0, 0, 0)
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), opWake, uintptr(1<<31-1), 0, 0, 0)
 }
 
 // Yield gives the CPU to another runnable thread, of any process (the

@@ -113,19 +113,19 @@ const awaitQueuedMax = 5 * time.Millisecond
 
 func (w *queueWait) init() {
 	w.fn = w.check
-	w.probe = func(fd uintptr) { w.queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
-	w.peek = func(fd uintptr) { w.peekN, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }
+	w.probe = func(fd uintptr) { w.queued, _ = sysQueued(fd) }
+	w.peek = func(fd uintptr) { w.peekN, _ = sysQueued(fd) }
 	w.pollFds = make([]unix.PollFd, 1)
 	w.pollFn = func(fd uintptr) {
 		w.pollFds[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-		n, err := unix.Poll(w.pollFds, 0)
+		n, err := sysPollNow(w.pollFds)
 		if err != nil || w.pollFds[0].Revents != 0 {
 			n = 1 // readable, hung up or failed: the read tells which
 		}
 		w.pollN = n
 	}
 	w.read = func(fd uintptr) bool {
-		w.rn, w.rerr = unix.Read(int(fd), w.rbuf)
+		w.rn, w.rerr = sysRead(int(fd), w.rbuf)
 		return true
 	}
 }
@@ -191,7 +191,7 @@ func (l *link) socketQueued() (int, bool) {
 }
 
 func (w *queueWait) check(fd uintptr) bool {
-	n, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	n, err := sysQueued(fd)
 	if err != nil {
 		w.err = err
 		return true

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -58,7 +57,7 @@ func (w *rawWriteState) write(fd uintptr) bool {
 			w.bufs = nil
 			break
 		}
-		var n uintptr
+		var n int
 		var e syscall.Errno
 		if len(w.iov) > 1 && total <= flatMax {
 			// A few small pieces (a header and a short payload): one copy
@@ -70,9 +69,9 @@ func (w *rawWriteState) write(fd uintptr) bool {
 					break
 				}
 			}
-			n, _, e = syscall.Syscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&w.flat[0])), uintptr(len(w.flat)))
+			n, e = sysWrite(fd, w.flat, nil, total)
 		} else {
-			n, _, e = syscall.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+			n, e = sysWrite(fd, nil, w.iov, total)
 		}
 		w.l.writes.Add(1)
 		if e == syscall.EINTR {
@@ -84,8 +83,8 @@ func (w *rawWriteState) write(fd uintptr) bool {
 			}
 			break
 		}
-		w.bufs = consume(w.bufs, int(n))
-		if int(n) < total {
+		w.bufs = consume(w.bufs, n)
+		if n < total {
 			break // the socket is full
 		}
 	}

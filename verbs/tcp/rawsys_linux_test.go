@@ -1,0 +1,77 @@
+package tcp
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// threadWakeups sums the voluntary context switches of this process's
+// threads: each is a thread that slept and was woken.
+func threadWakeups(t *testing.T) int {
+	files, err := filepath.Glob("/proc/self/task/*/status")
+	require.NoError(t, err)
+	sum := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread exited
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "voluntary_ctxt_switches:"); ok {
+				k, err := strconv.Atoi(strings.TrimSpace(v))
+				require.NoError(t, err)
+				sum += k
+			}
+		}
+	}
+	return sum
+}
+
+// A poller's non-blocking system calls that take longer than the Go
+// scheduler's 20 µs tick do not make it hand the caller's P to another
+// thread (rawsys_linux.go): 4000 writes and reads of 256 KiB through a
+// pipe woke the process's threads a few tens of times here, about as often
+// as its sysmon wakes anyway; through syscall.Syscall about a thousand.
+func TestSocketCallsWakeNoThreads(t *testing.T) {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc/self/task:", err)
+	}
+	var p [2]int
+	require.NoError(t, unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC))
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, rawMax); err != nil {
+		t.Skip("pipe cannot hold a rawMax write:", err)
+	}
+	buf := make([]byte, rawMax)
+	iov := []unix.Iovec{{Base: &buf[0]}}
+	iov[0].SetLen(len(buf))
+	pass := func() {
+		if n, e := sysWrite(uintptr(p[1]), nil, iov, len(buf)); e != 0 || n != len(buf) {
+			t.Fatalf("writev: %d of %d bytes, %v", n, len(buf), e)
+		}
+		if n, err := sysRead(p[0], buf); err != nil || n != len(buf) {
+			t.Fatalf("read: %d of %d bytes, %v", n, len(buf), err)
+		}
+	}
+	pass() // first touch
+	const calls = 4000
+	before := threadWakeups(t)
+	for range calls {
+		pass()
+	}
+	woke := threadWakeups(t) - before
+	t.Logf("%d writes and reads of %d KiB: %d thread wake-ups", calls, rawMax>>10, woke)
+	require.Less(t, woke, calls/20, "the calls' threads were handed off and woken")
+
+	// Nothing queued: a non-blocking read says so, as read(2) does.
+	_, err := sysRead(p[0], buf)
+	require.ErrorIs(t, err, syscall.EAGAIN)
+}
