@@ -162,6 +162,11 @@
 // lock (a read does, and kept the kernel from handling arriving segments),
 // and not at all while a writer goroutine of the device writes, which may
 // wait for the network poller that a polling goroutine keeps from running.
+// A poller's and an inline writer's calls on the non-blocking socket (reads,
+// writes, looks, polls of up to 256 KiB) are raw system calls, which Go's
+// scheduler does not see: a rank preempted in the middle of one by a thread
+// sharing its CPU would otherwise have its P handed to another thread at
+// sysmon's next tick, a thread wake-up on that CPU each time.
 //
 // A waiter over several devices on a crowded host (p2p's crowded poll)
 // looks for arrived bytes through its CQ's Arrived after each empty poll:
