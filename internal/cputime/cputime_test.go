@@ -31,3 +31,25 @@ func TestThreadCountsThisThreadsWork(t *testing.T) {
 	assert.NotZero(t, x)
 	assert.GreaterOrEqual(t, Thread()-before, int64(2e6), "the thread's work did not show")
 }
+
+// TestWakeupsCountsSleeps: a goroutine that sleeps on its own locked
+// thread makes that thread sleep and be woken, which Wakeups counts.
+func TestWakeupsCountsSleeps(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		assert.Equal(t, -1, Wakeups())
+		return
+	}
+	before := Wakeups()
+	require.GreaterOrEqual(t, before, 0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for range 20 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	<-done
+	require.GreaterOrEqual(t, Wakeups()-before, 20, "each sleep of the locked thread is a wake-up")
+}

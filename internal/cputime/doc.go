@@ -12,4 +12,6 @@
 //
 // Thread is safe to call from any goroutine; it reads the thread the
 // goroutine runs on, so a benchmark locks its goroutine to its thread.
+// Wakeups counts how often the process's threads were woken, for tests
+// that check a path keeps its thread (and its P) rather than handing off.
 package cputime

@@ -4,12 +4,10 @@ package shm
 
 import (
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/rdmago/rdmago/internal/cputime"
 	"github.com/stretchr/testify/require"
 )
 
@@ -44,36 +42,14 @@ func TestCMACopyAcrossCalls(t *testing.T) {
 	require.Equal(t, make([]byte, 64), back[:64], "write outside its range")
 }
 
-// threadWakeups is how many times this process's threads have gone to
-// sleep and been woken (their voluntary context switches, summed).
-func threadWakeups(t *testing.T) int {
-	files, err := filepath.Glob("/proc/self/task/*/status")
-	require.NoError(t, err)
-	sum := 0
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread exited
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "voluntary_ctxt_switches:"); ok {
-				k, err := strconv.Atoi(strings.TrimSpace(v))
-				require.NoError(t, err)
-				sum += k
-			}
-		}
-	}
-	return sum
-}
-
 // A copy that takes longer than the Go scheduler's 20 µs tick does not
 // make it hand the copying thread's P to another thread (cmaCall): 8000
 // copies of 512 KiB woke the process's threads about 20 times here, about
 // as often as its sysmon wakes anyway, and through syscall.Syscall 530-600
 // times.
 func TestCMACopyWakesNoThreads(t *testing.T) {
-	if _, err := os.Stat("/proc/self/task"); err != nil {
-		t.Skip("no /proc/self/task:", err)
+	if cputime.Wakeups() < 0 {
+		t.Skip("no /proc/self/task to count wake-ups in")
 	}
 	pid := os.Getpid()
 	src, dst := make([]byte, 512<<10), make([]byte, 512<<10)
@@ -81,13 +57,13 @@ func TestCMACopyWakesNoThreads(t *testing.T) {
 	local := [][]byte{dst}
 	require.NoError(t, cmaCopy(pid, local, addr, false)) // first touch
 	const calls = 8000
-	before := threadWakeups(t)
+	before := cputime.Wakeups()
 	for range calls {
 		if err := cmaCopy(pid, local, addr, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	woke := threadWakeups(t) - before
+	woke := cputime.Wakeups() - before
 	t.Logf("%d copies of 512 KiB: %d thread wake-ups", calls, woke)
 	require.Less(t, woke, calls/40, "the copies' threads were handed off and woken")
 }

@@ -1,38 +1,13 @@
 package tcp
 
 import (
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/rdmago/rdmago/internal/cputime"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
-
-// threadWakeups sums the voluntary context switches of this process's
-// threads: each is a thread that slept and was woken.
-func threadWakeups(t *testing.T) int {
-	files, err := filepath.Glob("/proc/self/task/*/status")
-	require.NoError(t, err)
-	sum := 0
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread exited
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "voluntary_ctxt_switches:"); ok {
-				k, err := strconv.Atoi(strings.TrimSpace(v))
-				require.NoError(t, err)
-				sum += k
-			}
-		}
-	}
-	return sum
-}
 
 // A poller's non-blocking system calls that take longer than the Go
 // scheduler's 20 µs tick do not make it hand the caller's P to another
@@ -40,8 +15,8 @@ func threadWakeups(t *testing.T) int {
 // pipe woke the process's threads a few tens of times here, about as often
 // as its sysmon wakes anyway; through syscall.Syscall about a thousand.
 func TestSocketCallsWakeNoThreads(t *testing.T) {
-	if _, err := os.Stat("/proc/self/task"); err != nil {
-		t.Skip("no /proc/self/task:", err)
+	if cputime.Wakeups() < 0 {
+		t.Skip("no /proc/self/task to count wake-ups in")
 	}
 	var p [2]int
 	require.NoError(t, unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC))
@@ -63,11 +38,11 @@ func TestSocketCallsWakeNoThreads(t *testing.T) {
 	}
 	pass() // first touch
 	const calls = 4000
-	before := threadWakeups(t)
+	before := cputime.Wakeups()
 	for range calls {
 		pass()
 	}
-	woke := threadWakeups(t) - before
+	woke := cputime.Wakeups() - before
 	t.Logf("%d writes and reads of %d KiB: %d thread wake-ups", calls, rawMax>>10, woke)
 	require.Less(t, woke, calls/20, "the calls' threads were handed off and woken")
 
