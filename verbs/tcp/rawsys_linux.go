@@ -37,6 +37,7 @@ func sysRead(fd int, p []byte) (int, error) {
 	if e != 0 {
 		return 0, e
 	}
+	raceWrote(p, int(n))
 	return int(n), nil
 }
 
