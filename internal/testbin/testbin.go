@@ -136,19 +136,29 @@ func hasBase(pkgs []string, base string) bool {
 //
 // It also gives the jobs the tests start a private XDG_RUNTIME_DIR, removed
 // at the end: rank 0 of a job writes its status file there (see
-// docs/debugging.md), and a job a test kills cannot remove it.
+// docs/debugging.md), and a job a test kills cannot remove it. A test
+// binary that StartRanks re-executes as a rank shares its parent's
+// directory rather than making one of its own: such a rank is often killed
+// or exits from inside its test, and would leave its directory behind.
 func Main(m *testing.M) {
-	run, err := os.MkdirTemp("", "rdmago-test-run-")
-	if err == nil {
-		os.Setenv("XDG_RUNTIME_DIR", run)
+	run, owned := os.Getenv(runEnv), false
+	if run == "" {
+		if d, err := os.MkdirTemp("", "rdmago-test-run-"); err == nil {
+			run, owned = d, true
+			os.Setenv(runEnv, run)
+			os.Setenv("XDG_RUNTIME_DIR", run)
+		}
 	}
 	code := m.Run()
 	Cleanup()
-	if err == nil {
+	if owned {
 		os.RemoveAll(run)
 	}
 	os.Exit(code)
 }
+
+// runEnv names the run directory Main made, for the processes it starts.
+const runEnv = "RDMAGO_TESTBIN_RUN"
 
 // Cleanup removes what Build made; call it from TestMain after m.Run (Main
 // does).

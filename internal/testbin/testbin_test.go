@@ -161,3 +161,24 @@ func needProcGroups(t *testing.T) {
 		t.Skip("process groups are listed and killed on Linux only")
 	}
 }
+
+// A rank StartRanks re-executes exits from inside its test, as ranks
+// killed or done do, without reaching the end of Main: it must have used
+// its parent's run directory, not left one of its own in $TMPDIR.
+func TestRankSharesRunDir(t *testing.T) {
+	if os.Getenv("TESTBIN_RANK") != "" {
+		fmt.Println("RESULT " + os.Getenv("XDG_RUNTIME_DIR"))
+		os.Exit(0)
+	}
+	run := os.Getenv("XDG_RUNTIME_DIR")
+	require.NotEmpty(t, run, "Main gave the tests no run directory")
+	tmp := t.TempDir()
+	ranks := StartRanks(t, "^TestRankSharesRunDir$", 2, func(int) []string {
+		return []string{"TESTBIN_RANK=1", "TMPDIR=" + tmp}
+	})
+	assert.Equal(t, "RESULT "+run, ranks[1].Result())
+	require.NoError(t, ranks[1].Cmd.Wait())
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the rank left this in its TMPDIR")
+}
