@@ -5,7 +5,9 @@
 # B = Open MPI) and saves its table in OUTDIR/NAME.txt and a chart of both
 # medians in OUTDIR/NAME.png; OUTDIR/summary.txt gets one line per row (best,
 # worst and per-band ratios, and the sizes where rdmago was behind in every
-# round: bench/summary.awk). Rows are named ROW-npN-MODE[-TRANSPORT]:
+# round: bench/summary.awk), after a "# NAME: line ..." note of how long a
+# cache line took between the first two CPUs just before the row
+# (rdmabench linelat; not with HOG=1). Rows are named ROW-npN-MODE[-TRANSPORT]:
 #
 #   latency, bw, bibw             2 ranks, over shm and tcp (Open MPI: its
 #                                 shared-memory BTL, or --mca btl tcp,self)
@@ -110,6 +112,13 @@ compare() { # NAME MODE TITLE A B [B_LABEL]
 	echo "## $name: $title"
 	echo "A: $4"
 	echo "B: $b"
+	# How far apart the vCPUs sit now moves every small-message figure of
+	# both libraries (docs/benchmarks.md): note it before the row. Not
+	# beside the hog, whose CPU the probe's second thread would share.
+	if [ "$HOG" != 1 ]; then
+		ll=$("$B" linelat 2>&1 | sed 's/^linelat //;s/ (median.*//')
+		echo "# $name: line $ll" | tee -a "$out/summary.txt"
+	fi
 	if ! "$OSUCMP" --rounds "$ROUNDS" --mode "$mode" --timeout 1800 --a "$a" --b "$b" >"$out/$name.txt" 2>"$out/$name.err"; then
 		cat "$out/$name.txt" "$out/$name.err"
 		echo "$name FAILED (see $name.err)" | tee -a "$out/summary.txt"

@@ -69,6 +69,7 @@ func collective(test string) (collectives.Collective, bool) {
 
 const usageText = `usage: rdmarun -np N rdmabench TEST [flags]
        rdmabench plot [-o FILE.png|svg] [-title T] FILE[=LABEL]...
+       rdmabench linelat [-cpus A,B]   (a cache line's trip between two CPUs)
 
 TEST is one of: latency bw bibw put_latency put_bw allreduce iallreduce bcast barrier reduce allgather reduce_scatter alltoall
 

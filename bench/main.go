@@ -8,6 +8,7 @@
 //	rdmarun -np 4 ./rdmabench allreduce -m 4:64M --busbw -c --json ar.json --plot ar.png
 //	rdmarun -np 4 ./rdmabench allreduce --algo ring -t float64
 //	rdmabench plot -o cmp.png ring.json=ring rabenseifner.json=rabenseifner osu.txt=OpenMPI
+//	rdmabench linelat       # how long a cache line takes between two CPUs
 //
 // (go run ./cmd/rdmarun -np 2 ./bench latency builds and runs it in one step.)
 // Run without rdmarun, it is a one-rank job. The first lines of the output
@@ -75,6 +76,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stderr, "rdmabench plot: %v\n", err)
 			return 2
+		}
+		return 0
+	}
+	if len(args) > 0 && args[0] == "linelat" {
+		if err := linelatCmd(args[1:], stdout, stderr); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			fmt.Fprintf(stderr, "rdmabench linelat: %v\n", err)
+			return 1
 		}
 		return 0
 	}
