@@ -67,27 +67,29 @@ func firstRank(ctx context.Context) bool {
 	return c.Rank() == 0
 }
 
+// subcommands run in one process, outside any job: their function and
+// the exit status when it fails.
+var subcommands = map[string]struct {
+	run    func(args []string, stdout, stderr io.Writer) error
+	failed int
+}{
+	"plot":    {plotCmd, 2},    // bad input files, like a bad command line
+	"linelat": {linelatCmd, 1}, // the measurement failed
+}
+
 // run is the whole command; it returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "plot" {
-		if err := plotCmd(args[1:], stdout, stderr); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
+	if len(args) > 0 {
+		if sub, ok := subcommands[args[0]]; ok {
+			if err := sub.run(args[1:], stdout, stderr); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return 0
+				}
+				fmt.Fprintf(stderr, "rdmabench %s: %v\n", args[0], err)
+				return sub.failed
 			}
-			fmt.Fprintf(stderr, "rdmabench plot: %v\n", err)
-			return 2
+			return 0
 		}
-		return 0
-	}
-	if len(args) > 0 && args[0] == "linelat" {
-		if err := linelatCmd(args[1:], stdout, stderr); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return 0
-			}
-			fmt.Fprintf(stderr, "rdmabench linelat: %v\n", err)
-			return 1
-		}
-		return 0
 	}
 	var parsed bytes.Buffer // the usage and the flag package's complaints
 	cfg, err := parseArgs(args, &parsed)
