@@ -142,7 +142,7 @@ func hasBase(pkgs []string, base string) bool {
 // or exits from inside its test, and would leave its directory behind.
 func Main(m *testing.M) {
 	run, owned := os.Getenv(runEnv), false
-	if run == "" {
+	if fi, err := os.Stat(run); run == "" || err != nil || !fi.IsDir() { // none, or a stale one
 		if d, err := os.MkdirTemp("", "rdmago-test-run-"); err == nil {
 			run, owned = d, true
 			os.Setenv(runEnv, run)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -181,4 +183,28 @@ func TestRankSharesRunDir(t *testing.T) {
 	left, err := os.ReadDir(tmp)
 	require.NoError(t, err)
 	assert.Empty(t, left, "the rank left this in its TMPDIR")
+}
+
+// A run directory named in the environment that is not there (left
+// exported in a shell, say) is not used: the process makes its own, and
+// removes it at the end.
+func TestStaleRunDirReplaced(t *testing.T) {
+	if os.Getenv("TESTBIN_STALE") != "" {
+		d := os.Getenv("XDG_RUNTIME_DIR")
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			fmt.Println("RESULT missing " + d)
+			return
+		}
+		fmt.Println("RESULT " + d)
+		return // through Main, which removes d
+	}
+	tmp := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStaleRunDirReplaced$")
+	cmd.Env = append(Environ(runEnv, "XDG_RUNTIME_DIR"), "TESTBIN_STALE=1", "TMPDIR="+tmp, runEnv+"="+filepath.Join(tmp, "gone"))
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s", out)
+	require.Regexp(t, "(?m)^RESULT "+regexp.QuoteMeta(tmp)+"/rdmago-test-run-", string(out))
+	left, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the process left this in its TMPDIR")
 }
