@@ -150,7 +150,7 @@ func (w *waker) startLocked(fs []func()) {
 		go func() {
 			f()
 			w.mu.Lock()
-			if w.running--; w.running == 0 && w.idle.L != nil {
+			if w.running--; w.running == 0 {
 				w.idle.Broadcast()
 			}
 			w.mu.Unlock()
@@ -183,13 +183,11 @@ func (w *waker) wakeLocked() []func() {
 func (w *waker) reset(parent context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// A registration the last use's wake started asks Err (the context
+	// package's cancel of a derived context panics if it finds none): it
+	// must see this use ended. (A zero waker's reset sets the Cond's lock.)
+	w.idle.L = &w.mu
 	for w.running > 0 {
-		// A registration the last use's wake started asks Err (the
-		// context package's cancel of a derived context panics if it
-		// finds none): it must see this use ended.
-		if w.idle.L == nil {
-			w.idle.L = &w.mu
-		}
 		w.idle.Wait()
 	}
 	w.unlinkLocked()
