@@ -156,9 +156,7 @@ func lineTrips(a, b, trips, batches int, timeout time.Duration) ([]float64, erro
 		}
 		per = append(per, float64(time.Since(t0).Nanoseconds())/float64(2*trips))
 	}
-	if rerr := affinity.RestoreThread(old); rerr != nil && err == nil {
-		err = rerr
-	}
+	err = affinity.RestoreThread(old)
 	stop.Store(true) // releases the other side if this one gave up
 	wg.Wait()
 	switch {
