@@ -6,8 +6,9 @@
 # medians in OUTDIR/NAME.png; OUTDIR/summary.txt gets one line per row (best,
 # worst and per-band ratios, and the sizes where rdmago was behind in every
 # round: bench/summary.awk), after a "# NAME: line ..." note of how long a
-# cache line took between the first two CPUs just before the row
-# (rdmabench linelat; not with HOG=1). Rows are named ROW-npN-MODE[-TRANSPORT]:
+# cache line took between the first two CPUs just before the row and just
+# after it (rdmabench linelat; not with HOG=1): two figures far apart say
+# the host moved the vCPUs during the row. Rows are named ROW-npN-MODE[-TRANSPORT]:
 #
 #   latency, bw, bibw             2 ranks, over shm and tcp (Open MPI: its
 #                                 shared-memory BTL, or --mca btl tcp,self)
@@ -106,23 +107,35 @@ retry() {
 	printf 'for i in 1 2 3; do o=$(%s) && { printf "%%s\\n" "$o"; exit 0; }; echo "compare.sh: retrying after a failed run" >&2; done; exit 1' "$1"
 }
 
+# linelat RDMABENCH: how many ns a cache line takes between CPUs 0 and 1
+# now (rdmabench linelat), "?" if it cannot tell.
+linelat() {
+	n=$("$1" linelat 2>/dev/null | sed -n 's/.*CPU 1: \([0-9]*\) ns.*/\1/p')
+	echo "${n:-?}"
+}
+
 compare() { # NAME MODE TITLE A B [B_LABEL]
 	name=$1 mode=$2 title=$3 a=$(retry "$4") b=$5 blabel=${6:-"Open MPI $ompi"}
 	case " $ONLY " in "  ") ;; *" $name "*) ;; *) return 0 ;; esac
 	echo "## $name: $title"
 	echo "A: $4"
 	echo "B: $b"
-	# How far apart the vCPUs sit now moves every small-message figure of
-	# both libraries (docs/benchmarks.md): note it before the row. Not
-	# beside the hog, whose CPU the probe's second thread would share.
+	# How far apart the vCPUs sit moves every small-message figure of both
+	# libraries (docs/benchmarks.md), and the host may move them within a
+	# row: note it before the row and after. Not beside the hog, whose CPU
+	# the probe's second thread would share.
+	before=""
 	if [ "$HOG" != 1 ]; then
-		ll=$("$B" linelat 2>&1 | sed 's/^linelat //;s/ (median.*//')
-		echo "# $name: line $ll" | tee -a "$out/summary.txt"
+		before=$(linelat "$B")
+		echo "# $name: line CPU 0 - CPU 1: $before ns one way before the row"
 	fi
 	if ! "$OSUCMP" --rounds "$ROUNDS" --mode "$mode" --timeout 1800 --a "$a" --b "$b" >"$out/$name.txt" 2>"$out/$name.err"; then
 		cat "$out/$name.txt" "$out/$name.err"
 		echo "$name FAILED (see $name.err)" | tee -a "$out/summary.txt"
 		return 0
+	fi
+	if [ -n "$before" ]; then
+		echo "# $name: line CPU 0 - CPU 1: $before ns one way before the row, $(linelat "$B") ns after" | tee -a "$out/summary.txt"
 	fi
 	cat "$out/$name.txt"
 	# One summary line: worst and best ratio, the worst of each band and the

@@ -5,8 +5,9 @@
 # alternates the two commands for $ROUNDS rounds with osu-compare (median of
 # per-round ratios, A = rdmago, B = Open MPI) and saves its table in
 # OUTDIR/NAME.txt, and a line per row in OUTDIR/summary.txt (as compare.sh
-# writes: bench/summary.awk); MPICH runs once per row beside them, report
-# only (OUTDIR/NAME.mpich.txt).
+# writes: bench/summary.awk, after a note of how long a cache line took
+# between CPUs 0 and 1 before the row and after); MPICH runs once per row
+# beside them, report only (OUTDIR/NAME.mpich.txt).
 #
 #   sudo sh bench/cross-host.sh /tmp/xhost                     # everything
 #   ROUNDS=1 SHAPES=none LAYOUTS=2x1 ONLY="latency allreduce" sudo sh bench/cross-host.sh /tmp/try
@@ -113,6 +114,13 @@ retry() {
 	printf 'for i in 1 2 3; do o=$(%s) && { printf "%%s\\n" "$o"; exit 0; }; echo "cross-host.sh: retrying after a failed run" >&2; done; exit 1' "$1"
 }
 
+# linelat: how many ns a cache line takes between CPUs 0 and 1 now, where
+# hosts 0 and 1 run (rdmabench linelat), "?" if it cannot tell.
+linelat() {
+	n=$("$out/rdmabench" linelat 2>/dev/null | sed -n 's/.*CPU 1: \([0-9]*\) ns.*/\1/p')
+	echo "${n:-?}"
+}
+
 hostlist() { # HOSTS SLOTS
 	i=0 l=""
 	while [ $i -lt "$1" ]; do
@@ -139,7 +147,12 @@ row() { # NAME MODE RDMABENCH_ARGS MPIBENCH_ARGS HOSTS SLOTS SHAPE
 	echo "## $name ${h}x$s $shape ($(uptime | sed 's/.*load/load/'))"
 	echo "A: $a"
 	echo "B: $b"
+	# How far apart the vCPUs sit moves the small calls of both libraries
+	# (docs/benchmarks.md): noted before the row and after, as compare.sh
+	# does.
+	before=$(linelat)
 	"$OSUCMP" --rounds "$ROUNDS" --mode "$mode" --a "$(retry "$a")" --b "$b" | tee "$file.txt"
+	echo "# $name-${h}x$s-$shape: line CPU 0 - CPU 1: $before ns one way before the row, $(linelat) ns after" | tee -a "$out/summary.txt"
 	awk -v name="$name-${h}x$s-$shape" -v mode="$mode" -f "$root/bench/summary.awk" "$file.txt" >>"$out/summary.txt"
 	if [ "$MPICH" = 1 ]; then
 		hl=$(echo "$list" | sed 's/:[0-9]*//g')
