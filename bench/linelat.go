@@ -21,8 +21,9 @@ Measures how long a cache line takes from one CPU to another: two threads
 pinned to CPUs A and B pass a counter back and forth on one line, and the
 time of a round trip over two is one transfer. On a VM whose host places
 the vCPUs near each other or apart this moves every small-message figure
-of any library 2-4x (docs/benchmarks.md); bench/compare.sh notes it
-before each row. Prints the median of K batches of TRIPS round trips.
+of any library 2-4x (docs/benchmarks.md); bench/compare.sh and
+bench/cross-host.sh note it before each row and after. Prints the median
+of K batches of TRIPS round trips.
 `
 
 // linelatCmd is "rdmabench linelat".
