@@ -32,9 +32,8 @@ type Engine struct {
 	rank   int
 	size   int
 
-	// mu is taken and let go at every call's begin; as a lightmu.Mutex its
-	// Unlock is a plain store, not a locked add (3-5 ns of a 73-85 ns
-	// shared-memory call: BenchmarkShmCallOverhead).
+	// mu is taken and let go at every call's begin: a lightmu.Mutex, whose
+	// Unlock is a plain store rather than sync.Mutex's locked add.
 	mu     lightmu.Mutex
 	seq    uint32
 	cur    *callState
