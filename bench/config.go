@@ -30,6 +30,7 @@ type config struct {
 	API       string        // --api (allreduce): "" or "into", "inplace", "persistent"
 	Transport string        // --transport, "" = the launcher's (RDMARUN_TRANSPORT)
 	BusBW     bool          // --busbw: nccl-tests algbw/busbw columns
+	PerRank   bool          // --per-rank: every rank's own average, after the algorithm
 	JSON      string        // --json FILE
 	Plot      string        // --plot FILE.png|svg
 	Budget    time.Duration // time per size that caps the default iteration counts
@@ -86,6 +87,8 @@ Flags:
                    then Start+Wait on that buffer, in place)
   --transport T    auto, shm, tcp or ibv (default: rdmarun's --transport)
   --busbw          add nccl-tests algbw and busbw columns (GB/s)
+  --per-rank       collectives: add every rank's own average time a call (us), by rank,
+                   after the algorithm (which rank the Min and Max are)
   --json FILE      also write the rows as JSON to FILE
   --plot FILE      draw the sweep into FILE (.png or .svg), log axes; with --busbw
                    the bus bandwidth too, in a second panel
@@ -118,6 +121,7 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.API, "api", "", "")
 	fs.StringVar(&cfg.Transport, "transport", "", "")
 	fs.BoolVar(&cfg.BusBW, "busbw", false, "")
+	fs.BoolVar(&cfg.PerRank, "per-rank", false, "")
 	fs.StringVar(&cfg.JSON, "json", "", "")
 	fs.StringVar(&cfg.Plot, "plot", "", "")
 	fs.DurationVar(&cfg.Budget, "budget", cfg.Budget, "")
@@ -178,6 +182,9 @@ func parseArgs(args []string, stderr io.Writer) (config, error) {
 		}
 	default:
 		return cfg, fmt.Errorf("--api %q: want into, inplace or persistent", cfg.API)
+	}
+	if cfg.PerRank && (isP2P(cfg.Test) || cfg.Test == "iallreduce") {
+		return cfg, fmt.Errorf("--per-rank: %s has no per-rank times (the collectives other than iallreduce have)", cfg.Test)
 	}
 	if cfg.Algo != "" {
 		if err := checkAlgo(cfg.Test, cfg.Algo); err != nil {

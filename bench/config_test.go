@@ -29,10 +29,10 @@ func TestParseArgsDefaults(t *testing.T) {
 
 func TestParseArgsFlags(t *testing.T) {
 	cfg, err := parseArgs([]string{"-m", "8:64K", "allreduce", "-i", "7", "-x", "2", "-c", "-t", "int64",
-		"--algo", "ring", "--transport", "tcp", "--busbw", "--json", "a.json", "--plot=a.svg", "--budget", "1s", "--warmup-budget", "30ms", "-q"}, io.Discard)
+		"--algo", "ring", "--transport", "tcp", "--busbw", "--json", "a.json", "--plot=a.svg", "--budget", "1s", "--warmup-budget", "30ms", "-q", "--per-rank"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, config{Test: "allreduce", Min: 8, Max: 64 << 10, Iters: 7, Warmup: 2, Validate: true, Type: "int64",
-		Algo: "ring", Transport: "tcp", BusBW: true, JSON: "a.json", Plot: "a.svg", Budget: time.Second, Warm: 30 * time.Millisecond, Quiet: true}, cfg)
+		Algo: "ring", Transport: "tcp", BusBW: true, PerRank: true, JSON: "a.json", Plot: "a.svg", Budget: time.Second, Warm: 30 * time.Millisecond, Quiet: true}, cfg)
 
 	for _, tc := range []struct {
 		m        string
@@ -74,6 +74,9 @@ func TestParseArgsErrors(t *testing.T) {
 		{[]string{"bcast", "--nope"}, "flag provided but not defined: -nope"},
 		{[]string{"bcast", "--api", "persistent"}, `--api "persistent": only allreduce has other forms, not bcast`},
 		{[]string{"allreduce", "--api", "lazy"}, `--api "lazy": want into, inplace or persistent`},
+		{[]string{"latency", "--per-rank"}, "--per-rank: latency has no per-rank times"},
+		{[]string{"put_bw", "--per-rank"}, "--per-rank: put_bw has no per-rank times"},
+		{[]string{"iallreduce", "--per-rank"}, "--per-rank: iallreduce has no per-rank times"},
 	} {
 		_, err := parseArgs(tc.args, io.Discard)
 		require.Error(t, err, "%q", tc.args)

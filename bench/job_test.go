@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -162,6 +163,39 @@ func TestJobs(t *testing.T) {
 				assert.Regexp(t, regexp.MustCompile(re), stdout)
 			}
 		})
+	}
+}
+
+// TestPerRank runs a 3-rank reduce with --per-rank: every row carries each
+// rank's own average, by rank, in the JSON and after the algorithm in the
+// table, and those are the figures the row's Min, Max and average come from.
+func TestPerRank(t *testing.T) {
+	binaries(t)
+	path := filepath.Join(t.TempDir(), "r.json")
+	stdout, stderr, code := job(t, 3, "reduce", "-m", "4:256", "-i", "20", "-x", "2", "-c", "-q", "--per-rank", "--json", path)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Regexp(t, `(?m)^# Size .*Algorithm\s+rank0\(us\)\s+rank1\(us\)\s+rank2\(us\)$`, stdout)
+	res, err := readJSON(path)
+	require.NoError(t, err)
+	require.Len(t, res.Rows, 7) // 4 B .. 256 B
+	text := rows(stdout)
+	require.Len(t, text, len(res.Rows))
+	for i, r := range res.Rows {
+		require.Len(t, r.Ranks, 3, "%d bytes", r.Size)
+		sum := 0.0
+		for _, v := range r.Ranks {
+			assert.Positive(t, v, "%d bytes", r.Size)
+			sum += v
+		}
+		assert.Equal(t, slices.Min(r.Ranks), r.Min, "%d bytes", r.Size)
+		assert.Equal(t, slices.Max(r.Ranks), r.Max, "%d bytes", r.Size)
+		assert.InDelta(t, sum/3, r.Latency, 1e-9, "%d bytes", r.Size)
+		// The table: size, average, min, max, iters, algorithm, then ranks 0-2.
+		f := text[i]
+		require.Len(t, f, 9, "%q", f)
+		for k, v := range r.Ranks {
+			assert.Equal(t, fmt.Sprintf("%.2f", v), f[6+k], "%d bytes, rank %d", r.Size, k)
+		}
 	}
 }
 

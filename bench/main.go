@@ -17,7 +17,8 @@
 // its vector features. Then one row per size: "Size  Latency (us)" for
 // latency and put_latency, "Size  Bandwidth (MB/s)" for bw, bibw and put_bw, "Size  Avg Latency(us)
 // Min Max Iters" for collectives (plus nccl-tests' algbw and busbw with
-// --busbw, and the algorithm that ran). The methodology is in run.go.
+// --busbw, the algorithm that ran, and with --per-rank every rank's own
+// average). The methodology is in run.go.
 //
 // Progress goes to stderr once a sweep runs longer than 2 s. Ctrl-C
 // (SIGINT, SIGTERM; rdmarun forwards them) stops the sweep; the rows
@@ -142,7 +143,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := c.Rank() == 0
 	if root {
 		writeHeader(stdout, res)
-		writeColumns(stdout, cfg.Test, cfg.BusBW)
+		ranks := 0
+		if cfg.PerRank {
+			ranks = c.Size()
+		}
+		writeColumns(stdout, cfg.Test, cfg.BusBW, ranks)
 	}
 	emit := func(r Row) {
 		res.Rows = append(res.Rows, r)

@@ -42,6 +42,10 @@ type Row struct {
 	AlgBW     float64 `json:"algbw_gbps,omitempty"`
 	BusBW     float64 `json:"busbw_gbps,omitempty"`
 	Algorithm string  `json:"algorithm,omitempty"`
+	// Ranks is every rank's own average time a call, by rank (--per-rank,
+	// the collective tests): which rank a Min or Max is, e.g. a reduce's
+	// root against the ranks that only send.
+	Ranks []float64 `json:"ranks_us,omitempty"`
 	// iallreduce: Latency is the overlapped call's time (OSU's Overall),
 	// Compute the computation's in it, Pure the collective's alone, and
 	// Overlap the share of Pure hidden behind the computation, in %.
@@ -128,8 +132,9 @@ func writeHeader(w io.Writer, r *Result) {
 	}
 }
 
-// writeColumns prints the OSU column header line for the test.
-func writeColumns(w io.Writer, test string, busbw bool) {
+// writeColumns prints the OSU column header line for the test; ranks is
+// the number of per-rank columns after the algorithm (0: none).
+func writeColumns(w io.Writer, test string, busbw bool, ranks int) {
 	switch {
 	case test == "iallreduce":
 		fmt.Fprintf(w, "# %-10s %18s %17s %17s %11s %11s  %s\n", "Size", "Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)", "Iters", "Algorithm")
@@ -142,7 +147,15 @@ func writeColumns(w io.Writer, test string, busbw bool) {
 		if busbw {
 			fmt.Fprintf(w, " %12s %12s", "algbw(GB/s)", "busbw(GB/s)")
 		}
-		fmt.Fprintf(w, "  %s\n", "Algorithm")
+		if ranks == 0 {
+			fmt.Fprintf(w, "  %s\n", "Algorithm")
+			return
+		}
+		fmt.Fprintf(w, "  %-20s", "Algorithm")
+		for i := range ranks {
+			fmt.Fprintf(w, " %12s", fmt.Sprintf("rank%d(us)", i))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
@@ -161,14 +174,28 @@ func writeRow(w io.Writer, test string, busbw bool, r Row) {
 		if busbw {
 			fmt.Fprintf(w, " %12.3f %12.3f", r.AlgBW, r.BusBW)
 		}
-		fmt.Fprintf(w, "  %s\n", r.Algorithm)
+		if len(r.Ranks) == 0 {
+			fmt.Fprintf(w, "  %s\n", r.Algorithm)
+			return
+		}
+		// After the algorithm, so that the size and the average stay the
+		// first two fields for OSU parsers (osu-compare, plot).
+		fmt.Fprintf(w, "  %-20s", r.Algorithm)
+		for _, v := range r.Ranks {
+			fmt.Fprintf(w, " %12.2f", v)
+		}
+		fmt.Fprintln(w)
 	}
 }
 
 // writeTable prints the header, the columns and every row.
 func writeTable(w io.Writer, r *Result, busbw bool) {
 	writeHeader(w, r)
-	writeColumns(w, r.Test, busbw)
+	ranks := 0
+	if len(r.Rows) > 0 {
+		ranks = len(r.Rows[0].Ranks)
+	}
+	writeColumns(w, r.Test, busbw, ranks)
 	for _, row := range r.Rows {
 		writeRow(w, r.Test, busbw, row)
 	}

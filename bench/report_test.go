@@ -77,12 +77,24 @@ func TestTableFormat(t *testing.T) {
 	assert.Equal(t, []float64{1.5, 210.13}, s.Y)
 	assert.Equal(t, metricLatency, s.Metric)
 
+	// --per-rank: every rank's average after the algorithm, where OSU
+	// parsers, which read the size and the average, do not look.
 	b.Reset()
-	writeColumns(&b, "latency", false)
+	writeColumns(&b, "reduce", false, 3)
+	writeRow(&b, "reduce", false, Row{Size: 8, Latency: 14, Min: 10, Max: 20, Iters: 100, Algorithm: "binomial", Ranks: []float64{20, 10, 12}})
+	assert.Regexp(t, `(?m)^# Size\s+Avg Latency\(us\)\s+Min Latency\(us\)\s+Max Latency\(us\)\s+Iters\s+Algorithm\s+rank0\(us\)\s+rank1\(us\)\s+rank2\(us\)$`, b.String())
+	assert.Regexp(t, `(?m)^8\s+14\.00\s+10\.00\s+20\.00\s+100\s+binomial\s+20\.00\s+10\.00\s+12\.00$`, b.String())
+	s, err = parseOSU(strings.NewReader(b.String()), "r")
+	require.NoError(t, err)
+	assert.Equal(t, []float64{8}, s.X)
+	assert.Equal(t, []float64{14}, s.Y)
+
+	b.Reset()
+	writeColumns(&b, "latency", false, 0)
 	writeRow(&b, "latency", false, Row{Size: 8, Latency: 0.456, Iters: 10000})
 	assert.Equal(t, "# Size             Latency (us)       Iters\n8                          0.46       10000\n", b.String())
 	b.Reset()
-	writeColumns(&b, "bw", true) // no busbw columns for p2p
+	writeColumns(&b, "bw", true, 0) // no busbw columns for p2p
 	writeRow(&b, "bw", true, Row{Size: 4194304, Bandwidth: 12345.678, Iters: 20})
 	assert.Equal(t, "# Size         Bandwidth (MB/s)       Iters\n4194304                12345.68          20\n", b.String())
 	s, err = parseOSU(&b, "bw")
@@ -94,6 +106,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "run.json")
 	in := sampleResult()
 	in.Interrupted = true
+	in.Rows[0].Ranks = []float64{1.75, 1.25}
 	require.NoError(t, writeJSON(path, in))
 	out, err := readJSON(path)
 	require.NoError(t, err)
@@ -133,7 +146,7 @@ func TestOverlapPercent(t *testing.T) {
 	assert.InDelta(t, 0, overlapPercent(300, 100, 40), 1e-9) // worse than serial: clamped
 	assert.InDelta(t, 0, overlapPercent(100, 100, 0), 1e-9)  // no pure time measured
 	var b bytes.Buffer
-	writeColumns(&b, "iallreduce", false)
+	writeColumns(&b, "iallreduce", false, 0)
 	writeRow(&b, "iallreduce", false, Row{Size: 8, Latency: 12.5, Compute: 10, Pure: 5, Overlap: 50, Iters: 7, Algorithm: "ring"})
 	assert.Regexp(t, `(?m)^8\s+12\.50\s+10\.00\s+5\.00\s+50\.00\s+7  ring$`, b.String())
 }

@@ -233,6 +233,9 @@ func (b *runner[T]) sweep(ctx context.Context, emit func(Row)) error {
 			}
 			row.Latency = sum / float64(len(lats))
 			row.Algorithm = b.algo
+			if b.cfg.PerRank {
+				row.Ranks = lats
+			}
 			if b.cfg.BusBW {
 				fillBW(&row, b.cfg.Test, b.c.Size())
 			}
