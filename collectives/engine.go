@@ -72,6 +72,7 @@ type Engine struct {
 	// it has not the capability: looked up once here rather than for every
 	// message.
 	partsOut PartsSender
+	sendNow  NowSender
 	partsIn  PartsReceiver
 	foldIn   FoldReceiver
 
@@ -146,6 +147,7 @@ func New(g Group, opts Options) (*Engine, error) {
 	}
 	e.inl = inlineLimits(g, &opts)
 	e.partsOut, _ = g.(PartsSender)
+	e.sendNow, _ = g.(NowSender)
 	e.partsIn, _ = g.(PartsReceiver)
 	e.foldIn, _ = g.(FoldReceiver)
 	if sm, ok := g.(SharedMemoryGroup); ok {

@@ -184,6 +184,17 @@ type Crowding interface {
 	Crowding() float64
 }
 
+// NowSender is an optional Group capability: SendNow sends buf to peer
+// with tag if it can go at once, eager and without a Request (nothing
+// queued before it to that peer), and reports whether it did; buf may be
+// reused as soon as it returns. false did nothing: the Engine then sends
+// with Isend. It must not block. A message the Engine sends whole (its
+// payload inline, not in parts) then takes no request, nor its tracking
+// under the Engine's lock, its wait and its release.
+type NowSender interface {
+	SendNow(peer, tag int, buf []byte) (bool, error)
+}
+
 // EagerLimiter is an optional Group capability: EagerLimit reports the
 // largest message the group's transport sends to peer in one piece,
 // copied through buffers the receiver posted in advance (p2p's eager

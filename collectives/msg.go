@@ -53,15 +53,28 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 		pooled = stage
 	}
 	h.encode(stage)
+	if !h.split && !parts {
+		copy(stage[dataHdrLen:], payload)
+		if c.e.sendNow != nil {
+			// A message the group can post at once takes no request: the
+			// call then neither tracks one under e.mu nor waits for nor
+			// releases it, software that after a system call, with the
+			// caches cold, is a good part of a small send's.
+			sent, err := c.e.sendNow.SendNow(wp, c.tag, stage)
+			if sent || err != nil {
+				scratch.put(pooled)
+				if err != nil {
+					return nil, c.fail(peer, err)
+				}
+				return m, nil // m.hr nil: done
+			}
+		}
+	}
 	var r Request
 	var err error
-	switch {
-	case parts:
+	if parts {
 		r, err = c.e.partsOut.IsendParts(wp, c.tag, stage, payload)
-	case !h.split:
-		copy(stage[dataHdrLen:], payload)
-		fallthrough
-	default:
+	} else {
 		r, err = c.e.g.Isend(wp, c.tag, stage)
 	}
 	if err != nil {
@@ -174,6 +187,9 @@ func (p *pendingReq) wait(c *call) (int, error) {
 func (m *outMsg) wait() error {
 	if m == nil {
 		return nil
+	}
+	if m.hr == nil {
+		return nil // sent at once (NowSender)
 	}
 	m.c.noteWait(m.c.world(m.peer))
 	if _, err := m.hr.wait(m.c); err != nil {

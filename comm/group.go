@@ -22,6 +22,7 @@ var (
 	_ collectives.Crowding          = (*group)(nil)
 	_ collectives.AnySourceReceiver = (*group)(nil)
 	_ collectives.EagerLimiter      = (*group)(nil)
+	_ collectives.NowSender         = (*group)(nil)
 	_ collectives.OneSided          = (*worldGroup)(nil)
 	_ collectives.SharedMemoryGroup = (*worldGroup)(nil)
 	_ collectives.PassiveWaiter     = groupReq{}
@@ -37,6 +38,11 @@ func (g *group) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
 		return nil, err
 	}
 	return groupReq{r}, nil
+}
+
+// SendNow is the collectives.NowSender capability (p2p.Channel.SendNow).
+func (g *group) SendNow(peer, tag int, buf []byte) (bool, error) {
+	return g.c.collCh.SendNow(g.c.members[peer], tag, buf)
 }
 
 func (g *group) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {

@@ -270,6 +270,16 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 	return true, nil
 }
 
+// SendNow sends buf to peer now if the message can go at once without a
+// Request (sendEagerNow: an eager message to another rank with nothing
+// queued before it to that rank and room to post it): true then, and buf
+// may be reused as soon as SendNow returns; an error names a failed post.
+// false means nothing was done, and the caller sends the usual way (Isend
+// or Send), which also reports bad arguments. It never blocks.
+func (c *Channel) SendNow(peer, tag int, buf []byte) (bool, error) {
+	return c.sendEagerNow(peer, tag, buf)
+}
+
 // sendSelf delivers a message to this rank: it is copied, so the send
 // completes at once whatever its size.
 func (c *Channel) sendSelf(r *Request) error {
@@ -592,6 +602,11 @@ func (ep *Endpoint) Isend(peer, tag int, buf []byte) (*Request, error) {
 // Send is Channel.Send on context 0.
 func (ep *Endpoint) Send(ctx context.Context, peer, tag int, buf []byte) error {
 	return ep.ch0.Send(ctx, peer, tag, buf)
+}
+
+// SendNow is Channel.SendNow on context 0.
+func (ep *Endpoint) SendNow(peer, tag int, buf []byte) (bool, error) {
+	return ep.ch0.SendNow(peer, tag, buf)
 }
 
 // Irecv is Channel.Irecv on context 0.

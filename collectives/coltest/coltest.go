@@ -75,6 +75,10 @@ type Options struct {
 	Crowding float64
 	// FoldLimit is what the groups' FoldLimit reports (0: no limit).
 	FoldLimit int
+	// RefuseNow makes the groups' SendNow (collectives.NowSender) send
+	// nothing and report false, as a transport whose link is backed up
+	// does, so that the Engine sends with Isend instead.
+	RefuseNow bool
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
@@ -98,6 +102,7 @@ type World struct {
 	folds atomic.Int64 // fold receives posted (IrecvFold)
 	parts atomic.Int64 // parts receives posted (IrecvParts)
 	sends atomic.Int64 // parts sends (IsendParts)
+	nows  atomic.Int64 // messages sent by SendNow
 }
 
 // Folds is how many fold receives (collectives.FoldReceiver) the world's
@@ -111,6 +116,10 @@ func (w *World) Parts() int64 { return w.parts.Load() }
 // PartsSent is how many parts sends (collectives.PartsSender) the world's
 // ranks have made.
 func (w *World) PartsSent() int64 { return w.sends.Load() }
+
+// NowSent is how many messages the world's ranks have sent with SendNow
+// (collectives.NowSender).
+func (w *World) NowSent() int64 { return w.nows.Load() }
 
 // NewWorld makes a world of n ranks.
 func NewWorld(n int, opts Options) *World {
@@ -462,6 +471,20 @@ func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, sr
 	}
 	g.w.folds.Add(1)
 	return g.irecv(peer, tag, nil, buf, unit, fold)
+}
+
+// SendNow is the NowSender capability: Isend's eager copy, reported as sent
+// (a wrapper that embeds only collectives.Group hides it); with
+// Options.RefuseNow it sends nothing and reports false.
+func (g *group) SendNow(peer, tag int, buf []byte) (bool, error) {
+	if g.w.opts.RefuseNow {
+		return false, nil
+	}
+	if _, err := g.Isend(peer, tag, buf); err != nil {
+		return true, err
+	}
+	g.w.nows.Add(1)
+	return true, nil
 }
 
 // IsendParts is the PartsSender capability: one message of head and then

@@ -1,0 +1,221 @@
+package collectives_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/rdmago/rdmago/collectives"
+	"github.com/rdmago/rdmago/collectives/coltest"
+	"github.com/rdmago/rdmago/collectives/reduce"
+)
+
+// A message that travels whole in its header's message goes by the
+// group's SendNow (collectives.NowSender) when the group has it and takes
+// the message at once, whatever the algorithm: the sends of the binomial,
+// Rabenseifner and ordered reduce, the linear gathers, the folds of a
+// non-power-of-two allreduce and reduce-scatter, a binomial bcast and a
+// ring allgather. The results are those of the Isend path, which a group
+// that refuses (its link backed up) or lacks the capability takes.
+func TestSmallSendsGoNow(t *testing.T) {
+	const n = 3 // not a power of two: the folds send alone too
+	cases := []struct {
+		name string
+		coll collectives.Collective
+		alg  collectives.Algorithm
+		run  func(ctx context.Context, e *collectives.Engine, rank, count int) error
+	}{
+		{"reduce", collectives.CollReduce, collectives.Binomial, reduceCase},
+		{"reduce", collectives.CollReduce, collectives.Rabenseifner, reduceCase},
+		{"reduce", collectives.CollReduce, collectives.Ordered, reduceCase},
+		{"gather", collectives.CollGather, collectives.Linear, gatherCase},
+		{"gatherv", collectives.CollGatherv, collectives.Linear, gathervCase},
+		{"allreduce", collectives.CollAllreduce, collectives.Rabenseifner, allreduceCase},
+		{"reduce_scatter", collectives.CollReduceScatter, collectives.RecursiveHalving, reduceScatterCase},
+		{"bcast", collectives.CollBcast, collectives.Binomial, bcastCase},
+		{"allgather", collectives.CollAllgather, collectives.Ring, allgatherCase},
+	}
+	for _, tc := range cases {
+		// int64 elements: 40 bytes staged in the message record, 240 (and
+		// the 32-byte header) in a pooled buffer; both inline, and below
+		// the size that goes in parts.
+		for _, count := range []int{5, 30} {
+			for _, mode := range []string{"now", "refused", "plain"} {
+				t.Run(fmt.Sprintf("%s/%v/count=%d/%s", tc.name, tc.alg, count, mode), func(t *testing.T) {
+					w := coltest.NewWorld(n, coltest.Options{RefuseNow: mode == "refused"})
+					errs := runWorldAs(w, force(tc.coll, tc.alg), mode != "plain", func(ctx context.Context, e *collectives.Engine, rank int) error {
+						// Twice: the second call reuses the first's staging.
+						for range 2 {
+							if err := tc.run(ctx, e, rank, count); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					requireAllOK(t, errs)
+					if mode == "now" {
+						assert.Positive(t, w.NowSent(), "messages sent by SendNow")
+					} else {
+						assert.Zero(t, w.NowSent(), "messages sent by SendNow")
+					}
+				})
+			}
+		}
+	}
+}
+
+// loneVal is element i of rank r's vector.
+func loneVal(r, i int) int64 { return int64(r*1000 + i) }
+
+func reduceCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
+	buf := make([]int64, count)
+	for i := range buf {
+		buf[i] = loneVal(rank, i)
+	}
+	if err := collectives.Reduce(ctx, e, buf, reduce.Sum, 0); err != nil {
+		return err
+	}
+	if rank != 0 {
+		return nil
+	}
+	return checkSums(buf, e.Size())
+}
+
+func allreduceCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
+	buf := make([]int64, count)
+	for i := range buf {
+		buf[i] = loneVal(rank, i)
+	}
+	if err := collectives.Allreduce(ctx, e, buf, reduce.Sum); err != nil {
+		return err
+	}
+	return checkSums(buf, e.Size())
+}
+
+func reduceScatterCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
+	p := e.Size()
+	send, recv := make([]int64, p*count), make([]int64, count)
+	for i := range send {
+		send[i] = loneVal(rank, i)
+	}
+	if err := collectives.ReduceScatter(ctx, e, send, recv, reduce.Sum); err != nil {
+		return err
+	}
+	for i, v := range recv {
+		var want int64
+		for r := range p {
+			want += loneVal(r, rank*count+i)
+		}
+		if v != want {
+			return fmt.Errorf("rank %d: recv[%d] = %d, want %d", rank, i, v, want)
+		}
+	}
+	return nil
+}
+
+// checkSums checks buf against the sum over p ranks of val.
+func checkSums(buf []int64, p int) error {
+	for i, v := range buf {
+		var want int64
+		for r := range p {
+			want += loneVal(r, i)
+		}
+		if v != want {
+			return fmt.Errorf("element %d = %d, want %d", i, v, want)
+		}
+	}
+	return nil
+}
+
+func gatherCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
+	p := e.Size()
+	send, recv := make([]int64, count), make([]int64, p*count)
+	for i := range send {
+		send[i] = loneVal(rank, i)
+	}
+	if err := collectives.Gather(ctx, e, send, recv, 0); err != nil {
+		return err
+	}
+	if rank != 0 {
+		return nil
+	}
+	for r := range p {
+		for i := range count {
+			if got := recv[r*count+i]; got != loneVal(r, i) {
+				return fmt.Errorf("block %d element %d = %d, want %d", r, i, got, loneVal(r, i))
+			}
+		}
+	}
+	return nil
+}
+
+// gathervCase: rank r sends r+1 elements.
+func gathervCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
+	p := e.Size()
+	counts := make([]int, p)
+	total := 0
+	for r := range p {
+		counts[r] = r + 1
+		total += r + 1
+	}
+	send := make([]int64, rank+1)
+	for i := range send {
+		send[i] = loneVal(rank, i)
+	}
+	recv := make([]int64, total)
+	if err := collectives.Gatherv(ctx, e, send, recv, counts, 0); err != nil {
+		return err
+	}
+	if rank != 0 {
+		return nil
+	}
+	off := 0
+	for r := range p {
+		for i := range counts[r] {
+			if got := recv[off+i]; got != loneVal(r, i) {
+				return fmt.Errorf("rank %d's element %d = %d, want %d", r, i, got, loneVal(r, i))
+			}
+		}
+		off += counts[r]
+	}
+	return nil
+}
+
+func bcastCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
+	buf := make([]int64, count)
+	if rank == 0 {
+		for i := range buf {
+			buf[i] = loneVal(0, i)
+		}
+	}
+	if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
+		return err
+	}
+	for i, v := range buf {
+		if v != loneVal(0, i) {
+			return fmt.Errorf("rank %d: element %d = %d, want %d", rank, i, v, loneVal(0, i))
+		}
+	}
+	return nil
+}
+
+func allgatherCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
+	p := e.Size()
+	send, recv := make([]int64, count), make([]int64, p*count)
+	for i := range send {
+		send[i] = loneVal(rank, i)
+	}
+	if err := collectives.Allgather(ctx, e, send, recv); err != nil {
+		return err
+	}
+	for r := range p {
+		for i := range count {
+			if got := recv[r*count+i]; got != loneVal(r, i) {
+				return fmt.Errorf("rank %d: block %d element %d = %d, want %d", rank, r, i, got, loneVal(r, i))
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package p2p_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmago/rdmago/p2p"
+	"github.com/rdmago/rdmago/p2p/p2ptest"
+)
+
+// TestSendNow: SendNow sends an eager message at once and its buffer may be
+// reused as soon as it returns; it does nothing and says so where the
+// message cannot go at once: to this rank, past the eager limit, and
+// behind sends queued for want of credits (which it must not overtake).
+func TestSendNow(t *testing.T) {
+	for _, prov := range []string{"loop", "shm", "tcp"} {
+		t.Run(prov, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: prov, P2P: p2p.Options{
+				EagerLimit: 1024, EagerSlots: 4, LivenessTimeout: -1}})
+			require.NoError(t, err)
+			defer p2ptest.Close(eps)
+			a, err := eps[0].Channel(3)
+			require.NoError(t, err)
+			b, err := eps[1].Channel(3)
+			require.NoError(t, err)
+
+			buf := []byte("now, at once")
+			sent, err := a.SendNow(1, 5, buf)
+			require.NoError(t, err)
+			require.True(t, sent, "an eager message to an idle peer")
+			copy(buf, "overwritten!") // the message went already
+			got := make([]byte, 32)
+			st, err := b.Recv(ctx, 0, 5, got)
+			require.NoError(t, err)
+			assert.Equal(t, "now, at once", string(got[:st.Count]))
+
+			for _, tc := range []struct {
+				name      string
+				peer, tag int
+				buf       []byte
+			}{
+				{"to itself", 0, 5, []byte("x")},
+				{"past the eager limit", 1, 5, make([]byte, 4096)},
+				{"to no rank", 2, 5, []byte("x")},
+				{"with a negative tag", 1, -1, []byte("x")},
+			} {
+				sent, err := a.SendNow(tc.peer, tc.tag, tc.buf)
+				assert.NoError(t, err, tc.name)
+				assert.False(t, sent, tc.name)
+			}
+
+			// More sends than the peer has credits for: the rest queue, and
+			// SendNow must leave its message to the general path, behind them.
+			const n = 16
+			reqs := make([]*p2p.Request, n)
+			for i := range n {
+				reqs[i], err = a.Isend(1, 7, []byte{byte(i)})
+				require.NoError(t, err)
+			}
+			sent, err = a.SendNow(1, 7, []byte{n})
+			require.NoError(t, err)
+			if !sent {
+				r, err := a.Isend(1, 7, []byte{n})
+				require.NoError(t, err)
+				reqs = append(reqs, r)
+			}
+			for i := range n + 1 {
+				st, err := b.Recv(ctx, 0, 7, got)
+				require.NoError(t, err)
+				require.Equal(t, 1, st.Count)
+				require.Equal(t, byte(i), got[0], "message %d out of order", i)
+			}
+			require.NoError(t, p2p.WaitAll(ctx, reqs...))
+		})
+	}
+}
