@@ -69,11 +69,17 @@ func TestSmallSendsGoNow(t *testing.T) {
 // loneVal is element i of rank r's vector.
 func loneVal(r, i int) int64 { return int64(r*1000 + i) }
 
-func reduceCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
-	buf := make([]int64, count)
-	for i := range buf {
-		buf[i] = loneVal(rank, i)
+// rankVector is rank r's vector of count elements.
+func rankVector(r, count int) []int64 {
+	v := make([]int64, count)
+	for i := range v {
+		v[i] = loneVal(r, i)
 	}
+	return v
+}
+
+func reduceCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
+	buf := rankVector(rank, count)
 	if err := collectives.Reduce(ctx, e, buf, reduce.Sum, 0); err != nil {
 		return err
 	}
@@ -84,10 +90,7 @@ func reduceCase(ctx context.Context, e *collectives.Engine, rank, count int) err
 }
 
 func allreduceCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
-	buf := make([]int64, count)
-	for i := range buf {
-		buf[i] = loneVal(rank, i)
-	}
+	buf := rankVector(rank, count)
 	if err := collectives.Allreduce(ctx, e, buf, reduce.Sum); err != nil {
 		return err
 	}
@@ -131,16 +134,19 @@ func checkSums(buf []int64, p int) error {
 
 func gatherCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
 	p := e.Size()
-	send, recv := make([]int64, count), make([]int64, p*count)
-	for i := range send {
-		send[i] = loneVal(rank, i)
-	}
+	send, recv := rankVector(rank, count), make([]int64, p*count)
 	if err := collectives.Gather(ctx, e, send, recv, 0); err != nil {
 		return err
 	}
 	if rank != 0 {
 		return nil
 	}
+	return checkBlocks(recv, p, count)
+}
+
+// checkBlocks checks that block r of recv (count elements) is rank r's
+// vector, for every rank.
+func checkBlocks(recv []int64, p, count int) error {
 	for r := range p {
 		for i := range count {
 			if got := recv[r*count+i]; got != loneVal(r, i) {
@@ -160,10 +166,7 @@ func gathervCase(ctx context.Context, e *collectives.Engine, rank, count int) er
 		counts[r] = r + 1
 		total += r + 1
 	}
-	send := make([]int64, rank+1)
-	for i := range send {
-		send[i] = loneVal(rank, i)
-	}
+	send := rankVector(rank, rank+1)
 	recv := make([]int64, total)
 	if err := collectives.Gatherv(ctx, e, send, recv, counts, 0); err != nil {
 		return err
@@ -203,19 +206,12 @@ func bcastCase(ctx context.Context, e *collectives.Engine, rank, count int) erro
 
 func allgatherCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
 	p := e.Size()
-	send, recv := make([]int64, count), make([]int64, p*count)
-	for i := range send {
-		send[i] = loneVal(rank, i)
-	}
+	send, recv := rankVector(rank, count), make([]int64, p*count)
 	if err := collectives.Allgather(ctx, e, send, recv); err != nil {
 		return err
 	}
-	for r := range p {
-		for i := range count {
-			if got := recv[r*count+i]; got != loneVal(r, i) {
-				return fmt.Errorf("rank %d: block %d element %d = %d, want %d", rank, r, i, got, loneVal(r, i))
-			}
-		}
+	if err := checkBlocks(recv, p, count); err != nil {
+		return fmt.Errorf("rank %d: %w", rank, err)
 	}
 	return nil
 }
