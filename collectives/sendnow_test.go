@@ -86,7 +86,7 @@ func reduceCase(ctx context.Context, e *collectives.Engine, rank, count int) err
 	if rank != 0 {
 		return nil
 	}
-	return checkSums(buf, e.Size())
+	return checkSums(buf, e.Size(), 0)
 }
 
 func allreduceCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
@@ -94,36 +94,28 @@ func allreduceCase(ctx context.Context, e *collectives.Engine, rank, count int) 
 	if err := collectives.Allreduce(ctx, e, buf, reduce.Sum); err != nil {
 		return err
 	}
-	return checkSums(buf, e.Size())
+	return checkSums(buf, e.Size(), 0)
 }
 
 func reduceScatterCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
 	p := e.Size()
-	send, recv := make([]int64, p*count), make([]int64, count)
-	for i := range send {
-		send[i] = loneVal(rank, i)
-	}
+	send, recv := rankVector(rank, p*count), make([]int64, count)
 	if err := collectives.ReduceScatter(ctx, e, send, recv, reduce.Sum); err != nil {
 		return err
 	}
-	for i, v := range recv {
-		var want int64
-		for r := range p {
-			want += loneVal(r, rank*count+i)
-		}
-		if v != want {
-			return fmt.Errorf("rank %d: recv[%d] = %d, want %d", rank, i, v, want)
-		}
+	if err := checkSums(recv, p, rank*count); err != nil {
+		return fmt.Errorf("rank %d: %w", rank, err)
 	}
 	return nil
 }
 
-// checkSums checks buf against the sum over p ranks of val.
-func checkSums(buf []int64, p int) error {
+// checkSums checks element i of buf against the sum over p ranks of
+// element off+i of their vectors.
+func checkSums(buf []int64, p, off int) error {
 	for i, v := range buf {
 		var want int64
 		for r := range p {
-			want += loneVal(r, i)
+			want += loneVal(r, off+i)
 		}
 		if v != want {
 			return fmt.Errorf("element %d = %d, want %d", i, v, want)
@@ -189,9 +181,7 @@ func gathervCase(ctx context.Context, e *collectives.Engine, rank, count int) er
 func bcastCase(ctx context.Context, e *collectives.Engine, rank, count int) error {
 	buf := make([]int64, count)
 	if rank == 0 {
-		for i := range buf {
-			buf[i] = loneVal(0, i)
-		}
+		buf = rankVector(0, count)
 	}
 	if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
 		return err

@@ -68,7 +68,7 @@ func (c *Channel) Isend(peer, tag int, buf []byte) (*Request, error) {
 // receiver has not answered the cancel yet, the error says the send is
 // still in progress, and the receiver may still read buf until it does.
 func (c *Channel) Send(ctx context.Context, peer, tag int, buf []byte) error {
-	if done, err := c.sendEagerNow(peer, tag, buf); done {
+	if done, err := c.SendNow(peer, tag, buf); done {
 		return err
 	}
 	r, err := c.isendParts("Send", peer, tag, nil, buf)
@@ -226,14 +226,16 @@ func (c *Channel) initSend(r *Request, peer, tag int, buf []byte) {
 	r.status = Status{Source: c.ep.rank, Tag: tag, Count: len(buf)}
 }
 
-// sendEagerNow is Send's fast path: an eager message to another rank that
-// can be posted at once (nothing queued before it, a credit and a staging
-// slot free) is posted without a Request, which a blocking call would only
-// take from the pool, wait on and give back: that round trip through the
-// pool and the lock again was a sixth of an 8-byte shm ping-pong's
-// software time. It reports false, having done nothing, when the message
-// must take the general path (and that path reports bad arguments).
-func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
+// SendNow sends buf to peer now if the message can go at once without a
+// Request: an eager message to another rank with nothing queued before it,
+// a credit and a staging slot free. It reports true then, and buf may be
+// reused as soon as it returns; an error names a failed post. false means
+// nothing was done: the caller sends the usual way (Isend or Send), which
+// also reports bad arguments. It never blocks. It is Send's fast path: a
+// blocking call would only take a Request from the pool, wait on it and
+// give it back, a round trip through the pool and the lock that was a
+// sixth of an 8-byte shm ping-pong's software time.
+func (c *Channel) SendNow(peer, tag int, buf []byte) (bool, error) {
 	ep := c.ep
 	if peer < 0 || peer >= ep.size || peer == ep.rank || tag < 0 || tag > MaxTag {
 		return false, nil
@@ -268,16 +270,6 @@ func (c *Channel) sendEagerNow(peer, tag int, buf []byte) (bool, error) {
 	}
 	p.stats.eagerSent(c.id, len(buf), false)
 	return true, nil
-}
-
-// SendNow sends buf to peer now if the message can go at once without a
-// Request (sendEagerNow: an eager message to another rank with nothing
-// queued before it to that rank and room to post it): true then, and buf
-// may be reused as soon as SendNow returns; an error names a failed post.
-// false means nothing was done, and the caller sends the usual way (Isend
-// or Send), which also reports bad arguments. It never blocks.
-func (c *Channel) SendNow(peer, tag int, buf []byte) (bool, error) {
-	return c.sendEagerNow(peer, tag, buf)
 }
 
 // sendSelf delivers a message to this rank: it is copied, so the send
