@@ -249,6 +249,10 @@ func describe(ctx context.Context, c *comm.Comm, cfg config) (*Result, error) {
 		return nil, fmt.Errorf("gathering the transports: %w", err)
 	}
 	if c.Rank() == 0 {
+		res.Links = linkEstimates(c)
+		if lat, bw, ok := c.MeasuredNetwork(); ok {
+			res.Network = &Link{Peer: -1, LatencyUS: float64(lat) / float64(time.Microsecond), GBps: bw / 1e9}
+		}
 		res.Transports = make([][]string, p)
 		for i := range p {
 			res.Transports[i] = make([]string, p)
@@ -258,6 +262,30 @@ func describe(ctx context.Context, c *comm.Comm, cfg config) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// linkEstimates is this rank's cost-model estimate of its links to the
+// first peer on its host and the first on another host (Result.Links).
+func linkEstimates(c *comm.Comm) []Link {
+	var out []Link
+	me, err := c.Peer(c.Rank())
+	if err != nil {
+		return nil
+	}
+	seen := map[bool]bool{}
+	for j := range c.Size() {
+		p, err := c.Peer(j)
+		if err != nil || j == c.Rank() {
+			continue
+		}
+		same := p.HostIndex == me.HostIndex
+		if seen[same] {
+			continue
+		}
+		seen[same] = true
+		out = append(out, Link{Peer: j, SameHost: same, LatencyUS: float64(p.Latency) / float64(time.Microsecond), GBps: p.Bandwidth / 1e9})
+	}
+	return out
 }
 
 // cpuFeatures lists the features that matter to reductions and copies.

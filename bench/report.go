@@ -22,12 +22,25 @@ type Result struct {
 	API         string     `json:"api,omitempty"` // allreduce's --api, when given
 	Transport   string     `json:"transport"`
 	Transports  [][]string `json:"transports"` // [rank][peer] as each rank sees it
+	Links       []Link     `json:"links,omitempty"`
+	Network     *Link      `json:"network,omitempty"` // measured at start-up (comm.MeasuredNetwork); Peer -1
 	Host        string     `json:"host"`
 	CPU         string     `json:"cpu"`
 	CPUFeatures []string   `json:"cpu_features"`
 	Validated   bool       `json:"validated"`
 	Interrupted bool       `json:"interrupted,omitempty"`
 	Rows        []Row      `json:"rows"`
+}
+
+// Link is rank 0's cost-model estimate of its link to a peer (comm.Peer:
+// the transport's, or the network Init measured between hosts where that
+// is clearly slower), for the first peer on its host and the first on
+// another.
+type Link struct {
+	Peer      int     `json:"peer"`
+	SameHost  bool    `json:"same_host"`
+	LatencyUS float64 `json:"latency_us"`
+	GBps      float64 `json:"gbps"` // 10^9 bytes/s
 }
 
 // Row is one message size. Latencies are in microseconds, Bandwidth in MB/s
@@ -129,6 +142,20 @@ func writeHeader(w io.Writer, r *Result) {
 			b.WriteString(" (no peers)")
 		}
 		fmt.Fprintf(w, "# rank %d peers%s\n", i, b.String())
+	}
+	if len(r.Links) > 0 {
+		var b strings.Builder
+		for _, l := range r.Links {
+			where := "other host"
+			if l.SameHost {
+				where = "same host"
+			}
+			fmt.Fprintf(&b, " %d (%s) %.2fus %.2fGB/s", l.Peer, where, l.LatencyUS, l.GBps)
+		}
+		fmt.Fprintf(w, "# rank 0 link estimates%s\n", b.String())
+	}
+	if n := r.Network; n != nil {
+		fmt.Fprintf(w, "# network between hosts measured at start-up: %.2fus %.2fGB/s\n", n.LatencyUS, n.GBps)
 	}
 }
 

@@ -106,6 +106,12 @@ type Options struct {
 	// instead of failing. A malformed launcher environment still fails.
 	Singleton bool
 
+	// NoLinkProbe skips Init's measurement of the network between hosts
+	// (see Peer.Latency); the collectives' cost model then takes the
+	// transports' fixed estimates. A job on one host measures nothing.
+	// Init and FromEnv set it from RDMAGO_LINK_PROBE=0 unless NoEnv.
+	NoLinkProbe bool
+
 	// Logger receives diagnostics from every layer. Nil means silent.
 	Logger *slog.Logger
 
@@ -128,6 +134,7 @@ type world struct {
 	hostIdx   []int         // per world rank, dense host index
 	hostNames []string      // per world rank, the name the rank reported
 	shared    *sharedRegion // the world's shared memory, nil without
+	net       netLink       // the network between hosts, as Init measured it (links.go)
 	localRank int           // from the launcher, -1 when unknown
 	localSize int
 	job       *jobenv.Job
@@ -355,6 +362,10 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	if err != nil {
 		return fail(err)
 	}
+	noProbe, err := linkProbeOff(env, o.NoLinkProbe)
+	if err != nil {
+		return fail(err)
+	}
 	if o.ConnectTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.ConnectTimeout)
@@ -474,6 +485,13 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 	if w.shared, err = newSharedRegion(ctx, ep, store, w.name); err != nil {
 		ep.Close()
 		return fail(err)
+	}
+	if !noProbe {
+		// Before the world's engine, whose cost model reads it.
+		if err := w.probeLinks(ctx); err != nil {
+			ep.Close()
+			return fail(fmt.Errorf("measuring the network between hosts: %w", err))
+		}
 	}
 	members := make([]int, ep.Size())
 	for r := range members {
@@ -706,6 +724,13 @@ type Peer struct {
 	Host      string // the host name it reported
 	HostIndex int    // ranks with equal HostIndex share a host (and shm)
 	Transport string // the verbs provider carrying traffic to it ("self" for this rank)
+	// Latency (one way, a small message) and Bandwidth (bytes per second)
+	// are the collectives' cost model's estimate of the link to it: the
+	// transport's own, or, for a rank on another host, what Init measured
+	// for the network when that is at least twice as slow
+	// (Options.NoLinkProbe). Zero for this rank.
+	Latency   time.Duration
+	Bandwidth float64
 }
 
 // Peer returns what this rank knows about rank r of the communicator: its
@@ -718,7 +743,9 @@ func (c *Comm) Peer(r int) (Peer, error) {
 		return Peer{}, c.opErr("Peer", NoPeer, NoTag, fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, r, c.size))
 	}
 	wr := c.members[r]
-	return Peer{Rank: r, WorldRank: wr, Host: c.w.hostNames[wr], HostIndex: c.w.hostIdx[wr], Transport: c.w.ep.Transport(wr)}, nil
+	lat, bw := c.w.link(wr)
+	return Peer{Rank: r, WorldRank: wr, Host: c.w.hostNames[wr], HostIndex: c.w.hostIdx[wr], Transport: c.w.ep.Transport(wr),
+		Latency: lat, Bandwidth: bw}, nil
 }
 
 // Transport names the verbs provider carrying traffic to rank r ("shm",

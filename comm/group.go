@@ -89,8 +89,10 @@ func (g *group) FoldLimit(peer int) int { return g.c.w.ep.FoldLimit(g.c.members[
 
 func (g *group) HostOf(rank int) int { return g.c.w.hostIdx[g.c.members[rank]] }
 
+// Link is the world's estimate (world.link): the transport's, or the
+// network Init measured between hosts where that is clearly slower.
 func (g *group) Link(peer int) (time.Duration, float64) {
-	return g.c.w.ep.Link(g.c.members[peer])
+	return g.c.w.link(g.c.members[peer])
 }
 
 // EagerLimit is p2p's, the same on both ranks of a pair: the collectives

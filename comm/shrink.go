@@ -273,7 +273,7 @@ func (a *agreement) attempt(ctx context.Context, name string, prev []int) (nc *C
 	// Every member has it: the new world.
 	w2 := &world{
 		ep: ep, store: w.store, name: name, log: w.log, exit: w.exit, collOpts: w.collOpts,
-		p2pOpts: w.p2pOpts, storeRanks: members, localRank: -1,
+		p2pOpts: w.p2pOpts, storeRanks: members, localRank: -1, net: w.net,
 		stop: make(chan struct{}), comms: map[*Comm]struct{}{},
 	}
 	for _, sr := range members {
