@@ -357,3 +357,14 @@ func (ep *Endpoint) ClaimRing(peer, tag int, buf []byte) (write func(), ok bool)
 // phases counted (enterPoll), for TestHeldPollCounts.
 func (ep *Endpoint) PollsStarted() uint64 { return ep.pollsStarted(ep.polling.Load()) }
 func (ep *Endpoint) PollsEntered() uint64 { return ep.polling.Load() >> 32 }
+
+// ProbeChannel is the channel of MeasureLink's messages, for a test that
+// plays a misbehaving leader; Probe*Tag are its tags.
+func ProbeChannel(ep *Endpoint) *Channel { return &Channel{ep: ep, id: ctxProbe} }
+
+const (
+	ProbePlanTag  = probePlan
+	ProbeSmallTag = probeSmall
+	ProbeLargeTag = probeLarge
+	ProbeWarmups  = probeWarmups
+)

@@ -34,8 +34,9 @@ type LinkEstimate struct {
 // ProbeOptions shape MeasureLink. Only the leader's count (the lower rank
 // of the pair); zero fields take the defaults.
 type ProbeOptions struct {
-	// Rounds is how many small round trips are timed (default 20), after
-	// four untimed ones that open the connection and warm both sides up.
+	// Rounds is how many small round trips are timed (default 20, at most
+	// 65536), after four untimed ones that open the connection and warm
+	// both sides up.
 	Rounds int
 	// Bytes is the size of the large messages (default 1 MiB, at least
 	// 64 B, at most 64 MiB): large enough that its transfer, not the
@@ -51,6 +52,7 @@ func (o ProbeOptions) withDefaults() ProbeOptions {
 	if o.Rounds <= 0 {
 		o.Rounds = 20
 	}
+	o.Rounds = min(o.Rounds, probeMaxRounds)
 	if o.Bytes <= 0 {
 		o.Bytes = 1 << 20
 	}
@@ -74,6 +76,9 @@ const (
 	probeMinBytes = 64
 	probeMaxBytes = 64 << 20
 )
+
+// probeMaxRounds bounds Rounds, and what a follower agrees to answer.
+const probeMaxRounds = 1 << 16
 
 // MeasureLink times the link to peer with a ping-pong of small messages
 // and a few large messages, and returns the estimate. Both ranks of the
@@ -156,7 +161,7 @@ func (c *Channel) followProbe(ctx context.Context, peer int) (LinkEstimate, erro
 	}
 	rounds := binary.LittleEndian.Uint64(plan[:])
 	n := binary.LittleEndian.Uint64(plan[8:])
-	if rounds > 1<<20 || n < probeMinBytes || n > probeMaxBytes {
+	if rounds > probeMaxRounds || n < probeMinBytes || n > probeMaxBytes {
 		return LinkEstimate{}, c.argErr("MeasureLink", peer, probePlan,
 			fmt.Errorf("%w: rank %d's probe plan asks for %d round trips and messages of %d bytes", ErrProtocol, peer, rounds, n))
 	}

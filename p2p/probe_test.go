@@ -2,6 +2,7 @@ package p2p_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"testing"
@@ -117,4 +118,37 @@ func TestMeasureLinkEndsWithCtx(t *testing.T) {
 		require.Error(t, err, "rank %d", r)
 		assert.True(t, errors.Is(err, context.DeadlineExceeded), "rank %d: %v", r, err)
 	}
+}
+
+// TestMeasureLinkRefusesABadLeader: a follower whose leader asks for more
+// than it agrees to (a message of 1 GiB) or ends with a result of the
+// wrong length fails with ErrProtocol naming the leader, instead of
+// allocating what it was told or hanging.
+func TestMeasureLinkRefusesABadLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{P2P: p2p.Options{LivenessTimeout: -1}})
+	require.NoError(t, err)
+	defer p2ptest.Close(eps)
+	lead := p2p.ProbeChannel(eps[0])
+	plan := func(rounds, bytes uint64) []byte {
+		b := make([]byte, 16)
+		binary.LittleEndian.PutUint64(b, rounds)
+		binary.LittleEndian.PutUint64(b[8:], bytes)
+		return b
+	}
+
+	require.NoError(t, lead.Send(ctx, 1, p2p.ProbePlanTag, plan(0, 1<<30)))
+	_, err = eps[1].MeasureLink(ctx, 0, p2p.ProbeOptions{})
+	require.ErrorIs(t, err, p2p.ErrProtocol)
+	assert.Contains(t, err.Error(), "rank 0's probe plan asks for 0 round trips and messages of 1073741824 bytes")
+
+	require.NoError(t, lead.Send(ctx, 1, p2p.ProbePlanTag, plan(0, 4096)))
+	for range p2p.ProbeWarmups {
+		require.NoError(t, lead.Send(ctx, 1, p2p.ProbeSmallTag, make([]byte, 8)))
+	}
+	require.NoError(t, lead.Send(ctx, 1, p2p.ProbeLargeTag, make([]byte, 15)))
+	_, err = eps[1].MeasureLink(ctx, 0, p2p.ProbeOptions{})
+	require.ErrorIs(t, err, p2p.ErrProtocol)
+	assert.Contains(t, err.Error(), "rank 0's probe result is 15 bytes, not 16")
 }
