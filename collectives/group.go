@@ -184,15 +184,17 @@ type Crowding interface {
 	Crowding() float64
 }
 
-// NowSender is an optional Group capability: SendNow sends buf to peer
-// with tag if it can go at once, eager and without a Request (nothing
-// queued before it to that peer), and reports whether it did; buf may be
-// reused as soon as it returns. false did nothing: the Engine then sends
-// with Isend. It must not block. A message the Engine sends whole (its
-// payload inline, not in parts) then takes no request, nor its tracking
-// under the Engine's lock, its wait and its release.
+// NowSender is an optional Group capability: SendNow sends head and then
+// body to peer with tag, as one message (head nil: body alone; head set:
+// as PartsSender's IsendParts sends it), if it can go at once, eager and
+// without a Request (nothing queued before it to that peer), and reports
+// whether it did; both buffers may be reused as soon as it returns. false
+// did nothing: the Engine then sends with Isend or IsendParts. It must
+// not block. A message the Engine sends in one message (its payload
+// inline, or in parts) then takes no request, nor its tracking under the
+// Engine's lock, its wait and its release.
 type NowSender interface {
-	SendNow(peer, tag int, buf []byte) (bool, error)
+	SendNow(peer, tag int, head, body []byte) (bool, error)
 }
 
 // EagerLimiter is an optional Group capability: EagerLimit reports the

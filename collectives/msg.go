@@ -55,19 +55,23 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	h.encode(stage)
 	if !h.split && !parts {
 		copy(stage[dataHdrLen:], payload)
-		if c.e.sendNow != nil {
-			// A message the group can post at once takes no request: the
-			// call then neither tracks one under e.mu nor waits for nor
-			// releases it, software that after a system call, with the
-			// caches cold, is a good part of a small send's.
-			sent, err := c.e.sendNow.SendNow(wp, c.tag, stage)
-			if sent || err != nil {
-				scratch.put(pooled)
-				if err != nil {
-					return nil, c.fail(peer, err)
-				}
-				return m, nil // m.hr nil: done
+	}
+	if !h.split && c.e.sendNow != nil {
+		// A message the group can post at once takes no request: the
+		// call then neither tracks one under e.mu nor waits for nor
+		// releases it, software that after a system call, with the caches
+		// cold, is a good part of a small send's.
+		head, body := []byte(nil), stage
+		if parts {
+			head, body = stage, payload
+		}
+		sent, err := c.e.sendNow.SendNow(wp, c.tag, head, body)
+		if sent || err != nil {
+			scratch.put(pooled)
+			if err != nil {
+				return nil, c.fail(peer, err)
 			}
+			return m, nil // m.hr nil: done
 		}
 	}
 	var r Request

@@ -12,9 +12,10 @@ import (
 	"github.com/rdmago/rdmago/collectives/reduce"
 )
 
-// A message that travels whole in its header's message goes by the
-// group's SendNow (collectives.NowSender) when the group has it and takes
-// the message at once, whatever the algorithm: the sends of the binomial,
+// A message that travels whole in its header's message, or in parts
+// (header and payload, each from where it is), goes by the group's SendNow
+// (collectives.NowSender) when the group has it and takes the message at
+// once, whatever the algorithm: the sends of the binomial,
 // Rabenseifner and ordered reduce, the linear gathers, the folds of a
 // non-power-of-two allreduce and reduce-scatter, a binomial bcast and a
 // ring allgather. The results are those of the Isend path, which a group
@@ -37,11 +38,14 @@ func TestSmallSendsGoNow(t *testing.T) {
 		{"bcast", collectives.CollBcast, collectives.Binomial, bcastCase},
 		{"allgather", collectives.CollAllgather, collectives.Ring, allgatherCase},
 	}
+	var nowParts int64
+	defer func() { assert.Positive(t, nowParts, "parts sends by SendNow, all cases") }()
 	for _, tc := range cases {
 		// int64 elements: 40 bytes staged in the message record, 240 (and
-		// the 32-byte header) in a pooled buffer; both inline, and below
-		// the size that goes in parts.
-		for _, count := range []int{5, 30} {
+		// the 32-byte header) in a pooled buffer, both inline and below
+		// the size that goes in parts; 640 in parts, the header staged
+		// and the payload sent from where it is.
+		for _, count := range []int{5, 30, 80} {
 			for _, mode := range []string{"now", "refused", "plain"} {
 				t.Run(fmt.Sprintf("%s/%v/count=%d/%s", tc.name, tc.alg, count, mode), func(t *testing.T) {
 					w := coltest.NewWorld(n, coltest.Options{RefuseNow: mode == "refused"})
@@ -59,6 +63,13 @@ func TestSmallSendsGoNow(t *testing.T) {
 						assert.Positive(t, w.NowSent(), "messages sent by SendNow")
 					} else {
 						assert.Zero(t, w.NowSent(), "messages sent by SendNow")
+					}
+					if mode == "now" {
+						// Every parts message too: none took IsendParts.
+						assert.Equal(t, w.PartsSent(), w.NowPartsSent(), "parts sends by SendNow")
+						nowParts += w.NowPartsSent()
+					} else {
+						assert.Zero(t, w.NowPartsSent(), "parts sends by SendNow")
 					}
 				})
 			}

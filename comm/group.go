@@ -40,9 +40,13 @@ func (g *group) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
 	return groupReq{r}, nil
 }
 
-// SendNow is the collectives.NowSender capability (p2p.Channel.SendNow).
-func (g *group) SendNow(peer, tag int, buf []byte) (bool, error) {
-	return g.c.collCh.SendNow(g.c.members[peer], tag, buf)
+// SendNow is the collectives.NowSender capability (p2p.Channel.SendNow,
+// and SendPartsNow for a message of two buffers).
+func (g *group) SendNow(peer, tag int, head, body []byte) (bool, error) {
+	if head != nil {
+		return g.c.collCh.SendPartsNow(g.c.members[peer], tag, head, body)
+	}
+	return g.c.collCh.SendNow(g.c.members[peer], tag, body)
 }
 
 func (g *group) Irecv(peer, tag int, buf []byte) (collectives.Request, error) {

@@ -236,12 +236,27 @@ func (c *Channel) initSend(r *Request, peer, tag int, buf []byte) {
 // give it back, a round trip through the pool and the lock that was a
 // sixth of an 8-byte shm ping-pong's software time.
 func (c *Channel) SendNow(peer, tag int, buf []byte) (bool, error) {
+	return c.sendNow(peer, tag, nil, buf)
+}
+
+// SendPartsNow is SendNow for a message of head and then body, as
+// IsendParts sends it: both buffers may be reused as soon as it returns
+// true. It also does nothing, and says false, where IsendParts would join
+// the two into one buffer first (a head longer than a ring line's room, a
+// message that does not go eagerly from two buffers).
+func (c *Channel) SendPartsNow(peer, tag int, head, body []byte) (bool, error) {
+	return c.sendNow(peer, tag, head, body)
+}
+
+// sendNow is SendNow and SendPartsNow (head nil: buf alone).
+func (c *Channel) sendNow(peer, tag int, head, buf []byte) (bool, error) {
 	ep := c.ep
 	if peer < 0 || peer >= ep.size || peer == ep.rank || tag < 0 || tag > MaxTag {
 		return false, nil
 	}
 	p := ep.peers[peer]
-	if len(buf) > p.eager {
+	n := len(head) + len(buf)
+	if n > p.eager || head != nil && (len(head) > ringFirst || !p.sendsParts(n)) {
 		return false, nil
 	}
 	ep.mu.Lock()
@@ -250,17 +265,20 @@ func (c *Channel) SendNow(peer, tag int, buf []byte) (bool, error) {
 		return false, nil
 	}
 	var s ringSlot
-	if ep.ringClaim(p, c.id, len(buf), &s) {
+	if ep.ringClaim(p, c.id, n, &s) {
+		if head != nil {
+			p.stats.PartsSent.add(n)
+		}
 		ep.mu.Unlock()
-		ep.ringWrite(p, &s, c.id, int32(tag), nil, buf)
+		ep.ringWrite(p, &s, c.id, int32(tag), head, buf)
 		return true, nil
 	}
 	defer ep.mu.Unlock()
 	if !p.frameRoom(true) {
 		return false, nil
 	}
-	h := header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(len(buf))}
-	if err := p.postFrame(ep, &h, nil, buf, true); err != nil {
+	h := header{kind: kEager, ctx: c.id, tag: int32(tag), size: uint64(n)}
+	if err := p.postFrame(ep, &h, head, buf, true); err != nil {
 		err = fmt.Errorf("posting EAGER: %w", err)
 		ep.linkErrorLocked(p, err)
 		if ep.failErr != nil {
@@ -268,7 +286,10 @@ func (c *Channel) SendNow(peer, tag int, buf []byte) (bool, error) {
 		}
 		return true, c.argErr("Send", peer, tag, err)
 	}
-	p.stats.eagerSent(c.id, len(buf), false)
+	p.stats.eagerSent(c.id, n, false)
+	if head != nil {
+		p.stats.PartsSent.add(n)
+	}
 	return true, nil
 }
 
@@ -599,6 +620,11 @@ func (ep *Endpoint) Send(ctx context.Context, peer, tag int, buf []byte) error {
 // SendNow is Channel.SendNow on context 0.
 func (ep *Endpoint) SendNow(peer, tag int, buf []byte) (bool, error) {
 	return ep.ch0.SendNow(peer, tag, buf)
+}
+
+// SendPartsNow is Channel.SendPartsNow on context 0.
+func (ep *Endpoint) SendPartsNow(peer, tag int, head, body []byte) (bool, error) {
+	return ep.ch0.SendPartsNow(peer, tag, head, body)
 }
 
 // Irecv is Channel.Irecv on context 0.

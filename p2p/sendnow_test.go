@@ -1,6 +1,7 @@
 package p2p_test
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -75,6 +76,86 @@ func TestSendNow(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, 1, st.Count)
 				require.Equal(t, byte(i), got[0], "message %d out of order", i)
+			}
+			require.NoError(t, p2p.WaitAll(ctx, reqs...))
+		})
+	}
+}
+
+// TestSendPartsNow: SendPartsNow sends head and then body as one message at
+// once, both buffers free on return, and counts it as a parts send; it
+// does nothing and says so where IsendParts would join the two first (a
+// head longer than a ring line's room), where SendNow would (to itself,
+// past the eager limit), and behind queued sends, which it must not
+// overtake.
+func TestSendPartsNow(t *testing.T) {
+	for _, prov := range []string{"loop", "shm", "tcp"} {
+		t.Run(prov, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: prov, P2P: p2p.Options{
+				EagerLimit: 1024, EagerSlots: 4, LivenessTimeout: -1}})
+			require.NoError(t, err)
+			defer p2ptest.Close(eps)
+			a, err := eps[0].Channel(3)
+			require.NoError(t, err)
+			b, err := eps[1].Channel(3)
+			require.NoError(t, err)
+
+			before := eps[0].Stats().Peers[1].PartsSent
+			head, body := []byte("head|"), bytes.Repeat([]byte("body."), 60) // 305 bytes: past a ring line
+			sent, err := a.SendPartsNow(1, 5, head, body)
+			require.NoError(t, err)
+			require.True(t, sent, "an eager message to an idle peer")
+			want := string(head) + string(body)
+			copy(head, "XXXXX") // the message went already
+			copy(body, "YYYYYYYYYY")
+			got := make([]byte, 512)
+			st, err := b.Recv(ctx, 0, 5, got)
+			require.NoError(t, err)
+			assert.Equal(t, want, string(got[:st.Count]))
+			after := eps[0].Stats().Peers[1].PartsSent
+			assert.Equal(t, before.Msgs+1, after.Msgs)
+			assert.Equal(t, before.Bytes+uint64(len(want)), after.Bytes)
+
+			for _, tc := range []struct {
+				name       string
+				peer, tag  int
+				head, body []byte
+			}{
+				{"to itself", 0, 5, []byte("h"), []byte("x")},
+				{"past the eager limit", 1, 5, []byte("h"), make([]byte, 1024)},
+				{"with a head past a ring line's room", 1, 5, make([]byte, 49), []byte("x")},
+				{"to no rank", 2, 5, []byte("h"), []byte("x")},
+				{"with a negative tag", 1, -1, []byte("h"), []byte("x")},
+			} {
+				sent, err := a.SendPartsNow(tc.peer, tc.tag, tc.head, tc.body)
+				assert.NoError(t, err, tc.name)
+				assert.False(t, sent, tc.name)
+			}
+
+			// Behind sends queued for want of credits it goes the general
+			// way, in order.
+			const n = 16
+			reqs := make([]*p2p.Request, n)
+			for i := range n {
+				reqs[i], err = a.Isend(1, 7, []byte{byte(i)})
+				require.NoError(t, err)
+			}
+			sent, err = a.SendPartsNow(1, 7, []byte{n}, []byte{n})
+			require.NoError(t, err)
+			if !sent {
+				r, err := a.IsendParts(1, 7, []byte{n}, []byte{n})
+				require.NoError(t, err)
+				reqs = append(reqs, r)
+			}
+			for i := range n + 1 {
+				st, err := b.Recv(ctx, 0, 7, got)
+				require.NoError(t, err)
+				require.Equal(t, byte(i), got[0], "message %d out of order", i)
+				if i == n {
+					require.Equal(t, 2, st.Count)
+				}
 			}
 			require.NoError(t, p2p.WaitAll(ctx, reqs...))
 		})

@@ -99,10 +99,11 @@ type World struct {
 	shared [][]byte      // Options.Shared: per rank, its region
 	failed chan struct{} // closed by Kill
 
-	folds atomic.Int64 // fold receives posted (IrecvFold)
-	parts atomic.Int64 // parts receives posted (IrecvParts)
-	sends atomic.Int64 // parts sends (IsendParts)
-	nows  atomic.Int64 // messages sent by SendNow
+	folds    atomic.Int64 // fold receives posted (IrecvFold)
+	parts    atomic.Int64 // parts receives posted (IrecvParts)
+	sends    atomic.Int64 // parts sends (IsendParts, or SendNow with a head)
+	nows     atomic.Int64 // messages sent by SendNow
+	nowParts atomic.Int64 // of those, parts sends (with a head)
 }
 
 // Folds is how many fold receives (collectives.FoldReceiver) the world's
@@ -113,9 +114,12 @@ func (w *World) Folds() int64 { return w.folds.Load() }
 // ranks have posted.
 func (w *World) Parts() int64 { return w.parts.Load() }
 
-// PartsSent is how many parts sends (collectives.PartsSender) the world's
-// ranks have made.
+// PartsSent is how many parts sends the world's ranks have made: with
+// IsendParts (collectives.PartsSender), or with SendNow with a head.
 func (w *World) PartsSent() int64 { return w.sends.Load() }
+
+// NowPartsSent is how many of the parts sends went by SendNow.
+func (w *World) NowPartsSent() int64 { return w.nowParts.Load() }
 
 // NowSent is how many messages the world's ranks have sent with SendNow
 // (collectives.NowSender).
@@ -473,17 +477,26 @@ func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, sr
 	return g.irecv(peer, tag, nil, buf, unit, fold)
 }
 
-// SendNow is the NowSender capability: Isend's eager copy, reported as sent
-// (a wrapper that embeds only collectives.Group hides it); with
+// SendNow is the NowSender capability: Isend's eager copy of head and then
+// body, reported as sent (a wrapper that embeds only collectives.Group
+// hides it), and counted as a parts send too when head is set; with
 // Options.RefuseNow it sends nothing and reports false.
-func (g *group) SendNow(peer, tag int, buf []byte) (bool, error) {
+func (g *group) SendNow(peer, tag int, head, body []byte) (bool, error) {
 	if g.w.opts.RefuseNow {
 		return false, nil
+	}
+	buf := body
+	if head != nil {
+		buf = append(append(make([]byte, 0, len(head)+len(body)), head...), body...)
 	}
 	if _, err := g.Isend(peer, tag, buf); err != nil {
 		return true, err
 	}
 	g.w.nows.Add(1)
+	if head != nil {
+		g.w.sends.Add(1)
+		g.w.nowParts.Add(1)
+	}
 	return true, nil
 }
 
