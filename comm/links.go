@@ -133,18 +133,12 @@ func (w *world) link(r int) (time.Duration, float64) {
 }
 
 // netSlower is how many times slower than a transport's estimate a measured
-// latency or bandwidth must be to replace it. Only slower: the model's other
-// constants were tuned with the transports' estimates, and a faster
-// measured link made it choose worse (on two veth-linked hosts, measured
-// at 11 µs and 5.1 GB/s against tcp's 20 µs and 1 GB/s, the 2 × 2
-// allreduce went from the hierarchical form to Rabenseifner's and took
-// 1.5-1.8 times as long at 256 KiB-2 MiB), while a slower one is what the
-// model is for (on 1 Gbit/s links, measured at 0.12 GB/s, the 4 × 2
-// reduce-scatter took 0.36-0.54 of the time at 512 KiB-8 MiB). And
-// clearly slower: the figures swing between runs (on four hosts of two
-// ranks, two hosts to a CPU, the bandwidth read 1.7-3.6 GB/s in six
-// runs), and
-// the choice of algorithm must not change from run to run with them.
+// figure must be to replace it. Only slower: the model's other constants
+// were tuned with the transports' estimates, and measured figures faster
+// than those made it choose worse (see the commit that brought this in); a
+// slow network, 1 Gbit/s under tcp's estimate of 1 GB/s, is what the
+// measurement is for. And clearly slower, so that the choice of algorithm
+// does not change from run to run with the measurement's noise.
 const netSlower = 2
 
 // over is the estimate of a link between hosts whose transport estimates
