@@ -103,14 +103,21 @@ func TestMeasureLinkSeesASlowLink(t *testing.T) {
 	assert.LessOrEqual(t, est[0].Bandwidth, bytes/delay.Seconds())
 }
 
+// loopPair starts two endpoints over loop, closed when the test ends, and
+// a ctx that bounds the test.
+func loopPair(t *testing.T) (context.Context, []*p2p.Endpoint) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{P2P: p2p.Options{LivenessTimeout: -1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { p2ptest.Close(eps) })
+	return ctx, eps
+}
+
 // TestMeasureLinkEndsWithCtx: a probe whose peer never joins fails when
 // its ctx ends, with the ctx's error, rather than hanging.
 func TestMeasureLinkEndsWithCtx(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{P2P: p2p.Options{LivenessTimeout: -1}})
-	require.NoError(t, err)
-	defer p2ptest.Close(eps)
+	ctx, eps := loopPair(t)
 	for r := range 2 {
 		short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
 		_, err := eps[r].MeasureLink(short, 1-r, p2p.ProbeOptions{})
@@ -125,12 +132,9 @@ func TestMeasureLinkEndsWithCtx(t *testing.T) {
 // wrong length fails with ErrProtocol naming the leader, instead of
 // allocating what it was told or hanging.
 func TestMeasureLinkRefusesABadLeader(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{P2P: p2p.Options{LivenessTimeout: -1}})
-	require.NoError(t, err)
-	defer p2ptest.Close(eps)
+	ctx, eps := loopPair(t)
 	lead := p2p.ProbeChannel(eps[0])
+	var err error
 	plan := func(rounds, bytes uint64) []byte {
 		b := make([]byte, 16)
 		binary.LittleEndian.PutUint64(b, rounds)

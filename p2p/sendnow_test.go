@@ -20,16 +20,7 @@ import (
 func TestSendNow(t *testing.T) {
 	for _, prov := range []string{"loop", "shm", "tcp"} {
 		t.Run(prov, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: prov, P2P: p2p.Options{
-				EagerLimit: 1024, EagerSlots: 4, LivenessTimeout: -1}})
-			require.NoError(t, err)
-			defer p2ptest.Close(eps)
-			a, err := eps[0].Channel(3)
-			require.NoError(t, err)
-			b, err := eps[1].Channel(3)
-			require.NoError(t, err)
+			ctx, _, a, b := nowPair(t, prov)
 
 			buf := []byte("now, at once")
 			sent, err := a.SendNow(1, 5, buf)
@@ -58,26 +49,8 @@ func TestSendNow(t *testing.T) {
 
 			// More sends than the peer has credits for: the rest queue, and
 			// SendNow must leave its message to the general path, behind them.
-			const n = 16
-			reqs := make([]*p2p.Request, n)
-			for i := range n {
-				reqs[i], err = a.Isend(1, 7, []byte{byte(i)})
-				require.NoError(t, err)
-			}
-			sent, err = a.SendNow(1, 7, []byte{n})
-			require.NoError(t, err)
-			if !sent {
-				r, err := a.Isend(1, 7, []byte{n})
-				require.NoError(t, err)
-				reqs = append(reqs, r)
-			}
-			for i := range n + 1 {
-				st, err := b.Recv(ctx, 0, 7, got)
-				require.NoError(t, err)
-				require.Equal(t, 1, st.Count)
-				require.Equal(t, byte(i), got[0], "message %d out of order", i)
-			}
-			require.NoError(t, p2p.WaitAll(ctx, reqs...))
+			behindQueue(t, ctx, a, b, []byte{16}, func(m []byte) (bool, error) { return a.SendNow(1, 7, m) },
+				func(m []byte) (*p2p.Request, error) { return a.Isend(1, 7, m) })
 		})
 	}
 }
@@ -91,16 +64,7 @@ func TestSendNow(t *testing.T) {
 func TestSendPartsNow(t *testing.T) {
 	for _, prov := range []string{"loop", "shm", "tcp"} {
 		t.Run(prov, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: prov, P2P: p2p.Options{
-				EagerLimit: 1024, EagerSlots: 4, LivenessTimeout: -1}})
-			require.NoError(t, err)
-			defer p2ptest.Close(eps)
-			a, err := eps[0].Channel(3)
-			require.NoError(t, err)
-			b, err := eps[1].Channel(3)
-			require.NoError(t, err)
+			ctx, eps, a, b := nowPair(t, prov)
 
 			before := eps[0].Stats().Peers[1].PartsSent
 			head, body := []byte("head|"), bytes.Repeat([]byte("body."), 60) // 305 bytes: past a ring line
@@ -136,28 +100,59 @@ func TestSendPartsNow(t *testing.T) {
 
 			// Behind sends queued for want of credits it goes the general
 			// way, in order.
-			const n = 16
-			reqs := make([]*p2p.Request, n)
-			for i := range n {
-				reqs[i], err = a.Isend(1, 7, []byte{byte(i)})
-				require.NoError(t, err)
-			}
-			sent, err = a.SendPartsNow(1, 7, []byte{n}, []byte{n})
-			require.NoError(t, err)
-			if !sent {
-				r, err := a.IsendParts(1, 7, []byte{n}, []byte{n})
-				require.NoError(t, err)
-				reqs = append(reqs, r)
-			}
-			for i := range n + 1 {
-				st, err := b.Recv(ctx, 0, 7, got)
-				require.NoError(t, err)
-				require.Equal(t, byte(i), got[0], "message %d out of order", i)
-				if i == n {
-					require.Equal(t, 2, st.Count)
-				}
-			}
-			require.NoError(t, p2p.WaitAll(ctx, reqs...))
+			behindQueue(t, ctx, a, b, []byte{16, 16}, func(m []byte) (bool, error) { return a.SendPartsNow(1, 7, m[:1], m[1:]) },
+				func(m []byte) (*p2p.Request, error) { return a.IsendParts(1, 7, m[:1], m[1:]) })
 		})
 	}
+}
+
+// nowPair starts two endpoints over prov with an eager limit of 1 KiB and 4
+// credits, closed when the test ends, and returns a ctx bounding the test
+// and each endpoint's channel 3.
+func nowPair(t *testing.T, prov string) (context.Context, []*p2p.Endpoint, *p2p.Channel, *p2p.Channel) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	eps, err := p2ptest.Start(ctx, 2, p2ptest.Options{Provider: prov, P2P: p2p.Options{
+		EagerLimit: 1024, EagerSlots: 4, LivenessTimeout: -1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { p2ptest.Close(eps) })
+	a, err := eps[0].Channel(3)
+	require.NoError(t, err)
+	b, err := eps[1].Channel(3)
+	require.NoError(t, err)
+	return ctx, eps, a, b
+}
+
+// behindQueue sends 16 one-byte messages from a to rank 1 with tag 7, more
+// than the peer has credits for, then last by now or, when now says it
+// did not, by late; b must receive all in order, last last.
+func behindQueue(t *testing.T, ctx context.Context, a, b *p2p.Channel, last []byte,
+	now func([]byte) (bool, error), late func([]byte) (*p2p.Request, error)) {
+	t.Helper()
+	const n = 16
+	reqs := make([]*p2p.Request, n)
+	for i := range n {
+		var err error
+		reqs[i], err = a.Isend(1, 7, []byte{byte(i)})
+		require.NoError(t, err)
+	}
+	sent, err := now(last)
+	require.NoError(t, err)
+	if !sent {
+		r, err := late(last)
+		require.NoError(t, err)
+		reqs = append(reqs, r)
+	}
+	got := make([]byte, 32)
+	for i := range n + 1 {
+		st, err := b.Recv(ctx, 0, 7, got)
+		require.NoError(t, err)
+		require.Equal(t, byte(i), got[0], "message %d out of order", i)
+		if i == n {
+			require.Equal(t, last, got[:st.Count])
+		} else {
+			require.Equal(t, 1, st.Count)
+		}
+	}
+	require.NoError(t, p2p.WaitAll(ctx, reqs...))
 }
