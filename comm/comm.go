@@ -109,7 +109,9 @@ type Options struct {
 	// NoLinkProbe skips Init's measurement of the network between hosts
 	// (see Peer.Latency); the collectives' cost model then takes the
 	// transports' fixed estimates. A job on one host measures nothing.
-	// Init and FromEnv set it from RDMAGO_LINK_PROBE=0 unless NoEnv.
+	// Init and FromEnv set it from RDMAGO_LINK_PROBE=0 unless NoEnv. Rank
+	// 0's setting decides for the job; a rank of the measured pair that
+	// skips it leaves the other waiting for it up to 5 s.
 	NoLinkProbe bool
 
 	// Logger receives diagnostics from every layer. Nil means silent.
@@ -486,12 +488,10 @@ func initWorld(ctx context.Context, o Options, job *jobenv.Job) (c *Comm, err er
 		ep.Close()
 		return fail(err)
 	}
-	if !noProbe {
-		// Before the world's engine, whose cost model reads it.
-		if err := w.probeLinks(ctx); err != nil {
-			ep.Close()
-			return fail(fmt.Errorf("measuring the network between hosts: %w", err))
-		}
+	// Before the world's engine, whose cost model reads it.
+	if err := w.probeLinks(ctx, !noProbe); err != nil {
+		ep.Close()
+		return fail(fmt.Errorf("measuring the network between hosts: %w", err))
 	}
 	members := make([]int, ep.Size())
 	for r := range members {

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"io"
+	"time"
 
 	"github.com/rdmago/rdmago/collectives"
 	"github.com/rdmago/rdmago/p2p"
@@ -67,3 +68,11 @@ func (r *Request) P2P() *p2p.Request { return r.p }
 // RanInline says whether a Wait ran the non-blocking collective r on its
 // own goroutine (runInline). For TestNonBlockingWaitRunsInline.
 func RanInline(r *Request) bool { return r.inline }
+
+// SetLinkProbeMax sets how long Init's measurement of the network between
+// hosts may take, and returns the previous bound.
+func SetLinkProbeMax(d time.Duration) time.Duration {
+	old := linkProbeMax
+	linkProbeMax = d
+	return old
+}

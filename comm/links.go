@@ -16,8 +16,8 @@ import (
 // (Options.NoLinkProbe).
 const EnvLinkProbe = "RDMAGO_LINK_PROBE"
 
-// linkProbeOff is whether Init skips probeLinks: Options.NoLinkProbe, or
-// EnvLinkProbe=0 (env nil: Options.NoEnv).
+// linkProbeOff is whether Init's probeLinks skips the measurement:
+// Options.NoLinkProbe, or EnvLinkProbe=0 (env nil: Options.NoEnv).
 func linkProbeOff(env jobenv.LookupEnv, off bool) (bool, error) {
 	if off || env == nil {
 		return off, nil
@@ -40,8 +40,9 @@ type netLink struct {
 }
 
 // linkProbeMax bounds the measurement: past it the transports' estimates
-// stay (a peer too busy to answer is no reason to fail Init).
-const linkProbeMax = 5 * time.Second
+// stay (a peer too busy to answer, or one told to skip the measurement,
+// is no reason to fail Init). A variable for tests.
+var linkProbeMax = 5 * time.Second
 
 // probeLinks measures the network between hosts once, at Init, when the job
 // spans several: rank 0 and the lowest rank on another host time it
@@ -51,8 +52,11 @@ const linkProbeMax = 5 * time.Second
 // same. Links inside a host are not measured: where a host's ranks share
 // its CPUs, a ping-pong between two of them times their turns on a CPU,
 // which the model counts apart (collectives.Crowding). A failed
-// measurement leaves the transports' estimates, unless ctx ended.
-func (w *world) probeLinks(ctx context.Context) error {
+// measurement leaves the transports' estimates, unless ctx ended. A rank
+// told not to measure (measure false) still takes its part in the
+// rendezvous, so that every rank makes the same calls on the store
+// whatever its options; rank 0's then decides.
+func (w *world) probeLinks(ctx context.Context, measure bool) error {
 	me, other := w.ep.Rank(), -1
 	for r, h := range w.hostIdx {
 		if h != w.hostIdx[0] {
@@ -64,7 +68,7 @@ func (w *world) probeLinks(ctx context.Context) error {
 		return nil
 	}
 	var val [16]byte
-	if me == 0 || me == other {
+	if measure && (me == 0 || me == other) {
 		peer := other
 		if me == other {
 			peer = 0

@@ -3,6 +3,7 @@ package comm_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -126,6 +127,37 @@ func TestLinkProbe(t *testing.T) {
 		for r, err := range errs {
 			require.ErrorIs(t, err, comm.ErrInvalidArgument, "rank %d", r)
 			assert.Contains(t, err.Error(), fmt.Sprintf("%s=%q", comm.EnvLinkProbe, "no"))
+		}
+	})
+
+	t.Run("ranks that differ", func(t *testing.T) {
+		// Rank 0's setting decides; a rank of the pair that skips the
+		// measurement costs the other a wait of linkProbeMax, not a hang
+		// or a failed Init, and every rank ends with the same figures.
+		defer comm.SetLinkProbeMax(comm.SetLinkProbeMax(300 * time.Millisecond))
+		for _, skip := range []int{0, 2} {
+			var logged syncBuffer
+			o := slowLinks(delay)
+			per := func(r int, ro *comm.Options) {
+				ro.Hostname = hosts[r]
+				ro.NoLinkProbe = r == skip
+				ro.Logger = slog.New(slog.NewTextHandler(&logged, nil))
+			}
+			errs := runWith(t, len(hosts), o, per, func(ctx context.Context, c *comm.Comm) error {
+				if _, _, ok := c.MeasuredNetwork(); ok {
+					return fmt.Errorf("rank %d: a figure measured though rank %d skipped", c.Rank(), skip)
+				}
+				p, err := c.Peer((c.Rank() + 2) % 4)
+				if err != nil {
+					return err
+				}
+				if p.Latency >= delay {
+					return fmt.Errorf("rank %d: latency %v to the other host, not the transport's", c.Rank(), p.Latency)
+				}
+				return comm.Allreduce(ctx, c, make([]float32, 2), comm.Sum)
+			})
+			requireOK(t, errs)
+			assert.Contains(t, logged.String(), "measuring the network between hosts failed", "skipping rank %d", skip)
 		}
 	})
 

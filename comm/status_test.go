@@ -16,7 +16,7 @@ import (
 	"github.com/rdmago/rdmago/comm"
 )
 
-// syncBuffer is a bytes.Buffer for one writer and concurrent readers.
+// syncBuffer is a bytes.Buffer that goroutines write and read at once.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
