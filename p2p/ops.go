@@ -107,7 +107,7 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 	if err := c.checkTag(op, peer, tag, c.id >= FirstReservedContext); err != nil {
 		return nil, err
 	}
-	if head != nil && (peer == ep.rank || len(head) > ringFirst || !ep.peers[peer].sendsParts(len(head)+len(buf))) {
+	if head != nil && (peer == ep.rank || !ep.peers[peer].sendsParts(len(head), len(head)+len(buf))) {
 		buf = append(append(make([]byte, 0, len(head)+len(buf)), head...), buf...)
 		head = nil
 	}
@@ -256,7 +256,7 @@ func (c *Channel) sendNow(peer, tag int, head, buf []byte) (bool, error) {
 	}
 	p := ep.peers[peer]
 	n := len(head) + len(buf)
-	if n > p.eager || head != nil && (len(head) > ringFirst || !p.sendsParts(n)) {
+	if n > p.eager || head != nil && !p.sendsParts(len(head), n) {
 		return false, nil
 	}
 	ep.mu.Lock()

@@ -508,12 +508,13 @@ func (p *peer) postFrame(ep *Endpoint, h *header, head, payload []byte, credited
 	return nil
 }
 
-// sendsParts reports whether an n-byte IsendParts message to p goes from
-// its two buffers: an eager one, which takes neither the pipeline nor the
-// rendezvous isendParts switches to for traffic both ways over shared memory
-// (bothWaysMin).
-func (p *peer) sendsParts(n int) bool {
-	return n <= p.eager && (n < bothWaysMin || !p.dev.traits.SharesMemory)
+// sendsParts reports whether an IsendParts message to p of a head of head
+// bytes and n bytes in all goes from its two buffers: an eager one, which
+// takes neither the pipeline nor the rendezvous isendParts switches to for
+// traffic both ways over shared memory (bothWaysMin), with a head that
+// fits a ring line's room before the payload (ringWrite).
+func (p *peer) sendsParts(head, n int) bool {
+	return head <= ringFirst && n <= p.eager && (n < bothWaysMin || !p.dev.traits.SharesMemory)
 }
 
 // pipedMax is the largest message sent to p without the rendezvous: its

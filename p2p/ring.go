@@ -419,7 +419,7 @@ func (o *ringOut) settle() {
 // does not hold ep.mu.
 func (ep *Endpoint) ringWrite(p *peer, s *ringSlot, ctxID uint32, tag int32, head, buf []byte) {
 	o := s.o
-	// head (at most ringFirst bytes: see isendParts) and the start of buf
+	// head (at most ringFirst bytes: see sendsParts) and the start of buf
 	// share the first line; the rest of buf runs on from the next.
 	if first := ringFirst - len(head); len(buf) > first {
 		o.put(s.pos+1, buf[first:])
