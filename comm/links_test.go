@@ -22,13 +22,7 @@ func slowLinks(delay time.Duration) comm.Options {
 	inj := faulty.NewInjector()
 	inj.DelayCompletions(-1, delay, func(wc verbs.WC) bool { return wc.Opcode == verbs.WCRecv })
 	o := comm.Options{NoEnv: true}
-	o.P2P.OpenDevice = func(ctx context.Context, prov string, do verbs.DeviceOptions) (verbs.Device, error) {
-		d, err := verbs.Open(ctx, prov, do)
-		if err != nil {
-			return nil, err
-		}
-		return faulty.Wrap(d, inj), nil
-	}
+	o.P2P.OpenDevice = faulty.Opener(inj)
 	return o
 }
 

@@ -80,13 +80,7 @@ func TestMeasureLinkSeesASlowLink(t *testing.T) {
 	const delay = 3 * time.Millisecond
 	inj := faulty.NewInjector()
 	o := p2ptest.Options{Provider: "loop", P2P: p2p.Options{LivenessTimeout: -1,
-		OpenDevice: func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
-			d, err := verbs.Open(ctx, prov, o)
-			if err != nil {
-				return nil, err
-			}
-			return faulty.Wrap(d, inj), nil
-		}}}
+		OpenDevice: faulty.Opener(inj)}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	eps, err := p2ptest.Start(ctx, 2, o)

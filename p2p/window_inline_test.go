@@ -26,13 +26,7 @@ import (
 func TestInlineWritesFence(t *testing.T) {
 	inj := faulty.NewInjector()
 	o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{LivenessTimeout: -1,
-		OpenDevice: func(ctx context.Context, prov string, o verbs.DeviceOptions) (verbs.Device, error) {
-			d, err := verbs.Open(ctx, prov, o)
-			if err != nil {
-				return nil, err
-			}
-			return faulty.Wrap(d, inj), nil
-		}}}
+		OpenDevice: faulty.Opener(inj)}}
 	const small, large = 8, 2048
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		w, err := ep.NewWindow(ctx, make([]byte, 8192))

@@ -42,6 +42,19 @@ func (p *provider) Open(ctx context.Context, o verbs.DeviceOptions) (verbs.Devic
 	return Wrap(d, p.inj), nil
 }
 
+// Opener returns a function that opens a device of the named provider with
+// verbs.Open and wraps it with inj: the shape of p2p.Options.OpenDevice, so
+// that every device a layer above opens obeys one injector.
+func Opener(inj *Injector) func(ctx context.Context, provider string, o verbs.DeviceOptions) (verbs.Device, error) {
+	return func(ctx context.Context, provider string, o verbs.DeviceOptions) (verbs.Device, error) {
+		d, err := verbs.Open(ctx, provider, o)
+		if err != nil {
+			return nil, err
+		}
+		return Wrap(d, inj), nil
+	}
+}
+
 // Wrap returns dev with every PD, CQ and QP created through it obeying inj.
 // Closing the result closes dev.
 func Wrap(dev verbs.Device, inj *Injector) verbs.Device {

@@ -320,3 +320,30 @@ func TestClosedQPsAreForgotten(t *testing.T) {
 	require.NoError(t, b.dev.Close())
 	require.ErrorIs(t, inj.Disconnect(nb), verbs.ErrInvalidArgument, "a QP of a closed device")
 }
+
+// TestOpener: a device the Opener opens is the named provider's, wrapped:
+// the injector's rules apply to its queue pairs; a provider that does not
+// exist fails as verbs.Open does.
+func TestOpener(t *testing.T) {
+	inj := faulty.NewInjector()
+	open := faulty.Opener(inj)
+	d, err := open(context.Background(), "loop", verbs.DeviceOptions{})
+	require.NoError(t, err)
+	defer d.Close()
+	assert.Equal(t, "loop", d.Provider())
+	pd, err := d.AllocPD()
+	require.NoError(t, err)
+	cq, err := d.CreateCQ(4)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	require.NoError(t, verbs.Connect(qp, qp.Address(), verbs.DefaultConnectOptions()))
+	inj.FailPosts(1, nil, nil)
+	require.ErrorIs(t, qp.PostRecv(verbs.RecvWR{ID: 1}), verbs.ErrQueueFull, "the injector's rule")
+	require.NoError(t, qp.PostRecv(verbs.RecvWR{ID: 2}))
+
+	_, err = open(context.Background(), "no-such-provider", verbs.DeviceOptions{})
+	require.Error(t, err)
+	_, want := verbs.Open(context.Background(), "no-such-provider", verbs.DeviceOptions{})
+	assert.Equal(t, want.Error(), err.Error())
+}
