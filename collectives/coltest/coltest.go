@@ -487,7 +487,7 @@ func (g *group) SendNow(peer, tag int, head, body []byte) (bool, error) {
 	}
 	buf := body
 	if head != nil {
-		buf = append(append(make([]byte, 0, len(head)+len(body)), head...), body...)
+		buf = joined(head, body)
 	}
 	if _, err := g.Isend(peer, tag, buf); err != nil {
 		return true, err
@@ -500,11 +500,17 @@ func (g *group) SendNow(peer, tag int, head, body []byte) (bool, error) {
 	return true, nil
 }
 
+// joined is a message of head and then body in one new buffer, as a
+// parts send delivers it.
+func joined(head, body []byte) []byte {
+	return append(append(make([]byte, 0, len(head)+len(body)), head...), body...)
+}
+
 // IsendParts is the PartsSender capability: one message of head and then
 // body (a wrapper that embeds only collectives.Group hides it).
 func (g *group) IsendParts(peer, tag int, head, body []byte) (collectives.Request, error) {
 	g.w.sends.Add(1)
-	return g.Isend(peer, tag, append(append(make([]byte, 0, len(head)+len(body)), head...), body...))
+	return g.Isend(peer, tag, joined(head, body))
 }
 
 // IrecvParts is the PartsReceiver capability: the message's first
