@@ -29,8 +29,16 @@ func newEnd(t *testing.T, inj *faulty.Injector) *end {
 	t.Helper()
 	d, err := loop.Open(context.Background(), loop.Options{})
 	require.NoError(t, err)
-	e := &end{dev: faulty.Wrap(d, inj)}
+	return newEndOn(t, faulty.Wrap(d, inj))
+}
+
+// newEndOn is newEnd on a device already wrapped; it closes dev when the
+// test ends.
+func newEndOn(t *testing.T, dev verbs.Device) *end {
+	t.Helper()
+	e := &end{dev: dev}
 	t.Cleanup(func() { _ = e.dev.Close() })
+	var err error
 	e.pd, err = e.dev.AllocPD()
 	require.NoError(t, err)
 	e.scq, err = e.dev.CreateCQ(64)
@@ -329,18 +337,12 @@ func TestOpener(t *testing.T) {
 	open := faulty.Opener(inj)
 	d, err := open(context.Background(), "loop", verbs.DeviceOptions{})
 	require.NoError(t, err)
-	defer d.Close()
 	assert.Equal(t, "loop", d.Provider())
-	pd, err := d.AllocPD()
-	require.NoError(t, err)
-	cq, err := d.CreateCQ(4)
-	require.NoError(t, err)
-	qp, err := pd.CreateQP(verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
-	require.NoError(t, verbs.Connect(qp, qp.Address(), verbs.DefaultConnectOptions()))
+	e := newEndOn(t, d)
+	require.NoError(t, verbs.Connect(e.qp, e.qp.Address(), verbs.DefaultConnectOptions()))
 	inj.FailPosts(1, nil, nil)
-	require.ErrorIs(t, qp.PostRecv(verbs.RecvWR{ID: 1}), verbs.ErrQueueFull, "the injector's rule")
-	require.NoError(t, qp.PostRecv(verbs.RecvWR{ID: 2}))
+	require.ErrorIs(t, e.qp.PostRecv(verbs.RecvWR{ID: 1}), verbs.ErrQueueFull, "the injector's rule")
+	require.NoError(t, e.qp.PostRecv(verbs.RecvWR{ID: 2}))
 
 	_, err = open(context.Background(), "no-such-provider", verbs.DeviceOptions{})
 	require.Error(t, err)
