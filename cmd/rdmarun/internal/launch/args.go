@@ -44,6 +44,24 @@ const (
 	BindAuto BindPolicy = "auto"
 )
 
+// parseBind reads --bind-to's value. Open MPI's qualifier
+// ":overload-allowed" is taken after core, so that an mpirun command line
+// runs as it is: rdmarun's core pins ranks that outnumber the CPUs
+// already, which Open MPI does only with the qualifier.
+func parseBind(value string) (BindPolicy, error) {
+	base, qual, qualified := strings.Cut(value, ":")
+	policy := BindPolicy(base)
+	switch policy {
+	case BindNone, BindCore, BindAuto:
+	default:
+		return "", errors.New("want auto, core or none")
+	}
+	if qualified && (policy != BindCore || qual != "overload-allowed") {
+		return "", errors.New("the only qualifier taken is core:overload-allowed")
+	}
+	return policy, nil
+}
+
 // Transports accepted by --transport and RDMARUN_TRANSPORT.
 var Transports = []string{"auto", "shm", "tcp", "ibv"}
 
@@ -103,6 +121,7 @@ options:
   --bind-to auto|core|none  pin ranks to CPUs: auto (default) pins up to 2 ranks per host to
                           a core each, more to a socket each, and leaves ranks that
                           outnumber the CPUs unbound; core pins each rank to one core
+                          (core:overload-allowed, Open MPI's spelling, is core)
   --tag-output            prefix every output line with [rank]
   --timeout DURATION      stop the job after DURATION (e.g. 90s, 10m; a number is seconds)
   --connect-timeout DUR   how long ranks may take to join and connect (RDMARUN_TIMEOUT, default 2m)
@@ -277,12 +296,11 @@ func (a *Args) set(canon, word, value string, getenv func(string) (string, bool)
 		}
 		a.WorkDir = value
 	case "bind-to":
-		switch BindPolicy(value) {
-		case BindNone, BindCore, BindAuto:
-			a.BindTo = BindPolicy(value)
-		default:
-			return usagef("%s %q: want auto, core or none", word, value)
+		policy, err := parseBind(value)
+		if err != nil {
+			return usagef("%s %q: %v", word, value, err)
 		}
+		a.BindTo = policy
 	case "timeout", "connect-timeout", "grace":
 		d, err := ParseDuration(value)
 		if err != nil {

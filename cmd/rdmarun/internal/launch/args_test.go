@@ -42,6 +42,9 @@ func TestParseArgs(t *testing.T) {
 			a.Transport, a.LaunchAgent, a.Iface, a.Verbose, a.NoStdin = "tcp", "ip netns exec {host}", "^lo", true, true
 			a.Program = "prog"
 		}},
+		{name: "Open MPI's overload-allowed", argv: []string{"-np", "4", "--oversubscribe", "--bind-to", "core:overload-allowed", "p"}, want: func(a *Args) {
+			a.NP, a.Oversubscribe, a.BindTo, a.Program = 4, true, BindCore, "p"
+		}},
 		{name: "hostfile", argv: []string{"-np", "1", "--hostfile", "hf", "p"}, want: func(a *Args) {
 			a.NP, a.Hostfile, a.Program = 1, "hf", "p"
 		}},
@@ -58,6 +61,9 @@ func TestParseArgs(t *testing.T) {
 		{name: "-x bad name", argv: []string{"-np", "2", "-x", "1X=2", "p"}, err: `-x "1X=2": "1X" is not a valid environment variable name`},
 		{name: "-x reserved", argv: []string{"-np", "2", "-x", "RDMARUN_RANK=3", "p"}, err: "RDMARUN_* variables are set by rdmarun"},
 		{name: "bind-to", argv: []string{"-np", "2", "--bind-to", "socket", "p"}, err: `--bind-to "socket": want auto, core or none`},
+		{name: "bind-to other qualifier", argv: []string{"-np", "2", "--bind-to", "core:if-supported", "p"}, err: `--bind-to "core:if-supported": the only qualifier taken is core:overload-allowed`},
+		{name: "bind-to qualifier on none", argv: []string{"-np", "2", "--bind-to", "none:overload-allowed", "p"}, err: "the only qualifier taken is core:overload-allowed"},
+		{name: "bind-to bad base with qualifier", argv: []string{"-np", "2", "--bind-to", "socket:overload-allowed", "p"}, err: "want auto, core or none"},
 		{name: "transport", argv: []string{"-np", "2", "--transport", "udp", "p"}, err: `--transport "udp": want one of auto, shm, tcp, ibv`},
 		{name: "timeout", argv: []string{"-np", "2", "--timeout", "soon", "p"}, err: `--timeout "soon": not a duration`},
 		{name: "timeout zero", argv: []string{"-np", "2", "--timeout", "0", "p"}, err: "want a positive duration"},
