@@ -41,11 +41,15 @@ func (c OpCode) String() string {
 // Op is a reduction operation. The built-in ops are plain values that work
 // for every element type they make sense for; user ops come from Func. The
 // zero Op is invalid.
+//
+// It is two words (a user op's name lives with its function), so that the
+// copies every collective call makes of it stay in registers: a larger Op
+// went through memory, and the copy's wide loads of fields stored just
+// before waited for those stores.
 type Op struct {
 	code        OpCode
-	name        string
-	user        *userFunc // set for OpUser; a pointer keeps Op comparable
 	commutative bool
+	user        *userFunc // set for OpUser (with its name); a pointer keeps Op comparable
 }
 
 // The built-in ops. Integer Sum and Prod wrap around as Go arithmetic does.
@@ -54,16 +58,16 @@ type Op struct {
 // Logical ops treat non-zero as true and produce 1 or 0. Bitwise ops are
 // defined for integer types only.
 var (
-	Sum  = Op{code: OpSum, name: "sum", commutative: true}
-	Prod = Op{code: OpProd, name: "prod", commutative: true}
-	Min  = Op{code: OpMin, name: "min", commutative: true}
-	Max  = Op{code: OpMax, name: "max", commutative: true}
-	Avg  = Op{code: OpAvg, name: "avg", commutative: true}
-	BAnd = Op{code: OpBAnd, name: "band", commutative: true}
-	BOr  = Op{code: OpBOr, name: "bor", commutative: true}
-	BXor = Op{code: OpBXor, name: "bxor", commutative: true}
-	LAnd = Op{code: OpLAnd, name: "land", commutative: true}
-	LOr  = Op{code: OpLOr, name: "lor", commutative: true}
+	Sum  = Op{code: OpSum, commutative: true}
+	Prod = Op{code: OpProd, commutative: true}
+	Min  = Op{code: OpMin, commutative: true}
+	Max  = Op{code: OpMax, commutative: true}
+	Avg  = Op{code: OpAvg, commutative: true}
+	BAnd = Op{code: OpBAnd, commutative: true}
+	BOr  = Op{code: OpBOr, commutative: true}
+	BXor = Op{code: OpBXor, commutative: true}
+	LAnd = Op{code: OpLAnd, commutative: true}
+	LOr  = Op{code: OpLOr, commutative: true}
 )
 
 // Builtins lists the built-in ops, for tests and tools.
@@ -81,8 +85,8 @@ func Func[T Element](name string, commutative bool, f func(inout, in []T)) Op {
 	if f == nil {
 		return Op{} // invalid: Resolve reports it
 	}
-	u := &userFunc{}
-	o := Op{code: OpUser, name: name, user: u, commutative: commutative}
+	u := &userFunc{name: name}
+	o := Op{code: OpUser, user: u, commutative: commutative}
 	u.kernel = Kernel{Combine: func(inout, in []byte) { f(View[T](inout), View[T](in)) }, Op: o, DType: DTypeOf[T]()}
 	return o
 }
@@ -97,10 +101,13 @@ func (o Op) Commutative() bool { return o.commutative }
 func (o Op) Valid() bool { return o.code > OpNone && o.code <= OpUser }
 
 func (o Op) String() string {
-	if o.code == OpNone {
+	switch {
+	case o.code == OpNone:
 		return "invalid op"
+	case o.user != nil:
+		return o.user.name
 	}
-	return o.name
+	return o.code.String()
 }
 
 // Kernel is an op resolved for one element type, working on byte views of
@@ -146,7 +153,7 @@ func (o Op) unsupported(dt DType) error {
 	case dt.Size() == 0:
 		return fmt.Errorf("%w: invalid element type %v", ErrUnsupported, dt)
 	case o.code == OpUser && o.user != nil:
-		return fmt.Errorf("%w: op %q was made for %v, used with %v", ErrUnsupported, o.name, o.user.kernel.DType, dt)
+		return fmt.Errorf("%w: op %q was made for %v, used with %v", ErrUnsupported, o.user.name, o.user.kernel.DType, dt)
 	case dt.IsFloat() && (o.code == OpBAnd || o.code == OpBOr || o.code == OpBXor):
 		return fmt.Errorf("%w: bitwise %v on %v", ErrUnsupported, o, dt)
 	}
@@ -179,6 +186,7 @@ func Reduce[T Element](op Op, inout, in []T) error {
 // userFunc is what Func made: its kernel (KernelOf's answer for the
 // element type it was made for, kernel.DType).
 type userFunc struct {
+	name   string
 	kernel Kernel
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -285,4 +286,25 @@ func TestKernelOfSharesKernels(t *testing.T) {
 		require.Same(t, k, NoOp(d))
 	}
 	require.Equal(t, Kernel{DType: numDTypes}, *NoOp(numDTypes))
+}
+
+// TestOpString: every op names itself, a built-in by its code, one from
+// Func by the name it was given ("user" when none), the zero Op as
+// invalid; an unsupported type names the user op too.
+func TestOpString(t *testing.T) {
+	for _, tc := range []struct {
+		op   Op
+		want string
+	}{
+		{Sum, "sum"}, {Prod, "prod"}, {Min, "min"}, {Max, "max"}, {Avg, "avg"},
+		{BAnd, "band"}, {BOr, "bor"}, {BXor, "bxor"}, {LAnd, "land"}, {LOr, "lor"},
+		{Func("absmax", true, func(inout, in []float32) {}), "absmax"},
+		{Func("", false, func(inout, in []int32) {}), "user"},
+		{Op{}, "invalid op"},
+	} {
+		assert.Equal(t, tc.want, tc.op.String())
+	}
+	_, err := Func("absmax", true, func(inout, in []float32) {}).Resolve(Float64)
+	require.ErrorIs(t, err, ErrUnsupported)
+	assert.Contains(t, err.Error(), `op "absmax" was made for float32, used with float64`)
 }
