@@ -183,8 +183,8 @@ func Reduce[T Element](op Op, inout, in []T) error {
 	return nil
 }
 
-// userFunc is what Func made: its kernel (KernelOf's answer for the
-// element type it was made for, kernel.DType).
+// userFunc is what Func made: the op's name and its kernel (KernelOf's
+// answer for the element type it was made for, kernel.DType).
 type userFunc struct {
 	name   string
 	kernel Kernel
