@@ -63,3 +63,22 @@ func TestWaitedContext(t *testing.T) {
 	}
 	assert.NoError(t, child.Err())
 }
+
+// TestLastAlgorithmTakesNoLock: LastAlgorithm answers from the activity
+// record while the Engine's lock is held (a call's begin, a stall probe),
+// and says Auto before any call.
+func TestLastAlgorithmTakesNoLock(t *testing.T) {
+	e := &Engine{}
+	require.Equal(t, Auto, e.LastAlgorithm())
+	e.act.begin(7, CollBcast, ScatterAllgather)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	got := make(chan Algorithm, 1)
+	go func() { got <- e.LastAlgorithm() }()
+	select {
+	case a := <-got:
+		assert.Equal(t, ScatterAllgather, a)
+	case <-time.After(10 * time.Second):
+		t.Fatal("LastAlgorithm waited for the Engine's lock")
+	}
+}

@@ -83,8 +83,6 @@ type Engine struct {
 	// call's software. Atomic: choose runs before a call takes the lock.
 	autoMemo [numCollectives]atomic.Uint64
 
-	last Algorithm // algorithm of the latest call, for tests and tools
-
 	// spare is the latest call's records, for the next call to reuse once
 	// that call has ended: end says so by storing its seq into act.done
 	// (its last step, without taking mu again), and spareSeq is the seq of
@@ -113,11 +111,12 @@ type Engine struct {
 }
 
 // LastAlgorithm reports the algorithm the latest call ran (Auto if it
-// failed before choosing).
+// failed before choosing). It reads the activity record and takes no
+// lock: the lock's locked instruction waited for the stores of the call
+// just ended (its publications in shared memory) to leave the core, a
+// line's trip between the cores for a caller that asks after every call.
 func (e *Engine) LastAlgorithm() Algorithm {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.last
+	return Algorithm(atomic.LoadUint64(&e.act.call) >> 40 & 0xff)
 }
 
 // New makes an Engine for g. With more than one rank it starts one
@@ -484,7 +483,6 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	}
 	e.seq++
 	e.calls++
-	e.last = alg
 	// The call's state is recycled from the previous call (calls on one
 	// Engine never overlap), with the capacity of its slices.
 	c := e.spare
