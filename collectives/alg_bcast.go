@@ -16,6 +16,18 @@ func (c *call) barrierDissemination() error {
 // from v minus its lowest set bit and forwards to v+2^k for every 2^k below
 // that bit: ⌈log2 p⌉ rounds of whole messages. Best for small messages.
 func (c *call) bcastBinomial(buf []byte, root int) error {
+	sends, err := c.bcastBinomialSends(buf, root)
+	if err != nil {
+		return err
+	}
+	return c.waitOuts(sends)
+}
+
+// bcastBinomialSends is bcastBinomial up to its sends: it receives buf
+// from its parent and sends it on to its children, and returns the
+// records of those sends (outs[sends.from:sends.to]) for the caller to
+// wait for, which may do other work first (bcastHier).
+func (c *call) bcastBinomialSends(buf []byte, root int) (sends outRange, err error) {
 	p := c.n
 	vr := mod(c.me-root, p)
 	mask := 1
@@ -23,31 +35,25 @@ func (c *call) bcastBinomial(buf []byte, root int) error {
 		if vr&mask != 0 {
 			r, err := c.recv(mod(vr-mask+root, p), buf, c.h.count)
 			if err != nil {
-				return err
+				return sends, err
 			}
 			if err := r.wait(); err != nil {
-				return err
+				return sends, err
 			}
 			break
 		}
 		mask <<= 1
 	}
-	var sends []*outMsg
+	sends.from = c.nout
 	for mask >>= 1; mask > 0; mask >>= 1 {
 		if vr+mask < p {
-			s, err := c.send(mod(vr+mask+root, p), buf, c.h.count)
-			if err != nil {
-				return err
+			if _, err := c.send(mod(vr+mask+root, p), buf, c.h.count); err != nil {
+				return sends, err
 			}
-			sends = append(sends, s)
 		}
 	}
-	for _, s := range sends {
-		if err := s.wait(); err != nil {
-			return err
-		}
-	}
-	return nil
+	sends.to = c.nout
+	return sends, nil
 }
 
 // bcastScatterAllgather (van de Geijn): the root scatters p blocks down a

@@ -2,6 +2,8 @@ package collectives_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,6 +79,56 @@ func TestHierarchicalCrossesOncePerHostPair(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestHierarchicalBcastServesHostFirst: the root's host-mate gets the
+// data of a hierarchical bcast while the root's send to the other host
+// still waits for its receiver (sends that complete only once received,
+// as a rendezvous send does): rank 2, the other host's representative,
+// enters the bcast only after rank 1, the root's host-mate, has left it,
+// and every rank gets the root's vector. A root that waited for its send
+// to the other host before its own host's stage would leave the three
+// waiting for each other.
+func TestHierarchicalBcastServesHostFirst(t *testing.T) {
+	t.Parallel()
+	hosts := []int{0, 0, 1, 1}
+	w := coltest.NewWorld(len(hosts), coltest.Options{Hosts: hosts, SyncSends: true})
+	mateDone := make(chan struct{})
+	want := []float64{1, 2, 3, 4, 5}
+	errs := w.Run(func(rank int, g collectives.Group) error {
+		e, err := collectives.New(g, noProbe(force(collectives.CollBcast, collectives.Hierarchical)))
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		buf := make([]float64, len(want))
+		if rank == 0 {
+			copy(buf, want)
+		}
+		if rank == 2 {
+			select {
+			case <-mateDone:
+			case <-time.After(10 * time.Second):
+				return fmt.Errorf("rank 1 still had no data when rank 2 gave up waiting to enter the bcast")
+			}
+		}
+		if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
+			return err
+		}
+		if rank == 1 {
+			close(mateDone)
+		}
+		if !slices.Equal(buf, want) {
+			return fmt.Errorf("rank %d got %v, want %v", rank, buf, want)
+		}
+		if a := e.LastAlgorithm(); a != collectives.Hierarchical {
+			return fmt.Errorf("rank %d ran %v, want hierarchical", rank, a)
+		}
+		return nil
+	})
+	requireAllOK(t, errs)
 }
 
 // TestHierarchicalReduce: the hierarchical reduce leaves the sum at every

@@ -96,6 +96,19 @@ func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	return m, nil
 }
 
+// outRange is the message records outs[from:to] of a call's sends.
+type outRange struct{ from, to int }
+
+// waitOuts waits for the sends whose records are outs[r.from:r.to].
+func (c *call) waitOuts(r outRange) error {
+	for _, m := range c.outs[r.from:r.to] {
+		if err := m.wait(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // newOut returns a message record of this call, zeroed but for its own
 // staging buffer.
 func (st *callState) newOut() *outMsg {

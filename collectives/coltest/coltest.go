@@ -79,10 +79,16 @@ type Options struct {
 	// nothing and report false, as a transport whose link is backed up
 	// does, so that the Engine sends with Isend instead.
 	RefuseNow bool
+	// SyncSends makes a send complete only once a receive has taken its
+	// message, as a rendezvous send does (and SendNow refuse, as with
+	// RefuseNow): a sender that waits for a receiver that has not
+	// arrived then waits too.
+	SyncSends bool
 }
 
 // World is N ranks connected by in-memory mailboxes. Messages are copied at
-// Isend (an eager protocol), so sends complete at once; receives match per
+// Isend (an eager protocol), so sends complete at once (unless
+// Options.SyncSends); receives match per
 // (source, tag) in FIFO order.
 type World struct {
 	n     int
@@ -260,8 +266,23 @@ type key struct{ src, tag int }
 // queue holds, for one (source, tag) at one receiver, the messages that
 // arrived before a receive and the receives posted before a message.
 type queue struct {
-	msgs  [][]byte
+	msgs  []queued
 	recvs []*request
+}
+
+// queued is a message that arrived before its receive; sent is its send's
+// request, completed when a receive takes it (Options.SyncSends), or nil.
+type queued struct {
+	data []byte
+	sent *request
+}
+
+// take delivers m to r and completes m's send, if it waits.
+func (m queued) take(r *request) {
+	deliver(r, m.data)
+	if m.sent != nil {
+		m.sent.complete(len(m.data), nil)
+	}
 }
 
 type mailbox struct {
@@ -286,6 +307,11 @@ func (b *mailbox) failAll(err error) {
 	for _, q := range b.queues {
 		rs = append(rs, q.recvs...)
 		q.recvs = nil
+		for _, m := range q.msgs {
+			if m.sent != nil {
+				rs = append(rs, m.sent)
+			}
+		}
 	}
 	for tag, ar := range b.anyRecvs {
 		rs = append(rs, ar...)
@@ -340,6 +366,9 @@ type request struct {
 	// A pending receive: where it is queued, so that Cancel can take it out.
 	box *mailbox
 	key key
+	// A pending send (Options.SyncSends): the receiver's mailbox and key
+	// under which its message waits, for Cancel.
+	sendBox *mailbox
 }
 
 func (r *request) complete(n int, err error) {
@@ -349,12 +378,33 @@ func (r *request) complete(n int, err error) {
 	})
 }
 
-// Cancel takes a receive that has not matched out of its queue; it then
-// completes with ErrCanceled. Sends complete at once and ignore it.
+// Cancel takes a receive that has not matched, or a send whose message
+// no receive has taken (Options.SyncSends), out of its queue; it then
+// completes with ErrCanceled. Other sends have completed and ignore it.
 func (r *request) Cancel() {
 	if r.box != nil && r.box.remove(r.key, r) {
 		r.complete(0, ErrCanceled)
 	}
+	if r.sendBox != nil && r.sendBox.unsend(r.key, r) {
+		r.complete(0, ErrCanceled)
+	}
+}
+
+// unsend takes the message of the pending send r out of queue k.
+func (b *mailbox) unsend(k key, r *request) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.queues[k]
+	if q == nil {
+		return false
+	}
+	for i, m := range q.msgs {
+		if m.sent == r {
+			q.msgs = append(q.msgs[:i], q.msgs[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 func (r *request) Wait(ctx context.Context) (int, error) {
@@ -425,8 +475,17 @@ func (g *group) Isend(peer, tag int, buf []byte) (collectives.Request, error) {
 		b.anyRecvs[tag] = ar[1:]
 		b.mu.Unlock()
 		deliver(r, msg)
+	} else if w.opts.SyncSends {
+		sent := &request{done: make(chan struct{}), sendBox: b, key: k}
+		q.msgs = append(q.msgs, queued{data: msg, sent: sent})
+		b.mu.Unlock()
+		// The receiver may have died between the check and the enqueue.
+		if err := w.lostErr(); err != nil {
+			sent.complete(0, err)
+		}
+		return sent, nil
 	} else {
-		q.msgs = append(q.msgs, msg)
+		q.msgs = append(q.msgs, queued{data: msg})
 		b.mu.Unlock()
 	}
 	return doneRequest(len(buf), nil), nil
@@ -482,7 +541,7 @@ func (g *group) IrecvFold(peer, tag int, buf []byte, unit int, fold func(dst, sr
 // hides it), and counted as a parts send too when head is set; with
 // Options.RefuseNow it sends nothing and reports false.
 func (g *group) SendNow(peer, tag int, head, body []byte) (bool, error) {
-	if g.w.opts.RefuseNow {
+	if g.w.opts.RefuseNow || g.w.opts.SyncSends {
 		return false, nil
 	}
 	buf := body
@@ -542,10 +601,10 @@ func (g *group) irecv(peer, tag int, head, buf []byte, unit int, fold func(dst, 
 	b.mu.Lock()
 	q := b.q(k)
 	if len(q.msgs) > 0 {
-		msg := q.msgs[0]
+		m := q.msgs[0]
 		q.msgs = q.msgs[1:]
 		b.mu.Unlock()
-		deliver(r, msg)
+		m.take(r)
 		return r, nil
 	}
 	q.recvs = append(q.recvs, r)
@@ -570,10 +629,10 @@ func (g *group) IrecvAny(tag int, buf []byte) (collectives.Request, error) {
 	b.mu.Lock()
 	for k, q := range b.queues {
 		if k.tag == tag && len(q.msgs) > 0 {
-			msg := q.msgs[0]
+			m := q.msgs[0]
 			q.msgs = q.msgs[1:]
 			b.mu.Unlock()
-			deliver(r, msg)
+			m.take(r)
 			return r, nil
 		}
 	}

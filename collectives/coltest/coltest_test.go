@@ -135,3 +135,62 @@ func TestIrecvAny(t *testing.T) {
 	_, err = r.Wait(ctx)
 	require.ErrorIs(t, err, ErrPeerLost)
 }
+
+// TestSyncSends: with SyncSends a send completes only once a receive has
+// taken its message (the one posted after it, and one from any source);
+// a canceled one completes with ErrCanceled and its message is gone; a
+// kill fails a waiting one; SendNow refuses.
+func TestSyncSends(t *testing.T) {
+	ctx, cancelAll := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelAll()
+	w := NewWorld(3, Options{SyncSends: true})
+	a, b := w.Group(0), w.Group(1)
+	done := func(r collectives.Request) bool {
+		short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+		defer cancel()
+		_, err := r.Wait(short)
+		return err == nil
+	}
+	s, err := a.Isend(1, 5, []byte("hello"))
+	require.NoError(t, err)
+	require.False(t, done(s), "a send completed before any receive")
+	buf := make([]byte, 8)
+	r, err := b.Irecv(0, 5, buf)
+	require.NoError(t, err)
+	n, err := r.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "hello", string(buf[:n]))
+	n, err = s.Wait(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 5, n)
+
+	s, err = a.Isend(1, 6, []byte("any"))
+	require.NoError(t, err)
+	r, err = b.(collectives.AnySourceReceiver).IrecvAny(6, buf)
+	require.NoError(t, err)
+	_, err = r.Wait(ctx)
+	require.NoError(t, err)
+	_, err = s.Wait(ctx)
+	require.NoError(t, err)
+
+	s, err = a.Isend(1, 7, []byte("never"))
+	require.NoError(t, err)
+	s.Cancel()
+	_, err = s.Wait(ctx)
+	require.ErrorIs(t, err, ErrCanceled)
+	r, err = b.Irecv(0, 7, buf)
+	require.NoError(t, err)
+	require.False(t, done(r), "a canceled send's message arrived")
+	r.Cancel()
+
+	sent, err := a.(collectives.NowSender).SendNow(1, 8, nil, []byte("now"))
+	require.NoError(t, err)
+	require.False(t, sent, "SendNow sent with SyncSends")
+
+	s, err = a.Isend(2, 9, []byte("lost"))
+	require.NoError(t, err)
+	w.Kill(2)
+	_, err = s.Wait(ctx)
+	var lost *PeerLostError
+	require.ErrorAs(t, err, &lost)
+}
