@@ -41,6 +41,10 @@ func (a *activity) begin(seq uint32, coll Collective, alg Algorithm) {
 
 func (a *activity) end(seq uint32) { shmsync.PublishLight(&a.done, seq) }
 
+// callColl and callAlg decode a call word as begin encodes it.
+func callColl(w uint64) Collective { return Collective(w >> 32 & 0xff) }
+func callAlg(w uint64) Algorithm   { return Algorithm(w >> 40 & 0xff) }
+
 // ended is the latest call ended.
 func (a *activity) ended() uint32 { return atomic.LoadUint32(&a.done) }
 
@@ -101,9 +105,9 @@ func (e *Engine) Activity() Activity {
 		}
 		return Activity{
 			Running:   done != seq,
-			Op:        Collective(w >> 32 & 0xff).String(),
+			Op:        callColl(w).String(),
 			Seq:       seq,
-			Algorithm: Algorithm(w >> 40 & 0xff).String(),
+			Algorithm: callAlg(w).String(),
 			Peer:      peer,
 			Since:     at,
 		}

@@ -76,13 +76,10 @@ func (c *call) bcastHier(buf []byte, root int) error {
 		r := sort.SearchInts(reps, root)
 		v := c.sub(reps, r)
 		var err error
-		switch {
-		case big && v.n > 2:
-			err = v.bcastScatterAllgather(buf, r)
-		case v.n == 2:
+		if v.n == 2 {
 			net, err = v.bcastBinomialSends(buf, r)
-		default:
-			err = v.bcastBinomial(buf, r)
+		} else {
+			err = bcast(v, r)
 		}
 		if err != nil {
 			return err

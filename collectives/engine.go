@@ -116,7 +116,7 @@ type Engine struct {
 // just ended (its publications in shared memory) to leave the core, a
 // line's trip between the cores for a caller that asks after every call.
 func (e *Engine) LastAlgorithm() Algorithm {
-	return Algorithm(atomic.LoadUint64(&e.act.call) >> 40 & 0xff)
+	return callAlg(atomic.LoadUint64(&e.act.call))
 }
 
 // New makes an Engine for g. With more than one rank it starts one

@@ -450,12 +450,7 @@ func (c *call) waitBatch(ins, outs int) error {
 			return err
 		}
 	}
-	for _, m := range c.callState.outs[outs:c.nout] {
-		if err := m.wait(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.waitOuts(outRange{outs, c.nout})
 }
 
 // sendrecv sends sbuf to dst and receives rbuf from src at once.
