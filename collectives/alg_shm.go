@@ -99,6 +99,15 @@ import (
 // the call itself; every other rank fails it (an abort reached it in time)
 // or its next call.
 //
+// A peer's check reads an entry's line from this rank's core, and the
+// announcement four calls later stores into it again: the store then
+// waits in the store buffer for the line to come back, and every store
+// after it waits behind it (a two-rank bcast reader spent 13% of its
+// samples there). So every call ends by taking the line of the next
+// call's entry for writing (PREFETCHW, which waits for nothing): a peer
+// read it for the call four back, calls ago, and it comes back while this
+// rank is between calls.
+//
 // Light publishing. The words a peer waits for (a slot's round word, the
 // done word, an entry's call word) are stored as shmsync's light
 // publications, plain stores on amd64, once every rank of the region has
@@ -177,6 +186,7 @@ type shmState struct {
 	quick      int        // calls ended by endQuick (for tests)
 	prefetches int        // polls that prefetched a chunk's lines (shmSlotFor; for tests)
 	kept       int        // waits that ended while keeping the CPU (keepCPU; for tests)
+	owned      int        // the entry whose line this rank last took for writing, -1 for none (ownNextEntry; for tests)
 	cpu        func() int // the CPU this thread runs on, -1 unknown (thiscpu.ID; tests fake it)
 	crowded    bool       // the region is Crowded
 	light      int8       // publish lightly: 1 yes, -1 no, 0 not known yet (lightNow)
@@ -208,7 +218,7 @@ type shmState struct {
 // slots of at least shmMinSlot, sized by the smallest part (every rank
 // sees the same parts, so every rank computes the same slots).
 func newShmState(r SharedRegion, size, me int) *shmState {
-	s := &shmState{r: r, failed: r.Failed(), mem: make([][]byte, size), seen: make([]uint64, size), cpu: thiscpu.ID}
+	s := &shmState{r: r, failed: r.Failed(), mem: make([][]byte, size), seen: make([]uint64, size), cpu: thiscpu.ID, owned: -1}
 	least := -1
 	for p := range s.mem {
 		m := r.Mem(p)
@@ -340,6 +350,15 @@ func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 		binary.LittleEndian.PutUint16(e[entLen:], uint16(n))
 	}
 	s.publish(me, w, calls)
+}
+
+// ownNextEntry starts taking the line of rank me's entry for the call
+// with counter calls for writing (PREFETCHW), at the end of the call
+// before it (see Agreement).
+func (s *shmState) ownNextEntry(me int, calls uint64) {
+	k := int(calls % shmEntries)
+	ntcopy.PrefetchWrite(s.mem[me][shmEntry0+k*shmEntrySize:])
+	s.owned = k
 }
 
 // entry reads rank r's header for the call with counter calls: state is

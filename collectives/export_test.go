@@ -63,6 +63,12 @@ func Settled(e *Engine) (running bool, okCalls uint64, shmCall bool) {
 	return e.cur != nil, e.okCalls, e.shmCall
 }
 
+// ShmOwnedEntry is the entry whose line e last took for writing at the
+// end of a call (-1 for none), and ShmEntries how many entries a rank has.
+func ShmOwnedEntry(e *Engine) int { return e.shm.owned }
+
+const ShmEntries = shmEntries
+
 // ShmPrefetches is how many of e's polls prefetched a chunk's lines.
 func ShmPrefetches(e *Engine) int { return e.shm.prefetches }
 

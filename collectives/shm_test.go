@@ -541,6 +541,31 @@ func TestShmQuickEnd(t *testing.T) {
 	requireAllOK(t, errs)
 }
 
+// TestShmCallOwnsNextEntry: every shared-memory call ends by taking the
+// line of the entry the next call announces in (see Agreement), on the
+// rank that only writes and on the one that reads alike.
+func TestShmCallOwnsNextEntry(t *testing.T) {
+	t.Parallel()
+	errs := world(t, 2, coltest.Options{Shared: true}, force(collectives.CollBcast, collectives.SharedMemory),
+		func(ctx context.Context, e *collectives.Engine, r int) error {
+			if got := collectives.ShmOwnedEntry(e); got != -1 {
+				return fmt.Errorf("before any call the owned entry is %d, want -1", got)
+			}
+			buf := make([]float32, 4)
+			for i := range 2 * collectives.ShmEntries {
+				if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
+					return err
+				}
+				_, ok, _ := collectives.Settled(e)
+				if got, want := collectives.ShmOwnedEntry(e), int((ok+1)%collectives.ShmEntries); got != want {
+					return fmt.Errorf("after call %d (counter %d) the owned entry is %d, want %d", i, ok, got, want)
+				}
+			}
+			return nil
+		})
+	requireAllOK(t, errs)
+}
+
 // TestShmReaderPrefetches: a reader that waits for a chunk whose data lies
 // past the slot's first line prefetches its lines while it polls (up to
 // Model.ShmPrefetchMax bytes); one whose data sits in line 0 with the
