@@ -69,6 +69,10 @@ func ShmOwnedEntry(e *Engine) int { return e.shm.owned }
 
 const ShmEntries = shmEntries
 
+// ShmSlotOwns is how many of e's publications took their slot's first
+// line for writing before writing it.
+func ShmSlotOwns(e *Engine) int { return e.shm.owns }
+
 // ShmPrefetches is how many of e's polls prefetched a chunk's lines.
 func ShmPrefetches(e *Engine) int { return e.shm.prefetches }
 

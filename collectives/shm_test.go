@@ -566,6 +566,34 @@ func TestShmCallOwnsNextEntry(t *testing.T) {
 	requireAllOK(t, errs)
 }
 
+// TestShmWriterOwnsInlineSlot: a rank that publishes a chunk inside its
+// slot's first line takes that line for writing first; one whose chunk
+// lies past it does not.
+func TestShmWriterOwnsInlineSlot(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		n    int // float32s
+		owns bool
+	}{{1, true}, {8, true}, {9, false}, {256, false}} {
+		t.Run(name("bytes", 4*c.n), func(t *testing.T) {
+			errs := world(t, 2, coltest.Options{Shared: true}, force(collectives.CollBcast, collectives.SharedMemory),
+				func(ctx context.Context, e *collectives.Engine, r int) error {
+					buf := make([]float32, c.n)
+					before := collectives.ShmSlotOwns(e)
+					if err := collectives.Bcast(ctx, e, buf, 0); err != nil {
+						return err
+					}
+					got := collectives.ShmSlotOwns(e) > before
+					if want := c.owns && r == 0; got != want {
+						return fmt.Errorf("rank %d took its slot's first line for %d bytes: %v, want %v", r, 4*c.n, got, want)
+					}
+					return nil
+				})
+			requireAllOK(t, errs)
+		})
+	}
+}
+
 // TestShmReaderPrefetches: a reader that waits for a chunk whose data lies
 // past the slot's first line prefetches its lines while it polls (up to
 // Model.ShmPrefetchMax bytes); one whose data sits in line 0 with the
