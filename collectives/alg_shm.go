@@ -190,8 +190,8 @@ type shmState struct {
 	quick      int        // calls ended by endQuick (for tests)
 	prefetches int        // polls that prefetched a chunk's lines (shmSlotFor; for tests)
 	kept       int        // waits that ended while keeping the CPU (keepCPU; for tests)
-	owned      int        // the entry whose line this rank last took for writing, -1 for none (ownNextEntry; for tests)
-	owns       int        // publications whose line 0 this rank took for writing first (shmPut; for tests)
+	ownedEntry int        // the entry whose line this rank last took for writing, -1 for none (ownNextEntry; for tests)
+	line0Owns  int        // publications whose line 0 this rank took for writing first (shmPut; for tests)
 	cpu        func() int // the CPU this thread runs on, -1 unknown (thiscpu.ID; tests fake it)
 	crowded    bool       // the region is Crowded
 	light      int8       // publish lightly: 1 yes, -1 no, 0 not known yet (lightNow)
@@ -223,7 +223,7 @@ type shmState struct {
 // slots of at least shmMinSlot, sized by the smallest part (every rank
 // sees the same parts, so every rank computes the same slots).
 func newShmState(r SharedRegion, size, me int) *shmState {
-	s := &shmState{r: r, failed: r.Failed(), mem: make([][]byte, size), seen: make([]uint64, size), cpu: thiscpu.ID, owned: -1}
+	s := &shmState{r: r, failed: r.Failed(), mem: make([][]byte, size), seen: make([]uint64, size), cpu: thiscpu.ID, ownedEntry: -1}
 	least := -1
 	for p := range s.mem {
 		m := r.Mem(p)
@@ -363,7 +363,7 @@ func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 func (s *shmState) ownNextEntry(me int, calls uint64) {
 	k := int(calls % shmEntries)
 	ntcopy.PrefetchWrite(s.mem[me][shmEntry0+k*shmEntrySize:])
-	s.owned = k
+	s.ownedEntry = k
 }
 
 // entry reads rank r's header for the call with counter calls: state is
@@ -900,7 +900,7 @@ func (c *call) shmPut(i int, data []byte) error {
 // peers poll: its trip here starts a little before the first store.
 func (s *shmState) ownLine0(slot []byte) {
 	ntcopy.PrefetchWrite(slot)
-	s.owns++
+	s.line0Owns++
 }
 
 // shmPutRaw is shmPut that always places data after the slot's header

@@ -65,13 +65,13 @@ func Settled(e *Engine) (running bool, okCalls uint64, shmCall bool) {
 
 // ShmOwnedEntry is the entry whose line e last took for writing at the
 // end of a call (-1 for none), and ShmEntries how many entries a rank has.
-func ShmOwnedEntry(e *Engine) int { return e.shm.owned }
+func ShmOwnedEntry(e *Engine) int { return e.shm.ownedEntry }
 
 const ShmEntries = shmEntries
 
 // ShmSlotOwns is how many of e's publications took their slot's first
 // line for writing before writing it.
-func ShmSlotOwns(e *Engine) int { return e.shm.owns }
+func ShmSlotOwns(e *Engine) int { return e.shm.line0Owns }
 
 // ShmPrefetches is how many of e's polls prefetched a chunk's lines.
 func ShmPrefetches(e *Engine) int { return e.shm.prefetches }
