@@ -201,6 +201,7 @@ type shmState struct {
 	policy     shmsync.Policy  // r's, as shmWaitPolicy adapts it; Fenced where shmsync.Asymmetric
 	mem        [][]byte        // per rank, its part of the region
 	bells      []shmsync.Bell  // per rank, its bell (made once: every publish rings one)
+	ownBell    shmsync.Bell    // bells[me], for publish's fast path (no bounds check)
 	slot       int             // data bytes per slot
 	slotSize   int             // bytes per slot, header included
 	next       int             // the slot this rank writes next
@@ -245,6 +246,7 @@ func newShmState(r SharedRegion, size, me int) *shmState {
 	for p, m := range s.mem {
 		s.bells[p] = shmsync.BellAt(m, shmBell)
 	}
+	s.ownBell = s.bells[me]
 	if cr, ok := r.(Crowded); ok {
 		s.crowded = cr.Crowded()
 	}
@@ -347,14 +349,14 @@ func (s *shmState) announce(me int, calls uint64, h *header, reason []byte) {
 	// stores are not kept in order, arm64, whose atomic store is a release
 	// store only) the header's stores from passing the store of 0.
 	atomic.LoadUint64(w)
-	putShmHeader(e, h)
+	putShmHeader(e, h, int(h.payload))
 	e[entRefused], e[entCode] = 0, 0
 	if h.kind == kindAbort {
 		n := copy(e[entReason:entReason+maxReason], reason)
 		e[entRefused], e[entCode] = 1, uint8(h.valA)
 		binary.LittleEndian.PutUint16(e[entLen:], uint16(n))
 	}
-	s.publish(me, w, calls)
+	s.publish(w, calls)
 }
 
 // ownNextEntry starts taking the line of rank me's entry for the call
@@ -639,13 +641,32 @@ func (s *shmState) gone(me int, calls uint64) int {
 	return -1
 }
 
-// publish stores v into w, a word of rank me's part that peers wait for,
-// and wakes the sleepers on its bell (see Light publishing).
-func (s *shmState) publish(me int, w *uint64, v uint64) {
+// publish stores v into w, a word of this rank's part that peers wait for,
+// and wakes the sleepers on its bell (see Light publishing). The light
+// path, every publication's once the ranks have said they fence, is
+// written out here: through store and RingLight it was three calls deep
+// for a store and a load.
+func (s *shmState) publish(w *uint64, v uint64) {
+	if s.light > 0 {
+		shmsync.PublishLight64(w, v)
+		if !s.ownBell.AsleepLight() {
+			return
+		}
+	}
+	s.publishSlow(w, v)
+}
+
+// publishSlow is publish's rest: a light publication that found a sleeper
+// rings; any other stores and rings.
+func (s *shmState) publishSlow(w *uint64, v uint64) {
+	if s.light > 0 {
+		s.ownBell.Kick()
+		return
+	}
 	if s.store(w, v) {
-		s.bells[me].RingLight()
+		s.ownBell.RingLight()
 	} else {
-		s.bells[me].Ring()
+		s.ownBell.Ring()
 	}
 }
 
@@ -694,7 +715,7 @@ func roundID(calls uint64, i int) uint64 { return calls<<shmChunkBits | uint64(i
 // setDone stores round id into rank me's done word and rings its bell.
 func (s *shmState) setDone(me int, id uint64) {
 	s.stores++
-	s.publish(me, word(s.mem[me], 0), id)
+	s.publish(word(s.mem[me], 0), id)
 }
 
 // finish marks the call with counter calls over on rank me (see the
@@ -944,13 +965,11 @@ func (c *call) shmClaim() ([]byte, error) {
 // its round id.
 func (c *call) shmPublish(slot []byte, i, n int) {
 	s := c.e.shm
-	h := c.h
-	h.payload = int64(n)
-	putShmHeader(slot, &h)
+	putShmHeader(slot, &c.h, n)
 	id := roundID(c.calls, i)
 	s.rounds++
 	s.used[s.next^1] = id
-	s.publish(c.e.rank, word(slot, 0), id)
+	s.publish(word(slot, 0), id)
 }
 
 // shmGet waits for peer's chunk i and returns it (valid until this rank
@@ -975,13 +994,14 @@ func dataOf(slot []byte, n int) []byte {
 // entry), at shmHdrOff of line: the call's fingerprint and the chunk's
 // size (at most a slot, so 32 bits), compared like a message header. 24
 // bytes leave 32 of line 0 for data: a 32-byte allreduce then moves one
-// cache line per rank, not two.
-func putShmHeader(line []byte, h *header) {
+// cache line per rank, not two. The size put is payload's, not h's (a
+// publication's chunk's: h is the call's, which it need not copy).
+func putShmHeader(line []byte, h *header, payload int) {
 	b := line[shmHdrOff : shmHdrOff+shmHdrLen]
 	b[0], b[1], b[2], b[3] = h.coll, uint8(h.op), uint8(h.dtype), h.alg
 	binary.LittleEndian.PutUint32(b[4:], uint32(h.root))
 	binary.LittleEndian.PutUint64(b[8:], uint64(h.count))
-	binary.LittleEndian.PutUint32(b[16:], uint32(h.payload))
+	binary.LittleEndian.PutUint32(b[16:], uint32(payload))
 	binary.LittleEndian.PutUint32(b[20:], h.seq)
 }
 
@@ -1052,11 +1072,12 @@ func (c *call) shmSlotFor(peer, i, n, off, m int) ([]byte, error) {
 // marks the whole call read instead, as end would right after: one store
 // of the done word, and one look at the bell, a call fewer.
 func (c *call) shmDone(i int) {
+	id := roundID(c.calls, i)
 	if c.shmLast {
-		c.shmDoneAll()
-		return
+		id = roundID(c.calls, shmAllDone) // shmDoneAll's, one call shallower
+		c.shmFinished = true
 	}
-	c.e.shm.setDone(c.e.rank, roundID(c.calls, i))
+	c.e.shm.setDone(c.e.rank, id)
 }
 
 // shmDoneAll marks every round of the call read (end's finish), for a
@@ -1091,7 +1112,11 @@ func (c *call) shmChunks(nbytes int, f func(i, off, n int) error) error {
 	return c.shmChunksOf(nbytes, c.e.shm.slot/c.esize*c.esize, f)
 }
 
-// shmChunksOf is shmChunks with chunks of per bytes.
+// shmChunksOf is shmChunks with chunks of per bytes. (A call of one chunk,
+// every small one, may run its round's body itself instead, with shmLast
+// set, then roundOver: the closure's indirect call, which nothing
+// inlines, and this loop's frame were a tenth of a small bcast's
+// software.)
 func (c *call) shmChunksOf(nbytes, per int, f func(i, off, n int) error) error {
 	if nbytes > per<<shmChunkBits-1 {
 		return fmt.Errorf("%w: %d bytes exceed the shared-memory algorithms' %d-chunk limit", ErrInvalidArgument, nbytes, shmAllDone)
@@ -1109,6 +1134,13 @@ func (c *call) shmChunksOf(nbytes, per int, f func(i, off, n int) error) error {
 	return nil
 }
 
+// roundOver ends the one round of a call whose body ran without
+// shmChunksOf, as shmChunksOf ends each: err is the body's.
+func (c *call) roundOver(err error) error {
+	c.shmLast = false
+	return err
+}
+
 // allreduceShm: every rank publishes its chunk, folds all chunks in rank
 // order into buf, and marks the chunk done.
 func (c *call) allreduceShm(buf []byte) error {
@@ -1118,12 +1150,21 @@ func (c *call) allreduceShm(buf []byte) error {
 	if len(buf) > c.e.model.ShmPipeBytes {
 		per = c.pieces(len(buf), c.e.model.ShmPieceMin)
 	}
+	if len(buf) <= per {
+		c.shmLast = true // one round, its body called straight (see shmChunksOf)
+		return c.roundOver(c.allreduceChunk(0, buf))
+	}
 	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
-		if err := c.shmPut(i, buf[off:off+n]); err != nil {
-			return err
-		}
-		return c.shmFold(i, buf[off:off+n])
+		return c.allreduceChunk(i, buf[off:off+n])
 	})
+}
+
+// allreduceChunk is allreduceShm's round i: chunk, its part of buf.
+func (c *call) allreduceChunk(i int, chunk []byte) error {
+	if err := c.shmPut(i, chunk); err != nil {
+		return err
+	}
+	return c.shmFold(i, chunk)
 }
 
 // reduceShm: every rank publishes its chunk; root folds them. A root that
@@ -1132,23 +1173,32 @@ func (c *call) allreduceShm(buf []byte) error {
 // allreduceShm, so that the root folds one piece while the others copy
 // the next one in.
 func (c *call) reduceShm(buf []byte, root int) error {
-	me := c.e.rank
 	per := c.e.shm.slot / c.esize * c.esize
 	if len(buf) > c.e.model.ShmPipeBytes {
 		per = c.pieces(len(buf), c.e.model.ShmPieceMin)
 	}
+	if len(buf) <= per {
+		c.shmLast = true // one round, its body called straight (see shmChunksOf)
+		return c.roundOver(c.reduceChunk(0, buf, root))
+	}
 	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
-		if me != root || !c.foldsInPlace() {
-			if err := c.shmPut(i, buf[off:off+n]); err != nil {
-				return err
-			}
-		}
-		if me != root {
-			c.shmDone(i)
-			return nil
-		}
-		return c.shmFold(i, buf[off:off+n])
+		return c.reduceChunk(i, buf[off:off+n], root)
 	})
+}
+
+// reduceChunk is reduceShm's round i: chunk, its part of buf.
+func (c *call) reduceChunk(i int, chunk []byte, root int) error {
+	me := c.e.rank
+	if me != root || !c.foldsInPlace() {
+		if err := c.shmPut(i, chunk); err != nil {
+			return err
+		}
+	}
+	if me != root {
+		c.shmDone(i)
+		return nil
+	}
+	return c.shmFold(i, chunk)
 }
 
 // foldsInPlace says whether this rank's fold of every rank's data may
@@ -1241,21 +1291,31 @@ func (c *call) shmOwn(i, n int) ([]byte, error) {
 // Smaller pieces cost more hand-offs than they overlap (and when the
 // ranks outnumber the CPUs, pieces are whole slots: see pieces).
 func (c *call) bcastShm(buf []byte, root int) error {
-	return c.shmChunksOf(len(buf), c.pieces(len(buf), c.e.model.ShmPieceMin), func(i, off, n int) error {
-		if c.e.rank == root {
-			if err := c.shmPut(i, buf[off:off+n]); err != nil {
-				return err
-			}
-		} else {
-			x, err := c.shmGet(root, i, n)
-			if err != nil {
-				return err
-			}
-			ntcopy.Plain(buf[off:off+n], x)
-		}
-		c.shmDone(i)
-		return nil
+	per := c.pieces(len(buf), c.e.model.ShmPieceMin)
+	if len(buf) <= per {
+		c.shmLast = true // one round, its body called straight (see shmChunksOf)
+		return c.roundOver(c.bcastChunk(0, buf, root))
+	}
+	return c.shmChunksOf(len(buf), per, func(i, off, n int) error {
+		return c.bcastChunk(i, buf[off:off+n], root)
 	})
+}
+
+// bcastChunk is bcastShm's round i: chunk, its part of buf.
+func (c *call) bcastChunk(i int, chunk []byte, root int) error {
+	if c.e.rank == root {
+		if err := c.shmPut(i, chunk); err != nil {
+			return err
+		}
+	} else {
+		x, err := c.shmGet(root, i, len(chunk))
+		if err != nil {
+			return err
+		}
+		ntcopy.Plain(chunk, x)
+	}
+	c.shmDone(i)
+	return nil
 }
 
 // barrierShm: every rank publishes an empty chunk and waits for all others'.
@@ -1365,7 +1425,7 @@ func (c *call) bcastShmSplit(buf []byte, root int) error {
 		if werr != nil {
 			mark = ^id
 		}
-		s.publish(me, word(s.mem[me][s.slotOff(s.next^1):], 64), mark)
+		s.publish(word(s.mem[me][s.slotOff(s.next^1):], 64), mark)
 		c.shmDone(0)
 		if werr != nil {
 			return c.fail(peer, werr)

@@ -92,7 +92,7 @@ func (c *call) foldBlocksShm(buf []byte, root int) error {
 			}
 		}
 		if gathered {
-			c.e.shm.publish(me, word(mine, 64), id)
+			c.e.shm.publish(word(mine, 64), id)
 		}
 		if wants {
 			// Gather every other rank's reduced block.
@@ -141,44 +141,53 @@ func (c *call) reduceShmRS(buf []byte, root int) error { return c.foldBlocksShm(
 // and a later round never reads it from send. Any other overlap goes
 // through a copy of send.
 func (c *call) reduceScatterShm(send, recv []byte) error {
-	p, me := c.e.size, c.e.rank
-	m := len(recv)
+	p, m := c.e.size, len(recv)
 	if overlaps(send, recv) && unsafe.SliceData(send) != unsafe.SliceData(recv) {
 		work := c.get(len(send))
 		ntcopy.Plain(work, send)
 		send = work
 	}
-	per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize)
+	if per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize); m > per {
+		return c.shmChunksOf(m, per, func(i, off, n int) error {
+			return c.reduceScatterChunk(i, send, recv, off, n)
+		})
+	}
+	c.shmLast = true // one round, its body called straight (see shmChunksOf)
+	return c.roundOver(c.reduceScatterChunk(0, send, recv, 0, m))
+}
+
+// reduceScatterChunk is reduceScatterShm's round i: bytes off..off+n of
+// every block, folded into recv[off:off+n].
+func (c *call) reduceScatterChunk(i int, send, recv []byte, off, n int) error {
+	p, me, m := c.e.size, c.e.rank, len(recv)
+	if err := c.shmPublishPieces(i, send, m, off, n); err != nil {
+		return err
+	}
 	inPlace := c.foldsInPlace()
-	return c.shmChunksOf(m, per, func(i, off, n int) error {
-		if err := c.shmPublishPieces(i, send, m, off, n); err != nil {
-			return err
+	dst, own := recv[off:off+n], send[me*m+off:me*m+off+n]
+	if inPlace {
+		ntcopy.Plain(dst, own) // nothing to do when recv is send's first block on rank 0
+	}
+	for q := 0; q < p; q++ {
+		if inPlace && q == me {
+			continue
 		}
-		dst, own := recv[off:off+n], send[me*m+off:me*m+off+n]
-		if inPlace {
-			ntcopy.Plain(dst, own) // nothing to do when recv is send's first block on rank 0
-		}
-		for q := 0; q < p; q++ {
-			if inPlace && q == me {
-				continue
-			}
-			x := own
-			if q != me {
-				var err error
-				if x, err = c.shmPiece(q, i, n); err != nil {
-					return err
-				}
-			}
-			switch {
-			case q == 0 && !inPlace:
-				ntcopy.Plain(dst, x)
-			case n > 0:
-				c.kern.Combine(dst, x)
+		x := own
+		if q != me {
+			var err error
+			if x, err = c.shmPiece(q, i, n); err != nil {
+				return err
 			}
 		}
-		c.shmDone(i)
-		return nil
-	})
+		switch {
+		case q == 0 && !inPlace:
+			ntcopy.Plain(dst, x)
+		case n > 0:
+			c.kern.Combine(dst, x)
+		}
+	}
+	c.shmDone(i)
+	return nil
 }
 
 // overlaps says whether a and b share a byte.
@@ -195,23 +204,32 @@ func overlaps(a, b []byte) bool {
 // recv. Each rank starts with the rank after it, so that the ranks do
 // not all read the same slot at once.
 func (c *call) allgatherShm(send, recv []byte) error {
-	p, me := c.e.size, c.e.rank
-	blk := len(send)
-	return c.shmChunks(blk, func(i, off, n int) error {
-		if err := c.shmPut(i, send[off:off+n]); err != nil {
+	if len(send) > c.e.shm.slot/c.esize*c.esize {
+		return c.shmChunks(len(send), func(i, off, n int) error {
+			return c.allgatherChunk(i, send, recv, off, n)
+		})
+	}
+	c.shmLast = true // one round, its body called straight (see shmChunksOf)
+	return c.roundOver(c.allgatherChunk(0, send, recv, 0, len(send)))
+}
+
+// allgatherChunk is allgatherShm's round i: bytes off..off+n of every
+// block.
+func (c *call) allgatherChunk(i int, send, recv []byte, off, n int) error {
+	p, me, blk := c.e.size, c.e.rank, len(send)
+	if err := c.shmPut(i, send[off:off+n]); err != nil {
+		return err
+	}
+	for k := 1; k < p; k++ {
+		q := (me + k) % p
+		x, err := c.shmGet(q, i, n)
+		if err != nil {
 			return err
 		}
-		for k := 1; k < p; k++ {
-			q := (me + k) % p
-			x, err := c.shmGet(q, i, n)
-			if err != nil {
-				return err
-			}
-			ntcopy.Plain(recv[q*blk+off:q*blk+off+n], x)
-		}
-		c.shmDone(i)
-		return nil
-	})
+		ntcopy.Plain(recv[q*blk+off:q*blk+off+n], x)
+	}
+	c.shmDone(i)
+	return nil
 }
 
 // shmPublishPieces publishes round i of a form that moves a piece of
@@ -269,22 +287,33 @@ func (c *call) alltoallShm(send, recv []byte) error {
 	p, me := c.e.size, c.e.rank
 	m := len(send) / p
 	ntcopy.Plain(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
-	per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize)
-	return c.shmChunksOf(m, per, func(i, off, n int) error {
-		if err := c.shmPublishPieces(i, send, m, off, n); err != nil {
+	if per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize); m > per {
+		return c.shmChunksOf(m, per, func(i, off, n int) error {
+			return c.alltoallChunk(i, send, recv, off, n)
+		})
+	}
+	c.shmLast = true // one round, its body called straight (see shmChunksOf)
+	return c.roundOver(c.alltoallChunk(0, send, recv, 0, m))
+}
+
+// alltoallChunk is alltoallShm's round i: bytes off..off+n of every
+// block.
+func (c *call) alltoallChunk(i int, send, recv []byte, off, n int) error {
+	p, me := c.e.size, c.e.rank
+	m := len(send) / p
+	if err := c.shmPublishPieces(i, send, m, off, n); err != nil {
+		return err
+	}
+	for k := 1; k < p; k++ {
+		q := (me + k) % p
+		x, err := c.shmPiece(q, i, n)
+		if err != nil {
 			return err
 		}
-		for k := 1; k < p; k++ {
-			q := (me + k) % p
-			x, err := c.shmPiece(q, i, n)
-			if err != nil {
-				return err
-			}
-			ntcopy.Plain(recv[q*m+off:q*m+off+n], x)
-		}
-		c.shmDone(i)
-		return nil
-	})
+		ntcopy.Plain(recv[q*m+off:q*m+off+n], x)
+	}
+	c.shmDone(i)
+	return nil
 }
 
 // allgatherShmRead is the single-copy allgather (a PeerReader region, for

@@ -416,6 +416,11 @@ func BellAt(mem []byte, off int) Bell {
 // any waiter uses it.
 func (b Bell) Reset() { atomic.StoreUint32(b.sleepers, 0) }
 
+// AsleepLight is RingLight's look: whether a waiter sleeps on the bell,
+// or is about to, after a light publication, for a writer that rings
+// itself (Kick) when one does, a call shallower than RingLight.
+func (b Bell) AsleepLight() bool { return AsleepLight(b.sleepers) }
+
 // Sleepers is how many waiters are asleep on the bell or about to be.
 func (b Bell) Sleepers() uint32 { return atomic.LoadUint32(b.sleepers) }
 
