@@ -50,8 +50,17 @@ func classOf(n int) int { return min((bits.Len(uint(n))-13)/2, chooserClasses-1)
 // Copy's, the stores are complete (fenced where they need it) when it
 // returns, so a release store after it publishes the data.
 func (c *Chooser) Copy(dst, src []byte) int {
+	if min(len(dst), len(src)) < MinBytes {
+		// Small enough for Go's copy either way; small enough to inline:
+		// a publication of a few bytes went through two more calls.
+		return copy(dst, src)
+	}
+	return c.copyLarge(dst, src)
+}
+
+func (c *Chooser) copyLarge(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	if n < MinBytes || !haveNT {
+	if !haveNT {
 		return Copy(dst, src)
 	}
 	k := classOf(n)

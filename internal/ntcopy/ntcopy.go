@@ -91,6 +91,13 @@ var (
 // BenchmarkPlain), which made a Put of 32 KiB-128 KiB into a mapped
 // window 1.4-1.6 times MPI_Put's time; above, see PlainMin.
 func Plain(dst, src []byte) int {
+	if min(len(dst), len(src)) < WideMin {
+		return copy(dst, src) // as below, a front small enough to inline into the caller
+	}
+	return plain(dst, src)
+}
+
+func plain(dst, src []byte) int {
 	n := min(len(dst), len(src))
 	wideOK := haveWide && n >= WideMin && n < PlainMin
 	if !wideOK && (n < PlainMin || !haveMovs) {
