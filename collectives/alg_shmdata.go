@@ -141,13 +141,13 @@ func (c *call) reduceShmRS(buf []byte, root int) error { return c.foldBlocksShm(
 // and a later round never reads it from send. Any other overlap goes
 // through a copy of send.
 func (c *call) reduceScatterShm(send, recv []byte) error {
-	p, m := c.e.size, len(recv)
+	m := len(recv)
 	if overlaps(send, recv) && unsafe.SliceData(send) != unsafe.SliceData(recv) {
 		work := c.get(len(send))
 		ntcopy.Plain(work, send)
 		send = work
 	}
-	if per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize); m > per {
+	if per := max(c.whole(c.e.shm.slotShare), c.esize); m > per {
 		return c.shmChunksOf(m, per, func(i, off, n int) error {
 			return c.reduceScatterChunk(i, send, recv, off, n)
 		})
@@ -204,7 +204,7 @@ func overlaps(a, b []byte) bool {
 // recv. Each rank starts with the rank after it, so that the ranks do
 // not all read the same slot at once.
 func (c *call) allgatherShm(send, recv []byte) error {
-	if len(send) > c.e.shm.slot/c.esize*c.esize {
+	if len(send) > c.whole(c.e.shm.slot) {
 		return c.shmChunks(len(send), func(i, off, n int) error {
 			return c.allgatherChunk(i, send, recv, off, n)
 		})
@@ -287,20 +287,19 @@ func (c *call) alltoallShm(send, recv []byte) error {
 	p, me := c.e.size, c.e.rank
 	m := len(send) / p
 	ntcopy.Plain(recv[me*m:(me+1)*m], send[me*m:(me+1)*m])
-	if per := max(c.e.shm.slot/p/c.esize*c.esize, c.esize); m > per {
+	if per := max(c.whole(c.e.shm.slotShare), c.esize); m > per {
 		return c.shmChunksOf(m, per, func(i, off, n int) error {
-			return c.alltoallChunk(i, send, recv, off, n)
+			return c.alltoallChunk(i, send, recv, m, off, n)
 		})
 	}
 	c.shmLast = true // one round, its body called straight (see shmChunksOf)
-	return c.roundOver(c.alltoallChunk(0, send, recv, 0, m))
+	return c.roundOver(c.alltoallChunk(0, send, recv, m, 0, m))
 }
 
 // alltoallChunk is alltoallShm's round i: bytes off..off+n of every
-// block.
-func (c *call) alltoallChunk(i int, send, recv []byte, off, n int) error {
+// block (of m bytes).
+func (c *call) alltoallChunk(i int, send, recv []byte, m, off, n int) error {
 	p, me := c.e.size, c.e.rank
-	m := len(send) / p
 	if err := c.shmPublishPieces(i, send, m, off, n); err != nil {
 		return err
 	}

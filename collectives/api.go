@@ -82,15 +82,13 @@ func (e *Engine) execute(ctx context.Context, s *spec, kern *reduce.Kernel, alg 
 		// A shared-memory call that does not read every peer's header (a
 		// bcast, a reduce on a sender, an empty allreduce) leaves its
 		// agreement to this rank's next call, or Close (see Agreement in
-		// alg_shm.go). It writes that record now, before it publishes: the
-		// stores of a publication wait in the store buffer until the peer
-		// polling those lines gives them up, and a copy of a record as
-		// large as this one (its 16-byte moves overlap) would wait for them
-		// (a failed store-to-load forwarding), where the call otherwise
-		// returns without waiting.
+		// alg_shm.go). begin has written the record's header; the rest is
+		// written now, before the call publishes: the stores of a
+		// publication wait in the store buffer until the peer polling those
+		// lines gives them up.
 		if pends = e.size > 1 && !readsAll; pends {
 			p := e.shm.nextPend()
-			p.calls, p.h, p.op, p.alg, p.seen = c.calls, c.h, c.op, alg, seen
+			p.calls, p.op, p.alg, p.seen = c.calls, c.op, alg, seen
 		}
 	}
 	if e.shm != nil && e.size > 1 {

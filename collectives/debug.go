@@ -9,7 +9,7 @@ import "fmt"
 // disagreement, by name, without waiting for the data exchange to go wrong.
 func (c *call) fingerprint() error {
 	p := c.n
-	h := c.h
+	h := *c.h
 	h.kind = kindFingerprint
 	var mine [hdrLen]byte
 	h.encode(mine[:])
@@ -38,7 +38,7 @@ func (c *call) fingerprint() error {
 		c.track(rq, nil)
 	}
 	table := make([]header, p)
-	table[c.me] = c.h
+	table[c.me] = *c.h
 	for r := 0; r < p; r++ {
 		if r == c.me {
 			continue

@@ -458,7 +458,15 @@ type call struct {
 	ranks []int // view rank → group rank; nil means identity
 	me    int   // this rank in the view
 	n     int   // view size
-	h     header
+	// h is the call's header, the callState's (hdr): a copy of it would
+	// read with 16-byte loads what begin just stored byte by byte, a load
+	// the store buffer cannot serve (a failed store-to-load forwarding),
+	// which waits until those stores and every one before them reach the
+	// cache: a tenth of a small call's software, and behind a publication
+	// of the call before, whose line a peer holds, far more. A sub-call,
+	// whose root differs, points at its own (hSub).
+	h     *header
+	hSub  header
 	tag   int
 	kern  *reduce.Kernel // shared (reduce.KernelOf): never modified
 	esize int
@@ -518,6 +526,14 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	*h = header{}
 	h.kind, h.alg, h.seq, h.coll = kindData, uint8(alg), st.seq, uint8(coll)
 	h.op, h.dtype, h.root, h.count = kern.Op.Code(), kern.DType, int32(root), count
+	if alg == SharedMemory && e.size > 1 {
+		// The record of this call in case it ends pending (see execute),
+		// stored the same way, for the same reason as c.h.
+		p := &e.shm.nextPend().h
+		*p = header{}
+		p.kind, p.alg, p.seq, p.coll = kindData, uint8(alg), st.seq, uint8(coll)
+		p.op, p.dtype, p.root, p.count = kern.Op.Code(), kern.DType, int32(root), count
+	}
 	var early *MismatchError // a stall probe that arrived before this call began
 	// (The maps are nearly always empty: look only when they are not.)
 	if len(e.aborts) > 0 {
@@ -556,7 +572,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	e.act.begin(st.seq, coll, alg)
 	c.callState, c.ranks, c.me, c.n = st, nil, e.rank, e.size
 	c.kern, c.esize, c.vec = kern, esize, int(count)
-	c.h = st.hdr
+	c.h = &st.hdr
 	c.tag = int(st.seq&(1<<29-1)) << 1
 	if early != nil {
 		return c, c.end(c.mismatch(early))
@@ -774,7 +790,9 @@ func (c *call) sub(ranks []int, root int) *call {
 			s.me = i
 		}
 	}
-	s.h.root = int32(root)
+	s.hSub = *c.h
+	s.hSub.root = int32(root)
+	s.h = &s.hSub
 	return s
 }
 

@@ -28,7 +28,7 @@ const (
 // element count the receiver must agree with).
 func (c *call) send(peer int, payload []byte, count int64) (*outMsg, error) {
 	wp := c.world(peer)
-	h := c.h
+	h := *c.h
 	h.count = count
 	h.payload = int64(len(payload))
 	h.split = len(payload) > c.e.inlineTo(wp)
