@@ -198,6 +198,7 @@ type shmState struct {
 	looks      int        // lightNow's looks at the fences words while it did not know
 	r          SharedRegion
 	failed     <-chan struct{} // r.Failed(), without two interface calls per call
+	failFlag   *atomic.Bool    // r's FailFlag, if it has one: set before failed closes
 	policy     shmsync.Policy  // r's, as shmWaitPolicy adapts it; Fenced where shmsync.Asymmetric
 	mem        [][]byte        // per rank, its part of the region
 	bells      []shmsync.Bell  // per rank, its bell (made once: every publish rings one)
@@ -226,6 +227,9 @@ type shmState struct {
 // sees the same parts, so every rank computes the same slots).
 func newShmState(r SharedRegion, size, me int) *shmState {
 	s := &shmState{r: r, failed: r.Failed(), mem: make([][]byte, size), seen: make([]uint64, size), cpu: thiscpu.ID, ownedEntry: -1}
+	if f, ok := r.(FailFlagger); ok {
+		s.failFlag = f.FailFlag()
+	}
 	least := -1
 	for p := range s.mem {
 		m := r.Mem(p)

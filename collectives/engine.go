@@ -580,7 +580,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	if aborted {
 		return c, c.end(c.failAbort())
 	}
-	if alg == SharedMemory {
+	if alg == SharedMemory && (e.shm.failFlag == nil || e.shm.failFlag.Load()) {
 		// A failed group fails every later call. The shared-memory waits
 		// look at the group only when a peer is slow, so a call whose
 		// peers are all on time would otherwise go on after the loss.

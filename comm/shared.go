@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -142,6 +143,7 @@ func (s *sharedRegion) WritePeer(rank int, addr uint64, src []byte) error {
 func (s *sharedRegion) CanReadPeer() bool       { return s.cma }
 func (s *sharedRegion) Crowded() bool           { return s.crowded }
 func (s *sharedRegion) Failed() <-chan struct{} { return s.ep.Failed() }
+func (s *sharedRegion) FailFlag() *atomic.Bool  { return s.ep.FailFlag() }
 func (s *sharedRegion) Err() error              { return s.ep.Err() }
 
 // WaitPolicy follows the endpoint's wait policy: spin while a rank has a

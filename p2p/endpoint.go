@@ -518,6 +518,11 @@ func (ep *Endpoint) Err() error {
 // Failed is closed when the endpoint fails (Err is then non-nil).
 func (ep *Endpoint) Failed() <-chan struct{} { return ep.failed }
 
+// FailFlag is set before Failed is closed, and as Close begins: a look
+// at it is one load, where a receive from Failed is a call into the
+// runtime. The caller only reads it.
+func (ep *Endpoint) FailFlag() *atomic.Bool { return &ep.down }
+
 var errEndpointClosed = fmt.Errorf("endpoint %w", ErrClosed)
 
 // Close tells every peer that this rank is leaving on purpose (so they do

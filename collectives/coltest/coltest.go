@@ -104,6 +104,7 @@ type World struct {
 
 	shared [][]byte      // Options.Shared: per rank, its region
 	failed chan struct{} // closed by Kill
+	down   atomic.Bool   // set by Kill before it closes failed (FailFlag)
 
 	folds    atomic.Int64 // fold receives posted (IrecvFold)
 	parts    atomic.Int64 // parts receives posted (IrecvParts)
@@ -218,6 +219,7 @@ func (w *World) Kill(rank int) {
 	w.mu.Lock()
 	if w.lost == nil {
 		w.lost = &PeerLostError{Rank: rank}
+		w.down.Store(true)
 		close(w.failed)
 	}
 	err := w.lost
@@ -659,6 +661,9 @@ func (s *shared) Mem(rank int) []byte {
 
 func (s *shared) Failed() <-chan struct{} { return s.g.w.failed }
 func (s *shared) Err() error              { return s.g.w.lostErr() }
+
+// FailFlag is collectives.FailFlagger's flag: Kill sets it.
+func (s *shared) FailFlag() *atomic.Bool { return &s.g.w.down }
 
 // WaitPolicy: the ranks are goroutines, so waits yield to them and never
 // sleep, unless Options.SharedPolicy says otherwise.
