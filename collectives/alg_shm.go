@@ -386,7 +386,7 @@ func (s *shmState) entry(r int, calls uint64, h *header) (state int, reason stri
 	case got == calls:
 		var b [entReason]byte
 		copy(b[:], e[:entReason])
-		*h = getShmHeader(b[:])
+		getShmHeader(b[:], h)
 		h.kind = kindFingerprint
 		if b[entRefused] == 1 {
 			n := min(int(binary.LittleEndian.Uint16(b[entLen:])), maxReason)
@@ -1011,13 +1011,17 @@ func putShmHeader(line []byte, h *header, payload int) {
 	binary.LittleEndian.PutUint32(b[20:], h.seq)
 }
 
-func getShmHeader(line []byte) header {
+// getShmHeader fills h in place: a header returned by value is built
+// field by field and then copied with 16-byte loads, which wait for those
+// stores to reach the cache (see call.h).
+func getShmHeader(line []byte, h *header) {
 	b := line[shmHdrOff : shmHdrOff+shmHdrLen]
-	return header{kind: kindData, coll: b[0], op: reduce.OpCode(b[1]), dtype: reduce.DType(b[2]), alg: b[3],
-		root:    int32(binary.LittleEndian.Uint32(b[4:])),
-		count:   int64(binary.LittleEndian.Uint64(b[8:])),
-		payload: int64(binary.LittleEndian.Uint32(b[16:])),
-		seq:     binary.LittleEndian.Uint32(b[20:])}
+	*h = header{}
+	h.kind, h.coll, h.op, h.dtype, h.alg = kindData, b[0], reduce.OpCode(b[1]), reduce.DType(b[2]), b[3]
+	h.root = int32(binary.LittleEndian.Uint32(b[4:]))
+	h.count = int64(binary.LittleEndian.Uint64(b[8:]))
+	h.payload = int64(binary.LittleEndian.Uint32(b[16:]))
+	h.seq = binary.LittleEndian.Uint32(b[20:])
 }
 
 // shmSlot is shmGet returning peer's whole slot.
@@ -1064,7 +1068,8 @@ func (c *call) shmSlotFor(peer, i, n, off, m int) ([]byte, error) {
 	}
 	s.seen[peer] = c.calls
 	slot := mem[s.slotOff(k):]
-	h := getShmHeader(slot)
+	var h header
+	getShmHeader(slot, &h)
 	if mm := compareCall(c.e.rank, c.h, peer, &h); mm != nil {
 		return nil, c.mismatch(mm)
 	}

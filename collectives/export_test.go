@@ -33,7 +33,9 @@ var ShmWaitPolicyFor = shmWaitPolicy
 func lastPublished(e *Engine) (slot, data []byte) {
 	s := e.shm
 	slot = s.mem[e.rank][s.slotOff(s.next^1):]
-	return slot, dataOf(slot, int(getShmHeader(slot).payload))
+	var h header
+	getShmHeader(slot, &h)
+	return slot, dataOf(slot, int(h.payload))
 }
 
 // ShmPublished is the data of the chunk e published last.
