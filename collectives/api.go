@@ -82,13 +82,14 @@ func (e *Engine) execute(ctx context.Context, s *spec, kern *reduce.Kernel, alg 
 		// A shared-memory call that does not read every peer's header (a
 		// bcast, a reduce on a sender, an empty allreduce) leaves its
 		// agreement to this rank's next call, or Close (see Agreement in
-		// alg_shm.go). begin has written the record's header; the rest is
-		// written now, before the call publishes: the stores of a
-		// publication wait in the store buffer until the peer polling those
-		// lines gives them up.
+		// alg_shm.go). It writes that record now, before it publishes:
+		// the stores of a publication wait in the store buffer until the
+		// peer polling those lines gives them up. The header is filled as
+		// begin filled the call's, not copied from it (see call.h).
 		if pends = e.size > 1 && !readsAll; pends {
 			p := e.shm.nextPend()
 			p.calls, p.op, p.alg, p.seen = c.calls, c.op, alg, seen
+			callHeader(&p.h, s.coll, alg, kern, c.seq, s.root, s.count)
 		}
 	}
 	if e.shm != nil && e.size > 1 {

@@ -522,18 +522,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 	// Cleared, then field by field too: the literal's byte-sized stores on
 	// the stack, read back 16 bytes at a time for the copy, stalled the
 	// copy (a failed store-to-load forwarding) for 6% of a small call.
-	h := &st.hdr
-	*h = header{}
-	h.kind, h.alg, h.seq, h.coll = kindData, uint8(alg), st.seq, uint8(coll)
-	h.op, h.dtype, h.root, h.count = kern.Op.Code(), kern.DType, int32(root), count
-	if alg == SharedMemory && e.size > 1 {
-		// The record of this call in case it ends pending (see execute),
-		// stored the same way, for the same reason as c.h.
-		p := &e.shm.nextPend().h
-		*p = header{}
-		p.kind, p.alg, p.seq, p.coll = kindData, uint8(alg), st.seq, uint8(coll)
-		p.op, p.dtype, p.root, p.count = kern.Op.Code(), kern.DType, int32(root), count
-	}
+	callHeader(&st.hdr, coll, alg, kern, st.seq, root, count)
 	var early *MismatchError // a stall probe that arrived before this call began
 	// (The maps are nearly always empty: look only when they are not.)
 	if len(e.aborts) > 0 {
@@ -591,6 +580,15 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		}
 	}
 	return c, nil
+}
+
+// callHeader fills h as the header of a call (begin's, and the record of
+// a call that may end pending: execute), cleared and then field by field:
+// see call.h for why neither is a copy of the other.
+func callHeader(h *header, coll Collective, alg Algorithm, kern *reduce.Kernel, seq uint32, root int, count int64) {
+	*h = header{}
+	h.kind, h.alg, h.seq, h.coll = kindData, uint8(alg), seq, uint8(coll)
+	h.op, h.dtype, h.root, h.count = kern.Op.Code(), kern.DType, int32(root), count
 }
 
 // armProbe starts the stall-probe timer for this call (once).
