@@ -1126,18 +1126,13 @@ func (c *call) whole(n int) int {
 	return n / c.esize * c.esize
 }
 
-// shmChunks calls f for every chunk of a vector of nbytes (whole elements
-// per chunk); a vector of 0 bytes still has one, empty, chunk, so that a
-// barrier and empty calls synchronise like the others.
-func (c *call) shmChunks(nbytes int, f func(i, off, n int) error) error {
-	return c.shmChunksOf(nbytes, c.whole(c.e.shm.slot), f)
-}
-
-// shmChunksOf is shmChunks with chunks of per bytes. (A call of one chunk,
-// every small one, may run its round's body itself instead, with shmLast
-// set, then roundOver: the closure's indirect call, which nothing
-// inlines, and this loop's frame were a tenth of a small bcast's
-// software.)
+// shmChunksOf calls f for every chunk of a vector of nbytes, chunks of
+// per bytes (whole elements); a vector of 0 bytes still has one, empty,
+// chunk, so that a barrier and empty calls synchronise like the others.
+// (A call of one chunk, every small one, may run its round's body itself
+// instead, with shmLast set, then roundOver: the closure's indirect call,
+// which nothing inlines, and this loop's frame were a tenth of a small
+// bcast's software.)
 func (c *call) shmChunksOf(nbytes, per int, f func(i, off, n int) error) error {
 	if nbytes > per<<shmChunkBits-1 {
 		return fmt.Errorf("%w: %d bytes exceed the shared-memory algorithms' %d-chunk limit", ErrInvalidArgument, nbytes, shmAllDone)

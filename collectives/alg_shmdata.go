@@ -204,8 +204,8 @@ func overlaps(a, b []byte) bool {
 // recv. Each rank starts with the rank after it, so that the ranks do
 // not all read the same slot at once.
 func (c *call) allgatherShm(send, recv []byte) error {
-	if len(send) > c.whole(c.e.shm.slot) {
-		return c.shmChunks(len(send), func(i, off, n int) error {
+	if per := c.whole(c.e.shm.slot); len(send) > per {
+		return c.shmChunksOf(len(send), per, func(i, off, n int) error {
 			return c.allgatherChunk(i, send, recv, off, n)
 		})
 	}
