@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rdmago/rdmago/bootstrap"
 	"github.com/rdmago/rdmago/collectives"
@@ -301,6 +302,57 @@ func BenchmarkPutFlush(b *testing.B) {
 		}
 	}
 	cputime.Report(b, cpu0)
+	b.StopTimer()
+	for r := range 2 {
+		wg.Go(func() { errs[r] = wins[r].Close(ctx) })
+	}
+	wg.Wait()
+}
+
+// BenchmarkPutWindow is bench's put_bw kernel over tcp between two ranks
+// of this process: puts Puts of 2048/puts bytes each (the same bytes in
+// more or fewer Puts) and a Flush. ns/op is one window, system calls
+// included; puts-ns/op the Puts alone, which over tcp go into a run
+// of writes posted at the Flush (p2p's inline writes). The gap between
+// puts=64 and puts=1 is what each small Put costs beyond its bytes.
+//
+//	go test -run '^$' -bench PutWindow -benchtime 50000x ./comm
+func BenchmarkPutWindow(b *testing.B) {
+	for _, puts := range []int{64, 16, 1} {
+		b.Run(fmt.Sprintf("puts=%d", puts), func(b *testing.B) { benchPutWindow(b, puts) })
+	}
+}
+
+func benchPutWindow(b *testing.B, puts int) {
+	ctx := context.Background()
+	comms := initPair(b, "tcp")
+	wins := make([]*Win[byte], 2)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := range 2 {
+		wg.Go(func() { wins[r], errs[r] = AllocWin[byte](ctx, comms[r], 4096) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	src := make([]byte, 2048/puts)
+	var putTime time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		for range puts {
+			if err := wins[0].Put(1, 0, src); err != nil {
+				b.Fatal(err)
+			}
+		}
+		putTime += time.Since(t0)
+		if err := wins[0].Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(putTime.Nanoseconds())/float64(b.N), "puts-ns/op")
 	b.StopTimer()
 	for r := range 2 {
 		wg.Go(func() { errs[r] = wins[r].Close(ctx) })

@@ -123,8 +123,16 @@ type peer struct {
 	// lent writes eager payloads from the caller's buffer (see lentMin).
 	lent    verbs.LentPairPoster
 	batcher verbs.PostBatcher // the QP's, when it has the capability (Endpoint.holdPosts)
-	held    bool              // batcher holds posts for the endpoint (Endpoint.holdPosts)
-	grows   bool              // buffers grow on demand (maxRecv > EagerSlots; symmetric)
+	// runs takes deferred inline writes as one request (window_inline.go):
+	// run holds those not yet posted, up to runWrites writes and runBytes
+	// bytes with their descriptors; runErr is the failure of posting one,
+	// for the next write or fence to this peer to report.
+	runs                verbs.RunWriter
+	run                 verbs.WriteRun
+	runWrites, runBytes int
+	runErr              error
+	held                bool // batcher holds posts for the endpoint (Endpoint.holdPosts)
+	grows               bool // buffers grow on demand (maxRecv > EagerSlots; symmetric)
 	// steer takes the bodies of pipelined fragments from the provider
 	// straight into their receive (nil: the QP cannot; see pipeSteer).
 	steer *pipeSteer
@@ -285,6 +293,11 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 		p.lent = lp
 	}
 	p.batcher, _ = p.qp.(verbs.PostBatcher)
+	if rw, ok := p.qp.(verbs.RunWriter); ok && p.batcher != nil {
+		if w, b := rw.RunLimits(); w > 1 && b >= p.inline {
+			p.runs, p.runWrites, p.runBytes = rw, w, b
+		}
+	}
 	if ss, ok := p.qp.(verbs.SendSteerer); ok && pipe > 0 && most <= 1<<16 {
 		p.steer = &pipeSteer{ep: ep, p: p}
 		p.seqSlot = make([]uint32, 1<<bits.Len(uint(most-1)))

@@ -167,6 +167,9 @@ func (ep *Endpoint) endBatchLocked(outer bool) {
 // holdPosts makes p's QP hold what is posted to it until releasePostsLocked,
 // while the endpoint is batching.
 func (ep *Endpoint) holdPosts(p *peer) {
+	if p.run.Len() > 0 {
+		ep.postRunLocked(p) // the writes run before whatever follows them
+	}
 	if !ep.batching {
 		if ep.deferred > 0 && !ep.deferring {
 			// Any other post sends the deferred ones first: they
@@ -196,6 +199,9 @@ func (ep *Endpoint) holdQPLocked(p *peer) {
 // included.
 func (ep *Endpoint) releasePostsLocked() {
 	for _, p := range ep.heldQPs {
+		if p.run.Len() > 0 {
+			ep.postRunLocked(p)
+		}
 		p.held = false
 		p.batcher.ReleasePosts()
 	}

@@ -50,6 +50,10 @@ type PeerStats struct {
 	// all counted.
 	WriteSent  Counter
 	NotifyRecv Counter // window notifications received (Bytes is 0)
+	// Runs of small window writes posted as one request each
+	// (verbs.RunWriter: over tcp), and their bytes; their writes are in
+	// WriteSent too.
+	WriteRuns Counter
 }
 
 // Stats is a snapshot of an endpoint's counters.

@@ -634,6 +634,10 @@ func (ep *Endpoint) postWriteLocked(p *peer, r *Request) error {
 		p.swr[0].SGL = p.sge[:]
 	}
 	ep.holdPosts(p)
+	if err := p.runErr; err != nil && r.fence {
+		p.runErr = nil
+		return err // the writes it was to fence were not posted
+	}
 	if err := p.qp.PostSend(p.swr[:]...); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -110,5 +111,168 @@ func TestInlineWritesFence(t *testing.T) {
 			return err
 		}
 		return w.Close(ctx)
+	})
+}
+
+// Over tcp, inline writes held for a later post travel as runs, one
+// request each (verbs.RunWriter), and stay in program order with the
+// writes that take requests of their own: rank 1's window ends as the
+// writes applied one after another would leave it, where small and large
+// writes overlap. Thousands of writes with no fence between them release
+// runs as they go (every 128 held writes) without filling the send queue.
+func TestInlineWritesTravelAsRuns(t *testing.T) {
+	o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{LivenessTimeout: -1}}
+	const size, large = 4096, 1500
+	// image applies rank 0's writes, in order, to a window of size bytes.
+	type write struct {
+		off  int
+		data []byte
+	}
+	var writes []write
+	for i := range 3000 {
+		n := 1 + i%61
+		if i%97 == 50 {
+			n = large // past the inline limit: a request of its own
+		}
+		writes = append(writes, write{off: (i * 131) % (size - n), data: pattern(n, byte(i))})
+	}
+	image := make([]byte, size)
+	for _, w := range writes {
+		copy(image[w.off:], w.data)
+	}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		w, err := ep.NewWindow(ctx, make([]byte, size))
+		if err != nil {
+			return err
+		}
+		if ep.Rank() == 1 {
+			if _, err := ep.Recv(ctx, 0, 1, nil); err != nil {
+				return err
+			}
+			if got := w.Bytes(); !bytes.Equal(got, image) {
+				i := 0
+				for got[i] == image[i] {
+					i++
+				}
+				return fmt.Errorf("rank 1's window differs from the writes applied in order from byte %d", i)
+			}
+			return w.Close(ctx)
+		}
+		var reqs []*p2p.Request
+		for i, wr := range writes {
+			r, err := w.IwriteNow(1, wr.off, wr.data)
+			if err != nil {
+				return fmt.Errorf("write %d: %w", i, err)
+			}
+			if r != nil {
+				reqs = append(reqs, r)
+			}
+			if i == 1000 {
+				// A fence midway, and a window's worth more after it.
+				if reqs, err = w.Ifence(reqs); err != nil {
+					return err
+				}
+			}
+		}
+		if reqs, err = w.Ifence(reqs); err != nil {
+			return err
+		}
+		for _, r := range reqs {
+			if _, err := r.Wait(ctx); err != nil {
+				return err
+			}
+			r.Release()
+		}
+		st := ep.Stats().Peers[1]
+		if st.WriteRuns.Msgs == 0 || st.WriteRuns.Msgs*8 > uint64(len(writes)) {
+			return fmt.Errorf("%d writes went in %d runs; want runs of 8 or more writes on average", len(writes), st.WriteRuns.Msgs)
+		}
+		if n := ep.SendOutstanding(1); n > 2 {
+			return fmt.Errorf("%d send-queue entries still taken after the fences", n)
+		}
+		if err := ep.Send(ctx, 1, 1, nil); err != nil {
+			return err
+		}
+		return w.Close(ctx)
+	})
+}
+
+// A run of held inline writes leaves when the deferred posts' grace runs
+// out, with no fence, wait or other post to make it go.
+func TestInlineRunLeavesAfterGrace(t *testing.T) {
+	old := p2p.SetDeferGrace(time.Millisecond)
+	t.Cleanup(func() { p2p.SetDeferGrace(old) })
+	o := p2ptest.Options{Provider: "tcp", Timeout: 20 * time.Second, P2P: p2p.Options{LivenessTimeout: -1}}
+	want := pattern(40, 7)
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		w, err := ep.NewWindow(ctx, make([]byte, 64))
+		if err != nil {
+			return err
+		}
+		if ep.Rank() == 1 {
+			if _, err := ep.Recv(ctx, 0, 1, nil); err != nil {
+				return err
+			}
+			if got := w.Bytes()[:len(want)]; !bytes.Equal(got, want) {
+				return fmt.Errorf("rank 1's window holds %v, want %v", got, want)
+			}
+			return w.Close(ctx)
+		}
+		for i := range 5 {
+			if _, err := w.IwriteNow(1, i*8, want[i*8:(i+1)*8]); err != nil {
+				return err
+			}
+		}
+		for ep.Stats().Peers[1].WriteRuns.Msgs == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("the held writes never left: %w", err)
+			}
+			runtime.Gosched()
+		}
+		if st := ep.Stats().Peers[1].WriteRuns; st.Msgs != 1 || st.Bytes != uint64(len(want)) {
+			return fmt.Errorf("the writes left in %d runs of %d bytes; want one of %d", st.Msgs, st.Bytes, len(want))
+		}
+		// The data is placed by the time a message after it arrives.
+		if err := ep.Send(ctx, 1, 1, nil); err != nil {
+			return err
+		}
+		return w.Close(ctx)
+	})
+}
+
+// A run of held writes whose post fails fails the fence that was to
+// cover it, with the post's error: its writes were never sent, and
+// nothing may report them placed. As any failed post does, it costs the
+// link to that peer.
+func TestInlineRunPostFailureFailsFence(t *testing.T) {
+	inj := faulty.NewInjector()
+	o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{LivenessTimeout: -1,
+		OpenDevice: faulty.Opener(inj)}}
+	boom := errors.New("boom")
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		w, err := ep.NewWindow(ctx, make([]byte, 64))
+		if err != nil || ep.Rank() == 1 {
+			return err
+		}
+		for i := range 3 {
+			if _, err := w.IwriteNow(1, i*8, pattern(8, byte(i))); err != nil {
+				return err
+			}
+		}
+		if ep.Stats().Peers[1].WriteRuns.Msgs != 0 {
+			return errors.New("the run left before the fence")
+		}
+		inj.FailPosts(1, boom, func(_ uint32, recv bool) bool { return !recv })
+		reqs, err := w.Ifence(nil)
+		if !errors.Is(err, boom) {
+			return fmt.Errorf("Ifence after a failed run: %d requests, error %v; want the post's error", len(reqs), err)
+		}
+		if st := ep.Stats().Peers[1].WriteRuns; st.Msgs != 0 {
+			return fmt.Errorf("%d runs counted sent after the failed post", st.Msgs)
+		}
+		if _, err := w.IwriteNow(1, 0, pattern(8, 9)); err == nil {
+			return errors.New("a write to the peer whose run failed went on")
+		}
+		return nil
 	})
 }

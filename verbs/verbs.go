@@ -283,6 +283,52 @@ type PostBatcher interface {
 	ReleasePosts()
 }
 
+// RunWriter is an optional QP capability of software providers: a run of
+// small RDMA WRITEs posted as one send request, which the provider checks,
+// sends and completes once instead of once a write (a window of 64 small
+// Puts over tcp spent as long in its requests' bookkeeping as in its
+// system calls). PostWriteRun copies the run's bytes, so the caller may
+// reuse it on return; the writes are placed in order, each as an inline,
+// unsignaled RDMA WRITE would be, and are complete once a later signaled
+// request of the QP completes. A failed write fails the run: its error
+// completion carries id (the writes before it in the run are placed, none
+// after it). RunLimits bounds a run: at most writes writes, of bytes
+// bytes in all (a wrapper whose QP takes no runs reports 0 writes).
+// Errors are PostSend's
+// (ErrInvalidArgument for a run beyond the limits, an empty one or one
+// whose Data does not add up; ErrQueueFull; ErrClosed), at post time.
+type RunWriter interface {
+	PostWriteRun(id uint64, run *WriteRun) error
+	RunLimits() (writes, bytes int)
+}
+
+// WriteRun is a run of RDMA WRITEs for RunWriter: Writes says where each
+// goes, Data holds their bytes one after the other. Not safe for
+// concurrent use.
+type WriteRun struct {
+	Writes []RunWrite
+	Data   []byte
+}
+
+// RunWrite is one write of a WriteRun: Len bytes to RemoteAddr under RKey.
+type RunWrite struct {
+	RemoteAddr uint64
+	RKey       uint32
+	Len        uint32
+}
+
+// Add appends a write of src to raddr under rkey (src is copied).
+func (r *WriteRun) Add(raddr uint64, rkey uint32, src []byte) {
+	r.Writes = append(r.Writes, RunWrite{RemoteAddr: raddr, RKey: rkey, Len: uint32(len(src))})
+	r.Data = append(r.Data, src...)
+}
+
+// Reset empties the run, keeping its memory.
+func (r *WriteRun) Reset() { r.Writes, r.Data = r.Writes[:0], r.Data[:0] }
+
+// Len is the number of writes in the run.
+func (r *WriteRun) Len() int { return len(r.Writes) }
+
 // InlinePairPoster is an optional QP capability: PostSendInlinePair posts
 // one inline request (wr has SendInline, its Inline is the first part)
 // whose payload is wr.Inline followed by tail, both copied at post time,

@@ -215,6 +215,43 @@ func (q *qp) PostSend(wrs ...verbs.SendWR) error {
 	return err
 }
 
+// PostWriteRun implements verbs.RunWriter for a wrapped QP that writes
+// runs (RunLimits reports none otherwise): a post failure injected for
+// sends fails it as it fails a PostSend, and the run counts as one send.
+func (q *qp) PostWriteRun(id uint64, run *verbs.WriteRun) error {
+	rw, ok := q.inner.(verbs.RunWriter)
+	if !ok {
+		return q.postErr("PostWriteRun", fmt.Errorf("%w: the wrapped QP writes no runs", verbs.ErrInvalidArgument))
+	}
+	if err := q.inj.onPost(q.num, false); err != nil {
+		return q.postErr("PostWriteRun", err)
+	}
+	q.mu.Lock()
+	q.sends = append(q.sends, id)
+	held := q.holds > 0
+	q.mu.Unlock()
+	if held {
+		q.inj.noteHeld(1)
+	}
+	err := rw.PostWriteRun(id, run)
+	if err != nil {
+		q.mu.Lock()
+		if n := len(q.sends); n > 0 && q.sends[n-1] == id {
+			q.sends = q.sends[:n-1]
+		}
+		q.mu.Unlock()
+	}
+	return err
+}
+
+// RunLimits implements verbs.RunWriter: the wrapped QP's, or no runs.
+func (q *qp) RunLimits() (writes, bytes int) {
+	if rw, ok := q.inner.(verbs.RunWriter); ok {
+		return rw.RunLimits()
+	}
+	return 0, 0
+}
+
 // HoldPosts implements verbs.PostBatcher: it passes the hold on when the
 // wrapped QP holds posts itself (else posts go as they come) and counts
 // the sends posted under it (Stats.SendsHeld).

@@ -13,6 +13,7 @@ import (
 	"github.com/rdmago/rdmago/verbs"
 	"github.com/rdmago/rdmago/verbs/faulty"
 	"github.com/rdmago/rdmago/verbs/loop"
+	"github.com/rdmago/rdmago/verbs/shm"
 )
 
 type end struct {
@@ -348,4 +349,35 @@ func TestOpener(t *testing.T) {
 	require.Error(t, err)
 	_, want := verbs.Open(context.Background(), "no-such-provider", verbs.DeviceOptions{})
 	assert.Equal(t, want.Error(), err.Error())
+}
+
+// A wrapped QP writes runs as the QP it wraps does, under the same post
+// failures as PostSend; wrapping one that writes none, it reports no runs
+// and refuses them.
+func TestWriteRuns(t *testing.T) {
+	inj := faulty.NewInjector()
+	a, b := newPair(t, inj)
+	ctx := ctxT(t)
+	rw, ok := a.qp.(verbs.RunWriter)
+	require.True(t, ok)
+	writes, bytes := rw.RunLimits()
+	require.Greater(t, writes, 1, "loop QPs write runs")
+	require.Positive(t, bytes)
+	var run verbs.WriteRun
+	run.Add(b.mr.Addr(), b.mr.RKey(), []byte("run"))
+	inj.FailPosts(1, nil, nil)
+	require.ErrorIs(t, rw.PostWriteRun(7, &run), verbs.ErrQueueFull)
+	require.NoError(t, rw.PostWriteRun(8, &run))
+	require.NoError(t, a.qp.PostSend(verbs.SendWR{ID: 9, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled | verbs.SendInline,
+		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}))
+	assert.EqualValues(t, 9, next(t, ctx, a.scq).ID)
+	assert.Equal(t, "run", string(b.mr.Bytes()[:3]))
+
+	sd, err := shm.Open(ctx, shm.Options{DeviceOptions: verbs.DeviceOptions{Token: []byte("faulty-runs")}})
+	require.NoError(t, err)
+	plain := newEndOn(t, faulty.Wrap(sd, inj))
+	prw := plain.qp.(verbs.RunWriter)
+	w, _ := prw.RunLimits()
+	assert.Zero(t, w)
+	require.ErrorIs(t, prw.PostWriteRun(1, &run), verbs.ErrInvalidArgument)
 }

@@ -1,7 +1,9 @@
 package softrc
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/rdmago/rdmago/verbs"
@@ -130,6 +132,113 @@ func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
 		q.kicks++
 	}
 	return nil
+}
+
+// RunBytesMax bounds a run's body (descriptors and bytes), so that one
+// post copies and one frame carries a bounded amount.
+const RunBytesMax = 64 << 10
+
+// RunLimits implements verbs.RunWriter: the bytes are what RunBytesMax
+// leaves beside the descriptors of the most writes a run takes.
+func (q *QP) RunLimits() (writes, bytes int) {
+	return RunMax, int(min(uint64(RunBytesMax), q.dev.cfg.Caps.MaxMsgSize)) - RunMax*RunDescLen
+}
+
+// PostWriteRun implements verbs.RunWriter: the run takes one send queue
+// entry, whose body is the WRITE_RUN frame's (descriptors, then bytes),
+// and whose sequence numbers are its writes', one each as the responder
+// counts them. It asks for no ACK (a WRITE_RUN cannot), so a QP that
+// signals every request refuses runs.
+func (q *QP) PostWriteRun(id uint64, run *verbs.WriteRun) error {
+	k := len(run.Writes)
+	wmax, bmax := q.RunLimits()
+	sum := 0
+	for i := range run.Writes {
+		if run.Writes[i].Len == 0 {
+			return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: write %d of the run has no bytes", verbs.ErrInvalidArgument, i))
+		}
+		sum += int(run.Writes[i].Len)
+	}
+	switch {
+	case k == 0 || k > wmax:
+		return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: a run of %d writes (1 to %d)", verbs.ErrInvalidArgument, k, wmax))
+	case sum != len(run.Data):
+		return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: the run's %d writes add up to %d bytes, its Data has %d", verbs.ErrInvalidArgument, k, sum, len(run.Data)))
+	case sum > bmax:
+		return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: a run of %d bytes (max %d)", verbs.ErrInvalidArgument, sum, bmax))
+	}
+	q.mu.Lock()
+	err := q.postRunLocked(id, run, k*RunDescLen+sum)
+	l, n := q.takeKicksLocked()
+	q.mu.Unlock()
+	q.kickPosted(l, n)
+	return err
+}
+
+func (q *QP) postRunLocked(id uint64, run *verbs.WriteRun, body int) error {
+	switch {
+	case q.closed:
+		return q.dev.err("PostWriteRun", q.num, 0, verbs.ErrClosed)
+	case q.state != verbs.QPRTS && q.state != verbs.QPErr:
+		return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: PostWriteRun in state %v (needs RTS)", verbs.ErrInvalidState, q.state))
+	case q.sigAll:
+		return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: a run asks for no ACK, and this QP signals every request", verbs.ErrInvalidArgument))
+	}
+	n := uint64(len(q.sq))
+	if q.state != verbs.QPErr && q.tail-q.head >= n {
+		return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: %d send requests outstanding (max %d; unsignaled ones hold their slot until a later signaled completion)", verbs.ErrQueueFull, q.tail-q.head, n))
+	}
+	var tmp swqe
+	e := &tmp
+	if q.state != verbs.QPErr {
+		e = &q.sq[q.tail%n]
+	}
+	e.releaseRefs()
+	e.tail, e.lent, e.gone = nil, false, false
+	var b []byte
+	if k := len(q.runBufs); k > 0 {
+		b, q.runBufs = q.runBufs[k-1], q.runBufs[:k-1]
+	}
+	b = slices.Grow(b[:0], body)[:len(run.Writes)*RunDescLen]
+	for i, w := range run.Writes {
+		d := b[i*RunDescLen:]
+		binary.BigEndian.PutUint64(d, w.RemoteAddr)
+		binary.BigEndian.PutUint32(d[8:], w.RKey)
+		binary.BigEndian.PutUint32(d[12:], w.Len)
+	}
+	e.inline = append(b, run.Data...)
+	e.segs = append(e.segs, e.inline)
+	e.id, e.op, e.flags, e.signaled = id, verbs.OpRDMAWrite, verbs.SendInline, false
+	e.run, e.imm, e.length = uint32(len(run.Writes)), uint32(len(run.Writes)), uint32(body)
+	e.raddr, e.rkey, e.cmp, e.swap = 0, 0, 0, 0
+	e.sent, e.localErr = false, 0
+	e.rnrLeft = q.rnrRetry
+	if q.state == verbs.QPErr {
+		st := verbs.StatusWRFlushErr
+		if q.lost {
+			st, q.lost = verbs.StatusRetryExcErr, false
+		}
+		q.pushSendWC(e, st)
+		e.releaseRefs()
+		return nil
+	}
+	e.seq = q.nextSeq
+	q.nextSeq += e.run
+	q.tail++
+	q.kicks++
+	return nil
+}
+
+// runBufsKeep is how many run bodies a QP keeps for reuse.
+const runBufsKeep = 4
+
+// keepRunBuf gives the body of e, a run about to be released, to the
+// next run.
+func (q *QP) keepRunBuf(e *swqe) {
+	if len(q.runBufs) < runBufsKeep {
+		q.runBufs = append(q.runBufs, e.inline[:0])
+	}
+	e.inline = nil
 }
 
 // SteerSends implements verbs.SendSteerer: HandleRequest asks s where

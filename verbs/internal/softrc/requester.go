@@ -104,6 +104,9 @@ func (q *QP) nextRequestLocked(r *Request, max uint32) bool {
 		r.Op = FrameSendImm
 	case verbs.OpRDMAWrite:
 		r.Op = FrameWrite
+		if e.run > 0 {
+			r.Op = FrameWriteRun // Imm is the count, Len the body
+		}
 	case verbs.OpRDMAWriteWithImm:
 		r.Op = FrameWriteImm
 	case verbs.OpRDMARead:
@@ -242,6 +245,9 @@ func (q *QP) completeLocked(st verbs.Status) {
 	if e.sent && e.readLike() {
 		q.rdOut--
 	}
+	if e.run > 0 {
+		q.keepRunBuf(e)
+	}
 	e.releaseRefs()
 	if st != verbs.StatusSuccess {
 		q.pushSendWC(e, st)
@@ -305,8 +311,8 @@ func (q *QP) handleResponseLocked(h *Header, p Payload) error {
 		if d < 0 {
 			return skip() // stale: that message already completed
 		}
-		if d == 0 {
-			break
+		if d < int32(e.seqs()) {
+			break // e's response, or a NAK of one of its run's writes
 		}
 		if e.readLike() {
 			// A READ or atomic must get its own response.
