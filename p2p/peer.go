@@ -294,7 +294,9 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	}
 	p.batcher, _ = p.qp.(verbs.PostBatcher)
 	if rw, ok := p.qp.(verbs.RunWriter); ok && p.batcher != nil {
-		if w, b := rw.RunLimits(); w > 1 && b >= p.inline {
+		// Where writes go inline at all (not loop's QPs, whose writes
+		// keep their requests).
+		if w, b := rw.RunLimits(); w > 1 && b >= runWriteMax && p.inline > 0 {
 			p.runs, p.runWrites, p.runBytes = rw, w, b
 		}
 	}

@@ -437,7 +437,7 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 		// What was copied is in place; the rest takes the queue pair.
 		off, src = off+c, src[c:]
 	}
-	if bare && peer != ep.rank && len(src) > 0 && len(src) <= ep.peers[peer].inline && ep.peers[peer].batcher != nil {
+	if p := ep.peers[peer]; bare && peer != ep.rank && len(src) > 0 && p.batcher != nil && (len(src) <= p.inline || p.runs != nil && len(src) <= runWriteMax) {
 		// IwriteNow's small writes go inline, without a request, where
 		// the doorbell is a system call (window_inline.go).
 		if ok, err := w.writeInline(ep.peers[peer], rk.addr+uint64(off), rk.rkey, src); err != nil {

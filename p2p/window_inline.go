@@ -54,11 +54,12 @@ func (w *Window) writeInline(p *peer, addr uint64, rkey uint32, src []byte) (boo
 	if p.run.Len() > 0 {
 		pending = 1
 	}
-	if len(p.queue) > 0 || p.sqOut+pending+1 >= p.sqCap || w.closed {
+	runs := p.runs != nil && !ep.batching && p.unsig+2 < inlineSignal
+	if len(p.queue) > 0 || p.sqOut+pending+1 >= p.sqCap || w.closed || len(src) > p.inline && !runs {
 		return false, nil
 	}
 	lazy := ep.deferPostsLocked(p)
-	if lazy && p.runs != nil && p.unsig+2 < inlineSignal {
+	if lazy && runs {
 		// Into the peer's run, posted with the deferred posts. A run is
 		// unsignaled: once inlineSignal-2 unsignaled entries wait for a
 		// signaled one, the write takes the path below, which signals.
@@ -101,6 +102,10 @@ func (w *Window) noteInline(rank int) {
 		w.inl.n.Add(1)
 	}
 }
+
+// runWriteMax is the largest write a run takes (above the inline limit:
+// runs copy their bytes anyway).
+const runWriteMax = 4096
 
 // postRunLocked posts p's run of deferred inline writes as one unsignaled
 // request (verbs.RunWriter), counted like an inline write's; a failure

@@ -20,7 +20,7 @@ import (
 // written, which completes only with the completion of its own signaled
 // write (held back here by the injector: a fence that completed at once
 // would not wait for the writes before it), after which the writes are in
-// the peer's window. A write past the inline limit keeps its request, and
+// the peer's window. A write past what a run takes keeps its request, and
 // a second Ifence has nothing to fence. The fence's completion frees the
 // send-queue entries of the writes before it, which have no completion of
 // their own (a run of larger writes after them found the queue short).
@@ -28,9 +28,9 @@ func TestInlineWritesFence(t *testing.T) {
 	inj := faulty.NewInjector()
 	o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{LivenessTimeout: -1,
 		OpenDevice: faulty.Opener(inj)}}
-	const small, large = 8, 2048
+	const small, large = 8, 8192
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
-		w, err := ep.NewWindow(ctx, make([]byte, 8192))
+		w, err := ep.NewWindow(ctx, make([]byte, 4096+large))
 		if err != nil {
 			return err
 		}
@@ -122,7 +122,7 @@ func TestInlineWritesFence(t *testing.T) {
 // runs as they go (every 128 held writes) without filling the send queue.
 func TestInlineWritesTravelAsRuns(t *testing.T) {
 	o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{LivenessTimeout: -1}}
-	const size, large = 4096, 1500
+	const size, large = 16384, 6000
 	// image applies rank 0's writes, in order, to a window of size bytes.
 	type write struct {
 		off  int
@@ -131,8 +131,11 @@ func TestInlineWritesTravelAsRuns(t *testing.T) {
 	var writes []write
 	for i := range 3000 {
 		n := 1 + i%61
-		if i%97 == 50 {
-			n = large // past the inline limit: a request of its own
+		switch {
+		case i%97 == 50:
+			n = large // past what a run takes: a request of its own
+		case i%89 == 3:
+			n = 1500 // past the inline limit, in a run still
 		}
 		writes = append(writes, write{off: (i * 131) % (size - n), data: pattern(n, byte(i))})
 	}
@@ -198,14 +201,15 @@ func TestInlineWritesTravelAsRuns(t *testing.T) {
 }
 
 // A run of held inline writes leaves when the deferred posts' grace runs
-// out, with no fence, wait or other post to make it go.
+// out, with no fence, wait or other post to make it go; a write past the
+// inline limit, within what a run takes, goes in it too.
 func TestInlineRunLeavesAfterGrace(t *testing.T) {
 	old := p2p.SetDeferGrace(time.Millisecond)
 	t.Cleanup(func() { p2p.SetDeferGrace(old) })
 	o := p2ptest.Options{Provider: "tcp", Timeout: 20 * time.Second, P2P: p2p.Options{LivenessTimeout: -1}}
-	want := pattern(40, 7)
+	want := pattern(40+1500, 7)
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
-		w, err := ep.NewWindow(ctx, make([]byte, 64))
+		w, err := ep.NewWindow(ctx, make([]byte, 2048))
 		if err != nil {
 			return err
 		}
@@ -214,7 +218,7 @@ func TestInlineRunLeavesAfterGrace(t *testing.T) {
 				return err
 			}
 			if got := w.Bytes()[:len(want)]; !bytes.Equal(got, want) {
-				return fmt.Errorf("rank 1's window holds %v, want %v", got, want)
+				return errors.New("rank 1's window lacks the writes")
 			}
 			return w.Close(ctx)
 		}
@@ -222,6 +226,9 @@ func TestInlineRunLeavesAfterGrace(t *testing.T) {
 			if _, err := w.IwriteNow(1, i*8, want[i*8:(i+1)*8]); err != nil {
 				return err
 			}
+		}
+		if r, err := w.IwriteNow(1, 40, want[40:]); err != nil || r != nil {
+			return fmt.Errorf("a 1500-byte write: a request %t, error %v; want neither", r != nil, err)
 		}
 		for ep.Stats().Peers[1].WriteRuns.Msgs == 0 {
 			if err := ctx.Err(); err != nil {
