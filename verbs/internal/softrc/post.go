@@ -115,23 +115,30 @@ func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
 		e.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
 		e.length = uint32(wr.Len())
 		e.raddr, e.rkey, e.imm, e.cmp, e.swap = wr.RemoteAddr, wr.RKey, wr.Imm, wr.CompareAdd, wr.Swap
-		e.sent, e.localErr = false, 0
-		e.rnrLeft = q.rnrRetry
-		if q.state == verbs.QPErr {
-			st := verbs.StatusWRFlushErr
-			if q.lost {
-				st, q.lost = verbs.StatusRetryExcErr, false
-			}
-			q.pushSendWC(e, st)
-			e.releaseRefs()
-			continue
-		}
-		e.seq = q.nextSeq
-		q.nextSeq++
-		q.tail++
-		q.kicks++
+		q.enqueueLocked(e, 1)
 	}
 	return nil
+}
+
+// enqueueLocked takes e, filled in at the tail, into the send queue with
+// seqs sequence numbers (a run takes one per write); in ERR, where e is
+// scratch, it completes e at once with a flush error instead.
+func (q *QP) enqueueLocked(e *swqe, seqs uint32) {
+	e.sent, e.localErr = false, 0
+	e.rnrLeft = q.rnrRetry
+	if q.state == verbs.QPErr {
+		st := verbs.StatusWRFlushErr
+		if q.lost {
+			st, q.lost = verbs.StatusRetryExcErr, false
+		}
+		q.pushSendWC(e, st)
+		e.releaseRefs()
+		return
+	}
+	e.seq = q.nextSeq
+	q.nextSeq += seqs
+	q.tail++
+	q.kicks++
 }
 
 // RunBytesMax bounds a run's body (descriptors and bytes), so that one
@@ -211,21 +218,7 @@ func (q *QP) postRunLocked(id uint64, run *verbs.WriteRun, body int) error {
 	e.id, e.op, e.flags, e.signaled = id, verbs.OpRDMAWrite, verbs.SendInline, false
 	e.run, e.imm, e.length = uint32(len(run.Writes)), uint32(len(run.Writes)), uint32(body)
 	e.raddr, e.rkey, e.cmp, e.swap = 0, 0, 0, 0
-	e.sent, e.localErr = false, 0
-	e.rnrLeft = q.rnrRetry
-	if q.state == verbs.QPErr {
-		st := verbs.StatusWRFlushErr
-		if q.lost {
-			st, q.lost = verbs.StatusRetryExcErr, false
-		}
-		q.pushSendWC(e, st)
-		e.releaseRefs()
-		return nil
-	}
-	e.seq = q.nextSeq
-	q.nextSeq += e.run
-	q.tail++
-	q.kicks++
+	q.enqueueLocked(e, e.run)
 	return nil
 }
 
