@@ -80,22 +80,16 @@ func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
 	if q.state != verbs.QPRTS && q.state != verbs.QPErr {
 		return q.dev.err("PostSend", q.num, 0, fmt.Errorf("%w: PostSend in state %v (needs RTS)", verbs.ErrInvalidState, q.state))
 	}
-	n := uint64(len(q.sq))
 	for i := range wrs {
 		wr := &wrs[i]
 		if err := verbs.ValidateSendWR(wr, q.cap, q.dev.cfg.Caps); err != nil {
 			return q.dev.err("PostSend", q.num, i, err)
 		}
-		if q.state != verbs.QPErr && q.tail-q.head >= n {
-			return q.dev.err("PostSend", q.num, i, fmt.Errorf("%w: %d send requests outstanding (max %d; unsignaled ones hold their slot until a later signaled completion)", verbs.ErrQueueFull, q.tail-q.head, n))
-		}
 		var tmp swqe
-		e := &tmp
-		if q.state != verbs.QPErr {
-			e = &q.sq[q.tail%n]
+		e, err := q.claimTailLocked("PostSend", i, &tmp)
+		if err != nil {
+			return err
 		}
-		e.releaseRefs()
-		e.tail, e.lent, e.gone = nil, false, false
 		needWrite := wr.Opcode == verbs.OpRDMARead || wr.Opcode.IsAtomic()
 		if wr.Flags&verbs.SendInline != 0 {
 			e.inline = append(e.inline[:0], wr.Inline...)
@@ -118,6 +112,24 @@ func (q *QP) postSendLocked(wrs []verbs.SendWR) error {
 		q.enqueueLocked(e, 1)
 	}
 	return nil
+}
+
+// claimTailLocked returns the entry a new request is to fill, emptied:
+// the send queue's tail, or tmp in ERR, where the request completes at
+// once (enqueueLocked); ErrQueueFull, naming op and the request's index
+// i, when the queue has no room.
+func (q *QP) claimTailLocked(op string, i int, tmp *swqe) (*swqe, error) {
+	n := uint64(len(q.sq))
+	if q.state != verbs.QPErr && q.tail-q.head >= n {
+		return nil, q.dev.err(op, q.num, i, fmt.Errorf("%w: %d send requests outstanding (max %d; unsignaled ones hold their slot until a later signaled completion)", verbs.ErrQueueFull, q.tail-q.head, n))
+	}
+	e := tmp
+	if q.state != verbs.QPErr {
+		e = &q.sq[q.tail%n]
+	}
+	e.releaseRefs()
+	e.tail, e.lent, e.gone = nil, false, false
+	return e, nil
 }
 
 // enqueueLocked takes e, filled in at the tail, into the send queue with
@@ -191,17 +203,11 @@ func (q *QP) postRunLocked(id uint64, run *verbs.WriteRun, body int) error {
 	case q.sigAll:
 		return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: a run asks for no ACK, and this QP signals every request", verbs.ErrInvalidArgument))
 	}
-	n := uint64(len(q.sq))
-	if q.state != verbs.QPErr && q.tail-q.head >= n {
-		return q.dev.err("PostWriteRun", q.num, 0, fmt.Errorf("%w: %d send requests outstanding (max %d; unsignaled ones hold their slot until a later signaled completion)", verbs.ErrQueueFull, q.tail-q.head, n))
-	}
 	var tmp swqe
-	e := &tmp
-	if q.state != verbs.QPErr {
-		e = &q.sq[q.tail%n]
+	e, err := q.claimTailLocked("PostWriteRun", 0, &tmp)
+	if err != nil {
+		return err
 	}
-	e.releaseRefs()
-	e.tail, e.lent, e.gone = nil, false, false
 	var b []byte
 	if k := len(q.runBufs); k > 0 {
 		b, q.runBufs = q.runBufs[k-1], q.runBufs[:k-1]
