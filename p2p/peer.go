@@ -124,9 +124,9 @@ type peer struct {
 	lent    verbs.LentPairPoster
 	batcher verbs.PostBatcher // the QP's, when it has the capability (Endpoint.holdPosts)
 	// runs takes deferred inline writes as one request (window_inline.go):
-	// run holds those not yet posted, up to runWrites writes and runBytes
-	// bytes with their descriptors; runErr is the failure of posting one,
-	// for the next write or fence to this peer to report.
+	// run holds those not yet posted, up to runWrites writes of runBytes
+	// bytes in all; runErr is the failure of posting one, for the next
+	// write or fence to this peer to report.
 	runs                verbs.RunWriter
 	run                 verbs.WriteRun
 	runWrites, runBytes int

@@ -438,9 +438,9 @@ func (w *Window) iwrite(peer, off int, src []byte, notify bool, value uint32, ba
 		off, src = off+c, src[c:]
 	}
 	if p := ep.peers[peer]; bare && peer != ep.rank && len(src) > 0 && p.batcher != nil && (len(src) <= p.inline || p.runs != nil && len(src) <= runWriteMax) {
-		// IwriteNow's small writes go inline, without a request, where
-		// the doorbell is a system call (window_inline.go).
-		if ok, err := w.writeInline(ep.peers[peer], rk.addr+uint64(off), rk.rkey, src); err != nil {
+		// IwriteNow's small writes go inline, or into a run, without a
+		// request, where the doorbell is a system call (window_inline.go).
+		if ok, err := w.writeInline(p, rk.addr+uint64(off), rk.rkey, src); err != nil {
 			return bad(err)
 		} else if ok {
 			return nil, nil

@@ -293,10 +293,12 @@ type PostBatcher interface {
 // request of the QP completes. A failed write fails the run: its error
 // completion carries id (the writes before it in the run are placed, none
 // after it). RunLimits bounds a run: at most writes writes, of bytes
-// bytes in all (a wrapper whose QP takes no runs reports 0 writes).
-// Errors are PostSend's
-// (ErrInvalidArgument for a run beyond the limits, an empty one or one
-// whose Data does not add up; ErrQueueFull; ErrClosed), at post time.
+// bytes in all (a wrapper whose QP takes no runs reports 0 writes). Both
+// may be called from any goroutine, as PostSend may, and a run takes its
+// place among the QP's posts when PostWriteRun is called. Errors are
+// PostSend's (ErrInvalidArgument for a run beyond the limits, an empty
+// one or one whose Data does not add up; ErrQueueFull; ErrClosed), at
+// post time.
 type RunWriter interface {
 	PostWriteRun(id uint64, run *WriteRun) error
 	RunLimits() (writes, bytes int)
