@@ -132,7 +132,7 @@ func (r *sockReader) read(p []byte) (int, error) {
 		}
 	}
 	for {
-		n, err := r.l.c.Read(p)
+		n, err := r.l.readWait(p)
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return n, err
 		}

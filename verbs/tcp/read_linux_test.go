@@ -1,7 +1,9 @@
 package tcp
 
 import (
+	"io"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -97,4 +99,71 @@ func TestReadQueuedAfterInterrupt(t *testing.T) {
 	n, err = l.c.Read(buf)
 	require.NoError(t, err)
 	require.Equal(t, "d", string(buf[:n]))
+}
+
+// readWait, the reader goroutine's blocking read, waits for bytes in the
+// network poller, reads with a raw read(2) of at most rawMax however much
+// is queued (a read through syscall.Syscall woke the runtime's sysmon
+// thread every time), gives up on a deadline in the past as Conn.Read
+// does (a poller's interrupt), reads without allocating and reports the
+// peer's close as io.EOF.
+func TestReadWaitIsRawAndBlocking(t *testing.T) {
+	l, peer := loopbackLink(t)
+	buf := make([]byte, 2*rawMax)
+
+	// Blocks until bytes come.
+	got := make(chan int, 1)
+	go func() {
+		n, err := l.readWait(buf[:64])
+		if err != nil {
+			n = -1
+		}
+		got <- n
+	}()
+	_, err := peer.Write([]byte("late"))
+	require.NoError(t, err)
+	select {
+	case n := <-got:
+		require.Equal(t, 4, n)
+	case <-time.After(10 * time.Second):
+		t.Fatal("readWait did not return the bytes written")
+	}
+
+	// At most rawMax a read, with more than that queued.
+	require.NoError(t, l.c.(*net.TCPConn).SetReadBuffer(4*rawMax))
+	big := make([]byte, rawMax+rawMax/2)
+	go func() { _, _ = peer.Write(big) }()
+	fd := 0
+	require.NoError(t, l.rc.Control(func(f uintptr) { fd = int(f) }))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q, _ := sysQueued(uintptr(fd))
+		if q > rawMax || time.Now().After(deadline) {
+			require.Greater(t, q, rawMax, "the written bytes never queued")
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	n, err := l.readWait(buf)
+	require.NoError(t, err)
+	require.Equal(t, rawMax, n, "one readWait took more than rawMax")
+	for left := len(big) - n; left > 0; left -= n {
+		n, err = l.readWait(buf)
+		require.NoError(t, err)
+	}
+	one := []byte{1}
+	require.Zero(t, testing.AllocsPerRun(20, func() {
+		_, _ = peer.Write(one)
+		_, _ = l.readWait(buf)
+	}), "readWait allocates")
+
+	// An interrupt: a deadline in the past ends a wait with nothing queued.
+	require.NoError(t, l.c.SetReadDeadline(time.Now().Add(-time.Second)))
+	_, err = l.readWait(buf)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.NoError(t, l.c.SetReadDeadline(time.Time{}))
+
+	require.NoError(t, peer.Close())
+	_, err = l.readWait(buf)
+	require.ErrorIs(t, err, io.EOF)
 }

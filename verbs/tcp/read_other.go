@@ -55,3 +55,6 @@ func (l *link) takeQueued() int { return 0 }
 func (l *link) lastQueued() int { return 0 }
 
 const smallQueued = 0
+
+// readWait is the connection's blocking Read elsewhere than on Linux.
+func (l *link) readWait(p []byte) (int, error) { return l.c.Read(p) }
