@@ -79,9 +79,12 @@ func (w *waker) wake() {
 		return
 	}
 	// A full queue (EAGAIN) already holds a wake-up; a missing socket
-	// (ECONNREFUSED) means the sleeper's CQ is gone.
+	// (ECONNREFUSED) means the sleeper's CQ is gone. It never blocks, so
+	// it is a raw system call, as futex.Wake is: through syscall.Syscall
+	// its entry woke the runtime's sysmon thread, and a preempted call
+	// could hand this thread's P to another.
 	b := byte(1)
-	unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b)), 1, unix.MSG_DONTWAIT,
+	unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b)), 1, unix.MSG_DONTWAIT,
 		uintptr(unsafe.Pointer(&w.addr)), w.addrLn)
 }
 
