@@ -203,16 +203,22 @@ func (q *qp) PostSend(wrs ...verbs.SendWR) error {
 		}
 		q.mu.Lock()
 		for _, wr := range wrs[n:] {
-			for j := len(q.sends) - 1; j >= 0; j-- {
-				if q.sends[j] == wr.ID {
-					q.sends = append(q.sends[:j], q.sends[j+1:]...)
-					break
-				}
-			}
+			q.forgetSendLocked(wr.ID)
 		}
 		q.mu.Unlock()
 	}
 	return err
+}
+
+// forgetSendLocked drops the newest record of a send with id, one the
+// provider refused after it was recorded.
+func (q *qp) forgetSendLocked(id uint64) {
+	for j := len(q.sends) - 1; j >= 0; j-- {
+		if q.sends[j] == id {
+			q.sends = append(q.sends[:j], q.sends[j+1:]...)
+			return
+		}
+	}
 }
 
 // PostWriteRun implements verbs.RunWriter for a wrapped QP that writes
@@ -236,9 +242,7 @@ func (q *qp) PostWriteRun(id uint64, run *verbs.WriteRun) error {
 	err := rw.PostWriteRun(id, run)
 	if err != nil {
 		q.mu.Lock()
-		if n := len(q.sends); n > 0 && q.sends[n-1] == id {
-			q.sends = q.sends[:n-1]
-		}
+		q.forgetSendLocked(id)
 		q.mu.Unlock()
 	}
 	return err
