@@ -1,7 +1,6 @@
 package softrc
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync"
@@ -214,10 +213,7 @@ func (q *QP) postRunLocked(id uint64, run *verbs.WriteRun, body int) error {
 	}
 	b = slices.Grow(b[:0], body)[:len(run.Writes)*RunDescLen]
 	for i, w := range run.Writes {
-		d := b[i*RunDescLen:]
-		binary.BigEndian.PutUint64(d, w.RemoteAddr)
-		binary.BigEndian.PutUint32(d[8:], w.RKey)
-		binary.BigEndian.PutUint32(d[12:], w.Len)
+		putRunDesc(b[i*RunDescLen:], w.RemoteAddr, w.RKey, w.Len)
 	}
 	e.inline = append(b, run.Data...)
 	e.segs = append(e.segs, e.inline)

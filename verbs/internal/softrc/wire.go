@@ -181,13 +181,18 @@ func EncodeRun(h *Header, desc []byte, rs []Request) {
 	n := len(rs) * RunDescLen
 	for i := range rs {
 		r := &rs[i]
-		d := desc[i*RunDescLen : (i+1)*RunDescLen]
-		binary.BigEndian.PutUint64(d, r.RAddr)
-		binary.BigEndian.PutUint32(d[8:], r.RKey)
-		binary.BigEndian.PutUint32(d[12:], r.Len)
+		putRunDesc(desc[i*RunDescLen:], r.RAddr, r.RKey, r.Len)
 		n += int(r.Len)
 	}
 	*h = Header{Op: FrameWriteRun, QPN: rs[0].QPN, Seq: rs[0].Seq, Len: uint32(n), Imm: uint32(len(rs))}
+}
+
+// putRunDesc writes one write's descriptor at the start of d: remote
+// address, rkey and length, big-endian.
+func putRunDesc(d []byte, raddr uint64, rkey, n uint32) {
+	binary.BigEndian.PutUint64(d, raddr)
+	binary.BigEndian.PutUint32(d[8:], rkey)
+	binary.BigEndian.PutUint32(d[12:], n)
 }
 
 // ErrProtocol is the cause of a transport error due to a malformed or
