@@ -97,9 +97,10 @@ func Plain(dst, src []byte) int {
 	return plain(dst, src)
 }
 
+// plain is Plain from WideMin bytes on.
 func plain(dst, src []byte) int {
 	n := min(len(dst), len(src))
-	wideOK := haveWide && n >= WideMin && n < PlainMin
+	wideOK := haveWide && n < PlainMin
 	if !wideOK && (n < PlainMin || !haveMovs) {
 		return copy(dst, src)
 	}
