@@ -276,7 +276,7 @@ func (c *call) recvInto(peer int, dst []byte, count int64, fold bool) (*inMsg, e
 	var stage, pooled []byte
 	switch {
 	case cap(m.own) >= n:
-		// Kept at its largest (up to 64 KiB a record over tcp, so 512 KiB
+		// Kept at its largest (up to 256 KiB a record over tcp, so 2 MiB
 		// an Engine), so that calls mixing peers of both limits do not
 		// allocate.
 		stage = m.own[:n]

@@ -10,15 +10,15 @@ import (
 	"github.com/rdmago/rdmago/p2p"
 )
 
-// TestCollectiveInlineOverTCP: over tcp, whose eager messages hold 64
-// KiB, a bcast payload of up to 64 KiB travels in its header's message,
+// TestCollectiveInlineOverTCP: over tcp, whose eager messages hold 256
+// KiB, a bcast payload of up to 256 KiB travels in its header's message,
 // one p2p message per call rather than a header and a payload (comm's
-// group reports p2p's eager limit to the collectives). 64 KiB itself, the
-// provider's size, fits because the default limit leaves room for the
+// group reports p2p's eager limit to the collectives). 256 KiB itself,
+// the provider's size, fits because the default limit leaves room for the
 // header beyond it.
 func TestCollectiveInlineOverTCP(t *testing.T) {
 	t.Parallel()
-	for _, kib := range []int{16, 64} {
+	for _, kib := range []int{16, 64, 256} {
 		t.Run(fmt.Sprintf("%dKiB", kib), func(t *testing.T) {
 			t.Parallel()
 			const calls = 5

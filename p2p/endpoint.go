@@ -449,11 +449,16 @@ func eagerDefault(t verbs.Traits) int {
 // device d (the default is this and eagerHeadroom): the provider's size
 // (eagerDefault), halved over shared memory, down to minSharedEager, while
 // the eager buffers this rank posts for the host's other ranks would pass
-// eagerMemBudget (as the rings' depth shrinks with the rank count). Both
-// ends of a pair agree: they count the same ranks on their host.
+// eagerMemBudget (as the rings' depth shrinks with the rank count), and
+// over a network, down to minNetEager, while those for all the job's
+// other ranks would pass netEagerBudget. Both ends of a pair agree: they
+// count the same ranks.
 func (ep *Endpoint) eagerFor(d *device) int {
 	e := eagerDefault(d.traits)
 	if !d.traits.SharesMemory {
+		for e > minNetEager && (ep.size-1)*ep.opts.EagerSlots*e > netEagerBudget {
+			e /= 2
+		}
 		return e
 	}
 	for e > minSharedEager && (ep.localRanks-1)*ep.opts.EagerSlots*e > eagerMemBudget {
@@ -481,6 +486,15 @@ const (
 	// minSharedEager is the smallest default eager limit over shared memory
 	// (the 16 KiB that was the default at any rank count before).
 	minSharedEager = 16 << 10
+	// netEagerBudget bounds the eager buffers a rank posts for the job's
+	// other ranks over a network by default, reserved up front and touched
+	// only as messages land in them (a matched message's body is steered
+	// past them): tcp's 256 KiB ones up to 33 ranks with 32 buffers a
+	// peer, 128 KiB up to 65.
+	netEagerBudget = 256 << 20
+	// minNetEager is the smallest default eager limit a network's budget
+	// halves to (tcp's default before it was 256 KiB).
+	minNetEager = 64 << 10
 )
 
 // pipelineDefault is Options.PipelineLimit's default over a provider with

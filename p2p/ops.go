@@ -210,8 +210,16 @@ func (ep *Endpoint) rndvInsteadLocked(p *peer, ctxID uint32, peer, n int) bool {
 	// and 1.16-1.17x the bibw. A message sent alone keeps the pipeline's
 	// single trip (see pipe.go). Not at two fragments or less: a 128 KiB
 	// window that mixed the two read bibw 0.69-0.74 of the pipeline's.
-	return n > 2*p.eager && len(p.queue) > 0
+	// Where the eager limit is large (tcp's), the same holds for eager
+	// messages above windowRndvMin: a backed-up link copies each into a
+	// staging slot before the kernel copies it again.
+	return n > min(2*p.eager, windowRndvMin) && len(p.queue) > 0
 }
+
+// windowRndvMin caps the size above which a message sent in a backed-up
+// window takes the rendezvous (rndvInsteadLocked): twice the 64 KiB eager
+// limit tcp had when the rule was measured.
+const windowRndvMin = 128 << 10
 
 // initParts makes send r, initSend's, one of head and then its buf, n
 // bytes in all, and counts it.

@@ -60,9 +60,12 @@ type Options struct {
 	// µs that two copies beat up to there), halved down to 16 KiB while
 	// a rank's eager buffers for its host's other ranks would pass 8 MiB
 	// (from 10 ranks on a host with 32 buffers a peer), 8 KiB over ibv,
-	// 64 KiB over tcp and 32 KiB over loop (where each protocol round trip
-	// costs goroutine hand-offs, so eager wins up to 64 KiB; over tcp a
-	// rendezvous also costs three more trips through the kernel). See
+	// 256 KiB over tcp, halved down to 64 KiB while a rank's eager buffers
+	// for the job's other ranks would pass 256 MiB (128 KiB from 34 ranks
+	// with 32 buffers a peer, 64 KiB from 66), and 32 KiB over loop (where
+	// each protocol round trip costs goroutine hand-offs, so eager wins up
+	// to 64 KiB; over tcp a rendezvous also costs three more trips through
+	// the kernel, and one frame fewer per message than the pipeline). See
 	// docs/p2p.md.
 	EagerLimit int
 	// PipelineLimit is the largest message sent as a train of eager
@@ -73,7 +76,7 @@ type Options struct {
 	// eager message is). It applies to messages above EagerLimit. Zero
 	// means the provider's default: 256 KiB over tcp, where every
 	// rendezvous trip goes through both kernels (see docs/p2p.md for the
-	// figures); 64 KiB over shm, whose READ (process_vm_readv) costs
+	// figures; it takes effect where EagerLimit is lower than that); 64 KiB over shm, whose READ (process_vm_readv) costs
 	// about 3 µs before it copies anything, and 256 KiB there where the
 	// host's ranks outnumber its CPUs (a rendezvous there waits for the
 	// receiver's turn and then the sender's); none elsewhere, whose READ
@@ -82,9 +85,9 @@ type Options struct {
 	// has a receive posted for a message of its receiver's (traffic both
 	// ways, where both cores copy already) takes the rendezvous's single
 	// copy instead; so does, over a network, one of more than twice
-	// EagerLimit sent while earlier messages' frames to the same peer wait
-	// for credits (a window of large sends, where the rendezvous streams
-	// better).
+	// EagerLimit or 128 KiB, whichever is less, pipelined or eager, sent
+	// while earlier messages' frames to the same peer wait for credits (a
+	// window of large sends, where the rendezvous streams better).
 	PipelineLimit int
 	// EagerSlots is the number of receive buffers posted per peer, which is
 	// also the number of eager messages and rendezvous requests a sender

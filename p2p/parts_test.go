@@ -223,7 +223,7 @@ func TestIsendParts(t *testing.T) {
 // the provider's eager size (IsendParts, as the collectives send one)
 // goes as one eager message, not pipelined: the default leaves 64 bytes
 // of room beyond the provider's size, and EagerLimit reports it. One byte
-// more than the limit is pipelined (tcp, shm: both pipeline past it), in
+// more than the limit is pipelined (with a pipeline limit past it), in
 // fragments of the provider's size; a limit set in Options is taken as it
 // is.
 func TestEagerLimitHoldsAHeaderBeyondTheProviderSize(t *testing.T) {
@@ -232,12 +232,13 @@ func TestEagerLimitHoldsAHeaderBeyondTheProviderSize(t *testing.T) {
 		set         int // Options.EagerLimit
 		eager, frag int // the limit it gives, and a pipelined fragment's payload
 	}{
-		{"tcp", 0, 64<<10 + 64, 64 << 10},
+		{"tcp", 0, 256<<10 + 64, 256 << 10},
 		{"shm", 0, 32<<10 + 64, 32 << 10},
 		{"tcp", 64 << 10, 64 << 10, 64 << 10},
 	} {
 		t.Run(fmt.Sprintf("%s/set=%d", c.prov, c.set), func(t *testing.T) {
-			o := p2ptest.Options{Provider: c.prov, Timeout: 30 * time.Second, P2P: p2p.Options{EagerLimit: c.set}}
+			o := p2ptest.Options{Provider: c.prov, Timeout: 30 * time.Second,
+				P2P: p2p.Options{EagerLimit: c.set, PipelineLimit: 1 << 20}}
 			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 				peer := 1 - ep.Rank()
 				if got := ep.EagerLimit(peer); got != c.eager {

@@ -113,25 +113,27 @@ func TestPipelined(t *testing.T) {
 	}
 }
 
-// The default: pipelined over tcp up to 256 KiB, over shm up to 64 KiB
-// (with a CPU per rank); a negative limit turns it off.
+// The default: pipelined over tcp up to 256 KiB, where the eager limit is
+// lower (by default it is 256 KiB there too, up to 33 ranks), over shm up
+// to 64 KiB (with a CPU per rank); a negative limit turns it off.
 func TestPipelineDefaults(t *testing.T) {
 	for _, c := range []struct {
-		prov  string
-		limit int
-		size  int
-		pipe  bool
+		prov         string
+		eager, limit int
+		size         int
+		pipe         bool
 	}{
-		{"tcp", 0, 256 << 10, true},
-		{"tcp", 0, 256<<10 + 1, false},
-		{"tcp", -1, 128 << 10, false},
-		{"shm", 0, 64 << 10, true},
-		{"shm", 0, 64<<10 + 1, false},
-		{"shm", 0, 128 << 10, false},
-		{"shm", 256 << 10, 128 << 10, true},
+		{"tcp", 64 << 10, 0, 256 << 10, true},
+		{"tcp", 64 << 10, 0, 256<<10 + 1, false},
+		{"tcp", 64 << 10, -1, 128 << 10, false},
+		{"tcp", 0, 0, 256 << 10, false}, // eager
+		{"shm", 0, 0, 64 << 10, true},
+		{"shm", 0, 0, 64<<10 + 1, false},
+		{"shm", 0, 0, 128 << 10, false},
+		{"shm", 0, 256 << 10, 128 << 10, true},
 	} {
-		t.Run(fmt.Sprintf("%s/limit=%d/size=%d", c.prov, c.limit, c.size), func(t *testing.T) {
-			o := p2ptest.Options{Provider: c.prov, P2P: p2p.Options{PipelineLimit: c.limit}}
+		t.Run(fmt.Sprintf("%s/eager=%d/limit=%d/size=%d", c.prov, c.eager, c.limit, c.size), func(t *testing.T) {
+			o := p2ptest.Options{Provider: c.prov, P2P: p2p.Options{EagerLimit: c.eager, PipelineLimit: c.limit}}
 			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 				if ep.Rank() == 0 {
 					if err := ep.Send(ctx, 1, 1, pattern(c.size, 3)); err != nil {
@@ -243,6 +245,87 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 	})
 }
 
+// Over tcp, whose default eager limit is 256 KiB, an eager message of more
+// than windowRndvMin (128 KiB) goes by rendezvous too while earlier
+// messages' frames wait for credits: a backed-up link would copy it into a
+// staging slot before the kernel copies it again. One of 128 KiB stays
+// eager however full the queue, and one sent alone is eager. With 4
+// credits (one kept for credit returns) the first three go, the fourth
+// queues, and the large ones after it find that queue.
+func TestEagerWindowTakesRendezvous(t *testing.T) {
+	const large, small = 192 << 10, 128 << 10
+	sizes := []int{large, large, large, large, large, large, small}
+	o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second,
+		P2P: p2p.Options{EagerSlots: 4, EagerSlotsMax: 4}}
+	held, posted := make(chan struct{}), make(chan struct{})
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		if ep.Rank() == 0 {
+			if got := ep.EagerLimit(1); got <= large {
+				return fmt.Errorf("EagerLimit %d: the test needs %d bytes to go eagerly", got, large)
+			}
+			select {
+			case <-held:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			var reqs []*p2p.Request
+			for i, n := range sizes {
+				r, err := ep.Isend(1, i, pattern(n, byte(i)))
+				if err != nil {
+					return err
+				}
+				reqs = append(reqs, r)
+			}
+			close(posted)
+			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+				return err
+			}
+			ps := ep.Stats().Peers[1]
+			assert.Equal(t, uint64(5), ps.EagerSent.Msgs, "eager: four large ones before the queue and the small one")
+			assert.Equal(t, uint64(2), ps.RndvSent.Msgs, "rendezvous: the large ones that found the queue")
+			if _, err := ep.Recv(ctx, 1, 0, nil); err != nil { // the window has arrived
+				return err
+			}
+			if err := ep.Send(ctx, 1, len(sizes), pattern(large, 9)); err != nil {
+				return err
+			}
+			ps = ep.Stats().Peers[1]
+			assert.Equal(t, uint64(6), ps.EagerSent.Msgs, "the message sent alone is eager")
+			assert.Equal(t, uint64(2), ps.RndvSent.Msgs)
+			return nil
+		}
+		release := ep.HoldProgress()
+		close(held)
+		select {
+		case <-posted:
+		case <-ctx.Done():
+			release()
+			return ctx.Err()
+		}
+		release()
+		for i, n := range append(sizes, large) {
+			buf := make([]byte, n)
+			st, err := ep.Recv(ctx, 0, i, buf)
+			if err != nil {
+				return err
+			}
+			want := pattern(n, byte(i))
+			if i == len(sizes) {
+				want = pattern(n, 9)
+			}
+			if st.Count != n || !bytes.Equal(buf, want) {
+				return fmt.Errorf("message %d: %d bytes (or other data), want %d", i, st.Count, n)
+			}
+			if i == len(sizes)-1 {
+				if err := ep.Send(ctx, 0, 0, nil); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // A message in the pipelined range goes by rendezvous over shared memory
 // when its sender has a receive posted for a message of its receiver's
 // (traffic both ways, where the pipeline's second copy costs a busy core),
@@ -252,15 +335,16 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 // pipelined, TestCrowdedBothWaysPipelined.)
 func TestPipelinedRangeBothWays(t *testing.T) {
 	for _, c := range []struct {
-		prov string
-		size int
-		rndv bool // the send made with a receive from its peer posted
+		prov  string
+		eager int // Options.EagerLimit: tcp's default sends 128 KiB eagerly
+		size  int
+		rndv  bool // the send made with a receive from its peer posted
 	}{
-		{"shm", 48 << 10, true},
-		{"tcp", 128 << 10, false},
+		{"shm", 0, 48 << 10, true},
+		{"tcp", 64 << 10, 128 << 10, false},
 	} {
 		t.Run(c.prov, func(t *testing.T) {
-			o := p2ptest.Options{Provider: c.prov, Timeout: 30 * time.Second}
+			o := p2ptest.Options{Provider: c.prov, Timeout: 30 * time.Second, P2P: p2p.Options{EagerLimit: c.eager}}
 			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 				side, err := ep.Channel(5)
 				if err != nil {

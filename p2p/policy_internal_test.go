@@ -80,7 +80,7 @@ func TestProviderDefaults(t *testing.T) {
 		chunkOf1GiB, readChunk int
 	}{
 		{"shm", 32 << 10, 64 << 10, 128, true, 1 << 30, 1 << 30},
-		{"tcp", 64 << 10, 256 << 10, 32, true, 1 << 30, 1 << 30}, // one READ: its waiter streams the response
+		{"tcp", 256 << 10, 256 << 10, 32, true, 1 << 30, 1 << 30}, // one READ: its waiter streams the response
 		{"ibv", 8 << 10, 0, 32, false, 1 << 30, 1 << 30},
 		{"loop", 32 << 10, 0, 32, false, 1 << 30, 1 << 30},
 	} {
@@ -118,8 +118,20 @@ func TestProviderDefaults(t *testing.T) {
 		e := &Endpoint{localRanks: c.local, opts: Options{EagerSlots: c.slots}}
 		assert.Equal(t, c.eager, e.eagerFor(d), "shm eager, %d local ranks, %d buffers", c.local, c.slots)
 	}
+	// Over a network it halves, down to 64 KiB, as the job grows: a rank's
+	// eager buffers for all the others stay within 256 MiB (tcp's 256 KiB
+	// ones up to 33 ranks with 32 buffers a peer, 128 KiB up to 65); the
+	// ranks sharing a host do not count.
 	tcp := devOf(t, "tcp")
-	assert.Equal(t, 64<<10, (&Endpoint{localRanks: 64, opts: Options{EagerSlots: 32}}).eagerFor(tcp), "tcp eager, 64 local ranks")
+	for _, c := range []struct{ size, local, slots, eager int }{
+		{2, 1, 32, 256 << 10}, {33, 1, 32, 256 << 10}, {34, 1, 32, 128 << 10}, {65, 1, 32, 128 << 10},
+		{66, 1, 32, 64 << 10}, {4096, 1, 32, 64 << 10},
+		{64, 64, 32, 128 << 10}, // the host's ranks: shm's budget, not this one
+		{128, 1, 8, 256 << 10},  // fewer buffers a peer leave room for larger ones
+	} {
+		e := &Endpoint{size: c.size, localRanks: c.local, opts: Options{EagerSlots: c.slots}}
+		assert.Equal(t, c.eager, e.eagerFor(tcp), "tcp eager, %d ranks, %d buffers", c.size, c.slots)
+	}
 	// A provider with no hints gets the caller's defaults.
 	assert.Equal(t, 32<<10, eagerDefault(verbs.Traits{}))
 	assert.Equal(t, 0, pipelineDefault(verbs.Traits{}))

@@ -95,8 +95,8 @@ func NewDevice(cfg Config, t Transport) *Device {
 // pages of receive buffers in its provider memory (AllocMR), mapped when
 // first posted (see ntcopy.Touch: on the VM measured the first 32 messages
 // through fresh p2p buffers took 2-10 times as long). p2p posts 32
-// buffers of 64 KiB a peer over tcp, so this covers 30 peers; past it,
-// pages are mapped at their first access.
+// buffers of 256 KiB a peer over tcp (up to 33 ranks), so this covers 8
+// peers; past it, pages are mapped at their first access.
 const PrefaultBytes = 64 << 20
 
 func (d *Device) Name() string         { return d.cfg.Name }
