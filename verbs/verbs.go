@@ -377,7 +377,10 @@ type SendSteerer interface {
 // SendSteer decides where a steered SEND's body goes (SendSteerer). Its
 // methods run on the goroutine that reads the QP's inbound stream, one
 // SEND at a time per QP, so they must not block or wait for the
-// consumer's own progress (its locks), and may not post work.
+// consumer's own progress (its locks), and may not post work. (A SEND
+// whose read a provider suspends mid-body is finished, and Steered
+// called, by whichever goroutine reads the stream next, or by the one
+// that drops its connection, under the provider's locks.)
 //
 // Steer gets the ID of the receive request the SEND consumed, the SEND's
 // first prefix bytes (at the start of that receive's buffer) and the

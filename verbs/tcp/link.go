@@ -66,7 +66,8 @@ type link struct {
 	spinMisses  atomic.Int32 // spins that ran out (for tests)
 	lowatHigh   bool         // SO_RCVLOWAT is raised while a poller polls (quiet)
 	spinLost    bool         // the last spin ran out before its frame came: do not quiet the next
-	mid         bool         // a READ response's handling is suspended mid-payload (streamFrame)
+	mid         bool         // a READ response's or SEND's handling is suspended mid-payload (streamFrame)
+	midSend     bool         // the frame suspended is a SEND
 	streamed    atomic.Int32 // READ responses a waiter streamed to their end (for tests)
 	suspends    atomic.Int32 // streamed READ responses suspended mid-payload (for tests)
 	runs        atomic.Int32 // WRITE_RUN frames written (for tests)

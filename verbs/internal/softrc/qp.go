@@ -153,6 +153,11 @@ type QP struct {
 	// susp is a READ response whose payload read was suspended mid-frame
 	// (ErrSuspended): what is left to read, and the completion it makes.
 	susp suspendedRead
+	// fill is the inbound SEND's payload on its way into rin, owned by
+	// the goroutine that runs HandleRequest; suspSend says its read was
+	// suspended mid-frame (ErrSuspended), with what finishing it needs.
+	fill     sendFill
+	suspSend suspendedSend
 
 	link Link
 	lost bool // the link was lost: the next send completion is RETRY_EXC_ERR

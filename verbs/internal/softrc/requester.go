@@ -417,7 +417,7 @@ type suspendedRead struct {
 // readRespLocked reads a READ response's payload into segs without the
 // lock (refs keep the memory registered meanwhile), then completes the
 // request at comp unless the queues moved on (a flush, a reset). A read
-// suspended part way (*SuspendError) keeps the rest for ResumeResponse and
+// suspended part way (*SuspendError) keeps the rest for Resume and
 // returns ErrSuspended.
 func (q *QP) readRespLocked(p Payload, segs [][]byte, refs []*MR, comp, epoch uint64) error {
 	q.mu.Unlock()
@@ -450,19 +450,24 @@ func (q *QP) readRespLocked(p Payload, segs [][]byte, refs []*MR, comp, epoch ui
 	return nil
 }
 
-// ResumeResponse goes on with the READ response whose payload read was
-// suspended (ErrSuspended), reading the rest from p, which is positioned
-// where the suspended read stopped; it may be suspended again. A returned
+// Resume goes on with the frame whose payload read was suspended
+// (ErrSuspended), a READ response or a SEND, reading the rest from p,
+// which is positioned where the suspended read stopped; it may be
+// suspended again. Once a SEND's payload is in, resp is its answer for
+// the transport to send (Op 0: none), as HandleRequest's. A returned
 // error other than ErrSuspended means the payload could not be read.
-func (q *QP) ResumeResponse(p Payload) error {
+func (q *QP) Resume(p Payload, resp *Response) error {
 	q.mu.Lock()
-	s := q.susp
-	q.susp = suspendedRead{}
+	*resp = Response{}
 	var err error
-	if !s.active {
-		err = fmt.Errorf("%w: no suspended READ response to resume", ErrProtocol)
-	} else {
+	switch s := q.susp; {
+	case q.suspSend.active:
+		err = q.resumeSendLocked(p, resp)
+	case s.active:
+		q.susp = suspendedRead{}
 		err = q.readRespLocked(p, s.segs, s.refs, s.comp, s.epoch)
+	default:
+		err = fmt.Errorf("%w: no suspended frame to resume", ErrProtocol)
 	}
 	l, k := q.takeKicksLocked()
 	q.mu.Unlock()
@@ -470,19 +475,20 @@ func (q *QP) ResumeResponse(p Payload) error {
 	return err
 }
 
-// Suspended reports whether a READ response's handling is suspended
-// mid-payload (ResumeResponse finishes it).
+// Suspended reports whether a frame's handling, a READ response's or a
+// SEND's, is suspended mid-payload (Resume finishes it).
 func (q *QP) Suspended() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.susp.active
+	return q.susp.active || q.suspSend.active
 }
 
-// dropSuspendedLocked forgets a suspended READ response (its connection is
-// gone), releasing the memory it held.
+// dropSuspendedLocked forgets a suspended READ response or SEND (its
+// connection is gone), releasing the memory it held.
 func (q *QP) dropSuspendedLocked() {
 	for _, m := range q.susp.refs {
 		m.release()
 	}
 	q.susp = suspendedRead{}
+	q.dropSuspendedSendLocked()
 }

@@ -2,6 +2,7 @@ package softrc
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -94,14 +95,21 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 
 	// Execute, without the lock: the payload goes straight into place.
 	var err error
-	status := verbs.StatusSuccess
 	switch h.Op {
 	case FrameWrite, FrameWriteImm:
 		if dst != nil {
 			err = p.ReadFull(dst)
 		}
 	case FrameSend, FrameSendImm:
-		err = q.rin.fill(p, int(h.Len), steer, pre)
+		q.fill.start(&q.rin, int(h.Len), steer, pre)
+		if err = q.fill.run(p); err == ErrSuspended {
+			// A streaming reader must return mid-payload: whoever reads
+			// next finishes the SEND (Resume), its completion and answer.
+			q.mu.Lock()
+			q.suspSend = suspendedSend{active: true, h: *h, qpn: resp.QPN}
+			q.mu.Unlock()
+			return ErrSuspended
+		}
 	case FrameReadReq:
 		resp.Op, resp.Len, resp.Data, resp.ref = FrameReadResp, h.Len, dst, mr
 		mr = nil
@@ -125,6 +133,14 @@ func (q *QP) HandleRequest(h *Header, p Payload, resp *Response) error {
 	if mr != nil {
 		mr.release()
 	}
+	return q.endRequest(h, err, consumes, resp)
+}
+
+// endRequest finishes request h once its payload is read (err: the read
+// failed), with resp its answer so far: the ACK it asks for, and the
+// completion of the receive it consumed.
+func (q *QP) endRequest(h *Header, err error, consumes bool, resp *Response) error {
+	status := verbs.StatusSuccess
 	if err != nil {
 		// The connection broke under the payload; the transport drops it and
 		// the link loss fails the QP.
@@ -313,32 +329,84 @@ func (q *QP) dropRun(dsts [][]byte, mrs []*MR) {
 	q.runDst, q.runMRs = dsts[:0], mrs[:0]
 }
 
-// fill reads a SEND's n-byte payload from p into the receive's buffers.
-// With a steer (verbs.SendSteerer) and a payload longer than pre that
-// the first buffer holds the first pre bytes of, those bytes go there and
-// the steer may take the rest into a buffer of its own.
-func (w *rwqe) fill(p Payload, n int, steer verbs.SendSteer, pre int) error {
-	segs := w.segs
-	if steer != nil && pre > 0 && n > pre && len(segs) > 0 && len(segs[0]) >= pre {
-		if err := p.ReadFull(segs[0][:pre]); err != nil {
-			return err
-		}
-		if dst := steer.Steer(w.id, segs[0][:pre], n-pre); dst != nil {
-			if len(dst) != n-pre {
-				steer.Steered(false)
-				return fmt.Errorf("%w: a steer gave %d bytes for a SEND body of %d", ErrProtocol, len(dst), n-pre)
-			}
-			err := p.ReadFull(dst)
-			steer.Steered(err == nil)
-			return err
-		}
-		return readSegs(p, segs, pre, n-pre)
-	}
-	return readSegs(p, segs, 0, n)
+// sendFill reads a SEND's payload into the receive's buffers (rwqe w).
+// With a steer (verbs.SendSteerer) and a payload longer than pre that the
+// first buffer holds the first pre bytes of, those bytes go there first
+// and the steer may take the rest into a buffer of its own. A read that
+// stops part way (*SuspendError) leaves the fill where it stopped: run
+// again, it goes on from there.
+type sendFill struct {
+	w      *rwqe
+	segs   [][]byte        // what is left to read, in order (in own)
+	own    [][]byte        // segs' backing array, kept for the next SEND
+	steer  verbs.SendSteer // to ask once segs (the prefix) is read; nil once asked
+	pre    int             // the prefix's length
+	rest   int             // the bytes after the prefix
+	lender verbs.SendSteer // the steer whose buffer segs fills: Steered is owed
 }
 
-// readSegs reads n bytes from p into segs from byte off of them on.
-func readSegs(p Payload, segs [][]byte, off, n int) error {
+// start sets f up for a SEND of n bytes into w.
+func (f *sendFill) start(w *rwqe, n int, steer verbs.SendSteer, pre int) {
+	*f = sendFill{w: w, own: f.own[:0]}
+	if steer != nil && pre > 0 && n > pre && len(w.segs) > 0 && len(w.segs[0]) >= pre {
+		f.steer, f.pre, f.rest = steer, pre, n-pre
+		f.segs = append(f.own, w.segs[0][:pre])
+	} else {
+		f.segs = appendSegs(f.own, w.segs, 0, n)
+	}
+	f.own = f.segs[:0] // the array, grown or not, for the next SEND
+}
+
+// run reads on from p: nil once the payload is all in place, ErrSuspended
+// if p stopped part way, or the error that broke the read.
+func (f *sendFill) run(p Payload) error {
+	for {
+		for len(f.segs) > 0 {
+			if err := p.ReadFull(f.segs[0]); err != nil {
+				var se *SuspendError
+				if errors.As(err, &se) && se.Filled >= 0 && se.Filled < len(f.segs[0]) {
+					f.segs[0] = f.segs[0][se.Filled:]
+					return ErrSuspended
+				}
+				f.done(false)
+				return err
+			}
+			f.segs = f.segs[1:]
+		}
+		if f.steer == nil {
+			f.done(true)
+			return nil
+		}
+		s := f.steer
+		f.steer = nil
+		prefix := f.w.segs[0][:f.pre]
+		if dst := s.Steer(f.w.id, prefix, f.rest); dst != nil {
+			if len(dst) != f.rest {
+				s.Steered(false)
+				f.done(false)
+				return fmt.Errorf("%w: a steer gave %d bytes for a SEND body of %d", ErrProtocol, len(dst), f.rest)
+			}
+			f.segs, f.lender = append(f.own[:0], dst), s
+		} else {
+			f.segs = appendSegs(f.own[:0], f.w.segs, f.pre, f.rest)
+		}
+		f.own = f.segs[:0]
+	}
+}
+
+// done ends the fill: the steer whose buffer it filled learns whether all
+// of the body is there.
+func (f *sendFill) done(ok bool) {
+	if f.lender != nil {
+		f.lender.Steered(ok)
+	}
+	clear(f.own[:cap(f.own)]) // nothing keeps the buffers reachable
+	*f = sendFill{own: f.own[:0]}
+}
+
+// appendSegs appends to dst the spans of segs that hold n bytes from byte
+// off of them on.
+func appendSegs(dst, segs [][]byte, off, n int) [][]byte {
 	for _, seg := range segs {
 		if n == 0 {
 			break
@@ -348,10 +416,53 @@ func readSegs(p Payload, segs [][]byte, off, n int) error {
 			continue
 		}
 		k := min(n, len(seg)-off)
-		if err := p.ReadFull(seg[off : off+k]); err != nil {
-			return err
-		}
+		dst = append(dst, seg[off:off+k])
 		off, n = 0, n-k
 	}
-	return nil
+	return dst
+}
+
+// suspendedSend is a SEND whose payload read was suspended mid-frame
+// (q.fill holds where): its header, and the QP its answer goes to.
+type suspendedSend struct {
+	active bool
+	h      Header
+	qpn    uint32
+}
+
+// resumeSendLocked goes on with the suspended SEND (q.suspSend), reading
+// the rest of its payload from p; it may be suspended again. Once the
+// payload is in, the receive completes and resp is the answer to send. It
+// unlocks q.mu for the read and returns with it held.
+func (q *QP) resumeSendLocked(p Payload, resp *Response) error {
+	s := q.suspSend
+	q.suspSend = suspendedSend{}
+	q.mu.Unlock()
+	err := q.fill.run(p)
+	if err == ErrSuspended {
+		q.mu.Lock()
+		q.suspSend = s
+		return ErrSuspended
+	}
+	*resp = Response{}
+	resp.QPN, resp.Seq = s.qpn, s.h.Seq
+	err = q.endRequest(&s.h, err, true, resp)
+	q.mu.Lock()
+	return err
+}
+
+// dropSuspendedSendLocked forgets a suspended SEND (its connection is
+// gone): its receive completes with WR_FLUSH_ERR unless a flush did that
+// already, and the memory it held is released.
+func (q *QP) dropSuspendedSendLocked() {
+	if !q.suspSend.active {
+		return
+	}
+	q.suspSend = suspendedSend{}
+	q.fill.done(false)
+	if q.rinBusy && !q.rinFlushed {
+		q.recvCQ.push(verbs.WC{ID: q.rin.id, Status: verbs.StatusWRFlushErr, QPNum: q.num})
+	}
+	q.rinBusy = false
+	q.rin.releaseRefs()
 }

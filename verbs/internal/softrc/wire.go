@@ -207,19 +207,19 @@ type Payload interface {
 	Skip(n int) error
 }
 
-// ErrSuspended is what a READ response's handling returns when its
-// Payload's ReadFull stopped part way with a *SuspendError: the rest of
-// the frame is still to come, and whoever reads the connection next
-// finishes it with QP.ResumeResponse before anything else. (A transport
+// ErrSuspended is what a READ response's or a SEND's handling returns
+// when its Payload's ReadFull stopped part way with a *SuspendError: the
+// rest of the frame is still to come, and whoever reads the connection
+// next finishes it with QP.Resume before anything else. (A transport
 // whose waiter streams a large response itself suspends it when the
 // waiter must return; see verbs/tcp.)
 var ErrSuspended = errors.New("softrc: payload read suspended mid-frame")
 
 // SuspendError is a Payload.ReadFull's answer when it stopped before dst
 // was full and the frame's handling is to be resumed later: Filled bytes
-// of dst hold data. Only the READ response's handling accepts it (the
-// transport suspends no other frame); anywhere else it is an error like
-// any other, and the connection is dropped.
+// of dst hold data. Only the handling of a READ response and of a SEND
+// accepts it (the transport suspends no other frame); anywhere else it is
+// an error like any other, and the connection is dropped.
 type SuspendError struct{ Filled int }
 
 func (e *SuspendError) Error() string {
