@@ -31,9 +31,9 @@ func TestLargeP2P(t *testing.T) {
 				o := p2ptest.Options{Provider: prov, Timeout: 60 * time.Second}
 				p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 					peer := 1 - ep.Rank()
-					eager, pipe, shapes := ep.ProtocolLimits(peer)
+					eager, pipe, whole, shapes := ep.ProtocolLimits(peer)
 					var sizes []int
-					for _, l := range append([]int{eager, pipe}, shapes...) {
+					for _, l := range append([]int{eager, pipe, whole}, shapes...) {
 						if l > 0 && l <= 8<<20 { // a READ chunk of maxRead means "whole"
 							sizes = append(sizes, l, l+1)
 						}
@@ -43,10 +43,10 @@ func TestLargeP2P(t *testing.T) {
 					sizes = slices.Compact(sizes)
 					want := func(n int) string {
 						switch {
-						case n <= eager:
+						case n <= eager && (whole == 0 || n <= whole):
 							return "eager"
-						case n <= pipe:
-							return "pipelined"
+						case n <= max(eager, pipe):
+							return "pipelined" // steered whole, when within eager
 						}
 						return "rendezvous"
 					}

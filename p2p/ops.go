@@ -155,7 +155,9 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 		}
 		return nil, c.argErr(op, peer, tag, err)
 	}
-	if !large && ep.rndvInsteadLocked(p, c.id, peer, len(buf)) {
+	// A message of two parts stays eager: an RTS carries no head, and
+	// joining them would copy the body the rendezvous spares.
+	if !large && head == nil && ep.rndvInsteadLocked(p, c.id, peer, len(buf)) {
 		if rg, err := p.dev.cache.get(buf); err == nil { // else the pipeline
 			large, reg = true, rg
 		}
@@ -166,7 +168,7 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 		p.initParts(r, head, n) // an eager message (sendsParts): its item posts the head first
 	}
 	switch {
-	case len(buf) > p.eager && !large:
+	case (len(buf) > p.eager || p.steersWhole(head, n)) && !large:
 		if err := p.sendPipe(ep, r, c.id, tag, buf); err != nil {
 			return nil, c.argErr(op, peer, tag, err)
 		}
@@ -264,7 +266,7 @@ func (c *Channel) sendNow(peer, tag int, head, buf []byte) (bool, error) {
 	}
 	p := ep.peers[peer]
 	n := len(head) + len(buf)
-	if n > p.eager || head != nil && !p.sendsParts(len(head), n) {
+	if n > p.eager || head != nil && !p.sendsParts(len(head), n) || p.steersWhole(head, n) {
 		return false, nil
 	}
 	ep.mu.Lock()

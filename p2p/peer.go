@@ -300,7 +300,9 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 			p.runs, p.runWrites, p.runBytes = rw, w, b
 		}
 	}
-	if ss, ok := p.qp.(verbs.SendSteerer); ok && pipe > 0 && most <= 1<<16 {
+	// The steer places pipelined fragments, and the messages sent steered
+	// whole (steersWhole) where the eager limit passes steerWholeMin.
+	if ss, ok := p.qp.(verbs.SendSteerer); ok && (pipe > 0 || eager > steerWholeMin) && most <= 1<<16 {
 		p.steer = &pipeSteer{ep: ep, p: p}
 		p.seqSlot = make([]uint32, 1<<bits.Len(uint(most-1)))
 		ss.SteerSends(pipeLen, p.steer)

@@ -269,6 +269,18 @@ func (ep *Endpoint) unparkLocked(force bool) {
 	ep.steerParked = kept
 }
 
+// steersWhole reports whether a message of n bytes to p, in one buffer
+// (head nil) and within its eager limit, goes as PIPE fragments anyway: a
+// provider that steers a SEND's body (verbs.SendSteerer) reads a matched
+// fragment's straight into the receive's buffer, where an EAGER frame's
+// lands in a receive slot and is copied out of it.
+func (p *peer) steersWhole(head []byte, n int) bool {
+	return head == nil && p.steer != nil && n > steerWholeMin
+}
+
+// steerWholeMin is the least steersWhole sends as PIPE fragments.
+const steerWholeMin = 64 << 10
+
 // sendPipe queues buf to p as PIPE fragments; r completes when the last
 // one is posted. Called with ep.mu held.
 func (p *peer) sendPipe(ep *Endpoint, r *Request, ctxID uint32, tag int, buf []byte) error {

@@ -114,8 +114,10 @@ func TestPipelined(t *testing.T) {
 }
 
 // The default: pipelined over tcp up to 256 KiB, where the eager limit is
-// lower (by default it is 256 KiB there too, up to 33 ranks), over shm up
-// to 64 KiB (with a CPU per rank); a negative limit turns it off.
+// lower (by default it is 256 KiB there too, up to 33 ranks: a message in
+// one buffer of more than 64 KiB goes as PIPE fragments all the same,
+// steered into its receive's buffer, and one of 64 KiB eagerly), over shm
+// up to 64 KiB (with a CPU per rank); a negative limit turns it off.
 func TestPipelineDefaults(t *testing.T) {
 	for _, c := range []struct {
 		prov         string
@@ -126,7 +128,9 @@ func TestPipelineDefaults(t *testing.T) {
 		{"tcp", 64 << 10, 0, 256 << 10, true},
 		{"tcp", 64 << 10, 0, 256<<10 + 1, false},
 		{"tcp", 64 << 10, -1, 128 << 10, false},
-		{"tcp", 0, 0, 256 << 10, false}, // eager
+		{"tcp", 0, 0, 256 << 10, true},  // steered whole
+		{"tcp", 0, 0, 64 << 10, false},  // eager
+		{"tcp", 0, -1, 256 << 10, true}, // steered whole: not the pipeline's limit
 		{"shm", 0, 0, 64 << 10, true},
 		{"shm", 0, 0, 64<<10 + 1, false},
 		{"shm", 0, 0, 128 << 10, false},
@@ -245,15 +249,18 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 	})
 }
 
-// Over tcp, whose default eager limit is 256 KiB, an eager message of more
-// than windowRndvMin (128 KiB) goes by rendezvous too while earlier
-// messages' frames wait for credits: a backed-up link would copy it into a
-// staging slot before the kernel copies it again. One of 128 KiB stays
-// eager however full the queue, and one sent alone is eager. With 4
+// Over tcp, whose default eager limit is 256 KiB, a message in one buffer
+// of more than windowRndvMin (128 KiB) goes by rendezvous while earlier
+// messages' frames wait for credits, as a pipelined one does: alone it
+// goes as one PIPE fragment steered into place, but a backed-up link
+// would copy it into a staging slot before the kernel copies it again.
+// One of 128 KiB stays pipelined however full the queue, one sent alone
+// is pipelined, and a message of a head and a body (as the collectives
+// send them) stays eager in any window: an RTS carries no head. With 4
 // credits (one kept for credit returns) the first three go, the fourth
-// queues, and the large ones after it find that queue.
+// queues, and the messages after it find that queue.
 func TestEagerWindowTakesRendezvous(t *testing.T) {
-	const large, small = 192 << 10, 128 << 10
+	const large, small, parts = 192 << 10, 128 << 10, 2
 	sizes := []int{large, large, large, large, large, large, small}
 	o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second,
 		P2P: p2p.Options{EagerSlots: 4, EagerSlotsMax: 4}}
@@ -261,7 +268,7 @@ func TestEagerWindowTakesRendezvous(t *testing.T) {
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		if ep.Rank() == 0 {
 			if got := ep.EagerLimit(1); got <= large {
-				return fmt.Errorf("EagerLimit %d: the test needs %d bytes to go eagerly", got, large)
+				return fmt.Errorf("EagerLimit %d: the test needs %d bytes within it", got, large)
 			}
 			select {
 			case <-held:
@@ -276,21 +283,30 @@ func TestEagerWindowTakesRendezvous(t *testing.T) {
 				}
 				reqs = append(reqs, r)
 			}
+			for i := range parts {
+				m := pattern(large, byte(len(sizes)+i))
+				r, err := ep.IsendParts(1, len(sizes)+i, m[:32], m[32:])
+				if err != nil {
+					return err
+				}
+				reqs = append(reqs, r)
+			}
 			close(posted)
 			if err := p2p.WaitAll(ctx, reqs...); err != nil {
 				return err
 			}
 			ps := ep.Stats().Peers[1]
-			assert.Equal(t, uint64(5), ps.EagerSent.Msgs, "eager: four large ones before the queue and the small one")
-			assert.Equal(t, uint64(2), ps.RndvSent.Msgs, "rendezvous: the large ones that found the queue")
+			assert.Equal(t, uint64(5), ps.PipeSent.Msgs, "pipelined: four large ones before the queue and the small one")
+			assert.Equal(t, uint64(2), ps.RndvSent.Msgs, "rendezvous: the large ones in one buffer that found the queue")
+			assert.Equal(t, uint64(parts), ps.EagerSent.Msgs, "eager: the messages of two parts")
 			if _, err := ep.Recv(ctx, 1, 0, nil); err != nil { // the window has arrived
 				return err
 			}
-			if err := ep.Send(ctx, 1, len(sizes), pattern(large, 9)); err != nil {
+			if err := ep.Send(ctx, 1, len(sizes)+parts, pattern(large, 99)); err != nil {
 				return err
 			}
 			ps = ep.Stats().Peers[1]
-			assert.Equal(t, uint64(6), ps.EagerSent.Msgs, "the message sent alone is eager")
+			assert.Equal(t, uint64(6), ps.PipeSent.Msgs, "the message sent alone is pipelined")
 			assert.Equal(t, uint64(2), ps.RndvSent.Msgs)
 			return nil
 		}
@@ -303,20 +319,21 @@ func TestEagerWindowTakesRendezvous(t *testing.T) {
 			return ctx.Err()
 		}
 		release()
-		for i, n := range append(sizes, large) {
+		all := append(append([]int(nil), sizes...), large, large, large)
+		for i, n := range all {
 			buf := make([]byte, n)
 			st, err := ep.Recv(ctx, 0, i, buf)
 			if err != nil {
 				return err
 			}
 			want := pattern(n, byte(i))
-			if i == len(sizes) {
-				want = pattern(n, 9)
+			if i == len(all)-1 {
+				want = pattern(n, 99)
 			}
 			if st.Count != n || !bytes.Equal(buf, want) {
 				return fmt.Errorf("message %d: %d bytes (or other data), want %d", i, st.Count, n)
 			}
-			if i == len(sizes)-1 {
+			if i == len(all)-2 {
 				if err := ep.Send(ctx, 0, 0, nil); err != nil {
 					return err
 				}
@@ -527,4 +544,46 @@ func TestPipelinedSteered(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSteeredWhole: over tcp a message in one buffer of more than 64 KiB,
+// though within the eager limit, goes as a PIPE fragment whose body the
+// provider reads straight into the posted receive's buffer (SteeredRecv),
+// not into a receive slot and then out of it; it arrives intact.
+func TestSteeredWhole(t *testing.T) {
+	const n, rounds = 200 << 10, 20
+	o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		peer := 1 - ep.Rank()
+		buf := make([]byte, n)
+		for i := range rounds {
+			if ep.Rank() == 0 {
+				if err := ep.Send(ctx, peer, i, pattern(n, byte(i))); err != nil {
+					return err
+				}
+				if _, err := ep.Recv(ctx, peer, i, nil); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := ep.Recv(ctx, peer, i, buf); err != nil {
+				return err
+			}
+			if !bytes.Equal(buf, pattern(n, byte(i))) {
+				return fmt.Errorf("message %d arrived changed", i)
+			}
+			if err := ep.Send(ctx, peer, i, nil); err != nil {
+				return err
+			}
+		}
+		st := ep.Stats().Peers[peer]
+		if ep.Rank() == 0 {
+			assert.Equal(t, uint64(rounds), st.PipeSent.Msgs, "sent as PIPE fragments")
+			return nil
+		}
+		// A receive posted before its message is steered unless the steer
+		// cannot take the endpoint's lock at once (then it is copied).
+		assert.Greater(t, st.SteeredRecv.Msgs, uint64(rounds/2), "bodies steered into place")
+		return nil
+	})
 }

@@ -27,7 +27,7 @@ type PeerStats struct {
 	// Of those, the ones that went through the shared-memory ring (shm,
 	// up to 2096 bytes, see Options.RingLines) rather than the queue pair.
 	RingSent, RingRecv Counter
-	PipeSent, PipeRecv Counter // messages above EagerLimit sent as eager fragments (PipelineLimit)
+	PipeSent, PipeRecv Counter // messages sent as eager fragments: above EagerLimit (PipelineLimit), or steered whole within it
 	// Eager frames (and pipelined fragments) whose payload the provider
 	// took straight from the sender's buffer (verbs.LentPairPoster: over
 	// tcp, written into the socket without a staging copy).
