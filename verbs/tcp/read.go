@@ -162,7 +162,9 @@ func (r *sockReader) read(p []byte) (int, error) {
 // its sender 440 µs to write, 70-200 µs to a polling one. It probes with
 // poll(2), which does not lock the socket: probing by reads, which do,
 // kept the kernel from handling the arriving segments at once and cost a
-// stream of 1 MiB messages a tenth of its bandwidth. It does not poll
+// stream of 1 MiB messages a tenth of its bandwidth. With minRead (a
+// SEND's body) it probes with SIOCINQ, which locks the socket only to
+// count, and reads once that much is there. It does not poll
 // while a writer goroutine of the transport is writing: that may wait for
 // the network poller, which runs only when this goroutine sleeps (with
 // one CPU per rank, GOMAXPROCS is 1), and both ends of a bidirectional
@@ -173,23 +175,20 @@ func (r *sockReader) spinRead(p []byte) (n int, err error, done bool) {
 		if r.l.t.writers.Load() > 0 {
 			return 0, nil, false
 		}
+		var read bool
 		if r.minRead > 0 {
-			if q, ok := r.l.socketQueued(); ok && q < min(len(p), r.minRead) {
-				goto wait
-			}
-			n, err = r.l.readQueued(p)
-			if err != errWouldBlock {
-				r.l.spinStream.Add(int64(n))
-				return n, err, true
-			}
-		} else if i == 0 || r.l.pollReadable() {
+			q, ok := r.l.socketQueued()
+			read = !ok || q >= min(len(p), r.minRead)
+		} else {
+			read = i == 0 || r.l.pollReadable()
+		}
+		if read {
 			n, err = r.l.readQueued(p)
 			if err != errWouldBlock {
 				r.l.spinStream.Add(int64(n))
 				return n, err, true
 			}
 		}
-	wait:
 		if r.l.fs.pl.stop() {
 			return 0, errInterrupted, true
 		}
@@ -468,8 +467,7 @@ func (l *link) resumeFrame() error {
 
 // streamFrame has a waiter handle a READ response or SEND larger than its
 // read buffer itself, reading the payload straight into place as it
-// arrives:
-// the copy out of the receiver's socket overlaps the copy into the
+// arrives: the copy out of the receiver's socket overlaps the copy into the
 // sender's, which waiting for the frame whole (awaitQueued) serializes, and
 // unlike leaving it to the reader goroutine it costs no hand-offs (to the
 // reader goroutine and back with the completion, and the token's return).
@@ -864,9 +862,9 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 // interruptible wait, until the whole frame is buffered (or, if larger than
 // the buffer, queued in the socket: awaitQueued), and then handles it
 // without blocking. A READ response larger than the buffer it streams
-// (streamFrame), and so a SEND unless its rest is queued already. Another frame larger than pollFrameMax, or one larger
-// than awaitQueued can wait for, is left to the reader goroutine
-// (errLarge): its payload
+// (streamFrame), and so a SEND unless its rest is queued already. Another
+// frame larger than pollFrameMax, or one larger than awaitQueued can wait
+// for, is left to the reader goroutine (errLarge): its payload
 // goes straight to memory as it arrives, in reads that are not
 // interruptible, and it takes long enough that the hand-off matters less.
 func (l *link) pollFrame(ctx context.Context, cq *softrc.CQ) error {
