@@ -160,6 +160,57 @@ func TestPipelineDefaults(t *testing.T) {
 	}
 }
 
+// heldWindow has rank 0 post a window of sends while rank 1 makes no
+// progress (returns no credits), so that their frames queue behind the
+// credits: rank 0 calls send, rank 1 hold.
+type heldWindow struct{ held, posted chan struct{} }
+
+func newHeldWindow() *heldWindow {
+	return &heldWindow{held: make(chan struct{}), posted: make(chan struct{})}
+}
+
+// send posts the window (post) once rank 1 holds, then waits for it all.
+func (w *heldWindow) send(ctx context.Context, post func() ([]*p2p.Request, error)) error {
+	select {
+	case <-w.held:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	reqs, err := post()
+	close(w.posted)
+	if err != nil {
+		return err
+	}
+	return p2p.WaitAll(ctx, reqs...)
+}
+
+// isendAll starts a send to rank 1 of a message of each size, tag its
+// index, payload pattern(n, index).
+func isendAll(ep *p2p.Endpoint, sizes []int) ([]*p2p.Request, error) {
+	var reqs []*p2p.Request
+	for i, n := range sizes {
+		r, err := ep.Isend(1, i, pattern(n, byte(i)))
+		if err != nil {
+			return reqs, err
+		}
+		reqs = append(reqs, r)
+	}
+	return reqs, nil
+}
+
+// hold keeps ep from progress until rank 0 has posted its window.
+func (w *heldWindow) hold(ctx context.Context, ep *p2p.Endpoint) error {
+	release := ep.HoldProgress()
+	defer release()
+	close(w.held)
+	select {
+	case <-w.posted:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Over tcp, a message of more than twice EagerLimit in the pipelined range
 // goes by rendezvous while earlier messages' frames wait for credits (a
 // window of Isends, where the rendezvous's READ streams better than the
@@ -173,8 +224,7 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 	const window, size, small = 6, 1400, 480 // EagerLimit 256: 240 bytes a fragment
 	o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second,
 		P2P: p2p.Options{EagerLimit: 256, EagerSlots: 4, EagerSlotsMax: 4, PipelineLimit: 4096}}
-	// Rank 1 makes no progress (returns no credits) while rank 0 posts.
-	held, posted := make(chan struct{}), make(chan struct{})
+	w := newHeldWindow()
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		sizes := make([]int, window)
 		for i := range sizes {
@@ -182,21 +232,7 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 		}
 		sizes = append(sizes, small)
 		if ep.Rank() == 0 {
-			select {
-			case <-held:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			var reqs []*p2p.Request
-			for i, n := range sizes {
-				r, err := ep.Isend(1, i, pattern(n, byte(i)))
-				if err != nil {
-					return err
-				}
-				reqs = append(reqs, r)
-			}
-			close(posted)
-			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+			if err := w.send(ctx, func() ([]*p2p.Request, error) { return isendAll(ep, sizes) }); err != nil {
 				return err
 			}
 			ps := ep.Stats().Peers[1]
@@ -214,15 +250,9 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 		}
 		// Nothing is received until the window has been sent: its frames
 		// queue behind the 4 credits.
-		release := ep.HoldProgress()
-		close(held)
-		select {
-		case <-posted:
-		case <-ctx.Done():
-			release()
-			return ctx.Err()
+		if err := w.hold(ctx, ep); err != nil {
+			return err
 		}
-		release()
 		if err := waitUntil(ctx, "the window's last RTS", func() bool {
 			_, ok, _ := ep.Iprobe(0, window-1)
 			return ok
@@ -264,35 +294,27 @@ func TestEagerWindowTakesRendezvous(t *testing.T) {
 	sizes := []int{large, large, large, large, large, large, small}
 	o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second,
 		P2P: p2p.Options{EagerSlots: 4, EagerSlotsMax: 4}}
-	held, posted := make(chan struct{}), make(chan struct{})
+	w := newHeldWindow()
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		if ep.Rank() == 0 {
 			if got := ep.EagerLimit(1); got <= large {
 				return fmt.Errorf("EagerLimit %d: the test needs %d bytes within it", got, large)
 			}
-			select {
-			case <-held:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			var reqs []*p2p.Request
-			for i, n := range sizes {
-				r, err := ep.Isend(1, i, pattern(n, byte(i)))
-				if err != nil {
-					return err
+			err := w.send(ctx, func() ([]*p2p.Request, error) {
+				reqs, err := isendAll(ep, sizes)
+				for i := range parts {
+					if err != nil {
+						break
+					}
+					m := pattern(large, byte(len(sizes)+i))
+					var r *p2p.Request
+					if r, err = ep.IsendParts(1, len(sizes)+i, m[:32], m[32:]); err == nil {
+						reqs = append(reqs, r)
+					}
 				}
-				reqs = append(reqs, r)
-			}
-			for i := range parts {
-				m := pattern(large, byte(len(sizes)+i))
-				r, err := ep.IsendParts(1, len(sizes)+i, m[:32], m[32:])
-				if err != nil {
-					return err
-				}
-				reqs = append(reqs, r)
-			}
-			close(posted)
-			if err := p2p.WaitAll(ctx, reqs...); err != nil {
+				return reqs, err
+			})
+			if err != nil {
 				return err
 			}
 			ps := ep.Stats().Peers[1]
@@ -310,15 +332,9 @@ func TestEagerWindowTakesRendezvous(t *testing.T) {
 			assert.Equal(t, uint64(2), ps.RndvSent.Msgs)
 			return nil
 		}
-		release := ep.HoldProgress()
-		close(held)
-		select {
-		case <-posted:
-		case <-ctx.Done():
-			release()
-			return ctx.Err()
+		if err := w.hold(ctx, ep); err != nil {
+			return err
 		}
-		release()
 		all := append(append([]int(nil), sizes...), large, large, large)
 		for i, n := range all {
 			buf := make([]byte, n)

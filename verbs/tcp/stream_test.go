@@ -59,6 +59,24 @@ func waitAndSend(t *testing.T, ctx context.Context, a *side, c net.Conn, f []byt
 	return res
 }
 
+// cancelMidFrame waits until the waiter (its Wait's result on res) has
+// streamed the first streamed bytes of a frame's payload, the peer
+// stalled after them, then ends its ctx (cancel): the Wait returns with
+// the ctx's error, the frame suspended.
+func cancelMidFrame(t *testing.T, l *link, res <-chan error, cancel func(), streamed int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return l.streamBytes.Load() == int64(streamed) }, 10*time.Second, time.Millisecond,
+		"the waiter did not stream what came of the frame")
+	cancel()
+	select {
+	case err := <-res:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait overran its ctx while streaming a frame")
+	}
+	require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
+}
+
 // checkRead waits for the READ's completion and checks the bytes placed.
 func checkRead(t *testing.T, a *side, mr verbs.MR, f []byte) {
 	t.Helper()
@@ -123,16 +141,7 @@ func testStreamedReadSuspends(t *testing.T, n int, spin time.Duration, lose bool
 	res := waitAndSend(t, ctx, a, c, f, half)
 	// All that came is placed: the waiter waits on a stalled socket
 	// (polls it, with a spin) when its ctx ends.
-	require.Eventually(t, func() bool { return l.streamBytes.Load() == int64(n/2) }, 10*time.Second, time.Millisecond,
-		"the waiter did not stream what came of the response")
-	cancel()
-	select {
-	case err := <-res:
-		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(10 * time.Second):
-		t.Fatal("Wait overran its ctx while streaming a frame")
-	}
-	require.Equal(t, int32(1), l.suspends.Load(), "the frame was not suspended")
+	cancelMidFrame(t, l, res, cancel, n/2)
 	if spin > 0 && streamSpins {
 		require.Positive(t, l.spinStream.Load(), "the waiter did not poll the socket for the payload")
 		require.Zero(t, l.spinGaveUp.Load(), "a minute's spin gave up")
