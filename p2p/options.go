@@ -101,8 +101,8 @@ type Options struct {
 	// (see docs/p2p.md), and no growth elsewhere. Memory for the most is
 	// reserved up front but only touched as buffers come into use: the
 	// providers map a buffer's pages when it is first posted (within
-	// their PrefaultBytes; tcp and loop its first 64 KiB), so that its
-	// first message does not take a page fault per page.
+	// their PrefaultBytes), so that its first message does not take a
+	// page fault per page.
 	EagerSlotsMax int
 	// RingLines is the size, in 64-byte lines, of the ring each sender
 	// writes small messages into over shm (up to 2096 bytes, and half

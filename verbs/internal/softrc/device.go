@@ -95,17 +95,9 @@ func NewDevice(cfg Config, t Transport) *Device {
 // pages of receive buffers in its provider memory (AllocMR), mapped when
 // first posted (see ntcopy.Touch: on the VM measured the first 32 messages
 // through fresh p2p buffers took 2-10 times as long). p2p posts 32
-// buffers of 256 KiB a peer over tcp (up to 33 ranks), of which the first
-// PrefaultBuffer bytes each are mapped: this covers 32 peers; past it,
-// pages are mapped at their first access.
+// buffers of 256 KiB a peer over tcp (up to 33 ranks), so this covers 8
+// peers; past it, pages are mapped at their first access.
 const PrefaultBytes = 64 << 20
-
-// PrefaultBuffer bounds what of one posted buffer is mapped ahead: the
-// messages of most jobs are smaller, and p2p steers the body of a large
-// message in one buffer past it, so mapping the whole of tcp's 256 KiB buffers
-// would commit 8 MiB a peer for pages most never use (64 KiB buffers
-// were mapped whole before).
-const PrefaultBuffer = 64 << 10
 
 func (d *Device) Name() string         { return d.cfg.Name }
 func (d *Device) Provider() string     { return d.cfg.Provider }

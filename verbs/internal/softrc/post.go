@@ -384,9 +384,8 @@ func (q *QP) PostRecv(wrs ...verbs.RecvWR) error {
 			}
 			// Provider memory is mapped at first access: a buffer posted
 			// for the first time has its pages mapped now rather than at
-			// its first receive (see ntcopy.Touch), its first
-			// PrefaultBuffer bytes.
-			m.pages.TouchOnce(b[:min(len(b), PrefaultBuffer)], true)
+			// its first receive (see ntcopy.Touch).
+			m.pages.TouchOnce(b, true)
 			e.segs = append(e.segs, b)
 			e.mrs = append(e.mrs, m)
 		}

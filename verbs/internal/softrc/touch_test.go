@@ -9,7 +9,6 @@ import (
 
 	"github.com/rdmago/rdmago/internal/ntcopy"
 	"github.com/rdmago/rdmago/verbs"
-	"github.com/rdmago/rdmago/verbs/internal/softrc"
 )
 
 // TestPostedBuffersMapped: a receive buffer of provider memory (mapped
@@ -48,10 +47,4 @@ func TestPostedBuffersMapped(t *testing.T) {
 	require.Equal(t, "first", string(mr.Bytes()[8*page:8*page+5]))
 	post(2)
 	require.Equal(t, 4, count(0, 64), "a repost maps nothing more")
-
-	// A buffer larger than PrefaultBuffer: its first PrefaultBuffer bytes.
-	first := softrc.PrefaultBuffer / page
-	require.NoError(t, b.qp.PostRecv(verbs.RecvWR{ID: 3, SGL: []verbs.SGE{verbs.SGEOf(mr, 16*page, (first+8)*page)}}))
-	require.Equal(t, first, count(16, 16+first), "a large buffer's first pages")
-	require.Zero(t, count(16+first, 64), "the rest of a large buffer")
 }
