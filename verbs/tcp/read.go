@@ -527,14 +527,29 @@ func (l *link) restQueued(need int) bool {
 // and ran at 0.72 of the rate of reading each once it was queued whole.
 const streamReadMin = 64 << 10
 
-// nextIsSend reports whether the next frame, its header buffered, is a SEND.
-func (l *link) nextIsSend() bool {
+// nextHeader returns the next frame's header: the one nextFrameLen
+// decoded (fs.next), else decoded from the read buffer; false when it is
+// not all buffered or does not decode.
+func (l *link) nextHeader() (softrc.Header, bool) {
+	fs := &l.fs
+	if fs.nextOK {
+		return fs.next, true
+	}
 	if l.br.Buffered() < HeaderLen {
-		return false
+		return softrc.Header{}, false
 	}
 	b, _ := l.br.Peek(HeaderLen)
-	h, err := DecodeHeader(b, l.fs.maxMsg)
-	return err == nil && (h.Op == softrc.FrameSend || h.Op == softrc.FrameSendImm)
+	h, err := DecodeHeader(b, fs.maxMsg)
+	return h, err == nil
+}
+
+// isSend reports whether op is a SEND's.
+func isSend(op softrc.FrameOp) bool { return op == softrc.FrameSend || op == softrc.FrameSendImm }
+
+// nextIsSend reports whether the next frame, its header buffered, is a SEND.
+func (l *link) nextIsSend() bool {
+	h, ok := l.nextHeader()
+	return ok && isSend(h.Op)
 }
 
 // streamable reports whether the next frame is one a waiter may stream
@@ -543,12 +558,8 @@ func (l *link) streamable() bool {
 	if l.mid {
 		return true
 	}
-	if l.br.Buffered() < HeaderLen {
-		return false
-	}
-	b, _ := l.br.Peek(HeaderLen)
-	h, err := DecodeHeader(b, l.fs.maxMsg)
-	return err == nil && (h.Op == softrc.FrameReadResp || h.Op == softrc.FrameSend || h.Op == softrc.FrameSendImm)
+	h, ok := l.nextHeader()
+	return ok && (h.Op == softrc.FrameReadResp || isSend(h.Op))
 }
 
 // respond queues a response. A plain ACK is held back: it leaves with the
