@@ -456,12 +456,15 @@ func eagerDefault(t verbs.Traits) int {
 func (ep *Endpoint) eagerFor(d *device) int {
 	e := eagerDefault(d.traits)
 	if !d.traits.SharesMemory {
-		for e > minNetEager && (ep.size-1)*ep.opts.EagerSlots*e > netEagerBudget {
-			e /= 2
-		}
-		return e
+		return halvedWithin(e, minNetEager, ep.size-1, ep.opts.EagerSlots, netEagerBudget)
 	}
-	for e > minSharedEager && (ep.localRanks-1)*ep.opts.EagerSlots*e > eagerMemBudget {
+	return halvedWithin(e, minSharedEager, ep.localRanks-1, ep.opts.EagerSlots, eagerMemBudget)
+}
+
+// halvedWithin halves the eager limit e, down to least, while peers ×
+// slots buffers of that size would pass budget bytes.
+func halvedWithin(e, least, peers, slots, budget int) int {
+	for e > least && peers*slots*e > budget {
 		e /= 2
 	}
 	return e
