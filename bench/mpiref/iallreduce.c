@@ -67,6 +67,11 @@ int main(int argc, char **argv)
             warm = atof(argv[i + 1]);
     }
     float *s = calloc(max / 4 + 1, 4), *r = calloc(max / 4 + 1, 4);
+    /* Values in every page of the send buffer, as rdmabench's has: read
+     * untouched, calloc's pages would all be the kernel's one zero page,
+     * which stays in the cache whatever the size. */
+    for (long i = 0; i < max / 4 + 1; i++)
+        s[i] = (float)(i % 13 + rank);
     if (rank == 0)
         printf("# %-10s %18s %17s %17s %11s %11s\n", "Size", "Overall(us)", "Compute(us)", "Pure Comm.(us)", "Overlap(%)", "Iters");
     for (long size = 4; size <= max; size *= 2) {
