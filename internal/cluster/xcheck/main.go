@@ -11,6 +11,12 @@
 //
 //	xcheck rank=1 size=4 host=h1 hostidx=0 peers=0:shm@0,1:self@0,2:tcp@1,3:tcp@1 ok
 //
+// With -soak D it then runs random verified operations for D as well
+// (internal/soak: collectives, windows of mixed sizes, sub-communicators;
+// every rank draws the same sequence from rank 0's seed) and prints
+//
+//	xcheck soak rank=1 rounds=412 ok
+//
 // A wrong element or a failed call prints what went wrong and exits 1.
 package main
 
@@ -18,26 +24,29 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/rdmago/rdmago/comm"
+	"github.com/rdmago/rdmago/internal/soak"
 )
 
 func main() {
 	large := flag.Int("large", 300_000, "elements of the large round (float64)")
 	timeout := flag.Duration("timeout", time.Minute, "give up after this long")
+	soakFor := flag.Duration("soak", 0, "after the checks, run random verified operations for this long")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, *large); err != nil {
+	if err := run(ctx, *large, *soakFor); err != nil {
 		fmt.Fprintf(os.Stderr, "xcheck: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, large int) error {
+func run(ctx context.Context, large int, soakFor time.Duration) error {
 	c, err := comm.FromEnv(ctx)
 	if err != nil {
 		return err
@@ -67,7 +76,41 @@ func run(ctx context.Context, large int) error {
 		peers = append(peers, fmt.Sprintf("%d:%s@%d", r, p.Transport, p.HostIndex))
 	}
 	fmt.Printf("xcheck rank=%d size=%d host=%s hostidx=%d peers=%s ok\n", c.Rank(), c.Size(), me.Host, me.HostIndex, strings.Join(peers, ","))
+	if soakFor <= 0 {
+		return nil
+	}
+	rounds, err := soakRounds(ctx, c, soakFor)
+	if err != nil {
+		return fmt.Errorf("rank %d, soak: %w", c.Rank(), err)
+	}
+	fmt.Printf("xcheck soak rank=%d rounds=%d ok\n", c.Rank(), rounds)
 	return nil
+}
+
+// soakRounds runs soak.Round until d has passed on rank 0, which draws the
+// seed and says when to stop; it returns the number of rounds.
+func soakRounds(ctx context.Context, c *comm.Comm, d time.Duration) (int, error) {
+	seed := []int64{time.Now().UnixNano()}
+	if err := comm.Bcast(ctx, c, seed, 0); err != nil {
+		return 0, err
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed[0]), 7))
+	deadline := time.Now().Add(d)
+	for round := 0; ; round++ {
+		stop := []int32{0}
+		if c.Rank() == 0 && time.Now().After(deadline) {
+			stop[0] = 1
+		}
+		if err := comm.Bcast(ctx, c, stop, 0); err != nil {
+			return round, err
+		}
+		if stop[0] == 1 {
+			return round, nil
+		}
+		if err := soak.Round(ctx, c, rng, round); err != nil {
+			return round, fmt.Errorf("round %d (seed %d): %w", round, seed[0], err)
+		}
+	}
 }
 
 // val is the element rank r contributes at index i: integer-valued, so
