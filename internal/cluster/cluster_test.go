@@ -204,11 +204,14 @@ func TestJobTwoHostsTwoRanks(t *testing.T) {
 	runJob(t, c, 2, func(i int) string { return c.Hosts[i].Name })
 }
 
-// Random operations across two hosts of one rank each, every element
-// checked (internal/soak through xcheck -soak): over tcp between network
-// namespaces, where a waiting rank reads large messages as they arrive,
-// which the in-process soak of comm never does. A few seconds in the
-// default run; RDMAGO_LONG=1 runs it for RDMAGO_SOAK (default 1m).
+// Random operations across two hosts, every element checked
+// (internal/soak through xcheck -soak): with one rank a host, over tcp
+// between network namespaces, where a waiting rank reads large messages
+// as they arrive, which the in-process soak of comm never does; with two,
+// the two-level forms of the collectives (shm inside a host, the leaders
+// over tcp) on the world and on random sub-communicators that span the
+// hosts or not. A few seconds each in the default run; RDMAGO_LONG=1 runs
+// each for RDMAGO_SOAK (default 1m).
 func TestSoakAcrossHosts(t *testing.T) {
 	d := 3 * time.Second
 	if os.Getenv("RDMAGO_LONG") == "1" {
@@ -220,13 +223,19 @@ func TestSoakAcrossHosts(t *testing.T) {
 		}
 	}
 	c := up(t, cluster.Options{Hosts: 2})
-	out := runXcheck(t, c, 1, func(i int) string { return c.Hosts[i].Name }, d)
-	m := regexp.MustCompile(`(?m)^xcheck soak rank=(\d+) rounds=(\d+) ok$`).FindAllStringSubmatch(out, -1)
-	require.Len(t, m, 2, out)
-	assert.Equal(t, m[0][2], m[1][2], "both ranks ran the same rounds")
-	rounds, _ := strconv.Atoi(m[0][2])
-	assert.Positive(t, rounds, out)
-	t.Logf("%d rounds in %v", rounds, d)
+	for _, slots := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%dx%d", len(c.Hosts), slots), func(t *testing.T) {
+			out := runXcheck(t, c, slots, func(i int) string { return c.Hosts[i].Name }, d)
+			m := regexp.MustCompile(`(?m)^xcheck soak rank=(\d+) rounds=(\d+) ok$`).FindAllStringSubmatch(out, -1)
+			require.Len(t, m, slots*len(c.Hosts), out)
+			for _, r := range m[1:] {
+				assert.Equal(t, m[0][2], r[2], "every rank ran the same rounds")
+			}
+			rounds, _ := strconv.Atoi(m[0][2])
+			assert.Positive(t, rounds, out)
+			t.Logf("%d rounds in %v", rounds, d)
+		})
+	}
 }
 
 // Hosts that share a host name (containers, bare network namespaces) are
