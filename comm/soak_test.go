@@ -2,8 +2,6 @@ package comm_test
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"runtime"
 	"strconv"
@@ -62,33 +60,17 @@ func measure() usage {
 }
 
 func runSoak(t *testing.T, transport string, p int, d time.Duration) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d, %v", seed, d)
-	deadline := time.Now().Add(d)
+	t.Logf("%v", d)
 	var (
 		mu      sync.Mutex
 		samples []usage
-		steps   int
+		rounds  int
 	)
-	// Every rank draws the same sequence of operations from the same seed;
-	// rank 0 decides when to stop and samples between rounds, while the
-	// others wait in a barrier.
+	// Every rank draws the same sequence of operations from rank 0's seed
+	// (soak.Run); rank 0 samples between rounds, while the others wait in
+	// a barrier.
 	errs := runFor(t, d+time.Minute, p, comm.Options{Transport: transport, NoEnv: true}, nil, func(ctx context.Context, c *comm.Comm) error {
-		rng := rand.New(rand.NewPCG(seed, 7))
-		for round := 0; ; round++ {
-			stop := []int32{0}
-			if c.Rank() == 0 && time.Now().After(deadline) && round >= 20 {
-				stop[0] = 1
-			}
-			if err := comm.Bcast(ctx, c, stop, 0); err != nil {
-				return err
-			}
-			if stop[0] == 1 {
-				break
-			}
-			if err := soak.Round(ctx, c, rng, round); err != nil {
-				return fmt.Errorf("round %d: %w", round, err)
-			}
+		n, err := soak.Run(ctx, c, d, 20, func(round int) error {
 			if err := comm.Barrier(ctx, c); err != nil {
 				return err
 			}
@@ -96,17 +78,19 @@ func runSoak(t *testing.T, transport string, p int, d time.Duration) {
 				u := measure()
 				mu.Lock()
 				samples = append(samples, u)
-				steps = round + 1
 				mu.Unlock()
 			}
-			if err := comm.Barrier(ctx, c); err != nil {
-				return err
-			}
+			return comm.Barrier(ctx, c)
+		})
+		if c.Rank() == 0 {
+			mu.Lock()
+			rounds = n
+			mu.Unlock()
 		}
-		return nil
+		return err
 	})
 	requireOK(t, errs)
-	t.Logf("%d rounds; usage samples (goroutines, fds, RSS KiB, heap KiB): first %v, last %v", steps, samples[0], samples[len(samples)-1])
+	t.Logf("%d rounds; usage samples (goroutines, fds, RSS KiB, heap KiB): first %v, last %v", rounds, samples[0], samples[len(samples)-1])
 	// The first sample is after the warm-up (pools, caches, lazily made
 	// connections); growth is judged against the largest of the first
 	// half, so a figure that only fluctuates passes and one that keeps

@@ -4,9 +4,45 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"time"
 
 	"github.com/rdmago/rdmago/comm"
 )
+
+// Run runs Round on c, on every rank, until d has passed on rank 0 and at
+// least least rounds have run; rank 0 draws the seed and decides when to
+// stop, and every rank learns both by broadcast. after, if not nil, runs
+// on every rank after each round (a barrier and a measurement, say). It
+// returns the number of rounds; a failed round's error names the round
+// and the seed, which replays it.
+func Run(ctx context.Context, c *comm.Comm, d time.Duration, least int, after func(round int) error) (int, error) {
+	seed := []int64{time.Now().UnixNano()}
+	if err := comm.Bcast(ctx, c, seed, 0); err != nil {
+		return 0, err
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed[0]), 7))
+	deadline := time.Now().Add(d)
+	for round := 0; ; round++ {
+		stop := []int32{0}
+		if c.Rank() == 0 && time.Now().After(deadline) && round >= least {
+			stop[0] = 1
+		}
+		if err := comm.Bcast(ctx, c, stop, 0); err != nil {
+			return round, err
+		}
+		if stop[0] == 1 {
+			return round, nil
+		}
+		if err := Round(ctx, c, rng, round); err != nil {
+			return round, fmt.Errorf("round %d (seed %d): %w", round, seed[0], err)
+		}
+		if after != nil {
+			if err := after(round); err != nil {
+				return round, err
+			}
+		}
+	}
+}
 
 // Round runs one random operation on c, drawn from rng (every rank must
 // draw the same sequence: give each the same seed), and checks its result
@@ -155,9 +191,23 @@ func Round(ctx context.Context, c *comm.Comm, rng *rand.Rand, round int) error {
 // of one tag between two ranks must arrive in the order they were sent.
 func window(ctx context.Context, c *comm.Comm, salt int, val func(r, i int) int64) error {
 	sizes := []int{1, 9000, 30000, 2, 40000, 500}
-	const msgs = 4
+	err := Exchange(ctx, c, 9, 4,
+		func(from, to, j int) int { return sizes[(from+to+j+salt)%len(sizes)] },
+		func(from, _, j, i int) int64 { return val(from, i+j) })
+	if err != nil {
+		return fmt.Errorf("window: %w", err)
+	}
+	return nil
+}
+
+// Exchange has every rank of c post, for every other rank, msgs receives
+// and then msgs sends of tag before it waits for any: message j from rank
+// from to rank to holds size(from, to, j) elements, element i being
+// val(from, to, j, i). It checks every element received, so a message
+// out of order, misrouted or damaged is named by its index, sender, size
+// and element.
+func Exchange(ctx context.Context, c *comm.Comm, tag, msgs int, size func(from, to, j int) int, val func(from, to, j, i int) int64) error {
 	p, me := c.Size(), c.Rank()
-	size := func(from, to, j int) int { return sizes[(from+to+j+salt)%len(sizes)] }
 	var reqs []*comm.Request
 	got := make(map[[2]int][]int64)
 	for r := range p {
@@ -167,7 +217,7 @@ func window(ctx context.Context, c *comm.Comm, salt int, val func(r, i int) int6
 		for j := range msgs {
 			buf := make([]int64, size(r, me, j))
 			got[[2]int{r, j}] = buf
-			rq, err := comm.Irecv(ctx, c, buf, r, 9)
+			rq, err := comm.Irecv(ctx, c, buf, r, tag)
 			if err != nil {
 				return err
 			}
@@ -181,9 +231,9 @@ func window(ctx context.Context, c *comm.Comm, salt int, val func(r, i int) int6
 		for j := range msgs {
 			buf := make([]int64, size(me, r, j))
 			for i := range buf {
-				buf[i] = val(me, i+j)
+				buf[i] = val(me, r, j, i)
 			}
-			rq, err := comm.Isend(ctx, c, buf, r, 9)
+			rq, err := comm.Isend(ctx, c, buf, r, tag)
 			if err != nil {
 				return err
 			}
@@ -195,8 +245,8 @@ func window(ctx context.Context, c *comm.Comm, salt int, val func(r, i int) int6
 	}
 	for k, buf := range got {
 		for i, x := range buf {
-			if want := val(k[0], i+k[1]); x != want {
-				return fmt.Errorf("window: message %d (%d elements) from rank %d: element %d is %d, want %d", k[1], len(buf), k[0], i, x, want)
+			if want := val(k[0], me, k[1], i); x != want {
+				return fmt.Errorf("message %d (%d elements) from rank %d: element %d is %d, want %d", k[1], len(buf), k[0], i, x, want)
 			}
 		}
 	}

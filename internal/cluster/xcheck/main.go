@@ -24,7 +24,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -79,38 +78,12 @@ func run(ctx context.Context, large int, soakFor time.Duration) error {
 	if soakFor <= 0 {
 		return nil
 	}
-	rounds, err := soakRounds(ctx, c, soakFor)
+	rounds, err := soak.Run(ctx, c, soakFor, 0, nil)
 	if err != nil {
 		return fmt.Errorf("rank %d, soak: %w", c.Rank(), err)
 	}
 	fmt.Printf("xcheck soak rank=%d rounds=%d ok\n", c.Rank(), rounds)
 	return nil
-}
-
-// soakRounds runs soak.Round until d has passed on rank 0, which draws the
-// seed and says when to stop; it returns the number of rounds.
-func soakRounds(ctx context.Context, c *comm.Comm, d time.Duration) (int, error) {
-	seed := []int64{time.Now().UnixNano()}
-	if err := comm.Bcast(ctx, c, seed, 0); err != nil {
-		return 0, err
-	}
-	rng := rand.New(rand.NewPCG(uint64(seed[0]), 7))
-	deadline := time.Now().Add(d)
-	for round := 0; ; round++ {
-		stop := []int32{0}
-		if c.Rank() == 0 && time.Now().After(deadline) {
-			stop[0] = 1
-		}
-		if err := comm.Bcast(ctx, c, stop, 0); err != nil {
-			return round, err
-		}
-		if stop[0] == 1 {
-			return round, nil
-		}
-		if err := soak.Round(ctx, c, rng, round); err != nil {
-			return round, fmt.Errorf("round %d (seed %d): %w", round, seed[0], err)
-		}
-	}
 }
 
 // val is the element rank r contributes at index i: integer-valued, so
@@ -201,49 +174,11 @@ func collectives(ctx context.Context, c *comm.Comm, n int) error {
 }
 
 // pointToPoint sends to every other rank and receives from every other
-// rank at once, so each pair carries data both ways.
+// rank at once, so each pair carries data both ways; each message's values
+// name its sender and receiver.
 func pointToPoint(ctx context.Context, c *comm.Comm, n int) error {
-	p, me := c.Size(), c.Rank()
-	const tag = 11
-	var reqs []*comm.Request
-	recvs := make([][]float64, p)
-	for r := range p {
-		if r == me {
-			continue
-		}
-		recvs[r] = make([]float64, n)
-		rq, err := comm.Irecv(ctx, c, recvs[r], r, tag)
-		if err != nil {
-			return err
-		}
-		reqs = append(reqs, rq)
-	}
-	for r := range p {
-		if r == me {
-			continue
-		}
-		out := make([]float64, n)
-		fill(out, func(i int) float64 { return float64(me*100+r) + float64(i%991) })
-		rq, err := comm.Isend(ctx, c, out, r, tag)
-		if err != nil {
-			return err
-		}
-		reqs = append(reqs, rq)
-	}
-	for _, rq := range reqs {
-		if _, err := rq.Wait(ctx); err != nil {
-			return err
-		}
-	}
-	for r := range p {
-		if r == me {
-			continue
-		}
-		if err := check(fmt.Sprintf("message from rank %d", r), recvs[r], func(i int) float64 { return float64(r*100+me) + float64(i%991) }); err != nil {
-			return err
-		}
-	}
-	return nil
+	return soak.Exchange(ctx, c, 11, 1, func(int, int, int) int { return n },
+		func(from, to, _, i int) int64 { return int64(from*100+to)<<20 + int64(i%991) })
 }
 
 func fill(b []float64, f func(i int) float64) {
