@@ -53,17 +53,13 @@ func TestAwaitedFrameThatCannotComeWholeGoesToReader(t *testing.T) {
 	frame := writeImmFrame(a.qp, mr, seq, big, 7)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res := make(chan error, 1)
-	go func() { res <- a.cq.Wait(ctx) }()
-	awaitPoller(t, a.qp)
 	half := len(frame) / 2
-	_, err := c.Write(frame[:half])
-	require.NoError(t, err)
+	res := waitAndSend(t, ctx, a, c, frame, half)
 	// The peer of a closed window: the rest comes once the half frame
 	// has been read from the socket.
 	require.Eventually(t, func() bool { return queuedIn(t, l) == 0 }, 10*time.Second, time.Millisecond,
 		"the half frame stays in the socket: the waiter waits for the rest, which waits for it")
-	_, err = c.Write(frame[half:])
+	_, err := c.Write(frame[half:])
 	require.NoError(t, err)
 	require.NoError(t, <-res)
 	wc := wait(t, a.cq)

@@ -59,6 +59,16 @@ func waitAndSend(t *testing.T, ctx context.Context, a *side, c net.Conn, f []byt
 	return res
 }
 
+// waitAndStream is waitAndSend that then waits until the waiter has
+// begun streaming the frame (what names it in the failure).
+func waitAndStream(t *testing.T, ctx context.Context, a *side, c net.Conn, l *link, f []byte, upto int, what string) <-chan error {
+	t.Helper()
+	res := waitAndSend(t, ctx, a, c, f, upto)
+	require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
+		"the waiter did not stream the "+what)
+	return res
+}
+
 // cancelMidFrame waits until the waiter (its Wait's result on res) has
 // streamed the first streamed bytes of a frame's payload, the peer
 // stalled after them, then ends its ctx (cancel): the Wait returns with
@@ -101,9 +111,7 @@ func testWaiterStreams(t *testing.T, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	third := HeaderLen + n/3
-	res := waitAndSend(t, ctx, a, c, f, third)
-	require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
-		"the waiter did not stream the response")
+	res := waitAndStream(t, ctx, a, c, l, f, third, "response")
 	_, err := c.Write(f[third:])
 	require.NoError(t, err)
 	require.NoError(t, <-res)
@@ -191,9 +199,7 @@ func TestStreamingReadPolls(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			third := HeaderLen + n/3
-			res := waitAndSend(t, ctx, a, c, f, third)
-			require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
-				"the waiter did not stream the response")
+			res := waitAndStream(t, ctx, a, c, l, f, third, "response")
 			if tc.spin == time.Millisecond {
 				require.Eventually(t, func() bool { return l.spinGaveUp.Load() > 0 }, 10*time.Second, time.Millisecond,
 					"the waiter polled a stalled socket past PollSpin")

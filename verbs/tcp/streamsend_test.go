@@ -84,9 +84,7 @@ func testWaiterStreamsSend(t *testing.T, steered bool, end string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	half := HeaderLen + n/2
-	res := waitAndSend(t, ctx, a, c, f, half)
-	require.Eventually(t, func() bool { return l.streamBytes.Load() > 0 }, 10*time.Second, time.Millisecond,
-		"the waiter did not stream the SEND")
+	res := waitAndStream(t, ctx, a, c, l, f, half, "SEND")
 	if end == "whole" {
 		_, err := c.Write(f[half:])
 		require.NoError(t, err)
