@@ -403,31 +403,36 @@ func (l *link) readFrame() error {
 	}
 	if h.Op.IsRequest() {
 		err = l.q.HandleRequest(&h, pl, &fs.resp)
-		if err == softrc.ErrSuspended {
-			// A streaming waiter must return mid-payload (a SEND, as a
-			// READ response below); its answer goes once it is finished.
-			l.mid, l.midSend = true, true
-			l.suspends.Add(1)
-			return errInterrupted
-		}
-		if fs.resp.Op != 0 {
-			if err == nil {
-				l.respond(&fs.resp, h.Op == softrc.FrameWrite && h.Len == 0)
-			} else {
-				fs.resp.Done()
-			}
+		if err != softrc.ErrSuspended {
+			l.answer(err, h.Op == softrc.FrameWrite && h.Len == 0)
 		}
 	} else {
 		err = l.q.HandleResponse(&h, pl)
-		if err == softrc.ErrSuspended {
-			// A streaming waiter must return mid-payload: whoever reads
-			// next finishes the frame first (resumeFrame).
-			l.mid, l.midSend = true, false
-			l.suspends.Add(1)
-			return errInterrupted
-		}
+	}
+	if err == softrc.ErrSuspended {
+		// A streaming waiter must return mid-payload (a READ response or a
+		// SEND): whoever reads next finishes the frame first (resumeFrame),
+		// and a SEND's answer with it.
+		l.mid, l.midSend = true, isSend(h.Op)
+		l.suspends.Add(1)
+		return errInterrupted
 	}
 	return l.endFrame(err)
+}
+
+// answer sends the answer a request's handling left in fs.resp (none when
+// its Op is 0), or lets it go when the handling failed (err); urgent as
+// for respond.
+func (l *link) answer(err error, urgent bool) {
+	r := &l.fs.resp
+	if r.Op == 0 {
+		return
+	}
+	if err == nil {
+		l.respond(r, urgent)
+	} else {
+		r.Done()
+	}
 }
 
 // endFrame finishes a frame whose handling returned err: the payload left
@@ -455,13 +460,7 @@ func (l *link) resumeFrame() error {
 		return errInterrupted // suspended again (streamFrame)
 	}
 	l.mid = false
-	if fs.resp.Op != 0 {
-		if err == nil {
-			l.respond(&fs.resp, false)
-		} else {
-			fs.resp.Done()
-		}
-	}
+	l.answer(err, false)
 	return l.endFrame(err)
 }
 

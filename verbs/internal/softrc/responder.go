@@ -444,8 +444,7 @@ func (q *QP) resumeSendLocked(p Payload, resp *Response) error {
 		q.suspSend = s
 		return ErrSuspended
 	}
-	*resp = Response{}
-	resp.QPN, resp.Seq = s.qpn, s.h.Seq
+	resp.QPN, resp.Seq = s.qpn, s.h.Seq // Resume cleared resp
 	err = q.endRequest(&s.h, err, true, resp)
 	q.mu.Lock()
 	return err
