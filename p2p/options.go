@@ -76,8 +76,9 @@ type Options struct {
 	// eager message is). It applies to messages above EagerLimit. Zero
 	// means the provider's default: 256 KiB over tcp, where every
 	// rendezvous trip goes through both kernels (see docs/p2p.md for the
-	// figures; it takes effect where EagerLimit is lower than that); 64 KiB over shm, whose READ (process_vm_readv) costs
-	// about 3 µs before it copies anything, and 256 KiB there where the
+	// figures; it takes effect where EagerLimit is lower than that); 64
+	// KiB over shm, whose READ (process_vm_readv) costs about 3 µs
+	// before it copies anything, and 256 KiB there where the
 	// host's ranks outnumber its CPUs (a rendezvous there waits for the
 	// receiver's turn and then the sender's); none elsewhere, whose READ
 	// copies once. Negative means none; at most 64 MiB. Over shared
