@@ -16,12 +16,13 @@ import (
 
 // TestSoak runs random verified collectives and point-to-point messages of
 // random sizes, roots and ops, over the world and random Split
-// sub-communicators, on each transport (tcp over loopback), and watches the process's goroutines, open file
-// descriptors, live heap and resident memory (the ranks are goroutines of
-// this process, so the process's figures are every rank's): after a
-// warm-up, none may keep growing. Briefly in the default run, which judges
-// goroutines and descriptors only; with RDMAGO_LONG=1 for RDMAGO_SOAK (a
-// duration, default 2m), which judges memory too.
+// sub-communicators, on each transport (tcp over loopback), and watches
+// the process's goroutines, open file descriptors, live heap and resident
+// memory (the ranks are goroutines of this process, so the process's
+// figures are every rank's): after a warm-up, none may keep growing.
+// Briefly in the default run, which judges goroutines and descriptors
+// only; with RDMAGO_LONG=1 for RDMAGO_SOAK (a duration, default 2m), which
+// judges memory too.
 func TestSoak(t *testing.T) {
 	d := 2 * time.Second
 	if long {

@@ -10,11 +10,11 @@ import (
 )
 
 // Run runs Round on c, on every rank, until d has passed on rank 0 and at
-// least least rounds have run; rank 0 draws the seed and decides when to
+// least `least` rounds have run; rank 0 draws the seed and decides when to
 // stop, and every rank learns both by broadcast. after, if not nil, runs
 // on every rank after each round (a barrier and a measurement, say). It
-// returns the number of rounds; a failed round's error names the round
-// and the seed, which replays it.
+// returns the number of rounds; a failed round's error names the round and
+// the seed, which replays it.
 func Run(ctx context.Context, c *comm.Comm, d time.Duration, least int, after func(round int) error) (int, error) {
 	seed := []int64{time.Now().UnixNano()}
 	if err := comm.Bcast(ctx, c, seed, 0); err != nil {
