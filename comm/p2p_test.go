@@ -199,6 +199,65 @@ func TestP2PErrors(t *testing.T) {
 	})
 }
 
+// TestWaitAllReportsCompletedFailures: WaitAll reports the error of a
+// request that has already completed when it looks (a truncated receive,
+// one of bytes that are not whole elements, a nil ctx), the first in slice
+// order, and nil for a window whose requests all completed well, however
+// few of them it had to wait for.
+func TestWaitAllReportsCompletedFailures(t *testing.T) {
+	runOK(t, 2, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
+		if c.Rank() == 0 {
+			if err := comm.Send(ctx, c, make([]byte, 40), 1, 1); err != nil { // truncated there
+				return err
+			}
+			if err := comm.Send(ctx, c, make([]byte, 6), 1, 2); err != nil { // not whole int32s
+				return err
+			}
+			for i := range 8 {
+				if err := comm.Send(ctx, c, []int32{int32(i)}, 1, 3); err != nil {
+					return err
+				}
+			}
+			return comm.Barrier(ctx, c)
+		}
+		if err := comm.Barrier(ctx, c); err != nil { // every message has arrived
+			return err
+		}
+		good := make([]*comm.Request, 8)
+		for i := range good {
+			r, err := comm.Irecv(ctx, c, make([]int32, 1), 0, 3)
+			if err != nil {
+				return err
+			}
+			good[i] = r
+		}
+		trunc, err := comm.Irecv(ctx, c, make([]byte, 8), 0, 1)
+		if err != nil {
+			return err
+		}
+		odd, err := comm.Irecv(ctx, c, make([]int32, 4), 0, 2)
+		if err != nil {
+			return err
+		}
+		// Done before WaitAll looks: it must still report them.
+		for _, r := range []*comm.Request{trunc, odd} {
+			for !r.P2P().Done() {
+				if _, _, err := r.Test(); err != nil {
+					break
+				}
+			}
+		}
+		require.ErrorIs(t, comm.WaitAll(nil, good...), comm.ErrInvalidArgument, "a nil ctx, every request done")
+		require.NoError(t, comm.WaitAll(ctx, good...))
+		err = comm.WaitAll(ctx, append(good, trunc, odd)...)
+		require.ErrorIs(t, err, comm.ErrTruncated, "the first failure in slice order")
+		err = comm.WaitAll(ctx, odd, trunc)
+		require.ErrorIs(t, err, comm.ErrMismatch)
+		require.Contains(t, err.Error(), "6 bytes, not a whole number of 4-byte elements")
+		return nil
+	})
+}
+
 func TestP2PContextDeadline(t *testing.T) {
 	runOK(t, 2, comm.Options{}, func(ctx context.Context, c *comm.Comm) error {
 		if c.Rank() == 0 {

@@ -82,8 +82,17 @@ func (m *matcher) peek(env envelope) (*Request, int) {
 func (m *matcher) addUnexpected(in *inbound) { m.unexp.push(in) }
 
 // find returns the oldest unexpected message that fits pattern, removing it
-// when remove is set.
+// when remove is set. It inlines the look at an empty queue, the case of
+// receives posted before their messages arrive (a window of Irecvs).
 func (m *matcher) find(pattern envelope, remove bool) *inbound {
+	if m.unexp.len() == 0 {
+		return nil
+	}
+	return m.findIn(pattern, remove)
+}
+
+// findIn is find over a queue that holds messages.
+func (m *matcher) findIn(pattern envelope, remove bool) *inbound {
 	for i, in := range m.unexp.items() {
 		if pattern.fits(in.env) {
 			if remove {
@@ -179,7 +188,11 @@ func (q *fifo[T]) push(x *T) {
 // posted at the head of the queue, so a window of user receives matches
 // at index 1, which would otherwise copy the whole window per message.
 func (q *fifo[T]) removeAt(i int) {
-	if i < q.len()/2 {
+	if i == 1 && q.len() > 2 { // that window's case, without copy's call
+		q.s[q.head+1] = q.s[q.head]
+		q.s[q.head] = nil
+		q.head++
+	} else if i < q.len()/2 {
 		copy(q.s[q.head+1:q.head+i+1], q.s[q.head:q.head+i])
 		q.s[q.head] = nil
 		q.head++

@@ -40,9 +40,15 @@ func (c *Channel) argErr(op string, peer, tag int, err error) error {
 }
 
 func (c *Channel) checkPeer(op string, peer, tag int, wildcard bool) error {
-	if peer >= 0 && peer < c.ep.size || wildcard && peer == AnySource {
+	if uint(peer) < uint(c.ep.size) || wildcard && peer == AnySource {
 		return nil
 	}
+	return c.rankErr(op, peer, tag)
+}
+
+// rankErr is checkPeer's error, made apart so that the check inlines into
+// every call that sends or receives.
+func (c *Channel) rankErr(op string, peer, tag int) error {
 	return c.argErr(op, peer, tag, fmt.Errorf("%w: rank %d is not in [0, %d)", ErrInvalidRank, peer, c.ep.size))
 }
 
@@ -50,6 +56,11 @@ func (c *Channel) checkTag(op string, peer, tag int, wildcard bool) error {
 	if tag >= 0 && tag <= MaxTag || wildcard && tag == AnyTag {
 		return nil
 	}
+	return c.tagErr(op, peer, tag)
+}
+
+// tagErr is checkTag's error (see rankErr).
+func (c *Channel) tagErr(op string, peer, tag int) error {
 	return c.argErr(op, peer, tag, fmt.Errorf("%w: tag %d is not in [0, %d]", ErrInvalidTag, tag, MaxTag))
 }
 
@@ -343,8 +354,8 @@ func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, e
 	// request, all in one hold of the endpoint's mutex: taking it for each
 	// step was most of the locking of an 8-byte shm ping-pong.
 	ep := c.ep
-	if err := c.checkRecvArgs("Recv", src, tag); err != nil {
-		return Status{}, err
+	if !c.recvArgsOK(src, tag) {
+		return Status{}, c.recvArgsErr("Recv", src, tag)
 	}
 	ep.mu.Lock()
 	r, err := c.irecvLocked("Recv", src, tag, buf)
@@ -379,7 +390,23 @@ func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, e
 	return st, err
 }
 
+// checkRecvArgs checks a receive's source (a rank or AnySource) and tag (a
+// user tag or AnyTag).
 func (c *Channel) checkRecvArgs(op string, src, tag int) error {
+	if c.recvArgsOK(src, tag) {
+		return nil
+	}
+	return c.recvArgsErr(op, src, tag)
+}
+
+// recvArgsOK is checkRecvArgs's check alone, which inlines into the
+// receives: both wildcards are -1, so one comparison each.
+func (c *Channel) recvArgsOK(src, tag int) bool {
+	return uint(src+1) <= uint(c.ep.size) && uint(tag+1) <= MaxTag+1
+}
+
+// recvArgsErr is checkRecvArgs's error (see rankErr).
+func (c *Channel) recvArgsErr(op string, src, tag int) error {
 	if err := c.checkPeer(op, src, tag, true); err != nil {
 		return err
 	}
@@ -388,8 +415,8 @@ func (c *Channel) checkRecvArgs(op string, src, tag int) error {
 
 func (c *Channel) irecv(op string, src, tag int, buf []byte) (*Request, error) {
 	ep := c.ep
-	if err := c.checkRecvArgs(op, src, tag); err != nil {
-		return nil, err
+	if !c.recvArgsOK(src, tag) {
+		return nil, c.recvArgsErr(op, src, tag)
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()

@@ -141,3 +141,49 @@ func TestWaitPassive(t *testing.T) {
 		})
 	}
 }
+
+// TestOutcome: a request's Outcome says pending until it completes, then
+// the byte count and error its Wait returns: a whole message's size, and a
+// truncated one's error with the bytes delivered.
+func TestOutcome(t *testing.T) {
+	p2ptest.Run(t, 2, p2ptest.Options{Provider: "shm"}, func(ctx context.Context, ep *p2p.Endpoint) error {
+		peer := 1 - ep.Rank()
+		if ep.Rank() == 0 {
+			if _, err := ep.Recv(ctx, peer, 9, nil); err != nil { // the receives are posted
+				return err
+			}
+			if err := ep.Send(ctx, peer, 1, pattern(5, 1)); err != nil {
+				return err
+			}
+			return ep.Send(ctx, peer, 2, pattern(20, 2))
+		}
+		whole, err := ep.Irecv(peer, 1, make([]byte, 8))
+		if err != nil {
+			return err
+		}
+		short, err := ep.Irecv(peer, 2, make([]byte, 8))
+		if err != nil {
+			return err
+		}
+		if done, n, err := whole.Outcome(); done || n != 0 || err != nil {
+			return fmt.Errorf("a pending receive's outcome: done %v, %d bytes, %v", done, n, err)
+		}
+		if err := ep.Send(ctx, peer, 9, nil); err != nil {
+			return err
+		}
+		for _, r := range []*p2p.Request{whole, short} {
+			st, werr := r.Wait(ctx)
+			done, n, err := r.Outcome()
+			if !done || n != st.Count || !errors.Is(err, werr) || (err == nil) != (werr == nil) {
+				return fmt.Errorf("outcome done %v, %d bytes, %v; Wait said %+v, %v", done, n, err, st, werr)
+			}
+		}
+		if _, n, err := whole.Outcome(); n != 5 || err != nil {
+			return fmt.Errorf("whole receive: %d bytes, %v", n, err)
+		}
+		if _, n, err := short.Outcome(); n != 8 || !errors.Is(err, p2p.ErrTruncated) {
+			return fmt.Errorf("truncated receive: %d bytes, %v; want 8 and ErrTruncated", n, err)
+		}
+		return nil
+	})
+}
