@@ -99,6 +99,7 @@ type Endpoint struct {
 	opSeq       uint32
 	selfStats   PeerStats
 	freeReqs    []*Request // recycled requests (putReq)
+	unclean     *Request   // a recycled request not cleared yet (putReqLaterLocked)
 	freeColds   []*reqCold // their cold parts, recycled apart (coldLocked)
 
 	// The progress engine.

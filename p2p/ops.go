@@ -364,11 +364,12 @@ func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, e
 		return Status{}, err
 	}
 	if !r.done.Load() {
+		ep.cleanLocked() // the previous receive's request, while this one waits
 		ep.progressHeldLocked()
 	}
 	if r.done.Load() {
 		st, err := r.status, r.err
-		ep.putReqLocked(r)
+		ep.putReqLaterLocked(r)
 		ep.mu.Unlock()
 		return st, err
 	}
@@ -376,7 +377,7 @@ func (c *Channel) Recv(ctx context.Context, src, tag int, buf []byte) (Status, e
 	done, held := ep.pollHeld(ctx, r)
 	if held { // the poll that completed r still holds the mutex
 		st, err := r.status, r.err
-		ep.putReqLocked(r)
+		ep.putReqLaterLocked(r)
 		ep.mu.Unlock()
 		return st, err
 	}

@@ -246,6 +246,29 @@ func (ep *Endpoint) putReqLocked(r *Request) {
 	}
 }
 
+// putReqLaterLocked is putReqLocked for a blocking receive about to
+// return: r is cleared by the caller's next blocking receive, once that
+// one is posted (cleanLocked), while it waits for its message, rather than
+// before this one returns; the clear writes all five of r's cache lines,
+// otherwise on a ping-pong's path every message (2-5 ns of a 0.11 µs
+// way at 0-32 B, the vCPUs close). Until then r is out of the pool; it
+// lets go of the caller's buffers at once.
+func (ep *Endpoint) putReqLaterLocked(r *Request) {
+	if ep.unclean != nil {
+		ep.putReqLocked(ep.unclean)
+	}
+	r.buf, r.head, r.fold = nil, nil, nil
+	ep.unclean = r
+}
+
+// cleanLocked recycles the request putReqLaterLocked left, if any.
+func (ep *Endpoint) cleanLocked() {
+	if r := ep.unclean; r != nil {
+		ep.unclean = nil
+		ep.putReqLocked(r)
+	}
+}
+
 // ReleaseAll is Release for each request of reqs (nil entries and
 // requests that have not completed are left alone), taking the endpoint's
 // mutex once per run of requests of one endpoint rather than once per
