@@ -254,6 +254,8 @@ func (ep *Endpoint) putReqLocked(r *Request) {
 // way at 0-32 B, the vCPUs close). Until then r is out of the pool; it
 // lets go of the caller's buffers at once.
 func (ep *Endpoint) putReqLaterLocked(r *Request) {
+	// cleanLocked, written out: through the call this would not inline
+	// into Recv.
 	if ep.unclean != nil {
 		ep.putReqLocked(ep.unclean)
 	}
