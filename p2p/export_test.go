@@ -193,6 +193,16 @@ func (ep *Endpoint) RingAhead(peer int) int {
 	return 0
 }
 
+// RingTail is the tail of this endpoint's ring in peer's window as the
+// peer last published it (how many lines it has read; 0 without a ring),
+// for TestRingTailAfterDrain.
+func (ep *Endpoint) RingTail(peer int) uint32 {
+	if o := ep.routOf(peer); o != nil {
+		return atomic.LoadUint32(o.tailW)
+	}
+	return 0
+}
+
 // RingMaxLinesPerMessage is how many lines the largest ring message takes.
 const RingMaxLinesPerMessage = ringLines
 

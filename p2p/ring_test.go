@@ -404,6 +404,46 @@ func TestDefaultRingHoldsWindow(t *testing.T) {
 	})
 }
 
+// A receiver that has handled what it saw tells the sender how far it
+// read at once, not only every quarter of the ring: a window of sends must
+// find the room it freed. Rank 0 sends two messages of
+// RingMaxLinesPerMessage lines, each acknowledged, and after each ack
+// finds the tail past it, far below a quarter of the default ring.
+func TestRingTailAfterDrain(t *testing.T) {
+	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
+	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+		const k = p2p.RingMaxLinesPerMessage
+		size := 2048 // the largest message of k lines: 48 bytes in the first, 64 in each further one
+		if ep.Rank() == 1 {
+			buf := make([]byte, size)
+			for i := range 2 {
+				if _, err := ep.Recv(ctx, 0, 1, buf); err != nil {
+					return fmt.Errorf("message %d: %w", i, err)
+				}
+				if err := ep.Send(ctx, 0, 2, nil); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if l := ep.RingLines(1); l < 8*k {
+			return fmt.Errorf("a ring of %d lines to rank 1: too shallow for the test", l)
+		}
+		want := []uint32{k, 2 * k}
+		for i := range 2 {
+			if err := ep.Send(ctx, 1, 1, pattern(size, byte(i))); err != nil {
+				return err
+			}
+			if _, err := ep.Recv(ctx, 1, 2, nil); err != nil {
+				return fmt.Errorf("ack %d: %w", i, err)
+			}
+			assert.Equal(t, want[i], ep.RingTail(1), "the tail rank 1 published after message %d", i)
+		}
+		assert.Equal(t, uint64(2), ep.Stats().Peers[1].RingSent.Msgs, "both messages went through the ring")
+		return nil
+	})
+}
+
 // A ring message's further lines carry payload only, and a later lap's
 // scan polls them as first lines: payload bytes that read as the stamp of
 // the line's next-lap position (with a context, tag and size after it)

@@ -1,0 +1,28 @@
+package p2p
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// Every ring's tail word starts an aligned pair of lines of its own (the
+// CPU fetches such pairs together): not beside the sleepers word, which
+// senders load after every message, nor beside a ring's lines, which they
+// write. A tail beside the sleepers word made every store of it wait for
+// the line to come back from the sender (see ringTailArea).
+func TestRingTailOwnsItsLinePair(t *testing.T) {
+	const pair = 2 * ringLine
+	assert.GreaterOrEqual(t, ringWinHdr, pair, "the sleepers word's pair")
+	assert.GreaterOrEqual(t, ringTailArea, pair, "a ring's lines start past its tail's pair")
+	for _, n := range []int{ringMinLines, 256, maxRingLines} {
+		for ranks := 2; ranks <= 8; ranks++ {
+			for r := range ranks {
+				tail := ringWinHdr + r*ringBlock(n)
+				if !assert.Zero(t, tail%pair, "ring lines %d, ranks %d: rank %d's tail at %d", n, ranks, r, tail) {
+					return
+				}
+			}
+		}
+	}
+}
