@@ -188,7 +188,10 @@ func (q *fifo[T]) push(x *T) {
 // posted at the head of the queue, so a window of user receives matches
 // at index 1, which would otherwise copy the whole window per message.
 func (q *fifo[T]) removeAt(i int) {
-	if i == 1 && q.len() > 2 { // that window's case, without copy's call
+	if i == 0 { // the head, the usual match: no copy's call, even of nothing
+		q.s[q.head] = nil
+		q.head++
+	} else if i == 1 && q.len() > 2 { // that window's case, without copy's call
 		q.s[q.head+1] = q.s[q.head]
 		q.s[q.head] = nil
 		q.head++

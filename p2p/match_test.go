@@ -181,6 +181,7 @@ func TestFifo(t *testing.T) {
 	second := &q.items()[1]
 	q.removeAt(0)
 	require.Same(t, second, &q.items()[0], "taking the oldest moved the others")
+	require.Nil(t, q.s[q.head-1], "the oldest's slot keeps it alive")
 	// The second oldest (a user receive behind comm's any-source one)
 	// moves only the oldest, not the rest of the window.
 	third := &q.items()[2]

@@ -752,9 +752,13 @@ func (ep *Endpoint) markDirty(p *peer) {
 }
 
 func (ep *Endpoint) flushDirtyLocked() {
-	if len(ep.dirty) == 0 {
-		return
+	if len(ep.dirty) != 0 { // inlined: nearly every poll finds none
+		ep.flushDirtySlowLocked()
 	}
+}
+
+// flushDirtySlowLocked is flushDirtyLocked's work, once peers are dirty.
+func (ep *Endpoint) flushDirtySlowLocked() {
 	// The frames that waited for credits leave together: one write per
 	// peer over tcp rather than one each.
 	outer := ep.beginBatchLocked()

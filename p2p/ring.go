@@ -136,12 +136,12 @@ func ringMaxFor(n uint32) int {
 }
 
 // ringTailArea is what precedes each ring's lines in the window: the line
-// of its tail word and a line nobody uses. CPUs fetch lines in aligned
-// pairs (the adjacent-line prefetch), and a tail word beside the sleepers
-// word, which the sender loads after every message, was fetched with it:
-// each tail store then waited for the line to come back from the sender,
-// and storing the tail after every drain cost a ping-pong at 64 B-1 KiB
-// 1.10-1.29x the time (none with the pad).
+// of its tail word and a line nobody uses. With the tail's line beside
+// the sleepers word's, which the sender loads after every message,
+// storing the tail after every drain cost a ping-pong at 64 B-1 KiB
+// 1.10-1.29x the time, and nothing with this pad: CPUs fetch aligned
+// pairs of lines together (the adjacent-line prefetch), so the sender's
+// loads likely took the tail's line too, and each store waited for it.
 const ringTailArea = 2 * ringLine
 
 // ringBlock is the bytes of one sender's ring of n lines in the window.

@@ -6,11 +6,11 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// Every ring's tail word starts an aligned pair of lines of its own (the
-// CPU fetches such pairs together): not beside the sleepers word, which
+// Every ring's tail word starts an aligned pair of lines of its own (CPUs
+// may fetch such pairs together): not beside the sleepers word, which
 // senders load after every message, nor beside a ring's lines, which they
-// write. A tail beside the sleepers word made every store of it wait for
-// the line to come back from the sender (see ringTailArea).
+// write. A tail beside the sleepers word made its stores cost the
+// ping-pong time (see ringTailArea).
 func TestRingTailOwnsItsLinePair(t *testing.T) {
 	const pair = 2 * ringLine
 	assert.GreaterOrEqual(t, ringWinHdr, pair, "the sleepers word's pair")
