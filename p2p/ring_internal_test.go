@@ -26,3 +26,14 @@ func TestRingTailOwnsItsLinePair(t *testing.T) {
 		}
 	}
 }
+
+// A scan that finds a ring empty watches its head stamp for ringWatch
+// more loads (scanEnd): the watch reports a stamp it finds, and gives up
+// on one that does not come rather than spinning on.
+func TestWatchStamp(t *testing.T) {
+	w := uint32(7)
+	assert.True(t, watchStamp(&w, 7), "a stamp already there")
+	assert.False(t, watchStamp(&w, 8), "a stamp that never comes")
+	assert.Positive(t, ringWatch, "a scan watches an empty head at all")
+	assert.LessOrEqual(t, ringWatch, 8, "a watcher that loads too often takes the line from its writer")
+}
