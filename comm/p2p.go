@@ -173,11 +173,8 @@ func (c *Comm) argsErr(op string, peer, tag int, recv bool, ctx context.Context,
 	if err := c.checkPeer(op, peer, tag, recv); err != nil {
 		return err
 	}
-	if ctx == nil {
-		return c.opErr(op, peer, tag, fmt.Errorf("%w: nil context", ErrInvalidArgument))
-	}
-	if ended {
-		return c.checkCtx(op, peer, tag, ctx)
+	if ended || ctx == nil {
+		return c.checkCtx(op, peer, tag, ctx) // a nil ctx: its first check
 	}
 	return nil
 }
