@@ -79,7 +79,13 @@ const (
 )
 
 // background reports whether the call's waits should sleep now.
-func (c *call) background() bool { return c.waited != nil && !c.waited.l.IsSet() }
+func (c *call) background() bool {
+	if !c.waitedKnown {
+		c.waited, _ = c.parent.Value(backgroundKey{}).(*Waited)
+		c.waitedKnown = true
+	}
+	return c.waited != nil && !c.waited.l.IsSet()
+}
 
 // waitReq waits for r: passively (parked until the endpoint's progress
 // completes it) while the call runs in the background, else as r.Wait.

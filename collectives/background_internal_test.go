@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestWaitedWakesNap: a nap's channel closes when the Waited is set, and
-// the call stops counting as background.
+// TestWaitedWakesNap: the call finds the Waited in its ctx, a nap's
+// channel closes when the Waited is set, and the call stops counting as
+// background.
 func TestWaitedWakesNap(t *testing.T) {
 	var w Waited
-	c := &call{callState: &callState{waited: &w}}
+	c := &call{callState: &callState{parent: w.Context(context.Background())}}
 	require.True(t, c.background())
 	ch := w.wake()
 	select {
