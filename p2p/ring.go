@@ -518,8 +518,7 @@ func (in *ringIn) scanEnd() uint32 {
 		// An empty ring's head is watched for a few more loads: one
 		// poll's round of the CQ, the other rings and the locks takes
 		// long enough that a message published during it waited for the
-		// next look (a 2-process ping-pong of 0-32 B: 0.10 µs a way
-		// against 0.11; one more load was too few, 16 and 64 too many).
+		// next look; many more loads take the line from its writer.
 		if w := ringWord(l); atomic.LoadUint32(w) != e+1 && (e != in.head || !watchStamp(w, e+1)) {
 			break
 		}
