@@ -32,9 +32,13 @@ type Engine struct {
 	rank   int
 	size   int
 
-	// mu is taken and let go at every call's begin: a lightmu.Mutex, whose
-	// Unlock is a plain store rather than sync.Mutex's locked add.
-	mu     lightmu.Mutex
+	// mu is taken and let go at every call's begin: a lightmu.Biased,
+	// whose Unlock is a plain store rather than sync.Mutex's locked add.
+	// With Options.Serialized a call's own takes (LockFavoured) are plain
+	// stores and a load, and the watchers, the probe timer and Close (Lock)
+	// pay a heavy fence instead: the caller's queue already took a locked
+	// instruction to order the calls.
+	mu     lightmu.Biased
 	seq    uint32
 	cur    *callState
 	aborts map[uint32]error
@@ -135,6 +139,9 @@ func New(g Group, opts Options) (*Engine, error) {
 		if c < numCollectives { // an unknown one can only be Auto (checked above)
 			e.forced[c] = a
 		}
+	}
+	if opts.Serialized {
+		e.mu.Favour()
 	}
 	e.model = newModel(g, opts.Model, opts.segment())
 	if t, ok := g.(Topology); ok {
@@ -479,9 +486,9 @@ type call struct {
 // begin starts a call: it takes the next sequence number, checks that no
 // other call runs and that no peer already aborted this one.
 func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern *reduce.Kernel, esize int, root int, count int64) (*call, error) {
-	e.mu.Lock()
+	e.mu.LockFavoured()
 	if e.closed {
-		e.mu.Unlock()
+		e.mu.UnlockFavoured()
 		return nil, &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: errEngineClosed}
 	}
 	e.settleLocked()
@@ -489,7 +496,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 		// The running call's name is read under the lock: it may end and
 		// its records be reused as soon as the lock is released.
 		err := &Error{Op: coll.String(), Rank: e.rank, Peer: -1, Err: fmt.Errorf("%w: %v called while %s #%d runs on the same Engine; use one Engine (communicator) per concurrent stream of collectives", ErrInvalidArgument, coll, e.cur.op, e.cur.seq)}
-		e.mu.Unlock()
+		e.mu.UnlockFavoured()
 		return nil, err
 	}
 	e.seq++
@@ -560,7 +567,7 @@ func (e *Engine) begin(ctx context.Context, coll Collective, alg Algorithm, kern
 			e.armLocked(d)
 		}
 	}
-	e.mu.Unlock()
+	e.mu.UnlockFavoured()
 	e.act.begin(st.seq, coll, alg)
 	c.callState, c.ranks, c.me, c.n = st, nil, e.rank, e.size
 	c.kern, c.esize, c.vec = kern, esize, int(count)
@@ -601,10 +608,10 @@ func (c *call) armProbe() {
 	if d <= 0 || e.size < 2 || c.probeArmed {
 		return
 	}
-	e.mu.Lock()
+	e.mu.LockFavoured()
 	c.probeArmed = true
 	e.armLocked(d)
-	e.mu.Unlock()
+	e.mu.UnlockFavoured()
 }
 
 // armLocked starts the probe timer, for the running call, unless it is
@@ -630,7 +637,7 @@ func (c *call) end(err error) error {
 		c.endQuick()
 		return nil
 	}
-	e.mu.Lock()
+	e.mu.LockFavoured()
 	st.probeArmed = false // the timer, if pending, finds no armed call (or another)
 	if err != nil {
 		st.stopLocked() // pending requests return promptly per the Group contract
@@ -655,7 +662,7 @@ func (c *call) end(err error) error {
 		}
 		e.shmCall = false
 	}
-	e.mu.Unlock()
+	e.mu.UnlockFavoured()
 	if !st.shmHeld && e.shm != nil && e.shmMu.TryRLock() {
 		if !e.shmGone {
 			e.shm.finish(e.rank, st.calls)
@@ -753,16 +760,16 @@ func (st *callState) stopLocked() {
 
 // stop is stopLocked for a caller without e.mu.
 func (st *callState) stop() {
-	st.e.mu.Lock()
+	st.e.mu.LockFavoured()
 	st.stopLocked()
-	st.e.mu.Unlock()
+	st.e.mu.UnlockFavoured()
 }
 
 // cancelCtx returns a ctx for waits that no request Cancel can end (window
 // notifications, window set-up): an abort cancels it.
 func (st *callState) cancelCtx() context.Context {
-	st.e.mu.Lock()
-	defer st.e.mu.Unlock()
+	st.e.mu.LockFavoured()
+	defer st.e.mu.UnlockFavoured()
 	if st.cancelFn == nil {
 		st.ctx, st.cancelFn = context.WithCancel(st.parent)
 		if st.stopped {
@@ -836,8 +843,8 @@ func (c *call) fail(peer int, err error) error {
 }
 
 func (c *call) abortErr() error {
-	c.e.mu.Lock()
-	defer c.e.mu.Unlock()
+	c.e.mu.LockFavoured()
+	defer c.e.mu.UnlockFavoured()
 	return c.abort
 }
 
@@ -848,11 +855,11 @@ func (c *call) failAbort() error {
 // mismatch records a disagreement found on this rank, tells every rank of
 // the group (so those waiting elsewhere stop too) and returns the error.
 func (c *call) mismatch(m *MismatchError) error {
-	c.e.mu.Lock()
+	c.e.mu.LockFavoured()
 	if c.abort == nil {
 		c.abort = m
 	}
-	c.e.mu.Unlock()
+	c.e.mu.UnlockFavoured()
 	c.stop()
 	c.e.broadcastAbort(header{kind: kindAbort, seq: c.seq, what: whatCode(m.What), rankA: int32(m.Rank), rankB: int32(m.Peer), valA: m.Value, valB: m.PeerValue, root: int32(m.Suspect + 1)}, nil)
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: m.otherThan(c.e.rank), Err: m}
@@ -861,11 +868,11 @@ func (c *call) mismatch(m *MismatchError) error {
 // invalid reports a bad argument on this rank: the other ranks are told
 // (and fail with a *PeerError) so that none waits for this one.
 func (c *call) invalid(err error) error {
-	c.e.mu.Lock()
+	c.e.mu.LockFavoured()
 	if c.abort == nil {
 		c.abort = err
 	}
-	c.e.mu.Unlock()
+	c.e.mu.UnlockFavoured()
 	c.stop()
 	// The others get the reason too (a sentinel code and the text).
 	h, reason := refusal(c.seq, c.e.rank, err)
@@ -890,11 +897,11 @@ func refusal(seq uint32, rank int, err error) (header, []byte) {
 // peerFailed stops the call because peer refused it (err, its reason),
 // as an abort from it would.
 func (c *call) peerFailed(peer int, err error) error {
-	c.e.mu.Lock()
+	c.e.mu.LockFavoured()
 	if c.abort == nil {
 		c.abort = err
 	}
-	c.e.mu.Unlock()
+	c.e.mu.UnlockFavoured()
 	c.stop()
 	return &Error{Op: c.op, Algorithm: c.alg.String(), Seq: c.seq, Rank: c.e.rank, Peer: peer, Err: c.abortErr()}
 }

@@ -150,10 +150,10 @@ func (c *call) trackIn(p *pendingReq, r Request, buf []byte) *pendingReq {
 	}
 	// Under e.mu, so that an abort either sees the request in pending
 	// (and cancels it) or has already stopped the call (and we cancel it).
-	c.e.mu.Lock()
+	c.e.mu.LockFavoured()
 	c.pending = append(c.pending, p)
 	stopped := c.stopped
-	c.e.mu.Unlock()
+	c.e.mu.UnlockFavoured()
 	if stopped {
 		r.Cancel()
 	}
@@ -172,10 +172,10 @@ func (c *call) endBatch() {
 	if len(c.batch) == 0 {
 		return
 	}
-	c.e.mu.Lock()
+	c.e.mu.LockFavoured()
 	c.pending = append(c.pending, c.batch...)
 	stopped := c.stopped
-	c.e.mu.Unlock()
+	c.e.mu.UnlockFavoured()
 	if stopped {
 		for _, p := range c.batch {
 			p.r.Cancel()

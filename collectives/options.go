@@ -163,6 +163,14 @@ type Options struct {
 	// never come) still report the mismatch. Zero means 100 ms; negative
 	// disables the probe.
 	StallProbe time.Duration
+	// Serialized promises that the caller never runs two calls on the
+	// Engine at once, and that its handing of calls from one goroutine to
+	// another orders them (comm's collective queue does both). The Engine
+	// then takes its lock on a call's path with plain stores instead of a
+	// locked instruction, and cannot tell a caller that breaks the promise
+	// (without it, a call that overlaps another fails with
+	// ErrInvalidArgument). It need not be the same on every rank.
+	Serialized bool
 }
 
 func (o *Options) stallProbe() time.Duration {

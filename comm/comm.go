@@ -561,7 +561,10 @@ func (w *world) newComm(id uint32, members []int, isWorld bool) (*Comm, error) {
 	if isWorld {
 		g = &worldGroup{group{c: c}}
 	}
-	if c.eng, err = collectives.New(g, w.collOpts); err != nil {
+	// Every call on the Engine runs in its turn of c.q, which orders them.
+	eo := w.collOpts
+	eo.Serialized = true
+	if c.eng, err = collectives.New(g, eo); err != nil {
 		return nil, err
 	}
 	if !isWorld {

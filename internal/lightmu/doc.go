@@ -36,4 +36,9 @@
 // time, never the lock. A waiter that has waited starveAfter takes first
 // claim on the lock (as sync.Mutex's starvation mode hands it over), so a
 // goroutine that keeps re-locking cannot shut the others out.
+//
+// Biased is a Mutex that favours one taker at a time (which its caller
+// guarantees): that side takes and releases it with plain stores, and
+// every other taker pays a heavy fence (membarrier(2)) instead, where the
+// process has asymmetric fences (see internal/shmsync).
 package lightmu
