@@ -333,11 +333,7 @@ func (e *Engine) sendStatus() {
 	h.rankA = int32(e.rank) // the receiver may not know the source (IrecvAny)
 	b := make([]byte, hdrLen)
 	h.encode(b)
-	for p := 0; p < e.size; p++ {
-		if p != e.rank {
-			e.fire(p, b)
-		}
-	}
+	e.fireAll(b)
 }
 
 func (e *Engine) onStatus(peer int, h *header) {
@@ -912,27 +908,32 @@ func (e *Engine) broadcastAbort(h header, extra []byte) {
 	copy(b[hdrLen:], extra)
 	// Not waited for: a peer that is gone or slow must not hold this rank
 	// here. b is never reused, and Close cancels what is still pending.
-	for p := 0; p < e.size; p++ {
-		if p != e.rank {
-			e.fire(p, b)
-		}
-	}
+	e.fireAll(b)
 }
 
-// fire sends b to peer on the abort tag without waiting for it. The latest
-// of these sends are kept so that Close can cancel those a peer never
-// received; older ones are left to complete or fail on their own.
-func (e *Engine) fire(peer int, b []byte) {
-	r, err := e.g.Isend(peer, abortTag, b)
-	if err != nil {
+// fireAll sends b to every peer on the abort tag without waiting. The
+// latest of these sends are kept so that Close can cancel those a peer
+// never received; older ones are left to complete or fail on their own.
+// They are recorded under one lock, not one per peer: with
+// Options.Serialized this side's lock is a heavy fence (see Engine.mu).
+func (e *Engine) fireAll(b []byte) {
+	sent := make([]Request, 0, e.size-1)
+	for p := 0; p < e.size; p++ {
+		if p == e.rank {
+			continue
+		}
+		if r, err := e.g.Isend(p, abortTag, b); err == nil {
+			sent = append(sent, r)
+		}
+	}
+	if len(sent) == 0 {
 		return
 	}
 	e.mu.Lock()
-	if len(e.loose) >= maxLoose {
-		copy(e.loose, e.loose[1:])
-		e.loose = e.loose[:maxLoose-1]
+	e.loose = append(e.loose, sent...)
+	if n := len(e.loose) - maxLoose; n > 0 {
+		e.loose = append(e.loose[:0], e.loose[n:]...)
 	}
-	e.loose = append(e.loose, r)
 	e.mu.Unlock()
 }
 
