@@ -252,6 +252,11 @@ func TestInlineRunLeavesAfterGrace(t *testing.T) {
 // nothing may report them placed. As any failed post does, it costs the
 // link to that peer.
 func TestInlineRunPostFailureFailsFence(t *testing.T) {
+	// The run must still be held when the fence comes: with the default
+	// grace (100 µs) a loaded machine, under -race, let it leave by
+	// itself before the check below.
+	old := p2p.SetDeferGrace(time.Minute)
+	t.Cleanup(func() { p2p.SetDeferGrace(old) })
 	inj := faulty.NewInjector()
 	o := p2ptest.Options{Provider: "tcp", P2P: p2p.Options{LivenessTimeout: -1,
 		OpenDevice: faulty.Opener(inj)}}
