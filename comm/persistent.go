@@ -15,8 +15,10 @@ import (
 // allreduce of the same gradient buffer. Its arguments, reduction kernel
 // and algorithm are settled when it is made, and the goroutine that runs
 // it in the background lives as long as it does, so a Start/Wait pair
-// costs less than a plain call: no argument checks, no cost model, no
-// closure, no goroutine and no Request to allocate.
+// makes no argument checks, consults no cost model and allocates no
+// closure, goroutine or Request; it takes its own lock three times,
+// though, where a blocking call's one locked instruction is its turn
+// (see docs/comm.md for what that costs).
 //
 // Start begins a run, which takes its turn in the communicator's
 // collective order at that moment, as a non-blocking collective does; Wait
