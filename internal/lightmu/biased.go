@@ -31,9 +31,8 @@ import (
 // others; it must not be copied after first use.
 type Biased struct {
 	mu     Mutex
-	held   uint32       // 1 while the favoured side holds the lock without mu
-	others atomic.Int32 // takers between the start of Lock and the end of Unlock
-	viaMu  bool         // the favoured side's hold is mu's; the favoured side's alone
+	held   uint32       // 1 while the favoured side holds the lock without mu (else its hold is mu's)
+	others atomic.Int32 // with bias: takers between the start of Lock and the end of Unlock
 	bias   bool         // Favour ran: set before concurrent use
 }
 
@@ -51,13 +50,12 @@ func (b *Biased) LockFavoured() {
 		shmsync.PublishLight(&b.held, 0) // another taker wants it: take turns by the Mutex
 	}
 	b.mu.Lock()
-	b.viaMu = true
 }
 
-// UnlockFavoured releases what LockFavoured took.
+// UnlockFavoured releases what LockFavoured took: held tells which way
+// it went (only the favoured side stores it).
 func (b *Biased) UnlockFavoured() {
-	if b.viaMu {
-		b.viaMu = false
+	if atomic.LoadUint32(&b.held) == 0 {
 		b.mu.Unlock()
 		return
 	}
@@ -67,11 +65,12 @@ func (b *Biased) UnlockFavoured() {
 // Lock takes the lock for a taker other than the favoured side: safe from
 // any goroutine, at the cost of a heavy fence when b favours.
 func (b *Biased) Lock() {
-	b.others.Add(1)
-	b.mu.Lock()
 	if !b.bias {
+		b.mu.Lock() // nobody reads others: LockFavoured takes mu too
 		return
 	}
+	b.others.Add(1)
+	b.mu.Lock()
 	// A refused fence (the kernel out of memory) orders nothing: try
 	// again rather than trust a look at held.
 	for wait := time.Microsecond; !shmsync.FenceHeavy(); wait = min(2*wait, time.Millisecond) {
@@ -87,5 +86,7 @@ func (b *Biased) Lock() {
 // Unlock releases what Lock took.
 func (b *Biased) Unlock() {
 	b.mu.Unlock()
-	b.others.Add(-1)
+	if b.bias {
+		b.others.Add(-1)
+	}
 }
