@@ -176,7 +176,7 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 	r := ep.newReqLocked()
 	c.initSend(r, peer, tag, buf)
 	if head != nil {
-		p.initParts(r, head, n) // an eager message (sendsParts): its item posts the head first
+		p.initParts(r, head, n) // an eager or PIPE message (sendsParts): its (first) item posts the head first
 	}
 	switch {
 	case (len(buf) > p.eager || p.steersWhole(head, n)) && !large:

@@ -225,16 +225,18 @@ func TestIsendParts(t *testing.T) {
 // of room beyond the provider's size, and EagerLimit reports it. One byte
 // more than the limit is pipelined (with a pipeline limit past it), in
 // fragments of the provider's size; a limit set in Options is taken as it
-// is.
+// is (there such a message fits one fragment over tcp, and goes as one,
+// steered whole: steersWhole).
 func TestEagerLimitHoldsAHeaderBeyondTheProviderSize(t *testing.T) {
 	for _, c := range []struct {
 		prov        string
-		set         int // Options.EagerLimit
-		eager, frag int // the limit it gives, and a pipelined fragment's payload
+		set         int  // Options.EagerLimit
+		eager, frag int  // the limit it gives, and a pipelined fragment's payload
+		steered     bool // the parts message fits one fragment: it goes as one, steered whole
 	}{
-		{"tcp", 0, 256<<10 + 64, 256 << 10},
-		{"shm", 0, 32<<10 + 64, 32 << 10},
-		{"tcp", 64 << 10, 64 << 10, 64 << 10},
+		{"tcp", 0, 256<<10 + 64, 256 << 10, false},
+		{"shm", 0, 32<<10 + 64, 32 << 10, false},
+		{"tcp", 64 << 10, 64 << 10, 64 << 10, true},
 	} {
 		t.Run(fmt.Sprintf("%s/set=%d", c.prov, c.set), func(t *testing.T) {
 			o := p2ptest.Options{Provider: c.prov, Timeout: 30 * time.Second,
@@ -261,9 +263,13 @@ func TestEagerLimitHoldsAHeaderBeyondTheProviderSize(t *testing.T) {
 						return err
 					}
 					st := ep.Stats().Peers[peer]
-					if st.EagerSent.Msgs != 1 || st.PipeSent.Msgs != 1 {
-						return fmt.Errorf("%d eager and %d pipelined messages sent, want 1 and 1 (a header and a body of %d bytes eager, %d bytes pipelined)",
-							st.EagerSent.Msgs, st.PipeSent.Msgs, len(body), len(long))
+					eager, piped := uint64(1), uint64(1)
+					if c.steered {
+						eager, piped = 0, 2
+					}
+					if st.EagerSent.Msgs != eager || st.PipeSent.Msgs != piped || st.RndvSent.Msgs != 0 {
+						return fmt.Errorf("%d eager, %d pipelined and %d rendezvous messages sent, want %d, %d and 0 (a header and a body of %d bytes, %d bytes pipelined)",
+							st.EagerSent.Msgs, st.PipeSent.Msgs, st.RndvSent.Msgs, eager, piped, len(body), len(long))
 					}
 					return nil
 				}

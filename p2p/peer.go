@@ -83,7 +83,7 @@ const (
 
 type outItem struct {
 	h          header
-	payload    []byte   // (after req.head, an IsendParts message's first part)
+	payload    []byte   // (after req.head, an IsendParts message's first part, in its first frame)
 	req        *Request // completed when posted (eager sends) or nil
 	complete   bool     // complete req when posted
 	uncredited bool     // BYE / REVOKE / CREDIT
@@ -588,8 +588,8 @@ func (p *peer) post(ep *Endpoint, it *outItem) error {
 		err = ep.postWriteLocked(p, it.req)
 	default:
 		var head []byte
-		if it.req != nil {
-			head = it.req.head // a send's: see isendParts
+		if it.req != nil && (it.h.kind != kPipe || it.h.addr == 0) {
+			head = it.req.head // a send's: see isendParts; a PIPE message's first fragment's
 		}
 		err = p.postFrame(ep, &it.h, head, it.payload, !it.uncredited)
 	}

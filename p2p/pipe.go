@@ -52,9 +52,10 @@ type pipeIn struct {
 // slot into the receive's buffer. Instead the peer's pipeSteer, which the
 // provider asks where each SEND's body goes once it has read the 40-byte
 // header into the slot, is armed for a pipelined message that has matched
-// a plain receive (no fold, no parts) with the message's id and the
-// receive's buffer, and the provider reads the body of each fragment of it
-// straight there, at the offset its header names.
+// a plain or parts receive (not a fold receive, which folds what comes)
+// with the message's id and the receive's buffers, and the provider reads
+// the body of each fragment of it straight there, at the offset its header
+// names (a parts receive's head and body in two pieces).
 //
 // A message matches on its first fragment, and the provider may read that
 // one and more before the endpoint handles the first (a reader goroutine,
@@ -91,11 +92,14 @@ type pipeSteer struct {
 	ep    *Endpoint
 	p     *peer
 	state atomic.Uint32
-	// The message steered and the receive's buffer (its size bytes): the
-	// endpoint sets them while the steer is off, the provider reads them
-	// while it holds it busy.
-	id  uint64
-	dst []byte
+	// The message steered and where it goes, head and then dst (a parts
+	// receive's head and body, or a plain receive's buffer with head
+	// empty; its size bytes together): the endpoint sets them while the
+	// steer is off, the provider reads them while it holds it busy, and
+	// segs holds what Steer returns.
+	id        uint64
+	head, dst []byte
+	segs      [2][]byte
 	// from is the offset of the first fragment the provider steered into
 	// dst (math.MaxInt64 until one is): set by the provider before that
 	// fragment's completion, read by onPipe after it.
@@ -104,7 +108,7 @@ type pipeSteer struct {
 
 // Steer implements verbs.SendSteer: a fragment of the armed message goes
 // into its place in dst; a first fragment may match (and arm) first.
-func (s *pipeSteer) Steer(id uint64, head []byte, rest int) []byte {
+func (s *pipeSteer) Steer(id uint64, head []byte, rest int) [][]byte {
 	if len(head) < pipeLen || head[0] != byte(kPipe) {
 		return nil
 	}
@@ -115,14 +119,25 @@ func (s *pipeSteer) Steer(id uint64, head []byte, rest int) []byte {
 	if !s.state.CompareAndSwap(steerArmed, steerBusy) {
 		return nil
 	}
-	if mid != s.id || off > uint64(len(s.dst)) || uint64(rest) > uint64(len(s.dst))-off {
+	size := uint64(len(s.head) + len(s.dst))
+	if mid != s.id || off > size || uint64(rest) > size-off {
 		s.state.Store(steerArmed)
 		return nil
 	}
 	if s.from.Load() == math.MaxInt64 {
 		s.from.Store(int64(off))
 	}
-	return s.dst[off : off+uint64(rest)]
+	segs, o, n := s.segs[:0], int(off), rest
+	if o < len(s.head) {
+		k := min(n, len(s.head)-o)
+		segs = append(segs, s.head[o:o+k])
+		o, n = o+k, n-k
+	}
+	if n > 0 {
+		o -= len(s.head)
+		segs = append(segs, s.dst[o:o+n])
+	}
+	return segs
 }
 
 // Steered implements verbs.SendSteer. A failed read leaves part of a
@@ -158,7 +173,12 @@ func (s *pipeSteer) early(wrid uint64, rest int) bool {
 	if ep.pipes[key] != nil {
 		return false
 	}
-	if r, _ := ep.m.peek(envelope{ctx: h.ctx, src: p.rank, tag: h.tag}); ep.pendingMayMatch(p, seqOf(idx), r) {
+	// Only for a receive the steer takes (see matchPipeLocked): any other
+	// message, one nobody waits for yet or one a fold receive takes, is
+	// onPipe's, which handles one that came whole in this fragment as an
+	// EAGER message, without a pipeline's bookkeeping.
+	r, _ := ep.m.peek(envelope{ctx: h.ctx, src: p.rank, tag: h.tag})
+	if !r.steerable() || ep.pendingMayMatch(p, seqOf(idx), r) {
 		return false
 	}
 	pi := ep.startPipeLocked(p, &h, key)
@@ -214,13 +234,13 @@ func (ep *Endpoint) pendingMayMatch(p *peer, seq uint16, r *Request) bool {
 	return false
 }
 
-// arm steers the fragments of message id into dst, if the steer is free.
-// The caller holds ep.mu.
-func (s *pipeSteer) arm(id uint64, dst []byte) bool {
+// arm steers the fragments of message id into head and then dst, if the
+// steer is free. The caller holds ep.mu.
+func (s *pipeSteer) arm(id uint64, head, dst []byte) bool {
 	if s.state.Load() != steerOff {
 		return false
 	}
-	s.id, s.dst = id, dst
+	s.id, s.head, s.dst = id, head, dst
 	s.from.Store(math.MaxInt64)
 	s.state.Store(steerArmed)
 	return true
@@ -235,7 +255,7 @@ func (s *pipeSteer) steered(off uint64) bool { return int64(off) >= s.from.Load(
 func (s *pipeSteer) disarm(spins int) bool {
 	for i := 0; ; i++ {
 		if s.state.CompareAndSwap(steerArmed, steerOff) {
-			s.dst = nil
+			s.head, s.dst, s.segs = nil, nil, [2][]byte{}
 			return true
 		}
 		if spins >= 0 && i >= spins {
@@ -269,34 +289,42 @@ func (ep *Endpoint) unparkLocked(force bool) {
 	ep.steerParked = kept
 }
 
-// steersWhole reports whether a message of n bytes to p, in one buffer
-// (head nil) and within its eager limit, goes as PIPE fragments anyway: a
-// provider that steers a SEND's body (verbs.SendSteerer) reads a matched
-// fragment's straight into the receive's buffer, where an EAGER frame's
-// lands in a receive slot and is copied out of it.
+// steersWhole reports whether a message of n bytes to p within its eager
+// limit (in one buffer, or of two parts, head and body: IsendParts) goes
+// as PIPE fragments anyway: a provider that steers a SEND's body
+// (verbs.SendSteerer) reads a matched fragment's straight into the
+// receive's buffers, where an EAGER frame's lands in a receive slot and
+// is copied out of it. A message of two parts only when it fits one
+// fragment: one a few bytes over would take a second frame for them
+// (a 2-host bcast of 256 KiB took 1.16 of the time).
 func (p *peer) steersWhole(head []byte, n int) bool {
-	return head == nil && p.steer != nil && n > steerWholeMin
+	return p.steer != nil && n > steerWholeMin && (head == nil || n <= p.frag)
 }
 
-// steerWholeMin is the least steersWhole sends as PIPE fragments.
-const steerWholeMin = 64 << 10
+// steerWholeMin is the least steersWhole sends as PIPE fragments: above it
+// the slot's copies cost more than a pipeline's bookkeeping where slots are
+// cold (many messages in flight); at 16 KiB a 2-host bcast, one message at
+// a time, took 1.02-1.04 of the time (docs/p2p.md).
+const steerWholeMin = 32 << 10
 
-// sendPipe queues buf to p as PIPE fragments; r completes when the last
-// one is posted. Called with ep.mu held.
+// sendPipe queues r's message (r.head, a parts message's, and then buf) to
+// p as PIPE fragments; r completes when the last one is posted. The first
+// fragment carries the head (post). Called with ep.mu held.
 func (p *peer) sendPipe(ep *Endpoint, r *Request, ctxID uint32, tag int, buf []byte) error {
-	frag := p.frag
-	n := (len(buf) + frag - 1) / frag
+	frag, hl := p.frag, len(r.head)
+	size := hl + len(buf)
+	n := (size + frag - 1) / frag
 	items := make([]outItem, n)
 	ep.nextID++
 	id := ep.nextID
 	for i := range items {
 		off := i * frag
-		items[i] = outItem{h: header{kind: kPipe, ctx: ctxID, tag: int32(tag), size: uint64(len(buf)),
-			id: id, addr: uint64(off)}, payload: buf[off:min(off+frag, len(buf))], req: r}
+		items[i] = outItem{h: header{kind: kPipe, ctx: ctxID, tag: int32(tag), size: uint64(size),
+			id: id, addr: uint64(off)}, payload: buf[max(off-hl, 0) : min(off+frag, size)-hl], req: r}
 	}
 	items[n-1].complete = true
 	r.pipeFirst = &items[0]
-	p.stats.PipeSent.add(len(buf))
+	p.stats.PipeSent.add(size)
 	for i := range items {
 		if err := p.send(ep, &items[i]); err != nil {
 			return err
@@ -318,6 +346,18 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 			return
 		case h.size > maxPipe:
 			ep.linkErrorLocked(p, &ProtocolError{Peer: p.rank, Detail: fmt.Sprintf("PIPE message of %d bytes exceeds %d", h.size, maxPipe)})
+			return
+		case h.size == uint64(len(data)):
+			// Whole in this one fragment, and not steered (its steer left
+			// it): what an EAGER frame would have been.
+			p.stats.PipeRecv.add(len(data))
+			env := envelope{ctx: h.ctx, src: p.rank, tag: h.tag}
+			if r := ep.m.arrive(env); r != nil {
+				ep.deliverEagerLocked(r, env, data)
+			} else {
+				ep.m.addUnexpected(&inbound{env: env, size: len(data), data: ep.spare.get(data)})
+				ep.wakeArrivalsLocked()
+			}
 			return
 		default:
 			pi = ep.startPipeLocked(p, h, key)
@@ -404,11 +444,19 @@ func (ep *Endpoint) matchPipeLocked(r *Request, env envelope, pi *pipeIn) {
 			return
 		}
 		pi.r = r
-		if s := ep.peers[env.src].steer; s != nil && !r.placed() && s.arm(pi.id, r.buf[:pi.size]) {
-			pi.steer = s
+		if s := ep.peers[env.src].steer; s != nil && r.steerable() {
+			h := r.head[:min(len(r.head), pi.size)]
+			if s.arm(pi.id, h, r.buf[:pi.size-len(h)]) {
+				pi.steer = s
+			}
 		}
 	}
 }
+
+// steerable reports whether the steer may take receive r's message: a
+// plain or parts receive, whose buffers take the fragments as they are
+// (not a fold receive, which folds them; nor a staged one). False for nil.
+func (r *Request) steerable() bool { return r != nil && r.fold == nil && !r.staged() }
 
 // fail ends pi because its sender is gone (or the endpoint failed).
 func (pi *pipeIn) fail(ep *Endpoint, err error) {

@@ -114,9 +114,9 @@ func TestPipelined(t *testing.T) {
 }
 
 // The default: pipelined over tcp up to 256 KiB, where the eager limit is
-// lower (by default it is 256 KiB there too, up to 33 ranks: a message in
-// one buffer of more than 64 KiB goes as PIPE fragments all the same,
-// steered into its receive's buffer, and one of 64 KiB eagerly), over shm
+// lower (by default it is 256 KiB there too, up to 33 ranks: a message of
+// more than 32 KiB goes as PIPE fragments all the same, steered into its
+// receive's buffer, and one of 32 KiB eagerly), over shm
 // up to 64 KiB (with a CPU per rank); a negative limit turns it off.
 func TestPipelineDefaults(t *testing.T) {
 	for _, c := range []struct {
@@ -129,7 +129,8 @@ func TestPipelineDefaults(t *testing.T) {
 		{"tcp", 64 << 10, 0, 256<<10 + 1, false},
 		{"tcp", 64 << 10, -1, 128 << 10, false},
 		{"tcp", 0, 0, 256 << 10, true},  // steered whole
-		{"tcp", 0, 0, 64 << 10, false},  // eager
+		{"tcp", 0, 0, 32 << 10, false},  // eager
+		{"tcp", 0, 0, 32<<10 + 1, true}, // steered whole
 		{"tcp", 0, -1, 256 << 10, true}, // steered whole: not the pipeline's limit
 		{"shm", 0, 0, 64 << 10, true},
 		{"shm", 0, 0, 64<<10 + 1, false},
@@ -286,7 +287,8 @@ func TestPipelineWindowTakesRendezvous(t *testing.T) {
 // would copy it into a staging slot before the kernel copies it again.
 // One of 128 KiB stays pipelined however full the queue, one sent alone
 // is pipelined, and a message of a head and a body (as the collectives
-// send them) stays eager in any window: an RTS carries no head. With 4
+// send them) stays pipelined (steered whole) in any window: an RTS carries
+// no head. With 4
 // credits (one kept for credit returns) the first three go, the fourth
 // queues, and the messages after it find that queue.
 func TestEagerWindowTakesRendezvous(t *testing.T) {
@@ -318,9 +320,9 @@ func TestEagerWindowTakesRendezvous(t *testing.T) {
 				return err
 			}
 			ps := ep.Stats().Peers[1]
-			assert.Equal(t, uint64(5), ps.PipeSent.Msgs, "pipelined: four large ones before the queue and the small one")
+			assert.Equal(t, uint64(5+parts), ps.PipeSent.Msgs, "pipelined: four large ones before the queue, the small one and the messages of two parts")
 			assert.Equal(t, uint64(2), ps.RndvSent.Msgs, "rendezvous: the large ones in one buffer that found the queue")
-			assert.Equal(t, uint64(parts), ps.EagerSent.Msgs, "eager: the messages of two parts")
+			assert.Equal(t, uint64(parts), ps.PartsSent.Msgs, "the messages of two parts")
 			if _, err := ep.Recv(ctx, 1, 0, nil); err != nil { // the window has arrived
 				return err
 			}
@@ -328,7 +330,7 @@ func TestEagerWindowTakesRendezvous(t *testing.T) {
 				return err
 			}
 			ps = ep.Stats().Peers[1]
-			assert.Equal(t, uint64(6), ps.PipeSent.Msgs, "the message sent alone is pipelined")
+			assert.Equal(t, uint64(6+parts), ps.PipeSent.Msgs, "the message sent alone is pipelined")
 			assert.Equal(t, uint64(2), ps.RndvSent.Msgs)
 			return nil
 		}
@@ -562,44 +564,91 @@ func TestPipelinedSteered(t *testing.T) {
 	}
 }
 
-// TestSteeredWhole: over tcp a message in one buffer of more than 64 KiB,
-// though within the eager limit, goes as a PIPE fragment whose body the
-// provider reads straight into the posted receive's buffer (SteeredRecv),
-// not into a receive slot and then out of it; it arrives intact.
+// TestSteeredWhole: over tcp a message of more than 32 KiB, though within
+// the eager limit, goes as a PIPE fragment whose body the provider reads
+// straight into the posted receive's buffers (SteeredRecv), not into a
+// receive slot and then out of it; it arrives intact. So does a message of
+// two parts (IsendParts into IrecvParts, as the collectives send theirs):
+// its head and body land in the receive's head and body. One of 32 KiB
+// goes eager.
 func TestSteeredWhole(t *testing.T) {
-	const n, rounds = 200 << 10, 20
-	o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second}
-	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
-		peer := 1 - ep.Rank()
-		buf := make([]byte, n)
-		for i := range rounds {
-			if ep.Rank() == 0 {
-				if err := ep.Send(ctx, peer, i, pattern(n, byte(i))); err != nil {
-					return err
+	const rounds, headLen = 20, 40
+	for _, c := range []struct {
+		name  string
+		n     int // bytes in all
+		parts bool
+		piped bool
+	}{
+		{"one buffer", 200 << 10, false, true},
+		{"one buffer of 33 KiB", 33 << 10, false, true},
+		{"two parts", 48 << 10, true, true},
+		{"two parts of 32 KiB", 32 << 10, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := p2ptest.Options{Provider: "tcp", Timeout: 30 * time.Second}
+			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
+				peer := 1 - ep.Rank()
+				head, body := make([]byte, headLen), make([]byte, c.n-headLen)
+				for i := range rounds {
+					want := pattern(c.n, byte(i))
+					if ep.Rank() == 0 {
+						var err error
+						if c.parts {
+							var r *p2p.Request
+							if r, err = ep.IsendParts(peer, i, want[:headLen], want[headLen:]); err == nil {
+								_, err = r.Wait(ctx)
+							}
+						} else {
+							err = ep.Send(ctx, peer, i, want)
+						}
+						if err != nil {
+							return err
+						}
+						if _, err := ep.Recv(ctx, peer, i, nil); err != nil {
+							return err
+						}
+						continue
+					}
+					got := make([]byte, c.n)
+					if c.parts {
+						r, err := ep.IrecvParts(peer, i, head, body)
+						if err != nil {
+							return err
+						}
+						if _, err := r.Wait(ctx); err != nil {
+							return err
+						}
+						copy(got, head)
+						copy(got[headLen:], body)
+					} else if _, err := ep.Recv(ctx, peer, i, got); err != nil {
+						return err
+					}
+					if !bytes.Equal(got, want) {
+						return fmt.Errorf("message %d arrived changed", i)
+					}
+					if err := ep.Send(ctx, peer, i, nil); err != nil {
+						return err
+					}
 				}
-				if _, err := ep.Recv(ctx, peer, i, nil); err != nil {
-					return err
+				st := ep.Stats().Peers[peer]
+				if ep.Rank() == 0 {
+					if c.piped {
+						assert.Equal(t, uint64(rounds), st.PipeSent.Msgs, "sent as PIPE fragments")
+					} else {
+						assert.Zero(t, st.PipeSent.Msgs, "sent as PIPE fragments")
+					}
+					return nil
 				}
-				continue
-			}
-			if _, err := ep.Recv(ctx, peer, i, buf); err != nil {
-				return err
-			}
-			if !bytes.Equal(buf, pattern(n, byte(i))) {
-				return fmt.Errorf("message %d arrived changed", i)
-			}
-			if err := ep.Send(ctx, peer, i, nil); err != nil {
-				return err
-			}
-		}
-		st := ep.Stats().Peers[peer]
-		if ep.Rank() == 0 {
-			assert.Equal(t, uint64(rounds), st.PipeSent.Msgs, "sent as PIPE fragments")
-			return nil
-		}
-		// A receive posted before its message is steered unless the steer
-		// cannot take the endpoint's lock at once (then it is copied).
-		assert.Greater(t, st.SteeredRecv.Msgs, uint64(rounds/2), "bodies steered into place")
-		return nil
-	})
+				if !c.piped {
+					assert.Zero(t, st.SteeredRecv.Msgs)
+					return nil
+				}
+				// A receive posted before its message is steered unless the
+				// steer cannot take the endpoint's lock at once (then it is
+				// copied).
+				assert.Greater(t, st.SteeredRecv.Msgs, uint64(rounds/2), "bodies steered into place")
+				return nil
+			})
+		})
+	}
 }

@@ -36,8 +36,9 @@ type PeerStats struct {
 	// matched receive's buffer (verbs.SendSteerer: over tcp, from the
 	// socket), rather than into a receive slot and then out of it.
 	SteeredRecv Counter
-	// Eager messages sent from two buffers (IsendParts: a header and its
-	// payload, each from where it was).
+	// Eager (or steered whole: PipeSent too) messages sent from two
+	// buffers (IsendParts: a header and its payload, each from where it
+	// was).
 	PartsSent          Counter
 	RndvSent, RndvRecv Counter // rendezvous messages (counted when the data has moved)
 	// Of RndvSent, those completed when the provider had written the READ

@@ -1,6 +1,7 @@
 package p2p
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -127,36 +128,51 @@ func TestPendingMayMatch(t *testing.T) {
 }
 
 // A pipelined message whose first fragment the steer starts: every
-// fragment's body goes straight into the receive's buffer, onPipe copies
-// none of them out of their slots, and the receive completes with the last
-// one, the steer free again.
+// fragment's body goes straight into the receive's buffers (a parts
+// receive's head and then its body, the first fragment in both), onPipe
+// copies none of them out of their slots, and the receive completes with
+// the last one, the steer free again.
 func TestSteerPlacesEveryFragment(t *testing.T) {
-	g := newSteerRig()
-	r := g.post(5, 100)
-	want := make([]byte, 100)
-	for i := range want {
-		want[i] = byte(i + 1)
+	for _, headLen := range []int{0, 12, 40} {
+		t.Run(fmt.Sprintf("head %d", headLen), func(t *testing.T) {
+			g := newSteerRig()
+			r := g.post(5, 100-headLen)
+			if headLen > 0 {
+				r.head = make([]byte, headLen)
+			}
+			want := make([]byte, 100)
+			for i := range want {
+				want[i] = byte(i + 1)
+			}
+			for i, off := range []uint64{0, 40, 80} {
+				n := min(40, 100-int(off))
+				head := pipeHead(9, 100, off, 5)
+				id := g.frame(uint16(i), header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9, addr: off})
+				dst := g.p.steer.Steer(id, head, n)
+				require.NotNil(t, dst, "fragment at %d not steered", off)
+				got := 0
+				for _, b := range dst {
+					got += copy(b, want[int(off)+got:])
+				}
+				require.Equal(t, n, got, "fragment at %d: the steer's buffers", off)
+				g.p.steer.Steered(true)
+				// The endpoint handles the completion: the slot holds the header
+				// only, the rest of the frame is stale.
+				g.p.doneSeq++
+				h := header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9, addr: off}
+				g.ep.onPipe(g.p, &h, make([]byte, n))
+				require.Equal(t, off+uint64(n) == 100, r.done.Load())
+			}
+			require.NoError(t, r.err)
+			if headLen > 0 {
+				require.Equal(t, want[:headLen], r.head, "the head")
+			}
+			require.Equal(t, want[headLen:], r.buf, "the body")
+			require.Equal(t, uint64(3), g.p.stats.SteeredRecv.Msgs)
+			require.Equal(t, steerOff, g.p.steer.state.Load())
+			require.Empty(t, g.ep.pipes)
+		})
 	}
-	for i, off := range []uint64{0, 40, 80} {
-		n := min(40, 100-int(off))
-		head := pipeHead(9, 100, off, 5)
-		id := g.frame(uint16(i), header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9, addr: off})
-		dst := g.p.steer.Steer(id, head, n)
-		require.Len(t, dst, n, "fragment at %d not steered", off)
-		copy(dst, want[off:])
-		g.p.steer.Steered(true)
-		// The endpoint handles the completion: the slot holds the header
-		// only, the rest of the frame is stale.
-		g.p.doneSeq++
-		h := header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9, addr: off}
-		g.ep.onPipe(g.p, &h, make([]byte, n))
-		require.Equal(t, off+uint64(n) == 100, r.done.Load())
-	}
-	require.NoError(t, r.err)
-	require.Equal(t, want, r.buf)
-	require.Equal(t, uint64(3), g.p.stats.SteeredRecv.Msgs)
-	require.Equal(t, steerOff, g.p.steer.state.Load())
-	require.Empty(t, g.ep.pipes)
 }
 
 // A first fragment behind a pending message that may match the same
@@ -213,16 +229,59 @@ func TestSteerFailsAnIdleReceiveAtOnce(t *testing.T) {
 	require.True(t, r.done.Load())
 }
 
-// Only a plain receive is steered into: a fold receive's fragments are
-// folded from their slots.
+// Only a plain or parts receive is steered into: the message a fold
+// receive takes does not start early (its steer leaves it at once, with
+// no pipeline started), and its fragments are folded out of their slots
+// as the endpoint handles them.
 func TestSteerLeavesAFoldReceive(t *testing.T) {
 	g := newSteerRig()
 	r := g.post(5, 100)
-	r.fold = func(dst, src []byte) { copy(dst, src) }
+	folds := 0
+	r.fold = func(dst, src []byte) { folds++; copy(dst, src) }
 	id := g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9})
 	require.Nil(t, g.p.steer.Steer(id, pipeHead(9, 100, 0, 5), 40))
-	require.Len(t, g.ep.pipes, 1, "the message should still start early")
+	require.Empty(t, g.ep.pipes, "a fold receive's message started early")
 	require.Equal(t, steerOff, g.p.steer.state.Load())
+	want := make([]byte, 100)
+	for i := range want {
+		want[i] = byte(3*i + 1)
+	}
+	for _, off := range []uint64{0, 40, 80} {
+		n := min(40, 100-int(off))
+		g.p.doneSeq++
+		h := header{kind: kPipe, ctx: 7, tag: 5, size: 100, id: 9, addr: off}
+		g.ep.onPipe(g.p, &h, want[off:int(off)+n])
+	}
+	require.True(t, r.done.Load())
+	require.NoError(t, r.err)
+	require.Equal(t, want, r.buf)
+	require.Equal(t, 3, folds, "each fragment folded as it came")
+	require.Zero(t, g.p.stats.SteeredRecv.Msgs)
+	require.Empty(t, g.ep.pipes)
+}
+
+// A message that comes whole in one PIPE fragment and is not steered
+// (nobody waits for it yet) is what an EAGER frame would have been: no
+// pipeline starts, early or at its handling, and it waits among the
+// unexpected until a receive takes it.
+func TestSteerLeavesAWholeUnexpectedMessageEager(t *testing.T) {
+	g := newSteerRig()
+	id := g.frame(0, header{kind: kPipe, ctx: 7, tag: 5, size: 60, id: 9})
+	require.Nil(t, g.p.steer.Steer(id, pipeHead(9, 60, 0, 5), 60))
+	require.Empty(t, g.ep.pipes, "started early with no receive posted")
+	want := make([]byte, 60)
+	for i := range want {
+		want[i] = byte(i + 7)
+	}
+	g.p.doneSeq++
+	h := header{kind: kPipe, ctx: 7, tag: 5, size: 60, id: 9}
+	g.ep.onPipe(g.p, &h, want)
+	require.Empty(t, g.ep.pipes, "a pipeline for a message that came whole")
+	in := g.ep.m.find(envelope{ctx: 7, src: 0, tag: 5}, true)
+	require.NotNil(t, in, "the message is not among the unexpected")
+	require.Nil(t, in.pipe)
+	require.Equal(t, want, in.data)
+	require.Equal(t, uint64(1), g.p.stats.PipeRecv.Msgs)
 }
 
 // A later fragment whose header gives its message another size than the

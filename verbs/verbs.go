@@ -385,11 +385,14 @@ type SendSteerer interface {
 // Steer gets the ID of the receive request the SEND consumed, the SEND's
 // first prefix bytes (at the start of that receive's buffer) and the
 // length of the rest; it returns nil to leave the rest in the receive
-// buffer, or a buffer of exactly rest bytes to read it into. Every Steer
-// that returns a buffer is followed by Steered once the provider is done
-// with that buffer: ok if the whole rest is in it, false if the read
-// failed (the connection broke; the buffer holds some of it).
+// buffer, or buffers of exactly rest bytes together to read it into, in
+// order (several where the consumer's own destination is in pieces: a
+// message's small head apart from its body). The slice, and the buffers,
+// are the steer's until Steered: every Steer that returns buffers is
+// followed by Steered once the provider is done with them: ok if the
+// whole rest is in them, false if the read failed (the connection broke;
+// they hold some of it).
 type SendSteer interface {
-	Steer(id uint64, head []byte, rest int) []byte
+	Steer(id uint64, head []byte, rest int) [][]byte
 	Steered(ok bool)
 }

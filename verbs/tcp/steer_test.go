@@ -16,12 +16,14 @@ type fakeSteer struct {
 	mu       sync.Mutex
 	ids      []uint64
 	heads    [][]byte
-	bodies   [][]byte
+	bodies   [][][]byte // each steered body's pieces
 	steered  []bool
 	wrongLen bool
 }
 
-func (f *fakeSteer) Steer(id uint64, head []byte, rest int) []byte {
+// Steer takes a body in two buffers of its own, the first of 3 bytes, as
+// a consumer steers a message's head apart from its body.
+func (f *fakeSteer) Steer(id uint64, head []byte, rest int) [][]byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ids = append(f.ids, id)
@@ -29,12 +31,20 @@ func (f *fakeSteer) Steer(id uint64, head []byte, rest int) []byte {
 	if !bytes.HasPrefix(head, []byte("steer")) {
 		return nil
 	}
-	b := make([]byte, rest)
+	k := min(3, rest)
+	b := [][]byte{make([]byte, k), make([]byte, rest-k)}
 	if f.wrongLen {
-		b = b[:rest-1]
+		b[1] = b[1][:len(b[1])-1]
 	}
 	f.bodies = append(f.bodies, b)
 	return b
+}
+
+// body is the i-th steered body, its pieces joined.
+func (f *fakeSteer) body(i int) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return bytes.Join(f.bodies[i], nil)
 }
 
 func (f *fakeSteer) Steered(ok bool) {
@@ -84,7 +94,7 @@ func TestSendSteer(t *testing.T) {
 		require.Equal(t, msg[:prefix], rmr.Bytes()[:prefix], "%d bytes: the prefix is in the receive buffer", n)
 		require.Equal(t, byte(0xee), rmr.Bytes()[prefix], "%d bytes: the body went into the receive buffer too", n)
 		require.Len(t, f.bodies, i+1)
-		require.True(t, bytes.Equal(body, f.bodies[i]), "%d bytes: the steered body", n)
+		require.True(t, bytes.Equal(body, f.body(i)), "%d bytes: the steered body, in its two buffers", n)
 		require.Equal(t, uint64(10+i), f.ids[len(f.ids)-1], "the id of the receive the SEND took")
 		require.Equal(t, []bool{true}, f.steered[i:])
 	}

@@ -23,11 +23,11 @@ type recordSteer struct {
 	steered []bool
 }
 
-func (s *recordSteer) Steer(id uint64, head []byte, rest int) []byte {
+func (s *recordSteer) Steer(id uint64, head []byte, rest int) [][]byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.heads = append(s.heads, bytes.Clone(head))
-	return s.buf[:rest]
+	return [][]byte{s.buf[:rest]}
 }
 
 func (s *recordSteer) Steered(ok bool) {

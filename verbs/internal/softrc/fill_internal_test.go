@@ -40,16 +40,20 @@ func (p *stopPayload) Skip(n int) error { p.off += n; return nil }
 // records what it was asked and told.
 type fakeSteer struct {
 	buf     []byte
+	split   int // > 0: the body in two buffers, the first of split bytes
 	heads   [][]byte
 	steered []bool
 }
 
-func (s *fakeSteer) Steer(_ uint64, head []byte, rest int) []byte {
+func (s *fakeSteer) Steer(_ uint64, head []byte, rest int) [][]byte {
 	s.heads = append(s.heads, bytes.Clone(head))
 	if s.buf == nil {
 		return nil
 	}
-	return s.buf[:rest]
+	if s.split > 0 {
+		return [][]byte{s.buf[:s.split:s.split], s.buf[s.split:rest]}
+	}
+	return [][]byte{s.buf[:rest]}
 }
 
 func (s *fakeSteer) Steered(ok bool) { s.steered = append(s.steered, ok) }
@@ -69,6 +73,7 @@ func TestSendFillResumes(t *testing.T) {
 		name   string
 		steer  bool // the steer takes the body (else no steer)
 		leave  bool // a steer that leaves the body in the receive's buffers
+		split  int  // the steer's buffers: two, the first of split bytes
 		stops  []int
 		cut    int // data ends here (a lost connection), 0: whole
 		wantOK []bool
@@ -77,6 +82,7 @@ func TestSendFillResumes(t *testing.T) {
 		{name: "no steer, stops in both buffers", stops: []int{100, 700, 701}},
 		{name: "steered, whole", steer: true, wantOK: []bool{true}},
 		{name: "steered, stops in the prefix and the body", steer: true, stops: []int{10, 63, 64 + 1, 900}, wantOK: []bool{true}},
+		{name: "steered in two buffers, stops in both", steer: true, split: 40, stops: []int{64 + 20, 64 + 41, 800}, wantOK: []bool{true}},
 		{name: "steer leaves the body, stops", leave: true, stops: []int{30, 600}},
 		{name: "steered, lost mid-body", steer: true, stops: []int{300}, cut: 500, wantOK: []bool{false}},
 		{name: "no steer, lost", stops: []int{300}, cut: 500},
@@ -88,7 +94,7 @@ func TestSendFillResumes(t *testing.T) {
 			var f sendFill
 			switch {
 			case c.steer:
-				st = &fakeSteer{buf: make([]byte, n)}
+				st = &fakeSteer{buf: make([]byte, n), split: c.split}
 				f.start(w, n, st, pre)
 			case c.leave:
 				st = &fakeSteer{}

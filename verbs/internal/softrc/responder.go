@@ -381,12 +381,12 @@ func (f *sendFill) run(p Payload) error {
 		f.steer = nil
 		prefix := f.w.segs[0][:f.pre]
 		if dst := s.Steer(f.w.id, prefix, f.rest); dst != nil {
-			if len(dst) != f.rest {
+			if n := lenSegs(dst); n != f.rest {
 				s.Steered(false)
 				f.done(false)
-				return fmt.Errorf("%w: a steer gave %d bytes for a SEND body of %d", ErrProtocol, len(dst), f.rest)
+				return fmt.Errorf("%w: a steer gave %d bytes for a SEND body of %d", ErrProtocol, n, f.rest)
 			}
-			f.segs, f.lender = append(f.own[:0], dst), s
+			f.segs, f.lender = append(f.own[:0], dst...), s
 		} else {
 			f.segs = appendSegs(f.own[:0], f.w.segs, f.pre, f.rest)
 		}
@@ -402,6 +402,15 @@ func (f *sendFill) done(ok bool) {
 	}
 	clear(f.own[:cap(f.own)]) // nothing keeps the buffers reachable
 	*f = sendFill{own: f.own[:0]}
+}
+
+// lenSegs is the bytes of segs together.
+func lenSegs(segs [][]byte) int {
+	n := 0
+	for _, b := range segs {
+		n += len(b)
+	}
+	return n
 }
 
 // appendSegs appends to dst the spans of segs that hold n bytes from byte
