@@ -179,7 +179,7 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 		p.initParts(r, head, n) // an eager or PIPE message (sendsParts): its (first) item posts the head first
 	}
 	switch {
-	case (len(buf) > p.eager || p.steersWhole(head, n)) && !large:
+	case (len(buf) > p.eager || p.steersWhole(n)) && !large:
 		if err := p.sendPipe(ep, r, c.id, tag, buf); err != nil {
 			return nil, c.argErr(op, peer, tag, err)
 		}
@@ -277,7 +277,7 @@ func (c *Channel) sendNow(peer, tag int, head, buf []byte) (bool, error) {
 	}
 	p := ep.peers[peer]
 	n := len(head) + len(buf)
-	if n > p.eager || head != nil && !p.sendsParts(len(head), n) || p.steersWhole(head, n) {
+	if n > p.eager || head != nil && !p.sendsParts(len(head), n) || p.steersWhole(n) {
 		return false, nil
 	}
 	ep.mu.Lock()

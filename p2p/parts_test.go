@@ -221,20 +221,21 @@ func TestIsendParts(t *testing.T) {
 
 // With the default eager limit a message of a 32-byte header and a body of
 // the provider's eager size (IsendParts, as the collectives send one)
-// goes as one eager message, not pipelined: the default leaves 64 bytes
-// of room beyond the provider's size, and EagerLimit reports it. One byte
-// more than the limit is pipelined (with a pipeline limit past it), in
+// goes as one message, not by rendezvous: the default leaves 64 bytes of
+// room beyond the provider's size, and EagerLimit reports it. Over shm it
+// goes eager; over tcp as one PIPE fragment steered whole (steersWhole),
+// one frame though it is past the pipeline's fragment size. One byte more
+// than the limit is pipelined (with a pipeline limit past it), in
 // fragments of the provider's size; a limit set in Options is taken as it
-// is (there such a message fits one fragment over tcp, and goes as one,
-// steered whole: steersWhole).
+// is.
 func TestEagerLimitHoldsAHeaderBeyondTheProviderSize(t *testing.T) {
 	for _, c := range []struct {
 		prov        string
 		set         int  // Options.EagerLimit
 		eager, frag int  // the limit it gives, and a pipelined fragment's payload
-		steered     bool // the parts message fits one fragment: it goes as one, steered whole
+		steered     bool // the parts message goes as one PIPE fragment, steered whole
 	}{
-		{"tcp", 0, 256<<10 + 64, 256 << 10, false},
+		{"tcp", 0, 256<<10 + 64, 256 << 10, true},
 		{"shm", 0, 32<<10 + 64, 32 << 10, false},
 		{"tcp", 64 << 10, 64 << 10, 64 << 10, true},
 	} {
@@ -257,6 +258,9 @@ func TestEagerLimitHoldsAHeaderBeyondTheProviderSize(t *testing.T) {
 						return err
 					}
 					if _, err := r.Wait(ctx); err != nil {
+						return err
+					}
+					if _, err := ep.Recv(ctx, peer, 7, nil); err != nil { // the parts message has arrived
 						return err
 					}
 					if err := ep.Send(ctx, peer, 6, long); err != nil {
@@ -283,6 +287,14 @@ func TestEagerLimitHoldsAHeaderBeyondTheProviderSize(t *testing.T) {
 				}
 				if !bytes.Equal(gh, head) || !bytes.Equal(gb, body) {
 					return fmt.Errorf("the parts message arrived changed")
+				}
+				// In one frame: at most one fragment steered (none if the
+				// steer could not take the endpoint's lock at once).
+				if n := ep.Stats().Peers[peer].SteeredRecv.Msgs; n > 1 {
+					return fmt.Errorf("the parts message came in %d steered fragments, want one frame", n)
+				}
+				if err := ep.Send(ctx, peer, 7, nil); err != nil {
+					return err
 				}
 				got := make([]byte, len(long))
 				if _, err := ep.Recv(ctx, peer, 6, got); err != nil {

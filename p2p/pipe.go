@@ -294,11 +294,10 @@ func (ep *Endpoint) unparkLocked(force bool) {
 // as PIPE fragments anyway: a provider that steers a SEND's body
 // (verbs.SendSteerer) reads a matched fragment's straight into the
 // receive's buffers, where an EAGER frame's lands in a receive slot and
-// is copied out of it. A message of two parts only when it fits one
-// fragment: one a few bytes over would take a second frame for them
-// (a 2-host bcast of 256 KiB took 1.16 of the time).
-func (p *peer) steersWhole(head []byte, n int) bool {
-	return p.steer != nil && n > steerWholeMin && (head == nil || n <= p.frag)
+// is copied out of it. It goes as one fragment (sendPipe), which a
+// receive slot holds up to the eager limit.
+func (p *peer) steersWhole(n int) bool {
+	return p.steer != nil && n > steerWholeMin
 }
 
 // steerWholeMin is the least steersWhole sends as PIPE fragments: above it
@@ -309,10 +308,17 @@ const steerWholeMin = 32 << 10
 
 // sendPipe queues r's message (r.head, a parts message's, and then buf) to
 // p as PIPE fragments; r completes when the last one is posted. The first
-// fragment carries the head (post). Called with ep.mu held.
+// fragment carries the head (post). One within the eager limit goes as
+// one fragment, which its slot holds: cut at the pipeline's fragment
+// size, one a few bytes over it took a second frame for them (a 2-host
+// bcast of 256 KiB and its header took 1.16 of the time). Called with
+// ep.mu held.
 func (p *peer) sendPipe(ep *Endpoint, r *Request, ctxID uint32, tag int, buf []byte) error {
 	frag, hl := p.frag, len(r.head)
 	size := hl + len(buf)
+	if size <= p.eager {
+		frag = max(frag, size)
+	}
 	n := (size + frag - 1) / frag
 	items := make([]outItem, n)
 	ep.nextID++
