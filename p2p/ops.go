@@ -323,15 +323,9 @@ func (c *Channel) sendSelf(r *Request) error {
 	if err := ep.checkLocked(); err != nil {
 		return c.argErr("Isend", r.peer, int(r.pattern.tag), err)
 	}
-	env := r.pattern
 	ep.selfStats.EagerSent.add(len(r.buf))
 	ep.selfStats.EagerRecv.add(len(r.buf))
-	if rr := ep.m.arrive(env); rr != nil {
-		ep.deliverEagerLocked(rr, env, r.buf)
-	} else {
-		ep.m.addUnexpected(&inbound{env: env, size: len(r.buf), data: ep.spare.get(r.buf)})
-		ep.wakeArrivalsLocked()
-	}
+	ep.arriveEagerLocked(r.pattern, r.buf)
 	ep.completeLocked(r, nil)
 	return nil
 }

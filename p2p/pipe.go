@@ -357,13 +357,7 @@ func (ep *Endpoint) onPipe(p *peer, h *header, data []byte) {
 			// Whole in this one fragment, and not steered (its steer left
 			// it): what an EAGER frame would have been.
 			p.stats.PipeRecv.add(len(data))
-			env := envelope{ctx: h.ctx, src: p.rank, tag: h.tag}
-			if r := ep.m.arrive(env); r != nil {
-				ep.deliverEagerLocked(r, env, data)
-			} else {
-				ep.m.addUnexpected(&inbound{env: env, size: len(data), data: ep.spare.get(data)})
-				ep.wakeArrivalsLocked()
-			}
+			ep.arriveEagerLocked(envelope{ctx: h.ctx, src: p.rank, tag: h.tag}, data)
 			return
 		default:
 			pi = ep.startPipeLocked(p, h, key)

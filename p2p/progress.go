@@ -581,12 +581,7 @@ func (ep *Endpoint) onRecv(p *peer, slot uint32, wc *verbs.WC) {
 		if ep.failErr != nil {
 			break
 		}
-		if r := ep.m.arrive(env); r != nil {
-			ep.deliverEagerLocked(r, env, b[h.frameLen():])
-		} else {
-			ep.m.addUnexpected(&inbound{env: env, size: int(h.size), data: ep.spare.get(b[h.frameLen():])})
-			ep.wakeArrivalsLocked()
-		}
+		ep.arriveEagerLocked(env, b[h.frameLen():])
 	case kRTS:
 		env := envelope{ctx: h.ctx, src: p.rank, tag: h.tag}
 		p.stats.RndvRecv.add(int(h.size))
@@ -804,6 +799,18 @@ func (ep *Endpoint) departLocked(p *peer) {
 	}
 	clear(p.queue)
 	p.queue, p.qbuf = nil, nil
+}
+
+// arriveEagerLocked takes an eager message (env, data) that has arrived:
+// into the receive it matches, or copied among the unexpected until one
+// is posted. data may be reused once it returns.
+func (ep *Endpoint) arriveEagerLocked(env envelope, data []byte) {
+	if r := ep.m.arrive(env); r != nil {
+		ep.deliverEagerLocked(r, env, data)
+		return
+	}
+	ep.m.addUnexpected(&inbound{env: env, size: len(data), data: ep.spare.get(data)})
+	ep.wakeArrivalsLocked()
 }
 
 // deliverEagerLocked copies (or folds) an eager payload into a matched
