@@ -592,6 +592,10 @@ func TestSteeredWhole(t *testing.T) {
 				for i := range rounds {
 					want := pattern(c.n, byte(i))
 					if ep.Rank() == 0 {
+						// Each message goes once its receive is posted.
+						if _, err := ep.Recv(ctx, peer, i, nil); err != nil {
+							return err
+						}
 						var err error
 						if c.parts {
 							var r *p2p.Request
@@ -604,30 +608,31 @@ func TestSteeredWhole(t *testing.T) {
 						if err != nil {
 							return err
 						}
-						if _, err := ep.Recv(ctx, peer, i, nil); err != nil {
-							return err
-						}
 						continue
 					}
 					got := make([]byte, c.n)
+					var r *p2p.Request
+					var err error
 					if c.parts {
-						r, err := ep.IrecvParts(peer, i, head, body)
-						if err != nil {
-							return err
-						}
-						if _, err := r.Wait(ctx); err != nil {
-							return err
-						}
+						r, err = ep.IrecvParts(peer, i, head, body)
+					} else {
+						r, err = ep.Irecv(peer, i, got)
+					}
+					if err != nil {
+						return err
+					}
+					if err := ep.Send(ctx, peer, i, nil); err != nil { // posted: send it
+						return err
+					}
+					if _, err := r.Wait(ctx); err != nil {
+						return err
+					}
+					if c.parts {
 						copy(got, head)
 						copy(got[headLen:], body)
-					} else if _, err := ep.Recv(ctx, peer, i, got); err != nil {
-						return err
 					}
 					if !bytes.Equal(got, want) {
 						return fmt.Errorf("message %d arrived changed", i)
-					}
-					if err := ep.Send(ctx, peer, i, nil); err != nil {
-						return err
 					}
 				}
 				st := ep.Stats().Peers[peer]
@@ -643,9 +648,9 @@ func TestSteeredWhole(t *testing.T) {
 					assert.Zero(t, st.SteeredRecv.Msgs)
 					return nil
 				}
-				// A receive posted before its message is steered unless the
-				// steer cannot take the endpoint's lock at once (then it is
-				// copied).
+				// Every receive is posted before its message is sent, and
+				// is steered unless the steer cannot take the endpoint's
+				// lock at once (then the body is copied).
 				assert.Greater(t, st.SteeredRecv.Msgs, uint64(rounds/2), "bodies steered into place")
 				return nil
 			})
