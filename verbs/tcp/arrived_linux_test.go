@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
@@ -280,5 +281,86 @@ func TestArrivedNeverWaits(t *testing.T) {
 			require.Equal(t, uint32(c.size), wc.ByteLen)
 			require.Equal(t, next[HeaderLen:], mr.Bytes()[:c.size], "payload not placed intact")
 		})
+	}
+}
+
+// TestDriveQueuedReadsQueuedPayloadsInPlace: a frame within the read
+// buffer whose payload of directMin or more is all queued (a crowded
+// rendezvous's 128 KiB READ responses, a collective's steered SENDs) goes
+// from the socket straight into place, not through the read buffer
+// (bufCopied counts what is copied out of it), once large frames have
+// been seen; one that arrives in pieces is placed intact all the same.
+func TestDriveQueuedReadsQueuedPayloadsInPlace(t *testing.T) {
+	// Over queuedDirectMin, within what a new connection's socket holds.
+	const n, rounds = 100 << 10, 16
+	a, mr, c := fakeTargetWith(t, arrivedOptions(), n, verbs.AccessRemoteWrite)
+	l := attachedLink(t, a.qp)
+	cq := a.cq.(*softrc.CQ)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	queued := func() int {
+		q := 0
+		require.NoError(t, l.ControlFD(func(fd int) { q, _ = sysQueued(uintptr(fd)) }))
+		return q
+	}
+	seq, imm := uint32(0), uint32(0)
+	// send writes a frame of size bytes, in the pieces cuts gives (offsets
+	// into it) with the link driven after each, and checks its
+	// completion. It reports how many payload bytes went through the read
+	// buffer while a frame written whole was taken, and whether this
+	// poller took it (the reader goroutine may, on a slow run, once
+	// maxPollGrace has passed).
+	send := func(size int, cuts ...int) (copied int64, mine bool) {
+		t.Helper()
+		imm++
+		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(imm)}))
+		f := writeImmFrame(a.qp, mr, seq, size, imm)
+		seq++
+		for _, cut := range cuts {
+			_, err := c.Write(f[:cut])
+			require.NoError(t, err)
+			f = f[cut:]
+			// Drive what came. The reader goroutine, woken for a frame
+			// half buffered, may be reading the rest itself, blocked until
+			// it comes: a short ctx bounds the wait for the link.
+			pctx, pcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			l.DriveQueued(pctx, cq)
+			pcancel()
+			require.False(t, cq.Pending(), "a frame completed before its end arrived")
+		}
+		_, err := c.Write(f)
+		require.NoError(t, err)
+		if len(cuts) == 0 {
+			require.Eventually(t, func() bool { return cq.Pending() || queued() >= len(f) }, 5*time.Second, time.Millisecond)
+			before := l.copiedBytes()
+			mine, _ = l.DriveQueued(ctx, cq)
+			copied = l.copiedBytes() - before
+		}
+		require.Eventually(t, func() bool { l.DriveQueued(ctx, cq); return cq.Pending() }, 5*time.Second, time.Millisecond)
+		wc, err := waitCtx(ctx, a.cq)
+		require.NoError(t, err)
+		require.Equal(t, verbs.StatusSuccess, wc.Status, "frame of %d bytes: %v", size, wc)
+		require.Equal(t, imm, wc.Imm)
+		require.True(t, bytes.Equal(writeImmFrame(a.qp, mr, seq-1, size, imm)[HeaderLen:], mr.Bytes()[:size]),
+			"frame of %d bytes not placed intact", size)
+		return copied, mine
+	}
+	send(n) // a large frame seen
+	var copied int64
+	took := 0
+	for range rounds {
+		k, mine := send(n)
+		if mine {
+			copied += k
+			took++
+		}
+		send(8)
+	}
+	t.Logf("this poller took %d of %d large frames whole, %d payload bytes of them copied out of the read buffer", took, rounds, copied)
+	require.Greater(t, took, rounds/2, "the reader goroutine took the frames")
+	assert.LessOrEqual(t, copied, int64(took*headerRead), "queued payloads went through the read buffer")
+	for range 2 {
+		send(n, HeaderLen-3, 3+1000) // in pieces: the header split, the payload's start, its rest
+		send(8)
 	}
 }

@@ -60,6 +60,7 @@ type link struct {
 	largeSeen   int          // small frames with data to go before spinFill (pollFrame)
 	hugeSeen    int          // small frames with data to go before headers are read with what follows (readFrame)
 	aloneSeen   int          // frames with data under Options.HeaderAloneMin to go before a poller reads headers with what follows (pollFrame)
+	queuedSeen  int          // frames with data under queuedDirectMin to go before DriveQueued reads headers with what follows
 	knownQueued int          // bytes still queued in the socket after the last read, when a look just before it told (sockReader)
 	spinBackoff int          // how many waits the last miss made skip their spin (see spinMissed)
 	spinSkip    int          // waits still to skip their spin (see spinMissed)
