@@ -151,7 +151,9 @@
 // several links feed cannot drive them all; with PollYield it looks for
 // arrived bytes as the crowded poll below does (Arrived), with sched_yield
 // between looks, takes the whole frames that are there on its goroutine
-// and looks for its completion, and parks only for work the links'
+// (a payload of 96 KiB or more, once such frames come, straight from the
+// socket into place once all of it is queued, not through the read
+// buffer) and looks for its completion, and parks only for work the links'
 // goroutines must do (softrc.Config.YieldSpin). Without PollYield, it does not poll while
 // its polls keep running out before their frame comes (a peer that computes, a busy
 // machine): after each such miss in a row, twice as many waits (1, 2, 4,
