@@ -298,11 +298,6 @@ func TestDriveQueuedReadsQueuedPayloadsInPlace(t *testing.T) {
 	cq := a.cq.(*softrc.CQ)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	queued := func() int {
-		q := 0
-		require.NoError(t, l.ControlFD(func(fd int) { q, _ = sysQueued(uintptr(fd)) }))
-		return q
-	}
 	seq, imm := uint32(0), uint32(0)
 	// send writes a frame of size bytes, in the pieces cuts gives (offsets
 	// into it) with the link driven after each, and checks its
@@ -314,8 +309,9 @@ func TestDriveQueuedReadsQueuedPayloadsInPlace(t *testing.T) {
 		t.Helper()
 		imm++
 		require.NoError(t, a.qp.PostRecv(verbs.RecvWR{ID: uint64(imm)}))
-		f := writeImmFrame(a.qp, mr, seq, size, imm)
+		frame := writeImmFrame(a.qp, mr, seq, size, imm)
 		seq++
+		f := frame
 		for _, cut := range cuts {
 			_, err := c.Write(f[:cut])
 			require.NoError(t, err)
@@ -331,7 +327,7 @@ func TestDriveQueuedReadsQueuedPayloadsInPlace(t *testing.T) {
 		_, err := c.Write(f)
 		require.NoError(t, err)
 		if len(cuts) == 0 {
-			require.Eventually(t, func() bool { return cq.Pending() || queued() >= len(f) }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return cq.Pending() || queuedIn(t, l) >= len(f) }, 5*time.Second, time.Millisecond)
 			before := l.copiedBytes()
 			mine, _ = l.DriveQueued(ctx, cq)
 			copied = l.copiedBytes() - before
@@ -341,8 +337,7 @@ func TestDriveQueuedReadsQueuedPayloadsInPlace(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, verbs.StatusSuccess, wc.Status, "frame of %d bytes: %v", size, wc)
 		require.Equal(t, imm, wc.Imm)
-		require.True(t, bytes.Equal(writeImmFrame(a.qp, mr, seq-1, size, imm)[HeaderLen:], mr.Bytes()[:size]),
-			"frame of %d bytes not placed intact", size)
+		require.True(t, bytes.Equal(frame[HeaderLen:], mr.Bytes()[:size]), "frame of %d bytes not placed intact", size)
 		return copied, mine
 	}
 	send(n) // a large frame seen
