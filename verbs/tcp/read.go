@@ -386,26 +386,11 @@ func (l *link) readFrame() error {
 	// alive: long payloads restart the ACK timer every MiB.
 	pl := &fs.pl
 	pl.left = h.PayloadLen()
-	if HeaderLen+pl.left > readBufSize {
-		l.hugeSeen = largeMemory
-	} else if pl.left > 0 && l.hugeSeen > 0 {
-		l.hugeSeen--
-	}
-	if pl.left >= l.t.opts.HeaderAloneMin {
-		l.aloneSeen = largeMemory
-	} else if pl.left > 0 && l.aloneSeen > 0 {
-		l.aloneSeen--
-	}
-	if pl.left >= queuedDirectMin {
-		l.queuedSeen = largeMemory
-	} else if pl.left > 0 && l.queuedSeen > 0 {
-		l.queuedSeen--
-	}
-	if HeaderLen+pl.left > spinFillMax {
-		l.largeSeen = largeMemory
-	} else if pl.left > 0 && l.largeSeen > 0 { // frames without data (ACKs, READ requests) do not count
-		l.largeSeen--
-	}
+	data := pl.left > 0 // frames without data (ACKs, READ requests) do not count down
+	remember(&l.hugeSeen, HeaderLen+pl.left > readBufSize, data)
+	remember(&l.aloneSeen, pl.left >= l.t.opts.HeaderAloneMin, data)
+	remember(&l.queuedSeen, pl.left >= queuedDirectMin, data)
+	remember(&l.largeSeen, HeaderLen+pl.left > spinFillMax, data)
 	if h.Op.IsRequest() {
 		err = l.q.HandleRequest(&h, pl, &fs.resp)
 		if err != softrc.ErrSuspended {
@@ -647,6 +632,17 @@ func (l *link) beforeBlock() {
 // one larger than the read buffer, whose headers are read alone (readFrame).
 const largeMemory = 8
 
+// remember updates one of a link's memories of large frames (hugeSeen,
+// aloneSeen, queuedSeen, largeSeen) for a frame: a large one sets it to
+// largeMemory, a small one with data counts it down.
+func remember(seen *int, large, data bool) {
+	if large {
+		*seen = largeMemory
+	} else if data && *seen > 0 {
+		*seen--
+	}
+}
+
 // holdMax is the largest response respond holds for the next frames'.
 const holdMax = 1 << 20
 
@@ -833,7 +829,7 @@ func (l *link) DriveQueued(ctx context.Context, cq *softrc.CQ) (took, left bool)
 			// buffer and a copy out of it: a crowded host's 128 KiB READ
 			// responses, a collective's steered SENDs. Part of one is
 			// buffered as before: the socket may not hold it whole.
-			direct := sized && !l.mid && need-l.br.Buffered() >= queuedDirectMin && l.restQueued(need)
+			direct := sized && need-l.br.Buffered() >= queuedDirectMin && l.restQueued(need) // false mid-frame
 			if !direct {
 				if l.sr.drained {
 					// The last read emptied the socket: another would only
