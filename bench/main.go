@@ -253,6 +253,7 @@ func describe(ctx context.Context, c *comm.Comm, cfg config) (*Result, error) {
 		if lat, bw, ok := c.MeasuredNetwork(); ok {
 			res.Network = &Link{Peer: -1, LatencyUS: float64(lat) / float64(time.Microsecond), GBps: bw / 1e9}
 		}
+		res.SingleCopy = c.SingleCopyMin()
 		res.Transports = make([][]string, p)
 		for i := range p {
 			res.Transports[i] = make([]string, p)

@@ -23,7 +23,8 @@ type Result struct {
 	Transport   string     `json:"transport"`
 	Transports  [][]string `json:"transports"` // [rank][peer] as each rank sees it
 	Links       []Link     `json:"links,omitempty"`
-	Network     *Link      `json:"network,omitempty"` // measured at start-up (comm.MeasuredNetwork); Peer -1
+	Network     *Link      `json:"network,omitempty"`         // measured at start-up (comm.MeasuredNetwork); Peer -1
+	SingleCopy  int        `json:"single_copy_min,omitempty"` // measured at start-up (comm.SingleCopyMin)
 	Host        string     `json:"host"`
 	CPU         string     `json:"cpu"`
 	CPUFeatures []string   `json:"cpu_features"`
@@ -156,6 +157,9 @@ func writeHeader(w io.Writer, r *Result) {
 	}
 	if n := r.Network; n != nil {
 		fmt.Fprintf(w, "# network between hosts measured at start-up: %.2fus %.2fGB/s\n", n.LatencyUS, n.GBps)
+	}
+	if r.SingleCopy > 0 {
+		fmt.Fprintf(w, "# one kernel copy beat two through shared memory, measured at start-up, above %d bytes\n", r.SingleCopy)
 	}
 }
 

@@ -47,8 +47,9 @@ func sampleResult() *Result {
 		Test: "allreduce", Ranks: 2, Type: "float32", Algo: "auto", Transport: "auto",
 		Transports: [][]string{{"self", "shm"}, {"shm", "self"}}, Host: "vm", CPU: "cpu (2 logical cores)",
 		CPUFeatures: []string{"avx2"}, Validated: true,
-		Links:   []Link{{Peer: 1, SameHost: true, LatencyUS: 0.15, GBps: 20}, {Peer: 2, LatencyUS: 20, GBps: 1}},
-		Network: &Link{Peer: -1, LatencyUS: 11.25, GBps: 5.125},
+		Links:      []Link{{Peer: 1, SameHost: true, LatencyUS: 0.15, GBps: 20}, {Peer: 2, LatencyUS: 20, GBps: 1}},
+		Network:    &Link{Peer: -1, LatencyUS: 11.25, GBps: 5.125},
+		SingleCopy: 9307,
 		Rows: []Row{
 			{Size: 4, Iters: 1000, Latency: 1.5, Min: 1.25, Max: 1.75, AlgBW: 0.001, BusBW: 0.001, Algorithm: "recursive_doubling"},
 			{Size: 1048576, Iters: 100, Latency: 210.126, Min: 200, Max: 220, AlgBW: 4.99, BusBW: 4.99, Algorithm: "ring"},
@@ -71,6 +72,7 @@ func TestTableFormat(t *testing.T) {
 	assert.Contains(t, out, "# cpu features avx2\n")
 	assert.Contains(t, out, "# rank 0 link estimates 1 (same host) 0.15us 20.00GB/s 2 (other host) 20.00us 1.00GB/s\n")
 	assert.Contains(t, out, "# network between hosts measured at start-up: 11.25us 5.12GB/s\n")
+	assert.Contains(t, out, "# one kernel copy beat two through shared memory, measured at start-up, above 9307 bytes\n")
 	assert.Regexp(t, `(?m)^# Size\s+Avg Latency\(us\)\s+Min Latency\(us\)\s+Max Latency\(us\)\s+Iters\s+algbw\(GB/s\)\s+busbw\(GB/s\)\s+Algorithm$`, out)
 	assert.Regexp(t, `(?m)^1048576\s+210\.13\s+200\.00\s+220\.00\s+100\s+4\.990\s+4\.990\s+ring$`, out)
 

@@ -195,6 +195,18 @@ type Crowding interface {
 	Crowding() float64
 }
 
+// SingleCopy is an optional Group capability feeding the cost model:
+// SingleCopyMin reports the size above which one copy by the kernel
+// between two ranks of a host (PeerReader) was measured to beat two
+// copies through shared memory, or 0 when that was not measured or the
+// two copies won. It must be the same on every rank of the group. Where
+// it is set, the shared-memory algorithms that read a peer's buffer
+// (ShmSplitMin, ShmReadMin, ShmReadBlockMin) do so above it, unless their
+// own threshold is lower or the Model sets it.
+type SingleCopy interface {
+	SingleCopyMin() int
+}
+
 // NowSender is an optional Group capability: SendNow sends head and then
 // body to peer with tag, as one message (head nil: body alone; head set:
 // as PartsSender's IsendParts sends it), if it can go at once, eager and

@@ -354,6 +354,21 @@ func newModel(g Group, o *Model, segment int) Model {
 	if cr, ok := g.(Crowding); ok && m.Crowd <= 0 {
 		m.Crowd = cr.Crowding()
 	}
+	if sc, ok := g.(SingleCopy); ok {
+		if n := sc.SingleCopyMin(); n > 0 {
+			// The defaults were measured where two copies through the
+			// slots beat a kernel copy up to them; a machine where the
+			// kernel copy wins sooner reads sooner.
+			for _, f := range [...]struct{ v, d *int }{
+				{&m.ShmSplitMin, &defModel.ShmSplitMin}, {&m.ShmReadMin, &defModel.ShmReadMin},
+				{&m.ShmReadBlockMin, &defModel.ShmReadBlockMin},
+			} {
+				if *f.v == 0 {
+					*f.v = min(*f.d, n)
+				}
+			}
+		}
+	}
 	return m.withDefaults()
 }
 

@@ -223,6 +223,57 @@ func TestSharedMemoryReadBlocksFails(t *testing.T) {
 	}
 }
 
+// TestSingleCopyLowersReadThresholds: a group that reports a measured
+// crossover (collectives.SingleCopy) below the defaults makes the
+// shared-memory algorithms that read a peer's buffer do so above it: the
+// model's ShmSplitMin, ShmReadMin and ShmReadBlockMin become the
+// crossover where their defaults are higher, a threshold the Model sets
+// stays, and none changes without a crossover. And the allgather and
+// alltoall then read 8000-byte blocks (a refused read fails them), which
+// they copy through the slots by default.
+func TestSingleCopyLowersReadThresholds(t *testing.T) {
+	t.Parallel()
+	def := collectives.DefaultModel()
+	for _, tc := range []struct {
+		name                   string
+		single                 int
+		model                  collectives.Model
+		split, read, readBlock int
+	}{
+		{name: "none", split: def.ShmSplitMin, read: def.ShmReadMin, readBlock: def.ShmReadBlockMin},
+		{name: "low", single: 6000, split: 6000, read: 6000, readBlock: 6000},
+		{name: "between", single: 64 << 10, split: 64 << 10, read: def.ShmReadMin, readBlock: 64 << 10},
+		{name: "set", single: 6000, model: collectives.Model{ShmSplitMin: 1 << 20, ShmReadBlockMin: 1 << 30},
+			split: 1 << 20, read: 6000, readBlock: 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := engineFor(t, 2, coltest.Options{Shared: true, SingleCopyMin: tc.single}, collectives.Options{Model: &tc.model})
+			m := e.Model()
+			require.Equal(t, tc.split, m.ShmSplitMin, "ShmSplitMin")
+			require.Equal(t, tc.read, m.ShmReadMin, "ShmReadMin")
+			require.Equal(t, tc.readBlock, m.ShmReadBlockMin, "ShmReadBlockMin")
+		})
+	}
+	boom := fmt.Errorf("process_vm_readv: EPERM")
+	for _, coll := range []collectives.Collective{collectives.CollAllgather, collectives.CollAlltoall} {
+		for _, single := range []int{0, 4096} {
+			t.Run(name("coll", coll, "single", single), func(t *testing.T) {
+				eo := force(coll, collectives.SharedMemory)
+				errs := world(t, 2, coltest.Options{Shared: true, PeerReadErr: boom, SingleCopyMin: single}, eo, func(ctx context.Context, e *collectives.Engine, r int) error {
+					return gridCases[coll](ctx, e, r, 2, 1000) // 8000-byte blocks
+				})
+				if single == 0 {
+					requireAllOK(t, errs)
+					return
+				}
+				for r, err := range errs {
+					require.ErrorIs(t, err, boom, "rank %d", r)
+				}
+			})
+		}
+	}
+}
+
 // oddBlocks runs coll over blocks of n int16 (2 bytes each) on rank r
 // and checks the result.
 func oddBlocks(ctx context.Context, e *collectives.Engine, coll collectives.Collective, r, p, n int) error {

@@ -141,6 +141,10 @@ type world struct {
 	localSize int
 	job       *jobenv.Job
 	p2pOpts   p2p.Options // the endpoint's, for the endpoints of Shrink
+
+	// singleCopy is Comm.SingleCopyMin (links.go).
+	singleCopy int
+
 	// storeRanks maps the world's ranks to the rendezvous's (the job's
 	// original ranks) in a world made by Shrink; nil means the same.
 	storeRanks []int

@@ -19,6 +19,7 @@ var (
 	_ collectives.Group             = (*group)(nil)
 	_ collectives.Topology          = (*group)(nil)
 	_ collectives.LinkInfo          = (*group)(nil)
+	_ collectives.SingleCopy        = (*group)(nil)
 	_ collectives.Crowding          = (*group)(nil)
 	_ collectives.AnySourceReceiver = (*group)(nil)
 	_ collectives.EagerLimiter      = (*group)(nil)
@@ -107,6 +108,10 @@ func (g *group) EagerLimit(peer int) int { return g.c.w.ep.EagerLimit(g.c.member
 // Crowding is the job's: the processes of every communicator share the
 // hosts' CPUs, and every rank reads it from the same host records.
 func (g *group) Crowding() float64 { return g.c.w.ep.Crowding() }
+
+// SingleCopyMin is what Init measured on rank 0's host, the same on every
+// rank (Comm.SingleCopyMin).
+func (g *group) SingleCopyMin() int { return g.c.w.singleCopy }
 
 // IrecvAny receives from any rank of the communicator: only its members
 // send on its collective context (see Split), so AnySource cannot match a

@@ -44,31 +44,56 @@ type netLink struct {
 // is no reason to fail Init). A variable for tests.
 var linkProbeMax = 5 * time.Second
 
-// probeLinks measures the network between hosts once, at Init, when the job
-// spans several: rank 0 and the lowest rank on another host time it
-// (p2p.Endpoint.MeasureLink: a ping-pong of small messages and a few of 1
-// MiB), and every rank takes rank 0's result from the rendezvous, so that
-// every rank's cost model, and so every rank's choice of algorithm, is the
-// same. Links inside a host are not measured: where a host's ranks share
-// its CPUs, a ping-pong between two of them times their turns on a CPU,
-// which the model counts apart (collectives.Crowding). A failed
-// measurement leaves the transports' estimates, unless ctx ended. A rank
-// told not to measure (measure false) still takes its part in the
-// rendezvous, so that every rank makes the same calls on the store
-// whatever its options; rank 0's then decides.
+// probeLinks measures, once at Init, the network between hosts when the
+// job spans several and the copies between a host's ranks when rank 0's
+// host has two or more with CPUs of their own. Rank 0 and the lowest rank
+// on another host time the network (p2p.Endpoint.MeasureLink: a
+// ping-pong of small messages and a few of 1 MiB); rank 0 and the next
+// rank on its host time messages of 4-32 KiB sent eagerly and by
+// rendezvous (p2p.Endpoint.MeasureCopy). Every rank takes rank 0's results
+// from the rendezvous, so that every rank's cost model and protocol
+// choice, and so every rank's choice of algorithm, is the same. Links
+// inside a crowded host are not measured: where a host's ranks share its
+// CPUs, a ping-pong between two of them times their turns on a CPU, which
+// the model counts apart (collectives.Crowding). A failed measurement
+// leaves the estimates and defaults, unless ctx ended. A rank told not to
+// measure (measure false) still takes its part in the rendezvous, so that
+// every rank makes the same calls on the store whatever its options; rank
+// 0's then decides.
 func (w *world) probeLinks(ctx context.Context, measure bool) error {
-	me, other := w.ep.Rank(), -1
+	me, other, mate := w.ep.Rank(), -1, -1
 	for r, h := range w.hostIdx {
-		if h != w.hostIdx[0] {
+		switch {
+		case r == 0:
+		case h != w.hostIdx[0] && other < 0:
 			other = r
-			break
+		case h == w.hostIdx[0] && mate < 0:
+			mate = r
 		}
 	}
-	if other < 0 {
+	if other < 0 && mate < 0 {
 		return nil
 	}
-	var val [16]byte
-	if measure && (me == 0 || me == other) {
+	var val [24]byte
+	if measure && mate >= 0 && (me == 0 || me == mate) && !w.ep.Crowded() {
+		peer := mate
+		if me == mate {
+			peer = 0
+		}
+		pctx, cancel := context.WithTimeout(ctx, linkProbeMax)
+		n, err := w.ep.MeasureCopy(pctx, peer, p2p.CopyProbeOptions{})
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return err
+		case err != nil:
+			w.log.Warn("comm: measuring the copies between a host's ranks failed; the defaults stay",
+				"rank", me, "peer", peer, "err", err)
+		case me == 0:
+			binary.LittleEndian.PutUint64(val[16:], uint64(n))
+		}
+	}
+	if measure && other >= 0 && (me == 0 || me == other) {
 		peer := other
 		if me == other {
 			peer = 0
@@ -87,8 +112,9 @@ func (w *world) probeLinks(ctx context.Context, measure bool) error {
 			binary.LittleEndian.PutUint64(val[8:], math.Float64bits(est.Bandwidth))
 		}
 	}
-	// Rank 0's result, through the rendezvous: one value, put by rank 0
-	// (zero when its measurement failed), read by every rank after a fence.
+	// Rank 0's results, through the rendezvous: one value, put by rank 0
+	// (zero where its measurement failed or was not made), read by every
+	// rank after a fence.
 	key := "comm/" + w.name + "/netlink"
 	if me == 0 {
 		if err := w.store.Put(ctx, key, val[:]); err != nil {
@@ -102,17 +128,39 @@ func (w *world) probeLinks(ctx context.Context, measure bool) error {
 	if err != nil {
 		return err
 	}
-	if len(v) == 16 {
-		lat := time.Duration(binary.LittleEndian.Uint64(v))
-		bw := math.Float64frombits(binary.LittleEndian.Uint64(v[8:]))
-		if lat > 0 && bw > 0 && !math.IsInf(bw, 0) {
-			w.net = netLink{lat: lat, bw: bw, ok: true}
-			w.log.Debug("comm: network between hosts measured", "rank", me,
-				"latency", lat, "bandwidth_GBps", bw/1e9, "between", []int{0, other})
-		}
+	if len(v) != len(val) {
+		return nil
+	}
+	lat := time.Duration(binary.LittleEndian.Uint64(v))
+	bw := math.Float64frombits(binary.LittleEndian.Uint64(v[8:]))
+	if lat > 0 && bw > 0 && !math.IsInf(bw, 0) {
+		w.net = netLink{lat: lat, bw: bw, ok: true}
+		w.log.Debug("comm: network between hosts measured", "rank", me,
+			"latency", lat, "bandwidth_GBps", bw/1e9, "between", []int{0, other})
+	}
+	if n := binary.LittleEndian.Uint64(v[16:]); n > 0 && n <= maxSingleCopyMin {
+		w.ep.SetSingleCopyMin(int(n))
+		w.singleCopy = int(n)
+		w.log.Debug("comm: copies between a host's ranks measured", "rank", me,
+			"single_copy_above", n, "between", []int{0, mate})
 	}
 	return nil
 }
+
+// maxSingleCopyMin bounds the crossover a rank takes from rank 0: what
+// p2p.Endpoint.MeasureCopy measures up to.
+const maxSingleCopyMin = 1 << 20
+
+// SingleCopyMin is the size above which, as Init measured on rank 0's
+// host, one copy by the kernel (process_vm_readv) between two of a
+// host's ranks beat two copies through shared memory: messages larger
+// than this to ranks on this host go by rendezvous, and the collectives'
+// shared-memory algorithms read a peer's buffer rather than copy through
+// slots above it (where their own thresholds are lower already, those
+// stay). 0 when nothing was measured (one rank a host, a crowded host,
+// Options.NoLinkProbe) or the two copies won at every size measured. It
+// is the same on every rank and local (no communication).
+func (c *Comm) SingleCopyMin() int { return c.w.singleCopy }
 
 // MeasuredNetwork is what Init measured for the network between hosts: the
 // one-way latency of a small message and the bandwidth of a large one, in

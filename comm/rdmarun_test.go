@@ -3,6 +3,7 @@ package comm_test
 import (
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func job(t *testing.T, args ...string) (stdout, stderr string, code int) {
 func TestRdmarunJobs(t *testing.T) {
 	buildJobBinaries(t)
 	line := regexp.MustCompile(`(?m)^ok rank=(\d+) size=(\d+) local=(\d+)/(\d+) transports=(\S+) sum=(\S+)$`)
+	copies := regexp.MustCompile(`(?m)^copies rank=(\d+) single=(\d+)$`)
 	for _, transport := range []string{"tcp", "shm"} {
 		for _, np := range []int{1, 2, 4} {
 			t.Run(fmt.Sprintf("transport=%s/np=%d", transport, np), func(t *testing.T) {
@@ -59,6 +61,21 @@ func TestRdmarunJobs(t *testing.T) {
 					}
 				}
 				assert.Len(t, seen, np)
+				// Init's measurement of the copies between a host's
+				// ranks: one figure on every rank, nothing to measure
+				// over tcp, 0 or within the sizes measured over shm.
+				cs := copies.FindAllStringSubmatch(out, -1)
+				require.Len(t, cs, np, out)
+				for _, m := range cs {
+					assert.Equal(t, cs[0][2], m[2], "rank %s's crossover against rank %s's", m[1], cs[0][1])
+				}
+				n, _ := strconv.Atoi(cs[0][2])
+				if transport == "tcp" || np == 1 {
+					assert.Zero(t, n)
+				} else if n != 0 {
+					assert.GreaterOrEqual(t, n, 4096)
+					assert.LessOrEqual(t, n, 32<<10)
+				}
 			})
 		}
 	}

@@ -270,10 +270,11 @@ func (a *agreement) attempt(ctx context.Context, name string, prev []int) (nc *C
 		return nil, members, nil
 	}
 
-	// Every member has it: the new world.
+	// Every member has it: the new world, on the copies Init measured.
+	ep.SetSingleCopyMin(w.singleCopy)
 	w2 := &world{
 		ep: ep, store: w.store, name: name, log: w.log, exit: w.exit, collOpts: w.collOpts,
-		p2pOpts: w.p2pOpts, storeRanks: members, localRank: -1, net: w.net,
+		p2pOpts: w.p2pOpts, storeRanks: members, localRank: -1, net: w.net, singleCopy: w.singleCopy,
 		stop: make(chan struct{}), comms: map[*Comm]struct{}{},
 	}
 	for _, sr := range members {

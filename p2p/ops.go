@@ -208,6 +208,9 @@ func (c *Channel) isendParts(op string, peer, tag int, head, buf []byte) (*Reque
 // ctxID, one the eager protocol or the pipeline would send, takes the
 // rendezvous's single copy instead; the caller holds ep.mu.
 func (ep *Endpoint) rndvInsteadLocked(p *peer, ctxID uint32, peer, n int) bool {
+	if p.singleCopy(n) {
+		return true
+	}
 	if p.dev.traits.SharesMemory {
 		// Traffic both ways: both cores copy already, and the pipeline's
 		// two copies a message (the sender's in, the receiver's out) cost
@@ -281,7 +284,7 @@ func (c *Channel) sendNow(peer, tag int, head, buf []byte) (bool, error) {
 		return false, nil
 	}
 	ep.mu.Lock()
-	if ep.checkLocked() != nil || p.departed || len(p.queue) > 0 {
+	if ep.checkLocked() != nil || p.departed || len(p.queue) > 0 || head == nil && p.singleCopy(n) {
 		ep.mu.Unlock()
 		return false, nil
 	}

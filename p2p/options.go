@@ -90,6 +90,15 @@ type Options struct {
 	// while earlier messages' frames to the same peer wait for credits (a
 	// window of large sends, where the rendezvous streams better).
 	PipelineLimit int
+	// SingleCopyMin, where positive, makes every message of more than this
+	// many bytes to a peer on shared memory with a CPU of its own take the
+	// rendezvous (one copy by the kernel) rather than the eager protocol
+	// or the pipeline (two copies through a receive buffer); negative
+	// never. Zero leaves it to Endpoint.SetSingleCopyMin, which comm
+	// feeds with what Endpoint.MeasureCopy found at Init (on the 2-vCPU
+	// Intel VM measured, about 6 KiB; on an AMD one the eager path won up
+	// to its limit, so nothing changed there).
+	SingleCopyMin int
 	// EagerSlots is the number of receive buffers posted per peer, which is
 	// also the number of eager messages and rendezvous requests a sender
 	// may have in flight to one receiver (its credits, less one reserved

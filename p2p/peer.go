@@ -111,6 +111,14 @@ type peer struct {
 	nrecv   int  // receive buffers posted (see growLocked)
 	maxRecv int  // the most nrecv may grow to (recvMR holds that many)
 	starved bool // a frame waited for credits since the last frame we sent
+
+	// single: above this size a message that would go eagerly or
+	// pipelined takes the rendezvous's single copy instead (0: never;
+	// Endpoint.SetSingleCopyMin); forceRndv makes every such message take
+	// it (MeasureCopy's rendezvous rounds). Both under ep.mu.
+	single    int
+	forceRndv bool
+
 	// Small frames go inline where the provider takes them so
 	// (verbs.Traits.InlineSends; the WR carries their bytes): no staging
 	// slot, and only every inlineSignal-th is signaled.
@@ -268,6 +276,9 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	pipe = min(pipe, maxPipe)
 	p := &peer{rank: rank, dev: d, eager: eager, frag: frag, pipe: pipe, slot: slotLen(eager), nrecv: n, maxRecv: most,
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
+	if ep.opts.SingleCopyMin > 0 && d.traits.SharesMemory && !d.crowded {
+		p.single = ep.opts.SingleCopyMin
+	}
 	if d.traits.InlineSends && d.caps.MaxInline >= inlineMax {
 		// An eager frame (or pipelined fragment) the device takes inline
 		// skips the staging slot and, unsignaled, the send completion and

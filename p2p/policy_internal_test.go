@@ -319,3 +319,31 @@ func TestHostLoadCrowding(t *testing.T) {
 		assert.Equal(t, c.want, l.crowding(), c.name)
 	}
 }
+
+// TestCopyCrossover: the size from which the rendezvous's round trip was
+// no longer than the eager one's, interpolated between the sizes around
+// the sign change; the first size when the rendezvous won there; 0 when
+// it never did.
+func TestCopyCrossover(t *testing.T) {
+	us := func(v ...float64) []time.Duration {
+		d := make([]time.Duration, len(v))
+		for i, x := range v {
+			d[i] = time.Duration(x * float64(time.Microsecond))
+		}
+		return d
+	}
+	sizes := []int{4 << 10, 8 << 10, 16 << 10, 32 << 10}
+	for _, tc := range []struct {
+		name        string
+		eager, rndv []time.Duration
+		want        int
+	}{
+		{"never", us(3, 5, 8, 14), us(5, 6, 9, 15), 0},
+		{"first", us(3, 5, 8, 14), us(3, 4, 5, 7), 4 << 10},
+		{"midway", us(3, 5, 8, 14), us(5, 5.5, 7, 8), 8<<10 + 8<<10/3},
+		{"at a size", us(3, 5, 8, 14), us(4, 5, 6, 7), 8 << 10},
+		{"last", us(3, 5, 8, 14), us(5, 6, 9, 13), 16<<10 + 16<<10/2},
+	} {
+		require.Equal(t, tc.want, copyCrossover(sizes, tc.eager, tc.rndv), tc.name)
+	}
+}

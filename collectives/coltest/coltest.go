@@ -69,6 +69,9 @@ type Options struct {
 	// Crowded is what the shared region's Crowded reports (ranks that
 	// outnumber their CPUs).
 	Crowded bool
+	// SingleCopyMin is what Shared groups report as
+	// collectives.SingleCopy's measured crossover (0: none).
+	SingleCopyMin int
 	// Crowding, when > 0 with Hosts and Latency, makes groups implement
 	// collectives.Crowding, reporting it (ranks per CPU on the most
 	// crowded host).
@@ -676,6 +679,10 @@ func (s *shared) WaitPolicy() shmsync.Policy {
 
 // Crowded makes the region a collectives.Crowded, as Options.Crowded says.
 func (s *shared) Crowded() bool { return s.g.w.opts.Crowded }
+
+// SingleCopyMin makes the group a collectives.SingleCopy, reporting
+// Options.SingleCopyMin.
+func (s *shared) SingleCopyMin() int { return s.g.w.opts.SingleCopyMin }
 
 // CanReadPeer and ReadPeer make the region a collectives.PeerReader: the
 // ranks share this process, so reading a rank's memory is a copy from the

@@ -154,5 +154,6 @@ func run() error {
 		tr = append(tr, c.Transport(r))
 	}
 	fmt.Printf("ok rank=%d size=%d local=%d/%d transports=%s sum=%v\n", me, p, c.LocalRank(), c.LocalSize(), strings.Join(tr, ","), buf[0])
+	fmt.Printf("copies rank=%d single=%d\n", me, c.SingleCopyMin())
 	return nil
 }

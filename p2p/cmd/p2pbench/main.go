@@ -57,6 +57,7 @@ var (
 	fixIters = flag.Int("iters", 0, "iterations per size, regardless of -t (0: from -t); a fixed count lets perf stat or strace -c count per iteration: run twice with different counts and divide the difference")
 	eager    = flag.Int("eager", 0, "eager limit in bytes (0: p2p's default)")
 	pipeline = flag.Int("pipeline", 0, "pipeline limit in bytes (0: p2p's default, negative: none)")
+	single   = flag.Int("singlecopy", 0, "p2p Options.SingleCopyMin: messages above this go by rendezvous over shm (0: measured, as comm does; negative: never)")
 	spin     = flag.Duration("spin", 0, "p2p Options.Spin (0: default)")
 	median   = flag.Bool("median", false, "latency: report the median of per-iteration half round trips instead of the mean (shows the steady-state cost on a busy machine)")
 	yield    = flag.Duration("yield", 0, "p2p Options.Yield (0: default)")
@@ -93,7 +94,7 @@ func main() {
 }
 
 func options() p2p.Options {
-	return p2p.Options{Provider: *provider, EagerLimit: *eager, PipelineLimit: *pipeline, Spin: *spin, Yield: *yield,
+	return p2p.Options{Provider: *provider, EagerLimit: *eager, PipelineLimit: *pipeline, SingleCopyMin: *single, Spin: *spin, Yield: *yield,
 		Device: verbs.DeviceOptions{PollSpin: *pollSpin}}
 }
 
@@ -211,10 +212,18 @@ func sizes() []int {
 
 func runBench(ctx context.Context, ep *p2p.Endpoint, bench string) error {
 	me := ep.Rank()
+	if *single == 0 {
+		// As comm's Init does for a host's ranks with CPUs of their own.
+		n, err := ep.MeasureCopy(ctx, 1-me, p2p.CopyProbeOptions{})
+		if err != nil {
+			return fmt.Errorf("measuring copies: %w", err)
+		}
+		ep.SetSingleCopyMin(n)
+	}
 	if me == 0 {
 		printBinding()
-		fmt.Printf("# p2pbench (OSU-style)  provider: %s  transport to rank 1: %s  eager limit: %d\n",
-			*provider, ep.Transport(1), ep.EagerLimit(1))
+		fmt.Printf("# p2pbench (OSU-style)  provider: %s  transport to rank 1: %s  eager limit: %d  single copy above: %d\n",
+			*provider, ep.Transport(1), ep.EagerLimit(1), ep.SingleCopyMin(1))
 	}
 	sbuf := make([]byte, *maxBytes)
 	rbuf := make([]byte, *maxBytes)
