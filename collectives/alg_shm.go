@@ -1221,8 +1221,99 @@ func (c *call) reduceChunk(i int, chunk []byte, root int) error {
 // start from its own, x(me) ⊕ the others in rank order: rank 0, and rank
 // 1 of two when the op commutes and Deterministic is off (x1 ⊕ x0 is
 // x0 ⊕ x1 then, bit for bit).
-func (c *call) foldsInPlace() bool {
-	return c.e.rank == 0 || c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic
+func (c *call) foldsInPlace() bool { return c.rootFoldsInPlace(c.e.rank) }
+
+// rootFoldsInPlace is foldsInPlace for rank root, the same on every rank.
+func (c *call) rootFoldsInPlace(root int) bool {
+	return root == 0 || c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic
+}
+
+// reducesRead says whether a shared-memory reduce of n bytes to root
+// reads the other ranks' buffers (reduceShmRead): where the region can
+// and the ranks have CPUs of their own (the others wait for the root's
+// reads), from Model.ShmReduceReadMin, and where root folds in place
+// (rootFoldsInPlace) unless the fold of the reduce's two ranks reads into
+// ReduceInto's recv (reducesReadInto), which any root may.
+func (c *call) reducesRead(n, root int) bool {
+	return c.e.shm.pr != nil && !c.e.shm.crowded && c.e.model.reduceReads(n) && !c.e.model.reduceFolds(n) &&
+		c.rootFoldsInPlace(root)
+}
+
+// reducesReadInto says whether ReduceInto's root of n bytes reads the
+// other rank's buffer straight into recv (reduceShmRead with into): two
+// ranks, an op whose x1 ⊕ x0 is x0 ⊕ x1 bit for bit (commutative,
+// Deterministic off), and reducesRead's other conditions.
+func (c *call) reducesReadInto(n int) bool {
+	return c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic &&
+		c.e.shm.pr != nil && !c.e.shm.crowded && c.e.model.reduceReads(n) && !c.e.model.reduceFolds(n)
+}
+
+// reduceReadPiece bounds what reduceShmRead's root reads at once before
+// folding it: large enough that a read's fixed cost (about a µs) is a few
+// percent of its copy, small enough that the piece stays in the cache for
+// the fold.
+const reduceReadPiece = 256 << 10
+
+// reduceShmRead is the single-copy reduce (a PeerReader region): every
+// rank but the root publishes own's address and returns once the root is
+// done with it; the root reads each other rank's buffer straight out, in
+// rank order, a piece at a time, and folds it. Without into, the root
+// folds in place (own is dst, and rootFoldsInPlace holds): each piece
+// goes into scratch and is folded into dst. With into (ReduceInto of two
+// ranks, reducesReadInto), the other rank's piece goes straight into dst
+// and own's piece is folded into it: x1 ⊕ x0, which is x0 ⊕ x1 bit for
+// bit there, and no copy of own into dst first. One kernel copy of a
+// rank's data where the slots take a copy in and one out. The root marks
+// the round done even when a read fails, so that the others do not wait
+// for it.
+func (c *call) reduceShmRead(own, dst []byte, root int, into bool) error {
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	me := c.e.rank
+	if me != root {
+		if err := c.publishBuf(0, own, &pin); err != nil {
+			return err
+		}
+		c.shmDone(0)
+		return c.waitDone(root, roundID(c.calls, 0))
+	}
+	var failed error
+	if n := len(dst); n > 0 {
+		piece := min(n, reduceReadPiece)
+		var tmp []byte
+		if !into {
+			tmp = c.get(piece)
+		}
+		for q := 0; q < c.e.size && failed == nil; q++ {
+			if q == me {
+				continue
+			}
+			addr, err := c.peerBuf(q, 0)
+			if err != nil {
+				failed = err
+				break
+			}
+			for off := 0; off < n; off += piece {
+				k := min(piece, n-off)
+				d := dst[off : off+k]
+				if into {
+					if err := c.e.shm.pr.ReadPeer(q, addr+uint64(off), d); err != nil {
+						failed = c.fail(q, err)
+						break
+					}
+					c.kern.Combine(d, own[off:off+k])
+					continue
+				}
+				if err := c.e.shm.pr.ReadPeer(q, addr+uint64(off), tmp[:k]); err != nil {
+					failed = c.fail(q, err)
+					break
+				}
+				c.kern.Combine(d, tmp[:k])
+			}
+		}
+	}
+	c.shmDone(0)
+	return failed
 }
 
 // shmFold sets dst to the rank-order fold of every rank's chunk i. This

@@ -288,39 +288,78 @@ func (c *call) allreduce(b []byte, alg Algorithm) error {
 func Reduce[T reduce.Element](ctx context.Context, e *Engine, buf []T, op reduce.Op, root int) error {
 	b := reduce.Bytes(buf)
 	return e.run(ctx, &spec{coll: CollReduce, dt: reduce.DTypeOf[T](), op: op, root: root, count: int64(len(buf)), nbytes: len(b)},
+		func(c *call, alg Algorithm) error { return c.reduce(b, alg, root) })
+}
+
+// ReduceInto is Reduce from every rank's send into root's recv (recv is
+// ignored elsewhere and may be nil there); send is not modified. A root
+// that reads the other rank's buffer (two ranks over shared memory from
+// Model.ShmReduceReadMin, an op that commutes, Deterministic off) reads
+// it straight into recv and folds send into that; every other root
+// copies send into recv and reduces in place.
+func ReduceInto[T reduce.Element](ctx context.Context, e *Engine, send, recv []T, op reduce.Op, root int) error {
+	sb := reduce.Bytes(send)
+	var rb []byte
+	var argErr error
+	if e.rank == root {
+		rb = reduce.Bytes(recv)
+		if len(recv) != len(send) {
+			argErr = lenErr("recv", len(recv), len(send))
+		}
+	}
+	return e.run(ctx, &spec{coll: CollReduce, dt: reduce.DTypeOf[T](), op: op, root: root, count: int64(len(send)), nbytes: len(sb), argErr: argErr},
 		func(c *call, alg Algorithm) error {
-			// The message-based algorithms reduce in place: a non-root
-			// works on a copy, so that its buf stays unchanged. (The
-			// shared-memory one only reads a non-root's buf.)
-			work := b
-			if c.me != root && len(b) > 0 && alg != SharedMemory {
-				work = c.get(len(b))
-				ntcopy.Bulk(work, b)
+			if c.me != root {
+				return c.reduce(sb, alg, root)
 			}
-			var err error
-			switch alg {
-			case Rabenseifner:
-				err = c.reduceToRoot(work, root, true)
-			case Ordered:
-				if err = c.orderedReduceScatter(work); err == nil {
-					err = c.gatherBlocks(work, root)
+			if alg == SharedMemory && c.reducesReadInto(len(sb)) && !overlap(sb, rb) {
+				err := c.reduceShmRead(sb, rb, root, true)
+				if err == nil && c.kern.Finish != nil {
+					c.kern.Finish(rb, c.n)
 				}
-			case Hierarchical:
-				err = c.reduceHier(work, root)
-			case SharedMemory:
-				if c.e.model.reduceFolds(len(b)) {
-					err = c.reduceShmRS(b, root)
-				} else {
-					err = c.reduceShm(b, root)
-				}
-			default:
-				err = c.reduceBinomial(work, root)
+				return err
 			}
-			if err == nil && c.me == root && c.kern.Finish != nil {
-				c.kern.Finish(b, c.n)
-			}
-			return err
+			ntcopy.Bulk(rb, sb)
+			return c.reduce(rb, alg, root)
 		})
+}
+
+// reduce runs Reduce's algorithm alg on b.
+func (c *call) reduce(b []byte, alg Algorithm, root int) error {
+	// The message-based algorithms reduce in place: a non-root works on a
+	// copy, so that its buf stays unchanged. (The shared-memory ones only
+	// read a non-root's buf.)
+	work := b
+	if c.me != root && len(b) > 0 && alg != SharedMemory {
+		work = c.get(len(b))
+		ntcopy.Bulk(work, b)
+	}
+	var err error
+	switch alg {
+	case Rabenseifner:
+		err = c.reduceToRoot(work, root, true)
+	case Ordered:
+		if err = c.orderedReduceScatter(work); err == nil {
+			err = c.gatherBlocks(work, root)
+		}
+	case Hierarchical:
+		err = c.reduceHier(work, root)
+	case SharedMemory:
+		switch {
+		case c.e.model.reduceFolds(len(b)):
+			err = c.reduceShmRS(b, root)
+		case c.reducesRead(len(b), root):
+			err = c.reduceShmRead(b, b, root, false)
+		default:
+			err = c.reduceShm(b, root)
+		}
+	default:
+		err = c.reduceBinomial(work, root)
+	}
+	if err == nil && c.me == root && c.kern.Finish != nil {
+		c.kern.Finish(b, c.n)
+	}
+	return err
 }
 
 // ReduceScatter reduces all ranks' send (p blocks of len(recv) elements)

@@ -71,6 +71,19 @@ type Model struct {
 	// pipelined fold was faster at 2, 4 and 8 ranks, so by default it
 	// never folds blocks.
 	ShmReduceFoldBytes int
+	// ShmReduceReadMin, ShmReduceReadMax: above ShmReduceReadMin and up
+	// to ShmReduceReadMax a shared-memory reduce whose root folds in
+	// place (rank 0, or either of two ranks when the op commutes and
+	// Deterministic is off) reads every other rank's buffer straight out
+	// (reduceShmRead), where the region can (PeerReader) and ranks have
+	// CPUs of their own: one kernel copy of a rank's data instead of a
+	// copy into the slots and one out. By default it never reads: the
+	// slots' defaults were measured where two copies won; a group's
+	// measured crossover (SingleCopy) lowers the minimum. Above 512 KiB
+	// the slots' pipeline, whose copies in overlap the root's folds, was
+	// faster again (2 ranks on the Intel VM: 1 MiB 94 µs against 124-144
+	// reading, 2 MiB 243-249 against 278-314).
+	ShmReduceReadMin, ShmReduceReadMax int
 	// ShmReduceScatterMax: the shared-memory reduce-scatter up to this
 	// size (of one rank's send buffer): a round publishes a piece of every
 	// block and each rank folds its own, one synchronisation a round
@@ -223,6 +236,8 @@ var defModel = Model{
 	ShmAllreduceMax:     math.MaxInt,
 	ShmReduceMax:        math.MaxInt,
 	ShmReduceFoldBytes:  math.MaxInt,
+	ShmReduceReadMin:    math.MaxInt,
+	ShmReduceReadMax:    512 << 10,
 	ShmReduceScatterMax: math.MaxInt,
 	ShmAllgatherMax:     math.MaxInt,
 	ShmAlltoallMax:      math.MaxInt,
@@ -284,6 +299,7 @@ func (m Model) withDefaults() Model {
 	for _, f := range [...]struct{ v, d *int }{
 		{&m.ShmSmallBytes, &d.ShmSmallBytes}, {&m.ShmAllreduceMax, &d.ShmAllreduceMax},
 		{&m.ShmReduceMax, &d.ShmReduceMax}, {&m.ShmReduceFoldBytes, &d.ShmReduceFoldBytes},
+		{&m.ShmReduceReadMin, &d.ShmReduceReadMin}, {&m.ShmReduceReadMax, &d.ShmReduceReadMax},
 		{&m.ShmAllgatherMax, &d.ShmAllgatherMax}, {&m.ShmReduceScatterMax, &d.ShmReduceScatterMax},
 		{&m.ShmAlltoallMax, &d.ShmAlltoallMax}, {&m.ShmReadBlockMin, &d.ShmReadBlockMin},
 		{&m.ShmAllgather2Max, &d.ShmAllgather2Max}, {&m.ShmAlltoall2Max, &d.ShmAlltoall2Max},
@@ -361,7 +377,7 @@ func newModel(g Group, o *Model, segment int) Model {
 			// kernel copy wins sooner reads sooner.
 			for _, f := range [...]struct{ v, d *int }{
 				{&m.ShmSplitMin, &defModel.ShmSplitMin}, {&m.ShmReadMin, &defModel.ShmReadMin},
-				{&m.ShmReadBlockMin, &defModel.ShmReadBlockMin},
+				{&m.ShmReadBlockMin, &defModel.ShmReadBlockMin}, {&m.ShmReduceReadMin, &defModel.ShmReduceReadMin},
 			} {
 				if *f.v == 0 {
 					*f.v = min(*f.d, n)
@@ -891,6 +907,11 @@ func (m *Model) readsBlocks(n int) bool { return n > m.ShmReadBlockMin }
 // reduceFolds says whether a shared-memory reduce of n bytes folds
 // blocks (reduceShmRS) rather than have the root fold every chunk.
 func (m *Model) reduceFolds(n int) bool { return n > m.ShmReduceFoldBytes }
+
+// reduceReads says whether a shared-memory reduce of n bytes whose root
+// folds in place reads the other ranks' buffers (reduceShmRead; where
+// the region is a PeerReader and not crowded).
+func (m *Model) reduceReads(n int) bool { return n > m.ShmReduceReadMin && n <= m.ShmReduceReadMax }
 
 // hierBig says whether the hierarchical algorithms use their bandwidth
 // forms for n bytes where every rank has a CPU.

@@ -226,8 +226,8 @@ func TestSharedMemoryReadBlocksFails(t *testing.T) {
 // TestSingleCopyLowersReadThresholds: a group that reports a measured
 // crossover (collectives.SingleCopy) below the defaults makes the
 // shared-memory algorithms that read a peer's buffer do so above it: the
-// model's ShmSplitMin, ShmReadMin and ShmReadBlockMin become the
-// crossover where their defaults are higher, a threshold the Model sets
+// model's ShmSplitMin, ShmReadMin, ShmReadBlockMin and ShmReduceReadMin
+// become the crossover where their defaults are higher, a threshold the Model sets
 // stays, and none changes without a crossover. And the allgather and
 // alltoall then read 8000-byte blocks (a refused read fails them), which
 // they copy through the slots by default.
@@ -235,16 +235,16 @@ func TestSingleCopyLowersReadThresholds(t *testing.T) {
 	t.Parallel()
 	def := collectives.DefaultModel()
 	for _, tc := range []struct {
-		name                   string
-		single                 int
-		model                  collectives.Model
-		split, read, readBlock int
+		name                           string
+		single                         int
+		model                          collectives.Model
+		split, read, readBlock, reduce int
 	}{
-		{name: "none", split: def.ShmSplitMin, read: def.ShmReadMin, readBlock: def.ShmReadBlockMin},
-		{name: "low", single: 6000, split: 6000, read: 6000, readBlock: 6000},
-		{name: "between", single: 64 << 10, split: 64 << 10, read: def.ShmReadMin, readBlock: 64 << 10},
+		{name: "none", split: def.ShmSplitMin, read: def.ShmReadMin, readBlock: def.ShmReadBlockMin, reduce: def.ShmReduceReadMin},
+		{name: "low", single: 6000, split: 6000, read: 6000, readBlock: 6000, reduce: 6000},
+		{name: "between", single: 64 << 10, split: 64 << 10, read: def.ShmReadMin, readBlock: 64 << 10, reduce: 64 << 10},
 		{name: "set", single: 6000, model: collectives.Model{ShmSplitMin: 1 << 20, ShmReadBlockMin: 1 << 30},
-			split: 1 << 20, read: 6000, readBlock: 1 << 30},
+			split: 1 << 20, read: 6000, readBlock: 1 << 30, reduce: 6000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := engineFor(t, 2, coltest.Options{Shared: true, SingleCopyMin: tc.single}, collectives.Options{Model: &tc.model})
@@ -252,6 +252,7 @@ func TestSingleCopyLowersReadThresholds(t *testing.T) {
 			require.Equal(t, tc.split, m.ShmSplitMin, "ShmSplitMin")
 			require.Equal(t, tc.read, m.ShmReadMin, "ShmReadMin")
 			require.Equal(t, tc.readBlock, m.ShmReadBlockMin, "ShmReadBlockMin")
+			require.Equal(t, tc.reduce, m.ShmReduceReadMin, "ShmReduceReadMin")
 		})
 	}
 	boom := fmt.Errorf("process_vm_readv: EPERM")
@@ -270,6 +271,75 @@ func TestSingleCopyLowersReadThresholds(t *testing.T) {
 					require.ErrorIs(t, err, boom, "rank %d", r)
 				}
 			})
+		}
+	}
+}
+
+// TestSharedMemoryReduceReads: above shm_reduce_read_min (and up to
+// shm_reduce_read_max) the shared-memory reduce's root reads the other
+// ranks' buffers, where it folds in place: rank 0, or either rank of two
+// when the op commutes and Deterministic is off (ReduceInto's root of
+// two then reads straight into recv). Reduce and ReduceInto give the
+// reference sum at one piece and at several (256 KiB each), leave the
+// non-roots' buffers and ReduceInto's send unchanged, and where the root
+// reads, a refused read fails it with the cause (so the path was taken);
+// where it may not read (rank 2 of 3, rank 1 of 2 with Deterministic) the
+// slots serve and the refusal does not matter. Above the maximum the
+// slots serve again.
+func TestSharedMemoryReduceReads(t *testing.T) {
+	t.Parallel()
+	boom := fmt.Errorf("process_vm_readv: EPERM")
+	for _, p := range []int{2, 3} {
+		for _, root := range []int{0, p - 1} {
+			for _, det := range []bool{false, true} {
+				for _, into := range []bool{false, true} {
+					for _, n := range []int{1000, 40000, 70000} { // 8000 B; 320000 B, two pieces; 560000 B, past the maximum
+						for _, refuse := range []bool{false, true} {
+							t.Run(name("p", p, "root", root, "det", det, "into", into, "n", n, "refuse", refuse), func(t *testing.T) {
+								eo := force(collectives.CollReduce, collectives.SharedMemory)
+								eo.Deterministic = det
+								require.NoError(t, collectives.ParseTuning("shm_reduce_read_min=1K", &eo))
+								wo := coltest.Options{Shared: true}
+								if refuse {
+									wo.PeerReadErr = boom
+								}
+								errs := world(t, p, wo, eo, func(ctx context.Context, e *collectives.Engine, r int) error {
+									send := input(r, n)
+									if !into {
+										if err := collectives.Reduce(ctx, e, send, reduce.Sum, root); err != nil {
+											return err
+										}
+										if r == root {
+											return eq("reduce", send, refSum(p, n))
+										}
+										return eq("reduce leaves a non-root's buffer", send, input(r, n))
+									}
+									var recv []float64
+									if r == root {
+										recv = make([]float64, n)
+									}
+									if err := collectives.ReduceInto(ctx, e, send, recv, reduce.Sum, root); err != nil {
+										return err
+									}
+									if err := eq("ReduceInto leaves send", send, input(r, n)); err != nil {
+										return err
+									}
+									if r == root {
+										return eq("ReduceInto", recv, refSum(p, n))
+									}
+									return nil
+								})
+								reads := n*8 <= 512<<10 && (root == 0 || p == 2 && !det)
+								if !refuse || !reads {
+									requireAllOK(t, errs)
+									return
+								}
+								require.ErrorIs(t, errs[root], boom, "the root")
+							})
+						}
+					}
+				}
+			}
 		}
 	}
 }

@@ -195,17 +195,7 @@ func ReduceInto[T Element](ctx context.Context, c *Comm, send, recv []T, op Op, 
 
 // reduceInto is the body of ReduceInto and IreduceInto.
 func reduceInto[T Element](c *Comm, send, recv []T, op Op, root int) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if c.rank != root {
-			// Reduce leaves a non-root's buffer unchanged.
-			return collectives.Reduce(ctx, c.eng, send, op, root)
-		}
-		if len(recv) != len(send) {
-			return collectives.Reduce(ctx, c.eng, recv, op, root) // the engine reports the count mismatch
-		}
-		localCopy(recv, send)
-		return collectives.Reduce(ctx, c.eng, recv, op, root)
-	}
+	return func(ctx context.Context) error { return collectives.ReduceInto(ctx, c.eng, send, recv, op, root) }
 }
 
 // Ireduce starts a Reduce.

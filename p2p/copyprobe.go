@@ -82,8 +82,13 @@ const (
 const copyProbeMaxRounds = 4096
 
 // copyWarmups is how many round trips of each size and protocol go
-// untimed: the first ones fault the buffers' pages in and register them.
-const copyWarmups = 6
+// untimed: the first ones fault the buffers' pages in and register them,
+// and an eager message into a receive buffer not used before is cheaper
+// than one into a buffer the receiver's core has read (here 4 against 6
+// us a round trip of 8 KiB), so the rest wrap the receiver's 32 buffers
+// (the default EagerSlots) first: with 6 the crossover measured 8-11 KiB,
+// with 40 5-6 KiB, where the benchmark's ping-pong has it.
+const copyWarmups = 40
 
 // MeasureCopy times, between this rank and peer on the same host, a
 // ping-pong of messages of 4 to 32 KiB (up to the eager limit) sent
