@@ -75,41 +75,48 @@ func (w *world) probeLinks(ctx context.Context, measure bool) error {
 		return nil
 	}
 	var val [24]byte
-	if measure && mate >= 0 && (me == 0 || me == mate) && !w.ep.Crowded() {
-		peer := mate
-		if me == mate {
+	// probe runs f with the other rank of the pair (0, r), this rank
+	// being one of them; a failure other than ctx's leaves the estimates.
+	probe := func(r int, what string, f func(ctx context.Context, peer int) error) error {
+		peer := r
+		if me == r {
 			peer = 0
 		}
 		pctx, cancel := context.WithTimeout(ctx, linkProbeMax)
-		n, err := w.ep.MeasureCopy(pctx, peer, p2p.CopyProbeOptions{})
+		err := f(pctx, peer)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return err
 		case err != nil:
-			w.log.Warn("comm: measuring the copies between a host's ranks failed; the defaults stay",
+			w.log.Warn("comm: measuring "+what+" failed; the estimates and defaults stay",
 				"rank", me, "peer", peer, "err", err)
-		case me == 0:
-			binary.LittleEndian.PutUint64(val[16:], uint64(n))
+		}
+		return nil
+	}
+	if measure && mate >= 0 && (me == 0 || me == mate) && !w.ep.Crowded() {
+		err := probe(mate, "the copies between a host's ranks", func(ctx context.Context, peer int) error {
+			n, err := w.ep.MeasureCopy(ctx, peer, p2p.CopyProbeOptions{})
+			if err == nil && me == 0 {
+				binary.LittleEndian.PutUint64(val[16:], uint64(n))
+			}
+			return err
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if measure && other >= 0 && (me == 0 || me == other) {
-		peer := other
-		if me == other {
-			peer = 0
-		}
-		pctx, cancel := context.WithTimeout(ctx, linkProbeMax)
-		est, err := w.ep.MeasureLink(pctx, peer, p2p.ProbeOptions{})
-		cancel()
-		switch {
-		case err != nil && ctx.Err() != nil:
+		err := probe(other, "the network between hosts", func(ctx context.Context, peer int) error {
+			est, err := w.ep.MeasureLink(ctx, peer, p2p.ProbeOptions{})
+			if err == nil && me == 0 {
+				binary.LittleEndian.PutUint64(val[:], uint64(est.Latency))
+				binary.LittleEndian.PutUint64(val[8:], math.Float64bits(est.Bandwidth))
+			}
 			return err
-		case err != nil:
-			w.log.Warn("comm: measuring the network between hosts failed; the transports' estimates stay",
-				"rank", me, "peer", peer, "err", err)
-		case me == 0:
-			binary.LittleEndian.PutUint64(val[:], uint64(est.Latency))
-			binary.LittleEndian.PutUint64(val[8:], math.Float64bits(est.Bandwidth))
+		})
+		if err != nil {
+			return err
 		}
 	}
 	// Rank 0's results, through the rendezvous: one value, put by rank 0
