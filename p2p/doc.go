@@ -28,7 +28,7 @@
 // buffer (through an LRU registration cache that keeps its memory alive)
 // and sends an RTS; the receiver, once a receive matches, RDMA READs the
 // data straight into its own buffer and answers FIN. No copy is made. Over
-// shm, messages of up to 2096 bytes skip the queue pair: the sender writes
+// shm, messages of up to 4144 bytes skip the queue pair: the sender writes
 // them into a ring in the receiver's memory (ring.go; Options.RingLines).
 // The frame formats are in docs/wire-p2p.md.
 //

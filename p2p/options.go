@@ -115,7 +115,7 @@ type Options struct {
 	// page fault per page.
 	EagerSlotsMax int
 	// RingLines is the size, in 64-byte lines, of the ring each sender
-	// writes small messages into over shm (up to 2096 bytes, and half
+	// writes small messages into over shm (up to 4144 bytes, and half
 	// the ring, without a work request: see ring.go), a power of two from
 	// 64 to 65536. Zero means 2048 (128 KiB per peer, room for 64
 	// messages of up to 2000 bytes in flight) up to 8 ranks, fewer lines

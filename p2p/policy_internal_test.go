@@ -273,7 +273,7 @@ func TestDefaultRingLines(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, defaultRingLines(2), 64*int(ringLinesFor(2000)), "a window of 64 ring messages of 2000 bytes")
-	assert.GreaterOrEqual(t, defaultRingLines(2), 62*ringLines, "62 of the largest")
+	assert.GreaterOrEqual(t, defaultRingLines(2), 31*ringLines, "31 of the largest, half a window")
 }
 
 // How far ahead a burst's writer prefetches: RingAhead messages of one or

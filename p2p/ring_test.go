@@ -27,10 +27,10 @@ import (
 // frames queue too; the receiver starts only once everything is sent,
 // so the two paths are both full when it reads. Sizes cross every
 // boundary: the ring's one- and two-line messages, its largest (2032
-// bytes in 64 lines, half the ring; 2096 in 1024) and one byte beyond,
-// the rendezvous.
+// bytes in 64 lines, half the ring; 4096, the eager limit here, in 1024)
+// and one byte beyond, the rendezvous.
 func TestRingOrder(t *testing.T) {
-	sizes := []int{0, 8, 48, 49, 112, 113, 1072, 2032, 2033, 2096, 2097, 1000, 5000, 1, 200}
+	sizes := []int{0, 8, 48, 49, 112, 113, 1072, 2032, 2033, 2096, 2097, 4096, 4097, 1000, 5000, 1, 200}
 	for _, lines := range []int{64, 1024} {
 		t.Run(fmt.Sprint("lines=", lines), func(t *testing.T) {
 			o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second,
@@ -330,7 +330,7 @@ func TestRingWakesEarlySleeper(t *testing.T) {
 			}
 			// Too large for the ring: a frame, which wakes rank 1's
 			// background goroutine, which then blocks again, uncounted.
-			if err := ep.Send(ctx, 1, 1, make([]byte, 3000)); err != nil {
+			if err := ep.Send(ctx, 1, 1, make([]byte, 5000)); err != nil {
 				return err
 			}
 			if err := await(2); err != nil {
@@ -354,7 +354,7 @@ func TestRingWakesEarlySleeper(t *testing.T) {
 		if _, err := r.WaitPassive(rctx); err != nil {
 			return fmt.Errorf("the ring message did not wake the background goroutine: %w", err)
 		}
-		_, err = ep.Recv(ctx, 0, 1, make([]byte, 3000))
+		_, err = ep.Recv(ctx, 0, 1, make([]byte, 5000))
 		return err
 	})
 }
@@ -391,15 +391,15 @@ func TestRingMessageOrdersMemory(t *testing.T) {
 }
 
 // The default ring holds an OSU window (64 messages in flight) of
-// messages up to 2000 bytes (32 lines), and 62 of the largest (2 KiB, 33
-// lines): in the bw and bibw loops, and in a collective's burst of Isends,
+// messages up to 2000 bytes (32 lines), and 31 of the largest (4 KiB, 65
+// lines), half a window: in the bw and bibw loops, and in a collective's burst of Isends,
 // a sender posts the whole window before the receiver reads, and what does
 // not fit pays the queue pair's path. With 256 lines, 28 of 64 528-byte
 // messages (9 lines each) fitted.
 func TestDefaultRingHoldsWindow(t *testing.T) {
 	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
-		assert.GreaterOrEqual(t, ep.RingLines(1-ep.Rank()), 62*p2p.RingMaxLinesPerMessage)
+		assert.GreaterOrEqual(t, ep.RingLines(1-ep.Rank()), 31*p2p.RingMaxLinesPerMessage)
 		return nil
 	})
 }
@@ -413,7 +413,7 @@ func TestRingTailAfterDrain(t *testing.T) {
 	o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second}
 	p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
 		const k = p2p.RingMaxLinesPerMessage
-		size := 2048 // the largest message of k lines: 48 bytes in the first, 64 in each further one
+		size := (k - 1) * 64 // k lines: 48 bytes in the first, up to 64 in each further one
 		if ep.Rank() == 1 {
 			buf := make([]byte, size)
 			for i := range 2 {
@@ -550,16 +550,16 @@ func TestRingPingStaleScan(t *testing.T) {
 	})
 }
 
-// The ring takes messages of up to 2096 bytes (33 lines), or half its
-// lines in a smaller ring: a 2 KiB message, the weak size of the queue
-// pair's path, goes through the default ring, 2097 bytes through the
+// The ring takes messages of up to 4144 bytes (65 lines), or half its
+// lines in a smaller ring: a 4 KiB message, the weak size of the queue
+// pair's path, goes through the default ring, 4145 bytes through the
 // queue pair; in a 64-line ring 2032 bytes (32 lines) go through the
 // ring and 2033 through the queue pair.
 func TestRingLargestMessage(t *testing.T) {
 	for _, c := range []struct {
 		lines         int
 		ring, notRing int
-	}{{0, 2096, 2097}, {64, 2032, 2033}} {
+	}{{0, 4144, 4145}, {64, 2032, 2033}} {
 		t.Run(fmt.Sprint("lines=", c.lines), func(t *testing.T) {
 			o := p2ptest.Options{Provider: "shm", Timeout: 30 * time.Second, P2P: p2p.Options{RingLines: c.lines}}
 			p2ptest.Run(t, 2, o, func(ctx context.Context, ep *p2p.Endpoint) error {
@@ -578,7 +578,7 @@ func TestRingLargestMessage(t *testing.T) {
 					}
 					return nil
 				}
-				buf := make([]byte, 4096)
+				buf := make([]byte, 8192)
 				for i, n := range sizes {
 					st, err := ep.Recv(ctx, 0, 1, buf)
 					if err != nil {

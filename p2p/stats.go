@@ -25,7 +25,7 @@ type PeerStats struct {
 
 	EagerSent, EagerRecv Counter // messages up to EagerLimit
 	// Of those, the ones that went through the shared-memory ring (shm,
-	// up to 2096 bytes, see Options.RingLines) rather than the queue pair.
+	// up to 4144 bytes, see Options.RingLines) rather than the queue pair.
 	RingSent, RingRecv Counter
 	PipeSent, PipeRecv Counter // messages sent as eager fragments: above EagerLimit (PipelineLimit), or steered whole within it
 	// Eager frames (and pipelined fragments) whose payload the provider
