@@ -63,8 +63,8 @@ func (ep *Endpoint) SingleCopyMin(peer int) int {
 // rank of the pair). Zero fields take the defaults.
 type CopyProbeOptions struct {
 	// Rounds is how many round trips are timed per size and protocol in
-	// each of two passes (default 16, at most 4096), after a few untimed
-	// ones.
+	// each of copyPasses passes (default 48, at most 4096), after
+	// copyWarmups untimed ones.
 	Rounds int
 }
 
@@ -80,6 +80,14 @@ const (
 )
 
 const copyProbeMaxRounds = 4096
+
+// copyPasses is how many times the probe goes over the sizes, both
+// protocols each time; each side's time is its shortest round trip over
+// all passes. A rendezvous's round trip varies more than an eager one's,
+// so its shortest needs more tries: inside comm's Init, 2 passes of 16
+// put the crossover anywhere from 4 to 12 KiB in six runs, 3 of 48 at
+// 4.1-4.6 KiB in seven of eight (about 10 ms on the Intel VM).
+const copyPasses = 3
 
 // copyWarmups is how many round trips of each size and protocol go
 // untimed: the first ones fault the buffers' pages in and register them,
@@ -150,7 +158,7 @@ func (c *Channel) copySizes(p *peer) []int {
 func (c *Channel) leadCopyProbe(ctx context.Context, p *peer, o CopyProbeOptions) (int, error) {
 	rounds := o.Rounds
 	if rounds <= 0 {
-		rounds = 16
+		rounds = 48
 	}
 	rounds = min(rounds, copyProbeMaxRounds)
 	sizes := c.copySizes(p)
@@ -179,7 +187,7 @@ func (c *Channel) leadCopyProbe(ctx context.Context, p *peer, o CopyProbeOptions
 	for i := range eager {
 		eager[i], rndv[i] = math.MaxInt64, math.MaxInt64
 	}
-	for range 2 {
+	for range copyPasses {
 		for i, n := range sizes {
 			for _, r := range [2]bool{false, true} {
 				best, err := c.copyRounds(ctx, p, sbuf[:n], rbuf[:n], rounds, r, true)
@@ -230,7 +238,7 @@ func (c *Channel) followCopyProbe(ctx context.Context, p *peer) (int, error) {
 	}
 	sizes = sizes[:min(len(sizes), int(count))]
 	sbuf, rbuf := make([]byte, sizes[len(sizes)-1]), make([]byte, sizes[len(sizes)-1])
-	for range 2 {
+	for range copyPasses {
 		for _, n := range sizes {
 			for _, r := range [2]bool{false, true} {
 				if _, err := c.copyRounds(ctx, p, sbuf[:n], rbuf[:n], int(rounds), r, false); err != nil {
