@@ -313,7 +313,12 @@ func ReduceInto[T reduce.Element](ctx context.Context, e *Engine, send, recv []T
 				return c.reduce(sb, alg, root)
 			}
 			if alg == SharedMemory && c.reducesReadInto(len(sb)) && !overlap(sb, rb) {
-				err := c.reduceShmRead(sb, rb, root, true)
+				var err error
+				if c.reducesSplit(len(sb)) {
+					err = c.reduceShmSplit(sb, rb, root)
+				} else {
+					err = c.reduceShmRead(sb, rb, root, true)
+				}
 				if err == nil && c.kern.Finish != nil {
 					c.kern.Finish(rb, c.n)
 				}
@@ -348,6 +353,8 @@ func (c *call) reduce(b []byte, alg Algorithm, root int) error {
 		switch {
 		case c.e.model.reduceFolds(len(b)):
 			err = c.reduceShmRS(b, root)
+		case c.reducesSplit(len(b)):
+			err = c.reduceShmSplit(b, b, root)
 		case c.reducesRead(len(b), root):
 			err = c.reduceShmRead(b, b, root, false)
 		default:

@@ -285,7 +285,11 @@ func TestSingleCopyLowersReadThresholds(t *testing.T) {
 // reads, a refused read fails it with the cause (so the path was taken);
 // where it may not read (rank 2 of 3, rank 1 of 2 with Deterministic) the
 // slots serve and the refusal does not matter. Above the maximum the
-// slots serve again.
+// slots serve again. From 128 KiB two ranks whose op commutes split the
+// work (the other rank folds the second half and writes it into the
+// root's buffer): the sums are the same, and a refused write fails the
+// root with ErrProtocol naming the other rank, and the other with the
+// cause.
 func TestSharedMemoryReduceReads(t *testing.T) {
 	t.Parallel()
 	boom := fmt.Errorf("process_vm_readv: EPERM")
@@ -341,6 +345,25 @@ func TestSharedMemoryReduceReads(t *testing.T) {
 				}
 			}
 		}
+	}
+	wboom := fmt.Errorf("process_vm_writev: EPERM")
+	for _, into := range []bool{false, true} {
+		t.Run(name("split", "refused write", "into", into), func(t *testing.T) {
+			eo := force(collectives.CollReduce, collectives.SharedMemory)
+			require.NoError(t, collectives.ParseTuning("shm_reduce_read_min=1K", &eo))
+			errs := world(t, 2, coltest.Options{Shared: true, PeerWriteErr: wboom}, eo, func(ctx context.Context, e *collectives.Engine, r int) error {
+				send := input(r, 40000)
+				if into {
+					return collectives.ReduceInto(ctx, e, send, make([]float64, 40000), reduce.Sum, 0)
+				}
+				return collectives.Reduce(ctx, e, send, reduce.Sum, 0)
+			})
+			require.ErrorIs(t, errs[0], collectives.ErrProtocol, "the root")
+			var ce *collectives.Error
+			require.ErrorAs(t, errs[0], &ce)
+			require.Equal(t, 1, ce.Peer, "the root's error names the other rank: %v", errs[0])
+			require.ErrorIs(t, errs[1], wboom, "the other rank")
+		})
 	}
 }
 
