@@ -1355,25 +1355,8 @@ func (c *call) reduceShmSplit(own, dst []byte, root int) error {
 		c.kern.Combine(d, own[off:off+k])
 	}
 	// The other rank's mark: it has read own's second half and written
-	// dst's (or failed to). A rank that finished the call without a mark
-	// failed before it could store one (the mark is stored before done).
-	slot, err := c.shmSlot(peer, 0, 8)
-	if err != nil {
-		c.shmDone(0)
-		return err
-	}
-	w, done := word(slot, 64), word(s.mem[peer], 0)
-	var mark uint64
-	werr := c.shmWait(peer, func() bool {
-		if mark = atomic.LoadUint64(w); mark == id || mark == ^id {
-			return true
-		}
-		if atomic.LoadUint64(done) >= roundID(c.calls, shmAllDone) {
-			mark = atomic.LoadUint64(w)
-			return true
-		}
-		return false
-	})
+	// dst's (or failed to).
+	mark, werr := c.waitMark(peer, id)
 	c.shmDone(0)
 	switch {
 	case failed != nil:
@@ -1644,6 +1627,31 @@ func (c *call) bcastShmRead(buf []byte, root int) error {
 	return nil
 }
 
+// waitMark waits for the mark peer stores in its round-0 slot's second
+// round word after writing into this rank's memory (bcastShmSplit,
+// reduceShmSplit): id, or ^id where its write failed. A peer that
+// finished the call without a mark failed before it could write (the
+// mark is stored before done): the mark read then is neither.
+func (c *call) waitMark(peer int, id uint64) (uint64, error) {
+	slot, err := c.shmSlot(peer, 0, 8)
+	if err != nil {
+		return 0, err
+	}
+	w, done := word(slot, 64), word(c.e.shm.mem[peer], 0)
+	var mark uint64
+	err = c.shmWait(peer, func() bool {
+		if mark = atomic.LoadUint64(w); mark == id || mark == ^id {
+			return true
+		}
+		if atomic.LoadUint64(done) >= roundID(c.calls, shmAllDone) {
+			mark = atomic.LoadUint64(w) // load it again: stored before done
+			return true
+		}
+		return false
+	})
+	return mark, err
+}
+
 // bcastShmSplit is the two-rank bcast with single-copy reads and writes:
 // both ranks publish their buffer's address; the reader reads the first
 // half of the root's buffer while the root writes the second half into
@@ -1682,24 +1690,8 @@ func (c *call) bcastShmSplit(buf []byte, root int) error {
 	if rerr != nil {
 		return c.fail(root, rerr)
 	}
-	slot, err := c.shmSlot(root, 0, 8)
+	mark, err := c.waitMark(root, id)
 	if err != nil {
-		return err
-	}
-	w, done := word(slot, 64), word(s.mem[root], 0)
-	var mark uint64
-	if err := c.shmWait(root, func() bool {
-		if mark = atomic.LoadUint64(w); mark == id || mark == ^id {
-			return true
-		}
-		// A root that finished the call without a mark failed before
-		// writing (load the mark again: it is stored before done).
-		if atomic.LoadUint64(done) >= roundID(c.calls, shmAllDone) {
-			mark = atomic.LoadUint64(w)
-			return true
-		}
-		return false
-	}); err != nil {
 		return err
 	}
 	if mark != id {
