@@ -1224,29 +1224,31 @@ func (c *call) reduceChunk(i int, chunk []byte, root int) error {
 func (c *call) foldsInPlace() bool { return c.rootFoldsInPlace(c.e.rank) }
 
 // rootFoldsInPlace is foldsInPlace for rank root, the same on every rank.
-func (c *call) rootFoldsInPlace(root int) bool {
-	return root == 0 || c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic
+func (c *call) rootFoldsInPlace(root int) bool { return root == 0 || c.pairCommutes() }
+
+// pairCommutes says whether the call is of two ranks whose fold x1 ⊕ x0
+// is x0 ⊕ x1 bit for bit: the op commutes and Deterministic is off.
+func (c *call) pairCommutes() bool {
+	return c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic
+}
+
+// readsForReduce says whether a shared-memory reduce of n bytes may
+// read the other ranks' buffers: where the region can and the ranks have
+// CPUs of their own (the others wait for the root's reads), within
+// Model.ShmReduceReadMin/Max, and not folding blocks.
+func (c *call) readsForReduce(n int) bool {
+	return c.e.shm.pr != nil && !c.e.shm.crowded && c.e.model.reduceReads(n) && !c.e.model.reduceFolds(n)
 }
 
 // reducesRead says whether a shared-memory reduce of n bytes to root
-// reads the other ranks' buffers (reduceShmRead): where the region can
-// and the ranks have CPUs of their own (the others wait for the root's
-// reads), from Model.ShmReduceReadMin, and where root folds in place
-// (rootFoldsInPlace) unless the fold of the reduce's two ranks reads into
-// ReduceInto's recv (reducesReadInto), which any root may.
-func (c *call) reducesRead(n, root int) bool {
-	return c.e.shm.pr != nil && !c.e.shm.crowded && c.e.model.reduceReads(n) && !c.e.model.reduceFolds(n) &&
-		c.rootFoldsInPlace(root)
-}
+// reads the other ranks' buffers (reduceShmRead): readsForReduce, where
+// root folds in place (rootFoldsInPlace).
+func (c *call) reducesRead(n, root int) bool { return c.readsForReduce(n) && c.rootFoldsInPlace(root) }
 
 // reducesReadInto says whether ReduceInto's root of n bytes reads the
 // other rank's buffer straight into recv (reduceShmRead with into): two
-// ranks, an op whose x1 ⊕ x0 is x0 ⊕ x1 bit for bit (commutative,
-// Deterministic off), and reducesRead's other conditions.
-func (c *call) reducesReadInto(n int) bool {
-	return c.e.size == 2 && c.kern.Op.Commutative() && !c.e.opts.Deterministic &&
-		c.e.shm.pr != nil && !c.e.shm.crowded && c.e.model.reduceReads(n) && !c.e.model.reduceFolds(n)
-}
+// ranks that pairCommutes, which any root may, and readsForReduce.
+func (c *call) reducesReadInto(n int) bool { return c.pairCommutes() && c.readsForReduce(n) }
 
 // reduceSplitMin is the smallest reduce of two ranks that splits the work
 // (reduceShmSplit) where the region can write a peer's memory too: on the
@@ -1331,29 +1333,12 @@ func (c *call) reduceShmSplit(own, dst []byte, root int) error {
 	if err != nil {
 		return err
 	}
-	var failed error
 	var tmp []byte
-	inPlace := &own[0] == &dst[0]
-	if inPlace {
+	into := &own[0] != &dst[0]
+	if !into {
 		tmp = c.get(min(h, reduceReadPiece))
 	}
-	for off := 0; off < h && failed == nil; off += reduceReadPiece {
-		k := min(reduceReadPiece, h-off)
-		d := dst[off : off+k]
-		if inPlace {
-			if err := s.pr.ReadPeer(peer, addr+uint64(off), tmp[:k]); err != nil {
-				failed = c.fail(peer, err)
-				break
-			}
-			c.kern.Combine(d, tmp[:k])
-			continue
-		}
-		if err := s.pr.ReadPeer(peer, addr+uint64(off), d); err != nil {
-			failed = c.fail(peer, err)
-			break
-		}
-		c.kern.Combine(d, own[off:off+k])
-	}
+	failed := c.readFold(peer, addr, own[:h], dst[:h], tmp, into)
 	// The other rank's mark: it has read own's second half and written
 	// dst's (or failed to).
 	mark, werr := c.waitMark(peer, id)
@@ -1400,10 +1385,9 @@ func (c *call) reduceShmRead(own, dst []byte, root int, into bool) error {
 	}
 	var failed error
 	if n := len(dst); n > 0 {
-		piece := min(n, reduceReadPiece)
 		var tmp []byte
 		if !into {
-			tmp = c.get(piece)
+			tmp = c.get(min(n, reduceReadPiece))
 		}
 		for q := 0; q < c.e.size && failed == nil; q++ {
 			if q == me {
@@ -1414,27 +1398,35 @@ func (c *call) reduceShmRead(own, dst []byte, root int, into bool) error {
 				failed = err
 				break
 			}
-			for off := 0; off < n; off += piece {
-				k := min(piece, n-off)
-				d := dst[off : off+k]
-				if into {
-					if err := c.e.shm.pr.ReadPeer(q, addr+uint64(off), d); err != nil {
-						failed = c.fail(q, err)
-						break
-					}
-					c.kern.Combine(d, own[off:off+k])
-					continue
-				}
-				if err := c.e.shm.pr.ReadPeer(q, addr+uint64(off), tmp[:k]); err != nil {
-					failed = c.fail(q, err)
-					break
-				}
-				c.kern.Combine(d, tmp[:k])
-			}
+			failed = c.readFold(q, addr, own, dst, tmp, into)
 		}
 	}
 	c.shmDone(0)
 	return failed
+}
+
+// readFold reads rank q's buffer at addr, len(dst) bytes, a
+// reduceReadPiece at a time, and folds each piece into dst: with into,
+// the piece goes straight into dst and own's piece is folded into it
+// (x_q ⊕ own, for a pair whose fold commutes: pairCommutes); without,
+// it goes into tmp (a piece long at least) and is folded into dst.
+func (c *call) readFold(q int, addr uint64, own, dst, tmp []byte, into bool) error {
+	for off := 0; off < len(dst); off += reduceReadPiece {
+		k := min(reduceReadPiece, len(dst)-off)
+		d, in := dst[off:off+k], dst[off:off+k]
+		if !into {
+			in = tmp[:k]
+		}
+		if err := c.e.shm.pr.ReadPeer(q, addr+uint64(off), in); err != nil {
+			return c.fail(q, err)
+		}
+		if into {
+			c.kern.Combine(d, own[off:off+k])
+		} else {
+			c.kern.Combine(d, in)
+		}
+	}
+	return nil
 }
 
 // shmFold sets dst to the rank-order fold of every rank's chunk i. This
