@@ -154,8 +154,9 @@ func (w *world) probeLinks(ctx context.Context, measure bool) error {
 	return nil
 }
 
-// maxSingleCopyMin bounds the crossover a rank takes from rank 0: what
-// p2p.Endpoint.MeasureCopy measures up to.
+// maxSingleCopyMin bounds the crossover a rank takes from rank 0's store
+// value, well past what p2p.Endpoint.MeasureCopy can return (32 KiB, its
+// largest size), so that a value that is not a crossover changes nothing.
 const maxSingleCopyMin = 1 << 20
 
 // SingleCopyMin is the size above which, as Init measured on rank 0's

@@ -34,18 +34,20 @@ func (ep *Endpoint) SetSingleCopyMin(n int) {
 	if ep.opts.SingleCopyMin != 0 {
 		return
 	}
-	ep.setSingleCopy(max(n, 0))
-}
-
-func (ep *Endpoint) setSingleCopy(n int) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	for _, p := range ep.peers {
-		if p != nil && p.dev.traits.SharesMemory && !p.dev.crowded {
-			p.single = n
+		if p != nil && p.singleCopyApplies() {
+			p.single = max(n, 0)
 		}
 	}
 }
+
+// singleCopyApplies says whether the single-copy rule may apply to p: a
+// peer on shared memory, on a host whose ranks have CPUs of their own (a
+// rendezvous where they take turns waits for the receiver's turn and then
+// the sender's).
+func (p *peer) singleCopyApplies() bool { return p.dev.traits.SharesMemory && !p.dev.crowded }
 
 // SingleCopyMin is the size above which messages to peer go by the
 // rendezvous whatever the eager limit (SetSingleCopyMin,
@@ -181,26 +183,9 @@ func (c *Channel) leadCopyProbe(ctx context.Context, p *peer, o CopyProbeOptions
 	if len(sizes) == 0 {
 		return 0, nil // the follower has none and has returned
 	}
-	sbuf, rbuf := make([]byte, sizes[len(sizes)-1]), make([]byte, sizes[len(sizes)-1])
-	eager := make([]time.Duration, len(sizes))
-	rndv := make([]time.Duration, len(sizes))
-	for i := range eager {
-		eager[i], rndv[i] = math.MaxInt64, math.MaxInt64
-	}
-	for range copyPasses {
-		for i, n := range sizes {
-			for _, r := range [2]bool{false, true} {
-				best, err := c.copyRounds(ctx, p, sbuf[:n], rbuf[:n], rounds, r, true)
-				if err != nil {
-					return 0, err
-				}
-				if r {
-					rndv[i] = min(rndv[i], best)
-				} else {
-					eager[i] = min(eager[i], best)
-				}
-			}
-		}
+	eager, rndv, err := c.runCopyPasses(ctx, p, sizes, rounds, true)
+	if err != nil {
+		return 0, err
 	}
 	single := copyCrossover(sizes, eager, rndv)
 	var res [8]byte
@@ -237,15 +222,8 @@ func (c *Channel) followCopyProbe(ctx context.Context, p *peer) (int, error) {
 		return 0, nil
 	}
 	sizes = sizes[:min(len(sizes), int(count))]
-	sbuf, rbuf := make([]byte, sizes[len(sizes)-1]), make([]byte, sizes[len(sizes)-1])
-	for range copyPasses {
-		for _, n := range sizes {
-			for _, r := range [2]bool{false, true} {
-				if _, err := c.copyRounds(ctx, p, sbuf[:n], rbuf[:n], int(rounds), r, false); err != nil {
-					return 0, err
-				}
-			}
-		}
+	if _, _, err := c.runCopyPasses(ctx, p, sizes, int(rounds), false); err != nil {
+		return 0, err
 	}
 	var res [8]byte
 	if _, err := c.Recv(ctx, p.rank, copyPlan, res[:]); err != nil {
@@ -257,6 +235,35 @@ func (c *Channel) followCopyProbe(ctx context.Context, p *peer) (int, error) {
 			fmt.Errorf("%w: rank %d's copy probe found a crossover of %d bytes, past the sizes measured", ErrProtocol, p.rank, single))
 	}
 	return int(single), nil
+}
+
+// runCopyPasses runs copyPasses passes over sizes (ascending, not
+// empty), each size eagerly and then by rendezvous, the leader (lead)
+// sending first, and returns the shortest round trip of each size and
+// protocol over all passes (the leader's count; the follower ignores
+// its own).
+func (c *Channel) runCopyPasses(ctx context.Context, p *peer, sizes []int, rounds int, lead bool) (eager, rndv []time.Duration, err error) {
+	sbuf, rbuf := make([]byte, sizes[len(sizes)-1]), make([]byte, sizes[len(sizes)-1])
+	eager, rndv = make([]time.Duration, len(sizes)), make([]time.Duration, len(sizes))
+	for i := range eager {
+		eager[i], rndv[i] = math.MaxInt64, math.MaxInt64
+	}
+	for range copyPasses {
+		for i, n := range sizes {
+			for _, r := range [2]bool{false, true} {
+				best, err := c.copyRounds(ctx, p, sbuf[:n], rbuf[:n], rounds, r, lead)
+				if err != nil {
+					return nil, nil, err
+				}
+				if r {
+					rndv[i] = min(rndv[i], best)
+				} else {
+					eager[i] = min(eager[i], best)
+				}
+			}
+		}
+	}
+	return eager, rndv, nil
 }
 
 // copyRounds runs copyWarmups untimed and then rounds timed round trips with

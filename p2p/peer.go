@@ -276,7 +276,7 @@ func (ep *Endpoint) newPeer(d *device, rank int) (*peer, error) {
 	pipe = min(pipe, maxPipe)
 	p := &peer{rank: rank, dev: d, eager: eager, frag: frag, pipe: pipe, slot: slotLen(eager), nrecv: n, maxRecv: most,
 		credits: n - 1, sqCap: sqDepth(most), grows: most > n}
-	if ep.opts.SingleCopyMin > 0 && d.traits.SharesMemory && !d.crowded {
+	if ep.opts.SingleCopyMin > 0 && p.singleCopyApplies() {
 		p.single = ep.opts.SingleCopyMin
 	}
 	if d.traits.InlineSends && d.caps.MaxInline >= inlineMax {
