@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -113,23 +114,31 @@ func pingPong(ctx context.Context, ep *p2p.Endpoint, peer int) error {
 	}
 }
 
-func processChild(t *testing.T, role string) {
+// runChild joins a child of startProcessJob as the rank role names and,
+// but on rank 2, which idles until killed, runs body; either way it then
+// stays until killed: closing could break the link to rank 0 before rank
+// 0 is done with what it tests (the parent kills this process then).
+func runChild(t *testing.T, role string, body func(ctx context.Context, ep *p2p.Endpoint)) {
 	rank, _ := strconv.Atoi(role)
 	token, _ := hex.DecodeString(os.Getenv("P2P_TEST_TOKEN"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ep := joinProcess(ctx, t, rank, os.Getenv("P2P_TEST_ADDR"), token, os.Getenv("P2P_TEST_PROVIDER"))
 	defer ep.Close()
-	if rank == 2 {
-		<-ctx.Done() // until killed
-		return
+	if rank != 2 {
+		body(ctx, ep)
 	}
-	err := pingPong(ctx, ep, 0)
-	fmt.Printf("RESULT %v\n", err)
-	// Stay: closing now could break the link to rank 0 before rank 0 has
-	// heard of rank 2's loss, and rank 0 would blame rank 1 (the parent
-	// kills this process when it is done).
 	<-ctx.Done()
+}
+
+// processChild ping-pongs with rank 0 until something fails and reports
+// the error. It stays on after: gone at once, it could break the link to
+// rank 0 before rank 0 has heard of rank 2's loss, and rank 0 would blame
+// rank 1.
+func processChild(t *testing.T, role string) {
+	runChild(t, role, func(ctx context.Context, ep *p2p.Endpoint) {
+		fmt.Printf("RESULT %v\n", pingPong(ctx, ep, 0))
+	})
 }
 
 // A process_vm_readv of a peer that has died fails with ESRCH: that is
@@ -164,4 +173,61 @@ func TestProcessReadPeerLost(t *testing.T) {
 	require.NoError(t, checkLost(ep.Err(), 2), "the endpoint's error")
 	// Rank 1 learns it through the revoke (its receive from rank 0 fails).
 	require.Contains(t, ranks[1].Result(), "rank 2 lost", "rank 1's result")
+}
+
+// TestProcessMeasureCopy: between two processes over shm, MeasureCopy
+// times both protocols and both ranks return the same crossover, 0 or
+// within the sizes it measured; fed to SetSingleCopyMin on both, a
+// message above it goes by rendezvous. The test re-executes its own
+// binary as ranks 1 and 2 (rank 2 idles). SetSingleCopyMin applies
+// only where the ranks have CPUs of their own.
+func TestProcessMeasureCopy(t *testing.T) {
+	if role := os.Getenv("P2P_TEST_RANK"); role != "" {
+		measureCopyChild(t, role)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ep, ranks := startProcessJob(ctx, t, "^TestProcessMeasureCopy$", "shm")
+	n, err := ep.MeasureCopy(ctx, 1, p2p.CopyProbeOptions{Rounds: 4})
+	require.NoError(t, err)
+	if n != 0 {
+		require.GreaterOrEqual(t, n, 4096)
+		require.LessOrEqual(t, n, 32<<10)
+	}
+	t.Logf("crossover: %d bytes", n)
+	// Then rank 1 sets the same crossover and sends 40 KiB (rendezvous
+	// where a crossover is set, the pipeline otherwise) and reports how.
+	ep.SetSingleCopyMin(n)
+	buf := make([]byte, 40<<10)
+	_, err = ep.Recv(ctx, 1, 9, buf)
+	require.NoError(t, err)
+	for i, b := range buf {
+		require.Equal(t, byte(i*3), b, "byte %d", i)
+	}
+	// The job's three processes outnumber a 2-CPU machine's CPUs, and
+	// where ranks do the rule stays off (a rendezvous waits for turns).
+	want := fmt.Sprintf("RESULT %d rndv=%v", n, n > 0 && !ep.Crowded())
+	require.Equal(t, want, strings.TrimSpace(ranks[1].Result()))
+}
+
+func measureCopyChild(t *testing.T, role string) {
+	runChild(t, role, func(ctx context.Context, ep *p2p.Endpoint) {
+		n, err := ep.MeasureCopy(ctx, 0, p2p.CopyProbeOptions{})
+		if err != nil {
+			fmt.Printf("RESULT %v\n", err)
+			return
+		}
+		ep.SetSingleCopyMin(n)
+		buf := make([]byte, 40<<10)
+		for i := range buf {
+			buf[i] = byte(i * 3)
+		}
+		before := ep.Stats().Peers[0].RndvSent.Msgs
+		if err := ep.Send(ctx, 0, 9, buf); err != nil {
+			fmt.Printf("RESULT %v\n", err)
+		} else {
+			fmt.Printf("RESULT %d rndv=%v\n", n, ep.Stats().Peers[0].RndvSent.Msgs == before+1)
+		}
+	})
 }

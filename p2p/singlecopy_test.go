@@ -2,11 +2,6 @@ package p2p_test
 
 import (
 	"context"
-	"encoding/hex"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -116,76 +111,4 @@ func TestMeasureCopyNeedsAnotherProcess(t *testing.T) {
 			require.ErrorContains(t, err, "rank 5")
 		})
 	}
-}
-
-// TestProcessMeasureCopy: between two processes over shm, MeasureCopy
-// times both protocols and both ranks return the same crossover, 0 or
-// within the sizes it measured; fed to SetSingleCopyMin on both, a
-// message above it goes by rendezvous. The test re-executes its own
-// binary as ranks 1 and 2 (rank 2 idles). SetSingleCopyMin applies
-// only where the ranks have CPUs of their own.
-func TestProcessMeasureCopy(t *testing.T) {
-	if role := os.Getenv("P2P_TEST_RANK"); role != "" {
-		measureCopyChild(t, role)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ep, ranks := startProcessJob(ctx, t, "^TestProcessMeasureCopy$", "shm")
-	n, err := ep.MeasureCopy(ctx, 1, p2p.CopyProbeOptions{Rounds: 4})
-	require.NoError(t, err)
-	if n != 0 {
-		require.GreaterOrEqual(t, n, 4096)
-		require.LessOrEqual(t, n, 32<<10)
-	}
-	t.Logf("crossover: %d bytes", n)
-	// Then rank 1 sets the same crossover and sends 40 KiB (rendezvous
-	// where a crossover is set, the pipeline otherwise) and reports how.
-	ep.SetSingleCopyMin(n)
-	buf := make([]byte, 40<<10)
-	_, err = ep.Recv(ctx, 1, 9, buf)
-	require.NoError(t, err)
-	for i, b := range buf {
-		require.Equal(t, byte(i*3), b, "byte %d", i)
-	}
-	// The job's three processes outnumber a 2-CPU machine's CPUs, and
-	// where ranks do the rule stays off (a rendezvous waits for turns).
-	want := fmt.Sprintf("RESULT %d rndv=%v", n, n > 0 && !ep.Crowded())
-	require.Equal(t, want, strings.TrimSpace(ranks[1].Result()))
-}
-
-func measureCopyChild(t *testing.T, role string) {
-	rank, _ := strconv.Atoi(role)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ep := joinProcessEnv(ctx, t, rank)
-	defer ep.Close()
-	if rank == 2 {
-		<-ctx.Done() // until killed
-		return
-	}
-	n, err := ep.MeasureCopy(ctx, 0, p2p.CopyProbeOptions{})
-	if err != nil {
-		fmt.Printf("RESULT %v\n", err)
-		<-ctx.Done()
-		return
-	}
-	ep.SetSingleCopyMin(n)
-	buf := make([]byte, 40<<10)
-	for i := range buf {
-		buf[i] = byte(i * 3)
-	}
-	before := ep.Stats().Peers[0].RndvSent.Msgs
-	if err := ep.Send(ctx, 0, 9, buf); err != nil {
-		fmt.Printf("RESULT %v\n", err)
-	} else {
-		fmt.Printf("RESULT %d rndv=%v\n", n, ep.Stats().Peers[0].RndvSent.Msgs == before+1)
-	}
-	<-ctx.Done()
-}
-
-// joinProcessEnv joins a child of startProcessJob as rank.
-func joinProcessEnv(ctx context.Context, t *testing.T, rank int) *p2p.Endpoint {
-	token, _ := hex.DecodeString(os.Getenv("P2P_TEST_TOKEN"))
-	return joinProcess(ctx, t, rank, os.Getenv("P2P_TEST_ADDR"), token, os.Getenv("P2P_TEST_PROVIDER"))
 }
